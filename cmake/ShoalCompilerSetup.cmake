@@ -1,0 +1,28 @@
+# Compiler setup shared by every target: ccache, warnings as errors, optional sanitizers.
+
+find_program(SHOAL_CCACHE ccache)
+if(SHOAL_CCACHE)
+  set(CMAKE_C_COMPILER_LAUNCHER ${SHOAL_CCACHE})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${SHOAL_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${SHOAL_CCACHE})
+endif()
+
+option(SHOAL_SANITIZE "Build with AddressSanitizer + UndefinedBehaviorSanitizer" OFF)
+option(SHOAL_WERROR "Treat warnings as errors" ON)
+
+# shoal_target_warnings(target): the project's warning set for one of our own targets.
+function(shoal_target_warnings target)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow=local -Wnon-virtual-dtor
+                                -Wcast-align -Wunused -Wnull-dereference -Wimplicit-fallthrough>)
+    if(SHOAL_WERROR)
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+    endif()
+  endif()
+endfunction()
+
+if(SHOAL_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()
