@@ -31,9 +31,9 @@ struct KeyValue {
 struct TensorInfo {
   std::string name;
   TensorType type = TensorType::F32;
-  std::vector<int64_t> dims;  // ggml order: dims[0] is the row length (contiguous)
-  uint64_t offset = 0;        // relative to the data section
-  size_t nbytes = 0;          // validated to lie inside the file
+  std::vector<int64_t> dims;      // ggml order: dims[0] is the row length (contiguous)
+  uint64_t offset = 0;            // relative to the data section
+  size_t nbytes = 0;              // validated to lie inside the file
   const uint8_t* data = nullptr;  // points into the mapping; valid while the File lives
 
   int64_t elementCount() const;

@@ -17,7 +17,7 @@ struct ChatMessage {
 
 enum class ChatFormat { ChatML, Llama3, Llama2, Gemma };
 
-std::string_view chatFormatName(ChatFormat format);        // "chatml", "llama3", "llama2", "gemma"
+std::string_view chatFormatName(ChatFormat format);  // "chatml", "llama3", "llama2", "gemma"
 std::optional<ChatFormat> chatFormatFromName(std::string_view name);
 // Recognise a Jinja template; ChatML when empty or unrecognised.
 ChatFormat detectChatFormat(std::string_view jinjaTemplate);

@@ -34,10 +34,10 @@ struct Vocab {
   std::vector<TokenAttr> attrs;     // same length as tokens
   std::vector<std::string> merges;  // BPE merges, "left right" in rank order
   std::optional<TokenId> bos, eos, eot, unk, pad;
-  bool addBos = false;         // tokenizer.ggml.add_bos_token (default depends on model, see fromGguf)
+  bool addBos = false;  // tokenizer.ggml.add_bos_token (default depends on model, see fromGguf)
   bool addEos = false;
-  bool addSpacePrefix = false; // tokenizer.ggml.add_space_prefix
-  std::string chatTemplate;    // tokenizer.chat_template (Jinja source, may be empty)
+  bool addSpacePrefix = false;  // tokenizer.ggml.add_space_prefix
+  std::string chatTemplate;     // tokenizer.chat_template (Jinja source, may be empty)
 
   // Read from a GGUF file; validates lengths and ids. Throws shoal::Error.
   static Vocab fromGguf(const gguf::File& file);

@@ -13,13 +13,13 @@
 namespace shoal::runtime {
 
 struct SamplerParams {
-  float temperature = 0.8f;   // <= 0: greedy
-  int32_t topK = 40;          // <= 0: off
-  float topP = 0.95f;         // >= 1: off
-  float minP = 0.05f;         // <= 0: off
-  float repeatPenalty = 1.0f; // 1: off; divides positive logits, multiplies negative ones
-  int32_t repeatLastN = 64;   // how many recent tokens the penalty looks at
-  uint64_t seed = 0;          // same seed, same output
+  float temperature = 0.8f;    // <= 0: greedy
+  int32_t topK = 40;           // <= 0: off
+  float topP = 0.95f;          // >= 1: off
+  float minP = 0.05f;          // <= 0: off
+  float repeatPenalty = 1.0f;  // 1: off; divides positive logits, multiplies negative ones
+  int32_t repeatLastN = 64;    // how many recent tokens the penalty looks at
+  uint64_t seed = 0;           // same seed, same output
 };
 
 class Sampler {
