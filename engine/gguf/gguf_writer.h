@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,16 @@ class Writer {
   void addTensor(const std::string& name, TensorType type, std::vector<int64_t> dims,
                  std::vector<uint8_t> bytes);
 
+  // Produces rows of a streamed tensor: write `rowCount` rows starting at row `firstRow` into
+  // `dst` (rowCount * rowBytes(type, dims[0]) bytes). Called in row order, in chunks of about
+  // kStreamChunkBytes, once per toBytes()/write(); it must give the same bytes every time.
+  using RowFiller = std::function<void(int64_t firstRow, int64_t rowCount, uint8_t* dst)>;
+  static constexpr size_t kStreamChunkBytes = size_t{16} << 20;
+  // Add a tensor whose bytes are generated while writing, so a multi-GB model never has to be
+  // held in memory. Same validation as addTensor.
+  void addTensorStreamed(const std::string& name, TensorType type, std::vector<int64_t> dims,
+                         RowFiller fill);
+
   // Serialize everything; write() goes through a temporary file and a rename, so a crash never
   // leaves a half-written file under the final name.
   std::vector<uint8_t> toBytes() const;
@@ -31,8 +42,15 @@ class Writer {
     std::string name;
     TensorType type;
     std::vector<int64_t> dims;
-    std::vector<uint8_t> bytes;
+    std::vector<uint8_t> bytes;  // empty when `fill` produces the bytes
+    RowFiller fill;
+    size_t nbytes = 0;
   };
+  using Sink = std::function<void(const uint8_t* data, size_t size)>;
+  void checkNewTensor(const std::string& name, TensorType type,
+                      const std::vector<int64_t>& dims) const;
+  size_t alignment() const;
+  void serialize(const Sink& sink) const;
   std::vector<std::pair<std::string, Value>> m_metadata;
   std::vector<PendingTensor> m_tensors;
 };

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace shoal::gguf {
@@ -29,12 +30,25 @@ enum class TensorType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  // Types Shoal can parse and size but not convert (dequantizable == false).
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
   I8 = 24,
   I16 = 25,
   I32 = 26,
   I64 = 27,
   F64 = 28,
+  IQ1_M = 29,
   BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
 };
 
 struct TypeTraits {
@@ -50,5 +64,12 @@ TypeTraits typeTraits(TensorType type);  // throws shoal::Error for unknown type
 
 // Bytes taken by a row of n elements; throws if n is not a multiple of the block size.
 size_t rowBytes(TensorType type, int64_t n);
+
+// The ggml name of a type ("q4_K"), or "type#<n>" for a value with no traits.
+std::string typeName(TensorType type);
+// Parse a ggml type name, case-insensitively ("q4_k", "Q8_0", "f16"); nullopt if unknown.
+std::optional<TensorType> typeFromName(std::string_view name);
+// Whether quantizeRow (dequantize.h) can write this type.
+bool quantizable(TensorType type);
 
 }  // namespace shoal::gguf
