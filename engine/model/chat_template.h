@@ -15,16 +15,46 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatFormat { ChatML, Llama3, Llama2, Gemma };
+// The formats Shoal renders. Each follows the model family's published template (the Jinja that
+// ships with the model on Hugging Face); chat_template.cpp spells out each one's text.
+enum class ChatFormat {
+  ChatML,   // <|im_start|>role\n...<|im_end|>\n (Qwen, SmolLM, many fine-tunes)
+  Llama3,   // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  Llama2,   // [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s><s>[INST] ...
+  Gemma,    // <start_of_turn>user\n...<end_of_turn>\n, assistant is "model", no system role
+  Mistral,  // [INST] ...[/INST] ...</s> (v3), system prompt folded into the last user turn
+};
 
-std::string_view chatFormatName(ChatFormat format);  // "chatml", "llama3", "llama2", "gemma"
+// A recognised template: its format plus what the template adds on its own.
+struct ChatTemplate {
+  ChatFormat format = ChatFormat::ChatML;
+  // System prompt the template writes when the conversation does not start with a system
+  // message (e.g. SmolLM2's "You are a helpful AI assistant named SmolLM, ..."); empty if none.
+  std::string defaultSystemPrompt;
+};
+
+std::string_view chatFormatName(ChatFormat format);  // "chatml", "llama3", "llama2", ...
+// The format of a name as chatFormatName spells it (ASCII case ignored); nullopt if unknown.
 std::optional<ChatFormat> chatFormatFromName(std::string_view name);
-// Recognise a Jinja template; ChatML when empty or unrecognised.
+// Every format's name, for help texts and error messages ("chatml, llama3, ...").
+std::vector<std::string_view> chatFormatNames();
+
+// Recognise a Jinja template by the marker strings each format writes; ChatML when empty or
+// unrecognised. Also extracts the default system prompt when the template writes a literal one.
+ChatTemplate detectChatTemplate(std::string_view jinjaTemplate);
+// detectChatTemplate(jinjaTemplate).format.
 ChatFormat detectChatFormat(std::string_view jinjaTemplate);
 
 // Render the conversation; with addAssistantPrefix the text ends where the assistant's reply
-// begins. BOS is not included (the tokenizer adds it when the model wants one).
+// begins. BOS is not included (the tokenizer adds it when the model wants one); BOS/EOS text
+// inside the history (Llama 2's "</s><s>") is, so encode with parseSpecial. Roles other than
+// system/user/assistant pass through in ChatML and Llama 3 and are refused (shoal::Error) in
+// the formats that have no way to write them.
 std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                       bool addAssistantPrefix);
+// As above, and writes the template's default system prompt first when the conversation does
+// not start with a system message, as the template itself does.
+std::string renderChat(const ChatTemplate& chatTemplate, const std::vector<ChatMessage>& messages,
                        bool addAssistantPrefix);
 
 // Strings that end an assistant turn in this format (e.g. "<|im_end|>"), used as stop strings.

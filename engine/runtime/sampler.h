@@ -1,13 +1,18 @@
 #pragma once
-// Picks the next token from a row of logits. Deterministic for a given seed.
+// Picks the next token from a row of logits. Deterministic for a given seed. The random numbers
+// are the same on every machine: std::mt19937_64 (whose output the standard fixes) turned into
+// doubles by the sampler itself, not by a standard distribution (those differ between standard
+// libraries), and candidate order is a strict total order. The chosen token can still differ
+// between machines where the math library rounds exp() differently at a boundary.
 // Order of the chain (same as llama.cpp's common default order for the ones both have):
 // repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw. temperature <= 0 is greedy
-// (argmax after the penalty; ties go to the lowest id).
+// (argmax after the penalty; ties go to the lowest id). top-p and min-p therefore judge the
+// distribution at temperature 1.
 
 #include <cstdint>
-#include <deque>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace shoal::runtime {
@@ -15,29 +20,43 @@ namespace shoal::runtime {
 struct SamplerParams {
   float temperature = 0.8f;    // <= 0: greedy
   int32_t topK = 40;           // <= 0: off
-  float topP = 0.95f;          // >= 1: off
-  float minP = 0.05f;          // <= 0: off
-  float repeatPenalty = 1.0f;  // 1: off; divides positive logits, multiplies negative ones
-  int32_t repeatLastN = 64;    // how many recent tokens the penalty looks at
+  float topP = 0.95f;          // >= 1: off; keeps the smallest most-likely set whose mass >= topP
+  float minP = 0.05f;          // <= 0: off; drops ids whose probability < minP * the largest
+  float repeatPenalty = 1.0f;  // 1: off; divides positive logits, multiplies negative ones; > 0
+  int32_t repeatLastN = 64;    // how many recent tokens the penalty looks at; >= 0
   uint64_t seed = 0;           // same seed, same output
 };
 
 class Sampler {
  public:
+  // Throws shoal::Error for parameters that have no meaning (repeatPenalty <= 0 or NaN,
+  // repeatLastN < 0, NaN temperature/topP/minP).
   explicit Sampler(SamplerParams params);
 
+  // The id of the next token. logits must not be empty (shoal::Error). NaN logits count as
+  // -infinity; when every logit is -infinity the lowest id is returned. Allocates only on the
+  // first call (or when the vocabulary grows): scratch buffers are kept between calls.
   int32_t sample(std::span<const float> logits);
   // Tell the sampler a token was accepted (prompt or generated) for the repetition penalty.
+  // Negative ids are refused (shoal::Error); ids beyond a later call's vocabulary are ignored.
   void accept(int32_t token);
   void reset();  // forget history and re-seed
 
   const SamplerParams& params() const { return m_params; }
 
  private:
+  // Uniform double in [0, 1) from the top 53 bits of one mt19937_64 output.
+  double nextUniform();
+
   SamplerParams m_params;
   std::mt19937_64 m_rng;
-  std::deque<int32_t> m_recent;
+  // The last repeatLastN accepted tokens as a ring: m_recent[m_recentNext] is overwritten next
+  // once the ring is full. A ring so that accept() never allocates after construction.
+  std::vector<int32_t> m_recent;
+  size_t m_recentNext = 0;
   std::vector<std::pair<float, int32_t>> m_candidates;  // scratch, reused across calls
+  std::vector<int32_t> m_penalized;                     // scratch: distinct recent ids
+  std::vector<double> m_weights;                        // scratch: unnormalised probabilities
 };
 
 }  // namespace shoal::runtime

@@ -1,0 +1,381 @@
+// Native renderers for the chat formats Shoal knows, and recognition of them from the Jinja
+// source a GGUF carries. The text of each format follows the model family's own template
+// (cited per renderer); the leading BOS those templates write is left to the tokenizer.
+
+#include "engine/model/chat_template.h"
+
+#include <array>
+#include <cctype>
+#include <cstddef>
+
+#include "engine/error.h"
+
+namespace shoal::model {
+namespace {
+
+struct FormatName {
+  ChatFormat format;
+  std::string_view name;
+};
+
+constexpr std::array<FormatName, 5> kFormatNames = {{
+    {ChatFormat::ChatML, "chatml"},
+    {ChatFormat::Llama3, "llama3"},
+    {ChatFormat::Llama2, "llama2"},
+    {ChatFormat::Gemma, "gemma"},
+    {ChatFormat::Mistral, "mistral"},
+}};
+
+bool isJinjaSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// Jinja's `| trim` and Python's str.strip() on ASCII whitespace: the templates trim contents.
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && isJinjaSpace(text.front())) text.remove_prefix(1);
+  while (!text.empty() && isJinjaSpace(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+bool asciiEqualIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The formats without a role of their own for anything but system/user/assistant refuse other
+// roles instead of guessing where a "tool" message would go.
+void requireKnownRole(ChatFormat format, const std::vector<ChatMessage>& messages, size_t index) {
+  const std::string& role = messages[index].role;
+  if (role == "system" || role == "user" || role == "assistant") return;
+  throw Error("chat format " + std::string(chatFormatName(format)) + ": message " +
+              std::to_string(index) + " has role '" + role +
+              "'; this format writes only system, user and assistant messages");
+}
+
+// Collects system messages of the formats that fold the system prompt into a user turn.
+void appendSystem(std::string& pending, std::string_view content) {
+  if (!pending.empty()) pending += "\n\n";
+  pending += content;
+}
+
+// ChatML (e.g. Qwen2, SmolLM2): <|im_start|>{role}\n{content}<|im_end|>\n, contents untouched.
+std::string renderChatMl(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    out += "<|im_start|>";
+    out += m.role;
+    out += '\n';
+    out += m.content;
+    out += "<|im_end|>\n";
+  }
+  if (addAssistantPrefix) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// Meta-Llama-3-*-Instruct: <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
+// after a <|begin_of_text|> BOS. Llama 3.1+ templates also write a "Cutting Knowledge Date"
+// system block; that is not reproduced.
+std::string renderLlama3(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    out += "<|start_header_id|>";
+    out += m.role;
+    out += "<|end_header_id|>\n\n";
+    out += trim(m.content);
+    out += "<|eot_id|>";
+  }
+  if (addAssistantPrefix) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// Llama-2-*-chat (Meta's reference dialog format and the Hugging Face template):
+//   <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s><s>[INST] {user}
+//   [/INST]
+// The system block sits inside the first [INST] and the whole [INST] content is stripped, as in
+// the reference. Every turn but the first starts with its own "<s>"; the first one's is the
+// tokenizer's BOS. The reply begins right after "[/INST]", so there is no assistant prefix.
+std::string renderLlama2(const std::vector<ChatMessage>& messages) {
+  std::string out;
+  std::string pendingSystem;
+  bool firstTurn = true;
+  auto writeUser = [&](std::string_view content) {
+    std::string text;
+    if (!pendingSystem.empty()) {
+      text = "<<SYS>>\n" + pendingSystem + "\n<</SYS>>\n\n";
+      pendingSystem.clear();
+    }
+    text += content;
+    out += firstTurn ? "[INST] " : "<s>[INST] ";
+    out += trim(text);
+    out += " [/INST]";
+    firstTurn = false;
+  };
+  for (size_t i = 0; i < messages.size(); ++i) {
+    requireKnownRole(ChatFormat::Llama2, messages, i);
+    const ChatMessage& m = messages[i];
+    if (m.role == "system") {
+      appendSystem(pendingSystem, m.content);
+    } else if (m.role == "user") {
+      writeUser(m.content);
+    } else {
+      out += ' ';
+      out += trim(m.content);
+      out += " </s>";
+      firstTurn = false;
+    }
+  }
+  // A system prompt with no user turn after it still reaches the model, in a turn of its own.
+  if (!pendingSystem.empty()) writeUser("");
+  return out;
+}
+
+// Gemma (gemma-2/gemma-3 -it templates):
+// <start_of_turn>{user|model}\n{content|trim}<end_of_turn>\n. Gemma has no system role: the system
+// prompt and "\n\n" open the next user turn (Gemma 3's first_user_prefix).
+std::string renderGemma(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
+  std::string out;
+  std::string pendingSystem;
+  auto writeUser = [&](std::string_view content) {
+    out += "<start_of_turn>user\n";
+    if (!pendingSystem.empty()) {
+      out += pendingSystem;
+      out += "\n\n";
+      pendingSystem.clear();
+    }
+    out += trim(content);
+    out += "<end_of_turn>\n";
+  };
+  for (size_t i = 0; i < messages.size(); ++i) {
+    requireKnownRole(ChatFormat::Gemma, messages, i);
+    const ChatMessage& m = messages[i];
+    if (m.role == "system") {
+      appendSystem(pendingSystem, m.content);
+    } else if (m.role == "user") {
+      writeUser(m.content);
+    } else {
+      out += "<start_of_turn>model\n";
+      out += trim(m.content);
+      out += "<end_of_turn>\n";
+    }
+  }
+  if (!pendingSystem.empty()) writeUser("");
+  if (addAssistantPrefix) out += "<start_of_turn>model\n";
+  return out;
+}
+
+// Mistral v3 (Mistral-7B-Instruct-v0.3 template, mistral-common's v3 tokenizer):
+//   <s>[INST] {user}[/INST] {assistant|trim}</s>[INST] {system}\n\n{last user}[/INST]
+// One BOS for the whole conversation; the system prompt goes into the LAST user turn, so it
+// moves as the chat grows (that is how Mistral trained it). No assistant prefix.
+std::string renderMistral(const std::vector<ChatMessage>& messages) {
+  std::string system;
+  size_t lastUser = messages.size();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    requireKnownRole(ChatFormat::Mistral, messages, i);
+    if (messages[i].role == "system") appendSystem(system, messages[i].content);
+    if (messages[i].role == "user") lastUser = i;
+  }
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user") {
+      out += "[INST] ";
+      if (i == lastUser && !system.empty()) {
+        out += system;
+        out += "\n\n";
+      }
+      out += m.content;
+      out += "[/INST]";
+    } else if (m.role == "assistant") {
+      out += ' ';
+      out += trim(m.content);
+      out += "</s>";
+    }
+  }
+  // No user turn to carry the system prompt: it gets one of its own.
+  if (lastUser == messages.size() && !system.empty()) out += "[INST] " + system + "[/INST]";
+  return out;
+}
+
+// Reads one newline, written raw or as the escape "\n" inside a Jinja string literal.
+bool skipNewline(std::string_view source, size_t& pos) {
+  if (pos < source.size() && source[pos] == '\n') {
+    pos += 1;
+    return true;
+  }
+  if (source.substr(pos, 2) == "\\n") {
+    pos += 2;
+    return true;
+  }
+  return false;
+}
+
+// The text of a system turn the template writes as a constant, e.g. SmolLM2's
+//   {{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, ...<|im_end|>\n' }}
+// Looks at each place the system header appears; the turn counts only when the text between
+// the header (and its newlines) and endMarker is one plain string: no quote closing the literal
+// (then the content is an expression such as message['content']) and no Jinja tag. Escapes of
+// Jinja string literals are decoded. Empty when no occurrence qualifies.
+std::string literalSystemTurn(std::string_view source, std::string_view header, int newlines,
+                              std::string_view endMarker) {
+  for (size_t at = source.find(header); at != std::string_view::npos;
+       at = source.find(header, at + 1)) {
+    // The quote that opened the literal, when the header starts it; a quote of the other kind
+    // is then ordinary text ("You're ...").
+    const char opening =
+        at > 0 && (source[at - 1] == '\'' || source[at - 1] == '"') ? source[at - 1] : '\0';
+    size_t pos = at + header.size();
+    bool headerComplete = true;
+    for (int i = 0; i < newlines && headerComplete; ++i) {
+      headerComplete = skipNewline(source, pos);
+    }
+    if (!headerComplete) continue;
+    std::string text;
+    while (pos < source.size()) {
+      if (source.substr(pos, endMarker.size()) == endMarker) {
+        if (!text.empty()) return text;
+        break;
+      }
+      const char c = source[pos];
+      const bool closesLiteral = opening != '\0' ? c == opening : (c == '\'' || c == '"');
+      if (closesLiteral) break;
+      if (c == '{' && pos + 1 < source.size() &&
+          (source[pos + 1] == '{' || source[pos + 1] == '%' || source[pos + 1] == '#')) {
+        break;
+      }
+      if (c == '\\' && pos + 1 < source.size()) {
+        const char e = source[pos + 1];
+        switch (e) {
+          case 'n':
+            text += '\n';
+            break;
+          case 't':
+            text += '\t';
+            break;
+          case 'r':
+            text += '\r';
+            break;
+          case '\\':
+          case '\'':
+          case '"':
+            text += e;
+            break;
+          default:
+            text += c;
+            text += e;
+        }
+        pos += 2;
+        continue;
+      }
+      text += c;
+      pos += 1;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string_view chatFormatName(ChatFormat format) {
+  for (const FormatName& entry : kFormatNames) {
+    if (entry.format == format) return entry.name;
+  }
+  throw Error("chat format: unknown enum value " + std::to_string(static_cast<int>(format)));
+}
+
+std::optional<ChatFormat> chatFormatFromName(std::string_view name) {
+  for (const FormatName& entry : kFormatNames) {
+    if (asciiEqualIgnoreCase(entry.name, name)) return entry.format;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string_view> chatFormatNames() {
+  std::vector<std::string_view> names;
+  for (const FormatName& entry : kFormatNames) names.push_back(entry.name);
+  return names;
+}
+
+// Marker strings as llama.cpp's llm_chat_detect_template uses them: each format's turn tokens
+// are specific enough that a substring test identifies it. Order matters only for [INST]:
+// Llama 2 writes a <<SYS>> block, Mistral does not.
+ChatTemplate detectChatTemplate(std::string_view jinjaTemplate) {
+  auto contains = [&](std::string_view s) {
+    return jinjaTemplate.find(s) != std::string_view::npos;
+  };
+  ChatTemplate result;
+  if (contains("<|im_start|>")) {
+    result.format = ChatFormat::ChatML;
+    result.defaultSystemPrompt =
+        literalSystemTurn(jinjaTemplate, "<|im_start|>system", 1, "<|im_end|>");
+  } else if (contains("<|start_header_id|>") && contains("<|end_header_id|>")) {
+    result.format = ChatFormat::Llama3;
+    result.defaultSystemPrompt = literalSystemTurn(
+        jinjaTemplate, "<|start_header_id|>system<|end_header_id|>", 2, "<|eot_id|>");
+  } else if (contains("<start_of_turn>")) {
+    result.format = ChatFormat::Gemma;
+  } else if (contains("[INST]")) {
+    result.format = contains("<<SYS>>") ? ChatFormat::Llama2 : ChatFormat::Mistral;
+  }
+  return result;
+}
+
+ChatFormat detectChatFormat(std::string_view jinjaTemplate) {
+  return detectChatTemplate(jinjaTemplate).format;
+}
+
+std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                       bool addAssistantPrefix) {
+  switch (format) {
+    case ChatFormat::ChatML:
+      return renderChatMl(messages, addAssistantPrefix);
+    case ChatFormat::Llama3:
+      return renderLlama3(messages, addAssistantPrefix);
+    case ChatFormat::Llama2:
+      return renderLlama2(messages);
+    case ChatFormat::Gemma:
+      return renderGemma(messages, addAssistantPrefix);
+    case ChatFormat::Mistral:
+      return renderMistral(messages);
+  }
+  throw Error("chat format: unknown enum value " + std::to_string(static_cast<int>(format)));
+}
+
+std::string renderChat(const ChatTemplate& chatTemplate, const std::vector<ChatMessage>& messages,
+                       bool addAssistantPrefix) {
+  // Like SmolLM2's template ("if loop.first and messages[0]['role'] != 'system'"): only a
+  // conversation that has messages, and does not open with a system one, gets the default.
+  if (chatTemplate.defaultSystemPrompt.empty() || messages.empty() ||
+      messages.front().role == "system") {
+    return renderChat(chatTemplate.format, messages, addAssistantPrefix);
+  }
+  std::vector<ChatMessage> withSystem;
+  withSystem.reserve(messages.size() + 1);
+  withSystem.push_back({"system", chatTemplate.defaultSystemPrompt});
+  withSystem.insert(withSystem.end(), messages.begin(), messages.end());
+  return renderChat(chatTemplate.format, withSystem, addAssistantPrefix);
+}
+
+std::vector<std::string> chatStopStrings(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::ChatML:
+      return {"<|im_end|>"};
+    case ChatFormat::Llama3:
+      return {"<|eot_id|>"};
+    case ChatFormat::Gemma:
+      return {"<end_of_turn>"};
+    // "</s>" is EOS; "[INST]" catches a model that runs on into writing the next user turn.
+    case ChatFormat::Llama2:
+    case ChatFormat::Mistral:
+      return {"</s>", "[INST]"};
+  }
+  throw Error("chat format: unknown enum value " + std::to_string(static_cast<int>(format)));
+}
+
+}  // namespace shoal::model
