@@ -1,0 +1,98 @@
+#include "app/cli/cli_support.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "app/cli/commands.h"
+#include "engine/error.h"
+#include "kernels/backend_registry.h"
+
+#ifndef SHOAL_DEFAULT_MODELS_DIR
+#define SHOAL_DEFAULT_MODELS_DIR "models"
+#endif
+
+namespace shoal::cli {
+
+std::string defaultModelPath() {
+  if (const char* m = std::getenv("SHOAL_MODEL"); m && *m) return m;
+  std::filesystem::path dir = SHOAL_DEFAULT_MODELS_DIR;
+  if (const char* d = std::getenv("SHOAL_MODELS_DIR"); d && *d) dir = d;
+  return (dir / "SmolLM2-135M-Instruct.Q4_1.gguf").string();
+}
+
+void addModelOptions(CLI::App& cmd, ModelOptions& o) {
+  cmd.add_option("-m,--model", o.model, "GGUF model file (default: the default model)");
+  cmd.add_option("--threads", o.threads, "CPU threads (default: physical cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd.add_option("--backend", o.backend, "compute backend")->capture_default_str();
+  cmd.add_option("--device", o.device, "device id (see shoal-cli devices)");
+  cmd.add_option("--ctx", o.contextLength, "context length in tokens (default: min(model, 4096))")
+      ->check(CLI::Range(0, 1 << 24));
+}
+
+void addSamplerOptions(CLI::App& cmd, runtime::SamplerParams& p, CLI::Option** seedOption) {
+  cmd.add_option("--temp", p.temperature, "temperature; 0 = greedy")->capture_default_str()
+      ->check(CLI::Range(0.0f, 100.0f));
+  cmd.add_option("--top-k", p.topK, "top-k; 0 = off")->capture_default_str();
+  cmd.add_option("--top-p", p.topP, "top-p; 1 = off")->capture_default_str()
+      ->check(CLI::Range(0.0f, 1.0f));
+  cmd.add_option("--min-p", p.minP, "min-p; 0 = off")->capture_default_str()
+      ->check(CLI::Range(0.0f, 1.0f));
+  cmd.add_option("--repeat-penalty", p.repeatPenalty, "repetition penalty; 1 = off")
+      ->capture_default_str()->check(CLI::Range(0.0f, 10.0f));
+  cmd.add_option("--repeat-last-n", p.repeatLastN, "tokens the penalty looks back on")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  CLI::Option* seed = cmd.add_option("--seed", p.seed, "random seed (default: random)");
+  if (seedOption) *seedOption = seed;
+  p.seed = std::random_device{}();
+}
+
+LoadedModel loadModel(const ModelOptions& o, bool withChain) {
+  LoadedModel lm;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string path = o.model.empty() ? defaultModelPath() : o.model;
+  try {
+    lm.model = model::Model::load(path);
+  } catch (const Error& e) {
+    throw CliExit{2, e.what()};
+  }
+  if (!withChain) return lm;
+
+  kernels::BackendOptions bo;
+  bo.cpuThreads = o.threads;
+  try {
+    lm.backend = kernels::createBackend(o.backend, bo);
+  } catch (const Error& e) {
+    throw CliExit{2, e.what()};
+  }
+  const runtime::Availability a = lm.backend->availability();
+  if (!a.available) throw CliExit{1, o.backend + " backend unavailable: " + a.reason};
+  const auto devices = lm.backend->devices();
+  const std::string device = o.device.empty() ? devices.front().id : o.device;
+
+  const model::ModelConfig& c = lm.model->config();
+  runtime::StageSpec spec;
+  spec.firstLayer = 0;
+  spec.lastLayer = c.nLayer;
+  spec.hasEmbedding = spec.hasHead = true;
+  spec.contextLength = o.contextLength > 0 ? o.contextLength : std::min(c.nCtxTrain, 4096);
+  runtime::ModelSource src{&lm.model->file(), &lm.model->config(), &lm.model->weights()};
+  std::vector<std::unique_ptr<runtime::Stage>> stages;
+  stages.push_back(lm.backend->createStage(device, src, spec));
+  lm.chain = std::make_unique<runtime::Chain>(std::move(stages));
+  lm.loadSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return lm;
+}
+
+uint64_t peakRssBytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;
+}
+
+}  // namespace shoal::cli

@@ -1,0 +1,104 @@
+// shoal-cli bench: prompt-processing and generation speed, as JSON, the way llama-bench measures
+// them: ppN = one batch of N tokens into an empty cache; tgN = N single-token steps from an
+// empty cache. Token ids are random (seeded), so the text does not matter. Each test runs once to
+// warm up, then `reps` times; the JSON reports the median and every repetition.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "app/cli/cli_support.h"
+#include "app/cli/commands.h"
+
+namespace shoal::cli {
+namespace {
+
+struct BenchOptions {
+  ModelOptions model;
+  int promptTokens = 128;
+  int genTokens = 64;
+  int reps = 5;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void runBench(BenchOptions o) {
+  if (o.model.contextLength == 0) o.model.contextLength = std::max(o.promptTokens, o.genTokens) + 1;
+  LoadedModel lm = loadModel(o.model);
+  runtime::Chain& chain = *lm.chain;
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> tokenDist(0, lm.model->config().nVocab - 1);
+  std::vector<float> logits;
+  using Clock = std::chrono::steady_clock;
+
+  auto timePrompt = [&]() {
+    std::vector<int32_t> tokens(static_cast<size_t>(o.promptTokens));
+    for (auto& t : tokens) t = tokenDist(rng);
+    chain.truncate(0, 0);
+    const auto t0 = Clock::now();
+    chain.forward(0, 0, tokens, logits);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  auto timeGenerate = [&]() {
+    chain.truncate(0, 0);
+    int32_t token = tokenDist(rng);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < o.genTokens; ++i) {
+      chain.forward(0, i, std::span(&token, 1), logits);
+      token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+
+  nlohmann::json results = nlohmann::json::array();
+  auto run = [&](const std::string& name, int tokens, auto&& timer) {
+    if (tokens <= 0) return;
+    timer();  // warm-up
+    std::vector<double> rates;
+    for (int r = 0; r < o.reps; ++r) rates.push_back(tokens / timer());
+    results.push_back({{"test", name + std::to_string(tokens)},
+                       {"tokens", tokens},
+                       {"tokens_per_s_median", median(rates)},
+                       {"tokens_per_s", rates}});
+  };
+  run("pp", o.promptTokens, timePrompt);
+  run("tg", o.genTokens, timeGenerate);
+
+  const auto& c = lm.model->config();
+  nlohmann::json out = {
+      {"model", lm.model->path().filename().string()},
+      {"architecture", c.architecture},
+      {"backend", lm.backend->name()},
+      {"device", lm.backend->devices().front().name},
+      {"threads", o.model.threads},
+      {"context", chain.contextLength()},
+      {"repetitions", o.reps},
+      {"load_s", lm.loadSeconds},
+      {"peak_rss_bytes", peakRssBytes()},
+      {"results", results}};
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+}  // namespace
+
+void registerBenchCommand(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "measure prompt and generation tokens/s (JSON)");
+  addModelOptions(*cmd, o->model);
+  cmd->add_option("-p,--n-prompt", o->promptTokens, "prompt tokens (0: skip)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-n,--n-gen", o->genTokens, "generated tokens (0: skip)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-r,--reps", o->reps, "repetitions")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->callback([o] { runBench(*o); });
+}
+
+}  // namespace shoal::cli

@@ -1,0 +1,147 @@
+// shoal-cli chat: an interactive, streaming conversation with the model's chat template.
+// Reads one user message per line (a terminal or a pipe); /reset starts over, /quit ends.
+// When the conversation outgrows the context, the oldest turns are dropped (the system prompt
+// stays) and the user is told so on stderr.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "app/cli/cli_support.h"
+#include "app/cli/commands.h"
+#include "engine/runtime/session.h"
+
+namespace shoal::cli {
+namespace {
+
+struct ChatOptions {
+  ModelOptions model;
+  std::string system;
+  std::string templateName;
+  int maxTokens = 512;
+  runtime::SamplerParams sampler;
+};
+
+class ChatLoop {
+ public:
+  ChatLoop(const ChatOptions& o, LoadedModel& lm) : m_options(o), m_lm(lm),
+        m_session(*lm.chain, lm.model->tokenizer()) {
+    m_template = lm.model->chatTemplate();
+    if (!o.templateName.empty()) {
+      const auto f = model::chatFormatFromName(o.templateName);
+      if (!f) throw CliExit{2, "unknown chat template '" + o.templateName + "'"};
+      m_template.format = *f;
+    }
+    reset();
+  }
+
+  void reset() {
+    m_messages.clear();
+    if (!m_options.system.empty()) m_messages.push_back({"system", m_options.system});
+    m_session.reset();
+  }
+
+  void reply(const std::string& user) {
+    m_messages.push_back({"user", user});
+    const int32_t ctx = m_session.contextLength();
+    // Keep room for a reply of a quarter of the context, or maxTokens if that is less.
+    const int32_t reserve = std::min(m_options.maxTokens, ctx / 4);
+    std::vector<model::TokenId> prompt = render();
+    int dropped = 0;
+    while (static_cast<int32_t>(prompt.size()) + reserve > ctx && dropTurn()) {
+      ++dropped;
+      prompt = render();
+    }
+    if (dropped) std::fprintf(stderr, "[context full: dropped the %d oldest turn(s)]\n", dropped);
+    if (static_cast<int32_t>(prompt.size()) + 1 >= ctx) {
+      m_messages.pop_back();
+      std::fprintf(stderr, "[message too long for the context of %d tokens]\n", ctx);
+      return;
+    }
+    runtime::GenerateOptions g;
+    g.maxTokens = m_options.maxTokens;
+    g.sampler = m_options.sampler;
+    g.stop = model::chatStopStrings(m_template.format);
+    const auto r = m_session.generate(prompt, g, [](std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (r.finish == runtime::FinishReason::ContextFull) {
+      std::fprintf(stderr, "[reply stopped: context full]\n");
+    }
+    m_messages.push_back({"assistant", r.text});
+  }
+
+ private:
+  std::vector<model::TokenId> render() const {
+    const std::string text = model::renderChat(m_template, m_messages, true);
+    return m_lm.model->tokenizer().encode(text, true, true);
+  }
+
+  // Drop the oldest user turn and the reply that followed it; false when only the last is left.
+  bool dropTurn() {
+    size_t first = (!m_messages.empty() && m_messages.front().role == "system") ? 1 : 0;
+    if (m_messages.size() - first <= 1) return false;
+    m_messages.erase(m_messages.begin() + static_cast<std::ptrdiff_t>(first));
+    if (m_messages.size() - first > 1 && m_messages[first].role == "assistant") {
+      m_messages.erase(m_messages.begin() + static_cast<std::ptrdiff_t>(first));
+    }
+    return true;
+  }
+
+  const ChatOptions& m_options;
+  LoadedModel& m_lm;
+  runtime::Session m_session;
+  model::ChatTemplate m_template;
+  std::vector<model::ChatMessage> m_messages;
+};
+
+void runChat(const ChatOptions& o) {
+  LoadedModel lm = loadModel(o.model);
+  ChatLoop loop(o, lm);
+  const bool interactive = isatty(STDIN_FILENO);
+  if (interactive) {
+    std::fprintf(stderr, "Chatting with %s. /reset starts over, /quit ends.\n",
+                 lm.model->path().filename().string().c_str());
+  }
+  std::string line;
+  for (;;) {
+    if (interactive) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == "/quit" || line == "/exit") break;
+    if (line == "/reset") {
+      loop.reset();
+      std::fprintf(stderr, "[conversation reset]\n");
+      continue;
+    }
+    if (line.empty()) continue;
+    loop.reply(line);
+  }
+}
+
+}  // namespace
+
+void registerChatCommand(CLI::App& app) {
+  auto o = std::make_shared<ChatOptions>();
+  o->sampler.temperature = 0.7f;
+  CLI::App* cmd = app.add_subcommand("chat", "interactive chat (stdin lines, streaming replies)");
+  addModelOptions(*cmd, o->model);
+  cmd->add_option("--system", o->system, "system prompt");
+  cmd->add_option("--template", o->templateName, "chat format: chatml, llama3, llama2, gemma");
+  cmd->add_option("-n,--n-predict", o->maxTokens, "most tokens per reply")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  addSamplerOptions(*cmd, o->sampler, nullptr);
+  cmd->callback([o] { runChat(*o); });
+}
+
+}  // namespace shoal::cli

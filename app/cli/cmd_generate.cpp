@@ -1,0 +1,75 @@
+// shoal-cli generate: raw completion of a prompt (no chat template); prints only the new text.
+
+#include <cstdio>
+#include <memory>
+
+#include "app/cli/cli_support.h"
+#include "app/cli/commands.h"
+#include "engine/error.h"
+#include "engine/runtime/session.h"
+
+namespace shoal::cli {
+namespace {
+
+struct GenerateOptions {
+  ModelOptions model;
+  std::string prompt;
+  int maxTokens = 128;
+  runtime::SamplerParams sampler;
+  std::vector<std::string> stop;
+  bool ignoreEos = false;
+  bool verbose = false;
+};
+
+void runGenerate(const GenerateOptions& o) {
+  LoadedModel lm = loadModel(o.model);
+  const model::Tokenizer& tok = lm.model->tokenizer();
+  const auto prompt = tok.encode(o.prompt, true, true);
+  if (prompt.empty()) throw CliExit{2, "the prompt is empty"};
+
+  runtime::Session session(*lm.chain, tok);
+  runtime::GenerateOptions g;
+  g.maxTokens = o.maxTokens;
+  g.sampler = o.sampler;
+  g.stop = o.stop;
+  g.ignoreEndOfGeneration = o.ignoreEos;
+  runtime::GenerateResult r;
+  try {
+    r = session.generate(prompt, g, [](std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+  } catch (const Error& e) {
+    throw CliExit{2, e.what()};
+  }
+  if (o.verbose) {
+    const double tgs = r.tokens.size() > 1 && r.decodeSeconds > 0
+                           ? static_cast<double>(r.tokens.size() - 1) / r.decodeSeconds
+                           : 0.0;
+    std::fprintf(stderr,
+                 "\n[prompt %d tokens in %.3f s, %zu tokens generated, %.2f tok/s, finish: %s, "
+                 "seed %llu]\n",
+                 r.promptTokens, r.prefillSeconds, r.tokens.size(), tgs,
+                 std::string(runtime::finishReasonName(r.finish)).c_str(),
+                 static_cast<unsigned long long>(o.sampler.seed));
+  }
+}
+
+}  // namespace
+
+void registerGenerateCommand(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "complete a prompt (no chat template)");
+  addModelOptions(*cmd, o->model);
+  cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
+  cmd->add_option("-n,--n-predict", o->maxTokens, "tokens to generate")->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  addSamplerOptions(*cmd, o->sampler, nullptr);
+  cmd->add_option("--stop", o->stop, "stop string (repeatable)");
+  cmd->add_flag("--ignore-eos", o->ignoreEos, "keep generating past end-of-generation tokens");
+  cmd->add_flag("-v,--verbose", o->verbose, "print timings to stderr");
+  cmd->callback([o] { runGenerate(*o); });
+}
+
+}  // namespace shoal::cli

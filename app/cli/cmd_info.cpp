@@ -1,0 +1,87 @@
+// shoal-cli info: what a GGUF model is — architecture, sizes, quantization, tokenizer, template.
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/cli_support.h"
+#include "app/cli/commands.h"
+
+namespace shoal::cli {
+namespace {
+
+struct InfoOptions {
+  std::string model;
+  bool json = false;
+};
+
+void runInfo(const InfoOptions& o) {
+  ModelOptions mo;
+  mo.model = o.model;
+  LoadedModel lm = loadModel(mo, false);
+  const model::Model& m = *lm.model;
+  const model::ModelConfig& c = m.config();
+  std::map<std::string, int> typeCounts;
+  int64_t params = 0;
+  uint64_t bytes = 0;
+  for (const auto& t : m.file().tensors()) {
+    ++typeCounts[std::string(gguf::typeTraits(t.type).name)];
+    params += t.elementCount();
+    bytes += t.nbytes;
+  }
+  const model::Vocab& v = m.tokenizer().vocab();
+  nlohmann::json j = {
+      {"file", m.path().string()},
+      {"file_bytes", m.file().fileSize()},
+      {"gguf_version", m.file().version()},
+      {"name", c.name},
+      {"architecture", c.architecture},
+      {"parameters", params},
+      {"tensor_bytes", bytes},
+      {"layers", c.nLayer},
+      {"embedding", c.nEmbd},
+      {"feed_forward", c.nFf},
+      {"heads", c.nHead},
+      {"kv_heads", c.nHeadKv},
+      {"head_dim", c.headDim},
+      {"context_length", c.nCtxTrain},
+      {"vocab_size", c.nVocab},
+      {"rope_freq_base", c.ropeFreqBase},
+      {"tied_output", c.tiedOutput},
+      {"tensor_types", typeCounts},
+      {"tokenizer", {{"model", v.model}, {"pre", v.pre}, {"tokens", v.tokens.size()},
+                     {"add_bos", v.addBos}}},
+      {"chat_template", std::string(model::chatFormatName(m.chatTemplate().format))}};
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("file           %s (%.1f MiB, GGUF v%u)\n", m.path().string().c_str(),
+              static_cast<double>(m.file().fileSize()) / (1 << 20), m.file().version());
+  std::printf("model          %s\n", c.name.c_str());
+  std::printf("architecture   %s, %d layers, embedding %d, FFN %d, heads %d (kv %d, dim %d)\n",
+              c.architecture.c_str(), c.nLayer, c.nEmbd, c.nFf, c.nHead, c.nHeadKv, c.headDim);
+  std::printf("parameters     %.1f M in %zu tensors\n", static_cast<double>(params) / 1e6,
+              m.file().tensors().size());
+  std::printf("context        %d (RoPE base %.0f)\n", c.nCtxTrain, c.ropeFreqBase);
+  std::string types;
+  for (const auto& [name, n] : typeCounts) types += name + "×" + std::to_string(n) + " ";
+  std::printf("tensor types   %s\n", types.c_str());
+  std::printf("tokenizer      %s (pre: %s), %zu tokens, add BOS: %s\n", v.model.c_str(),
+              v.pre.c_str(), v.tokens.size(), v.addBos ? "yes" : "no");
+  std::printf("chat template  %s\n", std::string(model::chatFormatName(m.chatTemplate().format)).c_str());
+  std::printf("output         %s\n", c.tiedOutput ? "tied to the token embedding" : "separate");
+}
+
+}  // namespace
+
+void registerInfoCommand(CLI::App& app) {
+  auto o = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand("info", "describe a GGUF model");
+  cmd->add_option("-m,--model", o->model, "GGUF model file (default: the default model)");
+  cmd->add_flag("--json", o->json, "JSON output");
+  cmd->callback([o] { runInfo(*o); });
+}
+
+}  // namespace shoal::cli

@@ -1,0 +1,29 @@
+#pragma once
+// shoal-cli subcommands. Each lives in its own cmd_<name>.cpp and registers itself on the CLI11
+// app; its callback does the work and returns through CliExit on failure.
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace shoal::cli {
+
+// Thrown by a command to end the program with a one-line message and an exit code
+// (2 for bad input: unknown option, bad file; 1 for a runtime failure).
+struct CliExit {
+  int code;
+  std::string message;
+};
+
+// The default model path: $SHOAL_MODEL, else <models dir>/SmolLM2-135M-Instruct.Q4_1.gguf where the
+// models dir is $SHOAL_MODELS_DIR or the source tree's models/ folder.
+std::string defaultModelPath();
+
+void registerGenerateCommand(CLI::App& app);
+void registerChatCommand(CLI::App& app);
+void registerTokenizeCommand(CLI::App& app);
+void registerLogitsCommand(CLI::App& app);
+void registerBenchCommand(CLI::App& app);
+void registerInfoCommand(CLI::App& app);
+void registerPlanCommand(CLI::App& app);
+
+}  // namespace shoal::cli

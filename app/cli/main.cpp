@@ -1,0 +1,47 @@
+// shoal-cli: run, inspect and benchmark models from the terminal.
+// Exit codes: 0 success, 1 runtime failure, 2 bad input (unknown option, bad file, bad value).
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "app/cli/commands.h"
+#include "engine/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Shoal command-line tool: generate, chat, tokenize, logits, bench, info, plan",
+               "shoal-cli"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "shoal-cli 0.1.0");
+  shoal::cli::registerGenerateCommand(app);
+  shoal::cli::registerChatCommand(app);
+  shoal::cli::registerTokenizeCommand(app);
+  shoal::cli::registerLogitsCommand(app);
+  shoal::cli::registerBenchCommand(app);
+  shoal::cli::registerInfoCommand(app);
+#ifdef SHOAL_CLI_HAS_PLAN
+  shoal::cli::registerPlanCommand(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "shoal-cli: error: %s (see --help)\n", e.what());
+    return 2;
+  } catch (const shoal::cli::CliExit& e) {
+    if (!e.message.empty()) std::fprintf(stderr, "shoal-cli: error: %s\n", e.message.c_str());
+    return e.code;
+  } catch (const shoal::Error& e) {
+    std::fprintf(stderr, "shoal-cli: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shoal-cli: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,103 @@
+#include "engine/model/model_config.h"
+
+#include <array>
+#include <string_view>
+
+#include "engine/error.h"
+#include "engine/gguf/gguf_file.h"
+
+namespace shoal::model {
+namespace {
+
+constexpr std::array<std::string_view, 3> kSupportedArchitectures = {"llama", "mistral", "qwen2"};
+
+int32_t positiveInt(const gguf::File& file, const std::string& key, int64_t limit) {
+  const int64_t v = file.getInt(key);
+  if (v <= 0 || v > limit) {
+    throw Error(file.displayName() + ": " + key + " = " + std::to_string(v) + " is out of range (1.." +
+                std::to_string(limit) + ")");
+  }
+  return static_cast<int32_t>(v);
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::fromGguf(const gguf::File& file) {
+  ModelConfig c;
+  c.architecture = file.getString("general.architecture");
+  bool supported = false;
+  for (auto a : kSupportedArchitectures) supported = supported || a == c.architecture;
+  if (!supported) {
+    throw Error(file.displayName() + ": unsupported architecture '" + c.architecture +
+                "' (supported: llama, mistral, qwen2)");
+  }
+  c.name = file.getStringOr("general.name", "");
+  const std::string a = c.architecture + ".";
+
+  // Generous upper bounds: they only stop absurd values from turning into huge allocations.
+  c.nLayer = positiveInt(file, a + "block_count", 1024);
+  c.nEmbd = positiveInt(file, a + "embedding_length", 1 << 16);
+  c.nFf = positiveInt(file, a + "feed_forward_length", 1 << 18);
+  c.nHead = positiveInt(file, a + "attention.head_count", 1024);
+  c.nHeadKv = file.find(a + "attention.head_count_kv")
+                  ? positiveInt(file, a + "attention.head_count_kv", 1024)
+                  : c.nHead;
+  if (c.nHead % c.nHeadKv != 0) {
+    throw Error(file.displayName() + ": head_count " + std::to_string(c.nHead) +
+                " is not a multiple of head_count_kv " + std::to_string(c.nHeadKv));
+  }
+  c.headDim = file.find(a + "attention.key_length")
+                  ? positiveInt(file, a + "attention.key_length", 4096)
+                  : c.nEmbd / c.nHead;
+  if (!file.find(a + "attention.key_length") && c.nEmbd % c.nHead != 0) {
+    throw Error(file.displayName() + ": embedding_length " + std::to_string(c.nEmbd) +
+                " is not a multiple of head_count " + std::to_string(c.nHead));
+  }
+  if (file.find(a + "attention.value_length") &&
+      file.getInt(a + "attention.value_length") != c.headDim) {
+    throw Error(file.displayName() + ": attention.value_length differs from key_length (unsupported)");
+  }
+  c.nCtxTrain = file.find(a + "context_length") ? positiveInt(file, a + "context_length", 1 << 24)
+                                                 : 4096;
+  c.rmsEps = static_cast<float>(file.getFloatOr(a + "attention.layer_norm_rms_epsilon", 1e-5));
+  if (!(c.rmsEps > 0.0f && c.rmsEps < 1.0f)) {
+    throw Error(file.displayName() + ": " + a + "attention.layer_norm_rms_epsilon out of range");
+  }
+  c.nRot = file.find(a + "rope.dimension_count")
+               ? positiveInt(file, a + "rope.dimension_count", c.headDim)
+               : c.headDim;
+  if (c.nRot % 2 != 0) throw Error(file.displayName() + ": rope.dimension_count must be even");
+  c.ropeFreqBase = static_cast<float>(file.getFloatOr(a + "rope.freq_base", 10000.0));
+  if (!(c.ropeFreqBase > 1.0f)) throw Error(file.displayName() + ": rope.freq_base out of range");
+
+  const std::string scaling = file.getStringOr(a + "rope.scaling.type", "none");
+  if (scaling == "linear") {
+    const double factor = file.getFloatOr(a + "rope.scaling.factor", 1.0);
+    if (!(factor >= 1.0 && factor <= 1024.0)) {
+      throw Error(file.displayName() + ": rope.scaling.factor out of range");
+    }
+    c.ropeScaling = RopeScaling::Linear;
+    c.ropeFreqScale = static_cast<float>(1.0 / factor);
+  } else if (scaling != "none") {
+    throw Error(file.displayName() + ": unsupported rope.scaling.type '" + scaling + "'");
+  }
+  c.ropeStyle = c.architecture == "qwen2" ? RopeStyle::Neox : RopeStyle::Normal;
+  c.hasQkvBias = c.architecture == "qwen2";
+
+  if (file.find(a + "vocab_size")) {
+    c.nVocab = positiveInt(file, a + "vocab_size", 1 << 24);
+  } else if (const auto* tokens = file.find("tokenizer.ggml.tokens"); tokens && tokens->asArray()) {
+    c.nVocab = static_cast<int32_t>(tokens->asArray()->items.size());
+  } else {
+    const auto* embd = file.findTensor("token_embd.weight");
+    if (!embd || embd->dims.size() != 2) {
+      throw Error(file.displayName() + ": cannot tell the vocabulary size");
+    }
+    c.nVocab = static_cast<int32_t>(embd->dims[1]);
+  }
+  c.tiedOutput = file.findTensor("output.weight") == nullptr;
+  c.hasRopeFreqs = file.findTensor("rope_freqs.weight") != nullptr;
+  return c;
+}
+
+}  // namespace shoal::model

@@ -1,0 +1,60 @@
+#pragma once
+// A backend is one kind of compute (cpu, vulkan, cuda). It lists its devices, says why it is
+// unavailable when it is, and creates stages on its devices. Backends plug into the engine
+// through this interface only.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/stage.h"
+
+namespace shoal::gguf {
+class File;
+}
+namespace shoal::model {
+struct ModelConfig;
+struct ModelWeights;
+}  // namespace shoal::model
+
+namespace shoal::runtime {
+
+struct DeviceInfo {
+  std::string id;           // unique among all backends of this machine: "cpu0", "vulkan0", ...
+  std::string backend;      // "cpu", "vulkan", "cuda"
+  std::string name;         // human-readable, e.g. "AMD Ryzen 7 5800X (8 threads)"
+  std::string type;         // "cpu", "discrete-gpu", "integrated-gpu", "virtual-gpu", "other"
+  uint64_t memoryTotal = 0; // bytes usable for weights and KV cache
+  uint64_t memoryFree = 0;  // bytes free now (best effort)
+  double bandwidthBytesPerS = 0;  // measured memory bandwidth, 0 until profiled
+  double flopsPerS = 0;           // measured throughput, 0 until profiled
+};
+
+struct Availability {
+  bool available = false;
+  std::string reason;  // why not, e.g. "no Vulkan ICD found"; empty when available
+};
+
+// The model a stage is built from. The file mapping must outlive every stage made from it.
+struct ModelSource {
+  const gguf::File* file = nullptr;
+  const model::ModelConfig* config = nullptr;
+  const model::ModelWeights* weights = nullptr;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;  // "cpu", "vulkan", "cuda"
+  virtual Availability availability() const = 0;
+  virtual std::vector<DeviceInfo> devices() const = 0;  // empty when unavailable
+
+  // Build a stage holding spec's layers on the device; loads (uploads) its weights now.
+  // Throws shoal::Error when the device is unknown or the stage does not fit.
+  virtual std::unique_ptr<Stage> createStage(const std::string& deviceId, const ModelSource& model,
+                                             const StageSpec& spec) = 0;
+};
+
+}  // namespace shoal::runtime

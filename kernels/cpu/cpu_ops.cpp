@@ -1,0 +1,63 @@
+#include "kernels/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace shoal::cpu {
+
+void rmsNorm(const float* x, const float* weight, float* y, int64_t n, float eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * weight[i];
+}
+
+void ropeAngles(int32_t position, const model::ModelConfig& c, const float* freqFactors,
+                float* cosOut, float* sinOut) {
+  const float thetaScale = std::pow(c.ropeFreqBase, -2.0f / static_cast<float>(c.nRot));
+  float theta = static_cast<float>(position);
+  for (int32_t i = 0; i < c.nRot / 2; ++i) {
+    const float ff = freqFactors ? freqFactors[i] : 1.0f;
+    const float angle = c.ropeFreqScale * (theta / ff);
+    cosOut[i] = std::cos(angle);
+    sinOut[i] = std::sin(angle);
+    theta *= thetaScale;
+  }
+}
+
+void applyRope(float* x, int32_t heads, int32_t headDim, int32_t nRot, model::RopeStyle style,
+               const float* cosv, const float* sinv) {
+  const int32_t half = nRot / 2;
+  for (int32_t h = 0; h < heads; ++h) {
+    float* v = x + static_cast<int64_t>(h) * headDim;
+    for (int32_t i = 0; i < half; ++i) {
+      // Normal style rotates adjacent dims; NeoX rotates dim i with dim i + nRot/2.
+      const int32_t a = style == model::RopeStyle::Normal ? 2 * i : i;
+      const int32_t b = style == model::RopeStyle::Normal ? 2 * i + 1 : i + half;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * cosv[i] - x1 * sinv[i];
+      v[b] = x0 * sinv[i] + x1 * cosv[i];
+    }
+  }
+}
+
+void siluMul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  const float maxv = *std::max_element(x, x + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - maxv);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace shoal::cpu

@@ -1,0 +1,251 @@
+#include "kernels/cpu/cpu_stage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "engine/error.h"
+#include "engine/gguf/dequantize.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace shoal::cpu {
+namespace {
+
+const float* f32Data(model::Tensor t) {
+  return t ? reinterpret_cast<const float*>(t->data) : nullptr;
+}
+
+size_t sz(int64_t v) { return static_cast<size_t>(v); }
+
+}  // namespace
+
+CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& spec,
+                   std::shared_ptr<ThreadPool> pool)
+    : m_config(*model.config), m_spec(spec), m_pool(std::move(pool)) {
+  const model::ModelConfig& c = m_config;
+  const model::ModelWeights& w = *model.weights;
+  if (spec.firstLayer < 0 || spec.lastLayer > c.nLayer || spec.firstLayer > spec.lastLayer) {
+    throw Error("CPU stage: layer range [" + std::to_string(spec.firstLayer) + ", " +
+                std::to_string(spec.lastLayer) + ") is outside the model's " +
+                std::to_string(c.nLayer) + " layers");
+  }
+  if (spec.contextLength <= 0 || spec.maxSequences <= 0 || spec.maxBatch <= 0) {
+    throw Error("CPU stage: context length, sequences and batch must be positive");
+  }
+  for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
+    const model::LayerWeights& lw = w.layers[sz(i)];
+    m_layers.push_back(Layer{f32Data(lw.attnNorm), WeightMatrix::from(*lw.wq),
+                             WeightMatrix::from(*lw.wk), WeightMatrix::from(*lw.wv),
+                             WeightMatrix::from(*lw.wo), f32Data(lw.bq), f32Data(lw.bk),
+                             f32Data(lw.bv), f32Data(lw.ffnNorm), WeightMatrix::from(*lw.wGate),
+                             WeightMatrix::from(*lw.wUp), WeightMatrix::from(*lw.wDown)});
+  }
+  if (spec.hasEmbedding) m_tokenEmbd = w.tokenEmbd;
+  if (spec.hasHead) {
+    m_outputNorm = f32Data(w.outputNorm);
+    m_output = WeightMatrix::from(*w.output);
+  }
+  if (w.ropeFreqs) m_ropeFreqs.assign(f32Data(w.ropeFreqs), f32Data(w.ropeFreqs) + c.nRot / 2);
+
+  const size_t cacheElems = sz(spec.contextLength) * sz(c.kvDim());
+  const size_t slots = m_layers.size() * sz(spec.maxSequences);
+  m_keys.assign(slots, std::vector<uint16_t>(cacheElems));
+  m_values.assign(slots, std::vector<uint16_t>(cacheElems));
+  m_cached.assign(sz(spec.maxSequences), 0);
+
+  const size_t b = sz(spec.maxBatch);
+  m_x.resize(b * sz(c.nEmbd));
+  m_norm.resize(b * sz(c.nEmbd));
+  m_q.resize(b * sz(c.qDim()));
+  m_k.resize(b * sz(c.kvDim()));
+  m_v.resize(b * sz(c.kvDim()));
+  m_attn.resize(b * sz(c.qDim()));
+  m_gate.resize(b * sz(c.nFf));
+  m_up.resize(b * sz(c.nFf));
+  m_tmp.resize(b * sz(std::max(c.nEmbd, c.qDim())));
+  m_ropeCos.resize(b * sz(c.nRot / 2));
+  m_ropeSin.resize(b * sz(c.nRot / 2));
+  m_scores.resize(sz(m_pool->size()) * sz(spec.contextLength));
+  m_queryScratch.resize(sz(m_pool->size()) * sz(c.headDim));
+}
+
+void CpuStage::checkInput(const runtime::StageInput& in) const {
+  if (in.sequence < 0 || in.sequence >= m_spec.maxSequences) {
+    throw Error("CPU stage: sequence " + std::to_string(in.sequence) + " out of range");
+  }
+  if (in.count <= 0 || in.count > m_spec.maxBatch) {
+    throw Error("CPU stage: batch of " + std::to_string(in.count) + " tokens (max " +
+                std::to_string(m_spec.maxBatch) + ")");
+  }
+  if (in.firstPosition < 0 || in.firstPosition > m_cached[sz(in.sequence)] ||
+      in.firstPosition + in.count > m_spec.contextLength) {
+    throw Error("CPU stage: positions [" + std::to_string(in.firstPosition) + ", " +
+                std::to_string(in.firstPosition + in.count) + ") do not follow the " +
+                std::to_string(m_cached[sz(in.sequence)]) + " cached positions within a context of " +
+                std::to_string(m_spec.contextLength));
+  }
+  if (m_spec.hasEmbedding) {
+    if (in.tokens.size() != sz(in.count)) throw Error("CPU stage: token count mismatch");
+    for (int32_t t : in.tokens) {
+      if (t < 0 || t >= m_config.nVocab) {
+        throw Error("CPU stage: token id " + std::to_string(t) + " outside the vocabulary");
+      }
+    }
+  } else if (in.hidden.size() != sz(in.count) * sz(m_config.nEmbd)) {
+    throw Error("CPU stage: expected " + std::to_string(in.count) + " x " +
+                std::to_string(m_config.nEmbd) + " hidden values, got " +
+                std::to_string(in.hidden.size()));
+  }
+}
+
+uint16_t* CpuStage::keyCache(size_t localLayer, int32_t sequence, int32_t position) {
+  return m_keys[localLayer * sz(m_spec.maxSequences) + sz(sequence)].data() +
+         sz(position) * sz(m_config.kvDim());
+}
+
+uint16_t* CpuStage::valueCache(size_t localLayer, int32_t sequence, int32_t position) {
+  return m_values[localLayer * sz(m_spec.maxSequences) + sz(sequence)].data() +
+         sz(position) * sz(m_config.kvDim());
+}
+
+void CpuStage::forward(const runtime::StageInput& in, runtime::StageOutput& out) {
+  checkInput(in);
+  const model::ModelConfig& c = m_config;
+  const int64_t n = in.count;
+
+  if (m_spec.hasEmbedding) {
+    embed(in);
+  } else {
+    std::memcpy(m_x.data(), in.hidden.data(), sz(n) * sz(c.nEmbd) * sizeof(float));
+  }
+  const int32_t half = c.nRot / 2;
+  for (int64_t t = 0; t < n; ++t) {
+    ropeAngles(in.firstPosition + static_cast<int32_t>(t), c,
+               m_ropeFreqs.empty() ? nullptr : m_ropeFreqs.data(), &m_ropeCos[sz(t * half)],
+               &m_ropeSin[sz(t * half)]);
+  }
+  for (size_t l = 0; l < m_layers.size(); ++l) runLayer(m_layers[l], l, in);
+  m_cached[sz(in.sequence)] = in.firstPosition + in.count;
+
+  if (m_spec.hasHead) {
+    head(in, out);
+  } else {
+    out.hidden.assign(m_x.begin(), m_x.begin() + n * c.nEmbd);
+  }
+}
+
+void CpuStage::embed(const runtime::StageInput& in) {
+  const int64_t d = m_config.nEmbd;
+  const size_t rowBytes = gguf::rowBytes(m_tokenEmbd->type, d);
+  for (int64_t t = 0; t < in.count; ++t) {
+    gguf::dequantizeRow(m_tokenEmbd->type, m_tokenEmbd->data + sz(in.tokens[sz(t)]) * rowBytes,
+                        &m_x[sz(t * d)], d);
+  }
+}
+
+// One transformer block, pre-norm:
+//   x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
+//   x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x))
+void CpuStage::runLayer(const Layer& L, size_t localLayer, const runtime::StageInput& in) {
+  const model::ModelConfig& c = m_config;
+  const int64_t n = in.count, d = c.nEmbd, kv = c.kvDim(), qd = c.qDim();
+  ThreadPool& pool = *m_pool;
+
+  for (int64_t t = 0; t < n; ++t) rmsNorm(&m_x[sz(t * d)], L.attnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
+  matmul(L.wq, m_norm.data(), n, m_q.data(), pool, m_matmulScratch);
+  matmul(L.wk, m_norm.data(), n, m_k.data(), pool, m_matmulScratch);
+  matmul(L.wv, m_norm.data(), n, m_v.data(), pool, m_matmulScratch);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; L.bq && i < qd; ++i) m_q[sz(t * qd + i)] += L.bq[i];
+    for (int64_t i = 0; L.bk && i < kv; ++i) m_k[sz(t * kv + i)] += L.bk[i];
+    for (int64_t i = 0; L.bv && i < kv; ++i) m_v[sz(t * kv + i)] += L.bv[i];
+    const float* cosv = &m_ropeCos[sz(t * (c.nRot / 2))];
+    const float* sinv = &m_ropeSin[sz(t * (c.nRot / 2))];
+    applyRope(&m_q[sz(t * qd)], c.nHead, c.headDim, c.nRot, c.ropeStyle, cosv, sinv);
+    applyRope(&m_k[sz(t * kv)], c.nHeadKv, c.headDim, c.nRot, c.ropeStyle, cosv, sinv);
+    // Keys and values enter the cache as f16, as in llama.cpp's default cache type.
+    uint16_t* kc = keyCache(localLayer, in.sequence, in.firstPosition + static_cast<int32_t>(t));
+    uint16_t* vc = valueCache(localLayer, in.sequence, in.firstPosition + static_cast<int32_t>(t));
+    for (int64_t i = 0; i < kv; ++i) {
+      kc[i] = gguf::floatToHalf(m_k[sz(t * kv + i)]);
+      vc[i] = gguf::floatToHalf(m_v[sz(t * kv + i)]);
+    }
+  }
+  attention(localLayer, in);
+  matmul(L.wo, m_attn.data(), n, m_tmp.data(), pool, m_matmulScratch);
+  for (int64_t i = 0; i < n * d; ++i) m_x[sz(i)] += m_tmp[sz(i)];
+
+  for (int64_t t = 0; t < n; ++t) rmsNorm(&m_x[sz(t * d)], L.ffnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
+  matmul(L.wGate, m_norm.data(), n, m_gate.data(), pool, m_matmulScratch);
+  matmul(L.wUp, m_norm.data(), n, m_up.data(), pool, m_matmulScratch);
+  siluMul(m_gate.data(), m_up.data(), n * c.nFf);
+  matmul(L.wDown, m_gate.data(), n, m_tmp.data(), pool, m_matmulScratch);
+  for (int64_t i = 0; i < n * d; ++i) m_x[sz(i)] += m_tmp[sz(i)];
+}
+
+// Causal attention of each new token over the cached positions of its sequence, one (token,
+// head) pair per work item. Queries are rounded to f16 before the dot product with the f16 keys,
+// as ggml does when it multiplies by an f16 cache.
+void CpuStage::attention(size_t localLayer, const runtime::StageInput& in) {
+  const model::ModelConfig& c = m_config;
+  const int64_t hd = c.headDim, kv = c.kvDim(), qd = c.qDim();
+  const int32_t group = c.nHead / c.nHeadKv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const uint16_t* keys = keyCache(localLayer, in.sequence, 0);
+  const uint16_t* values = valueCache(localLayer, in.sequence, 0);
+
+  m_pool->parallelFor(static_cast<int64_t>(in.count) * c.nHead, [&](int64_t begin, int64_t end,
+                                                                    int thread) {
+    float* scores = &m_scores[sz(thread) * sz(m_spec.contextLength)];
+    float* qh = &m_queryScratch[sz(thread) * sz(hd)];
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / c.nHead;
+      const int32_t h = static_cast<int32_t>(item % c.nHead);
+      const int64_t kvOffset = static_cast<int64_t>(h / group) * hd;
+      const float* q = &m_q[sz(t * qd + h * hd)];
+      for (int64_t i = 0; i < hd; ++i) qh[i] = gguf::halfToFloat(gguf::floatToHalf(q[i]));
+      const int32_t visible = in.firstPosition + static_cast<int32_t>(t) + 1;
+      for (int32_t p = 0; p < visible; ++p) {
+        const uint16_t* k = keys + sz(p) * sz(kv) + sz(kvOffset);
+        double dot = 0;
+        for (int64_t i = 0; i < hd; ++i) dot += static_cast<double>(qh[i]) * gguf::halfToFloat(k[i]);
+        scores[p] = static_cast<float>(dot) * scale;
+      }
+      softmax(scores, visible);
+      float* o = &m_attn[sz(t * qd + h * hd)];
+      std::fill(o, o + hd, 0.0f);
+      for (int32_t p = 0; p < visible; ++p) {
+        const uint16_t* v = values + sz(p) * sz(kv) + sz(kvOffset);
+        const float s = scores[p];
+        for (int64_t i = 0; i < hd; ++i) o[i] += s * gguf::halfToFloat(v[i]);
+      }
+    }
+  });
+}
+
+void CpuStage::head(const runtime::StageInput& in, runtime::StageOutput& out) {
+  const model::ModelConfig& c = m_config;
+  const int64_t d = c.nEmbd;
+  const int64_t first = in.allLogits ? 0 : in.count - 1;
+  const int64_t rows = in.count - first;
+  for (int64_t t = 0; t < rows; ++t) {
+    rmsNorm(&m_x[sz((first + t) * d)], m_outputNorm, &m_norm[sz(t * d)], d, c.rmsEps);
+  }
+  out.logits.resize(sz(rows) * sz(c.nVocab));
+  matmul(m_output, m_norm.data(), rows, out.logits.data(), *m_pool, m_matmulScratch);
+}
+
+void CpuStage::truncate(int32_t sequence, int32_t fromPosition) {
+  if (sequence < 0 || sequence >= m_spec.maxSequences) {
+    throw Error("CPU stage: sequence " + std::to_string(sequence) + " out of range");
+  }
+  m_cached[sz(sequence)] = std::clamp(fromPosition, 0, m_cached[sz(sequence)]);
+}
+
+int32_t CpuStage::cachedPositions(int32_t sequence) const {
+  if (sequence < 0 || sequence >= m_spec.maxSequences) return 0;
+  return m_cached[sz(sequence)];
+}
+
+}  // namespace shoal::cpu
