@@ -1,0 +1,67 @@
+#pragma once
+// Writes GGUF models with random weights in the exact layout llama.cpp's `llama` architecture
+// loads (tensor names, shapes, `llama.*` metadata), for tests and benchmarks at any size:
+// a 1B..8B-shaped model is streamed to disk row by row, never held in memory.
+//
+// Weights are deterministic functions of (seed, tensor name, row): the same spec always gives
+// the same bytes, whatever the chunking or thread count. Matrices are normal with std
+// `weightStd` (0.02), norm weights are 1 + N(0, 0.02), so activations stay in a sane range.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/tensor_type.h"
+
+namespace shoal::model {
+
+struct SyntheticModelSpec {
+  std::string architecture = "llama";  // only "llama" is supported
+  std::string name = "shoal-synthetic";
+  int nLayer = 2;
+  int nEmbd = 256;
+  int nHead = 4;
+  int nHeadKv = 4;
+  int nFf = 512;
+  // Vocabulary size. 0 with vocabFrom: take it from the copied tokenizer. Without vocabFrom a
+  // SentencePiece-style vocabulary (<unk>, <s>, </s>, 256 byte tokens, fillers) of this size is
+  // generated, so it must be at least 259.
+  int nVocab = 0;
+  int nCtx = 2048;
+  float ropeFreqBase = 10000.f;
+  float rmsEps = 1e-5f;
+  bool tiedOutput = false;  // no output.weight: llama.cpp reuses token_embd.weight
+  gguf::TensorType weightType = gguf::TensorType::Q8_0;  // attention and FFN matrices
+  gguf::TensorType embedType = gguf::TensorType::Q8_0;   // token_embd and output
+  // Per-kind overrides, keyed by the tensor kind: "token_embd", "output", "attn_q", "attn_k",
+  // "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down". Norms are always F32.
+  std::map<std::string, gguf::TensorType> typeOverrides;
+  uint64_t seed = 1;
+  float weightStd = 0.02f;
+  // A GGUF file whose tokenizer.* metadata (tokens, merges, types, pre, model, bos/eos...) is
+  // copied, so llama.cpp and Shoal's tokenizer can load the result. Empty: generated vocabulary.
+  std::string vocabFrom;
+};
+
+// One tensor of the model, as written.
+struct SyntheticTensor {
+  std::string name;
+  std::string kind;  // "attn_q", "attn_norm", ... (the typeOverrides key)
+  gguf::TensorType type;
+  std::vector<int64_t> dims;  // ggml order
+};
+
+// The tensors a spec produces, in file order. Throws shoal::Error for an invalid spec (naming
+// the field), e.g. a row length that is not a multiple of the chosen type's block size.
+std::vector<SyntheticTensor> syntheticTensors(const SyntheticModelSpec& spec);
+
+// The f32 values of row `row` of tensor `name` before quantization (n = dims[0] values).
+void syntheticRow(const SyntheticModelSpec& spec, const std::string& name, int64_t row, float* dst,
+                  int64_t n);
+
+// Write the model to `path` (through a temporary file and a rename). Throws shoal::Error.
+void writeSyntheticModel(const SyntheticModelSpec& spec, const std::filesystem::path& path);
+
+}  // namespace shoal::model

@@ -1,0 +1,79 @@
+// shoal-synth-model: write a llama-architecture GGUF model with random weights.
+//
+//   shoal-synth-model --layers 16 --embd 2048 --heads 32 --kv-heads 8 --ff 8192 \
+//       --vocab-from models/SmolLM2-135M-Instruct.Q4_1.gguf --type q4_0 --out /tmp/1b.gguf
+//
+// Exit status: 0 written, 1 the model could not be written, 2 bad command line.
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "engine/error.h"
+#include "engine/gguf/tensor_type.h"
+#include "engine/model/synthetic_model.h"
+
+namespace {
+
+// Parses a type name for a CLI11 option; returns an error message or "".
+std::string parseType(const std::string& text, shoal::gguf::TensorType& out) {
+  const auto t = shoal::gguf::typeFromName(text);
+  if (!t || !shoal::gguf::quantizable(*t)) {
+    return "unknown or unwritable tensor type '" + text +
+           "' (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K)";
+  }
+  out = *t;
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  shoal::model::SyntheticModelSpec spec;
+  std::string out;
+  std::string type = "q8_0";
+  std::string embedType;
+  CLI::App app{"Write a llama-architecture GGUF model with deterministic random weights."};
+  app.add_option("--layers", spec.nLayer, "transformer blocks")->capture_default_str();
+  app.add_option("--embd", spec.nEmbd, "embedding length")->capture_default_str();
+  app.add_option("--heads", spec.nHead, "attention heads")->capture_default_str();
+  app.add_option("--kv-heads", spec.nHeadKv, "key/value heads (GQA)")->capture_default_str();
+  app.add_option("--ff", spec.nFf, "feed-forward length")->capture_default_str();
+  app.add_option("--vocab", spec.nVocab,
+                 "vocabulary size (0: from --vocab-from; generated vocab needs >= 259)")
+      ->capture_default_str();
+  app.add_option("--ctx", spec.nCtx, "context length")->capture_default_str();
+  app.add_option("--type", type, "type of the attention/FFN matrices")->capture_default_str();
+  app.add_option("--embed-type", embedType, "type of token_embd/output (default: --type)");
+  app.add_option("--vocab-from", spec.vocabFrom, "GGUF file to copy tokenizer.* metadata from")
+      ->check(CLI::ExistingFile);
+  app.add_option("--seed", spec.seed, "random seed")->capture_default_str();
+  app.add_option("--rope-base", spec.ropeFreqBase, "RoPE frequency base")->capture_default_str();
+  app.add_option("--rms-eps", spec.rmsEps, "RMSNorm epsilon")->capture_default_str();
+  app.add_option("--name", spec.name, "general.name")->capture_default_str();
+  app.add_flag("--tied", spec.tiedOutput, "no output.weight (reuse token_embd)");
+  app.add_option("--out", out, "output file")->required();
+  try {
+    app.parse(argc, argv);
+    if (std::string err = parseType(type, spec.weightType); !err.empty()) {
+      throw CLI::ValidationError("--type", err);
+    }
+    if (embedType.empty()) embedType = type;
+    if (std::string err = parseType(embedType, spec.embedType); !err.empty()) {
+      throw CLI::ValidationError("--embed-type", err);
+    }
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "shoal-synth-model: %s\n", e.what());
+    return 2;
+  }
+  try {
+    shoal::model::writeSyntheticModel(spec, out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shoal-synth-model: %s\n", e.what());
+    return 1;
+  }
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
