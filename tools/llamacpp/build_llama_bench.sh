@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's llama-bench (and llama-completion, the classic command-line generator) from
+# the llama.cpp vendored in the pinned llama-cpp-python sdist, i.e. the same llama.cpp the
+# fixtures come from, and prints the directory holding the binaries. Benchmarks use llama-bench
+# as the speed peer on the same model and thread count.
+#
+#   SHOAL_LLAMACPP_DIR    where to build (default: $HOME/.cache/shoal/llama.cpp-0.3.36)
+#   SHOAL_LLAMACPP_JOBS   parallel compile jobs (default: nproc)
+#
+# Idempotent: once the binaries exist (stamp file), it only prints the path. Network is needed
+# for the first run (pip download of the sdist).
+#
+# Note for AMX CPUs: this llama.cpp segfaults in its AMX Q4_1 matmul (llama.cpp issue #20824);
+# pass `--repack 0` to llama-bench there (no AMX / repacked weight buffers).
+set -euo pipefail
+
+readonly kVersion="0.3.36"
+readonly kTargets=(llama-bench llama-completion)
+dir="${SHOAL_LLAMACPP_DIR:-$HOME/.cache/shoal/llama.cpp-$kVersion}"
+stamp="$dir/.built-$kVersion"
+bin="$dir/build/bin"
+
+log() { printf 'build_llama_bench: %s\n' "$*" >&2; }
+
+if [[ -f "$stamp" && -x "$bin/llama-bench" ]]; then
+    echo "$bin"
+    exit 0
+fi
+
+mkdir -p "$dir"
+src="$dir/src"
+if [[ ! -f "$src/vendor/llama.cpp/CMakeLists.txt" ]]; then
+    tmp="$(mktemp -d "$dir/download.XXXXXX")"
+    # shellcheck disable=SC2064  # expand $tmp now
+    trap "rm -rf '$tmp'" EXIT
+    log "downloading llama-cpp-python==$kVersion sdist"
+    python3 -m pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps \
+        "llama-cpp-python==$kVersion" -d "$tmp"
+    sdist="$(find "$tmp" -maxdepth 1 -name "llama_cpp_python-$kVersion.tar.gz" -print -quit)"
+    [[ -n "$sdist" ]] || { log "pip download produced no llama_cpp_python-$kVersion.tar.gz"; exit 1; }
+    rm -rf "$src"
+    mkdir -p "$tmp/x"
+    tar -xzf "$sdist" -C "$tmp/x"
+    mv "$tmp/x/llama_cpp_python-$kVersion" "$src"
+fi
+
+# GGML_NATIVE: compile for this CPU, as a user building llama.cpp locally would.
+# The sdist keeps the llama.cpp submodule's git metadata, so build-info records its commit.
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+log "configuring llama.cpp in $dir/build"
+cmake -S "$src/vendor/llama.cpp" -B "$dir/build" "${generator[@]}" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DBUILD_SHARED_LIBS=OFF \
+    -DGGML_NATIVE=ON \
+    -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_TOOLS=ON >&2
+log "building ${kTargets[*]}"
+cmake --build "$dir/build" --target "${kTargets[@]}" -j "${SHOAL_LLAMACPP_JOBS:-$(nproc)}" >&2
+
+"$bin/llama-bench" --help >/dev/null
+touch "$stamp"
+echo "$bin"
