@@ -18,6 +18,7 @@ std::vector<std::string> backendNames();
 
 // The named backend; throws shoal::Error for a name this build does not know. An unavailable
 // backend is still returned: ask availability() for the reason.
-std::unique_ptr<runtime::Backend> createBackend(const std::string& name, const BackendOptions& options);
+std::unique_ptr<runtime::Backend> createBackend(const std::string& name,
+                                                const BackendOptions& options);
 
 }  // namespace shoal::kernels

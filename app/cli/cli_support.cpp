@@ -35,17 +35,22 @@ void addModelOptions(CLI::App& cmd, ModelOptions& o) {
 }
 
 void addSamplerOptions(CLI::App& cmd, runtime::SamplerParams& p, CLI::Option** seedOption) {
-  cmd.add_option("--temp", p.temperature, "temperature; 0 = greedy")->capture_default_str()
+  cmd.add_option("--temp", p.temperature, "temperature; 0 = greedy")
+      ->capture_default_str()
       ->check(CLI::Range(0.0f, 100.0f));
   cmd.add_option("--top-k", p.topK, "top-k; 0 = off")->capture_default_str();
-  cmd.add_option("--top-p", p.topP, "top-p; 1 = off")->capture_default_str()
+  cmd.add_option("--top-p", p.topP, "top-p; 1 = off")
+      ->capture_default_str()
       ->check(CLI::Range(0.0f, 1.0f));
-  cmd.add_option("--min-p", p.minP, "min-p; 0 = off")->capture_default_str()
+  cmd.add_option("--min-p", p.minP, "min-p; 0 = off")
+      ->capture_default_str()
       ->check(CLI::Range(0.0f, 1.0f));
   cmd.add_option("--repeat-penalty", p.repeatPenalty, "repetition penalty; 1 = off")
-      ->capture_default_str()->check(CLI::Range(0.0f, 10.0f));
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 10.0f));
   cmd.add_option("--repeat-last-n", p.repeatLastN, "tokens the penalty looks back on")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   CLI::Option* seed = cmd.add_option("--seed", p.seed, "random seed (default: random)");
   if (seedOption) *seedOption = seed;
   p.seed = std::random_device{}();
@@ -84,8 +89,7 @@ LoadedModel loadModel(const ModelOptions& o, bool withChain) {
   std::vector<std::unique_ptr<runtime::Stage>> stages;
   stages.push_back(lm.backend->createStage(device, src, spec));
   lm.chain = std::make_unique<runtime::Chain>(std::move(stages));
-  lm.loadSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  lm.loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }
 

@@ -72,17 +72,16 @@ void runBench(BenchOptions o) {
   run("tg", o.genTokens, timeGenerate);
 
   const auto& c = lm.model->config();
-  nlohmann::json out = {
-      {"model", lm.model->path().filename().string()},
-      {"architecture", c.architecture},
-      {"backend", lm.backend->name()},
-      {"device", lm.backend->devices().front().name},
-      {"threads", o.model.threads},
-      {"context", chain.contextLength()},
-      {"repetitions", o.reps},
-      {"load_s", lm.loadSeconds},
-      {"peak_rss_bytes", peakRssBytes()},
-      {"results", results}};
+  nlohmann::json out = {{"model", lm.model->path().filename().string()},
+                        {"architecture", c.architecture},
+                        {"backend", lm.backend->name()},
+                        {"device", lm.backend->devices().front().name},
+                        {"threads", o.model.threads},
+                        {"context", chain.contextLength()},
+                        {"repetitions", o.reps},
+                        {"load_s", lm.loadSeconds},
+                        {"peak_rss_bytes", peakRssBytes()},
+                        {"results", results}};
   std::printf("%s\n", out.dump(2).c_str());
 }
 
@@ -93,10 +92,13 @@ void registerBenchCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "measure prompt and generation tokens/s (JSON)");
   addModelOptions(*cmd, o->model);
   cmd->add_option("-p,--n-prompt", o->promptTokens, "prompt tokens (0: skip)")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-n,--n-gen", o->genTokens, "generated tokens (0: skip)")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
-  cmd->add_option("-r,--reps", o->reps, "repetitions")->capture_default_str()
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-r,--reps", o->reps, "repetitions")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   cmd->callback([o] { runBench(*o); });
 }

@@ -27,8 +27,8 @@ struct ChatOptions {
 
 class ChatLoop {
  public:
-  ChatLoop(const ChatOptions& o, LoadedModel& lm) : m_options(o), m_lm(lm),
-        m_session(*lm.chain, lm.model->tokenizer()) {
+  ChatLoop(const ChatOptions& o, LoadedModel& lm)
+      : m_options(o), m_lm(lm), m_session(*lm.chain, lm.model->tokenizer()) {
     m_template = lm.model->chatTemplate();
     if (!o.templateName.empty()) {
       const auto f = model::chatFormatFromName(o.templateName);
@@ -138,7 +138,8 @@ void registerChatCommand(CLI::App& app) {
   addModelOptions(*cmd, o->model);
   cmd->add_option("--system", o->system, "system prompt");
   cmd->add_option("--template", o->templateName, "chat format: chatml, llama3, llama2, gemma");
-  cmd->add_option("-n,--n-predict", o->maxTokens, "most tokens per reply")->capture_default_str()
+  cmd->add_option("-n,--n-predict", o->maxTokens, "most tokens per reply")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   addSamplerOptions(*cmd, o->sampler, nullptr);
   cmd->callback([o] { runChat(*o); });

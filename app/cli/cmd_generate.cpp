@@ -63,7 +63,8 @@ void registerGenerateCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "complete a prompt (no chat template)");
   addModelOptions(*cmd, o->model);
   cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
-  cmd->add_option("-n,--n-predict", o->maxTokens, "tokens to generate")->capture_default_str()
+  cmd->add_option("-n,--n-predict", o->maxTokens, "tokens to generate")
+      ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   addSamplerOptions(*cmd, o->sampler, nullptr);
   cmd->add_option("--stop", o->stop, "stop string (repeatable)");

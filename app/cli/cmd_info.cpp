@@ -50,8 +50,8 @@ void runInfo(const InfoOptions& o) {
       {"rope_freq_base", c.ropeFreqBase},
       {"tied_output", c.tiedOutput},
       {"tensor_types", typeCounts},
-      {"tokenizer", {{"model", v.model}, {"pre", v.pre}, {"tokens", v.tokens.size()},
-                     {"add_bos", v.addBos}}},
+      {"tokenizer",
+       {{"model", v.model}, {"pre", v.pre}, {"tokens", v.tokens.size()}, {"add_bos", v.addBos}}},
       {"chat_template", std::string(model::chatFormatName(m.chatTemplate().format))}};
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -70,7 +70,8 @@ void runInfo(const InfoOptions& o) {
   std::printf("tensor types   %s\n", types.c_str());
   std::printf("tokenizer      %s (pre: %s), %zu tokens, add BOS: %s\n", v.model.c_str(),
               v.pre.c_str(), v.tokens.size(), v.addBos ? "yes" : "no");
-  std::printf("chat template  %s\n", std::string(model::chatFormatName(m.chatTemplate().format)).c_str());
+  std::printf("chat template  %s\n",
+              std::string(model::chatFormatName(m.chatTemplate().format)).c_str());
   std::printf("output         %s\n", c.tiedOutput ? "tied to the token embedding" : "separate");
 }
 

@@ -31,11 +31,12 @@ void runLogits(const LogitsOptions& o) {
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
   const size_t k = std::min(order.size(), static_cast<size_t>(o.top));
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                    [&](int32_t a, int32_t b) {
-                      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-                             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
-                    });
+  std::partial_sort(
+      order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+      [&](int32_t a, int32_t b) {
+        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+               (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+      });
   nlohmann::json top = nlohmann::json::array();
   for (size_t i = 0; i < k; ++i) top.push_back({order[i], logits[static_cast<size_t>(order[i])]});
   nlohmann::json out = {{"prompt_tokens", ids}, {"top", top}};
@@ -49,7 +50,9 @@ void registerLogitsCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("logits", "top-K logits at the last prompt position (JSON)");
   addModelOptions(*cmd, o->model);
   cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
-  cmd->add_option("--top", o->top, "how many")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--top", o->top, "how many")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   cmd->callback([o] { runLogits(*o); });
 }
 

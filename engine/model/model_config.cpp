@@ -14,8 +14,8 @@ constexpr std::array<std::string_view, 3> kSupportedArchitectures = {"llama", "m
 int32_t positiveInt(const gguf::File& file, const std::string& key, int64_t limit) {
   const int64_t v = file.getInt(key);
   if (v <= 0 || v > limit) {
-    throw Error(file.displayName() + ": " + key + " = " + std::to_string(v) + " is out of range (1.." +
-                std::to_string(limit) + ")");
+    throw Error(file.displayName() + ": " + key + " = " + std::to_string(v) +
+                " is out of range (1.." + std::to_string(limit) + ")");
   }
   return static_cast<int32_t>(v);
 }
@@ -55,10 +55,11 @@ ModelConfig ModelConfig::fromGguf(const gguf::File& file) {
   }
   if (file.find(a + "attention.value_length") &&
       file.getInt(a + "attention.value_length") != c.headDim) {
-    throw Error(file.displayName() + ": attention.value_length differs from key_length (unsupported)");
+    throw Error(file.displayName() +
+                ": attention.value_length differs from key_length (unsupported)");
   }
-  c.nCtxTrain = file.find(a + "context_length") ? positiveInt(file, a + "context_length", 1 << 24)
-                                                 : 4096;
+  c.nCtxTrain =
+      file.find(a + "context_length") ? positiveInt(file, a + "context_length", 1 << 24) : 4096;
   c.rmsEps = static_cast<float>(file.getFloatOr(a + "attention.layer_norm_rms_epsilon", 1e-5));
   if (!(c.rmsEps > 0.0f && c.rmsEps < 1.0f)) {
     throw Error(file.displayName() + ": " + a + "attention.layer_norm_rms_epsilon out of range");

@@ -19,25 +19,25 @@ enum class RopeStyle { Normal, Neox };
 enum class RopeScaling { None, Linear };
 
 struct ModelConfig {
-  std::string architecture;  // general.architecture
-  std::string name;          // general.name (may be empty)
-  int32_t nLayer = 0;        // block_count
-  int32_t nEmbd = 0;         // embedding_length
-  int32_t nFf = 0;           // feed_forward_length
-  int32_t nHead = 0;         // attention.head_count
-  int32_t nHeadKv = 0;       // attention.head_count_kv (GQA; = nHead when absent)
-  int32_t headDim = 0;       // attention.key_length, or nEmbd / nHead
-  int32_t nVocab = 0;        // vocab_size, or the length of tokenizer.ggml.tokens
-  int32_t nCtxTrain = 0;     // context_length
-  float rmsEps = 1e-5f;      // attention.layer_norm_rms_epsilon
-  int32_t nRot = 0;          // rope.dimension_count (= headDim when absent)
+  std::string architecture;       // general.architecture
+  std::string name;               // general.name (may be empty)
+  int32_t nLayer = 0;             // block_count
+  int32_t nEmbd = 0;              // embedding_length
+  int32_t nFf = 0;                // feed_forward_length
+  int32_t nHead = 0;              // attention.head_count
+  int32_t nHeadKv = 0;            // attention.head_count_kv (GQA; = nHead when absent)
+  int32_t headDim = 0;            // attention.key_length, or nEmbd / nHead
+  int32_t nVocab = 0;             // vocab_size, or the length of tokenizer.ggml.tokens
+  int32_t nCtxTrain = 0;          // context_length
+  float rmsEps = 1e-5f;           // attention.layer_norm_rms_epsilon
+  int32_t nRot = 0;               // rope.dimension_count (= headDim when absent)
   float ropeFreqBase = 10000.0f;  // rope.freq_base
   float ropeFreqScale = 1.0f;     // 1 / rope.scaling.factor for linear scaling
   RopeScaling ropeScaling = RopeScaling::None;
   RopeStyle ropeStyle = RopeStyle::Normal;
-  bool hasQkvBias = false;   // qwen2
-  bool tiedOutput = false;   // no output.weight: the head reuses token_embd.weight
-  bool hasRopeFreqs = false; // rope_freqs.weight (llama 3.1 frequency factors) present
+  bool hasQkvBias = false;    // qwen2
+  bool tiedOutput = false;    // no output.weight: the head reuses token_embd.weight
+  bool hasRopeFreqs = false;  // rope_freqs.weight (llama 3.1 frequency factors) present
 
   int32_t qDim() const { return nHead * headDim; }
   int32_t kvDim() const { return nHeadKv * headDim; }

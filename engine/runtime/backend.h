@@ -21,12 +21,12 @@ struct ModelWeights;
 namespace shoal::runtime {
 
 struct DeviceInfo {
-  std::string id;           // unique among all backends of this machine: "cpu0", "vulkan0", ...
-  std::string backend;      // "cpu", "vulkan", "cuda"
-  std::string name;         // human-readable, e.g. "AMD Ryzen 7 5800X (8 threads)"
-  std::string type;         // "cpu", "discrete-gpu", "integrated-gpu", "virtual-gpu", "other"
-  uint64_t memoryTotal = 0; // bytes usable for weights and KV cache
-  uint64_t memoryFree = 0;  // bytes free now (best effort)
+  std::string id;            // unique among all backends of this machine: "cpu0", "vulkan0", ...
+  std::string backend;       // "cpu", "vulkan", "cuda"
+  std::string name;          // human-readable, e.g. "AMD Ryzen 7 5800X (8 threads)"
+  std::string type;          // "cpu", "discrete-gpu", "integrated-gpu", "virtual-gpu", "other"
+  uint64_t memoryTotal = 0;  // bytes usable for weights and KV cache
+  uint64_t memoryFree = 0;   // bytes free now (best effort)
   double bandwidthBytesPerS = 0;  // measured memory bandwidth, 0 until profiled
   double flopsPerS = 0;           // measured throughput, 0 until profiled
 };

@@ -9,7 +9,8 @@ namespace shoal::runtime {
 
 Chain::Chain(std::vector<std::unique_ptr<Stage>> stages) : m_stages(std::move(stages)) {
   if (m_stages.empty()) throw Error("a chain needs at least one stage");
-  if (!m_stages.front()->spec().hasEmbedding) throw Error("the first stage must hold the embedding");
+  if (!m_stages.front()->spec().hasEmbedding)
+    throw Error("the first stage must hold the embedding");
   if (!m_stages.back()->spec().hasHead) throw Error("the last stage must hold the output head");
   for (size_t i = 1; i < m_stages.size(); ++i) {
     const StageSpec& prev = m_stages[i - 1]->spec();

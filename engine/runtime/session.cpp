@@ -67,11 +67,16 @@ class StopMatcher {
 
 std::string_view finishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::Length: return "length";
-    case FinishReason::EndOfGeneration: return "eog";
-    case FinishReason::StopString: return "stop";
-    case FinishReason::ContextFull: return "context_full";
-    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::EndOfGeneration:
+      return "eog";
+    case FinishReason::StopString:
+      return "stop";
+    case FinishReason::ContextFull:
+      return "context_full";
+    case FinishReason::Cancelled:
+      return "cancelled";
   }
   return "unknown";
 }

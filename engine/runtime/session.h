@@ -27,21 +27,21 @@ enum class FinishReason { Length, EndOfGeneration, StopString, ContextFull, Canc
 std::string_view finishReasonName(FinishReason reason);  // "length", "eog", "stop", ...
 
 struct GenerateOptions {
-  int32_t maxTokens = 256;             // most new tokens
-  SamplerParams sampler;               // temperature <= 0: greedy
-  std::vector<std::string> stop;       // stop strings; the text ends before the first match
-  bool ignoreEndOfGeneration = false;  // keep going past EOS/EOT (benchmarks, fixtures)
+  int32_t maxTokens = 256;                    // most new tokens
+  SamplerParams sampler;                      // temperature <= 0: greedy
+  std::vector<std::string> stop;              // stop strings; the text ends before the first match
+  bool ignoreEndOfGeneration = false;         // keep going past EOS/EOT (benchmarks, fixtures)
   const std::atomic<bool>* cancel = nullptr;  // checked before every token
 };
 
 struct GenerateResult {
-  std::string text;                  // the reply, stop string excluded
-  std::vector<model::TokenId> tokens;// generated token ids (including a final EOG token)
+  std::string text;                    // the reply, stop string excluded
+  std::vector<model::TokenId> tokens;  // generated token ids (including a final EOG token)
   FinishReason finish = FinishReason::Length;
-  int32_t promptTokens = 0;          // tokens of the prompt
-  int32_t reusedTokens = 0;          // prompt tokens whose KV cache was reused
-  double prefillSeconds = 0;         // computing the new prompt tokens
-  double decodeSeconds = 0;          // generating (after the first token)
+  int32_t promptTokens = 0;   // tokens of the prompt
+  int32_t reusedTokens = 0;   // prompt tokens whose KV cache was reused
+  double prefillSeconds = 0;  // computing the new prompt tokens
+  double decodeSeconds = 0;   // generating (after the first token)
 };
 
 class Session {

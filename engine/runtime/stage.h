@@ -14,22 +14,22 @@
 namespace shoal::runtime {
 
 struct StageSpec {
-  int32_t firstLayer = 0;       // first layer held (inclusive)
-  int32_t lastLayer = 0;        // one past the last layer held
-  bool hasEmbedding = false;    // token ids in, embedding lookup first
-  bool hasHead = false;         // final norm + output projection at the end: logits out
-  int32_t contextLength = 2048; // KV-cache capacity in positions, per sequence
-  int32_t maxSequences = 1;     // independent sequences (KV slots) the stage holds
-  int32_t maxBatch = 512;       // most tokens one forward() call may carry
+  int32_t firstLayer = 0;        // first layer held (inclusive)
+  int32_t lastLayer = 0;         // one past the last layer held
+  bool hasEmbedding = false;     // token ids in, embedding lookup first
+  bool hasHead = false;          // final norm + output projection at the end: logits out
+  int32_t contextLength = 2048;  // KV-cache capacity in positions, per sequence
+  int32_t maxSequences = 1;      // independent sequences (KV slots) the stage holds
+  int32_t maxBatch = 512;        // most tokens one forward() call may carry
 };
 
 struct StageInput {
-  int32_t sequence = 0;                 // KV slot, 0 <= sequence < maxSequences
-  int32_t firstPosition = 0;            // position of the first token; the rest follow on
-  int32_t count = 0;                    // tokens in this batch, 1..maxBatch
-  std::span<const int32_t> tokens;      // hasEmbedding: count ids
-  std::span<const float> hidden;        // otherwise: count x nEmbd hidden states
-  bool allLogits = false;               // hasHead: logits for every token, not only the last
+  int32_t sequence = 0;             // KV slot, 0 <= sequence < maxSequences
+  int32_t firstPosition = 0;        // position of the first token; the rest follow on
+  int32_t count = 0;                // tokens in this batch, 1..maxBatch
+  std::span<const int32_t> tokens;  // hasEmbedding: count ids
+  std::span<const float> hidden;    // otherwise: count x nEmbd hidden states
+  bool allLogits = false;           // hasHead: logits for every token, not only the last
 };
 
 struct StageOutput {
