@@ -6,6 +6,7 @@
 #include "engine/gguf/dequantize.h"
 
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "engine/error.h"
@@ -87,7 +88,14 @@ void dequantF64(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     double v;
     std::memcpy(&v, src + 8 * i, sizeof v);
-    dst[i] = static_cast<float>(v);
+    // Out-of-range doubles become infinities, spelled out because the cast would be undefined.
+    if (v > std::numeric_limits<float>::max()) {
+      dst[i] = std::numeric_limits<float>::infinity();
+    } else if (v < -std::numeric_limits<float>::max()) {
+      dst[i] = -std::numeric_limits<float>::infinity();
+    } else {
+      dst[i] = static_cast<float>(v);
+    }
   }
 }
 
