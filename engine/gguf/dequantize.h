@@ -10,12 +10,14 @@
 namespace shoal::gguf {
 
 // Decode n elements (a multiple of the type's block size) from src into dst.
-// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (and Q8_1, Q8_K).
+// Supported: F32, F16, BF16, F64, Q8_0, Q8_1, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K, Q8_K (the types whose TypeTraits::dequantizable is true). src needs no alignment.
 void dequantizeRow(TensorType type, const void* src, float* dst, int64_t n);
 
 // Encode n f32 values (a multiple of the block size) into dst (rowBytes(type, n) bytes), with the
 // same rounding rules as ggml's reference quantizers so files we write load in llama.cpp.
-// Supported: the same set as dequantizeRow.
+// Supported: the same set as dequantizeRow except F64 (see quantizable() in tensor_type.h).
+// Each type's bytes equal those of ggml's quantize_row_<type>_ref for the same input.
 void quantizeRow(TensorType type, const float* src, void* dst, int64_t n);
 
 // IEEE half / bfloat16 helpers (round-to-nearest-even on the way in).

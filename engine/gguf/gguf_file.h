@@ -31,10 +31,13 @@ struct KeyValue {
 struct TensorInfo {
   std::string name;
   TensorType type = TensorType::F32;
-  std::vector<int64_t> dims;      // ggml order: dims[0] is the row length (contiguous)
-  uint64_t offset = 0;            // relative to the data section
-  size_t nbytes = 0;              // validated to lie inside the file
-  const uint8_t* data = nullptr;  // points into the mapping; valid while the File lives
+  std::vector<int64_t> dims;  // ggml order: dims[0] is the row length (contiguous)
+  uint64_t offset = 0;        // relative to the data section
+  size_t nbytes = 0;          // validated to lie inside the file
+  // Points into the mapping (or the caller's buffer); valid while the File lives. Its file
+  // offset is a multiple of the file's alignment (32 by default), and an mmap starts on a page,
+  // so for open() it is aligned to that; fromBuffer() data is only as aligned as the buffer.
+  const uint8_t* data = nullptr;
 
   int64_t elementCount() const;
   int64_t rows() const;  // product of dims[1..]
