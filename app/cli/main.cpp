@@ -22,6 +22,15 @@ int main(int argc, char** argv) {
 #ifdef SHOAL_CLI_HAS_PLAN
   shoal::cli::registerPlanCommand(app);
 #endif
+  // CLI11 reports an unknown first word as "a subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
+    if (!known) {
+      std::fprintf(stderr, "shoal-cli: error: unknown command '%s' (see --help)\n", argv[1]);
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

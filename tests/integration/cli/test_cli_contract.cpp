@@ -1,0 +1,137 @@
+// shoal-cli's contract, run as a user runs it: exit codes, one-line errors, and the JSON shapes
+// other tools and checks rely on.
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+namespace {
+
+struct Run {
+  int exitCode = -1;
+  QByteArray out;
+  QByteArray err;
+};
+
+Run runCli(const QStringList& args, const QByteArray& stdinData = {}) {
+  QProcess p;
+  p.start(SHOAL_CLI_PATH, args);
+  if (!p.waitForStarted(10000)) return {};
+  if (!stdinData.isEmpty()) p.write(stdinData);
+  p.closeWriteChannel();
+  p.waitForFinished(300000);
+  return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, p.readAllStandardOutput(),
+          p.readAllStandardError()};
+}
+
+QString modelPath() { return QString(SHOAL_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+// A bad-input failure: exit code 2 and exactly one line on stderr naming the problem.
+void verifyOneLineError(const Run& r, const char* mentions) {
+  QCOMPARE(r.exitCode, 2);
+  QCOMPARE(r.err.count('\n'), 1);
+  QVERIFY2(r.err.startsWith("shoal-cli: error: "), r.err.constData());
+  QVERIFY2(r.err.contains(mentions), r.err.constData());
+}
+
+}  // namespace
+
+class TestCliContract : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() {
+    if (!QFile::exists(modelPath())) QSKIP("default model absent (run scripts/setup)");
+  }
+
+  void unknownOptionIsAOneLineErrorWithExitCode2() {
+    verifyOneLineError(runCli({"generate", "-p", "hi", "--no-such-option"}), "--no-such-option");
+  }
+
+  void unknownCommandIsAOneLineErrorWithExitCode2() {
+    verifyOneLineError(runCli({"frobnicate"}), "frobnicate");
+  }
+
+  void missingModelFileIsAOneLineError() {
+    verifyOneLineError(runCli({"info", "-m", "/nonexistent/model.gguf"}), "/nonexistent/model.gguf");
+  }
+
+  void malformedModelFileIsAOneLineError() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("bad.gguf");
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f", 16);  // absurd tensor count
+    f.close();
+    verifyOneLineError(runCli({"generate", "-m", path, "-p", "hi"}), "bad.gguf");
+  }
+
+  void tokenizePrintsAJsonArrayOfIds() {
+    const Run r = runCli({"tokenize", "-p", "The capital of France is"});
+    QCOMPARE(r.exitCode, 0);
+    const QJsonArray ids = QJsonDocument::fromJson(r.out).array();
+    QCOMPARE(ids.size(), 5);
+    QCOMPARE(ids[0].toInt(), 504);  // llama.cpp's ids for this text (tests/fixtures)
+  }
+
+  void logitsPrintsTopKSortedDescending() {
+    const Run r = runCli({"logits", "-p", "The capital of France is", "--top", "5"});
+    QCOMPARE(r.exitCode, 0);
+    const QJsonArray top = QJsonDocument::fromJson(r.out).object()["top"].toArray();
+    QCOMPARE(top.size(), 5);
+    for (int i = 1; i < top.size(); ++i) {
+      QVERIFY(top[i - 1].toArray()[1].toDouble() >= top[i].toArray()[1].toDouble());
+    }
+  }
+
+  void greedyGenerationIsDeterministic() {
+    const QStringList args = {"generate", "-p", "Once upon a time", "-n", "8", "--temp", "0"};
+    const Run a = runCli(args);
+    const Run b = runCli(args);
+    QCOMPARE(a.exitCode, 0);
+    QVERIFY(!a.out.isEmpty());
+    QCOMPARE(a.out, b.out);
+  }
+
+  void sameSeedSameSampledOutput() {
+    const QStringList args = {"generate", "-p", "Once upon a time", "-n", "8", "--temp", "1.0",
+                              "--seed", "1234"};
+    const Run a = runCli(args);
+    const Run b = runCli(args);
+    QCOMPARE(a.exitCode, 0);
+    QCOMPARE(a.out, b.out);
+  }
+
+  void chatReadsPipedLinesAndHonoursCommands() {
+    const Run r = runCli({"chat", "--temp", "0", "-n", "8"}, "Hello\n/reset\nHi again\n/quit\nignored\n");
+    QCOMPARE(r.exitCode, 0);
+    QCOMPARE(r.out.count('\n'), 2);  // one line per reply; nothing after /quit
+    QVERIFY(r.err.contains("reset"));
+  }
+
+  void infoJsonDescribesTheModel() {
+    const Run r = runCli({"info", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const QJsonObject o = QJsonDocument::fromJson(r.out).object();
+    QCOMPARE(o["architecture"].toString(), QString("llama"));
+    QCOMPARE(o["layers"].toInt(), 30);
+    QCOMPARE(o["chat_template"].toString(), QString("chatml"));
+  }
+
+  void benchPrintsMedianTokensPerSecond() {
+    const Run r = runCli({"bench", "-p", "8", "-n", "4", "-r", "1"});
+    QCOMPARE(r.exitCode, 0);
+    const QJsonObject o = QJsonDocument::fromJson(r.out).object();
+    const QJsonArray results = o["results"].toArray();
+    QCOMPARE(results.size(), 2);
+    QCOMPARE(results[0].toObject()["test"].toString(), QString("pp8"));
+    QVERIFY(results[1].toObject()["tokens_per_s_median"].toDouble() > 0);
+    QVERIFY(o["peak_rss_bytes"].toDouble() > 0);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestCliContract)
+#include "test_cli_contract.moc"
