@@ -30,22 +30,38 @@ class Tokenizer {
 
   std::string decode(const std::vector<TokenId>& ids, bool renderSpecial = false) const;
 
+  // The vocabulary as llama.cpp uses it after loading: eot/eom/FIM ids found by token text when
+  // the file does not give them, and end-of-turn-looking tokens forced to Control.
   const Vocab& vocab() const { return m_vocab; }
   int32_t size() const { return static_cast<int32_t>(m_vocab.tokens.size()); }
   bool isEndOfGeneration(TokenId id) const;  // EOS, EOT, or another end-of-turn control token
+  // Every id isEndOfGeneration accepts, ascending (llama.cpp's special_eog_ids).
+  const std::vector<TokenId>& endOfGenerationIds() const { return m_endOfGeneration; }
 
  protected:
+  // Validates the vocabulary (lengths, ids; throws shoal::Error) and applies llama.cpp's
+  // load-time adjustments (see vocab()).
   explicit Tokenizer(Vocab vocab);
+  // Throws shoal::Error for an id outside the vocabulary.
+  void checkId(TokenId id) const;
   Vocab m_vocab;
+
+ private:
+  std::vector<TokenId> m_endOfGeneration;
 };
 
 // Streams token bytes out as complete UTF-8 only: a multi-byte character split across tokens is
 // held back until it is whole, so a streaming callback never sees half a character.
 class Utf8StreamDecoder {
  public:
-  // Append bytes; returns the longest prefix of pending bytes that is complete UTF-8.
+  // Append bytes; returns the longest prefix of pending bytes that is complete UTF-8. Bytes that
+  // can never become valid UTF-8 (a stray continuation byte, 0xC0/0xC1/0xF5..0xFF, an overlong
+  // or surrogate form, a sequence cut short by the next lead byte) are returned as U+FFFD right
+  // away, one per maximal invalid subpart (the WHATWG/Unicode "substitution of maximal
+  // subparts" rule), so the output is always valid UTF-8 and only a possibly-valid incomplete
+  // tail is held back.
   std::string push(std::string_view bytes);
-  // End of stream: whatever is left (invalid tails become U+FFFD).
+  // End of stream: whatever is left (an incomplete tail becomes one U+FFFD).
   std::string flush();
 
  private:

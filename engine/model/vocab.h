@@ -34,12 +34,20 @@ struct Vocab {
   std::vector<TokenAttr> attrs;     // same length as tokens
   std::vector<std::string> merges;  // BPE merges, "left right" in rank order
   std::optional<TokenId> bos, eos, eot, unk, pad;
+  // End-of-message and fill-in-the-middle tokens (tokenizer.ggml.eom_token_id, fim_*_token_id).
+  // llama.cpp counts eom, fimPad, fimRep and fimSep as end of generation.
+  std::optional<TokenId> eom, fimPre, fimSuf, fimMid, fimPad, fimRep, fimSep;
   bool addBos = false;  // tokenizer.ggml.add_bos_token (default depends on model, see fromGguf)
   bool addEos = false;
   bool addSpacePrefix = false;  // tokenizer.ggml.add_space_prefix
   std::string chatTemplate;     // tokenizer.chat_template (Jinja source, may be empty)
 
   // Read from a GGUF file; validates lengths and ids. Throws shoal::Error.
+  // Keys that are absent take llama.cpp's defaults (llama_vocab::impl::load): for "llama"
+  // (SentencePiece) bos 1, eos 2, unk 0, add_bos true, add_space_prefix true; for "gpt2" bos and
+  // eos 11, add_bos false except for the llama3 family of tokenizer.ggml.pre. A default id outside
+  // the vocabulary is dropped; a stored id outside it is ignored (the default stays), as
+  // llama.cpp does.
   static Vocab fromGguf(const gguf::File& file);
 };
 
