@@ -36,7 +36,7 @@ DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 OUT = FIXTURES / "llamacpp_smollm2.json"
 
 N_THREADS = 2
-N_CTX = 1024  # longest prompt (~340 tokens) + 64 generated tokens fits with room to spare
+N_CTX = 1024  # longest prompt (319 tokens) + 64 generated tokens fits with room to spare
 N_BATCH = 512  # every prompt is evaluated in one batch (one ubatch)
 N_GREEDY_STEPS = 64
 N_TOP_LOGITS = 10
