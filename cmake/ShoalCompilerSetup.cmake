@@ -14,8 +14,14 @@ option(SHOAL_WERROR "Treat warnings as errors" ON)
 function(shoal_target_warnings target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE
-      $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow=local -Wnon-virtual-dtor
-                                -Wcast-align -Wunused -Wnull-dereference -Wimplicit-fallthrough>)
+      $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wnon-virtual-dtor -Wcast-align -Wunused
+                                -Wnull-dereference -Wimplicit-fallthrough>)
+    # Shadowed locals: GCC spells it -Wshadow=local, clang -Wshadow-uncaptured-local.
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wshadow=local>)
+    else()
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wshadow-uncaptured-local>)
+    endif()
     if(SHOAL_WERROR)
       target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
     endif()
