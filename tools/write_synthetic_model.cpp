@@ -1,6 +1,6 @@
 // shoal-synth-model: write a llama-architecture GGUF model with random weights.
 //
-//   shoal-synth-model --layers 16 --embd 2048 --heads 32 --kv-heads 8 --ff 8192 \
+//   shoal-synth-model --layers 16 --embd 2048 --heads 32 --kv-heads 8 --ff 8192
 //       --vocab-from models/SmolLM2-135M-Instruct.Q4_1.gguf --type q4_0 --out /tmp/1b.gguf
 //
 // Exit status: 0 written, 1 the model could not be written, 2 bad command line.
