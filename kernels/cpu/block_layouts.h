@@ -7,21 +7,21 @@
 
 namespace shoal::cpu {
 
-constexpr int kQK = 32;   // elements per block of the 32-element formats
-constexpr int kQKK = 256; // elements per K-quant super-block
+constexpr int kQK = 32;    // elements per block of the 32-element formats
+constexpr int kQKK = 256;  // elements per K-quant super-block
 
 struct BlockQ4_0 {
-  uint16_t d;         // f16 scale
-  uint8_t qs[16];     // low nibbles: elements 0..15, high nibbles: 16..31; value = q - 8
+  uint16_t d;      // f16 scale
+  uint8_t qs[16];  // low nibbles: elements 0..15, high nibbles: 16..31; value = q - 8
 };
 struct BlockQ4_1 {
-  uint16_t d, m;      // f16 scale and minimum; value = d * q + m
+  uint16_t d, m;  // f16 scale and minimum; value = d * q + m
   uint8_t qs[16];
 };
 struct BlockQ5_0 {
   uint16_t d;
-  uint8_t qh[4];      // fifth bit of element j is bit j of qh
-  uint8_t qs[16];     // value = (nibble | fifth bit << 4) - 16
+  uint8_t qh[4];   // fifth bit of element j is bit j of qh
+  uint8_t qs[16];  // value = (nibble | fifth bit << 4) - 16
 };
 struct BlockQ5_1 {
   uint16_t d, m;
@@ -33,19 +33,19 @@ struct BlockQ8_0 {
   int8_t qs[32];
 };
 struct BlockQ8_1 {
-  uint16_t d;         // f16 scale
-  uint16_t s;         // f16 of d * sum(qs): lets dot products with Q4_1/Q5_1 add the minimum cheaply
+  uint16_t d;  // f16 scale
+  uint16_t s;  // f16 of d * sum(qs): lets dot products with Q4_1/Q5_1 add the minimum cheaply
   int8_t qs[32];
 };
 struct BlockQ4_K {
-  uint16_t d, dmin;   // super-block scales for the 6-bit sub-block scales and minimums
-  uint8_t scales[12]; // 8 × (6-bit scale, 6-bit min), packed
-  uint8_t qs[128];    // 4-bit values; each 32 bytes hold two sub-blocks (low, high nibbles)
+  uint16_t d, dmin;    // super-block scales for the 6-bit sub-block scales and minimums
+  uint8_t scales[12];  // 8 × (6-bit scale, 6-bit min), packed
+  uint8_t qs[128];     // 4-bit values; each 32 bytes hold two sub-blocks (low, high nibbles)
 };
 struct BlockQ5_K {
   uint16_t d, dmin;
   uint8_t scales[12];
-  uint8_t qh[32];     // fifth bits
+  uint8_t qh[32];  // fifth bits
   uint8_t qs[128];
 };
 struct BlockQ6_K {

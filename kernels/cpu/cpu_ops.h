@@ -1,6 +1,7 @@
 #pragma once
-// Element-wise and small ops of the transformer layer program on the CPU, f32 throughout.
-// Reductions accumulate in double, as ggml's CPU ops do, so results track llama.cpp's closely.
+// Row ops of the transformer layer program on the CPU, f32 throughout, rounding as ggml-cpu's
+// ops.cpp does (the order matters: see ggml_order.h). The SIMD-defined ops (softmax, SwiGLU)
+// live in the kernel tables.
 
 #include <cstdint>
 
@@ -8,7 +9,8 @@
 
 namespace shoal::cpu {
 
-// y = x / rms(x) * weight, for one row of n.
+// y = x * (1 / sqrt(mean(x^2) + eps)) * weight, for one row of n (ggml_compute_forward_rms_norm:
+// squares rounded to float, summed in double).
 void rmsNorm(const float* x, const float* weight, float* y, int64_t n, float eps);
 
 // Precomputed rotation angles of RoPE for one position: cos/sin per dimension pair.
@@ -20,11 +22,5 @@ void ropeAngles(int32_t position, const model::ModelConfig& config, const float*
 // Rotate the first nRot dims of each of `heads` heads (headDim apart) in place.
 void applyRope(float* x, int32_t heads, int32_t headDim, int32_t nRot, model::RopeStyle style,
                const float* cosv, const float* sinv);
-
-// gate = silu(gate) * up, n elements.
-void siluMul(float* gate, const float* up, int64_t n);
-
-// Softmax of n values in place (max-subtracted).
-void softmax(float* x, int64_t n);
 
 }  // namespace shoal::cpu

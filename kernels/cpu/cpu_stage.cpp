@@ -8,6 +8,7 @@
 #include "engine/error.h"
 #include "engine/gguf/dequantize.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/kernel_table.h"
 
 namespace shoal::cpu {
 namespace {
@@ -48,10 +49,17 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
   }
   if (w.ropeFreqs) m_ropeFreqs.assign(f32Data(w.ropeFreqs), f32Data(w.ropeFreqs) + c.nRot / 2);
 
-  const size_t cacheElems = sz(spec.contextLength) * sz(c.kvDim());
+  m_attnShape.nHead = c.nHead;
+  m_attnShape.nHeadKv = c.nHeadKv;
+  m_attnShape.headDim = c.headDim;
+  m_attnShape.contextLength = spec.contextLength;
+  // llama.cpp's kq_scale for the llama family.
+  m_attnShape.scale = 1.0f / std::sqrt(static_cast<float>(c.headDim));
   const size_t slots = m_layers.size() * sz(spec.maxSequences);
-  m_keys.assign(slots, std::vector<uint16_t>(cacheElems));
-  m_values.assign(slots, std::vector<uint16_t>(cacheElems));
+  // Zero-filled: value positions past the cached ones are read (times probability 0) by the
+  // zero-padded dot products and must be finite.
+  m_keys.assign(slots, std::vector<uint16_t>(sz(spec.contextLength) * sz(c.kvDim())));
+  m_values.assign(slots, std::vector<uint16_t>(sz(m_attnShape.valueStride()) * sz(c.kvDim())));
   m_cached.assign(sz(spec.maxSequences), 0);
 
   const size_t b = sz(spec.maxBatch);
@@ -64,10 +72,20 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
   m_gate.resize(b * sz(c.nFf));
   m_up.resize(b * sz(c.nFf));
   m_tmp.resize(b * sz(std::max(c.nEmbd, c.qDim())));
+  m_halfRow.resize(sz(c.kvDim()));
   m_ropeCos.resize(b * sz(c.nRot / 2));
   m_ropeSin.resize(b * sz(c.nRot / 2));
-  m_scores.resize(sz(m_pool->size()) * sz(spec.contextLength));
-  m_queryScratch.resize(sz(m_pool->size()) * sz(c.headDim));
+  m_attnScratch.reserve(m_attnShape, m_pool->size());
+  // Size the matmul scratch for the largest batch now, so forward() never allocates.
+  size_t actBytes = 0;
+  auto need = [&actBytes](const WeightMatrix& m) {
+    if (m.data) actBytes = std::max(actBytes, m.activationBytes());
+  };
+  for (const Layer& l : m_layers) {
+    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wGate, &l.wUp, &l.wDown}) need(*m);
+  }
+  need(m_output);
+  m_matmulScratch.activations.resize(actBytes * b);
 }
 
 void CpuStage::checkInput(const runtime::StageInput& in) const {
@@ -82,8 +100,8 @@ void CpuStage::checkInput(const runtime::StageInput& in) const {
       in.firstPosition + in.count > m_spec.contextLength) {
     throw Error("CPU stage: positions [" + std::to_string(in.firstPosition) + ", " +
                 std::to_string(in.firstPosition + in.count) + ") do not follow the " +
-                std::to_string(m_cached[sz(in.sequence)]) + " cached positions within a context of " +
-                std::to_string(m_spec.contextLength));
+                std::to_string(m_cached[sz(in.sequence)]) +
+                " cached positions within a context of " + std::to_string(m_spec.contextLength));
   }
   if (m_spec.hasEmbedding) {
     if (in.tokens.size() != sz(in.count)) throw Error("CPU stage: token count mismatch");
@@ -104,9 +122,8 @@ uint16_t* CpuStage::keyCache(size_t localLayer, int32_t sequence, int32_t positi
          sz(position) * sz(m_config.kvDim());
 }
 
-uint16_t* CpuStage::valueCache(size_t localLayer, int32_t sequence, int32_t position) {
-  return m_values[localLayer * sz(m_spec.maxSequences) + sz(sequence)].data() +
-         sz(position) * sz(m_config.kvDim());
+uint16_t* CpuStage::valueCache(size_t localLayer, int32_t sequence) {
+  return m_values[localLayer * sz(m_spec.maxSequences) + sz(sequence)].data();
 }
 
 void CpuStage::forward(const runtime::StageInput& in, runtime::StageOutput& out) {
@@ -152,7 +169,10 @@ void CpuStage::runLayer(const Layer& L, size_t localLayer, const runtime::StageI
   const int64_t n = in.count, d = c.nEmbd, kv = c.kvDim(), qd = c.qDim();
   ThreadPool& pool = *m_pool;
 
-  for (int64_t t = 0; t < n; ++t) rmsNorm(&m_x[sz(t * d)], L.attnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
+  const int32_t layer = m_spec.firstLayer + static_cast<int32_t>(localLayer);
+  for (int64_t t = 0; t < n; ++t)
+    rmsNorm(&m_x[sz(t * d)], L.attnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
+  observe("attn_norm", layer, m_norm, n, d);
   matmul(L.wq, m_norm.data(), n, m_q.data(), pool, m_matmulScratch);
   matmul(L.wk, m_norm.data(), n, m_k.data(), pool, m_matmulScratch);
   matmul(L.wv, m_norm.data(), n, m_v.data(), pool, m_matmulScratch);
@@ -164,64 +184,36 @@ void CpuStage::runLayer(const Layer& L, size_t localLayer, const runtime::StageI
     const float* sinv = &m_ropeSin[sz(t * (c.nRot / 2))];
     applyRope(&m_q[sz(t * qd)], c.nHead, c.headDim, c.nRot, c.ropeStyle, cosv, sinv);
     applyRope(&m_k[sz(t * kv)], c.nHeadKv, c.headDim, c.nRot, c.ropeStyle, cosv, sinv);
-    // Keys and values enter the cache as f16, as in llama.cpp's default cache type.
-    uint16_t* kc = keyCache(localLayer, in.sequence, in.firstPosition + static_cast<int32_t>(t));
-    uint16_t* vc = valueCache(localLayer, in.sequence, in.firstPosition + static_cast<int32_t>(t));
-    for (int64_t i = 0; i < kv; ++i) {
-      kc[i] = gguf::floatToHalf(m_k[sz(t * kv + i)]);
-      vc[i] = gguf::floatToHalf(m_v[sz(t * kv + i)]);
-    }
+    // Keys and values enter the cache as f16 (round to nearest even), values transposed.
+    const int32_t pos = in.firstPosition + static_cast<int32_t>(t);
+    kernels().floatToHalf(&m_k[sz(t * kv)], keyCache(localLayer, in.sequence, pos), kv);
+    kernels().floatToHalf(&m_v[sz(t * kv)], m_halfRow.data(), kv);
+    uint16_t* vc = valueCache(localLayer, in.sequence);
+    const int64_t vStride = m_attnShape.valueStride();
+    for (int64_t i = 0; i < kv; ++i) vc[sz(i * vStride + pos)] = m_halfRow[sz(i)];
   }
-  attention(localLayer, in);
+  observe("Qcur", layer, m_q, n, qd);
+  observe("Kcur", layer, m_k, n, kv);
+  observe("Vcur", layer, m_v, n, kv);
+  attention(m_attnShape, m_q.data(), in.count, in.firstPosition,
+            keyCache(localLayer, in.sequence, 0), valueCache(localLayer, in.sequence),
+            m_attn.data(), pool, m_attnScratch);
+  observe("kqv_out", layer, m_attn, n, qd);
   matmul(L.wo, m_attn.data(), n, m_tmp.data(), pool, m_matmulScratch);
+  observe("attn_out", layer, m_tmp, n, d);
   for (int64_t i = 0; i < n * d; ++i) m_x[sz(i)] += m_tmp[sz(i)];
+  observe("ffn_inp", layer, m_x, n, d);
 
-  for (int64_t t = 0; t < n; ++t) rmsNorm(&m_x[sz(t * d)], L.ffnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
+  for (int64_t t = 0; t < n; ++t)
+    rmsNorm(&m_x[sz(t * d)], L.ffnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
+  observe("ffn_norm", layer, m_norm, n, d);
   matmul(L.wGate, m_norm.data(), n, m_gate.data(), pool, m_matmulScratch);
   matmul(L.wUp, m_norm.data(), n, m_up.data(), pool, m_matmulScratch);
-  siluMul(m_gate.data(), m_up.data(), n * c.nFf);
+  kernels().swiglu(m_gate.data(), m_up.data(), m_gate.data(), n * c.nFf);
+  observe("ffn_swiglu", layer, m_gate, n, c.nFf);
   matmul(L.wDown, m_gate.data(), n, m_tmp.data(), pool, m_matmulScratch);
   for (int64_t i = 0; i < n * d; ++i) m_x[sz(i)] += m_tmp[sz(i)];
-}
-
-// Causal attention of each new token over the cached positions of its sequence, one (token,
-// head) pair per work item. Queries are rounded to f16 before the dot product with the f16 keys,
-// as ggml does when it multiplies by an f16 cache.
-void CpuStage::attention(size_t localLayer, const runtime::StageInput& in) {
-  const model::ModelConfig& c = m_config;
-  const int64_t hd = c.headDim, kv = c.kvDim(), qd = c.qDim();
-  const int32_t group = c.nHead / c.nHeadKv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const uint16_t* keys = keyCache(localLayer, in.sequence, 0);
-  const uint16_t* values = valueCache(localLayer, in.sequence, 0);
-
-  m_pool->parallelFor(static_cast<int64_t>(in.count) * c.nHead, [&](int64_t begin, int64_t end,
-                                                                    int thread) {
-    float* scores = &m_scores[sz(thread) * sz(m_spec.contextLength)];
-    float* qh = &m_queryScratch[sz(thread) * sz(hd)];
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / c.nHead;
-      const int32_t h = static_cast<int32_t>(item % c.nHead);
-      const int64_t kvOffset = static_cast<int64_t>(h / group) * hd;
-      const float* q = &m_q[sz(t * qd + h * hd)];
-      for (int64_t i = 0; i < hd; ++i) qh[i] = gguf::halfToFloat(gguf::floatToHalf(q[i]));
-      const int32_t visible = in.firstPosition + static_cast<int32_t>(t) + 1;
-      for (int32_t p = 0; p < visible; ++p) {
-        const uint16_t* k = keys + sz(p) * sz(kv) + sz(kvOffset);
-        double dot = 0;
-        for (int64_t i = 0; i < hd; ++i) dot += static_cast<double>(qh[i]) * gguf::halfToFloat(k[i]);
-        scores[p] = static_cast<float>(dot) * scale;
-      }
-      softmax(scores, visible);
-      float* o = &m_attn[sz(t * qd + h * hd)];
-      std::fill(o, o + hd, 0.0f);
-      for (int32_t p = 0; p < visible; ++p) {
-        const uint16_t* v = values + sz(p) * sz(kv) + sz(kvOffset);
-        const float s = scores[p];
-        for (int64_t i = 0; i < hd; ++i) o[i] += s * gguf::halfToFloat(v[i]);
-      }
-    }
-  });
+  observe("l_out", layer, m_x, n, d);
 }
 
 void CpuStage::head(const runtime::StageInput& in, runtime::StageOutput& out) {
@@ -232,8 +224,10 @@ void CpuStage::head(const runtime::StageInput& in, runtime::StageOutput& out) {
   for (int64_t t = 0; t < rows; ++t) {
     rmsNorm(&m_x[sz((first + t) * d)], m_outputNorm, &m_norm[sz(t * d)], d, c.rmsEps);
   }
+  observe("result_norm", -1, m_norm, rows, d);
   out.logits.resize(sz(rows) * sz(c.nVocab));
   matmul(m_output, m_norm.data(), rows, out.logits.data(), *m_pool, m_matmulScratch);
+  observe("result_output", -1, out.logits, rows, c.nVocab);
 }
 
 void CpuStage::truncate(int32_t sequence, int32_t fromPosition) {

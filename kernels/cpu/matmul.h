@@ -1,11 +1,12 @@
 #pragma once
-// y = W x for a weight matrix kept in its quantized file format and a batch of f32 activations.
+// y = W x for a weight matrix kept in its file format and a batch of f32 activations, on the
+// thread pool, with the active kernel table.
 
 #include <cstdint>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
-#include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace shoal::cpu {
@@ -13,21 +14,28 @@ namespace shoal::cpu {
 // A weight matrix of `rows` rows, each `cols` elements of `type`, as stored in the GGUF file.
 struct WeightMatrix {
   gguf::TensorType type = gguf::TensorType::F32;
+  WeightKind kind = WeightKind::F32;
+  ActKind activation = ActKind::F32;  // format x is converted to
   int64_t rows = 0;
   int64_t cols = 0;
   const uint8_t* data = nullptr;
   size_t rowBytes = 0;
-  gguf::TensorType activation = gguf::TensorType::F32;  // format x is converted to
-  DotFn dot = nullptr;
 
+  // Throws shoal::Error for a tensor that is not a 1-D/2-D matrix of a supported type.
   static WeightMatrix from(const gguf::TensorInfo& tensor);
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * rowBytes; }
+  // Bytes one converted activation row takes.
+  size_t activationBytes() const;
 };
 
 // Scratch reused across calls so the decode path does not allocate.
 struct MatmulScratch {
   std::vector<uint8_t> activations;
 };
+
+// The order the float-type dots of this product use: ggml sends a matmul of 2+ tokens through
+// llamafile's tinyBLAS when its shape allows (cols a multiple of the vector step, rows of 4).
+DotOrder dotOrder(const WeightMatrix& w, int64_t tokens);
 
 // y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t in [0, tokens).
 void matmul(const WeightMatrix& w, const float* x, int64_t tokens, float* y, ThreadPool& pool,

@@ -1,0 +1,50 @@
+#pragma once
+// Causal self-attention of a batch of new tokens over an f16 KV cache, evaluated as llama.cpp
+// does without flash attention (llama-graph.cpp build_attn_mha): kq = K·q with q rounded to
+// f16, softmax(kq * scale) over the visible positions, then V·softmax with the probabilities
+// rounded to f16. The dot products run in ggml's vec order for a single token and in tinyBLAS's
+// order for a batch (kernel_table.h), over position counts padded with zeros the way llama.cpp's
+// 256-padded, masked KV view pads them.
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.h"
+
+namespace shoal::cpu {
+
+struct AttentionShape {
+  int32_t nHead = 0;
+  int32_t nHeadKv = 0;
+  int32_t headDim = 0;
+  int32_t contextLength = 0;  // positions the cache holds
+  float scale = 0;            // multiplies K·q before the softmax (1/sqrt(headDim))
+
+  int32_t kvDim() const { return nHeadKv * headDim; }
+  // Stride of a transposed value row: the context rounded up to 64 positions, so that a row can
+  // be read zero-padded to the 64-position steps of the dot products.
+  int64_t valueStride() const { return (static_cast<int64_t>(contextLength) + 63) / 64 * 64; }
+};
+
+// Per-thread scratch, sized once for a shape and a thread count.
+struct AttentionScratch {
+  void reserve(const AttentionShape& shape, int threads);
+  std::vector<uint16_t> query;  // threads x headDim
+  std::vector<float> scores;    // threads x valueStride
+  std::vector<uint16_t> probs;  // threads x valueStride
+  int64_t stride = 0;           // valueStride of the reserved shape
+  int32_t headDim = 0;
+};
+
+// out[t * nHead * headDim + h * headDim + i] for t < count: attention of token t (position
+// firstPosition + t, sees positions 0..firstPosition + t) and head h.
+//  q:      count x nHead x headDim floats (after RoPE)
+//  keys:   position-major f16 keys, kvDim per position (after RoPE)
+//  values: f16 values transposed: row (kvHead * headDim + i) holds dimension i of every
+//          position, valueStride() apart; positions past the cached ones must hold finite values
+//          (they meet zero probabilities).
+void attention(const AttentionShape& shape, const float* q, int32_t count, int32_t firstPosition,
+               const uint16_t* keys, const uint16_t* values, float* out, ThreadPool& pool,
+               AttentionScratch& scratch);
+
+}  // namespace shoal::cpu

@@ -1,0 +1,333 @@
+// AVX2 matrix kernels for the quantized weight types, bit-identical to the scalar reference
+// (reference_dots.cpp): the same integer lanes (vpmaddubsw + vpmaddwd, exact), the same fused
+// per-block accumulation and the same horizontal sum as ggml's AVX2 vec_dot kernels.
+//
+// Compiled with -mavx2 -mfma -mf16c; reached only through the AVX2 kernel table. No standard
+// library templates here: a weak instantiation compiled for AVX2 could be picked by the linker
+// for code that runs on any CPU.
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/simd_kernels.h"
+
+namespace shoal::cpu::avx2 {
+namespace {
+
+inline float half(uint16_t h) { return _cvtsh_ss(h); }
+
+// One fused multiply-add, rounded once (std::fma could be an out-of-line copy shared with code
+// built for any CPU).
+inline float fmaSingle(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// The 32 nibbles of a Q4/Q5 block as bytes in element order (low nibbles are elements 0..15).
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0xF));
+}
+
+// 0x10 in byte j where bit j of the 32-bit qh is set (Q5 fifth bits).
+inline __m256i fifthBits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  // Byte j takes byte j/8 of `bits`, then is tested against bit j%8.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i select = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+// Lane k (of 8) = the integer dot of elements 4k..4k+3; u unsigned (<= 31), s signed.
+inline __m256i dotUnsigned(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+// Both signed: move the sign of x onto y (ggml does the same; products are unchanged).
+inline __m256i dotSigned(__m256i x, __m256i y) {
+  return dotUnsigned(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+// hsum_float_8's order.
+inline float hsum8(__m256 x) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+// Per weight type: how a block unpacks into 32 bytes, whether they are signed, and whether the
+// block has a minimum (then the activation block carries s = d * sum(q)).
+struct Q4_0 {
+  using W = BlockQ4_0;
+  using A = BlockQ8_0;
+  static constexpr bool kSigned = true, kMin = false;
+  static __m256i load(const W& b) { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); }
+  static float min(const W&) { return 0; }
+  static float sum(const A&) { return 0; }
+};
+struct Q4_1 {
+  using W = BlockQ4_1;
+  using A = BlockQ8_1;
+  static constexpr bool kSigned = false, kMin = true;
+  static __m256i load(const W& b) { return nibbles(b.qs); }
+  static float min(const W& b) { return half(b.m); }
+  static float sum(const A& a) { return half(a.s); }
+};
+struct Q5_0 {
+  using W = BlockQ5_0;
+  using A = BlockQ8_0;
+  static constexpr bool kSigned = true, kMin = false;
+  static __m256i load(const W& b) {
+    return _mm256_sub_epi8(_mm256_or_si256(nibbles(b.qs), fifthBits(b.qh)), _mm256_set1_epi8(16));
+  }
+  static float min(const W&) { return 0; }
+  static float sum(const A&) { return 0; }
+};
+struct Q5_1 {
+  using W = BlockQ5_1;
+  using A = BlockQ8_1;
+  static constexpr bool kSigned = false, kMin = true;
+  static __m256i load(const W& b) { return _mm256_or_si256(nibbles(b.qs), fifthBits(b.qh)); }
+  static float min(const W& b) { return half(b.m); }
+  static float sum(const A& a) { return half(a.s); }
+};
+struct Q8_0 {
+  using W = BlockQ8_0;
+  using A = BlockQ8_0;
+  static constexpr bool kSigned = true, kMin = false;
+  static __m256i load(const W& b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  }
+  static float min(const W&) { return 0; }
+  static float sum(const A&) { return 0; }
+};
+
+// R weight rows x T tokens at once: every weight block is unpacked once per T tokens, every
+// activation block loaded once per R rows. Each (row, token) keeps its own accumulator and sums
+// blocks in order, so the tile shape does not change any result.
+template <class Q, int R, int T>
+void tile(const GemmArgs& g, int64_t r0, int64_t t0) {
+  using W = typename Q::W;
+  using A = typename Q::A;
+  const int64_t blocks = g.cols / kQK;
+  const W* w[R];
+  const A* a[T];
+  for (int r = 0; r < R; ++r) {
+    w[r] = reinterpret_cast<const W*>(g.weights + static_cast<size_t>(r0 + r) * g.weightStride);
+  }
+  for (int t = 0; t < T; ++t) {
+    a[t] = reinterpret_cast<const A*>(g.act + static_cast<size_t>(t0 + t) * g.actStride);
+  }
+  __m256 acc[R][T];
+  float summs[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      acc[r][t] = _mm256_setzero_ps();
+      summs[r][t] = 0.0f;
+    }
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i q[R], qAbs[R];
+    float dw[R], mw[R];
+    for (int r = 0; r < R; ++r) {
+      q[r] = Q::load(w[r][b]);
+      if constexpr (Q::kSigned) qAbs[r] = _mm256_sign_epi8(q[r], q[r]);
+      dw[r] = half(w[r][b].d);
+      if constexpr (Q::kMin) mw[r] = Q::min(w[r][b]);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][b].qs));
+      const float da = half(a[t][b].d);
+      const float sa = Q::sum(a[t][b]);
+      for (int r = 0; r < R; ++r) {
+        __m256i lanes;
+        if constexpr (Q::kSigned) {
+          lanes = dotUnsigned(qAbs[r], _mm256_sign_epi8(y, q[r]));
+        } else {
+          lanes = dotUnsigned(q[r], y);
+        }
+        acc[r][t] =
+            _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * da), _mm256_cvtepi32_ps(lanes), acc[r][t]);
+        if constexpr (Q::kMin) summs[r][t] = fmaSingle(mw[r], sa, summs[r][t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    float* y = g.y + (t0 + t) * g.ldy + r0;
+    for (int r = 0; r < R; ++r) y[r] = Q::kMin ? hsum8(acc[r][t]) + summs[r][t] : hsum8(acc[r][t]);
+  }
+}
+
+template <class Q, int R>
+void rowTile(const GemmArgs& g, int64_t r0) {
+  int64_t t = 0;
+  for (; t + 4 <= g.tokens; t += 4) tile<Q, R, 4>(g, r0, t);
+  for (; t < g.tokens; ++t) tile<Q, R, 1>(g, r0, t);
+}
+
+template <class Q>
+void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  int64_t r = rowBegin;
+  if (g.tokens == 1) {
+    for (; r + 4 <= rowEnd; r += 4) tile<Q, 4, 1>(g, r, 0);
+  } else {
+    for (; r + 2 <= rowEnd; r += 2) rowTile<Q, 2>(g, r);
+  }
+  for (; r < rowEnd; ++r) rowTile<Q, 1>(g, r);
+}
+
+// ---- K-quants (ggml_vec_dot_q{4,5,6}_K_q8_K, AVX2) -------------------------------------------
+
+// The 8 sub-block scales and mins of a Q4_K/Q5_K block as 8 + 8 int16.
+inline void scalesAndMins(const uint8_t packed[12], __m128i& scales, __m128i& mins) {
+  uint8_t sc[8], mn[8];
+  for (int j = 0; j < 8; ++j) kQuantScaleMin(j, packed, sc[j], mn[j]);
+  scales = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
+  mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
+}
+
+// mins[2p]*sums[2p] + mins[2p+1]*sums[2p+1] with sums[k] = bsums[2k] + bsums[2k+1].
+inline __m128i minProducts(const BlockQ8_K& y, __m128i mins) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8));
+  return _mm_madd_epi16(mins, _mm_hadd_epi16(lo, hi));
+}
+
+inline __m256i broadcastScale(__m128i scales16, int j) {
+  alignas(16) int16_t s[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(s), scales16);
+  return _mm256_set1_epi16(s[j]);
+}
+
+float dotQ4_K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  __m128 accMin = _mm_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float d = y[b].d * half(x[b].d);
+    const float dmin = -y[b].d * half(x[b].dmin);
+    __m128i scales, mins;
+    scalesAndMins(x[b].scales, scales, mins);
+    accMin = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(minProducts(y[b], mins)), accMin);
+    __m256i lanes = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * j));
+      const __m256i q8lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 64 * j));
+      const __m256i q8hi =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 64 * j + 32));
+      const __m256i plo = _mm256_maddubs_epi16(_mm256_and_si256(bits, low4), q8lo);
+      const __m256i phi =
+          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 4), low4), q8hi);
+      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(broadcastScale(scales, 2 * j), plo));
+      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(broadcastScale(scales, 2 * j + 1), phi));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+  }
+  accMin = _mm_add_ps(accMin, _mm_movehl_ps(accMin, accMin));
+  accMin = _mm_add_ss(accMin, _mm_movehdup_ps(accMin));
+  return hsum8(acc) + _mm_cvtss_f32(accMin);
+}
+
+float dotQ5_K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  float summs = 0.0f;
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float d = y[b].d * half(x[b].d);
+    const float dmin = -y[b].d * half(x[b].dmin);
+    __m128i scales, mins;
+    scalesAndMins(x[b].scales, scales, mins);
+    const __m128i prod = minProducts(y[b], mins);
+    alignas(16) int32_t p[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(p), prod);
+    summs = fmaSingle(dmin, static_cast<float>((p[0] + p[1]) + (p[2] + p[3])), summs);
+    const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
+    __m256i lanes = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * j));
+      const __m256i one = _mm256_set1_epi8(1);
+      const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(high, 2 * j), one);
+      const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(high, 2 * j + 1), one);
+      const __m256i q0 = _mm256_or_si256(_mm256_and_si256(bits, low4), _mm256_slli_epi16(h0, 4));
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), low4),
+                                         _mm256_slli_epi16(h1, 4));
+      const __m256i q8lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 64 * j));
+      const __m256i q8hi =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 64 * j + 32));
+      lanes = _mm256_add_epi32(
+          lanes, _mm256_madd_epi16(broadcastScale(scales, 2 * j), _mm256_maddubs_epi16(q0, q8lo)));
+      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(broadcastScale(scales, 2 * j + 1),
+                                                        _mm256_maddubs_epi16(q1, q8hi)));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+  }
+  return hsum8(acc) + summs;
+}
+
+float dotQ6_K(const BlockQ6_K* x, const BlockQ8_K* y, int64_t blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi8(0xF), low2 = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float d = y[b].d * half(x[b].d);
+    const __m256i scales16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales)));
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].bsums));
+    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5);
+    __m256i lanes = _mm256_setzero_si256();
+    for (int half128 = 0; half128 < 2; ++half128) {
+      const uint8_t* ql = x[b].ql + 64 * half128;
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i qh =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh + 32 * half128));
+      for (int part = 0; part < 4; ++part) {
+        const __m256i src = part % 2 == 0 ? lo : hi;
+        const __m256i nib = part < 2 ? _mm256_and_si256(src, low4)
+                                     : _mm256_and_si256(_mm256_srli_epi16(src, 4), low4);
+        const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * part), low2);
+        const __m256i q = _mm256_or_si256(nib, _mm256_slli_epi16(top, 4));
+        const __m256i q8 = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(y[b].qs + 128 * half128 + 32 * part));
+        const int s = 8 * half128 + 2 * part;
+        const __m256i scale =
+            _mm256_set_m128i(_mm_set1_epi16(x[b].scales[s + 1]), _mm_set1_epi16(x[b].scales[s]));
+        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, q8)));
+      }
+    }
+    lanes = _mm256_sub_epi32(lanes, offset);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+  }
+  return hsum8(acc);
+}
+
+template <class W, float (*Dot)(const W*, const BlockQ8_K*, int64_t)>
+void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  const int64_t blocks = g.cols / kQKK;
+  for (int64_t r = rowBegin; r < rowEnd; ++r) {
+    const auto* w = reinterpret_cast<const W*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+    for (int64_t t = 0; t < g.tokens; ++t) {
+      const auto* a =
+          reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
+      g.y[t * g.ldy + r] = Dot(w, a, blocks);
+    }
+  }
+}
+
+}  // namespace
+
+void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_0>(g, b, e); }
+void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_1>(g, b, e); }
+void gemmQ5_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_0>(g, b, e); }
+void gemmQ5_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_1>(g, b, e); }
+void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q8_0>(g, b, e); }
+void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) { gemmK<BlockQ4_K, dotQ4_K>(g, b, e); }
+void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) { gemmK<BlockQ5_K, dotQ5_K>(g, b, e); }
+void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) { gemmK<BlockQ6_K, dotQ6_K>(g, b, e); }
+
+}  // namespace shoal::cpu::avx2

@@ -1,0 +1,30 @@
+#pragma once
+// Which instruction-set level the CPU kernels run at, chosen once at run time so one binary runs
+// on any x86-64 (and, through the scalar path, anywhere else).
+//
+// Every level computes the same numbers: the SIMD kernels evaluate each sum in the order the
+// scalar reference defines (ggml's x86 order, see kernel_table.h), so switching levels changes
+// speed only. SHOAL_CPU_ISA=scalar|avx2|avx512 caps the level (tests and benchmarks use it).
+
+#include <string_view>
+
+namespace shoal::cpu {
+
+enum class Isa {
+  Scalar,  // portable C++; the reference
+  Avx2,    // AVX2 + FMA + F16C (Haswell and later, Zen)
+  Avx512,  // AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Sapphire Rapids, Zen 4)
+};
+
+std::string_view isaName(Isa isa);
+
+// The best level this CPU supports (ignores SHOAL_CPU_ISA).
+Isa detectIsa();
+
+// The level in use: detectIsa() capped by SHOAL_CPU_ISA when set.
+Isa activeIsa();
+
+// Whether this build contains the kernels of a level (x86-64 builds contain all three).
+bool isaCompiled(Isa isa);
+
+}  // namespace shoal::cpu

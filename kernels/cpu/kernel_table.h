@@ -1,0 +1,94 @@
+#pragma once
+// The CPU kernels of one instruction-set level, as a table chosen once at run time
+// (cpu_features.h). All levels compute bit-identical results; the scalar level is the reference
+// the others are tested against, and its order of evaluation is ggml's (ggml_order.h):
+//
+//  * Weight rows stay in their file format. Activations are converted to the format each weight
+//    type pairs with (ggml's vec_dot_type): Q4_0, Q5_0, Q8_0 -> Q8_0; Q4_1, Q5_1 -> Q8_1;
+//    Q4_K, Q5_K, Q6_K -> Q8_K; F16 -> F16; BF16 -> BF16; F32 -> F32. Q8_0/Q8_1 use ggml's x86
+//    quantizer (scale 127/amax, round half to even), Q8_K ggml's reference one.
+//  * Quantized dots follow ggml's AVX2 kernels (arch/x86/quants.c): per 32-element block, eight
+//    lanes each holding the exact integer dot of 4 adjacent elements; lane += d_w*d_a * lane_sum
+//    with one rounding (fma) per block; the lanes summed as hsum_float_8; then the minimum term
+//    (Q4_1, Q5_1: m_w*s_a fused-accumulated per block in a scalar).
+//  * F32/F16/BF16 dots have two orders, because ggml runs a one-token matmul through its vec_dot
+//    kernels and a multi-token one through llamafile's tinyBLAS (llamafile/sgemm.cpp):
+//    DotOrder::Vec = 4 accumulators of 16 lanes (ggml_vec_dot_f16/f32; BF16: 2 accumulators of
+//    vdpbf16ps pairs), DotOrder::Tiled = 1 accumulator of 16 lanes (tinyBLAS). Both end with
+//    reduce16. Matrix code picks Tiled for batches of 2+ tokens where tinyBLAS would run.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/gguf/tensor_type.h"
+#include "kernels/cpu/cpu_features.h"
+
+namespace shoal::cpu {
+
+enum class DotOrder { Vec, Tiled };
+
+// Weight types with a matrix kernel, as table indices.
+enum class WeightKind { F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Count };
+
+// Formats activations are converted to before a matrix product.
+enum class ActKind { F32, F16, BF16, Q8_0, Q8_1, Q8_K, Count };
+
+// WeightKind of a tensor type; throws shoal::Error for types without a kernel.
+WeightKind weightKind(gguf::TensorType type);
+// The activation format a weight type pairs with.
+ActKind activationKind(WeightKind kind);
+gguf::TensorType activationTensorType(ActKind kind);
+
+// One matrix product job: y[t * ldy + r] = dot(weight row r, activation row t).
+struct GemmArgs {
+  const uint8_t* weights = nullptr;  // row 0 of the weight matrix
+  size_t weightStride = 0;           // bytes from one weight row to the next
+  const uint8_t* act = nullptr;      // activation row 0, already converted (ActKind)
+  size_t actStride = 0;              // bytes from one activation row to the next
+  int64_t tokens = 0;                // activation rows
+  int64_t cols = 0;                  // elements per row (a multiple of the block size)
+  float* y = nullptr;
+  int64_t ldy = 0;                 // floats from one token's outputs to the next
+  DotOrder order = DotOrder::Vec;  // F32/F16/BF16 only
+};
+
+// Computes rows [rowBegin, rowEnd) for every token of the job.
+using GemmFn = void (*)(const GemmArgs& args, int64_t rowBegin, int64_t rowEnd);
+
+// Converts n floats to an activation format (n a multiple of its block size).
+using ConvertFn = void (*)(const float* x, void* dst, int64_t n);
+
+struct KernelTable {
+  Isa isa = Isa::Scalar;
+  GemmFn gemm[static_cast<int>(WeightKind::Count)] = {};
+  ConvertFn convert[static_cast<int>(ActKind::Count)] = {};
+
+  // n halfs to floats / floats to halfs (round to nearest even).
+  void (*halfToFloat)(const uint16_t* x, float* y, int64_t n) = nullptr;
+  void (*floatToHalf)(const float* x, uint16_t* y, int64_t n) = nullptr;
+
+  // Dot product of two f16 rows in one of the two orders (Tiled needs n % 16 == 0).
+  float (*dotF16)(const uint16_t* x, const uint16_t* y, int64_t n, DotOrder order) = nullptr;
+
+  // Softmax numerator: y[i] = exp(x[i] - max) for i < n (ggml_vec_soft_max_f32, AVX-512: groups
+  // of 16, each group reduced by reduce16 and added to a double). A last partial group counts
+  // as padded with zeros, as ggml's masked, 256-padded KV rows are. Returns the sum.
+  double (*softmaxExp)(const float* x, float max, float* y, int64_t n) = nullptr;
+
+  // y[i] = silu(gate[i]) * up[i] (ggml_vec_swiglu_f32 with ggml_v_silu on whole vectors of 16;
+  // the last n % 16 elements use libm's expf, as ggml's scalar tail does).
+  void (*swiglu)(const float* gate, const float* up, float* y, int64_t n) = nullptr;
+};
+
+// The table of the active level (activeIsa()).
+const KernelTable& kernels();
+
+// The table of a given level, or nullptr when this build or this CPU lacks it.
+const KernelTable* kernelsFor(Isa isa);
+
+// Per-level tables (defined in reference_*.cpp, avx2_*.cpp, avx512_*.cpp).
+const KernelTable& referenceKernels();
+const KernelTable* avx2Kernels();    // nullptr when not compiled in
+const KernelTable* avx512Kernels();  // nullptr when not compiled in
+
+}  // namespace shoal::cpu

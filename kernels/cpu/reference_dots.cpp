@@ -1,0 +1,345 @@
+// Scalar reference dot products, in the order of ggml's x86 kernels (see kernel_table.h and
+// ggml_order.h). Lane arrays stand for SIMD registers: lane k of a quantized dot holds the exact
+// integer dot of elements 4k..4k+3 of a 32-element block, as vpdpbusd / vpmaddubsw+vpmaddwd
+// leave it in ggml's ymm accumulators.
+
+#include <cstring>
+
+#include "engine/error.h"
+#include "engine/gguf/dequantize.h"
+#include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/ggml_order.h"
+#include "kernels/cpu/reference_kernels.h"
+
+namespace shoal::cpu::ref {
+namespace {
+
+using gguf::bf16ToFloat;
+using gguf::halfToFloat;
+
+// The 32 weights of a Q4_0/Q4_1 block in element order: low nibbles are elements 0..15.
+void nibbles(const uint8_t qs[16], int32_t out[32]) {
+  for (int j = 0; j < 16; ++j) {
+    out[j] = qs[j] & 0xF;
+    out[j + 16] = qs[j] >> 4;
+  }
+}
+
+// Q5_0/Q5_1: the nibble plus the fifth bit (bit j of qh for element j) shifted to 16.
+void nibblesWithHighBit(const uint8_t qs[16], const uint8_t qh[4], int32_t out[32]) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  nibbles(qs, out);
+  for (int j = 0; j < 32; ++j) out[j] |= static_cast<int32_t>((bits >> j) & 1u) << 4;
+}
+
+// Eight lanes of 4-element integer dots, then lane = fma(scale, lane sum, lane).
+void accumulateBlock(const int32_t x[32], const int8_t y[32], float scale, float acc[8]) {
+  for (int k = 0; k < 8; ++k) {
+    int32_t s = 0;
+    for (int e = 4 * k; e < 4 * k + 4; ++e) s += x[e] * y[e];
+    acc[k] = std::fma(scale, static_cast<float>(s), acc[k]);
+  }
+}
+
+// ggml_vec_dot_f16/f32 (AVX-512: GGML_F32_STEP 64, 4 registers of 16). xs/ys convert element i.
+template <typename X, typename Y>
+double vecOrderSum(X xs, Y ys, int64_t n, int64_t& done) {
+  float acc[4][16] = {};
+  const int64_t full = n & ~int64_t{63};
+  for (int64_t i = 0; i < full; i += 64) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 16; ++l) {
+        const int64_t e = i + 16 * j + l;
+        acc[j][l] = std::fma(xs(e), ys(e), acc[j][l]);
+      }
+    }
+  }
+  for (int l = 0; l < 16; ++l) {
+    acc[0][l] = acc[0][l] + acc[2][l];
+    acc[1][l] = acc[1][l] + acc[3][l];
+    acc[0][l] = acc[0][l] + acc[1][l];
+  }
+  done = full;
+  return static_cast<double>(order::reduce16(acc[0]));
+}
+
+// llamafile tinyBLAS (KN = 16): one register of 16 lanes, n % 16 == 0.
+template <typename X, typename Y>
+float tiledOrderSum(X xs, Y ys, int64_t n) {
+  float acc[16] = {};
+  for (int64_t i = 0; i < n; i += 16) {
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(xs(i + l), ys(i + l), acc[l]);
+  }
+  return order::reduce16(acc);
+}
+
+// vdpbf16ps on one lane: the odd pair first, then the even one, each fused.
+void dpbf16(float& acc, float x0, float y0, float x1, float y1) {
+  acc = std::fma(x1, y1, acc);
+  acc = std::fma(x0, y0, acc);
+}
+
+// Per-sub-block minimum terms: int products of the mins with the Q8_K sums of 32 elements,
+// paired as _mm_madd_epi16 pairs them (4 results).
+void minProducts(const BlockQ8_K& y, const uint8_t mins[8], int32_t prod[4]) {
+  int32_t sums[8];
+  for (int k = 0; k < 8; ++k) sums[k] = y.bsums[2 * k] + y.bsums[2 * k + 1];
+  for (int p = 0; p < 4; ++p)
+    prod[p] = mins[2 * p] * sums[2 * p] + mins[2 * p + 1] * sums[2 * p + 1];
+}
+
+}  // namespace
+
+float dotF32(const void* w, const void* a, int64_t n, DotOrder order) {
+  const auto* x = static_cast<const float*>(w);
+  const auto* y = static_cast<const float*>(a);
+  auto xs = [x](int64_t i) { return x[i]; };
+  auto ys = [y](int64_t i) { return y[i]; };
+  if (order == DotOrder::Tiled) return tiledOrderSum(xs, ys, n);
+  int64_t i = 0;
+  // ggml_vec_dot_f32 keeps its total in a float; GCC fuses the leftover products into it.
+  float sum = static_cast<float>(vecOrderSum(xs, ys, n, i));
+  for (; i < n; ++i) sum = std::fma(x[i], y[i], sum);
+  return sum;
+}
+
+float dotF16(const void* w, const void* a, int64_t n, DotOrder order) {
+  return dotHalf(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n, order);
+}
+
+float dotHalf(const uint16_t* x, const uint16_t* y, int64_t n, DotOrder order) {
+  auto xs = [x](int64_t i) { return halfToFloat(x[i]); };
+  auto ys = [y](int64_t i) { return halfToFloat(y[i]); };
+  if (order == DotOrder::Tiled) return tiledOrderSum(xs, ys, n);
+  int64_t i = 0;
+  double sum = vecOrderSum(xs, ys, n, i);
+  for (; i < n; ++i) sum += static_cast<double>(xs(i) * ys(i));
+  return static_cast<float>(sum);
+}
+
+// ggml_vec_dot_bf16 with AVX512_BF16: two registers of 16 lanes over 64-element steps, each lane
+// taking an (even, odd) pair through vdpbf16ps; tinyBLAS (KN = 32) uses one register.
+float dotBF16(const void* w, const void* a, int64_t n, DotOrder order) {
+  const auto* x = static_cast<const uint16_t*>(w);
+  const auto* y = static_cast<const uint16_t*>(a);
+  auto xs = [x](int64_t i) { return bf16ToFloat(x[i]); };
+  auto ys = [y](int64_t i) { return bf16ToFloat(y[i]); };
+  if (order == DotOrder::Tiled) {
+    float acc[16] = {};
+    for (int64_t i = 0; i < n; i += 32) {
+      for (int l = 0; l < 16; ++l) {
+        const int64_t e = i + 2 * l;
+        dpbf16(acc[l], xs(e), ys(e), xs(e + 1), ys(e + 1));
+      }
+    }
+    return order::reduce16(acc);
+  }
+  float c1[16] = {}, c2[16] = {};
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (int l = 0; l < 16; ++l) {
+      const int64_t e = i + 2 * l;
+      dpbf16(c1[l], xs(e), ys(e), xs(e + 1), ys(e + 1));
+      dpbf16(c2[l], xs(e + 32), ys(e + 32), xs(e + 33), ys(e + 33));
+    }
+  }
+  double sum = 0;
+  sum += static_cast<double>(order::reduce16(c1));
+  sum += static_cast<double>(order::reduce16(c2));
+  for (; i < n; ++i) sum += static_cast<double>(xs(i) * ys(i));
+  return static_cast<float>(sum);
+}
+
+float dotQ4_0(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float acc[8] = {};
+  int32_t q[32];
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    nibbles(x[b].qs, q);
+    for (int32_t& v : q) v -= 8;
+    accumulateBlock(q, y[b].qs, halfToFloat(x[b].d) * halfToFloat(y[b].d), acc);
+  }
+  return order::hsum8(acc);
+}
+
+float dotQ4_1(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_1*>(w);
+  const auto* y = static_cast<const BlockQ8_1*>(a);
+  float acc[8] = {};
+  float summs = 0;
+  int32_t q[32];
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    // ggml's `summs += m * s` is compiled to an fma (GCC contracts it under -march=native).
+    summs = std::fma(halfToFloat(x[b].m), halfToFloat(y[b].s), summs);
+    nibbles(x[b].qs, q);
+    accumulateBlock(q, y[b].qs, halfToFloat(x[b].d) * halfToFloat(y[b].d), acc);
+  }
+  return order::hsum8(acc) + summs;
+}
+
+float dotQ5_0(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ5_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float acc[8] = {};
+  int32_t q[32];
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    nibblesWithHighBit(x[b].qs, x[b].qh, q);
+    for (int32_t& v : q) v -= 16;
+    accumulateBlock(q, y[b].qs, halfToFloat(x[b].d) * halfToFloat(y[b].d), acc);
+  }
+  return order::hsum8(acc);
+}
+
+float dotQ5_1(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ5_1*>(w);
+  const auto* y = static_cast<const BlockQ8_1*>(a);
+  float acc[8] = {};
+  float summs = 0;
+  int32_t q[32];
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    summs = std::fma(halfToFloat(x[b].m), halfToFloat(y[b].s), summs);
+    nibblesWithHighBit(x[b].qs, x[b].qh, q);
+    accumulateBlock(q, y[b].qs, halfToFloat(x[b].d) * halfToFloat(y[b].d), acc);
+  }
+  return order::hsum8(acc) + summs;
+}
+
+float dotQ8_0(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ8_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float acc[8] = {};
+  int32_t q[32];
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    for (int j = 0; j < 32; ++j) q[j] = x[b].qs[j];
+    accumulateBlock(q, y[b].qs, halfToFloat(x[b].d) * halfToFloat(y[b].d), acc);
+  }
+  return order::hsum8(acc);
+}
+
+// K-quants (ggml_vec_dot_q{4,5,6}_K_q8_K, AVX2). Per 256-element super-block the eight lanes
+// hold exact integers: lane k sums, over each 32-element sub-block, scale * (dot of elements
+// 4k..4k+3 of it); then lane = fma(d, lane sum, lane).
+
+float dotQ4_K(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc[8] = {};
+  float accMin[4] = {};
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const float d = y[b].d * halfToFloat(x[b].d);
+    const float dmin = -y[b].d * halfToFloat(x[b].dmin);
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) kQuantScaleMin(j, x[b].scales, sc[j], mn[j]);
+    int32_t prod[4];
+    minProducts(y[b], mn, prod);
+    for (int p = 0; p < 4; ++p) accMin[p] = std::fma(dmin, static_cast<float>(prod[p]), accMin[p]);
+    int32_t lanes[8] = {};
+    for (int s = 0; s < 8; ++s) {  // sub-block s: nibble (s % 2) of bytes 32*(s/2) ...
+      const uint8_t* q = x[b].qs + 32 * (s / 2);
+      const int8_t* q8 = y[b].qs + 32 * s;
+      for (int e = 0; e < 32; ++e) {
+        const int v = (s % 2 == 0) ? (q[e] & 0xF) : (q[e] >> 4);
+        lanes[e / 4] += sc[s] * v * q8[e];
+      }
+    }
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
+  }
+  const float m = (accMin[0] + accMin[2]) + (accMin[1] + accMin[3]);
+  return order::hsum8(acc) + m;
+}
+
+float dotQ5_K(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ5_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc[8] = {};
+  float summs = 0;
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const float d = y[b].d * halfToFloat(x[b].d);
+    const float dmin = -y[b].d * halfToFloat(x[b].dmin);
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) kQuantScaleMin(j, x[b].scales, sc[j], mn[j]);
+    int32_t prod[4];
+    minProducts(y[b], mn, prod);
+    const int32_t minSum = (prod[0] + prod[1]) + (prod[2] + prod[3]);
+    summs = std::fma(dmin, static_cast<float>(minSum), summs);
+    int32_t lanes[8] = {};
+    for (int s = 0; s < 8; ++s) {
+      const uint8_t* q = x[b].qs + 32 * (s / 2);
+      const int8_t* q8 = y[b].qs + 32 * s;
+      for (int e = 0; e < 32; ++e) {
+        const int lo = (s % 2 == 0) ? (q[e] & 0xF) : (q[e] >> 4);
+        const int hi = (x[b].qh[e] >> s) & 1;  // sub-block s keeps its fifth bits in bit s
+        lanes[e / 4] += sc[s] * (lo | (hi << 4)) * q8[e];
+      }
+    }
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
+  }
+  return order::hsum8(acc) + summs;
+}
+
+// Q6_K: values are used unsigned (0..63) and the -32 offset is taken off per lane afterwards,
+// from the Q8_K sums: lane k loses 32 * (bsums[2k]*scale[2k] + bsums[2k+1]*scale[2k+1]).
+float dotQ6_K(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc[8] = {};
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const float d = y[b].d * halfToFloat(x[b].d);
+    const int8_t* sc = x[b].scales;
+    int32_t lanes[8] = {};
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = x[b].ql + 64 * half;
+      const uint8_t* qh = x[b].qh + 32 * half;
+      for (int part = 0; part < 4; ++part) {
+        const int8_t* q8 = y[b].qs + 128 * half + 32 * part;
+        for (int e = 0; e < 32; ++e) {
+          const int low = (part % 2 == 0 ? ql[e] : ql[e + 32]);
+          const int nib = part < 2 ? (low & 0xF) : (low >> 4);
+          const int v = nib | (((qh[e] >> (2 * part)) & 3) << 4);
+          const int scale = sc[8 * half + 2 * part + (e >= 16 ? 1 : 0)];
+          lanes[e / 4] += scale * v * q8[e];
+        }
+      }
+    }
+    for (int k = 0; k < 8; ++k) {
+      lanes[k] -= 32 * (y[b].bsums[2 * k] * sc[2 * k] + y[b].bsums[2 * k + 1] * sc[2 * k + 1]);
+      acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
+    }
+  }
+  return order::hsum8(acc);
+}
+
+float dot(WeightKind kind, const void* w, const void* a, int64_t n, DotOrder order) {
+  switch (kind) {
+    case WeightKind::F32:
+      return dotF32(w, a, n, order);
+    case WeightKind::F16:
+      return dotF16(w, a, n, order);
+    case WeightKind::BF16:
+      return dotBF16(w, a, n, order);
+    case WeightKind::Q4_0:
+      return dotQ4_0(w, a, n);
+    case WeightKind::Q4_1:
+      return dotQ4_1(w, a, n);
+    case WeightKind::Q5_0:
+      return dotQ5_0(w, a, n);
+    case WeightKind::Q5_1:
+      return dotQ5_1(w, a, n);
+    case WeightKind::Q8_0:
+      return dotQ8_0(w, a, n);
+    case WeightKind::Q4_K:
+      return dotQ4_K(w, a, n);
+    case WeightKind::Q5_K:
+      return dotQ5_K(w, a, n);
+    case WeightKind::Q6_K:
+      return dotQ6_K(w, a, n);
+    case WeightKind::Count:
+      break;
+  }
+  throw Error("CPU backend: no dot product for weight kind " +
+              std::to_string(static_cast<int>(kind)));
+}
+
+}  // namespace shoal::cpu::ref

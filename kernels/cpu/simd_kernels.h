@@ -1,0 +1,19 @@
+#pragma once
+// Entry points of the SIMD kernel files to one another (each level's table is assembled in its
+// *_ops.cpp from these). Only reachable through the kernel tables, which hand them out only on a
+// CPU that has the instructions.
+
+#include <cstdint>
+
+#include "kernels/cpu/kernel_table.h"
+
+namespace shoal::cpu::avx2 {
+void gemmQ4_0(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ4_1(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ5_0(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ5_1(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ8_0(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ4_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ5_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ6_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+}  // namespace shoal::cpu::avx2
