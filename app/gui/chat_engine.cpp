@@ -1,0 +1,177 @@
+#include "app/gui/chat_engine.h"
+
+#include <QFileInfo>
+#include <QRandomGenerator>
+#include <algorithm>
+#include <exception>
+
+#include "engine/error.h"
+#include "engine/model/chat_template.h"
+#include "engine/model/model.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/chain.h"
+#include "engine/runtime/session.h"
+#include "kernels/backend_registry.h"
+
+namespace shoal::gui {
+namespace {
+
+// The context the GUI asks for: the model's training context, capped so that a small machine
+// does not reserve a KV cache for 128k tokens (the same cap shoal-cli uses by default).
+constexpr int32_t kMaxContext = 4096;
+
+std::vector<model::ChatMessage> toMessages(const QList<ChatTurn>& turns) {
+  std::vector<model::ChatMessage> out;
+  out.reserve(static_cast<size_t>(turns.size()));
+  for (const ChatTurn& t : turns) out.push_back({t.role.toStdString(), t.content.toStdString()});
+  return out;
+}
+
+// Drop the oldest user turn and the reply that followed it (a system turn first stays); false
+// when only the last turn is left. The same policy as shoal-cli chat.
+bool dropOldestTurn(std::vector<model::ChatMessage>& messages) {
+  const size_t first = (!messages.empty() && messages.front().role == "system") ? 1 : 0;
+  if (messages.size() - first <= 1) return false;
+  messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
+  if (messages.size() - first > 1 && messages[first].role == "assistant") {
+    messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
+  }
+  return true;
+}
+
+}  // namespace
+
+ChatEngine::ChatEngine(QObject* parent) : QObject(parent) {
+  qRegisterMetaType<GenerationSettings>();
+  qRegisterMetaType<ChatTurn>();
+  qRegisterMetaType<QList<ChatTurn>>();
+  qRegisterMetaType<ReplyStats>();
+}
+
+ChatEngine::~ChatEngine() = default;  // session before chain before backend before model
+
+void ChatEngine::stop() { m_cancel.store(true); }
+
+void ChatEngine::requestGenerate(qint64 conversationId, const QList<ChatTurn>& turns,
+                                 const GenerationSettings& settings) {
+  m_cancel.store(false);
+  QMetaObject::invokeMethod(
+      this, [this, conversationId, turns, settings] { generate(conversationId, turns, settings); },
+      Qt::QueuedConnection);
+}
+
+void ChatEngine::loadModel(const QString& path) {
+  emit loadStarted(path);
+  // Release the old model first: two models at once may not fit in memory.
+  m_session.reset();
+  m_chain.reset();
+  m_backend.reset();
+  m_model.reset();
+  try {
+    auto loaded = model::Model::load(path.toStdString());
+    auto backend = kernels::createBackend("cpu", kernels::BackendOptions{});
+    const runtime::Availability a = backend->availability();
+    if (!a.available) throw Error("cpu backend unavailable: " + a.reason);
+    const model::ModelConfig& c = loaded->config();
+    runtime::StageSpec spec;
+    spec.firstLayer = 0;
+    spec.lastLayer = c.nLayer;
+    spec.hasEmbedding = spec.hasHead = true;
+    spec.contextLength = std::min(c.nCtxTrain, kMaxContext);
+    const runtime::ModelSource src{&loaded->file(), &loaded->config(), &loaded->weights()};
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(backend->createStage(backend->devices().front().id, src, spec));
+    auto chain = std::make_unique<runtime::Chain>(std::move(stages));
+    m_session = std::make_unique<runtime::Session>(*chain, loaded->tokenizer());
+    m_chain = std::move(chain);
+    m_backend = std::move(backend);
+    m_model = std::move(loaded);
+  } catch (const std::exception& e) {
+    m_session.reset();
+    emit loadFailed(QString::fromStdString(e.what()));
+    return;
+  }
+  emit modelLoaded(QFileInfo(path).fileName(), m_session->contextLength(),
+                   QString::fromStdString(m_model->config().architecture));
+}
+
+void ChatEngine::generate(qint64 conversationId, const QList<ChatTurn>& turns,
+                          const GenerationSettings& settings) {
+  if (!m_session) {
+    emit generateFailed(conversationId, tr("No model is loaded."));
+    return;
+  }
+  try {
+    const model::ChatTemplate& tmpl = m_model->chatTemplate();
+    std::vector<model::ChatMessage> messages = toMessages(turns);
+    const int32_t ctx = m_session->contextLength();
+    // Keep room for a reply of maxTokens, or of a quarter of the context if that is less.
+    const int32_t reserve = std::min<int32_t>(std::max(settings.maxTokens, 1), ctx / 4);
+    auto render = [&] {
+      return m_model->tokenizer().encode(model::renderChat(tmpl, messages, true), true, true);
+    };
+    std::vector<model::TokenId> prompt = render();
+    int dropped = 0;
+    while (static_cast<int32_t>(prompt.size()) + reserve > ctx && dropOldestTurn(messages)) {
+      ++dropped;
+      prompt = render();
+    }
+    if (static_cast<int32_t>(prompt.size()) + 1 >= ctx) {
+      emit generateFailed(conversationId, tr("The message (%1 tokens) does not fit the context of "
+                                             "%2 tokens.")
+                                              .arg(prompt.size())
+                                              .arg(ctx));
+      return;
+    }
+
+    runtime::GenerateOptions g;
+    g.maxTokens = std::max(settings.maxTokens, 1);
+    g.sampler.temperature = static_cast<float>(settings.temperature);
+    g.sampler.topP = static_cast<float>(settings.topP);
+    g.sampler.topK = settings.topK;
+    g.sampler.seed = settings.seed >= 0 ? static_cast<uint64_t>(settings.seed)
+                                        : QRandomGenerator::global()->generate64();
+    g.stop = model::chatStopStrings(tmpl.format);
+    g.cancel = &m_cancel;
+
+    const runtime::GenerateResult r =
+        m_session->generate(prompt, g, [this, conversationId](std::string_view piece) {
+          emit tokenStreamed(conversationId,
+                             QString::fromUtf8(piece.data(), static_cast<qsizetype>(piece.size())));
+          return true;
+        });
+
+    ReplyStats s;
+    s.promptTokens = r.promptTokens;
+    s.generatedTokens = static_cast<int>(r.tokens.size());
+    s.contextUsed = static_cast<int>(m_session->cachedTokens().size());
+    s.contextLength = ctx;
+    s.droppedTurns = dropped;
+    // The first token comes out of the prefill; decodeSeconds covers the ones after it.
+    s.tokensPerSecond = (r.tokens.size() > 1 && r.decodeSeconds > 0)
+                            ? static_cast<double>(r.tokens.size() - 1) / r.decodeSeconds
+                            : 0.0;
+    s.prefillSeconds = r.prefillSeconds;
+    s.finishReason =
+        QString::fromUtf8(runtime::finishReasonName(r.finish).data(),
+                          static_cast<qsizetype>(runtime::finishReasonName(r.finish).size()));
+    emit replyFinished(conversationId, QString::fromStdString(r.text), s);
+  } catch (const std::exception& e) {
+    emit generateFailed(conversationId, QString::fromStdString(e.what()));
+  }
+}
+
+ChatEngineThread::ChatEngineThread() : m_engine(new ChatEngine) {
+  m_thread.setObjectName("shoal-chat-engine");
+  m_engine->moveToThread(&m_thread);
+  m_thread.start();
+}
+
+ChatEngineThread::~ChatEngineThread() {
+  m_engine->stop();
+  m_thread.quit();
+  m_thread.wait();
+  delete m_engine;  // the thread has ended: nothing else touches the engine now
+}
+
+}  // namespace shoal::gui

@@ -1,0 +1,282 @@
+#include "app/gui/chat_store.h"
+
+#include <QDir>
+#include <QSqlError>
+#include <QSqlQuery>
+#include <QStandardPaths>
+#include <QUuid>
+#include <QVariant>
+
+namespace shoal::gui {
+namespace {
+
+// Schema version 1. Settings live in columns (not a blob) so they can be queried and migrated.
+const char* const kSchema[] = {
+    "CREATE TABLE IF NOT EXISTS conversations ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " title TEXT NOT NULL,"
+    " system_prompt TEXT NOT NULL DEFAULT '',"
+    " temperature REAL NOT NULL, top_p REAL NOT NULL, top_k INTEGER NOT NULL,"
+    " max_tokens INTEGER NOT NULL, seed INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS messages ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
+    " role TEXT NOT NULL, content TEXT NOT NULL, created_at INTEGER NOT NULL,"
+    " has_stats INTEGER NOT NULL DEFAULT 0,"
+    " prompt_tokens INTEGER, generated_tokens INTEGER, context_used INTEGER,"
+    " context_length INTEGER, dropped_turns INTEGER, tokens_per_second REAL,"
+    " prefill_seconds REAL, finish_reason TEXT)",
+    "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id)",
+    "PRAGMA user_version = 1",
+};
+
+qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
+
+StoredConversation readConversation(const QSqlQuery& q) {
+  StoredConversation c;
+  c.id = q.value(0).toLongLong();
+  c.title = q.value(1).toString();
+  c.systemPrompt = q.value(2).toString();
+  c.settings.temperature = q.value(3).toDouble();
+  c.settings.topP = q.value(4).toDouble();
+  c.settings.topK = q.value(5).toInt();
+  c.settings.maxTokens = q.value(6).toInt();
+  c.settings.seed = q.value(7).toLongLong();
+  c.updatedAt = QDateTime::fromMSecsSinceEpoch(q.value(8).toLongLong());
+  return c;
+}
+
+const char* const kConversationColumns =
+    "SELECT id, title, system_prompt, temperature, top_p, top_k, max_tokens, seed, updated_at "
+    "FROM conversations";
+
+}  // namespace
+
+QString ChatStore::defaultDirectory() {
+  const QByteArray env = qgetenv("SHOAL_DATA_DIR");
+  if (!env.isEmpty()) return QString::fromLocal8Bit(env);
+  return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation);
+}
+
+ChatStore::ChatStore(const QString& directory)
+    : m_connection("shoal-chats-" + QUuid::createUuid().toString(QUuid::WithoutBraces)) {
+  if (!QDir().mkpath(directory)) {
+    m_error = QObject::tr("cannot create the data directory %1").arg(directory);
+    return;
+  }
+  m_path = QDir(directory).filePath("shoal-chats.sqlite");
+  QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", m_connection);
+  db.setDatabaseName(m_path);
+  if (!db.open()) {
+    fail(QObject::tr("cannot open %1").arg(m_path), db.lastError().text());
+    return;
+  }
+  // WAL: a reader never blocks the writer, and a committed transaction survives a kill.
+  QSqlQuery q(db);
+  if (!q.exec("PRAGMA journal_mode=WAL") || !q.next() ||
+      q.value(0).toString().compare("wal", Qt::CaseInsensitive) != 0) {
+    fail(QObject::tr("cannot switch %1 to WAL journal mode").arg(m_path), q.lastError().text());
+    return;
+  }
+  if (!exec("PRAGMA foreign_keys = ON")) return;
+  for (const char* sql : kSchema) {
+    if (!exec(sql)) return;
+  }
+}
+
+ChatStore::~ChatStore() {
+  {
+    QSqlDatabase db = QSqlDatabase::database(m_connection, false);
+    if (db.isValid()) db.close();
+  }  // every handle to the connection must be gone before it is removed
+  QSqlDatabase::removeDatabase(m_connection);
+}
+
+bool ChatStore::exec(const QString& sql) {
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  if (!q.exec(sql)) return fail(QObject::tr("SQL failed: %1").arg(sql), q.lastError().text());
+  return true;
+}
+
+bool ChatStore::fail(const QString& what, const QString& sqlError) {
+  m_error = sqlError.isEmpty() ? what : what + ": " + sqlError;
+  return false;
+}
+
+QList<StoredConversation> ChatStore::conversations() {
+  QList<StoredConversation> out;
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  if (!q.exec(QString(kConversationColumns) + " ORDER BY updated_at DESC, id DESC")) {
+    fail(QObject::tr("cannot list conversations"), q.lastError().text());
+    return out;
+  }
+  while (q.next()) out.push_back(readConversation(q));
+  return out;
+}
+
+std::optional<StoredConversation> ChatStore::conversation(qint64 id) {
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  q.prepare(QString(kConversationColumns) + " WHERE id = ?");
+  q.addBindValue(id);
+  if (!q.exec()) {
+    fail(QObject::tr("cannot read conversation %1").arg(id), q.lastError().text());
+    return std::nullopt;
+  }
+  if (!q.next()) return std::nullopt;
+  return readConversation(q);
+}
+
+qint64 ChatStore::createConversation(const QString& title, const QString& systemPrompt,
+                                     const GenerationSettings& s) {
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  q.prepare(
+      "INSERT INTO conversations (title, system_prompt, temperature, top_p, top_k, max_tokens, "
+      "seed, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  const qint64 now = nowMs();
+  for (const QVariant& v :
+       {QVariant(title), QVariant(systemPrompt), QVariant(s.temperature), QVariant(s.topP),
+        QVariant(s.topK), QVariant(s.maxTokens), QVariant(s.seed), QVariant(now), QVariant(now)}) {
+    q.addBindValue(v);
+  }
+  if (!q.exec()) {
+    fail(QObject::tr("cannot create a conversation"), q.lastError().text());
+    return -1;
+  }
+  return q.lastInsertId().toLongLong();
+}
+
+bool ChatStore::renameConversation(qint64 id, const QString& title) {
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  q.prepare("UPDATE conversations SET title = ? WHERE id = ?");
+  q.addBindValue(title);
+  q.addBindValue(id);
+  if (!q.exec())
+    return fail(QObject::tr("cannot rename conversation %1").arg(id), q.lastError().text());
+  return true;
+}
+
+bool ChatStore::updateConversationSettings(qint64 id, const QString& systemPrompt,
+                                           const GenerationSettings& s) {
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  q.prepare(
+      "UPDATE conversations SET system_prompt = ?, temperature = ?, top_p = ?, top_k = ?, "
+      "max_tokens = ?, seed = ? WHERE id = ?");
+  for (const QVariant& v :
+       {QVariant(systemPrompt), QVariant(s.temperature), QVariant(s.topP), QVariant(s.topK),
+        QVariant(s.maxTokens), QVariant(s.seed), QVariant(id)}) {
+    q.addBindValue(v);
+  }
+  if (!q.exec())
+    return fail(QObject::tr("cannot save settings of conversation %1").arg(id),
+                q.lastError().text());
+  return true;
+}
+
+bool ChatStore::deleteConversation(qint64 id) {
+  QSqlDatabase db = QSqlDatabase::database(m_connection);
+  if (!db.transaction())
+    return fail(QObject::tr("cannot begin a transaction"), db.lastError().text());
+  QSqlQuery q(db);
+  // Messages explicitly too: the cascade depends on foreign_keys being on for this connection.
+  q.prepare("DELETE FROM messages WHERE conversation_id = ?");
+  q.addBindValue(id);
+  bool good = q.exec();
+  if (good) {
+    q.prepare("DELETE FROM conversations WHERE id = ?");
+    q.addBindValue(id);
+    good = q.exec();
+  }
+  if (!good || !db.commit()) {
+    const QString err = good ? db.lastError().text() : q.lastError().text();
+    db.rollback();
+    return fail(QObject::tr("cannot delete conversation %1").arg(id), err);
+  }
+  return true;
+}
+
+QList<StoredMessage> ChatStore::messages(qint64 conversationId) {
+  QList<StoredMessage> out;
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  q.prepare(
+      "SELECT id, role, content, has_stats, prompt_tokens, generated_tokens, context_used, "
+      "context_length, dropped_turns, tokens_per_second, prefill_seconds, finish_reason "
+      "FROM messages WHERE conversation_id = ? ORDER BY id");
+  q.addBindValue(conversationId);
+  if (!q.exec()) {
+    fail(QObject::tr("cannot read messages of conversation %1").arg(conversationId),
+         q.lastError().text());
+    return out;
+  }
+  while (q.next()) {
+    StoredMessage m;
+    m.id = q.value(0).toLongLong();
+    m.role = q.value(1).toString();
+    m.content = q.value(2).toString();
+    m.hasStats = q.value(3).toInt() != 0;
+    if (m.hasStats) {
+      m.stats.promptTokens = q.value(4).toInt();
+      m.stats.generatedTokens = q.value(5).toInt();
+      m.stats.contextUsed = q.value(6).toInt();
+      m.stats.contextLength = q.value(7).toInt();
+      m.stats.droppedTurns = q.value(8).toInt();
+      m.stats.tokensPerSecond = q.value(9).toDouble();
+      m.stats.prefillSeconds = q.value(10).toDouble();
+      m.stats.finishReason = q.value(11).toString();
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+qint64 ChatStore::addMessage(qint64 conversationId, const QString& role, const QString& content,
+                             const std::optional<ReplyStats>& stats) {
+  QSqlDatabase db = QSqlDatabase::database(m_connection);
+  if (!db.transaction()) {
+    fail(QObject::tr("cannot begin a transaction"), db.lastError().text());
+    return -1;
+  }
+  const qint64 now = nowMs();
+  QSqlQuery q(db);
+  q.prepare(
+      "INSERT INTO messages (conversation_id, role, content, created_at, has_stats, "
+      "prompt_tokens, generated_tokens, context_used, context_length, dropped_turns, "
+      "tokens_per_second, prefill_seconds, finish_reason) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  const ReplyStats s = stats.value_or(ReplyStats{});
+  for (const QVariant& v :
+       {QVariant(conversationId), QVariant(role), QVariant(content), QVariant(now),
+        QVariant(stats ? 1 : 0), QVariant(s.promptTokens), QVariant(s.generatedTokens),
+        QVariant(s.contextUsed), QVariant(s.contextLength), QVariant(s.droppedTurns),
+        QVariant(s.tokensPerSecond), QVariant(s.prefillSeconds), QVariant(s.finishReason)}) {
+    q.addBindValue(v);
+  }
+  bool good = q.exec();
+  QString err = good ? QString() : q.lastError().text();
+  const qint64 id = good ? q.lastInsertId().toLongLong() : -1;
+  if (good) {
+    QSqlQuery touch(db);
+    touch.prepare("UPDATE conversations SET updated_at = ? WHERE id = ?");
+    touch.addBindValue(now);
+    touch.addBindValue(conversationId);
+    good = touch.exec();
+    if (!good) err = touch.lastError().text();
+  }
+  if (!good || !db.commit()) {
+    if (good) err = db.lastError().text();
+    db.rollback();
+    fail(QObject::tr("cannot save a message of conversation %1").arg(conversationId), err);
+    return -1;
+  }
+  return id;
+}
+
+bool ChatStore::deleteMessage(qint64 id) {
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  q.prepare("DELETE FROM messages WHERE id = ?");
+  q.addBindValue(id);
+  if (!q.exec()) return fail(QObject::tr("cannot delete message %1").arg(id), q.lastError().text());
+  return true;
+}
+
+}  // namespace shoal::gui

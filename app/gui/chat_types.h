@@ -1,0 +1,42 @@
+#pragma once
+// Plain values that cross the thread boundary between the GUI and the ChatEngine (queued
+// signals copy them) and that the ChatStore persists.
+
+#include <QList>
+#include <QMetaType>
+#include <QString>
+
+namespace shoal::gui {
+
+// Sampling and length settings of one conversation (stored with it, sent with every request).
+struct GenerationSettings {
+  double temperature = 0.7;  // <= 0: greedy
+  double topP = 0.95;        // >= 1: off
+  int topK = 40;             // <= 0: off
+  int maxTokens = 512;       // most new tokens per reply
+  qint64 seed = -1;          // < 0: a fresh random seed per reply
+};
+
+// One turn of a conversation as the engine sees it ("system", "user" or "assistant").
+struct ChatTurn {
+  QString role;
+  QString content;
+};
+
+// What the engine reports about one finished (or stopped) reply.
+struct ReplyStats {
+  int promptTokens = 0;        // tokens of the rendered prompt
+  int generatedTokens = 0;     // tokens of the reply
+  int contextUsed = 0;         // tokens in the KV cache after the reply
+  int contextLength = 0;       // the chain's context
+  int droppedTurns = 0;        // oldest turns left out so the prompt fits (context policy)
+  double tokensPerSecond = 0;  // decode speed (0 when fewer than two tokens were generated)
+  double prefillSeconds = 0;
+  QString finishReason;  // runtime::finishReasonName: "length", "eog", "stop", "cancelled", ...
+};
+
+}  // namespace shoal::gui
+
+Q_DECLARE_METATYPE(shoal::gui::GenerationSettings)
+Q_DECLARE_METATYPE(shoal::gui::ChatTurn)
+Q_DECLARE_METATYPE(shoal::gui::ReplyStats)

@@ -1,0 +1,484 @@
+#include "app/gui/chat_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QClipboard>
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QKeySequence>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QScrollBar>
+#include <QShortcut>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTextBrowser>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include "app/gui/chat_input.h"
+#include "app/gui/settings_panel.h"
+#include "app/gui/transcript_markdown.h"
+
+namespace shoal::gui {
+namespace {
+
+constexpr int kIdRole = Qt::UserRole;
+constexpr int kTitleChars = 40;        // a new conversation is named after its first message
+constexpr int kRenderIntervalMs = 50;  // at most ~20 transcript repaints a second while streaming
+constexpr int kStatusMs = 8000;
+
+QString defaultTitle() { return QObject::tr("New chat"); }
+
+QString titleFrom(const QString& text) {
+  QString t = text.simplified();
+  if (t.size() > kTitleChars) t = t.left(kTitleChars - 1) + QStringLiteral("…");
+  return t.isEmpty() ? defaultTitle() : t;
+}
+
+}  // namespace
+
+ChatWindow::ChatWindow(const QString& modelPath, const QString& dataDirectory, QWidget* parent)
+    : QMainWindow(parent),
+      m_store(std::make_unique<ChatStore>(dataDirectory)),
+      m_engineThread(std::make_unique<ChatEngineThread>()) {
+  setWindowTitle(tr("Shoal"));
+  setWindowIcon(QIcon(QStringLiteral(":/icons/shoal.svg")));
+  buildUi();
+  connectEngine();
+  if (!m_store->ok()) showBanner(tr("Conversations cannot be saved: %1").arg(m_store->error()));
+  reloadConversationList();
+  const QList<StoredConversation> all = m_store->conversations();
+  if (!all.isEmpty()) selectConversation(all.front().id);
+  updateActions();
+  loadModel(modelPath);
+}
+
+ChatWindow::~ChatWindow() {
+  // Join the engine first: no signal of it may arrive while the widgets are torn down.
+  m_engineThread.reset();
+}
+
+void ChatWindow::buildUi() {
+  // Left: conversations.
+  auto* left = new QWidget;
+  auto* leftLayout = new QVBoxLayout(left);
+  m_search = new QLineEdit;
+  m_search->setObjectName("searchBox");
+  m_search->setPlaceholderText(tr("Search conversations"));
+  m_search->setClearButtonEnabled(true);
+  m_conversationList = new QListWidget;
+  m_conversationList->setObjectName("conversationList");
+  m_conversationList->setEditTriggers(QAbstractItemView::EditKeyPressed |
+                                      QAbstractItemView::DoubleClicked);
+  auto* listButtons = new QHBoxLayout;
+  m_newChat = new QPushButton(tr("New"));
+  m_newChat->setObjectName("newChatButton");
+  m_rename = new QPushButton(tr("Rename"));
+  m_rename->setObjectName("renameButton");
+  m_delete = new QPushButton(tr("Delete"));
+  m_delete->setObjectName("deleteButton");
+  listButtons->addWidget(m_newChat);
+  listButtons->addWidget(m_rename);
+  listButtons->addWidget(m_delete);
+  leftLayout->addWidget(m_search);
+  leftLayout->addWidget(m_conversationList, 1);
+  leftLayout->addLayout(listButtons);
+
+  // Middle: banner, transcript, input, buttons.
+  auto* middle = new QWidget;
+  auto* midLayout = new QVBoxLayout(middle);
+  m_banner = new QLabel;
+  m_banner->setObjectName("banner");
+  m_banner->setWordWrap(true);
+  m_banner->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_banner->setStyleSheet(
+      "QLabel { background: #fdecea; color: #611a15; border: 1px solid #f5c2c0; padding: 8px; }");
+  m_banner->hide();
+  m_transcript = new QTextBrowser;
+  m_transcript->setObjectName("transcript");
+  m_transcript->setOpenExternalLinks(true);
+  m_input = new ChatInput;
+  m_input->setObjectName("input");
+  m_input->setMaximumHeight(110);
+  auto* buttons = new QHBoxLayout;
+  m_send = new QPushButton(tr("Send"));
+  m_send->setObjectName("sendButton");
+  m_stop = new QPushButton(tr("Stop"));
+  m_stop->setObjectName("stopButton");
+  m_regenerate = new QPushButton(tr("Regenerate"));
+  m_regenerate->setObjectName("regenerateButton");
+  m_copy = new QPushButton(tr("Copy"));
+  m_copy->setObjectName("copyButton");
+  buttons->addWidget(m_copy);
+  buttons->addWidget(m_regenerate);
+  buttons->addStretch(1);
+  buttons->addWidget(m_stop);
+  buttons->addWidget(m_send);
+  midLayout->addWidget(m_banner);
+  midLayout->addWidget(m_transcript, 1);
+  midLayout->addWidget(m_input);
+  midLayout->addLayout(buttons);
+
+  // Right: per-conversation settings.
+  m_settings = new SettingsPanel;
+  m_settings->setObjectName("settingsPanel");
+
+  auto* splitter = new QSplitter;
+  splitter->addWidget(left);
+  splitter->addWidget(middle);
+  splitter->addWidget(m_settings);
+  splitter->setStretchFactor(1, 1);
+  splitter->setSizes({220, 640, 240});
+  setCentralWidget(splitter);
+  resize(1100, 720);
+
+  m_modelStatus = new QLabel;
+  m_modelStatus->setObjectName("modelStatus");
+  statusBar()->addPermanentWidget(m_modelStatus);
+
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  QAction* open = file->addAction(tr("&Open model…"));
+  connect(open, &QAction::triggered, this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open a GGUF model"), QString(),
+                                                      tr("GGUF models (*.gguf);;All files (*)"));
+    if (!path.isEmpty()) loadModel(path);
+  });
+  QAction* newChat = file->addAction(tr("&New chat"));
+  newChat->setShortcut(QKeySequence::New);
+  connect(newChat, &QAction::triggered, this, &ChatWindow::newConversation);
+  file->addSeparator();
+  QAction* quit = file->addAction(tr("&Quit"));
+  quit->setShortcut(QKeySequence::Quit);
+  connect(quit, &QAction::triggered, this, &QWidget::close);
+
+  // Esc stops from anywhere in the window, not only from the input box.
+  auto* esc = new QShortcut(QKeySequence(Qt::Key_Escape), this);
+  connect(esc, &QShortcut::activated, this, &ChatWindow::stopReply);
+
+  m_renderTimer = new QTimer(this);
+  m_renderTimer->setSingleShot(true);
+  m_renderTimer->setInterval(kRenderIntervalMs);
+  connect(m_renderTimer, &QTimer::timeout, this, &ChatWindow::renderTranscript);
+
+  connect(m_input, &ChatInput::sendRequested, this, &ChatWindow::sendMessage);
+  connect(m_input, &ChatInput::stopRequested, this, &ChatWindow::stopReply);
+  connect(m_input, &QPlainTextEdit::textChanged, this, &ChatWindow::updateActions);
+  connect(m_send, &QPushButton::clicked, this, &ChatWindow::sendMessage);
+  connect(m_stop, &QPushButton::clicked, this, &ChatWindow::stopReply);
+  connect(m_regenerate, &QPushButton::clicked, this, &ChatWindow::regenerateReply);
+  connect(m_copy, &QPushButton::clicked, this, &ChatWindow::copyReply);
+  connect(m_newChat, &QPushButton::clicked, this, &ChatWindow::newConversation);
+  connect(m_rename, &QPushButton::clicked, this, &ChatWindow::renameCurrentConversation);
+  connect(m_delete, &QPushButton::clicked, this, &ChatWindow::deleteCurrentConversation);
+  connect(m_search, &QLineEdit::textChanged, this, &ChatWindow::applyFilter);
+  connect(m_conversationList, &QListWidget::currentItemChanged, this,
+          [this](QListWidgetItem* item) {
+            if (!m_fillingList && item) selectConversation(item->data(kIdRole).toLongLong());
+          });
+  connect(m_conversationList, &QListWidget::itemChanged, this, &ChatWindow::onItemChanged);
+  connect(m_settings, &SettingsPanel::changed, this, &ChatWindow::onSettingsChanged);
+}
+
+void ChatWindow::connectEngine() {
+  ChatEngine* e = engine();
+  // The engine lives on another thread, so every one of these connections is queued.
+  connect(this, &ChatWindow::loadModelRequested, e, &ChatEngine::loadModel);
+  connect(e, &ChatEngine::modelLoaded, this, &ChatWindow::onModelLoaded);
+  connect(e, &ChatEngine::loadFailed, this, &ChatWindow::onLoadFailed);
+  connect(e, &ChatEngine::tokenStreamed, this, &ChatWindow::onTokenStreamed);
+  connect(e, &ChatEngine::replyFinished, this, &ChatWindow::onReplyFinished);
+  connect(e, &ChatEngine::generateFailed, this, &ChatWindow::onGenerateFailed);
+}
+
+void ChatWindow::loadModel(const QString& path) {
+  m_modelLoaded = false;
+  m_banner->hide();
+  m_modelStatus->setText(tr("Loading %1…").arg(QFileInfo(path).fileName()));
+  statusBar()->showMessage(tr("Loading model %1…").arg(path));
+  updateActions();
+  emit loadModelRequested(path);
+}
+
+void ChatWindow::onModelLoaded(const QString& name, int contextLength, const QString& arch) {
+  m_modelLoaded = true;
+  m_modelStatus->setText(tr("%1 · %2 · context %3").arg(name, arch).arg(contextLength));
+  statusBar()->showMessage(tr("Model %1 loaded.").arg(name), kStatusMs);
+  updateActions();
+}
+
+void ChatWindow::onLoadFailed(const QString& reason) {
+  m_modelLoaded = false;
+  m_modelStatus->setText(tr("No model"));
+  statusBar()->clearMessage();
+  showBanner(tr("The model could not be loaded: %1").arg(reason));
+  updateActions();
+}
+
+void ChatWindow::showBanner(const QString& text) {
+  m_banner->setText(text);
+  m_banner->show();
+}
+
+void ChatWindow::reloadConversationList() {
+  m_fillingList = true;
+  m_conversationList->clear();
+  for (const StoredConversation& c : m_store->conversations()) {
+    auto* item = new QListWidgetItem(c.title);
+    item->setData(kIdRole, c.id);
+    item->setFlags(item->flags() | Qt::ItemIsEditable);
+    item->setToolTip(c.updatedAt.toString(Qt::TextDate));
+    m_conversationList->addItem(item);
+    if (c.id == m_current) m_conversationList->setCurrentItem(item);
+  }
+  m_fillingList = false;
+  applyFilter();
+}
+
+void ChatWindow::applyFilter() {
+  const QString needle = m_search->text().trimmed();
+  for (int i = 0; i < m_conversationList->count(); ++i) {
+    QListWidgetItem* item = m_conversationList->item(i);
+    item->setHidden(!needle.isEmpty() && !item->text().contains(needle, Qt::CaseInsensitive));
+  }
+}
+
+QListWidgetItem* ChatWindow::itemFor(qint64 id) const {
+  for (int i = 0; i < m_conversationList->count(); ++i) {
+    if (m_conversationList->item(i)->data(kIdRole).toLongLong() == id) {
+      return m_conversationList->item(i);
+    }
+  }
+  return nullptr;
+}
+
+void ChatWindow::newConversation() {
+  if (m_current >= 0 && m_messages.isEmpty() && m_current != m_generatingConversation) {
+    m_input->setFocus();  // the current one is still empty: use it
+    return;
+  }
+  const qint64 id = m_store->createConversation(defaultTitle(), QString(), GenerationSettings{});
+  if (id < 0) {
+    showBanner(m_store->error());
+    return;
+  }
+  m_current = id;
+  reloadConversationList();
+  selectConversation(id);
+  m_input->setFocus();
+}
+
+void ChatWindow::selectConversation(qint64 id) {
+  const std::optional<StoredConversation> c = m_store->conversation(id);
+  if (!c) return;
+  m_current = id;
+  m_messages = m_store->messages(id);
+  m_settings->setValues(c->systemPrompt, c->settings);
+  if (QListWidgetItem* item = itemFor(id); item && m_conversationList->currentItem() != item) {
+    m_fillingList = true;
+    m_conversationList->setCurrentItem(item);
+    m_fillingList = false;
+  }
+  renderTranscript();
+  updateActions();
+}
+
+void ChatWindow::onItemChanged(QListWidgetItem* item) {
+  if (m_fillingList || !item) return;
+  const qint64 id = item->data(kIdRole).toLongLong();
+  const QString title = item->text().simplified();
+  if (title.isEmpty()) {  // an empty name is no name: put the old one back
+    if (const auto c = m_store->conversation(id)) {
+      m_fillingList = true;
+      item->setText(c->title);
+      m_fillingList = false;
+    }
+    return;
+  }
+  if (!m_store->renameConversation(id, title)) showBanner(m_store->error());
+}
+
+void ChatWindow::renameCurrentConversation() {
+  if (QListWidgetItem* item = itemFor(m_current)) m_conversationList->editItem(item);
+}
+
+void ChatWindow::deleteCurrentConversation() {
+  if (m_current < 0 || m_current == m_generatingConversation) return;
+  const qint64 id = m_current;
+  auto* box = new QMessageBox(QMessageBox::Question, tr("Delete conversation"),
+                              tr("Delete this conversation and all its messages?"),
+                              QMessageBox::Yes | QMessageBox::No, this);
+  box->setObjectName("confirmDelete");
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  // open(), not exec(): the window (and the engine's signals) keep running meanwhile.
+  connect(box, &QMessageBox::finished, this, [this, id, box] {
+    if (box->result() != QMessageBox::Yes) return;
+    if (!m_store->deleteConversation(id)) {
+      showBanner(m_store->error());
+      return;
+    }
+    if (m_current == id) {
+      m_current = -1;
+      m_messages.clear();
+    }
+    reloadConversationList();
+    const QList<StoredConversation> all = m_store->conversations();
+    if (!all.isEmpty()) {
+      selectConversation(all.front().id);
+    } else {
+      renderTranscript();
+      updateActions();
+    }
+  });
+  box->open();
+}
+
+void ChatWindow::onSettingsChanged() {
+  if (m_current < 0) return;
+  if (!m_store->updateConversationSettings(m_current, m_settings->systemPrompt(),
+                                           m_settings->settings())) {
+    showBanner(m_store->error());
+  }
+}
+
+void ChatWindow::sendMessage() {
+  const QString text = m_input->toPlainText().trimmed();
+  if (text.isEmpty() || !m_modelLoaded || isGenerating()) return;
+  if (m_current < 0) {
+    const qint64 id = m_store->createConversation(titleFrom(text), m_settings->systemPrompt(),
+                                                  m_settings->settings());
+    if (id < 0) {
+      showBanner(m_store->error());
+      return;
+    }
+    m_current = id;
+    m_messages.clear();
+  } else if (m_messages.isEmpty()) {
+    if (const auto c = m_store->conversation(m_current); c && c->title == defaultTitle()) {
+      m_store->renameConversation(m_current, titleFrom(text));
+    }
+  }
+  // Saved (committed) before anything is generated: a crash mid-reply keeps the question.
+  const qint64 messageId = m_store->addMessage(m_current, "user", text);
+  if (messageId < 0) {
+    showBanner(m_store->error());
+    return;
+  }
+  m_messages.push_back(StoredMessage{messageId, "user", text, false, {}});
+  m_input->clear();
+  reloadConversationList();
+  startReply();
+}
+
+void ChatWindow::startReply() {
+  QList<ChatTurn> turns;
+  const QString system = m_settings->systemPrompt().trimmed();
+  if (!system.isEmpty()) turns.push_back({"system", system});
+  for (const StoredMessage& m : m_messages) turns.push_back({m.role, m.content});
+  m_generatingConversation = m_current;
+  m_streamText.clear();
+  engine()->requestGenerate(m_current, turns, m_settings->settings());
+  statusBar()->showMessage(tr("Generating…"));
+  renderTranscript();
+  updateActions();
+}
+
+void ChatWindow::stopReply() {
+  if (isGenerating()) engine()->stop();
+}
+
+void ChatWindow::regenerateReply() {
+  if (isGenerating() || !m_modelLoaded || m_messages.isEmpty()) return;
+  if (m_messages.back().role == "assistant") {
+    if (!m_store->deleteMessage(m_messages.back().id)) {
+      showBanner(m_store->error());
+      return;
+    }
+    m_messages.pop_back();
+  }
+  if (m_messages.isEmpty() || m_messages.back().role != "user") return;
+  startReply();
+}
+
+void ChatWindow::copyReply() {
+  QString text = m_transcript->textCursor().selectedText();
+  text.replace(QChar::ParagraphSeparator, '\n');
+  if (text.isEmpty()) {
+    for (auto it = m_messages.crbegin(); it != m_messages.crend(); ++it) {
+      if (it->role == "assistant") {
+        text = it->content;
+        break;
+      }
+    }
+  }
+  if (text.isEmpty()) return;
+  QApplication::clipboard()->setText(text);
+  statusBar()->showMessage(tr("Copied."), kStatusMs);
+}
+
+void ChatWindow::onTokenStreamed(qint64 conversationId, const QString& text) {
+  if (conversationId != m_generatingConversation) return;
+  m_streamText += text;
+  if (conversationId == m_current) scheduleRender();
+}
+
+void ChatWindow::onReplyFinished(qint64 conversationId, const QString& text,
+                                 const ReplyStats& stats) {
+  m_generatingConversation = -1;
+  m_streamText.clear();
+  // A reply stopped before its first character has nothing worth keeping.
+  const bool keep = !(text.isEmpty() && stats.finishReason == "cancelled");
+  if (keep) {
+    const qint64 id = m_store->addMessage(conversationId, "assistant", text, stats);
+    if (id < 0) {
+      showBanner(m_store->error());
+    } else if (conversationId == m_current) {
+      m_messages.push_back(StoredMessage{id, "assistant", text, true, stats});
+    }
+  }
+  statusBar()->showMessage(replyStatsLine(stats), kStatusMs);
+  reloadConversationList();
+  renderTranscript();
+  updateActions();
+  emit replyDone(conversationId, stats.finishReason);
+}
+
+void ChatWindow::onGenerateFailed(qint64 conversationId, const QString& reason) {
+  m_generatingConversation = -1;
+  m_streamText.clear();
+  showBanner(tr("No reply: %1").arg(reason));
+  statusBar()->clearMessage();
+  renderTranscript();
+  updateActions();
+  emit replyDone(conversationId, QString());
+}
+
+void ChatWindow::scheduleRender() {
+  if (!m_renderTimer->isActive()) m_renderTimer->start();
+}
+
+void ChatWindow::renderTranscript() {
+  m_renderTimer->stop();
+  QScrollBar* bar = m_transcript->verticalScrollBar();
+  const bool atBottom = bar->value() >= bar->maximum() - 4;
+  const bool streaming = isGenerating() && m_generatingConversation == m_current;
+  m_transcript->document()->setMarkdown(transcriptMarkdown(m_messages, m_streamText, streaming));
+  if (atBottom || streaming) bar->setValue(bar->maximum());
+}
+
+void ChatWindow::updateActions() {
+  const bool busy = isGenerating();
+  const bool hasText = !m_input->toPlainText().trimmed().isEmpty();
+  m_send->setEnabled(m_modelLoaded && !busy && hasText);
+  m_stop->setEnabled(busy);
+  m_regenerate->setEnabled(m_modelLoaded && !busy && !m_messages.isEmpty());
+  m_copy->setEnabled(!m_messages.isEmpty());
+  m_rename->setEnabled(m_current >= 0);
+  m_delete->setEnabled(m_current >= 0 && m_current != m_generatingConversation);
+}
+
+}  // namespace shoal::gui

@@ -1,0 +1,104 @@
+#pragma once
+// The chat window: conversations on the left (create, rename, delete, filter), the transcript
+// with the message box and Stop/Regenerate/Copy in the middle, the conversation's system prompt
+// and sampling settings on the right. Inference runs in a ChatEngine on its own thread (see
+// chat_engine.h for the contract); messages are saved to the ChatStore as soon as they are
+// complete.
+
+#include <QMainWindow>
+#include <memory>
+
+#include "app/gui/chat_engine.h"
+#include "app/gui/chat_store.h"
+
+class QLabel;
+class QLineEdit;
+class QListWidget;
+class QListWidgetItem;
+class QPushButton;
+class QTextBrowser;
+class QTimer;
+
+namespace shoal::gui {
+
+class ChatInput;
+class SettingsPanel;
+
+class ChatWindow : public QMainWindow {
+  Q_OBJECT
+
+ public:
+  // Opens the store in dataDirectory and starts loading modelPath (the status bar says so; a
+  // failure shows in a banner above the transcript).
+  ChatWindow(const QString& modelPath, const QString& dataDirectory, QWidget* parent = nullptr);
+  ~ChatWindow() override;
+
+  ChatEngine* engine() const { return m_engineThread->engine(); }
+  ChatStore& store() { return *m_store; }
+  qint64 currentConversationId() const { return m_current; }
+  bool isModelLoaded() const { return m_modelLoaded; }
+  bool isGenerating() const { return m_generatingConversation >= 0; }
+
+ public slots:
+  void loadModel(const QString& path);
+  void newConversation();  // Ctrl+N; reuses the current one when it is still empty
+  void selectConversation(qint64 id);
+  void sendMessage();                // Enter: the input box's text as the next user turn
+  void stopReply();                  // Esc / Stop
+  void regenerateReply();            // replace the last reply with a fresh one
+  void copyReply();                  // the selection, or else the last reply, to the clipboard
+  void renameCurrentConversation();  // edit the title in place
+  void deleteCurrentConversation();  // after a confirmation
+
+ signals:
+  void loadModelRequested(const QString& path);  // queued to the engine
+  // After the reply has been saved (or not: a failure has an empty finishReason and a reason).
+  void replyDone(qint64 conversationId, const QString& finishReason);
+
+ private:
+  void buildUi();
+  void connectEngine();
+  void reloadConversationList();
+  void applyFilter();
+  void startReply();
+  void renderTranscript();
+  void scheduleRender();
+  void updateActions();
+  void showBanner(const QString& text);
+  void onModelLoaded(const QString& name, int contextLength, const QString& architecture);
+  void onLoadFailed(const QString& reason);
+  void onTokenStreamed(qint64 conversationId, const QString& text);
+  void onReplyFinished(qint64 conversationId, const QString& text, const ReplyStats& stats);
+  void onGenerateFailed(qint64 conversationId, const QString& reason);
+  void onSettingsChanged();
+  void onItemChanged(QListWidgetItem* item);
+  QListWidgetItem* itemFor(qint64 id) const;
+
+  std::unique_ptr<ChatStore> m_store;
+  std::unique_ptr<ChatEngineThread> m_engineThread;
+
+  QListWidget* m_conversationList = nullptr;
+  QLineEdit* m_search = nullptr;
+  QLabel* m_banner = nullptr;
+  QTextBrowser* m_transcript = nullptr;
+  ChatInput* m_input = nullptr;
+  QPushButton* m_send = nullptr;
+  QPushButton* m_stop = nullptr;
+  QPushButton* m_regenerate = nullptr;
+  QPushButton* m_copy = nullptr;
+  QPushButton* m_newChat = nullptr;
+  QPushButton* m_rename = nullptr;
+  QPushButton* m_delete = nullptr;
+  SettingsPanel* m_settings = nullptr;
+  QLabel* m_modelStatus = nullptr;
+  QTimer* m_renderTimer = nullptr;  // coalesces streamed tokens into one repaint per tick
+
+  qint64 m_current = -1;                 // shown conversation; -1: none
+  QList<StoredMessage> m_messages;       // of m_current, as stored
+  qint64 m_generatingConversation = -1;  // conversation whose reply is running; -1: none
+  QString m_streamText;                  // the running reply so far
+  bool m_modelLoaded = false;
+  bool m_fillingList = false;  // itemChanged while the list is rebuilt is no rename
+};
+
+}  // namespace shoal::gui

@@ -1,0 +1,104 @@
+// ChatStore: what is saved can be read back by a new store on the same directory (a restart),
+// in WAL mode, and deleting a conversation removes its messages.
+
+#include <QSqlDatabase>
+#include <QSqlQuery>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "app/gui/chat_store.h"
+
+using namespace shoal::gui;
+
+class TestChatStore : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void savedMessagesAreReadBackByANewStore() {
+    QTemporaryDir dir;
+    GenerationSettings s;
+    s.temperature = 0.0;
+    s.topK = 7;
+    s.maxTokens = 99;
+    s.seed = 1234;
+    ReplyStats stats;
+    stats.promptTokens = 12;
+    stats.generatedTokens = 5;
+    stats.contextUsed = 17;
+    stats.contextLength = 2048;
+    stats.tokensPerSecond = 42.5;
+    stats.finishReason = "eog";
+    qint64 id = -1;
+    {
+      ChatStore store(dir.path());
+      QVERIFY2(store.ok(), qPrintable(store.error()));
+      id = store.createConversation("Title", "Be brief.", s);
+      QVERIFY(id > 0);
+      QVERIFY(store.addMessage(id, "user", "Hi") > 0);
+      QVERIFY(store.addMessage(id, "assistant", "Hello!", stats) > 0);
+    }
+    ChatStore store(dir.path());
+    QVERIFY2(store.ok(), qPrintable(store.error()));
+    const auto c = store.conversation(id);
+    QVERIFY(c.has_value());
+    QCOMPARE(c->title, QString("Title"));
+    QCOMPARE(c->systemPrompt, QString("Be brief."));
+    QCOMPARE(c->settings.temperature, 0.0);
+    QCOMPARE(c->settings.topK, 7);
+    QCOMPARE(c->settings.maxTokens, 99);
+    QCOMPARE(c->settings.seed, qint64(1234));
+    const QList<StoredMessage> m = store.messages(id);
+    QCOMPARE(m.size(), 2);
+    QCOMPARE(m[0].content, QString("Hi"));
+    QVERIFY(!m[0].hasStats);
+    QCOMPARE(m[1].content, QString("Hello!"));
+    QVERIFY(m[1].hasStats);
+    QCOMPARE(m[1].stats.generatedTokens, 5);
+    QCOMPARE(m[1].stats.contextUsed, 17);
+    QCOMPARE(m[1].stats.tokensPerSecond, 42.5);
+    QCOMPARE(m[1].stats.finishReason, QString("eog"));
+  }
+
+  void theDatabaseIsInWalMode() {
+    QTemporaryDir dir;
+    ChatStore store(dir.path());
+    QVERIFY(store.ok());
+    {
+      QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "probe");
+      db.setDatabaseName(store.filePath());
+      QVERIFY(db.open());
+      QSqlQuery q(db);
+      QVERIFY(q.exec("PRAGMA journal_mode"));
+      QVERIFY(q.next());
+      QCOMPARE(q.value(0).toString().toLower(), QString("wal"));
+    }
+    QSqlDatabase::removeDatabase("probe");
+  }
+
+  void deletingAConversationDeletesItsMessages() {
+    QTemporaryDir dir;
+    ChatStore store(dir.path());
+    const qint64 keep = store.createConversation("keep", "", {});
+    const qint64 gone = store.createConversation("gone", "", {});
+    QVERIFY(store.addMessage(keep, "user", "a") > 0);
+    QVERIFY(store.addMessage(gone, "user", "b") > 0);
+    QVERIFY(store.deleteConversation(gone));
+    QVERIFY(!store.conversation(gone).has_value());
+    QVERIFY(store.messages(gone).isEmpty());
+    QCOMPARE(store.messages(keep).size(), 1);
+  }
+
+  void conversationsAreListedNewestFirst() {
+    QTemporaryDir dir;
+    ChatStore store(dir.path());
+    const qint64 a = store.createConversation("a", "", {});
+    const qint64 b = store.createConversation("b", "", {});
+    QCOMPARE(store.conversations().front().id, b);
+    QTest::qWait(5);  // updated_at has millisecond resolution
+    QVERIFY(store.addMessage(a, "user", "newer") > 0);
+    QCOMPARE(store.conversations().front().id, a);
+  }
+};
+
+QTEST_MAIN(TestChatStore)
+#include "test_chat_store.moc"
