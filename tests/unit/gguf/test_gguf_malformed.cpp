@@ -72,9 +72,10 @@ class GgufMalformedTest : public QObject {
 
   void truncatedTensorDataNamesTheTensorAndTheRange() {
     GgufBytes b = validFile();
-    b.bytes.resize(b.bytes.size() - 4);
-    EXPECT_ERROR_MENTIONS(b.bytes, "tensor t", "[0x80, 0x90)",
-                          "beyond end of file (size 140)");
+    b.bytes.erase(
+        b.bytes.end() - 4,
+        b.bytes.end());  // (resize trips a GCC -Wstringop-overflow false positive under ASan)
+    EXPECT_ERROR_MENTIONS(b.bytes, "tensor t", "[0x80, 0x90)", "beyond end of file (size 140)");
   }
 
   void wrongMagicIsRejected() {
