@@ -31,6 +31,9 @@ const char* const kSchema[] = {
     "PRAGMA user_version = 1",
 };
 
+// A null QString binds as SQL NULL; the text columns are NOT NULL, so bind "" instead.
+QVariant text(const QString& s) { return QVariant(s.isNull() ? QStringLiteral("") : s); }
+
 qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
 
 StoredConversation readConversation(const QSqlQuery& q) {
@@ -135,7 +138,7 @@ qint64 ChatStore::createConversation(const QString& title, const QString& system
       "seed, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
   const qint64 now = nowMs();
   for (const QVariant& v :
-       {QVariant(title), QVariant(systemPrompt), QVariant(s.temperature), QVariant(s.topP),
+       {text(title), text(systemPrompt), QVariant(s.temperature), QVariant(s.topP),
         QVariant(s.topK), QVariant(s.maxTokens), QVariant(s.seed), QVariant(now), QVariant(now)}) {
     q.addBindValue(v);
   }
@@ -149,7 +152,7 @@ qint64 ChatStore::createConversation(const QString& title, const QString& system
 bool ChatStore::renameConversation(qint64 id, const QString& title) {
   QSqlQuery q(QSqlDatabase::database(m_connection));
   q.prepare("UPDATE conversations SET title = ? WHERE id = ?");
-  q.addBindValue(title);
+  q.addBindValue(text(title));
   q.addBindValue(id);
   if (!q.exec())
     return fail(QObject::tr("cannot rename conversation %1").arg(id), q.lastError().text());
@@ -163,7 +166,7 @@ bool ChatStore::updateConversationSettings(qint64 id, const QString& systemPromp
       "UPDATE conversations SET system_prompt = ?, temperature = ?, top_p = ?, top_k = ?, "
       "max_tokens = ?, seed = ? WHERE id = ?");
   for (const QVariant& v :
-       {QVariant(systemPrompt), QVariant(s.temperature), QVariant(s.topP), QVariant(s.topK),
+       {text(systemPrompt), QVariant(s.temperature), QVariant(s.topP), QVariant(s.topK),
         QVariant(s.maxTokens), QVariant(s.seed), QVariant(id)}) {
     q.addBindValue(v);
   }
@@ -245,10 +248,10 @@ qint64 ChatStore::addMessage(qint64 conversationId, const QString& role, const Q
       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   const ReplyStats s = stats.value_or(ReplyStats{});
   for (const QVariant& v :
-       {QVariant(conversationId), QVariant(role), QVariant(content), QVariant(now),
-        QVariant(stats ? 1 : 0), QVariant(s.promptTokens), QVariant(s.generatedTokens),
-        QVariant(s.contextUsed), QVariant(s.contextLength), QVariant(s.droppedTurns),
-        QVariant(s.tokensPerSecond), QVariant(s.prefillSeconds), QVariant(s.finishReason)}) {
+       {QVariant(conversationId), text(role), text(content), QVariant(now), QVariant(stats ? 1 : 0),
+        QVariant(s.promptTokens), QVariant(s.generatedTokens), QVariant(s.contextUsed),
+        QVariant(s.contextLength), QVariant(s.droppedTurns), QVariant(s.tokensPerSecond),
+        QVariant(s.prefillSeconds), text(s.finishReason)}) {
     q.addBindValue(v);
   }
   bool good = q.exec();

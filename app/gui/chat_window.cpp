@@ -151,6 +151,7 @@ void ChatWindow::buildUi() {
   QAction* newChat = file->addAction(tr("&New chat"));
   newChat->setShortcut(QKeySequence::New);
   connect(newChat, &QAction::triggered, this, &ChatWindow::newConversation);
+  addAction(newChat);  // the shortcut works while the menu bar is hidden too
   file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"));
   quit->setShortcut(QKeySequence::Quit);

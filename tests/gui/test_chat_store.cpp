@@ -88,6 +88,14 @@ class TestChatStore : public QObject {
     QCOMPARE(store.messages(keep).size(), 1);
   }
 
+  void aNullSystemPromptIsStoredAsEmpty() {
+    QTemporaryDir dir;
+    ChatStore store(dir.path());
+    const qint64 id = store.createConversation("t", QString(), {});
+    QVERIFY2(id > 0, qPrintable(store.error()));
+    QCOMPARE(store.conversation(id)->systemPrompt, QString(""));
+  }
+
   void conversationsAreListedNewestFirst() {
     QTemporaryDir dir;
     ChatStore store(dir.path());

@@ -53,6 +53,9 @@ class TestChatWindow : public QObject {
   std::unique_ptr<ChatWindow> openWindow(const QString& model) {
     auto w = std::make_unique<ChatWindow>(model, ChatStore::defaultDirectory());
     w->show();
+    // Window shortcuts (Ctrl+N, Esc) fire only in the active window.
+    w->activateWindow();
+    if (!QTest::qWaitForWindowActive(w.get())) qWarning("the chat window did not become active");
     return w;
   }
 
@@ -116,6 +119,64 @@ class TestChatWindow : public QObject {
     QVERIFY(shown.contains("What is the capital of France?"));
     QVERIFY(shown.contains(saved[1].content.trimmed().left(20)));
     QVERIFY(shown.contains("tokens/s"));
+
+    // For documentation: a picture of the window, when asked for.
+    if (const QByteArray dir = qgetenv("SHOAL_GUI_SCREENSHOT_DIR"); !dir.isEmpty()) {
+      QVERIFY(w->grab().save(QDir(QString::fromLocal8Bit(dir)).filePath("chat.png")));
+    }
+  }
+
+  void escapeStopsTheReply() {
+    if (!QFile::exists(modelPath())) QSKIP("default model not present");
+    auto w = openWindow(modelPath());
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kLoadTimeoutMs);
+    setGreedy(*w, 2000);
+    QSignalSpy tokens(w->engine(), &ChatEngine::tokenStreamed);
+    QSignalSpy done(w.get(), &ChatWindow::replyDone);
+    typeAndSend(*w, "Write a very long story about a dragon who learns to sing.");
+    QTRY_VERIFY_WITH_TIMEOUT(tokens.count() > 0, kReplyTimeoutMs);
+    QTest::keyClick(child<ChatInput>(w.get(), "input"), Qt::Key_Escape);
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, kReplyTimeoutMs);
+    QCOMPARE(done.at(0).at(1).toString(), QString("cancelled"));
+  }
+
+  void regenerateReplacesTheLastReply() {
+    if (!QFile::exists(modelPath())) QSKIP("default model not present");
+    auto w = openWindow(modelPath());
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kLoadTimeoutMs);
+    setGreedy(*w, 12);
+    QSignalSpy done(w.get(), &ChatWindow::replyDone);
+    typeAndSend(*w, "Name a color.");
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, kReplyTimeoutMs);
+    const QList<StoredMessage> first = w->store().messages(w->currentConversationId());
+    QCOMPARE(first.size(), 2);
+
+    QTest::mouseClick(child<QPushButton>(w.get(), "regenerateButton"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 2, kReplyTimeoutMs);
+    const QList<StoredMessage> second = w->store().messages(w->currentConversationId());
+    QCOMPARE(second.size(), 2);
+    QVERIFY(second[1].id != first[1].id);
+    QCOMPARE(second[1].content, first[1].content);  // greedy: the same reply again
+  }
+
+  void ctrlNStartsANewConversation() {
+    if (!QFile::exists(modelPath())) QSKIP("default model not present");
+    auto w = openWindow(modelPath());
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kLoadTimeoutMs);
+    setGreedy(*w, 4);
+    QSignalSpy done(w.get(), &ChatWindow::replyDone);
+    typeAndSend(*w, "Hi.");
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, kReplyTimeoutMs);
+    const qint64 first = w->currentConversationId();
+
+    // Through the window system, as a real key press arrives (that is where shortcuts match).
+    QTest::keyClick(w->windowHandle(), Qt::Key_N, Qt::ControlModifier);
+    QVERIFY(w->currentConversationId() != first);
+    QCOMPARE(child<QListWidget>(w.get(), "conversationList")->count(), 2);
+    QVERIFY(child<QTextBrowser>(w.get(), "transcript")->toPlainText().trimmed().isEmpty());
+    // A second Ctrl+N on the still-empty conversation does not pile up empty ones.
+    QTest::keyClick(w->windowHandle(), Qt::Key_N, Qt::ControlModifier);
+    QCOMPARE(child<QListWidget>(w.get(), "conversationList")->count(), 2);
   }
 
   void shiftEnterInsertsANewlineInsteadOfSending() {
