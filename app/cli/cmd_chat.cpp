@@ -1,7 +1,7 @@
 // shoal-cli chat: an interactive, streaming conversation with the model's chat template.
 // Reads one user message per line (a terminal or a pipe); /reset starts over, /quit ends.
-// When the conversation outgrows the context, the oldest turns are dropped (the system prompt
-// stays) and the user is told so on stderr.
+// When the conversation outgrows the context, the oldest turns are dropped (the policy of
+// engine/model/chat_prompt.h) and the user is told so on stderr.
 
 #include <unistd.h>
 
@@ -12,6 +12,7 @@
 
 #include "app/cli/cli_support.h"
 #include "app/cli/commands.h"
+#include "engine/model/chat_prompt.h"
 #include "engine/runtime/session.h"
 
 namespace shoal::cli {
@@ -47,20 +48,17 @@ class ChatLoop {
   void reply(const std::string& user) {
     m_messages.push_back({"user", user});
     const int32_t ctx = m_session.contextLength();
-    // Keep room for a reply of a quarter of the context, or maxTokens if that is less.
-    const int32_t reserve = std::min(m_options.maxTokens, ctx / 4);
-    std::vector<model::TokenId> prompt = render();
-    int dropped = 0;
-    while (static_cast<int32_t>(prompt.size()) + reserve > ctx && dropTurn()) {
-      ++dropped;
-      prompt = render();
+    const model::ChatPrompt chat = model::buildChatPrompt(m_lm.model->tokenizer(), m_template,
+                                                          m_messages, ctx, m_options.maxTokens);
+    if (chat.droppedTurns) {
+      std::fprintf(stderr, "[context full: dropped the %d oldest turn(s)]\n", chat.droppedTurns);
     }
-    if (dropped) std::fprintf(stderr, "[context full: dropped the %d oldest turn(s)]\n", dropped);
-    if (static_cast<int32_t>(prompt.size()) + 1 >= ctx) {
+    if (!chat.fits) {
       m_messages.pop_back();
       std::fprintf(stderr, "[message too long for the context of %d tokens]\n", ctx);
       return;
     }
+    const std::vector<model::TokenId>& prompt = chat.tokens;
     runtime::GenerateOptions g;
     g.maxTokens = m_options.maxTokens;
     g.sampler = m_options.sampler;
@@ -79,22 +77,6 @@ class ChatLoop {
   }
 
  private:
-  std::vector<model::TokenId> render() const {
-    const std::string text = model::renderChat(m_template, m_messages, true);
-    return m_lm.model->tokenizer().encode(text, true, true);
-  }
-
-  // Drop the oldest user turn and the reply that followed it; false when only the last is left.
-  bool dropTurn() {
-    size_t first = (!m_messages.empty() && m_messages.front().role == "system") ? 1 : 0;
-    if (m_messages.size() - first <= 1) return false;
-    m_messages.erase(m_messages.begin() + static_cast<std::ptrdiff_t>(first));
-    if (m_messages.size() - first > 1 && m_messages[first].role == "assistant") {
-      m_messages.erase(m_messages.begin() + static_cast<std::ptrdiff_t>(first));
-    }
-    return true;
-  }
-
   const ChatOptions& m_options;
   LoadedModel& m_lm;
   runtime::Session m_session;

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "engine/error.h"
+#include "engine/model/chat_prompt.h"
 #include "engine/model/chat_template.h"
 #include "engine/model/model.h"
 #include "engine/runtime/backend.h"
@@ -25,18 +26,6 @@ std::vector<model::ChatMessage> toMessages(const QList<ChatTurn>& turns) {
   out.reserve(static_cast<size_t>(turns.size()));
   for (const ChatTurn& t : turns) out.push_back({t.role.toStdString(), t.content.toStdString()});
   return out;
-}
-
-// Drop the oldest user turn and the reply that followed it (a system turn first stays); false
-// when only the last turn is left. The same policy as shoal-cli chat.
-bool dropOldestTurn(std::vector<model::ChatMessage>& messages) {
-  const size_t first = (!messages.empty() && messages.front().role == "system") ? 1 : 0;
-  if (messages.size() - first <= 1) return false;
-  messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
-  if (messages.size() - first > 1 && messages[first].role == "assistant") {
-    messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
-  }
-  return true;
 }
 
 }  // namespace
@@ -105,18 +94,11 @@ void ChatEngine::generate(qint64 conversationId, const QList<ChatTurn>& turns,
     const model::ChatTemplate& tmpl = m_model->chatTemplate();
     std::vector<model::ChatMessage> messages = toMessages(turns);
     const int32_t ctx = m_session->contextLength();
-    // Keep room for a reply of maxTokens, or of a quarter of the context if that is less.
-    const int32_t reserve = std::min<int32_t>(std::max(settings.maxTokens, 1), ctx / 4);
-    auto render = [&] {
-      return m_model->tokenizer().encode(model::renderChat(tmpl, messages, true), true, true);
-    };
-    std::vector<model::TokenId> prompt = render();
-    int dropped = 0;
-    while (static_cast<int32_t>(prompt.size()) + reserve > ctx && dropOldestTurn(messages)) {
-      ++dropped;
-      prompt = render();
-    }
-    if (static_cast<int32_t>(prompt.size()) + 1 >= ctx) {
+    const model::ChatPrompt chat =
+        model::buildChatPrompt(m_model->tokenizer(), tmpl, messages, ctx, settings.maxTokens);
+    const std::vector<model::TokenId>& prompt = chat.tokens;
+    const int dropped = chat.droppedTurns;
+    if (!chat.fits) {
       emit generateFailed(conversationId, tr("The message (%1 tokens) does not fit the context of "
                                              "%2 tokens.")
                                               .arg(prompt.size())
