@@ -1,0 +1,134 @@
+// Causal attention over the f16 KV cache, split along the positions ("split-K" for decode): a
+// block per (token, head, split) computes, with an online softmax, the maximum score M, the sum
+// L of exp(score - M) and the weighted values A over its range of positions; a second kernel
+// merges the splits (out = sum_s A_s e^(M_s - M) / sum_s L_s e^(M_s - M)). A long context then
+// keeps every SM busy even for one token and one KV head group. The number of positions comes
+// from the device (*firstPosition), so a captured decode graph replays with new positions;
+// splits past the visible positions write an empty partial.
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace shoal::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxPerLane = kMaxHeadDim / 32;
+
+__global__ void attentionPartialKernel(AttentionParams p, const float* q, const __half* keys,
+                                       const __half* values, const int32_t* firstPosition,
+                                       float* partial) {
+  __shared__ float qs[kMaxHeadDim];
+  __shared__ float warpM[kWarps], warpL[kWarps];
+  __shared__ float warpAcc[kWarps][kMaxHeadDim];
+
+  const int split = blockIdx.x, head = blockIdx.y;
+  const int64_t t = blockIdx.z;
+  const int hd = p.headDim;
+  const int64_t kvDim = static_cast<int64_t>(p.nHeadKv) * hd;
+  const int kvHead = head / (p.nHead / p.nHeadKv);
+  const int64_t visible = static_cast<int64_t>(*firstPosition) + t + 1;
+  const int64_t begin = static_cast<int64_t>(split) * p.chunk;
+  const int64_t end = min(visible, begin + p.chunk);
+
+  const float* qRow = q + (t * p.nHead + head) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qRow[d];
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float m = -INFINITY, l = 0.0f;
+  float acc[kMaxPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) acc[j] = 0.0f;
+
+  for (int64_t pos = begin + warp; pos < end; pos += kWarps) {
+    const __half* k = keys + pos * kvDim + static_cast<int64_t>(kvHead) * hd;
+    float dot = 0.0f;
+    for (int d = lane; d < hd; d += 32) dot += qs[d] * __half2float(k[d]);
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    const float s = dot * p.scale;
+    const float mNew = fmaxf(m, s);
+    const float correction = expf(m - mNew);
+    const float e = expf(s - mNew);
+    l = l * correction + e;
+    const __half* v = values + pos * kvDim + static_cast<int64_t>(kvHead) * hd;
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < hd) acc[j] = acc[j] * correction + e * __half2float(v[d]);
+    }
+    m = mNew;
+  }
+  if (lane == 0) {
+    warpM[warp] = m;
+    warpL[warp] = l;
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < hd) warpAcc[warp][d] = acc[j];
+  }
+  __syncthreads();
+
+  float mAll = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) mAll = fmaxf(mAll, warpM[w]);
+  float* out = partial + ((t * p.nHead + head) * p.splits + split) * (hd + 2);
+  if (threadIdx.x == 0) {
+    float lAll = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      if (warpM[w] != -INFINITY) lAll += warpL[w] * expf(warpM[w] - mAll);
+    out[0] = mAll;
+    out[1] = lAll;
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float a = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      if (warpM[w] != -INFINITY) a += warpAcc[w][d] * expf(warpM[w] - mAll);
+    out[2 + d] = a;
+  }
+}
+
+__global__ void attentionMergeKernel(AttentionParams p, const float* partial, float* out) {
+  const int head = blockIdx.x;
+  const int64_t t = blockIdx.y;
+  const int hd = p.headDim;
+  const float* in = partial + (t * p.nHead + head) * p.splits * (hd + 2);
+  float m = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, in[s * (hd + 2)]);
+  float l = 0.0f;
+  for (int s = 0; s < p.splits; ++s) {
+    const float ms = in[s * (hd + 2)];
+    if (ms != -INFINITY) l += in[s * (hd + 2) + 1] * expf(ms - m);
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float a = 0.0f;
+    for (int s = 0; s < p.splits; ++s) {
+      const float ms = in[s * (hd + 2)];
+      if (ms != -INFINITY) a += in[s * (hd + 2) + 2 + d] * expf(ms - m);
+    }
+    out[(t * p.nHead + head) * hd + d] = a / l;
+  }
+}
+
+}  // namespace
+
+void attention(const AttentionParams& p, const float* q, const __half* keyCache,
+               const __half* valueCache, int64_t tokens, const int32_t* firstPosition,
+               float* partial, float* out, cudaStream_t stream) {
+  if (p.headDim > kMaxHeadDim || p.nHeadKv <= 0 || p.nHead % p.nHeadKv != 0) {
+    throw Error("CUDA attention: head size " + std::to_string(p.headDim) + " (max " +
+                std::to_string(kMaxHeadDim) + ") or heads " + std::to_string(p.nHead) + "/" +
+                std::to_string(p.nHeadKv) + " not supported");
+  }
+  const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.nHead),
+                  static_cast<unsigned>(tokens));
+  attentionPartialKernel<<<grid, 32 * kWarps, 0, stream>>>(p, q, keyCache, valueCache,
+                                                           firstPosition, partial);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+  attentionMergeKernel<<<dim3(static_cast<unsigned>(p.nHead), static_cast<unsigned>(tokens)), 128,
+                         0, stream>>>(p, partial, out);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace shoal::cuda

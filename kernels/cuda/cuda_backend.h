@@ -1,0 +1,37 @@
+#pragma once
+// The CUDA backend inside the plugin: one device per visible GPU ("cuda0", "cuda1", ...).
+// Constructed by shoal_cuda_create_backend (cuda_plugin.cpp); never throws from the
+// constructor: without a driver or a device it is unavailable with the CUDA runtime's reason.
+
+#include <mutex>
+#include <vector>
+
+#include "engine/runtime/backend.h"
+
+namespace shoal::cuda {
+
+class CudaBackend final : public runtime::Backend {
+ public:
+  CudaBackend();
+
+  std::string name() const override { return "cuda"; }
+  runtime::Availability availability() const override { return m_availability; }
+  // Name ("NVIDIA H200 (132 SMs, sm_90)"), memory free/total now, and the device-to-device copy
+  // bandwidth, measured once per device on the first call.
+  std::vector<runtime::DeviceInfo> devices() const override;
+  std::unique_ptr<runtime::Stage> createStage(const std::string& deviceId,
+                                              const runtime::ModelSource& model,
+                                              const runtime::StageSpec& spec) override;
+
+ private:
+  runtime::Availability m_availability;
+  int m_deviceCount = 0;
+  mutable std::mutex m_mutex;
+  mutable std::vector<double> m_bandwidth;  // bytes/s per device, 0 until measured
+};
+
+// Copy bandwidth of a device (bytes read + written per second), from timed device-to-device
+// copies of 256 MiB (less when memory is short). 0 when it cannot be measured.
+double measureBandwidth(int device);
+
+}  // namespace shoal::cuda

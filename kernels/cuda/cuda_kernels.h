@@ -1,0 +1,90 @@
+#pragma once
+// Host-callable launchers of the CUDA backend's kernels. Every pointer is device memory unless
+// said otherwise; every launch is asynchronous on `stream`. Matrices are row-major; a weight
+// matrix has `rows` rows of `k` elements in its GGUF block format, `rowBytes` apart.
+//
+// Quantized weights meet 8-bit activations: quantizeActivations() turns each 32 values of x into
+// int8 with one scale (d = max|x| / 127) and the scaled sum d * sum(q) (for the weight formats
+// with a minimum or an offset), and the mat-vec kernels multiply with int8 dot products (dp4a).
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/gguf/tensor_type.h"
+
+namespace shoal::cuda {
+
+// Weight formats the mat-vec and dequantization kernels handle.
+bool weightTypeSupported(gguf::TensorType type);
+// Elements per block and bytes per block of a supported type (F32/F16: 1 element).
+int64_t typeBlockElements(gguf::TensorType type);
+int64_t typeBlockBytes(gguf::TensorType type);
+
+// x: tokens x k floats (k a multiple of 32) -> q: tokens x k int8, ds: tokens x k/32 (d, d*sum).
+void quantizeActivations(const float* x, int64_t tokens, int64_t k, int8_t* q, float2* ds,
+                         cudaStream_t stream);
+
+// y[t * rows + r] = sum_i W[r][i] * x[t][i] for t < tokens. Quantized types read (xq, xds), F16
+// and F32 read xf (tokens x k floats).
+void matvec(gguf::TensorType type, const void* w, int64_t rows, int64_t k, int64_t rowBytes,
+            const int8_t* xq, const float2* xds, const float* xf, int64_t tokens, float* y,
+            cudaStream_t stream);
+
+// Whole matrix to f16 (rows x k), for the cuBLAS path of batches.
+void dequantizeToHalf(gguf::TensorType type, const void* w, int64_t rows, int64_t k,
+                      int64_t rowBytes, __half* out, cudaStream_t stream);
+
+// out[i] = row ids[i] of W as floats, i < count (the embedding lookup). ids are checked on the
+// host.
+void gatherRows(gguf::TensorType type, const void* w, const int32_t* ids, int64_t count, int64_t k,
+                int64_t rowBytes, float* out, cudaStream_t stream);
+
+// y = x / sqrt(mean(x^2) + eps) * weight, per row of n.
+void rmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, float eps,
+             cudaStream_t stream);
+
+struct RopeParams {
+  int32_t heads = 0;
+  int32_t headDim = 0;
+  int32_t nRot = 0;
+  bool neox = false;     // rotate (i, i + nRot/2) instead of (2i, 2i+1)
+  float thetaScale = 1;  // freqBase^(-2/nRot), computed on the host as the CPU backend does
+  float freqScale = 1;   // linear scaling
+  const float* freqFactors = nullptr;  // device, nRot/2 values, or nullptr
+};
+// Rotate x (tokens x heads x headDim) in place; token t is at position *firstPosition + t
+// (firstPosition lives on the device so a captured graph can replay with new positions).
+void rope(float* x, int64_t tokens, const RopeParams& p, const int32_t* firstPosition,
+          cudaStream_t stream);
+
+void addBias(float* x, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
+void addInPlace(float* x, const float* y, int64_t n, cudaStream_t stream);
+// out = silu(gate) * up
+void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+void floatToHalf(const float* x, __half* y, int64_t n, cudaStream_t stream);
+
+// Append tokens' keys and values (tokens x kvDim floats) to an f16 cache of kvDim per position,
+// at positions *firstPosition + t.
+void storeKv(const float* k, const float* v, __half* keyCache, __half* valueCache, int64_t tokens,
+             int32_t kvDim, const int32_t* firstPosition, cudaStream_t stream);
+
+struct AttentionParams {
+  int32_t nHead = 0;
+  int32_t nHeadKv = 0;
+  int32_t headDim = 0;  // at most 256
+  float scale = 0;      // 1/sqrt(headDim)
+  int32_t splits = 1;   // position ranges computed in parallel per (token, head), then merged
+  int32_t chunk = 256;  // positions per split; splits * chunk must cover the longest context
+};
+// Causal attention: token t (position *firstPosition + t) over cached positions
+// 0..*firstPosition + t. partial: scratch of tokens * nHead * splits * (headDim + 2) floats.
+void attention(const AttentionParams& p, const float* q, const __half* keyCache,
+               const __half* valueCache, int64_t tokens, const int32_t* firstPosition,
+               float* partial, float* out, cudaStream_t stream);
+
+// *out = index of the largest of n logits (the first on ties): greedy sampling on the device.
+void argmax(const float* logits, int64_t n, int32_t* out, cudaStream_t stream);
+
+}  // namespace shoal::cuda

@@ -1,0 +1,22 @@
+// The two exported entry points of libshoal-cuda.so (see cuda_plugin_abi.h). Everything else in
+// the plugin is hidden (-fvisibility=hidden).
+
+#include <new>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_plugin_abi.h"
+
+extern "C" __attribute__((visibility("default"))) int shoal_cuda_plugin_abi() {
+  return shoal::cuda::kShoalCudaPluginAbi;
+}
+
+extern "C" __attribute__((visibility("default"))) shoal::runtime::Backend*
+shoal_cuda_create_backend(int abiVersion) {
+  if (abiVersion != shoal::cuda::kShoalCudaPluginAbi) return nullptr;
+  try {
+    return new shoal::cuda::CudaBackend();
+  } catch (...) {
+    // Nothing may cross the C boundary as an exception; the loader reports the refusal.
+    return nullptr;
+  }
+}

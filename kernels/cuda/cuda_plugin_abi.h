@@ -1,0 +1,34 @@
+#pragma once
+// The boundary between Shoal and the CUDA backend plugin (libshoal-cuda.so), which Shoal loads
+// with dlopen() at run time so that the app starts on machines without an NVIDIA driver.
+//
+// The plugin exports two C functions:
+//   int shoal_cuda_plugin_abi(void);
+//       The kShoalCudaPluginAbi the plugin was built with. The loader compares it with its own
+//       before calling anything else.
+//   shoal::runtime::Backend* shoal_cuda_create_backend(int abiVersion);
+//       A new backend (owned by the caller, deleted through the virtual destructor), or nullptr
+//       when abiVersion differs from the plugin's. Never throws: a machine without a driver or
+//       device still gets a backend whose availability() gives the reason.
+//
+// C++ objects (Backend, Stage, std::string, std::vector) cross the boundary, so the plugin and
+// the host must be built from the same sources with the same compiler and standard library (they
+// are: one CMake build). Bump kShoalCudaPluginAbi whenever engine/runtime/backend.h, stage.h or
+// the model structs they reference change layout.
+
+namespace shoal::runtime {
+class Backend;
+}
+
+namespace shoal::cuda {
+
+inline constexpr int kShoalCudaPluginAbi = 1;
+
+inline constexpr const char* kPluginFileName = "libshoal-cuda.so";
+inline constexpr const char* kAbiSymbol = "shoal_cuda_plugin_abi";
+inline constexpr const char* kCreateSymbol = "shoal_cuda_create_backend";
+
+using PluginAbiFn = int (*)();
+using CreateBackendFn = runtime::Backend* (*)(int abiVersion);
+
+}  // namespace shoal::cuda

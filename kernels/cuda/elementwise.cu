@@ -1,0 +1,160 @@
+// The small ops of the layer program: RMSNorm, RoPE, bias, residual add, SwiGLU, KV-cache
+// append, and greedy argmax.
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace shoal::cuda {
+namespace {
+
+unsigned gridFor(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024).
+__device__ float blockSum(float v, float* shared) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  v = lane < warps ? shared[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void rmsNormKernel(const float* x, const float* weight, float* y, int64_t n, float eps) {
+  __shared__ float shared[32];
+  const float* xr = x + blockIdx.x * n;
+  float* yr = y + blockIdx.x * n;
+  float sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += xr[i] * xr[i];
+  sum = blockSum(sum, shared);
+  const float scale = rsqrtf(sum / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * weight[i];
+}
+
+// One thread per (token, head, pair). The angle follows the CPU backend's ropeAngles: theta
+// starts at the position and is multiplied by thetaScale once per pair, in float.
+__global__ void ropeKernel(float* x, int64_t tokens, RopeParams p, const int32_t* firstPosition) {
+  const int half = p.nRot / 2;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tokens * p.heads * half) return;
+  const int pair = static_cast<int>(i % half);
+  const int64_t th = i / half;  // token * heads + head
+  const int64_t t = th / p.heads;
+  float theta = static_cast<float>(*firstPosition + t);
+  for (int j = 0; j < pair; ++j) theta *= p.thetaScale;
+  const float ff = p.freqFactors ? p.freqFactors[pair] : 1.0f;
+  const float angle = p.freqScale * (theta / ff);
+  const float c = cosf(angle), s = sinf(angle);
+  float* v = x + th * p.headDim;
+  const int a = p.neox ? pair : 2 * pair;
+  const int b = p.neox ? pair + half : 2 * pair + 1;
+  const float x0 = v[a], x1 = v[b];
+  v[a] = fmaf(x0, c, -(x1 * s));
+  v[b] = fmaf(x0, s, x1 * c);
+}
+
+__global__ void addBiasKernel(float* x, const float* bias, int64_t total, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) x[i] += bias[i % n];
+}
+
+__global__ void addKernel(float* x, const float* y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+__global__ void swigluKernel(const float* gate, const float* up, float* out, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void storeKvKernel(const float* k, const float* v, __half* keyCache, __half* valueCache,
+                              int64_t total, int32_t kvDim, const int32_t* firstPosition) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int64_t t = i / kvDim, d = i % kvDim;
+  const int64_t at = (static_cast<int64_t>(*firstPosition) + t) * kvDim + d;
+  keyCache[at] = __float2half_rn(k[i]);
+  valueCache[at] = __float2half_rn(v[i]);
+}
+
+// One block: each thread keeps its best (value, index), then the block reduces; ties keep the
+// smaller index, as the CPU sampler's first-maximum rule does.
+__global__ void argmaxKernel(const float* logits, int64_t n, int32_t* out) {
+  __shared__ float bestV[1024];
+  __shared__ int32_t bestI[1024];
+  float v = -INFINITY;
+  int32_t idx = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    if (logits[i] > v) {
+      v = logits[i];
+      idx = static_cast<int32_t>(i);
+    }
+  }
+  bestV[threadIdx.x] = v;
+  bestI[threadIdx.x] = idx;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float ov = bestV[threadIdx.x + s];
+      const int32_t oi = bestI[threadIdx.x + s];
+      if (ov > bestV[threadIdx.x] || (ov == bestV[threadIdx.x] && oi < bestI[threadIdx.x])) {
+        bestV[threadIdx.x] = ov;
+        bestI[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = bestI[0];
+}
+
+}  // namespace
+
+void rmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, float eps,
+             cudaStream_t stream) {
+  rmsNormKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, weight, y, n, eps);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void rope(float* x, int64_t tokens, const RopeParams& p, const int32_t* firstPosition,
+          cudaStream_t stream) {
+  const int64_t n = tokens * p.heads * (p.nRot / 2);
+  ropeKernel<<<gridFor(n, 256), 256, 0, stream>>>(x, tokens, p, firstPosition);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void addBias(float* x, const float* bias, int64_t rows, int64_t n, cudaStream_t stream) {
+  addBiasKernel<<<gridFor(rows * n, 256), 256, 0, stream>>>(x, bias, rows * n, n);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void addInPlace(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  addKernel<<<gridFor(n, 256), 256, 0, stream>>>(x, y, n);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  swigluKernel<<<gridFor(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void storeKv(const float* k, const float* v, __half* keyCache, __half* valueCache, int64_t tokens,
+             int32_t kvDim, const int32_t* firstPosition, cudaStream_t stream) {
+  const int64_t n = tokens * kvDim;
+  storeKvKernel<<<gridFor(n, 256), 256, 0, stream>>>(k, v, keyCache, valueCache, n, kvDim,
+                                                     firstPosition);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void argmax(const float* logits, int64_t n, int32_t* out, cudaStream_t stream) {
+  argmaxKernel<<<1, 1024, 0, stream>>>(logits, n, out);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace shoal::cuda
