@@ -108,6 +108,14 @@ struct Q8_0 {
   static float sum(const A&) { return 0; }
 };
 
+constexpr size_t kPrefetchRows = 8;
+
+// Prefetches a whole row (K-quant and float kernels, which work row by row).
+inline void prefetchRow(const uint8_t* row, size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T0);
+}
+
 // R weight rows x T tokens at once: every weight block is unpacked once per T tokens, every
 // activation block loaded once per R rows. Each (row, token) keeps its own accumulator and sums
 // blocks in order, so the tile shape does not change any result.
@@ -135,6 +143,11 @@ void tile(const GemmArgs& g, int64_t r0, int64_t t0) {
   for (int64_t b = 0; b < blocks; ++b) {
     __m256i q[R], qAbs[R];
     float dw[R], mw[R];
+    // The next rows' blocks (see avx512_quant_gemm.cpp: decode is memory-bound).
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(&w[r][b]) + kPrefetchRows * g.weightStride,
+                   _MM_HINT_T0);
+    }
     for (int r = 0; r < R; ++r) {
       q[r] = Q::load(w[r][b]);
       if constexpr (Q::kSigned) qAbs[r] = _mm256_sign_epi8(q[r], q[r]);
@@ -310,6 +323,7 @@ template <class W, float (*Dot)(const W*, const BlockQ8_K*, int64_t)>
 void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   const int64_t blocks = g.cols / kQKK;
   for (int64_t r = rowBegin; r < rowEnd; ++r) {
+    prefetchRow(g.weights + static_cast<size_t>(r + 2) * g.weightStride, g.weightStride);
     const auto* w = reinterpret_cast<const W*>(g.weights + static_cast<size_t>(r) * g.weightStride);
     for (int64_t t = 0; t < g.tokens; ++t) {
       const auto* a =

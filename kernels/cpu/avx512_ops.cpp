@@ -1,9 +1,30 @@
-// AVX-512 kernel table (placeholder until the AVX-512 kernels land).
+// The AVX-512 kernel table: the AVX-512 kernels where they pay, the AVX2 ones elsewhere.
 
-#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/simd_kernels.h"
 
 namespace shoal::cpu {
+namespace avx512 {
+namespace {
 
-const KernelTable* avx512Kernels() { return nullptr; }
+KernelTable makeTable() {
+  const KernelTable* base = avx2Kernels();
+  KernelTable t = *base;
+  t.isa = Isa::Avx512;
+  auto set = [&t](WeightKind k, GemmFn fn) { t.gemm[static_cast<int>(k)] = fn; };
+  set(WeightKind::Q4_0, gemmQ4_0);
+  set(WeightKind::Q4_1, gemmQ4_1);
+  set(WeightKind::Q5_0, gemmQ5_0);
+  set(WeightKind::Q5_1, gemmQ5_1);
+  set(WeightKind::Q8_0, gemmQ8_0);
+  return t;
+}
+
+}  // namespace
+}  // namespace avx512
+
+const KernelTable* avx512Kernels() {
+  static const KernelTable table = avx512::makeTable();
+  return &table;
+}
 
 }  // namespace shoal::cpu

@@ -1,0 +1,245 @@
+// AVX-512 (VNNI) matrix kernels for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights, bit-identical to
+// the scalar reference (reference_dots.cpp).
+//
+// One zmm holds the eight ggml lanes of two weight rows at once: bytes [row A elements 0..15,
+// row B 0..15, A 16..31, B 16..31] against the activation block laid out [0..15, 0..15, 16..31,
+// 16..31], so a single vpdpbusd yields both rows' lane sums (A's ggml lanes 0-3 in lanes 0-3
+// and 4-7 in lanes 8-11; B's in 4-7 and 12-15). Lane sums are exact integers as in ggml:
+// signed weights are stored biased (w + bias, unsigned) and the bias is taken off by starting
+// the vpdpbusd accumulation at -bias * (sum of the 4 activations of the lane).
+//
+// Compiled with AVX-512 F/BW/VL/DQ/VNNI; reached only through the AVX-512 table. No standard
+// library templates or std:: math here (see avx2_ops.cpp).
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/simd_kernels.h"
+
+namespace shoal::cpu::avx512 {
+namespace {
+
+inline uint32_t load32(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Two rows' 16 bytes of nibbles -> [A low nibbles, B low, A high, B high] as bytes 0..15.
+inline __m512i nibblePair(const uint8_t* a, const uint8_t* b) {
+  const __m256i packed = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+  const __m512i both =
+      _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
+  return _mm512_and_si512(both, _mm512_set1_epi8(0xF));
+}
+
+// The fifth bits of two Q5 blocks as a byte mask in nibblePair's layout.
+inline __mmask64 fifthBitPair(const uint8_t* qhA, const uint8_t* qhB) {
+  const uint64_t a = load32(qhA), b = load32(qhB);
+  return (a & 0xFFFF) | ((b & 0xFFFF) << 16) | ((a >> 16) << 32) | ((b >> 16) << 48);
+}
+
+struct Q4_0 {
+  using W = BlockQ4_0;
+  using A = BlockQ8_0;
+  static constexpr int kBiasShift = 3;  // stored q + 8
+  static constexpr bool kMin = false;
+  static __m512i load(const W& a, const W& b) { return nibblePair(a.qs, b.qs); }
+};
+struct Q4_1 {
+  using W = BlockQ4_1;
+  using A = BlockQ8_1;
+  static constexpr int kBiasShift = -1;  // unsigned already
+  static constexpr bool kMin = true;
+  static __m512i load(const W& a, const W& b) { return nibblePair(a.qs, b.qs); }
+};
+struct Q5_0 {
+  using W = BlockQ5_0;
+  using A = BlockQ8_0;
+  static constexpr int kBiasShift = 4;  // stored q + 16
+  static constexpr bool kMin = false;
+  static __m512i load(const W& a, const W& b) {
+    return _mm512_or_si512(nibblePair(a.qs, b.qs),
+                           _mm512_maskz_mov_epi8(fifthBitPair(a.qh, b.qh), _mm512_set1_epi8(0x10)));
+  }
+};
+struct Q5_1 {
+  using W = BlockQ5_1;
+  using A = BlockQ8_1;
+  static constexpr int kBiasShift = -1;
+  static constexpr bool kMin = true;
+  static __m512i load(const W& a, const W& b) {
+    return _mm512_or_si512(nibblePair(a.qs, b.qs),
+                           _mm512_maskz_mov_epi8(fifthBitPair(a.qh, b.qh), _mm512_set1_epi8(0x10)));
+  }
+};
+struct Q8_0 {
+  using W = BlockQ8_0;
+  using A = BlockQ8_0;
+  static constexpr int kBiasShift = 7;  // stored q + 128 (q ^ 0x80)
+  static constexpr bool kMin = false;
+  static __m512i load(const W& a, const W& b) {
+    const __m512i ab = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)), 1);
+    // [A 0..15, A 16..31, B 0..15, B 16..31] -> [A 0..15, B 0..15, A 16..31, B 16..31]
+    const __m512i pair = _mm512_shuffle_i64x2(ab, ab, _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm512_xor_si512(pair, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+};
+
+// Scales of two blocks as floats: [dA, mA, dB, mB] (with a minimum) or [dA, dB, 0, 0].
+template <class Q>
+inline __m128 scalePair(const typename Q::W& a, const typename Q::W& b) {
+  if constexpr (Q::kMin) {
+    const uint64_t v = load32(&a.d) | (static_cast<uint64_t>(load32(&b.d)) << 32);
+    return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)));
+  } else {
+    const uint32_t v = static_cast<uint32_t>(a.d) | (static_cast<uint32_t>(b.d) << 16);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(v)));
+  }
+}
+
+// One activation block prepared for the pair layout.
+struct ActBlock {
+  __m512i y;     // [0..15, 0..15, 16..31, 16..31]
+  __m512i init;  // -bias * (sum of each lane's 4 activations), or 0
+  float d, s;
+};
+
+template <class Q>
+inline ActBlock prepare(const typename Q::A& a) {
+  ActBlock p;
+  const __m512i y4 =
+      _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
+  p.y = _mm512_shuffle_i64x2(y4, y4, _MM_SHUFFLE(1, 1, 0, 0));
+  if constexpr (Q::kBiasShift >= 0) {
+    const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), p.y);
+    p.init = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, Q::kBiasShift));
+  } else {
+    p.init = _mm512_setzero_si512();
+  }
+  p.d = _cvtsh_ss(a.d);
+  if constexpr (Q::kMin) {
+    p.s = _cvtsh_ss(a.s);
+  } else {
+    p.s = 0;
+  }
+  return p;
+}
+
+// hsum_float_8 of each row of a pair accumulator: (lane i + lane i+8) first, then pairs.
+inline void finishPair(__m512 acc, __m128 summs, bool withMin, float& a, float& b) {
+  const __m512 folded = _mm512_add_ps(acc, _mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m256 v = _mm512_castps512_ps256(folded);  // [A v0..v3, B v0..v3]
+  __m128 va = _mm256_castps256_ps128(v), vb = _mm256_extractf128_ps(v, 1);
+  va = _mm_add_ps(va, _mm_movehl_ps(va, va));
+  vb = _mm_add_ps(vb, _mm_movehl_ps(vb, vb));
+  va = _mm_add_ss(va, _mm_movehdup_ps(va));
+  vb = _mm_add_ss(vb, _mm_movehdup_ps(vb));
+  a = _mm_cvtss_f32(va);
+  b = _mm_cvtss_f32(vb);
+  if (withMin) {
+    alignas(16) float m[4];
+    _mm_store_ps(m, summs);
+    a += m[1];
+    b += m[3];
+  }
+}
+
+// P row pairs x T tokens. Rows r0 + 2p and r0 + 2p + 1 form pair p, except that a tile of one
+// row (single) pairs the row with itself and stores one result.
+constexpr size_t kPrefetchRows = 8;
+
+template <class Q, int P, int T>
+void tile(const GemmArgs& g, int64_t r0, int64_t t0, bool single) {
+  using W = typename Q::W;
+  using A = typename Q::A;
+  const int64_t blocks = g.cols / kQK;
+  const W* w[2 * P];
+  for (int i = 0; i < 2 * P; ++i) {
+    const int64_t r = single ? r0 : r0 + i;
+    w[i] = reinterpret_cast<const W*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+  }
+  const A* a[T];
+  for (int t = 0; t < T; ++t) {
+    a[t] = reinterpret_cast<const A*>(g.act + static_cast<size_t>(t0 + t) * g.actStride);
+  }
+  // Lane l of the expanded scales takes element 0 (row A) or 1/2 (row B) of the scale pair.
+  const __m512i spread = Q::kMin ? _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0)
+                                 : _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
+  __m512 acc[P][T];
+  __m128 summs[P][T];
+  for (int p = 0; p < P; ++p) {
+    for (int t = 0; t < T; ++t) {
+      acc[p][t] = _mm512_setzero_ps();
+      summs[p][t] = _mm_setzero_ps();
+    }
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    ActBlock act[T];
+    for (int t = 0; t < T; ++t) act[t] = prepare<Q>(a[t][b]);
+    // The next tile's rows: the hardware prefetcher alone leaves decode well short of the
+    // memory bandwidth on the many short rows of a small model.
+    for (int i = 0; i < 2 * P; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(&w[i][b]) + kPrefetchRows * g.weightStride,
+                   _MM_HINT_T0);
+    }
+    for (int p = 0; p < P; ++p) {
+      const W& wa = w[2 * p][b];
+      const W& wb = w[2 * p + 1][b];
+      const __m512i q = Q::load(wa, wb);
+      const __m128 scales = scalePair<Q>(wa, wb);
+      for (int t = 0; t < T; ++t) {
+        const __m512 lanes = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(act[t].init, q, act[t].y));
+        const __m128 dd = _mm_mul_ps(scales, _mm_set1_ps(act[t].d));
+        const __m512 ddv = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(dd));
+        acc[p][t] = _mm512_fmadd_ps(ddv, lanes, acc[p][t]);
+        if constexpr (Q::kMin)
+          summs[p][t] = _mm_fmadd_ps(scales, _mm_set1_ps(act[t].s), summs[p][t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    float* y = g.y + (t0 + t) * g.ldy + r0;
+    for (int p = 0; p < P; ++p) {
+      float ra, rb;
+      finishPair(acc[p][t], summs[p][t], Q::kMin, ra, rb);
+      y[2 * p] = ra;
+      if (!single) y[2 * p + 1] = rb;
+    }
+  }
+}
+
+template <class Q, int P>
+void rowTile(const GemmArgs& g, int64_t r0, bool single) {
+  int64_t t = 0;
+  for (; t + 4 <= g.tokens; t += 4) tile<Q, P, 4>(g, r0, t, single);
+  for (; t < g.tokens; ++t) tile<Q, P, 1>(g, r0, t, single);
+}
+
+template <class Q>
+void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  int64_t r = rowBegin;
+  if (g.tokens == 1) {
+    for (; r + 8 <= rowEnd; r += 8) tile<Q, 4, 1>(g, r, 0, false);
+  } else {
+    for (; r + 4 <= rowEnd; r += 4) rowTile<Q, 2>(g, r, false);
+  }
+  for (; r + 2 <= rowEnd; r += 2) rowTile<Q, 1>(g, r, false);
+  if (r < rowEnd) rowTile<Q, 1>(g, r, true);
+}
+
+}  // namespace
+
+void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_0>(g, b, e); }
+void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_1>(g, b, e); }
+void gemmQ5_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_0>(g, b, e); }
+void gemmQ5_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_1>(g, b, e); }
+void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q8_0>(g, b, e); }
+
+}  // namespace shoal::cpu::avx512

@@ -1,0 +1,152 @@
+// attention(): close to double-precision attention over the same f16 cache, causal, blind to
+// cache positions it must not see, and independent of the thread count.
+
+#include <QtTest>
+#include <cmath>
+#include <vector>
+
+#include "cpu_test_util.h"
+#include "engine/gguf/dequantize.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/kernel_table.h"
+
+using namespace shoal;
+using namespace shoal::cpu;
+
+namespace {
+
+struct Setup {
+  AttentionShape shape;
+  std::vector<float> q;
+  std::vector<uint16_t> keys, values;  // values transposed, valueStride() apart
+
+  Setup(int32_t count, int32_t cached, uint32_t seed) {
+    shape.nHead = 4;
+    shape.nHeadKv = 2;
+    shape.headDim = 64;
+    shape.contextLength = 100;
+    shape.scale = 1.0f / 8.0f;
+    const int64_t kv = shape.kvDim();
+    q = test::randomValues(static_cast<size_t>(count * shape.nHead * shape.headDim), seed, 2.0f);
+    const auto k =
+        test::randomValues(static_cast<size_t>(shape.contextLength * kv), seed + 1, 2.0f);
+    const auto v = test::randomValues(static_cast<size_t>(shape.contextLength * kv), seed + 2);
+    keys.assign(k.size(), 0);
+    values.assign(static_cast<size_t>(shape.valueStride() * kv), 0);
+    for (int64_t p = 0; p < cached; ++p) {
+      for (int64_t i = 0; i < kv; ++i) {
+        keys[static_cast<size_t>(p * kv + i)] =
+            gguf::floatToHalf(k[static_cast<size_t>(p * kv + i)]);
+        values[static_cast<size_t>(i * shape.valueStride() + p)] =
+            gguf::floatToHalf(v[static_cast<size_t>(p * kv + i)]);
+      }
+    }
+  }
+
+  std::vector<float> run(int32_t count, int32_t first, int threads) {
+    ThreadPool pool(threads);
+    AttentionScratch scratch;
+    scratch.reserve(shape, threads);
+    std::vector<float> out(static_cast<size_t>(count * shape.nHead * shape.headDim), NAN);
+    attention(shape, q.data(), count, first, keys.data(), values.data(), out.data(), pool, scratch);
+    return out;
+  }
+
+  // Double-precision attention over the same f16 keys and values.
+  std::vector<double> exact(int32_t count, int32_t first) const {
+    const int64_t hd = shape.headDim, kv = shape.kvDim(), qd = shape.nHead * hd;
+    std::vector<double> out(static_cast<size_t>(count * qd));
+    for (int32_t t = 0; t < count; ++t) {
+      for (int32_t h = 0; h < shape.nHead; ++h) {
+        const int64_t kvh = h / (shape.nHead / shape.nHeadKv);
+        const int32_t visible = first + t + 1;
+        std::vector<double> s(static_cast<size_t>(visible));
+        double max = -INFINITY, sum = 0;
+        for (int32_t p = 0; p < visible; ++p) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i) {
+            d += static_cast<double>(q[static_cast<size_t>(t * qd + h * hd + i)]) *
+                 gguf::halfToFloat(keys[static_cast<size_t>(p * kv + kvh * hd + i)]);
+          }
+          s[static_cast<size_t>(p)] = d * shape.scale;
+          max = std::max(max, s[static_cast<size_t>(p)]);
+        }
+        for (double& e : s) sum += (e = std::exp(e - max));
+        for (int64_t i = 0; i < hd; ++i) {
+          double o = 0;
+          for (int32_t p = 0; p < visible; ++p) {
+            o += s[static_cast<size_t>(p)] / sum *
+                 gguf::halfToFloat(
+                     values[static_cast<size_t>((kvh * hd + i) * shape.valueStride() + p)]);
+          }
+          out[static_cast<size_t>(t * qd + h * hd + i)] = o;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+class CpuAttentionTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // Queries and probabilities are rounded to f16 on the way (as in llama.cpp), so agreement is
+  // to about f16 precision.
+  void matchesDoublePrecisionAttention_data() {
+    QTest::addColumn<int>("count");
+    QTest::addColumn<int>("first");
+    QTest::newRow("decode at 0") << 1 << 0;
+    QTest::newRow("decode at 70") << 1 << 70;
+    QTest::newRow("batch of 7 at 0") << 7 << 0;
+    QTest::newRow("batch of 5 at 33") << 5 << 33;
+  }
+  void matchesDoublePrecisionAttention() {
+    QFETCH(int, count);
+    QFETCH(int, first);
+    Setup s(count, first + count, 5);
+    const auto got = s.run(count, first, 2);
+    const double nmse = test::normalizedMse(got, s.exact(count, first));
+    QVERIFY2(nmse < 1e-5, qPrintable(QString("nmse %1").arg(nmse)));
+  }
+
+  void tokenIgnoresLaterPositions() {
+    Setup s(6, 6, 9);
+    const auto before = s.run(6, 0, 1);
+    // Rewrite what positions 4 and 5 hold: tokens 0..3 must not change at all.
+    for (int64_t i = 0; i < s.shape.kvDim(); ++i) {
+      for (int64_t p : {4, 5}) {
+        s.keys[static_cast<size_t>(p * s.shape.kvDim() + i)] = gguf::floatToHalf(3.0f);
+        s.values[static_cast<size_t>(i * s.shape.valueStride() + p)] = gguf::floatToHalf(-7.0f);
+      }
+    }
+    const auto after = s.run(6, 0, 1);
+    const size_t firstFour = static_cast<size_t>(4 * s.shape.nHead * s.shape.headDim);
+    QVERIFY(test::firstBitDifference(before.data(), after.data(), firstFour) < 0);
+  }
+
+  // Positions past the cache are read by the zero-padded dot products, times probability 0.
+  void stalePositionsPastTheCacheDoNotMatter() {
+    Setup s(1, 10, 13);
+    const auto clean = s.run(1, 9, 1);
+    for (int64_t i = 0; i < s.shape.kvDim(); ++i) {
+      for (int64_t p = 10; p < s.shape.valueStride(); ++p) {
+        s.values[static_cast<size_t>(i * s.shape.valueStride() + p)] = gguf::floatToHalf(1000.0f);
+      }
+    }
+    const auto stale = s.run(1, 9, 1);
+    QVERIFY(test::firstBitDifference(clean.data(), stale.data(), clean.size()) < 0);
+  }
+
+  void resultDoesNotDependOnThreadCount() {
+    Setup s(5, 40, 21);
+    const auto one = s.run(5, 35, 1);
+    const auto two = s.run(5, 35, 2);
+    QVERIFY(test::firstBitDifference(one.data(), two.data(), one.size()) < 0);
+  }
+};
+
+QTEST_GUILESS_MAIN(CpuAttentionTest)
+#include "test_cpu_attention.moc"

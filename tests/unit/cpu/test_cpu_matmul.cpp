@@ -1,0 +1,115 @@
+// matmul(): the thread-pool driver gives the reference kernels' results bit for bit with 1 and
+// 2 threads, and picks ggml's dot order for the float types.
+
+#include <QtTest>
+#include <vector>
+
+#include "cpu_test_util.h"
+#include "engine/gguf/dequantize.h"
+#include "engine/gguf/gguf_file.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/reference_kernels.h"
+
+using namespace shoal;
+using namespace shoal::cpu;
+using gguf::TensorType;
+
+namespace {
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+};
+
+Matrix makeMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  Matrix m;
+  const auto f = test::randomValues(static_cast<size_t>(rows * cols), seed, 0.05f);
+  const size_t rowBytes = gguf::rowBytes(type, cols);
+  m.bytes.assign(rowBytes * static_cast<size_t>(rows), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    gguf::quantizeRow(type, &f[static_cast<size_t>(r * cols)], &m.bytes[rowBytes * r], cols);
+  }
+  gguf::TensorInfo info;
+  info.name = "test";
+  info.type = type;
+  info.dims = {cols, rows};
+  info.data = m.bytes.data();
+  m.w = WeightMatrix::from(info);
+  return m;
+}
+
+// The reference: convert each token, one dot per (row, token).
+std::vector<float> referenceProduct(const WeightMatrix& w, const std::vector<float>& x,
+                                    int64_t tokens) {
+  std::vector<uint8_t> act(w.activationBytes());
+  std::vector<float> y(static_cast<size_t>(w.rows * tokens));
+  const DotOrder order = dotOrder(w, tokens);
+  for (int64_t t = 0; t < tokens; ++t) {
+    referenceKernels().convert[static_cast<int>(w.activation)](&x[static_cast<size_t>(t * w.cols)],
+                                                               act.data(), w.cols);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      y[static_cast<size_t>(t * w.rows + r)] =
+          ref::dot(w.kind, w.row(r), act.data(), w.cols, order);
+    }
+  }
+  return y;
+}
+
+}  // namespace
+
+class CpuMatmulTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void matmulMatchesReferenceWithOneAndTwoThreads_data() {
+    QTest::addColumn<int>("type");
+    QTest::addColumn<int>("rows");
+    QTest::addColumn<int>("cols");
+    QTest::addColumn<int>("tokens");
+    for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
+                         TensorType::Q8_0, TensorType::F16, TensorType::BF16, TensorType::F32}) {
+      for (int rows : {1, 6, 37}) {
+        for (int tokens : {1, 3, 9}) {
+          QTest::addRow("%s/r%d/t%d", gguf::typeName(t).c_str(), rows, tokens)
+              << static_cast<int>(t) << rows << 96 << tokens;
+        }
+      }
+    }
+    for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+      QTest::addRow("%s/r13/t5", gguf::typeName(t).c_str())
+          << static_cast<int>(t) << 13 << 512 << 5;
+    }
+  }
+  void matmulMatchesReferenceWithOneAndTwoThreads() {
+    QFETCH(int, type);
+    QFETCH(int, rows);
+    QFETCH(int, cols);
+    QFETCH(int, tokens);
+    const Matrix m = makeMatrix(static_cast<TensorType>(type), rows, cols, 3);
+    const auto x = test::randomValues(static_cast<size_t>(cols * tokens), 4);
+    const auto ref = referenceProduct(m.w, x, tokens);
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      MatmulScratch scratch;
+      std::vector<float> y(ref.size(), NAN);
+      matmul(m.w, x.data(), tokens, y.data(), pool, scratch);
+      QVERIFY2(test::firstBitDifference(y.data(), ref.data(), ref.size()) < 0,
+               qPrintable(QString("%1 threads").arg(threads)));
+    }
+  }
+
+  // ggml: one token -> vec_dot; 2+ tokens -> tinyBLAS when cols fit its step and rows come in 4s.
+  void floatTypesUseTinyBlasOrderForBatchesItCanTake() {
+    const Matrix f16 = makeMatrix(TensorType::F16, 8, 64, 1);
+    QCOMPARE(dotOrder(f16.w, 1), DotOrder::Vec);
+    QCOMPARE(dotOrder(f16.w, 2), DotOrder::Tiled);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::F16, 6, 64, 1).w, 2), DotOrder::Vec);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::F32, 8, 40, 1).w, 2), DotOrder::Vec);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::BF16, 8, 48, 1).w, 2), DotOrder::Vec);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::BF16, 8, 64, 1).w, 2), DotOrder::Tiled);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::Q8_0, 8, 64, 1).w, 2), DotOrder::Vec);
+  }
+};
+
+QTEST_GUILESS_MAIN(CpuMatmulTest)
+#include "test_cpu_matmul.moc"

@@ -1,0 +1,79 @@
+// ThreadPool::parallelFor: every item runs exactly once, on chunks aligned to the grain, with
+// the caller taking part; repeated jobs and degenerate sizes work.
+
+#include <QtTest>
+#include <atomic>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.h"
+
+using shoal::cpu::ThreadPool;
+
+class ThreadPoolTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void everyItemRunsExactlyOnce_data() {
+    QTest::addColumn<int>("threads");
+    QTest::addColumn<int>("items");
+    QTest::addColumn<int>("grain");
+    for (int threads : {1, 2, 3, 4}) {
+      for (int items : {1, 2, 3, 7, 64, 1001}) {
+        for (int grain : {1, 4, 16}) {
+          QTest::addRow("t%d/n%d/g%d", threads, items, grain) << threads << items << grain;
+        }
+      }
+    }
+  }
+  void everyItemRunsExactlyOnce() {
+    QFETCH(int, threads);
+    QFETCH(int, items);
+    QFETCH(int, grain);
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(items));
+    std::atomic<bool> misaligned{false}, badThread{false};
+    pool.parallelFor(
+        items,
+        [&](int64_t begin, int64_t end, int thread) {
+          if (begin % grain != 0) misaligned = true;
+          if (thread < 0 || thread >= threads) badThread = true;
+          for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+        },
+        grain);
+    for (const auto& h : hits) QCOMPARE(h.load(), 1);
+    QVERIFY(!misaligned);
+    QVERIFY(!badThread);
+  }
+
+  void manyJobsInARowAllComplete() {
+    ThreadPool pool(2);
+    std::atomic<int64_t> total{0};
+    for (int job = 0; job < 2000; ++job) {
+      pool.parallelFor(17, [&](int64_t begin, int64_t end, int) { total += end - begin; });
+    }
+    QCOMPARE(total.load(), int64_t{2000 * 17});
+  }
+
+  void bothThreadsTakePartInALargeJob() {
+    ThreadPool pool(2);
+    std::atomic<int> used[2] = {0, 0};
+    pool.parallelFor(1000, [&](int64_t, int64_t, int thread) { used[thread]++; });
+    QCOMPARE(used[0].load(), 1);
+    QCOMPARE(used[1].load(), 1);
+  }
+
+  void zeroItemsRunsNothing() {
+    ThreadPool pool(2);
+    bool ran = false;
+    pool.parallelFor(0, [&](int64_t, int64_t, int) { ran = true; });
+    QVERIFY(!ran);
+  }
+
+  void sizeIsAtLeastOne() {
+    QCOMPARE(ThreadPool(0).size(), 1);
+    QCOMPARE(ThreadPool(3).size(), 3);
+  }
+};
+
+QTEST_GUILESS_MAIN(ThreadPoolTest)
+#include "test_thread_pool.moc"
