@@ -1,0 +1,97 @@
+#pragma once
+// Internal to the planner: a precomputed view of a pool for the search, the optimal layer split
+// of one ordered pipeline, and the ordering of a set of devices into a pipeline.
+
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "engine/plan/cost_model.h"
+#include "engine/plan/types.h"
+
+namespace shoal::plan::detail {
+
+// Everything the search asks about devices and links many times, computed once per plan() call
+// from the cost-model formulas.
+class SearchContext {
+ public:
+  SearchContext(const Pool& pool, const ModelCost& model, const Request& request);
+
+  const Pool& pool() const { return m_pool; }
+  const ModelCost& model() const { return m_model; }
+  const Request& request() const { return m_request; }
+  const LinkTable& links() const { return m_links; }
+  int layers() const { return m_model.layers; }
+  double sequences() const { return static_cast<double>(m_request.sequences); }
+  int deviceCount() const { return static_cast<int>(m_pool.devices.size()); }
+
+  int node(int device) const { return m_node[static_cast<size_t>(device)]; }
+  // Time per layer of a stage that does not hold the head (stage time is linear in k then).
+  double layerTimeS(int device) const { return m_layerTime[static_cast<size_t>(device)]; }
+  // max(H/B, FH/P): what the head alone costs on the device.
+  double headTimeS(int device) const { return m_headTime[static_cast<size_t>(device)]; }
+  int capacity(int device, bool first, bool last) const {
+    return m_cap[static_cast<size_t>(device) * 4 + (first ? 1 : 0) + (last ? 2 : 0)];
+  }
+  double hopS(int fromDevice, int toDevice) const {
+    return m_hop[static_cast<size_t>(node(fromDevice)) * m_nodes +
+                 static_cast<size_t>(node(toDevice))];
+  }
+  double returnS(int lastDevice, int firstDevice) const {
+    return m_return[static_cast<size_t>(node(lastDevice)) * m_nodes +
+                    static_cast<size_t>(node(firstDevice))];
+  }
+  double nodeHopS(int nodeA, int nodeB) const {
+    return m_hop[static_cast<size_t>(nodeA) * m_nodes + static_cast<size_t>(nodeB)];
+  }
+  double nodeReturnS(int nodeA, int nodeB) const {
+    return m_return[static_cast<size_t>(nodeA) * m_nodes + static_cast<size_t>(nodeB)];
+  }
+  // A device that can hold at least one layer as a middle stage.
+  bool usable(int device) const { return capacity(device, false, false) >= 1; }
+
+ private:
+  const Pool& m_pool;
+  const ModelCost& m_model;
+  const Request& m_request;
+  LinkTable m_links;
+  size_t m_nodes = 0;
+  std::vector<int> m_node;
+  std::vector<double> m_layerTime;
+  std::vector<double> m_headTime;
+  std::vector<int> m_cap;        // 4 per device: middle, first, last, first+last
+  std::vector<double> m_hop;     // node × node
+  std::vector<double> m_return;  // node × node
+};
+
+// A pipeline the search has evaluated.
+struct PipelineResult {
+  bool feasible = false;
+  double throughput = 0;    // X_p
+  double latency = 0;       // T_p
+  std::vector<int> order;   // devices in stage order
+  std::vector<int> layers;  // layer count of each stage, same order
+};
+
+// Optimal layer counts for devices in the given order: maximizes X_p (equivalently minimizes
+// max(T/S, slowest stage, slowest link)), and among those minimizes T. Infeasible when a device
+// cannot hold one layer in its role or the devices cannot hold L layers together.
+PipelineResult optimizeSplit(const SearchContext& ctx, std::span<const int> order);
+
+// Calls visit() with every order of `devices` that the cost model can tell apart: devices of one
+// node in middle positions are interchangeable (same links, same role), so one order of them is
+// visited. n! orders at most; for small sets only.
+void forEachDistinctOrder(const SearchContext& ctx, std::span<const int> devices,
+                          const std::function<void(std::span<const int>)>& visit);
+
+// Orders a set of devices into a pipeline (devices of one node kept together, nodes chained by
+// cheapest hops, the embedding and head roles given to devices that suit them) and splits it.
+// `thorough` tries many more node orders and role holders (small pools, final polish).
+PipelineResult buildPipeline(const SearchContext& ctx, std::span<const int> devices, bool thorough);
+
+// `order` with `device` inserted where it adds the least hop and return time (ties: the
+// earliest place after the first device, which keeps the embedding and head roles), split.
+// Cheap; for growing pipelines one device at a time.
+PipelineResult extendPipeline(const SearchContext& ctx, const std::vector<int>& order, int device);
+
+}  // namespace shoal::plan::detail
