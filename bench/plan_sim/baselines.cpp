@@ -95,8 +95,10 @@ Plan llamaCppMemorySplit(const plan::Pool& pool, const plan::ModelCost& model,
   }
   std::vector<std::pair<int, int>> counts;
   for (size_t i = 0; i < n; ++i) counts.push_back({static_cast<int>(i), 0});
+  // llama.cpp counts the output layer as layer L of L + 1 when it picks devices
+  // (llama-model.cpp, get_layer_buft_list: upper_bound(splits, il / act_gpu_layers)).
   for (int l = 0; l < model.layers; ++l) {
-    const double at = static_cast<double>(l) / model.layers;
+    const double at = static_cast<double>(l) / (model.layers + 1);
     const size_t dev = static_cast<size_t>(
         std::upper_bound(cumulative.begin(), cumulative.end(), at) - cumulative.begin());
     counts[std::min(dev, n - 1)].second++;

@@ -9,9 +9,11 @@
 //   largest first; device i covers the fraction [Σ_{j<i} M_j, Σ_{j≤i} M_j) / Σ M of the
 //   layers, rounded down (exo's map_partitions_to_shards).
 // - memory-proportional, llama.cpp (--split-mode layer, default tensor split by free memory):
-//   pool order; layer l goes to the first device whose cumulative memory share exceeds l / L.
+//   pool order; layer l goes to the first device whose cumulative memory share exceeds
+//   l / (L + 1) (the output layer counts as layer L there).
 //
-// The first device holds the embedding and the last the head, as in all three tools.
+// The first device holds the embedding and the last the head (llama.cpp keeps the embedding
+// on the CPU; Shoal's cost model puts it on the first stage for every plan).
 
 #include "engine/plan/types.h"
 

@@ -12,7 +12,9 @@
 // overflows a device while Shoal's plan fits. Shoal's objective may give up to 1% of X for a
 // lower slowest-pipeline latency; "below_1" counts pools where Shoal's X is lower, and
 // "below_1_latency_trades" those of them where that is this trade (X within 1%, slowest
-// pipeline faster). "*_pure_x" figures are for Shoal with the trade turned off.
+// pipeline faster). "*_pure_x" figures are for Shoal with the trade turned off. "single_chat"
+// compares, on pools with one sequence, Shoal limited to one pipeline (the home default:
+// PlanOptions::maxPipelines = 1) with the baseline's fastest pipeline, in time per token.
 
 #include <algorithm>
 #include <chrono>
@@ -109,6 +111,7 @@ struct Comparison {
     j["median_latency_ratio"] = quantile(latency, 0.5);
     j["worst_latency_ratio"] = quantile(latency, 0);
     j["median_fastest_latency_ratio"] = quantile(fastestRatio, 0.5);
+    j["worst_fastest_latency_ratio"] = quantile(fastestRatio, 0);
     j["baseline_infeasible"] = baselineInfeasible;
     if (!worstPool.empty()) j["worst_pool"] = worstPool;
     return j;
@@ -118,8 +121,24 @@ struct Comparison {
 const char* kBaselines[] = {"equal_split", "memory_proportional_exo",
                             "memory_proportional_llamacpp", "parallax"};
 
+// The single chat (sequences = 1, Shoal limited to one pipeline, the home default): the
+// baseline's fastest pipeline against Shoal's one pipeline, in time per token.
+struct SingleChat {
+  std::vector<double> ratio[4];
+  Json json() const {
+    Json j;
+    for (int b = 0; b < 4; ++b) {
+      j["vs_" + std::string(kBaselines[b])] = {{"pools_compared", ratio[b].size()},
+                                               {"median_latency_ratio", quantile(ratio[b], 0.5)},
+                                               {"worst_latency_ratio", quantile(ratio[b], 0)}};
+    }
+    return j;
+  }
+};
+
 struct Group {
   Comparison vs[4];
+  SingleChat single;
   int pools = 0, shoalFeasible = 0, parallaxDp = 0;
   std::vector<double> shoalMs, parallaxMs;
 
@@ -128,6 +147,7 @@ struct Group {
     j["pools"] = pools;
     j["shoal_feasible"] = shoalFeasible;
     for (int b = 0; b < 4; ++b) j["vs_" + std::string(kBaselines[b])] = vs[b].json();
+    j["single_chat"] = single.json();
     j["parallax_used_dp"] = parallaxDp;
     return j;
   }
@@ -148,6 +168,10 @@ void runScenario(const plan_sim::Scenario& s, std::initializer_list<Group*> grou
   plan::PlanOptions pureX;
   pureX.latencyTolerance = 0;
   const plan::Plan pure = plan::plan(pool, model, req, pureX);
+  plan::PlanOptions oneChat;
+  oneChat.maxPipelines = 1;
+  const plan::Plan single =
+      req.sequences == 1 ? plan::plan(pool, model, req, oneChat) : plan::Plan{};
   plan_sim::ParallaxStats pstats;
   t0 = std::chrono::steady_clock::now();
   const plan::Plan parallax = plan_sim::parallaxPlan(pool, model, req, &pstats);
@@ -161,7 +185,12 @@ void runScenario(const plan_sim::Scenario& s, std::initializer_list<Group*> grou
     g->parallaxDp += pstats.usedDp;
     g->shoalMs.push_back(shoalMs);
     g->parallaxMs.push_back(parallaxMs);
-    for (int b = 0; b < 4; ++b) g->vs[b].add(s.name, shoal, pure, bases[b]);
+    for (int b = 0; b < 4; ++b) {
+      g->vs[b].add(s.name, shoal, pure, bases[b]);
+      if (single.feasible && bases[b].feasible) {
+        g->single.ratio[b].push_back(fastestLatency(bases[b]) / fastestLatency(single));
+      }
+    }
   }
   if (!opt.writePools.empty()) {
     std::string file = s.name.substr(0, s.name.find(' ')) + ".json";
