@@ -25,5 +25,6 @@ void registerLogitsCommand(CLI::App& app);
 void registerBenchCommand(CLI::App& app);
 void registerInfoCommand(CLI::App& app);
 void registerPlanCommand(CLI::App& app);
+void registerDevicesCommand(CLI::App& app);
 
 }  // namespace shoal::cli

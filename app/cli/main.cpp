@@ -9,7 +9,7 @@
 #include "engine/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Shoal command-line tool: generate, chat, tokenize, logits, bench, info, plan",
+  CLI::App app{"Shoal command-line tool: generate, chat, tokenize, logits, bench, info, plan, devices",
                "shoal-cli"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shoal-cli 0.1.0");
@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   shoal::cli::registerLogitsCommand(app);
   shoal::cli::registerBenchCommand(app);
   shoal::cli::registerInfoCommand(app);
+  shoal::cli::registerDevicesCommand(app);
 #ifdef SHOAL_CLI_HAS_PLAN
   shoal::cli::registerPlanCommand(app);
 #endif

@@ -1,0 +1,60 @@
+#pragma once
+// Device memory for a stage: large blocks (at most maxMemoryAllocationSize each) with one buffer
+// per block, sub-allocated in order and released together when the pool goes. Kernels see an
+// allocation as its device address.
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kernels/vulkan/vk_device.h"
+
+namespace shoal::vulkan {
+
+struct Allocation {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceSize offset = 0;
+  VkDeviceSize size = 0;
+  VkDeviceAddress address = 0;
+  void* mapped = nullptr;  // host pointer for host-visible allocations, else null
+};
+
+class MemoryPool {
+ public:
+  explicit MemoryPool(Device& device);
+  ~MemoryPool();
+  MemoryPool(const MemoryPool&) = delete;
+  MemoryPool& operator=(const MemoryPool&) = delete;
+
+  // `bytes` of device-local memory (hostVisible: host-visible and coherent, mapped).
+  // Throws shoal::Error when the device has no room.
+  Allocation allocate(VkDeviceSize bytes, bool hostVisible = false);
+
+  // Copy bytes into a device-local allocation through a staging buffer, in chunks;
+  // progress(done, total) after each.
+  void upload(const Allocation& dst, const void* data, VkDeviceSize bytes,
+              const std::function<void(uint64_t, uint64_t)>& progress = {});
+  void zero(const Allocation& dst);
+  void download(const Allocation& src, void* data, VkDeviceSize bytes);
+
+  uint64_t bytesAllocated() const { return m_used; }
+
+ private:
+  struct Block {
+    VkDeviceMemory memory = VK_NULL_HANDLE;
+    VkBuffer buffer = VK_NULL_HANDLE;
+    VkDeviceSize size = 0, used = 0;
+    VkDeviceAddress address = 0;
+    void* mapped = nullptr;
+    bool hostVisible = false;
+  };
+  Block& newBlock(VkDeviceSize bytes, bool hostVisible);
+  Allocation staging(VkDeviceSize bytes);
+
+  Device& m_device;
+  std::vector<Block> m_blocks;
+  Allocation m_staging;
+  uint64_t m_used = 0;
+};
+
+}  // namespace shoal::vulkan

@@ -1,0 +1,208 @@
+#include "kernels/vulkan/vk_ops.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/error.h"
+
+namespace shoal::vulkan {
+namespace {
+
+constexpr uint32_t kGroup = 64;  // workgroup size of every kernel (power of two)
+
+uint32_t groups(uint64_t n, uint32_t size) { return static_cast<uint32_t>((n + size - 1) / size); }
+
+std::string typeSuffix(gguf::TensorType t) {
+  switch (t) {
+    case gguf::TensorType::Q4_0:
+      return "q4_0";
+    case gguf::TensorType::Q4_1:
+      return "q4_1";
+    case gguf::TensorType::Q8_0:
+      return "q8_0";
+    case gguf::TensorType::Q4_K:
+      return "q4_k";
+    case gguf::TensorType::Q6_K:
+      return "q6_k";
+    case gguf::TensorType::F16:
+      return "f16";
+    case gguf::TensorType::F32:
+      return "f32";
+    default:
+      throw Error("Vulkan: no kernels for weight type " + std::string(gguf::typeTraits(t).name));
+  }
+}
+
+}  // namespace
+
+bool supportedWeightType(gguf::TensorType t) {
+  using gguf::TensorType;
+  return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0 ||
+         t == TensorType::Q4_K || t == TensorType::Q6_K || t == TensorType::F16 ||
+         t == TensorType::F32;
+}
+
+bool attentionFits(const PhysicalDevice& device, int32_t contextLength) {
+  // scores[contextLength] + qh[256] + red[kGroup] floats.
+  const uint64_t bytes = (static_cast<uint64_t>(contextLength) + 256 + kGroup) * 4;
+  return bytes <= device.maxSharedMemory;
+}
+
+// Push constants in the std430 layout of the shaders: device addresses 8-aligned, then 32-bit
+// scalars, in declaration order.
+class Recorder::Push {
+ public:
+  Push& ref(VkDeviceAddress a) {
+    m_size = (m_size + 7) / 8 * 8;
+    put(&a, 8);
+    return *this;
+  }
+  Push& u32(uint32_t v) {
+    put(&v, 4);
+    return *this;
+  }
+  Push& f32(float v) {
+    put(&v, 4);
+    return *this;
+  }
+  const uint8_t* data() const { return m_bytes; }
+  uint32_t size() const { return (m_size + 7) / 8 * 8; }
+
+ private:
+  void put(const void* p, uint32_t n) {
+    if (m_size + n > kPushConstantBytes) throw Error("Vulkan: push constants overflow");
+    std::memcpy(m_bytes + m_size, p, n);
+    m_size += n;
+  }
+  uint8_t m_bytes[kPushConstantBytes] = {};
+  uint32_t m_size = 0;
+};
+
+Recorder::Recorder(Device& device, VkCommandBuffer commands) : m_device(device), m_cb(commands) {
+  VkCommandBufferBeginInfo bi{};
+  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  check(device.api().vkBeginCommandBuffer(m_cb, &bi), "vkBeginCommandBuffer");
+}
+
+void Recorder::finish() { check(m_device.api().vkEndCommandBuffer(m_cb), "vkEndCommandBuffer"); }
+
+void Recorder::barrier() {
+  VkMemoryBarrier mb{};
+  mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                     VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                     VK_ACCESS_HOST_READ_BIT;
+  m_device.api().vkCmdPipelineBarrier(
+      m_cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+          VK_PIPELINE_STAGE_HOST_BIT,
+      0, 1, &mb, 0, nullptr, 0, nullptr);
+}
+
+void Recorder::dispatch(const std::string& shader, const std::vector<uint32_t>& constants,
+                        const Push& push, uint32_t x, uint32_t y) {
+  if (x == 0 || y == 0) return;
+  const VkApi& api = m_device.api();
+  const Pipeline& p = m_device.pipeline(shader, constants);
+  api.vkCmdBindPipeline(m_cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+  api.vkCmdPushConstants(m_cb, m_device.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push.size(),
+                         push.data());
+  api.vkCmdDispatch(m_cb, x, y, 1);
+  barrier();
+}
+
+void Recorder::copy(const Allocation& src, const Allocation& dst, VkDeviceSize bytes) {
+  VkBufferCopy region{src.offset, dst.offset, bytes};
+  m_device.api().vkCmdCopyBuffer(m_cb, src.buffer, dst.buffer, 1, &region);
+  barrier();
+}
+
+void Recorder::matmul(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y,
+                      uint32_t tokens) {
+  // From 4 tokens on, reading each weight once per 8-token tile beats re-reading it per token.
+  if (tokens >= 4) {
+    matmat(w, x, y, tokens);
+  } else {
+    matvec(w, x, y, tokens);
+  }
+}
+
+void Recorder::matvec(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y,
+                      uint32_t tokens) {
+  Push push;
+  push.ref(w.memory.address).ref(w.memory.address).ref(x).ref(y);
+  push.u32(static_cast<uint32_t>(w.rows)).u32(static_cast<uint32_t>(w.cols));
+  push.u32(static_cast<uint32_t>(w.rowBytes));
+  const std::string name =
+      "matvec_" + typeSuffix(w.type) + (m_device.useSubgroups() ? "_subgroup" : "");
+  dispatch(name, {kGroup}, push, static_cast<uint32_t>(w.rows), tokens);
+}
+
+void Recorder::matmat(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y,
+                      uint32_t tokens) {
+  Push push;
+  push.ref(w.memory.address).ref(w.memory.address).ref(x).ref(y);
+  push.u32(static_cast<uint32_t>(w.rows)).u32(static_cast<uint32_t>(w.cols));
+  push.u32(static_cast<uint32_t>(w.rowBytes)).u32(tokens);
+  dispatch("matmat_" + typeSuffix(w.type), {64}, push, groups(static_cast<uint64_t>(w.rows), 8),
+           groups(tokens, 8));
+}
+
+void Recorder::embed(const DeviceMatrix& w, VkDeviceAddress tokens, VkDeviceAddress y,
+                     uint32_t count) {
+  Push push;
+  push.ref(w.memory.address).ref(w.memory.address).ref(tokens).ref(y);
+  push.u32(static_cast<uint32_t>(w.cols)).u32(static_cast<uint32_t>(w.rowBytes)).u32(count);
+  dispatch("embed_" + typeSuffix(w.type), {kGroup}, push,
+           groups(static_cast<uint64_t>(count) * static_cast<uint64_t>(w.cols), kGroup));
+}
+
+void Recorder::rmsNorm(VkDeviceAddress x, VkDeviceAddress weight, VkDeviceAddress y, uint32_t n,
+                       uint32_t rows, uint32_t firstRow, float eps) {
+  Push push;
+  push.ref(x).ref(weight).ref(y).u32(n).u32(firstRow).f32(eps);
+  dispatch("rms_norm", {kGroup}, push, rows);
+}
+
+void Recorder::rope(VkDeviceAddress x, VkDeviceAddress cosTable, VkDeviceAddress sinTable,
+                    VkDeviceAddress params, uint32_t heads, uint32_t headDim, uint32_t nRot,
+                    bool neox, uint32_t count) {
+  Push push;
+  push.ref(x).ref(cosTable).ref(sinTable).ref(params);
+  push.u32(heads).u32(headDim).u32(nRot).u32(neox ? 1 : 0).u32(count);
+  dispatch("rope", {kGroup}, push, groups(uint64_t{count} * heads * (nRot / 2), kGroup));
+}
+
+void Recorder::kvStore(VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress keyCache,
+                       VkDeviceAddress valueCache, VkDeviceAddress params, uint32_t kvDim,
+                       uint32_t count) {
+  Push push;
+  push.ref(k).ref(v).ref(keyCache).ref(valueCache).ref(params).u32(kvDim).u32(count);
+  dispatch("kv_store", {kGroup}, push, groups(uint64_t{count} * kvDim, kGroup));
+}
+
+void Recorder::attention(VkDeviceAddress q, VkDeviceAddress keyCache, VkDeviceAddress valueCache,
+                         VkDeviceAddress y, VkDeviceAddress params, uint32_t heads,
+                         uint32_t kvHeads, uint32_t headDim, float scale, uint32_t count,
+                         uint32_t contextLength) {
+  if (headDim > 256) throw Error("Vulkan attention: head size above 256");
+  Push push;
+  push.ref(q).ref(keyCache).ref(valueCache).ref(y).ref(params);
+  push.u32(heads).u32(kvHeads).u32(headDim).f32(scale);
+  dispatch("attention", {kGroup, contextLength}, push, heads, count);
+}
+
+void Recorder::swiglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n) {
+  Push push;
+  push.ref(gate).ref(up).u32(n);
+  dispatch("swiglu", {kGroup}, push, groups(n, kGroup));
+}
+
+void Recorder::add(VkDeviceAddress x, VkDeviceAddress y, uint32_t n, uint32_t period) {
+  Push push;
+  push.ref(x).ref(y).u32(n).u32(period);
+  dispatch("add", {kGroup}, push, groups(n, kGroup));
+}
+
+}  // namespace shoal::vulkan

@@ -1,0 +1,75 @@
+#pragma once
+// The kernels of a transformer stage, recorded into a command buffer. Every op is followed by a
+// barrier, so ops recorded in order see each other's results. Buffers are device addresses;
+// sizes are in elements.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/tensor_type.h"
+#include "kernels/vulkan/vk_memory.h"
+
+namespace shoal::vulkan {
+
+// A weight matrix uploaded as its raw GGUF bytes.
+struct DeviceMatrix {
+  gguf::TensorType type = gguf::TensorType::F32;
+  int64_t rows = 0, cols = 0;
+  uint64_t rowBytes = 0;
+  Allocation memory;
+};
+
+// Whether a weight type has mat-vec/mat-mat/embedding kernels.
+bool supportedWeightType(gguf::TensorType type);
+
+class Recorder {
+ public:
+  // Begins recording into `commands` (reusable: recorded once, submitted many times).
+  Recorder(Device& device, VkCommandBuffer commands);
+  // Ends recording.
+  void finish();
+
+  void copy(const Allocation& src, const Allocation& dst, VkDeviceSize bytes);
+
+  // y[t * rows + r] = dot(W row r, x[t * cols ...]) for t < tokens: the mat-vec kernel for small
+  // batches, the tiled mat-mat kernel for prefill.
+  void matmul(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y, uint32_t tokens);
+  // Forced kernel choice, for the op tests.
+  void matvec(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y, uint32_t tokens);
+  void matmat(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y, uint32_t tokens);
+
+  // y[t] = row tokens[t] of w, as f32.
+  void embed(const DeviceMatrix& w, VkDeviceAddress tokens, VkDeviceAddress y, uint32_t count);
+  // y[t] = rmsnorm(x[firstRow + t]) * weight for t < rows.
+  void rmsNorm(VkDeviceAddress x, VkDeviceAddress weight, VkDeviceAddress y, uint32_t n,
+               uint32_t rows, uint32_t firstRow, float eps);
+  // In place on count x heads x headDim; positions params[0] + t; tables contextLength x nRot/2.
+  void rope(VkDeviceAddress x, VkDeviceAddress cosTable, VkDeviceAddress sinTable,
+            VkDeviceAddress params, uint32_t heads, uint32_t headDim, uint32_t nRot, bool neox,
+            uint32_t count);
+  void kvStore(VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress keyCache,
+               VkDeviceAddress valueCache, VkDeviceAddress params, uint32_t kvDim, uint32_t count);
+  // contextLength must fit shared memory (attentionFits).
+  void attention(VkDeviceAddress q, VkDeviceAddress keyCache, VkDeviceAddress valueCache,
+                 VkDeviceAddress y, VkDeviceAddress params, uint32_t heads, uint32_t kvHeads,
+                 uint32_t headDim, float scale, uint32_t count, uint32_t contextLength);
+  void swiglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n);
+  // y[i] += x[i % period] for i < n.
+  void add(VkDeviceAddress x, VkDeviceAddress y, uint32_t n, uint32_t period);
+
+ private:
+  class Push;
+  void dispatch(const std::string& shader, const std::vector<uint32_t>& constants, const Push& push,
+                uint32_t x, uint32_t y = 1);
+  void barrier();
+
+  Device& m_device;
+  VkCommandBuffer m_cb;
+};
+
+// Whether the attention kernel's scores for `contextLength` positions fit the device's shared
+// memory.
+bool attentionFits(const PhysicalDevice& device, int32_t contextLength);
+
+}  // namespace shoal::vulkan
