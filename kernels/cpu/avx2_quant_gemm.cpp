@@ -68,16 +68,12 @@ struct Q4_0 {
   using A = BlockQ8_0;
   static constexpr bool kSigned = true, kMin = false;
   static __m256i load(const W& b) { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); }
-  static float min(const W&) { return 0; }
-  static float sum(const A&) { return 0; }
 };
 struct Q4_1 {
   using W = BlockQ4_1;
   using A = BlockQ8_1;
   static constexpr bool kSigned = false, kMin = true;
   static __m256i load(const W& b) { return nibbles(b.qs); }
-  static float min(const W& b) { return half(b.m); }
-  static float sum(const A& a) { return half(a.s); }
 };
 struct Q5_0 {
   using W = BlockQ5_0;
@@ -86,16 +82,12 @@ struct Q5_0 {
   static __m256i load(const W& b) {
     return _mm256_sub_epi8(_mm256_or_si256(nibbles(b.qs), fifthBits(b.qh)), _mm256_set1_epi8(16));
   }
-  static float min(const W&) { return 0; }
-  static float sum(const A&) { return 0; }
 };
 struct Q5_1 {
   using W = BlockQ5_1;
   using A = BlockQ8_1;
   static constexpr bool kSigned = false, kMin = true;
   static __m256i load(const W& b) { return _mm256_or_si256(nibbles(b.qs), fifthBits(b.qh)); }
-  static float min(const W& b) { return half(b.m); }
-  static float sum(const A& a) { return half(a.s); }
 };
 struct Q8_0 {
   using W = BlockQ8_0;
@@ -104,8 +96,6 @@ struct Q8_0 {
   static __m256i load(const W& b) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
   }
-  static float min(const W&) { return 0; }
-  static float sum(const A&) { return 0; }
 };
 
 constexpr size_t kPrefetchRows = 8;
@@ -116,11 +106,26 @@ inline void prefetchRow(const uint8_t* row, size_t bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T0);
 }
 
-// R weight rows x T tokens at once: every weight block is unpacked once per T tokens, every
-// activation block loaded once per R rows. Each (row, token) keeps its own accumulator and sums
-// blocks in order, so the tile shape does not change any result.
+// Four 32-bit words (two f16 each) as 8 floats: [lo0, hi0, lo1, hi1, ...].
+inline __m256 halfPairs(const void* p0, const void* p1, const void* p2, const void* p3) {
+  uint32_t v[4];
+  std::memcpy(&v[0], p0, 4);
+  std::memcpy(&v[1], p1, 4);
+  std::memcpy(&v[2], p2, 4);
+  std::memcpy(&v[3], p3, 4);
+  return _mm256_cvtph_ps(_mm_set_epi32(static_cast<int>(v[3]), static_cast<int>(v[2]),
+                                       static_cast<int>(v[1]), static_cast<int>(v[0])));
+}
+
+inline __m256 lane(__m256 v, int i) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(i)); }
+
+// R weight rows x T tokens at once (T == 1, or R <= 2 and T <= 4): every weight block is
+// unpacked once per T tokens, every activation block loaded once per R rows. Each (row, token)
+// keeps its own accumulator and sums blocks in order, so the tile shape does not change any
+// result.
 template <class Q, int R, int T>
 void tile(const GemmArgs& g, int64_t r0, int64_t t0) {
+  static_assert(T == 1 ? R <= 4 : (R <= 2 && T <= 4));
   using W = typename Q::W;
   using A = typename Q::A;
   const int64_t blocks = g.cols / kQK;
@@ -133,47 +138,57 @@ void tile(const GemmArgs& g, int64_t r0, int64_t t0) {
     a[t] = reinterpret_cast<const A*>(g.act + static_cast<size_t>(t0 + t) * g.actStride);
   }
   __m256 acc[R][T];
-  float summs[R][T];
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) {
-      acc[r][t] = _mm256_setzero_ps();
-      summs[r][t] = 0.0f;
-    }
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   }
+  // Minimum terms, one lane per (row, token): lane 2r + 1 with one token (where the row's m
+  // sits among its scales), lane 4r + t otherwise. One fused multiply-add per lane per block,
+  // in block order, as ggml's scalar summs.
+  __m256 summs = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    __m256i q[R], qAbs[R];
-    float dw[R], mw[R];
     // The next rows' blocks (see avx512_quant_gemm.cpp: decode is memory-bound).
     for (int r = 0; r < R; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(&w[r][b]) + kPrefetchRows * g.weightStride,
                    _MM_HINT_T0);
     }
-    for (int r = 0; r < R; ++r) {
-      q[r] = Q::load(w[r][b]);
-      if constexpr (Q::kSigned) qAbs[r] = _mm256_sign_epi8(q[r], q[r]);
-      dw[r] = half(w[r][b].d);
-      if constexpr (Q::kMin) mw[r] = Q::min(w[r][b]);
+    __m256i y[T];
+    for (int t = 0; t < T; ++t)
+      y[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][b].qs));
+    // [d0, m0, d1, m1, ...] of the rows and [d0, s0, d1, s1, ...] of the tokens (32-bit reads
+    // at d: without a minimum the odd lanes hold the first quants, and go unused).
+    const __m256 dm = halfPairs(&w[0][b].d, &w[R > 1 ? 1 : 0][b].d, &w[R > 2 ? 2 : 0][b].d,
+                                &w[R > 3 ? 3 : 0][b].d);
+    const __m256 ds = halfPairs(&a[0][b].d, &a[T > 1 ? 1 : 0][b].d, &a[T > 2 ? 2 : 0][b].d,
+                                &a[T > 3 ? 3 : 0][b].d);
+    __m256 dw[R], dy[T];
+    for (int r = 0; r < R; ++r) dw[r] = lane(dm, 2 * r);
+    for (int t = 0; t < T; ++t) dy[t] = lane(ds, 2 * t);
+    if constexpr (Q::kMin && T == 1) {
+      summs = _mm256_fmadd_ps(dm, lane(ds, 1), summs);
+    } else if constexpr (Q::kMin) {
+      const __m256 mins = _mm256_permutevar8x32_ps(dm, _mm256_set_epi32(3, 3, 3, 3, 1, 1, 1, 1));
+      const __m256 sums = _mm256_permutevar8x32_ps(ds, _mm256_set_epi32(7, 5, 3, 1, 7, 5, 3, 1));
+      summs = _mm256_fmadd_ps(mins, sums, summs);
     }
-    for (int t = 0; t < T; ++t) {
-      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][b].qs));
-      const float da = half(a[t][b].d);
-      const float sa = Q::sum(a[t][b]);
-      for (int r = 0; r < R; ++r) {
-        __m256i lanes;
-        if constexpr (Q::kSigned) {
-          lanes = dotUnsigned(qAbs[r], _mm256_sign_epi8(y, q[r]));
-        } else {
-          lanes = dotUnsigned(q[r], y);
-        }
+    for (int r = 0; r < R; ++r) {
+      const __m256i q = Q::load(w[r][b]);
+      const __m256i qAbs = Q::kSigned ? _mm256_sign_epi8(q, q) : q;
+      for (int t = 0; t < T; ++t) {
+        const __m256i lanes =
+            Q::kSigned ? dotUnsigned(qAbs, _mm256_sign_epi8(y[t], q)) : dotUnsigned(q, y[t]);
         acc[r][t] =
-            _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * da), _mm256_cvtepi32_ps(lanes), acc[r][t]);
-        if constexpr (Q::kMin) summs[r][t] = fmaSingle(mw[r], sa, summs[r][t]);
+            _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dy[t]), _mm256_cvtepi32_ps(lanes), acc[r][t]);
       }
     }
   }
+  alignas(32) float m[8];
+  _mm256_store_ps(m, summs);
   for (int t = 0; t < T; ++t) {
-    float* y = g.y + (t0 + t) * g.ldy + r0;
-    for (int r = 0; r < R; ++r) y[r] = Q::kMin ? hsum8(acc[r][t]) + summs[r][t] : hsum8(acc[r][t]);
+    float* out = g.y + (t0 + t) * g.ldy + r0;
+    for (int r = 0; r < R; ++r) {
+      const float minTerm = m[T == 1 ? 2 * r + 1 : 4 * r + t];
+      out[r] = Q::kMin ? hsum8(acc[r][t]) + minTerm : hsum8(acc[r][t]);
+    }
   }
 }
 

@@ -133,7 +133,7 @@ inline ActBlock prepare(const typename Q::A& a) {
 }
 
 // hsum_float_8 of each row of a pair accumulator: (lane i + lane i+8) first, then pairs.
-inline void finishPair(__m512 acc, __m128 summs, bool withMin, float& a, float& b) {
+inline void finishPair(__m512 acc, float& a, float& b) {
   const __m512 folded = _mm512_add_ps(acc, _mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(1, 0, 3, 2)));
   const __m256 v = _mm512_castps512_ps256(folded);  // [A v0..v3, B v0..v3]
   __m128 va = _mm256_castps256_ps128(v), vb = _mm256_extractf128_ps(v, 1);
@@ -143,20 +143,16 @@ inline void finishPair(__m512 acc, __m128 summs, bool withMin, float& a, float& 
   vb = _mm_add_ss(vb, _mm_movehdup_ps(vb));
   a = _mm_cvtss_f32(va);
   b = _mm_cvtss_f32(vb);
-  if (withMin) {
-    alignas(16) float m[4];
-    _mm_store_ps(m, summs);
-    a += m[1];
-    b += m[3];
-  }
 }
 
-// P row pairs x T tokens. Rows r0 + 2p and r0 + 2p + 1 form pair p, except that a tile of one
-// row (single) pairs the row with itself and stores one result.
 constexpr size_t kPrefetchRows = 8;
+constexpr int kPrefillPairs = 4;
 
+// P row pairs x T tokens (T <= 4). Rows r0 + 2p and r0 + 2p + 1 form pair p, except that a
+// tile of one row (single) pairs the row with itself and stores one result.
 template <class Q, int P, int T>
 void tile(const GemmArgs& g, int64_t r0, int64_t t0, bool single) {
+  static_assert(T >= 1 && T <= 4);
   using W = typename Q::W;
   using A = typename Q::A;
   const int64_t blocks = g.cols / kQK;
@@ -169,20 +165,33 @@ void tile(const GemmArgs& g, int64_t r0, int64_t t0, bool single) {
   for (int t = 0; t < T; ++t) {
     a[t] = reinterpret_cast<const A*>(g.act + static_cast<size_t>(t0 + t) * g.actStride);
   }
-  // Lane l of the expanded scales takes element 0 (row A) or 1/2 (row B) of the scale pair.
+  // Lane l of a pair's expanded scales takes row A's or row B's scale from scalePair.
   const __m512i spread = Q::kMin ? _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0)
                                  : _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
   __m512 acc[P][T];
-  __m128 summs[P][T];
+  // Minimum terms of pair p, lane t for (row A, token t) and 4 + t for (row B, token t) (one
+  // token: lanes 1 and 3): one fused multiply-add per lane per block, in block order, as
+  // ggml's scalar summs.
+  __m256 summs[P];
   for (int p = 0; p < P; ++p) {
-    for (int t = 0; t < T; ++t) {
-      acc[p][t] = _mm512_setzero_ps();
-      summs[p][t] = _mm_setzero_ps();
-    }
+    summs[p] = _mm256_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < blocks; ++b) {
     ActBlock act[T];
-    for (int t = 0; t < T; ++t) act[t] = prepare<Q>(a[t][b]);
+    __m512 dy[T];
+    for (int t = 0; t < T; ++t) {
+      act[t] = prepare<Q>(a[t][b]);
+      dy[t] = _mm512_set1_ps(act[t].d);
+    }
+    __m256 sums = _mm256_setzero_ps();
+    if constexpr (Q::kMin && T == 1) {
+      sums = _mm256_set1_ps(act[0].s);
+    } else if constexpr (Q::kMin) {
+      alignas(16) uint16_t s[8] = {};
+      for (int t = 0; t < T; ++t) s[t] = s[4 + t] = a[t][b].s;
+      sums = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(s)));
+    }
     // The next tile's rows: the hardware prefetcher alone leaves decode well short of the
     // memory bandwidth on the many short rows of a small model.
     for (int i = 0; i < 2 * P; ++i) {
@@ -194,23 +203,33 @@ void tile(const GemmArgs& g, int64_t r0, int64_t t0, bool single) {
       const W& wb = w[2 * p + 1][b];
       const __m512i q = Q::load(wa, wb);
       const __m128 scales = scalePair<Q>(wa, wb);
+      const __m512 scaleLanes = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(scales));
+      if constexpr (Q::kMin && T == 1) {
+        // One token: the scales' lanes 1 and 3 (mA, mB) serve as they are; the sums are read
+        // from lanes 1 and 3 instead of 0 and 4.
+        summs[p] = _mm256_castps128_ps256(
+            _mm_fmadd_ps(scales, _mm256_castps256_ps128(sums), _mm256_castps256_ps128(summs[p])));
+      } else if constexpr (Q::kMin) {
+        const __m256 mins = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(scales),
+                                                     _mm256_set_epi32(3, 3, 3, 3, 1, 1, 1, 1));
+        summs[p] = _mm256_fmadd_ps(mins, sums, summs[p]);
+      }
       for (int t = 0; t < T; ++t) {
         const __m512 lanes = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(act[t].init, q, act[t].y));
-        const __m128 dd = _mm_mul_ps(scales, _mm_set1_ps(act[t].d));
-        const __m512 ddv = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(dd));
-        acc[p][t] = _mm512_fmadd_ps(ddv, lanes, acc[p][t]);
-        if constexpr (Q::kMin)
-          summs[p][t] = _mm_fmadd_ps(scales, _mm_set1_ps(act[t].s), summs[p][t]);
+        acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(scaleLanes, dy[t]), lanes, acc[p][t]);
       }
     }
   }
-  for (int t = 0; t < T; ++t) {
-    float* y = g.y + (t0 + t) * g.ldy + r0;
-    for (int p = 0; p < P; ++p) {
+  for (int p = 0; p < P; ++p) {
+    alignas(32) float m[8];
+    _mm256_store_ps(m, summs[p]);
+    for (int t = 0; t < T; ++t) {
       float ra, rb;
-      finishPair(acc[p][t], summs[p][t], Q::kMin, ra, rb);
-      y[2 * p] = ra;
-      if (!single) y[2 * p + 1] = rb;
+      finishPair(acc[p][t], ra, rb);
+      float* y = g.y + (t0 + t) * g.ldy + r0;
+      const int laneA = T == 1 ? 1 : t, laneB = T == 1 ? 3 : 4 + t;
+      y[2 * p] = Q::kMin ? ra + m[laneA] : ra;
+      if (!single) y[2 * p + 1] = Q::kMin ? rb + m[laneB] : rb;
     }
   }
 }
@@ -228,7 +247,8 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   if (g.tokens == 1) {
     for (; r + 8 <= rowEnd; r += 8) tile<Q, 4, 1>(g, r, 0, false);
   } else {
-    for (; r + 4 <= rowEnd; r += 4) rowTile<Q, 2>(g, r, false);
+    for (; r + 2 * kPrefillPairs <= rowEnd; r += 2 * kPrefillPairs)
+      rowTile<Q, kPrefillPairs>(g, r, false);
   }
   for (; r + 2 <= rowEnd; r += 2) rowTile<Q, 1>(g, r, false);
   if (r < rowEnd) rowTile<Q, 1>(g, r, true);

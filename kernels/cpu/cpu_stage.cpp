@@ -77,15 +77,12 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
   m_ropeSin.resize(b * sz(c.nRot / 2));
   m_attnScratch.reserve(m_attnShape, m_pool->size());
   // Size the matmul scratch for the largest batch now, so forward() never allocates.
-  size_t actBytes = 0;
-  auto need = [&actBytes](const WeightMatrix& m) {
-    if (m.data) actBytes = std::max(actBytes, m.activationBytes());
-  };
   for (const Layer& l : m_layers) {
-    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wGate, &l.wUp, &l.wDown}) need(*m);
+    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wGate, &l.wUp, &l.wDown}) {
+      m_matmulScratch.reserve(*m, spec.maxBatch);
+    }
   }
-  need(m_output);
-  m_matmulScratch.activations.resize(actBytes * b);
+  if (m_output.data) m_matmulScratch.reserve(m_output, spec.maxBatch);
 }
 
 void CpuStage::checkInput(const runtime::StageInput& in) const {
@@ -173,9 +170,8 @@ void CpuStage::runLayer(const Layer& L, size_t localLayer, const runtime::StageI
   for (int64_t t = 0; t < n; ++t)
     rmsNorm(&m_x[sz(t * d)], L.attnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
   observe("attn_norm", layer, m_norm, n, d);
-  matmul(L.wq, m_norm.data(), n, m_q.data(), pool, m_matmulScratch);
-  matmul(L.wk, m_norm.data(), n, m_k.data(), pool, m_matmulScratch);
-  matmul(L.wv, m_norm.data(), n, m_v.data(), pool, m_matmulScratch);
+  const MatmulJob qkv[] = {{&L.wq, m_q.data()}, {&L.wk, m_k.data()}, {&L.wv, m_v.data()}};
+  matmul(qkv, m_norm.data(), n, pool, m_matmulScratch);
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t i = 0; L.bq && i < qd; ++i) m_q[sz(t * qd + i)] += L.bq[i];
     for (int64_t i = 0; L.bk && i < kv; ++i) m_k[sz(t * kv + i)] += L.bk[i];
@@ -207,9 +203,7 @@ void CpuStage::runLayer(const Layer& L, size_t localLayer, const runtime::StageI
   for (int64_t t = 0; t < n; ++t)
     rmsNorm(&m_x[sz(t * d)], L.ffnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
   observe("ffn_norm", layer, m_norm, n, d);
-  matmul(L.wGate, m_norm.data(), n, m_gate.data(), pool, m_matmulScratch);
-  matmul(L.wUp, m_norm.data(), n, m_up.data(), pool, m_matmulScratch);
-  kernels().swiglu(m_gate.data(), m_up.data(), m_gate.data(), n * c.nFf);
+  gatedFfn(L.wGate, L.wUp, m_norm.data(), n, m_gate.data(), m_up.data(), pool, m_matmulScratch);
   observe("ffn_swiglu", layer, m_gate, n, c.nFf);
   matmul(L.wDown, m_gate.data(), n, m_tmp.data(), pool, m_matmulScratch);
   for (int64_t i = 0; i < n * d; ++i) m_x[sz(i)] += m_tmp[sz(i)];

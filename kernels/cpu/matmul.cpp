@@ -40,39 +40,126 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
   }
 }
 
+void MatmulScratch::reserve(const WeightMatrix& w, int64_t tokens) {
+  std::vector<uint8_t>& buf = activations[static_cast<int>(w.activation)];
+  const size_t need = w.activationBytes() * static_cast<size_t>(tokens);
+  if (buf.size() < need) buf.resize(need);
+}
+
+namespace {
+
+// Rows are handed out in runs of 16: a multiple of every kernel's row tile, and of SwiGLU's
+// vector of 16 (gatedFfn).
+constexpr int64_t kRowGrain = 16;
+constexpr size_t kMaxJobs = 4;
+
+// Converts x into each activation format the jobs need (once per format); returns the args of
+// each job.
+void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, ThreadPool& pool,
+             MatmulScratch& scratch, GemmArgs* args) {
+  const KernelTable& k = kernels();
+  bool needed[static_cast<int>(ActKind::Count)] = {};
+  for (const MatmulJob& j : jobs) {
+    if (j.w->cols != jobs[0].w->cols) {
+      throw Error("matmul: products of one input need equal row lengths (" +
+                  std::to_string(j.w->cols) + " vs " + std::to_string(jobs[0].w->cols) + ")");
+    }
+    scratch.reserve(*j.w, tokens);
+    needed[static_cast<int>(j.w->activation)] = true;
+  }
+  const int64_t cols = jobs[0].w->cols;
+  auto convertAll = [&](int64_t begin, int64_t end, int) {
+    for (int a = 0; a < static_cast<int>(ActKind::Count); ++a) {
+      if (!needed[a]) continue;
+      const size_t stride = gguf::rowBytes(activationTensorType(static_cast<ActKind>(a)), cols);
+      for (int64_t t = begin; t < end; ++t) {
+        k.convert[a](x + t * cols, scratch.activations[a].data() + static_cast<size_t>(t) * stride,
+                     cols);
+      }
+    }
+  };
+  if (tokens == 1) {
+    convertAll(0, 1, 0);
+  } else {
+    pool.parallelFor(tokens, convertAll);
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const WeightMatrix& w = *jobs[i].w;
+    GemmArgs& g = args[i];
+    g.weights = w.data;
+    g.weightStride = w.rowBytes;
+    g.act = scratch.activations[static_cast<int>(w.activation)].data();
+    g.actStride = w.activationBytes();
+    g.tokens = tokens;
+    g.cols = w.cols;
+    g.y = jobs[i].y;
+    g.ldy = w.rows;
+    g.order = dotOrder(w, tokens);
+  }
+}
+
+}  // namespace
+
 void matmul(const WeightMatrix& w, const float* x, int64_t tokens, float* y, ThreadPool& pool,
             MatmulScratch& scratch) {
-  const KernelTable& k = kernels();
-  const size_t actBytes = w.activationBytes();
-  const size_t need = actBytes * static_cast<size_t>(tokens);
-  if (scratch.activations.size() < need) scratch.activations.resize(need);
-  uint8_t* act = scratch.activations.data();
-  const ConvertFn convert = k.convert[static_cast<int>(w.activation)];
-  if (tokens == 1) {
-    convert(x, act, w.cols);
-  } else {
-    pool.parallelFor(tokens, [&](int64_t begin, int64_t end, int) {
-      for (int64_t t = begin; t < end; ++t) {
-        convert(x + t * w.cols, act + static_cast<size_t>(t) * actBytes, w.cols);
-      }
-    });
-  }
+  const MatmulJob job{&w, y};
+  matmul(std::span(&job, 1), x, tokens, pool, scratch);
+}
 
-  GemmArgs args;
-  args.weights = w.data;
-  args.weightStride = w.rowBytes;
-  args.act = act;
-  args.actStride = actBytes;
-  args.tokens = tokens;
-  args.cols = w.cols;
-  args.y = y;
-  args.ldy = w.rows;
-  args.order = dotOrder(w, tokens);
-  const GemmFn gemm = k.gemm[static_cast<int>(w.kind)];
-  // Rows are split between threads in runs of 4 (the decode kernels' tile); each thread meets
-  // every token with its rows, so each weight row is read once per call.
+void matmul(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, ThreadPool& pool,
+            MatmulScratch& scratch) {
+  if (jobs.empty() || jobs.size() > kMaxJobs) {
+    throw Error("matmul: " + std::to_string(jobs.size()) + " products of one input (1 to " +
+                std::to_string(kMaxJobs) + ")");
+  }
+  GemmArgs args[kMaxJobs];
+  prepare(jobs, x, tokens, pool, scratch, args);
+  const KernelTable& k = kernels();
+  GemmFn fns[kMaxJobs];
+  int64_t firstRow[kMaxJobs + 1] = {0};
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    fns[i] = k.gemm[static_cast<int>(jobs[i].w->kind)];
+    firstRow[i + 1] = firstRow[i] + jobs[i].w->rows;
+  }
+  // The rows of all products in a row, split between threads; each thread meets every token
+  // with its rows, so each weight row is read once per call.
   pool.parallelFor(
-      w.rows, [&](int64_t begin, int64_t end, int) { gemm(args, begin, end); }, 4);
+      firstRow[jobs.size()],
+      [&](int64_t begin, int64_t end, int) {
+        for (size_t i = 0; i < jobs.size(); ++i) {
+          const int64_t lo = std::max(begin, firstRow[i]), hi = std::min(end, firstRow[i + 1]);
+          if (lo < hi) fns[i](args[i], lo - firstRow[i], hi - firstRow[i]);
+        }
+      },
+      kRowGrain);
+}
+
+void gatedFfn(const WeightMatrix& wGate, const WeightMatrix& wUp, const float* x, int64_t tokens,
+              float* gate, float* up, ThreadPool& pool, MatmulScratch& scratch) {
+  if (wGate.rows != wUp.rows) {
+    throw Error("gated FFN: gate and up have " + std::to_string(wGate.rows) + " and " +
+                std::to_string(wUp.rows) + " rows");
+  }
+  const MatmulJob jobs[2] = {{&wGate, gate}, {&wUp, up}};
+  GemmArgs args[2];
+  prepare(jobs, x, tokens, pool, scratch, args);
+  const KernelTable& k = kernels();
+  const GemmFn gateFn = k.gemm[static_cast<int>(wGate.kind)];
+  const GemmFn upFn = k.gemm[static_cast<int>(wUp.kind)];
+  const int64_t n = wGate.rows;
+  pool.parallelFor(
+      n,
+      [&](int64_t begin, int64_t end, int) {
+        gateFn(args[0], begin, end);
+        upFn(args[1], begin, end);
+        // Chunks start on multiples of 16 and the last one ends the row, so each element gets
+        // the vector or scalar SiLU that a whole-row call would give it.
+        for (int64_t t = 0; t < tokens; ++t) {
+          float* g = gate + t * n;
+          k.swiglu(g + begin, up + t * n + begin, g + begin, end - begin);
+        }
+      },
+      kRowGrain);
 }
 
 }  // namespace shoal::cpu

@@ -3,6 +3,7 @@
 // thread pool, with the active kernel table.
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
@@ -28,9 +29,18 @@ struct WeightMatrix {
   size_t activationBytes() const;
 };
 
-// Scratch reused across calls so the decode path does not allocate.
+// Scratch reused across calls so the decode path does not allocate: converted activations, one
+// buffer per activation format.
 struct MatmulScratch {
-  std::vector<uint8_t> activations;
+  std::vector<uint8_t> activations[static_cast<int>(ActKind::Count)];
+  // Make room for `tokens` rows of w's activation format.
+  void reserve(const WeightMatrix& w, int64_t tokens);
+};
+
+// One product of a shared input: y[t * w.rows + r] = dot(w row r, x row t).
+struct MatmulJob {
+  const WeightMatrix* w = nullptr;
+  float* y = nullptr;
 };
 
 // The order the float-type dots of this product use: ggml sends a matmul of 2+ tokens through
@@ -40,5 +50,18 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens);
 // y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t in [0, tokens).
 void matmul(const WeightMatrix& w, const float* x, int64_t tokens, float* y, ThreadPool& pool,
             MatmulScratch& scratch);
+
+// Several products of the same input (Q, K and V): x is converted once per activation format
+// and all the rows are shared out in one pass of the thread pool. The matrices must have x's
+// row length; at most 4 jobs.
+void matmul(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, ThreadPool& pool,
+            MatmulScratch& scratch);
+
+// The gated feed-forward input, fused: gate[t * n + i] = silu(Wgate x)[i] * (Wup x)[i]
+// (SwiGLU, as ggml_vec_swiglu_f32 rounds it per row of n = Wgate.rows), computed in one pass
+// of the thread pool: each thread takes the same rows of both matrices and finishes them.
+// up receives Wup x; both buffers hold tokens x n floats.
+void gatedFfn(const WeightMatrix& wGate, const WeightMatrix& wUp, const float* x, int64_t tokens,
+              float* gate, float* up, ThreadPool& pool, MatmulScratch& scratch);
 
 }  // namespace shoal::cpu

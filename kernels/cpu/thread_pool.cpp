@@ -1,6 +1,7 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -11,9 +12,25 @@
 
 namespace shoal::cpu {
 namespace {
-// About 50-100 µs of spinning: longer than the gap between two ops of a token, much shorter than
-// the gap between two user requests.
-constexpr int kSpinIterations = 1 << 14;
+
+// Spinning: longer than the gap between two ops of a token (a few microseconds), much shorter
+// than an OS time slice, so a pool sharing its cores with other work soon gets out of the way.
+constexpr auto kSpin = std::chrono::microseconds(30);
+constexpr int kChunksPerThread = 4;
+
+// Spins until pred() or kSpin has passed; returns pred().
+template <typename Pred>
+bool spinFor(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 16; ++i) {
+      if (pred()) return true;
+      SHOAL_CPU_RELAX();
+    }
+    if (std::chrono::steady_clock::now() > deadline) return pred();
+  }
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) : m_threads(std::max(1, threads)) {
@@ -28,24 +45,31 @@ ThreadPool::~ThreadPool() {
   for (auto& w : m_workers) w.join();
 }
 
-void ThreadPool::runChunk(int thread) {
-  const int64_t units = (m_items + m_grain - 1) / m_grain;
-  const int64_t per = units / m_threads;
-  const int64_t extra = units % m_threads;
-  const int64_t first = thread * per + std::min<int64_t>(thread, extra);
-  const int64_t count = per + (thread < extra ? 1 : 0);
-  const int64_t begin = std::min(m_items, first * m_grain);
-  const int64_t end = std::min(m_items, (first + count) * m_grain);
-  if (begin < end) (*m_fn)(begin, end, thread);
+void ThreadPool::work(uint32_t job, int thread) {
+  uint64_t claim = m_claim.load(std::memory_order_acquire);
+  for (;;) {
+    if (static_cast<uint32_t>(claim >> 32) != job) return;
+    const auto chunk = static_cast<uint32_t>(claim);
+    const uint32_t chunks = m_chunks.load(std::memory_order_relaxed);
+    if (chunk >= chunks) return;
+    if (!m_claim.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+      continue;
+    }
+    const int64_t begin = static_cast<int64_t>(chunk) * m_chunkItems;
+    const int64_t end = std::min(m_items, begin + m_chunkItems);
+    m_invoke(m_fn, begin, end, thread);
+    if (m_done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) m_done.notify_one();
+    claim = m_claim.load(std::memory_order_acquire);
+  }
 }
 
 void ThreadPool::workerLoop(int thread) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t now = m_generation.load(std::memory_order_acquire);
-    for (int i = 0; now == seen && i < kSpinIterations; ++i) {
-      SHOAL_CPU_RELAX();
-      now = m_generation.load(std::memory_order_acquire);
+    uint32_t now = m_generation.load(std::memory_order_acquire);
+    if (now == seen) {
+      spinFor([&] { return (now = m_generation.load(std::memory_order_acquire)) != seen; });
     }
     while (now == seen) {
       m_generation.wait(seen, std::memory_order_acquire);
@@ -53,35 +77,40 @@ void ThreadPool::workerLoop(int thread) {
     }
     seen = now;
     if (m_stop.load(std::memory_order_acquire)) return;
-    runChunk(thread);
-    if (m_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) m_pending.notify_one();
+    work(now, thread);
   }
 }
 
-void ThreadPool::parallelFor(int64_t items, const RangeFn& fn, int64_t grain) {
+void ThreadPool::run(int64_t items, int64_t grain, void* fn, Invoke invoke) {
   if (items <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  if (m_threads == 1 || items <= grain) {
-    fn(0, items, 0);
+  const int64_t units = (items + grain - 1) / grain;
+  if (m_threads == 1 || units == 1) {
+    invoke(fn, 0, items, 0);
     return;
   }
-  m_fn = &fn;
+  const int64_t chunks = std::min<int64_t>(units, int64_t{m_threads} * kChunksPerThread);
+  m_fn = fn;
+  m_invoke = invoke;
   m_items = items;
-  m_grain = grain;
-  m_pending.store(m_threads - 1, std::memory_order_relaxed);
-  m_generation.fetch_add(1, std::memory_order_acq_rel);
+  m_chunkItems = (units + chunks - 1) / chunks * grain;
+  const auto chunkCount = static_cast<uint32_t>((items + m_chunkItems - 1) / m_chunkItems);
+  m_chunks.store(chunkCount, std::memory_order_relaxed);
+  m_done.store(0, std::memory_order_relaxed);
+  const uint32_t job = m_generation.load(std::memory_order_relaxed) + 1;
+  m_claim.store(static_cast<uint64_t>(job) << 32, std::memory_order_release);
+  m_generation.store(job, std::memory_order_release);
   m_generation.notify_all();
-  runChunk(0);
-  int pending = m_pending.load(std::memory_order_acquire);
-  for (int i = 0; pending != 0 && i < kSpinIterations; ++i) {
-    SHOAL_CPU_RELAX();
-    pending = m_pending.load(std::memory_order_acquire);
+
+  work(job, 0);
+  uint32_t done = m_done.load(std::memory_order_acquire);
+  if (done != chunkCount) {
+    spinFor([&] { return (done = m_done.load(std::memory_order_acquire)) == chunkCount; });
   }
-  while (pending != 0) {
-    m_pending.wait(pending, std::memory_order_acquire);
-    pending = m_pending.load(std::memory_order_acquire);
+  while (done != chunkCount) {
+    m_done.wait(done, std::memory_order_acquire);
+    done = m_done.load(std::memory_order_acquire);
   }
-  m_fn = nullptr;
 }
 
 }  // namespace shoal::cpu

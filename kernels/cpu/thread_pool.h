@@ -1,22 +1,23 @@
 #pragma once
 // A fixed pool of worker threads for the CPU backend. The caller thread takes part, so a pool of
-// n threads starts n - 1 workers. Between the operations of one token the workers spin briefly
-// instead of sleeping, so dispatching an op costs well under a microsecond; when idle longer
-// they sleep on an atomic wait (futex) and cost nothing.
+// n threads starts n - 1 workers.
+//
+// A job is cut into a few chunks per thread that threads claim one at a time, so a thread the
+// OS has put aside (a busy machine) delays nobody: the others take its share, and the caller
+// waits only for chunks actually in progress. Between the ops of one token the workers spin
+// briefly (tens of microseconds) instead of sleeping, so dispatching an op costs well under a
+// microsecond; idle longer, they sleep on an atomic wait (futex) and cost nothing.
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace shoal::cpu {
 
 class ThreadPool {
  public:
-  // fn(begin, end, thread): process items [begin, end) on thread `thread` (0 = the caller).
-  using RangeFn = std::function<void(int64_t begin, int64_t end, int thread)>;
-
   explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -24,21 +25,46 @@ class ThreadPool {
 
   int size() const { return m_threads; }
 
-  // Split [0, items) into one contiguous chunk per thread (chunk boundaries are multiples of
-  // `grain`) and run fn on all threads; returns when every chunk is done. Not re-entrant.
-  void parallelFor(int64_t items, const RangeFn& fn, int64_t grain = 1);
+  // Run fn(begin, end, thread) over [0, items) in contiguous chunks whose boundaries are
+  // multiples of `grain`, on all threads (thread 0 is the caller; a thread index identifies the
+  // thread for per-thread scratch); returns when every item is done. Which thread runs which
+  // chunk varies from call to call. Not re-entrant. fn is called by reference, never copied:
+  // a job allocates nothing.
+  template <typename F>
+  void parallelFor(int64_t items, F&& fn, int64_t grain = 1) {
+    using Fn = std::remove_reference_t<F>;
+    run(items, grain, const_cast<void*>(static_cast<const void*>(&fn)),
+        [](void* f, int64_t begin, int64_t end, int thread) {
+          (*static_cast<Fn*>(f))(begin, end, thread);
+        });
+  }
 
  private:
+  using Invoke = void (*)(void* fn, int64_t begin, int64_t end, int thread);
+
+  void run(int64_t items, int64_t grain, void* fn, Invoke invoke);
   void workerLoop(int thread);
-  void runChunk(int thread);
+  // Claims and runs chunks of job `job` until none is left.
+  void work(uint32_t job, int thread);
 
   int m_threads;
   std::vector<std::thread> m_workers;
-  const RangeFn* m_fn = nullptr;  // the job being run; written before m_generation is bumped
+
+  // The current job; written by the caller before m_claim announces it, constant until all its
+  // chunks are done.
+  void* m_fn = nullptr;
+  Invoke m_invoke = nullptr;
   int64_t m_items = 0;
-  int64_t m_grain = 1;
-  std::atomic<uint64_t> m_generation{0};  // bumped once per job; workers wait on it
-  std::atomic<int> m_pending{0};          // workers still running the current job
+  int64_t m_chunkItems = 0;  // items per chunk (a multiple of the grain)
+  // Read by a thread before it holds a claim (possibly while the next job is being set up;
+  // the claim then fails), hence atomic.
+  std::atomic<uint32_t> m_chunks{0};
+
+  // High 32 bits: the job number; low 32 bits: the next unclaimed chunk. A claim succeeds only
+  // for the job the claimant woke for, so a late thread never touches a newer job's state.
+  std::atomic<uint64_t> m_claim{0};
+  std::atomic<uint32_t> m_done{0};        // chunks of the current job finished
+  std::atomic<uint32_t> m_generation{0};  // the job number workers wait on
   std::atomic<bool> m_stop{false};
 };
 

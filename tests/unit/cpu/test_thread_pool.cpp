@@ -1,8 +1,10 @@
-// ThreadPool::parallelFor: every item runs exactly once, on chunks aligned to the grain, with
-// the caller taking part; repeated jobs and degenerate sizes work.
+// ThreadPool::parallelFor: every item runs exactly once, on chunks aligned to the grain, the
+// work shared between threads; repeated jobs and degenerate sizes work.
 
 #include <QtTest>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/thread_pool.h"
@@ -54,12 +56,29 @@ class ThreadPoolTest : public QObject {
     QCOMPARE(total.load(), int64_t{2000 * 17});
   }
 
-  void bothThreadsTakePartInALargeJob() {
+  // Chunks are claimed: a job long enough for the worker to wake up is shared.
+  void workersTakePartInALongJob() {
     ThreadPool pool(2);
     std::atomic<int> used[2] = {0, 0};
-    pool.parallelFor(1000, [&](int64_t, int64_t, int thread) { used[thread]++; });
-    QCOMPARE(used[0].load(), 1);
-    QCOMPARE(used[1].load(), 1);
+    pool.parallelFor(8, [&](int64_t, int64_t, int thread) {
+      used[thread]++;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    });
+    QVERIFY(used[0].load() >= 1);
+    QVERIFY(used[1].load() >= 1);
+    QCOMPARE(used[0].load() + used[1].load(), 8);
+  }
+
+  // More threads than this machine's cores: threads the OS keeps waiting must not lose or
+  // repeat chunks.
+  void jobsCompleteWithMoreThreadsThanCores() {
+    ThreadPool pool(6);
+    std::atomic<int> total{0};
+    for (int job = 0; job < 200; ++job) {
+      pool.parallelFor(
+          64, [&](int64_t b, int64_t e, int) { total += static_cast<int>(e - b); }, 4);
+    }
+    QCOMPARE(total.load(), 200 * 64);
   }
 
   void zeroItemsRunsNothing() {
