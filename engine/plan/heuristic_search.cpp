@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <set>
 
 #include "engine/plan/search.h"
 
@@ -521,8 +522,8 @@ class Heuristic {
     return changed;
   }
 
-  // Large-neighbourhood step: re-solve exactly the devices of one pipeline (or two) together
-  // with the fastest unused devices, up to a handful of devices, and keep the result if better.
+  // Large-neighbourhood step: re-solve exactly the devices of one pipeline with the fastest
+  // unused devices, or of two pipelines, up to a handful of devices; keep the result if better.
   bool exactRepackPass(Layout& l) const {
     const size_t limit = m_large ? 4 : 6;
     bool changed = false;
@@ -542,7 +543,9 @@ class Heuristic {
           before += l.pipelines[q].throughput;
         }
         if (devices.size() > limit) continue;
-        std::vector<int> spare = unusedOf(l);
+        // Spare devices join a single pipeline's re-solve; pairs trade members among themselves
+        // (filling them up too would make every re-solve the largest and dearest).
+        std::vector<int> spare = q == SIZE_MAX ? unusedOf(l) : std::vector<int>{};
         std::stable_sort(spare.begin(), spare.end(),
                          [&](int a, int b) { return m_ctx.layerTimeS(a) < m_ctx.layerTimeS(b); });
         for (int d : spare) {
@@ -550,6 +553,7 @@ class Heuristic {
           devices.push_back(d);
         }
         std::sort(devices.begin(), devices.end());
+        if (!m_repacked.insert(devices).second) continue;  // solved before: nothing to gain
         const size_t replaced = q != SIZE_MAX ? 2 : 1;
         const int allowed = m_limit == SIZE_MAX ? 0 : static_cast<int>(replaced + room(l));
         Layout sub = exactSearch(m_ctx, devices, 0.0, allowed);
@@ -563,6 +567,44 @@ class Heuristic {
       }
     }
     return changed;
+  }
+
+  // The weakest pipelines (lowest X) together, up to a handful of devices, re-solved exactly with
+  // the fastest spare devices: gains hide where pipelines are poor, and three or more small
+  // ones can trade members in ways no single move reaches.
+  bool weakestRepackPass(Layout& l) const {
+    const size_t limit = m_large ? 5 : 6;
+    std::vector<size_t> idx(l.pipelines.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+      return l.pipelines[a].throughput < l.pipelines[b].throughput;
+    });
+    std::vector<size_t> taken;
+    std::vector<int> devices;
+    double before = 0;
+    for (size_t p : idx) {
+      if (devices.size() + l.pipelines[p].order.size() > limit) continue;
+      taken.push_back(p);
+      devices.insert(devices.end(), l.pipelines[p].order.begin(), l.pipelines[p].order.end());
+      before += l.pipelines[p].throughput;
+    }
+    if (taken.size() < 2) return false;
+    std::vector<int> spare = unusedOf(l);
+    std::stable_sort(spare.begin(), spare.end(),
+                     [&](int a, int b) { return m_ctx.layerTimeS(a) < m_ctx.layerTimeS(b); });
+    for (int d : spare) {
+      if (devices.size() >= limit) break;
+      devices.push_back(d);
+    }
+    std::sort(devices.begin(), devices.end());
+    if (!m_repacked.insert(devices).second) return false;
+    const int allowed = m_limit == SIZE_MAX ? 0 : static_cast<int>(taken.size() + room(l));
+    Layout sub = exactSearch(m_ctx, devices, 0.0, allowed);
+    if (!gains(sub.throughput() - before, l.throughput())) return false;
+    std::sort(taken.rbegin(), taken.rend());
+    for (size_t p : taken) l.pipelines.erase(l.pipelines.begin() + static_cast<std::ptrdiff_t>(p));
+    for (auto& r : sub.pipelines) l.pipelines.push_back(std::move(r));
+    return true;
   }
 
   // Merge two pipelines into one (helps when one long pipeline beats two short ones, e.g. with
@@ -652,6 +694,7 @@ class Heuristic {
       changed |= stealPass(l);
       changed |= splitPass(l);
       changed |= exactRepackPass(l);
+      changed |= weakestRepackPass(l);
       while (mergePass(l)) changed = true;
       if (!changed) break;
     }
@@ -677,6 +720,8 @@ class Heuristic {
   const PlanOptions& m_options;
   bool m_large = false;
   size_t m_limit = SIZE_MAX;  // most pipelines allowed
+  // Device sets already re-solved exactly; the same set gives the same answer again.
+  mutable std::set<std::vector<int>> m_repacked;
 };
 
 }  // namespace

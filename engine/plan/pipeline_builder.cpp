@@ -564,10 +564,21 @@ PipelineResult extendPipeline(const SearchContext& ctx, const std::vector<int>& 
       best = p;
     }
   }
-  next.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(best));
-  next.push_back(device);
-  next.insert(next.end(), order.begin() + static_cast<std::ptrdiff_t>(best), order.end());
-  return optimizeSplit(ctx, next);
+  auto insertAt = [&](size_t p) {
+    next.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(p));
+    next.push_back(device);
+    next.insert(next.end(), order.begin() + static_cast<std::ptrdiff_t>(p), order.end());
+    return optimizeSplit(ctx, next);
+  };
+  PipelineResult result = insertAt(best);
+  // The new device may suit a role better (the head on a fast device, the embedding on a roomy
+  // one): try it at either end too when that adds no link time.
+  for (size_t p : {size_t{0}, n}) {
+    if (p == best || added(p) > bestCost + 1e-15) continue;
+    PipelineResult r = insertAt(p);
+    if (better(r, result)) result = std::move(r);
+  }
+  return result;
 }
 
 }  // namespace shoal::plan::detail

@@ -164,14 +164,21 @@ Replan replan(const Plan& previous, const Pool& pool, const ModelCost& model,
     r.movedBytes = movedWeightBytes(previous, r.plan, model);
     bestX = std::max(bestX, r.plan.throughputTokS);
   }
-  // Fewest bytes among those within the tolerance of the best X; ties to the larger X, then to
-  // the earlier candidate (the fresh plan first).
+  // When every previous pipeline survived (devices only joined), the kept plan is a candidate
+  // and nothing below its X qualifies: a device that joins never makes the pool slower.
+  // (candidates[0], the kept plan, is feasible then and so is choices[1].)
+  const bool onlyJoins = !kept.empty() && kept.size() == previous.pipelines.size();
+  const double floorX = onlyJoins && choices.size() > 1
+                            ? std::max((1 - tolerance) * bestX, choices[1].plan.throughputTokS)
+                            : (1 - tolerance) * bestX;
+  // Fewest bytes among those that qualify; ties to the larger X, then to the earlier candidate
+  // (the fresh plan first).
   size_t pick = 0;
   for (size_t i = 1; i < choices.size(); ++i) {
     const Replan& a = choices[i];
     const Replan& b = choices[pick];
-    const bool aIn = a.plan.throughputTokS >= (1 - tolerance) * bestX;
-    const bool bIn = b.plan.throughputTokS >= (1 - tolerance) * bestX;
+    const bool aIn = a.plan.throughputTokS >= floorX;
+    const bool bIn = b.plan.throughputTokS >= floorX;
     if (aIn != bIn) {
       if (aIn) pick = i;
       continue;

@@ -6,7 +6,8 @@
 // Candidates: a fresh plan of the new pool; the previous plan's intact pipelines kept as they
 // are, with everything else (devices of broken pipelines, unused and new devices) planned
 // afresh beside them; the same with each broken pipeline re-split over its surviving devices;
-// and the kept plan with one free device added to one kept pipeline.
+// and the kept plan with one free device added to one kept pipeline. When devices only joined,
+// no candidate below the kept plan's X qualifies: joining never lowers X.
 
 #include "engine/plan/types.h"
 

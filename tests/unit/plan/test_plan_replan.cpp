@@ -8,6 +8,7 @@
 #include "engine/plan/cost_model.h"
 #include "engine/plan/planner.h"
 #include "engine/plan/replan.h"
+#include "plan_test_pools.h"
 
 using namespace shoal::plan;
 
@@ -127,6 +128,27 @@ class PlanReplanTest : public QObject {
     for (const Pipeline& p : old.pipelines) {
       const Pipeline* now = pipelineWith(r.plan, p.stages.front().deviceId);
       QVERIFY(now && sameStages(p, *now));
+    }
+  }
+
+  void aJoiningDeviceNeverLowersThroughput() {
+    // Random pools of 5-30 devices (the large-pool search included): re-planning after a join
+    // keeps at least the running plan's X.
+    std::mt19937_64 rng(7);
+    for (int t = 0; t < 60; ++t) {
+      const int devices = std::uniform_int_distribution<int>(5, 30)(rng);
+      plan_test::Instance in =
+          plan_test::randomInstance(rng, devices, std::uniform_int_distribution<int>(4, 48)(rng));
+      in.pool.defaultLink = Link{plan_test::uniform(rng, 1e-4, 5e-3), 1e8};
+      const Plan running = plan(in.pool, in.model, in.request);
+      in.pool.devices.push_back(plan_test::randomDevice(rng, in.model, devices, 4));
+      const Replan r = replan(running, in.pool, in.model, in.request);
+      QVERIFY(planViolations(in.pool, in.model, in.request, r.plan).empty());
+      QVERIFY2(r.plan.throughputTokS >= running.throughputTokS * (1 - 1e-9),
+               qPrintable(QString("pool %1: %2 -> %3")
+                              .arg(t)
+                              .arg(running.throughputTokS)
+                              .arg(r.plan.throughputTokS)));
     }
   }
 
