@@ -9,8 +9,9 @@
 #include "engine/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Shoal command-line tool: generate, chat, tokenize, logits, bench, info, plan, devices",
-               "shoal-cli"};
+  CLI::App app{
+      "Shoal command-line tool: generate, chat, tokenize, logits, bench, info, plan, devices",
+      "shoal-cli"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shoal-cli 0.1.0");
   shoal::cli::registerGenerateCommand(app);

@@ -56,7 +56,8 @@ class TestCliContract : public QObject {
   }
 
   void missingModelFileIsAOneLineError() {
-    verifyOneLineError(runCli({"info", "-m", "/nonexistent/model.gguf"}), "/nonexistent/model.gguf");
+    verifyOneLineError(runCli({"info", "-m", "/nonexistent/model.gguf"}),
+                       "/nonexistent/model.gguf");
   }
 
   void malformedModelFileIsAOneLineError() {
@@ -97,8 +98,8 @@ class TestCliContract : public QObject {
   }
 
   void sameSeedSameSampledOutput() {
-    const QStringList args = {"generate", "-p", "Once upon a time", "-n", "8", "--temp", "1.0",
-                              "--seed", "1234"};
+    const QStringList args = {"generate", "-p",  "Once upon a time", "-n",  "8",
+                              "--temp",   "1.0", "--seed",           "1234"};
     const Run a = runCli(args);
     const Run b = runCli(args);
     QCOMPARE(a.exitCode, 0);
@@ -106,7 +107,8 @@ class TestCliContract : public QObject {
   }
 
   void chatReadsPipedLinesAndHonoursCommands() {
-    const Run r = runCli({"chat", "--temp", "0", "-n", "8"}, "Hello\n/reset\nHi again\n/quit\nignored\n");
+    const Run r =
+        runCli({"chat", "--temp", "0", "-n", "8"}, "Hello\n/reset\nHi again\n/quit\nignored\n");
     QCOMPARE(r.exitCode, 0);
     QCOMPARE(r.out.count('\n'), 2);  // one line per reply; nothing after /quit
     QVERIFY(r.err.contains("reset"));
