@@ -21,9 +21,7 @@ int main(int argc, char** argv) {
   shoal::cli::registerBenchCommand(app);
   shoal::cli::registerInfoCommand(app);
   shoal::cli::registerDevicesCommand(app);
-#ifdef SHOAL_CLI_HAS_PLAN
   shoal::cli::registerPlanCommand(app);
-#endif
   // CLI11 reports an unknown first word as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
