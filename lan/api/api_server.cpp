@@ -1,0 +1,325 @@
+#include "lan/api/api_server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#include "engine/error.h"
+#include "engine/model/chat_prompt.h"
+#include "lan/api/openai_protocol.h"
+
+namespace shoal::api {
+namespace {
+
+using nlohmann::json;
+
+// How often a streaming reader that has nothing to send checks whether its client is still there
+// (while its job waits in the queue, or between slow tokens).
+constexpr std::chrono::milliseconds kStreamPoll{250};
+// HTTP threads beyond the queue: the running job's stream plus room for /health, /v1/models and
+// requests that are answered with an error without queueing.
+constexpr size_t kSpareHttpThreads = 16;
+// The bound on request bodies: far above any prompt that fits a context.
+constexpr size_t kMaxBodyBytes = 16u << 20;
+
+std::string dumpJson(const json& j) {
+  // Model output is whole UTF-8 characters, but a model can still produce invalid sequences
+  // (byte tokens); replace them rather than fail the response.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void sendError(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(dumpJson(e.toJson()), "application/json");
+}
+
+// The job's parameters from the request, with Shoal's defaults for what the client left out.
+runtime::GenerateOptions generateOptions(const SamplingRequest& s, const ApiServerOptions& o,
+                                         int32_t defaultMaxTokens) {
+  runtime::GenerateOptions g;
+  g.maxTokens = s.maxTokens.value_or(defaultMaxTokens);
+  if (s.temperature) g.sampler.temperature = *s.temperature;
+  if (s.topP) g.sampler.topP = *s.topP;
+  g.sampler.topK = o.defaultTopK;
+  g.sampler.minP = o.defaultMinP;
+  g.sampler.seed = s.seed ? *s.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull;
+  g.stop = s.stop;
+  g.ignoreEndOfGeneration = s.ignoreEos;
+  return g;
+}
+
+std::string randomHex() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+}  // namespace
+
+ApiServer::ApiServer(const model::Model& model, runtime::Session& session, ApiServerOptions options)
+    : m_model(model),
+      m_options(std::move(options)),
+      m_modelId(m_options.modelId.empty() ? model.path().stem().string() : m_options.modelId),
+      m_created(static_cast<int64_t>(std::time(nullptr))),
+      m_contextLength(session.contextLength()),
+      m_queue(session, m_options.maxQueued),
+      m_http(std::make_unique<httplib::Server>()) {
+  const size_t threads = m_options.maxQueued + kSpareHttpThreads;
+  m_http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  m_http->set_payload_max_length(kMaxBodyBytes);
+  installRoutes();
+}
+
+ApiServer::~ApiServer() { stop(); }
+
+void ApiServer::bind() {
+  if (m_options.port == 0) {
+    m_port = m_http->bind_to_any_port(m_options.host);
+    if (m_port <= 0) throw Error("API server: cannot bind " + m_options.host + " (any port)");
+  } else {
+    if (!m_http->bind_to_port(m_options.host, m_options.port)) {
+      throw Error("API server: cannot bind " + m_options.host + ":" +
+                  std::to_string(m_options.port) + " (address in use, or not this host's)");
+    }
+    m_port = m_options.port;
+  }
+}
+
+void ApiServer::serve() { m_http->listen_after_bind(); }
+
+void ApiServer::stop() {
+  // Jobs first: a streaming reader then sees its job end and frees its HTTP thread, which the
+  // HTTP server's stop waits for.
+  m_queue.shutdown();
+  m_http->stop();
+}
+
+void ApiServer::installRoutes() {
+  httplib::Server& http = *m_http;
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (m_options.apiKey.empty() || req.path.rfind("/v1/", 0) != 0) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (req.get_header_value("Authorization") != "Bearer " + m_options.apiKey) {
+      sendError(res, ApiError(401, "invalid_request_error", "invalid_api_key",
+                              "missing or wrong API key (Authorization: Bearer <key>)"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  // Every >= 400 response without a body (unknown route, wrong method, too large) in OpenAI's
+  // shape; the ones the handlers wrote already keep theirs.
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string what = res.status == 404   ? "no route " + req.method + " " + req.path
+                             : res.status == 413 ? "the request body is too large"
+                                                 : "request failed";
+    sendError(res, ApiError(res.status, "invalid_request_error",
+                            res.status == 404 ? "not_found" : "", what));
+  });
+
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        sendError(res, ApiError(500, "server_error", "", what));
+      });
+
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const QueueStats s = m_queue.stats();
+    const json body = {{"status", "ok"},
+                       {"model", m_modelId},
+                       {"queue",
+                        {{"waiting", s.waiting},
+                         {"running", s.running},
+                         {"max_waiting", m_queue.maxWaiting()},
+                         {"completed", s.completed},
+                         {"cancelled", s.cancelled},
+                         {"rejected", s.rejected}}}};
+    res.set_content(dumpJson(body), "application/json");
+  });
+
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dumpJson(modelsJson(m_modelId, m_created)), "application/json");
+  });
+
+  auto generationRoute = [this](bool chat) {
+    return [this, chat](const httplib::Request& req, httplib::Response& res) {
+      try {
+        handleGeneration(req, res, chat);
+      } catch (const ApiError& e) {
+        sendError(res, e);
+      }
+    };
+  };
+  http.Post("/v1/chat/completions", generationRoute(true));
+  http.Post("/v1/completions", generationRoute(false));
+}
+
+void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const model::Tokenizer& tokenizer = m_model.tokenizer();
+  const int32_t ctx = m_contextLength;
+
+  SamplingRequest sampling;
+  std::vector<model::TokenId> prompt;
+  int droppedTurns = 0;
+  if (chat) {
+    ChatRequest r = parseChatRequest(req.body);
+    sampling = std::move(r.sampling);
+    checkModel(sampling.model);
+    const model::ChatPrompt p = model::buildChatPrompt(
+        tokenizer, m_model.chatTemplate(), r.messages, ctx, sampling.maxTokens.value_or(ctx));
+    if (!p.fits) {
+      throw ApiError(400, "invalid_request_error", "context_length_exceeded",
+                     "the newest message alone (" + std::to_string(p.tokens.size()) +
+                         " tokens) does not fit this model's context of " + std::to_string(ctx) +
+                         " tokens",
+                     "messages");
+    }
+    prompt = p.tokens;
+    droppedTurns = p.droppedTurns;
+  } else {
+    CompletionRequest r = parseCompletionRequest(req.body);
+    sampling = std::move(r.sampling);
+    checkModel(sampling.model);
+    prompt = tokenizer.encode(r.prompt, true, true);
+    if (static_cast<int32_t>(prompt.size()) + 1 >= ctx) {
+      throw ApiError(400, "invalid_request_error", "context_length_exceeded",
+                     "the prompt (" + std::to_string(prompt.size()) +
+                         " tokens) does not fit this model's context of " + std::to_string(ctx) +
+                         " tokens",
+                     "prompt");
+    }
+  }
+
+  // OpenAI's defaults: a chat reply runs until it ends (here: until the context is full), a
+  // completion stops after 16 tokens.
+  runtime::GenerateOptions g = generateOptions(sampling, m_options, chat ? ctx : 16);
+  if (chat) {
+    for (std::string& s : model::chatStopStrings(m_model.chatTemplate().format)) {
+      g.stop.push_back(std::move(s));
+    }
+  }
+  auto job = std::make_shared<GenerationJob>(std::move(prompt), std::move(g));
+  switch (m_queue.submit(job)) {
+    case GenerationQueue::Submit::Accepted:
+      break;
+    case GenerationQueue::Submit::Full:
+      res.set_header("Retry-After", "1");
+      throw ApiError(429, "rate_limit_error", "rate_limit_exceeded",
+                     "the server is busy: " + std::to_string(m_queue.maxWaiting()) +
+                         " requests are already waiting; retry later");
+    case GenerationQueue::Submit::ShuttingDown:
+      throw ApiError(503, "server_error", "shutting_down", "the server is shutting down");
+  }
+  if (droppedTurns > 0) res.set_header("X-Shoal-Dropped-Turns", std::to_string(droppedTurns));
+
+  const std::string id =
+      (chat ? "chatcmpl-" : "cmpl-") + randomHex() + std::to_string(m_nextId.fetch_add(1));
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+
+  if (!sampling.stream) {
+    job->waitFinished();
+    reportFinished(*job);
+    const runtime::GenerateResult& r = job->result();
+    if (!job->error().empty()) throw ApiError(500, "server_error", "", job->error());
+    if (r.finish == runtime::FinishReason::Cancelled) {
+      throw ApiError(503, "server_error", "shutting_down", "the server is shutting down");
+    }
+    const Usage usage{r.promptTokens, static_cast<int32_t>(r.tokens.size())};
+    const std::string reason = finishReasonFor(runtime::finishReasonName(r.finish));
+    res.set_content(
+        dumpJson(chat ? chatCompletionJson(id, created, m_modelId, r.text, reason, usage)
+                      : completionJson(id, created, m_modelId, r.text, reason, usage)),
+        "application/json");
+    return;
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  const bool includeUsage = sampling.includeUsageInStream;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, job, id, created, chat, includeUsage](size_t, httplib::DataSink& sink) {
+        auto send = [&sink](const std::string& event) {
+          return sink.write(event.data(), event.size());
+        };
+        if (chat && !send(sseEvent(chatChunkJson(id, created, m_modelId, "assistant", "", "")))) {
+          job->cancel();
+          return false;
+        }
+        std::string text;
+        for (;;) {
+          const GenerationJob::Event ev = job->next(text, kStreamPoll);
+          if (ev == GenerationJob::Event::Finished) break;
+          if (ev == GenerationJob::Event::Timeout) {
+            // Nothing to send: is the client still there? (A closed peer reads as not writable.)
+            if (!sink.is_writable()) {
+              job->cancel();
+              return false;
+            }
+            continue;
+          }
+          const json chunk = chat ? chatChunkJson(id, created, m_modelId, std::nullopt, text, "")
+                                  : completionChunkJson(id, created, m_modelId, text, "");
+          if (!send(sseEvent(chunk))) {
+            job->cancel();  // the client has gone: stop generating for it
+            return false;
+          }
+        }
+        reportFinished(*job);
+        const runtime::GenerateResult& r = job->result();
+        if (!job->error().empty() || r.finish == runtime::FinishReason::Cancelled) {
+          // Headers are gone already: the error travels as an event, as OpenAI's streams do.
+          const std::string message =
+              job->error().empty() ? "generation cancelled (server shutting down)" : job->error();
+          send(sseEvent(ApiError(500, "server_error", "", message).toJson()));
+          sink.done();
+          return true;
+        }
+        const std::string reason = finishReasonFor(runtime::finishReasonName(r.finish));
+        send(sseEvent(
+            chat ? chatChunkJson(id, created, m_modelId, std::nullopt, std::nullopt, reason)
+                 : completionChunkJson(id, created, m_modelId, "", reason)));
+        if (includeUsage) {
+          const Usage usage{r.promptTokens, static_cast<int32_t>(r.tokens.size())};
+          send(sseEvent(
+              chat ? chatChunkJson(id, created, m_modelId, std::nullopt, std::nullopt, "", &usage)
+                   : completionChunkJson(id, created, m_modelId, "", "", &usage)));
+        }
+        send(kSseDone);
+        sink.done();
+        return true;
+      },
+      [job](bool) { job->cancel(); });  // however the response ended, its job ends too
+}
+
+void ApiServer::checkModel(const std::string& requested) const {
+  if (requested == m_modelId || requested == m_model.path().filename().string() ||
+      requested == "default") {
+    return;
+  }
+  throw ApiError(404, "invalid_request_error", "model_not_found",
+                 "the model '" + requested + "' does not exist; this server has '" + m_modelId +
+                     "' (GET /v1/models)",
+                 "model");
+}
+
+void ApiServer::reportFinished(const GenerationJob& job) const {
+  if (!job.error().empty()) {
+    std::fprintf(stderr, "shoal api: generation failed: %s\n", job.error().c_str());
+  }
+}
+
+}  // namespace shoal::api

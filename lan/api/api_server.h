@@ -1,0 +1,80 @@
+#pragma once
+// The OpenAI-compatible HTTP API over one loaded model: POST /v1/chat/completions,
+// POST /v1/completions (both streamed as server-sent events or not), GET /v1/models,
+// GET /health. HTTP is cpp-httplib (Debian's libcpp-httplib); bodies are nlohmann/json; the wire
+// format lives in openai_protocol.h and the scheduling in generation_queue.h.
+//
+// Requests are validated and tokenized on the HTTP thread (the tokenizer is immutable), so a bad
+// request or a prompt that cannot fit is answered 400 before it takes a place in the queue.
+// Generation happens on the queue's single worker, first come first served; a full queue answers
+// 429 with Retry-After. A streaming client that disconnects cancels its job.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/model/model.h"
+#include "engine/runtime/session.h"
+#include "lan/api/generation_queue.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace shoal::api {
+
+struct ApiServerOptions {
+  std::string host = "127.0.0.1";  // loopback unless the user asks for more
+  int port = 8080;                 // 0: pick a free port (see ApiServer::port())
+  std::string apiKey;              // non-empty: /v1/* needs "Authorization: Bearer <key>"
+  size_t maxQueued = 64;           // jobs waiting behind the running one before 429
+  std::string modelId;             // empty: the model file's name without ".gguf"
+  int32_t defaultTopK = 40;        // top-k/min-p are not OpenAI parameters; Shoal's defaults
+  float defaultMinP = 0.05f;
+};
+
+class ApiServer {
+ public:
+  // `model` and `session` must outlive the server; from construction on the session belongs to
+  // the server's worker thread.
+  ApiServer(const model::Model& model, runtime::Session& session, ApiServerOptions options);
+  ~ApiServer();  // stop()
+
+  ApiServer(const ApiServer&) = delete;
+  ApiServer& operator=(const ApiServer&) = delete;
+
+  // Bind the socket; throws shoal::Error with the address when it cannot (in use, no such host).
+  void bind();
+  // Serve until stop() (blocks; call from the thread that should run the accept loop).
+  void serve();
+  // Stop accepting, cancel the running and queued generations, and make serve() return. Safe
+  // from any thread (not from a signal handler: use a flag and a watcher thread there).
+  void stop();
+
+  int port() const { return m_port; }  // the bound port (after bind())
+  const std::string& modelId() const { return m_modelId; }
+
+ private:
+  void installRoutes();
+  // POST /v1/chat/completions (chat) or /v1/completions; throws ApiError for the client's errors.
+  void handleGeneration(const httplib::Request& req, httplib::Response& res, bool chat);
+  // Throws ApiError 404 unless `requested` names this server's model (its id, its file name, or
+  // "default").
+  void checkModel(const std::string& requested) const;
+  void reportFinished(const GenerationJob& job) const;  // logs a failed generation to stderr
+
+  const model::Model& m_model;
+  ApiServerOptions m_options;
+  std::string m_modelId;
+  int64_t m_created = 0;        // model "created" timestamp: when the server started
+  int32_t m_contextLength = 0;  // the session's, read once: the worker owns the session
+  int m_port = 0;
+  std::atomic<uint64_t> m_nextId{1};
+  GenerationQueue m_queue;
+  std::unique_ptr<httplib::Server> m_http;
+};
+
+}  // namespace shoal::api

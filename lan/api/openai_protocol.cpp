@@ -1,0 +1,294 @@
+#include "lan/api/openai_protocol.h"
+
+#include <cmath>
+#include <limits>
+
+namespace shoal::api {
+namespace {
+
+using nlohmann::json;
+
+// OpenAI's documented bound on stop sequences.
+constexpr size_t kMaxStopStrings = 4;
+
+[[noreturn]] void badParam(const std::string& param, const std::string& message) {
+  throw ApiError(400, "invalid_request_error", "invalid_value", message, param);
+}
+
+json parseBody(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    // e.byte is where the parser gave up; the message already says why.
+    throw ApiError(400, "invalid_request_error", "invalid_json",
+                   std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) {
+    throw ApiError(400, "invalid_request_error", "invalid_json",
+                   "the request body must be a JSON object, got " + std::string(j.type_name()));
+  }
+  return j;
+}
+
+// A present, non-null field of the given kind, or nullptr when absent/null.
+const json* field(const json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<float> numberIn(const json& j, const char* name, double lo, double hi, bool loOpen) {
+  const json* v = field(j, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) badParam(name, std::string("'") + name + "' must be a number");
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d > hi || d < lo || (loOpen && d == lo)) {
+    badParam(name, std::string("'") + name + "' must be in " + (loOpen ? "(" : "[") +
+                       std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v->dump());
+  }
+  return static_cast<float>(d);
+}
+
+bool boolIn(const json& j, const char* name) {
+  const json* v = field(j, name);
+  if (!v) return false;
+  if (!v->is_boolean()) badParam(name, std::string("'") + name + "' must be a boolean");
+  return v->get<bool>();
+}
+
+SamplingRequest parseSampling(const json& j, bool chat) {
+  SamplingRequest s;
+  const json* model = field(j, "model");
+  if (!model || !model->is_string() || model->get<std::string>().empty()) {
+    badParam("model", "'model' is required (a string; see GET /v1/models)");
+  }
+  s.model = model->get<std::string>();
+  s.temperature = numberIn(j, "temperature", 0.0, 2.0, false);
+  s.topP = numberIn(j, "top_p", 0.0, 1.0, true);
+
+  const char* maxName =
+      (chat && field(j, "max_completion_tokens")) ? "max_completion_tokens" : "max_tokens";
+  if (const json* v = field(j, maxName)) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 1 ||
+        v->get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      badParam(maxName, std::string("'") + maxName + "' must be an integer >= 1, got " + v->dump());
+    }
+    s.maxTokens = static_cast<int32_t>(v->get<int64_t>());
+  }
+
+  if (const json* v = field(j, "n")) {
+    if (!v->is_number_integer() || v->get<int64_t>() != 1) {
+      badParam("n", "only n = 1 is supported, got " + v->dump());
+    }
+  }
+
+  if (const json* v = field(j, "stop")) {
+    if (v->is_string()) {
+      s.stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      for (const json& e : *v) {
+        if (!e.is_string()) badParam("stop", "'stop' must be a string or an array of strings");
+        s.stop.push_back(e.get<std::string>());
+      }
+    } else {
+      badParam("stop", "'stop' must be a string or an array of strings");
+    }
+    if (s.stop.size() > kMaxStopStrings) {
+      badParam("stop", "at most 4 stop sequences, got " + std::to_string(s.stop.size()));
+    }
+    for (const std::string& st : s.stop) {
+      if (st.empty()) badParam("stop", "stop sequences must not be empty");
+    }
+  }
+
+  if (const json* v = field(j, "seed")) {
+    if (v->is_number_unsigned()) {
+      s.seed = v->get<uint64_t>();
+    } else if (v->is_number_integer()) {
+      s.seed = static_cast<uint64_t>(v->get<int64_t>());
+    } else {
+      badParam("seed", "'seed' must be an integer, got " + v->dump());
+    }
+  }
+
+  s.stream = boolIn(j, "stream");
+  if (const json* v = field(j, "stream_options")) {
+    if (!v->is_object()) badParam("stream_options", "'stream_options' must be an object");
+    s.includeUsageInStream = boolIn(*v, "include_usage");
+  }
+  s.ignoreEos = boolIn(j, "ignore_eos");
+  // logprobs are not computed; saying so beats returning a response without them.
+  if (boolIn(j, "logprobs") || field(j, "top_logprobs") || (!chat && field(j, "logprobs"))) {
+    badParam("logprobs", "logprobs are not supported by this server");
+  }
+  return s;
+}
+
+// Message content: a string, or an array of {"type": "text", "text": ...} parts (joined).
+std::string contentText(const json& content, size_t index) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_array()) {
+    std::string text;
+    for (const json& part : content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string()) {
+        badParam(param, "only text content parts are supported");
+      }
+      text += part["text"].get<std::string>();
+    }
+    return text;
+  }
+  badParam(param, "'" + param + "' must be a string or an array of text parts");
+}
+
+}  // namespace
+
+json ApiError::toJson() const {
+  return {{"error",
+           {{"message", what()},
+            {"type", m_type},
+            {"param", m_param.empty() ? json(nullptr) : json(m_param)},
+            {"code", m_code.empty() ? json(nullptr) : json(m_code)}}}};
+}
+
+ChatRequest parseChatRequest(const std::string& body) {
+  const json j = parseBody(body);
+  ChatRequest r;
+  r.sampling = parseSampling(j, true);
+  const json* messages = field(j, "messages");
+  if (!messages || !messages->is_array() || messages->empty()) {
+    badParam("messages", "'messages' must be a non-empty array");
+  }
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) badParam(param, "'" + param + "' must be an object");
+    const json* role = field(m, "role");
+    if (!role || !role->is_string()) badParam(param + ".role", "'role' must be a string");
+    std::string roleName = role->get<std::string>();
+    // "developer" is OpenAI's newer name for the system role.
+    if (roleName == "developer") roleName = "system";
+    if (roleName != "system" && roleName != "user" && roleName != "assistant") {
+      badParam(param + ".role",
+               "role '" + roleName + "' is not supported (system, developer, user, assistant)");
+    }
+    const json* content = field(m, "content");
+    if (!content) badParam(param + ".content", "'" + param + ".content' is required");
+    r.messages.push_back({roleName, contentText(*content, i)});
+  }
+  if (r.messages.back().role == "assistant") {
+    badParam("messages", "the last message must not be the assistant's (nothing to reply to)");
+  }
+  return r;
+}
+
+CompletionRequest parseCompletionRequest(const std::string& body) {
+  const json j = parseBody(body);
+  CompletionRequest r;
+  r.sampling = parseSampling(j, false);
+  const json* prompt = field(j, "prompt");
+  if (!prompt) badParam("prompt", "'prompt' is required");
+  if (prompt->is_string()) {
+    r.prompt = prompt->get<std::string>();
+  } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
+    r.prompt = (*prompt)[0].get<std::string>();
+  } else {
+    badParam("prompt", "'prompt' must be a string (or an array of exactly one string)");
+  }
+  if (r.prompt.empty()) badParam("prompt", "'prompt' must not be empty");
+  return r;
+}
+
+json Usage::toJson() const {
+  return {{"prompt_tokens", promptTokens},
+          {"completion_tokens", completionTokens},
+          {"total_tokens", promptTokens + completionTokens}};
+}
+
+std::string finishReasonFor(std::string_view name) {
+  if (name == "length" || name == "context_full") return "length";
+  return "stop";
+}
+
+json chatCompletionJson(const std::string& id, int64_t created, const std::string& model,
+                        const std::string& text, const std::string& finishReason,
+                        const Usage& usage) {
+  return {{"id", id},
+          {"object", "chat.completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0},
+                                    {"message", {{"role", "assistant"}, {"content", text}}},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", finishReason}}})},
+          {"usage", usage.toJson()}};
+}
+
+json completionJson(const std::string& id, int64_t created, const std::string& model,
+                    const std::string& text, const std::string& finishReason, const Usage& usage) {
+  return {{"id", id},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0},
+                                    {"text", text},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", finishReason}}})},
+          {"usage", usage.toJson()}};
+}
+
+json chatChunkJson(const std::string& id, int64_t created, const std::string& model,
+                   const std::optional<std::string>& role,
+                   const std::optional<std::string>& content, const std::string& finishReason,
+                   const Usage* usage) {
+  json out = {
+      {"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}};
+  if (usage) {
+    out["choices"] = json::array();
+    out["usage"] = usage->toJson();
+    return out;
+  }
+  json delta = json::object();
+  if (role) delta["role"] = *role;
+  if (content) delta["content"] = *content;
+  out["choices"] =
+      json::array({{{"index", 0},
+                    {"delta", delta},
+                    {"logprobs", nullptr},
+                    {"finish_reason", finishReason.empty() ? json(nullptr) : json(finishReason)}}});
+  return out;
+}
+
+json completionChunkJson(const std::string& id, int64_t created, const std::string& model,
+                         const std::string& text, const std::string& finishReason,
+                         const Usage* usage) {
+  json out = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}};
+  if (usage) {
+    out["choices"] = json::array();
+    out["usage"] = usage->toJson();
+    return out;
+  }
+  out["choices"] =
+      json::array({{{"index", 0},
+                    {"text", text},
+                    {"logprobs", nullptr},
+                    {"finish_reason", finishReason.empty() ? json(nullptr) : json(finishReason)}}});
+  return out;
+}
+
+std::string sseEvent(const json& payload) {
+  // dump() escapes control characters, so the payload is one line, as SSE needs.
+  return "data: " + payload.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+json modelsJson(const std::string& modelId, int64_t created) {
+  return {
+      {"object", "list"},
+      {"data",
+       json::array(
+           {{{"id", modelId}, {"object", "model"}, {"created", created}, {"owned_by", "shoal"}}})}};
+}
+
+}  // namespace shoal::api
