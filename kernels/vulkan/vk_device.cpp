@@ -133,6 +133,7 @@ std::vector<PhysicalDevice> enumerateDevices(const Instance& instance) {
     d.subgroupArithmetic = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                            (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     d.fp16 = f12.shaderFloat16 == VK_TRUE;
+    d.int16 = features.features.shaderInt16 == VK_TRUE;
     d.int8Dot = hasDotExt && dot.shaderIntegerDotProduct == VK_TRUE;
     d.maxAllocation = maint3.maxMemoryAllocationSize;
     d.maxSharedMemory = props.properties.limits.maxComputeSharedMemorySize;
@@ -181,6 +182,10 @@ std::vector<PhysicalDevice> enumerateDevices(const Instance& instance) {
       d.unusable = "lacks bufferDeviceAddress";
     } else if (!f12.shaderInt8) {
       d.unusable = "lacks shaderInt8";
+    } else if (!features.features.shaderFloat64) {
+      // The kernels that must round exactly as the CPU backend (exact.glsl) emulate a fused
+      // multiply-add and correctly rounded division in double.
+      d.unusable = "lacks shaderFloat64";
     }
 
     d.info.id = "vulkan" + std::to_string(out.size());
@@ -213,6 +218,8 @@ Device::Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physica
   VkPhysicalDeviceFeatures2 features{};
   features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
   features.pNext = &f11;
+  features.features.shaderFloat64 = VK_TRUE;
+  features.features.shaderInt16 = physical.int16 ? VK_TRUE : VK_FALSE;
   std::vector<const char*> extensions;
   if (physical.memoryBudget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   VkDeviceCreateInfo ci{};

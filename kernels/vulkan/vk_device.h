@@ -31,6 +31,7 @@ struct PhysicalDevice {
   uint32_t subgroupSize = 0;
   bool subgroupArithmetic = false;  // subgroupAdd in compute shaders
   bool fp16 = false;                // shaderFloat16
+  bool int16 = false;               // shaderInt16
   bool int8Dot = false;             // shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)
   bool memoryBudget = false;        // VK_EXT_memory_budget present
   std::vector<MemoryHeap> heaps;

@@ -42,6 +42,11 @@ bool supportedWeightType(gguf::TensorType t) {
          t == TensorType::F32;
 }
 
+bool quantizesActivations(gguf::TensorType t) {
+  using gguf::TensorType;
+  return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0;
+}
+
 bool attentionFits(const PhysicalDevice& device, int32_t contextLength) {
   // scores[contextLength] + qh[256] + red[kGroup] floats.
   const uint64_t bytes = (static_cast<uint64_t>(contextLength) + 256 + kGroup) * 4;
@@ -149,6 +154,29 @@ void Recorder::matmat(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress 
            groups(tokens, 8));
 }
 
+void Recorder::quantizeQ8(VkDeviceAddress x, const QuantizedActivations& act, uint32_t cols,
+                          uint32_t tokens) {
+  if (cols % 32 != 0) throw Error("Vulkan quantize: row of " + std::to_string(cols) + " elements");
+  const uint32_t blocks = cols / 32 * tokens;
+  Push push;
+  push.ref(x).ref(act.qs).ref(act.d).ref(act.s).u32(blocks);
+  dispatch("quantize_q8", {kGroup}, push, groups(blocks, kGroup));
+}
+
+void Recorder::matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, VkDeviceAddress y,
+                        uint32_t tokens) {
+  if (!quantizesActivations(w.type)) {
+    throw Error("Vulkan: no integer kernel for weight type " +
+                std::string(gguf::typeTraits(w.type).name));
+  }
+  Push push;
+  push.ref(w.memory.address).ref(act.qs).ref(act.d).ref(act.s).ref(y);
+  push.u32(static_cast<uint32_t>(w.rows)).u32(static_cast<uint32_t>(w.cols));
+  push.u32(static_cast<uint32_t>(w.rowBytes)).u32(tokens);
+  dispatch("matvec_q8_" + typeSuffix(w.type), {kGroup}, push,
+           groups(static_cast<uint64_t>(w.rows), kGroup), tokens);
+}
+
 void Recorder::embed(const DeviceMatrix& w, VkDeviceAddress tokens, VkDeviceAddress y,
                      uint32_t count) {
   Push push;
@@ -193,9 +221,9 @@ void Recorder::attention(VkDeviceAddress q, VkDeviceAddress keyCache, VkDeviceAd
   dispatch("attention", {kGroup, contextLength}, push, heads, count);
 }
 
-void Recorder::swiglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n) {
+void Recorder::swiglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n, uint32_t rowLen) {
   Push push;
-  push.ref(gate).ref(up).u32(n);
+  push.ref(gate).ref(up).u32(n).u32(rowLen);
   dispatch("swiglu", {kGroup}, push, groups(n, kGroup));
 }
 

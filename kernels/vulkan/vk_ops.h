@@ -23,6 +23,21 @@ struct DeviceMatrix {
 // Whether a weight type has mat-vec/mat-mat/embedding kernels.
 bool supportedWeightType(gguf::TensorType type);
 
+// Whether products with this weight type quantize the activations to 8 bits first and take
+// integer dot products in the CPU backend's order (Q4_0, Q4_1, Q8_0: bit-identical to the CPU).
+// The other types (F16, F32, Q4_K, Q6_K) multiply dequantized weights with f32 activations and
+// only approximate the CPU.
+bool quantizesActivations(gguf::TensorType type);
+
+// Activations quantized by Recorder::quantizeQ8: int8 quants (tokens x cols, 4 per word), and
+// per 32-element block the f16-rounded scale d and (Q8_1) d * sum of the quants, as f32.
+struct QuantizedActivations {
+  VkDeviceAddress qs = 0, d = 0, s = 0;
+  // Bytes of each part for `elements` activations.
+  static uint64_t quantBytes(uint64_t elements) { return elements; }
+  static uint64_t scaleBytes(uint64_t elements) { return elements / 32 * 4; }
+};
+
 class Recorder {
  public:
   // Begins recording into `commands` (reusable: recorded once, submitted many times).
@@ -39,6 +54,15 @@ class Recorder {
   void matvec(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y, uint32_t tokens);
   void matmat(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y, uint32_t tokens);
 
+  // act = x (tokens x cols floats, cols a multiple of 32) quantized as the CPU's Q8_0/Q8_1
+  // quantizer does it (one result serves both formats).
+  void quantizeQ8(VkDeviceAddress x, const QuantizedActivations& act, uint32_t cols,
+                  uint32_t tokens);
+  // y[t * rows + r] = dot(W row r, activation row t) for a weight type that quantizesActivations,
+  // in the CPU backend's order, for any token count.
+  void matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, VkDeviceAddress y,
+                uint32_t tokens);
+
   // y[t] = row tokens[t] of w, as f32.
   void embed(const DeviceMatrix& w, VkDeviceAddress tokens, VkDeviceAddress y, uint32_t count);
   // y[t] = rmsnorm(x[firstRow + t]) * weight for t < rows.
@@ -54,7 +78,8 @@ class Recorder {
   void attention(VkDeviceAddress q, VkDeviceAddress keyCache, VkDeviceAddress valueCache,
                  VkDeviceAddress y, VkDeviceAddress params, uint32_t heads, uint32_t kvHeads,
                  uint32_t headDim, float scale, uint32_t count, uint32_t contextLength);
-  void swiglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n);
+  // gate = silu(gate) * up over n elements in rows of rowLen.
+  void swiglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n, uint32_t rowLen);
   // y[i] += x[i % period] for i < n.
   void add(VkDeviceAddress x, VkDeviceAddress y, uint32_t n, uint32_t period);
 

@@ -112,6 +112,11 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
   m_tmp = m_pool.allocate(b * uint64_t(std::max(c.nEmbd, c.qDim())) * 4);
   m_gate = m_pool.allocate(b * uint64_t(c.nFf) * 4);
   m_up = m_pool.allocate(b * uint64_t(c.nFf) * 4);
+  const uint64_t widest = b * uint64_t(std::max({c.nEmbd, c.qDim(), c.nFf}));
+  m_actQuants = m_pool.allocate(QuantizedActivations::quantBytes(widest));
+  m_actScales = m_pool.allocate(QuantizedActivations::scaleBytes(widest));
+  m_actSums = m_pool.allocate(QuantizedActivations::scaleBytes(widest));
+  m_act = {m_actQuants.address, m_actScales.address, m_actSums.address};
   m_params = m_pool.allocate(16, true);
   m_tokens = m_pool.allocate(b * 4, true);
   if (!spec.hasEmbedding) m_hiddenIn = m_pool.allocate(b * uint64_t(c.nEmbd) * 4, true);
@@ -202,9 +207,8 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, bool al
   }
   for (Layer& L : m_layers) {
     rec.rmsNorm(m_x.address, L.attnNorm.address, m_norm.address, d, n, 0, c.rmsEps);
-    rec.matmul(L.wq, m_norm.address, m_q.address, n);
-    rec.matmul(L.wk, m_norm.address, m_k.address, n);
-    rec.matmul(L.wv, m_norm.address, m_v.address, n);
+    products(rec, m_norm.address, d, n,
+             {{&L.wq, m_q.address}, {&L.wk, m_k.address}, {&L.wv, m_v.address}});
     if (L.bq.address) rec.add(L.bq.address, m_q.address, n * qd, qd);
     if (L.bk.address) rec.add(L.bk.address, m_k.address, n * kv, kv);
     if (L.bv.address) rec.add(L.bv.address, m_v.address, n * kv, kv);
@@ -218,23 +222,36 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, bool al
     rec.attention(m_q.address, keys.address, values.address, m_attn.address, m_params.address,
                   u32(c.nHead), u32(c.nHeadKv), u32(c.headDim), scale, n,
                   u32(m_spec.contextLength));
-    rec.matmul(L.wo, m_attn.address, m_tmp.address, n);
+    products(rec, m_attn.address, qd, n, {{&L.wo, m_tmp.address}});
     rec.add(m_tmp.address, m_x.address, n * d, n * d);
     rec.rmsNorm(m_x.address, L.ffnNorm.address, m_norm.address, d, n, 0, c.rmsEps);
-    rec.matmul(L.wGate, m_norm.address, m_gate.address, n);
-    rec.matmul(L.wUp, m_norm.address, m_up.address, n);
-    rec.swiglu(m_gate.address, m_up.address, n * u32(c.nFf));
-    rec.matmul(L.wDown, m_gate.address, m_tmp.address, n);
+    products(rec, m_norm.address, d, n, {{&L.wGate, m_gate.address}, {&L.wUp, m_up.address}});
+    rec.swiglu(m_gate.address, m_up.address, n * u32(c.nFf), u32(c.nFf));
+    products(rec, m_gate.address, u32(c.nFf), n, {{&L.wDown, m_tmp.address}});
     rec.add(m_tmp.address, m_x.address, n * d, n * d);
   }
   if (m_spec.hasHead) {
     const uint32_t first = allLogits ? 0 : n - 1, rows = n - first;
     rec.rmsNorm(m_x.address, m_outputNorm.address, m_norm.address, d, rows, first, c.rmsEps);
-    rec.matmul(m_output, m_norm.address, m_logits.address, rows);
+    products(rec, m_norm.address, d, rows, {{&m_output, m_logits.address}});
   } else {
     rec.copy(m_x, m_hiddenOut, uint64_t(n) * d * 4);
   }
   (void)sequence;
+}
+
+void VulkanStage::products(Recorder& rec, VkDeviceAddress x, uint32_t cols, uint32_t tokens,
+                           std::initializer_list<Product> jobs) {
+  bool quantized = false;
+  for (const Product& job : jobs) {
+    if (quantizesActivations(job.w->type)) {
+      if (!quantized) rec.quantizeQ8(x, m_act, cols, tokens);
+      quantized = true;
+      rec.matmulQ8(*job.w, m_act, job.y, tokens);
+    } else {
+      rec.matmul(*job.w, x, job.y, tokens);
+    }
+  }
 }
 
 VkCommandBuffer VulkanStage::commandsFor(int32_t count, int32_t sequence, bool allLogits) {

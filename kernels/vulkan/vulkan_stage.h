@@ -6,6 +6,7 @@
 // token ids into a mapped buffer, submits once and waits.
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -44,6 +45,14 @@ class VulkanStage final : public runtime::Stage {
   Allocation uploadFloats(const gguf::TensorInfo* t);
   VkCommandBuffer commandsFor(int32_t count, int32_t sequence, bool allLogits);
   void record(Recorder& rec, int32_t count, int32_t sequence, bool allLogits);
+  // Products of one input x (tokens x cols): quantized once for the integer kernels when some
+  // weight type needs it, as the CPU backend converts an input once per format.
+  struct Product {
+    const DeviceMatrix* w;
+    VkDeviceAddress y;
+  };
+  void products(Recorder& rec, VkDeviceAddress x, uint32_t cols, uint32_t tokens,
+                std::initializer_list<Product> jobs);
   void checkInput(const runtime::StageInput& input) const;
 
   std::shared_ptr<Device> m_device;
@@ -60,6 +69,8 @@ class VulkanStage final : public runtime::Stage {
   Allocation m_ropeCos, m_ropeSin;  // contextLength x nRot/2
   // Activations for maxBatch tokens.
   Allocation m_x, m_norm, m_q, m_k, m_v, m_attn, m_tmp, m_gate, m_up;
+  Allocation m_actQuants, m_actScales, m_actSums;  // quantized activations (QuantizedActivations)
+  QuantizedActivations m_act;
   // Host-visible: [firstPosition], token ids, hidden in/out, logits.
   Allocation m_params, m_tokens, m_hiddenIn, m_hiddenOut, m_logits;
   std::vector<int32_t> m_cached;

@@ -1,17 +1,22 @@
 #version 450
 // Causal attention of count new tokens over the f16 KV cache, one workgroup per (head, token),
-// evaluated as the CPU backend does (llama.cpp without flash attention): q rounded to f16,
-// scores = K.q * scale over positions 0..params[0]+t, softmax, probabilities rounded to f16,
-// out = V.probs. Scores live in shared memory: specialization constant 1 is the context length
-// the stage was built for (the host checks it fits maxComputeSharedMemorySize).
+// rounded as the CPU backend's attention (kernels/cpu/attention.cpp, llama.cpp without flash
+// attention): q rounded to f16; score = (K.q) * scale over positions 0..params[0]+t; softmax
+// with ggml's exp, the exponentials summed in groups of 16 (reduce16) into a double; the
+// probabilities scaled by 1/sum and rounded to f16; out = V.probs. The two dot products use the
+// CPU's orders: ggml's vec_dot_f16 order (4 x 16 lanes over steps of 64, V rows zero-padded to
+// 64 positions) for one token, llamafile tinyBLAS's (16 lanes) for a batch. Scores live in
+// shared memory: specialization constant 1 is the context length the stage was built for (the
+// host checks it fits maxComputeSharedMemorySize).
 #include "common.glsl"
+#include "exact.glsl"
 
 layout(constant_id = 1) const uint MAX_CTX = 2048;
 
 layout(push_constant) uniform Push {
   Floats q;
-  F16s keyCache;
-  F16s valueCache;
+  Halves keyCache;
+  Halves valueCache;
   Floats y;
   Ints params;
   uint heads;
@@ -23,6 +28,72 @@ layout(push_constant) uniform Push {
 shared float scores[MAX_CTX];
 shared float qh[256];
 shared float red[gl_WorkGroupSize.x];
+shared float invSum;
+
+float keyAt(uint pos, uint kvDim, uint kvOff, uint i) {
+  return halfValue(uint(p.keyCache.v[pos * kvDim + kvOff + i]));
+}
+
+// K row `pos` . q over hd elements.
+float dotKq(uint pos, uint kvDim, uint kvOff, uint hd, bool tiled) {
+  float u[16];
+  if (tiled) {
+    for (uint l = 0; l < 16u; ++l) {
+      float a = 0.0;
+      for (uint i = 0; i < hd; i += 16u) a = fmaExact(keyAt(pos, kvDim, kvOff, i + l), qh[i + l], a);
+      u[l] = a;
+    }
+    return reduce16(u);
+  }
+  const uint full = hd & ~63u;
+  for (uint l = 0; l < 16u; ++l) {
+    float a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    for (uint i = 0; i < full; i += 64u) {
+      a0 = fmaExact(keyAt(pos, kvDim, kvOff, i + l), qh[i + l], a0);
+      a1 = fmaExact(keyAt(pos, kvDim, kvOff, i + 16u + l), qh[i + 16u + l], a1);
+      a2 = fmaExact(keyAt(pos, kvDim, kvOff, i + 32u + l), qh[i + 32u + l], a2);
+      a3 = fmaExact(keyAt(pos, kvDim, kvOff, i + 48u + l), qh[i + 48u + l], a3);
+    }
+    precise float s02 = a0 + a2;
+    precise float s13 = a1 + a3;
+    precise float s = s02 + s13;
+    u[l] = s;
+  }
+  const float r = reduce16(u);
+  if (full == hd) return r;
+  // ggml_vec_dot_f16's leftover elements: products rounded to float, summed in double.
+  precise double sum = double(r);
+  for (uint i = full; i < hd; ++i) {
+    precise float prod = keyAt(pos, kvDim, kvOff, i) * qh[i];
+    sum += double(prod);
+  }
+  return float(sum);
+}
+
+// Dimension i of V . probs over the visible positions; positions past them (the zero padding of
+// the CPU's rows) have probability 0 and leave every lane unchanged.
+float dotKqv(uint i, uint kvDim, uint kvOff, uint visible, bool tiled) {
+  float u[16];
+  const uint step = tiled ? 16u : 64u;
+  const uint padded = (visible + step - 1u) / step * step;
+  for (uint l = 0; l < 16u; ++l) {
+    float a[4] = float[4](0.0, 0.0, 0.0, 0.0);
+    for (uint c = 0; c < padded; c += step) {
+      for (uint j = 0; j < step / 16u; ++j) {
+        const uint pos = c + 16u * j + l;
+        if (pos < visible) {
+          const float v = halfValue(uint(p.valueCache.v[pos * kvDim + kvOff + i]));
+          a[j] = fmaExact(v, scores[pos], a[j]);
+        }
+      }
+    }
+    precise float s02 = a[0] + a[2];
+    precise float s13 = a[1] + a[3];
+    precise float s = s02 + s13;
+    u[l] = tiled ? a[0] : s;
+  }
+  return reduce16(u);
+}
 
 float reduceMax(float v) {
   const uint tid = gl_LocalInvocationID.x;
@@ -37,19 +108,6 @@ float reduceMax(float v) {
   return r;
 }
 
-float reduceSum(float v) {
-  const uint tid = gl_LocalInvocationID.x;
-  red[tid] = v;
-  barrier();
-  for (uint s = gl_WorkGroupSize.x / 2; s > 0; s >>= 1) {
-    if (tid < s) red[tid] += red[tid + s];
-    barrier();
-  }
-  const float r = red[0];
-  barrier();
-  return r;
-}
-
 void main() {
   const uint head = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
   const uint WG = gl_WorkGroupSize.x;
@@ -57,31 +115,42 @@ void main() {
   const uint kvOff = (head / (p.heads / p.kvHeads)) * hd;
   const uint visible = uint(p.params.v[0]) + t + 1;
   const uint qBase = (t * p.heads + head) * hd;
-  for (uint i = tid; i < hd; i += WG) qh[i] = float(float16_t(p.q.v[qBase + i]));
+  // ggml sends a one-token product through vec_dot and a batch through tinyBLAS when the row
+  // length allows (kq: headDim % 16, kqv: headDim % 4).
+  const bool batch = gl_NumWorkGroups.y >= 2u;
+  const bool kqTiled = batch && hd % 16u == 0u;
+  const bool kqvTiled = batch && hd % 4u == 0u;
+  for (uint i = tid; i < hd; i += WG) qh[i] = roundHalf(p.q.v[qBase + i]);
   barrier();
 
   float localMax = -1.0 / 0.0;
   for (uint pos = tid; pos < visible; pos += WG) {
-    float dot = 0.0;
-    for (uint i = 0; i < hd; ++i) dot += float(p.keyCache.v[pos * kvDim + kvOff + i]) * qh[i];
-    scores[pos] = dot * p.scale;
-    localMax = max(localMax, scores[pos]);
+    precise float s = dotKq(pos, kvDim, kvOff, hd, kqTiled) * p.scale;
+    scores[pos] = s;
+    localMax = max(localMax, s);
   }
   const float m = reduceMax(localMax);
-  float localSum = 0.0;
   for (uint pos = tid; pos < visible; pos += WG) {
-    const float e = exp(scores[pos] - m);
-    scores[pos] = e;
-    localSum += e;
+    precise float shifted = scores[pos] - m;
+    scores[pos] = expGgml(shifted);
   }
-  const float inv = 1.0 / reduceSum(localSum);
-  for (uint pos = tid; pos < visible; pos += WG) scores[pos] = float(float16_t(scores[pos] * inv));
   barrier();
-  for (uint i = tid; i < hd; i += WG) {
-    float o = 0.0;
-    for (uint pos = 0; pos < visible; ++pos) {
-      o += scores[pos] * float(p.valueCache.v[pos * kvDim + kvOff + i]);
+  if (tid == 0u) {
+    precise double sum = 0.0;
+    for (uint g = 0; g < visible; g += 16u) {
+      float group[16];
+      for (uint l = 0; l < 16u; ++l) group[l] = g + l < visible ? scores[g + l] : 0.0;
+      sum += double(reduce16(group));
     }
-    p.y.v[qBase + i] = o;
+    precise double inv = 1.0 / sum;
+    invSum = float(inv);
   }
+  barrier();
+  const float inv = invSum;
+  for (uint pos = tid; pos < visible; pos += WG) {
+    precise float prob = scores[pos] * inv;
+    scores[pos] = roundHalf(prob);
+  }
+  barrier();
+  for (uint i = tid; i < hd; i += WG) p.y.v[qBase + i] = dotKqv(i, kvDim, kvOff, visible, kqvTiled);
 }

@@ -1,13 +1,15 @@
 #version 450
 // Append count tokens' keys and values to an f16 cache (position-major, kvDim per position) at
-// positions params[0] + t, rounding to f16 as the CPU backend's cache does.
+// positions params[0] + t, rounded to nearest even as the CPU backend's cache (exact.glsl
+// halfBits: the driver's own f16 conversion may round otherwise).
 #include "common.glsl"
+#include "exact.glsl"
 
 layout(push_constant) uniform Push {
   Floats k;
   Floats v;
-  F16s keyCache;
-  F16s valueCache;
+  Halves keyCache;
+  Halves valueCache;
   Ints params;
   uint kvDim;
   uint count;
@@ -18,6 +20,6 @@ void main() {
   if (i >= p.count * p.kvDim) return;
   const uint t = i / p.kvDim, d = i % p.kvDim;
   const uint at = (uint(p.params.v[0]) + t) * p.kvDim + d;
-  p.keyCache.v[at] = float16_t(p.k.v[i]);
-  p.valueCache.v[at] = float16_t(p.v.v[i]);
+  p.keyCache.v[at] = uint16_t(halfBits(p.k.v[i]));
+  p.valueCache.v[at] = uint16_t(halfBits(p.v.v[i]));
 }

@@ -1,7 +1,10 @@
 #version 450
-// y[t] = (x[firstRow + t] * 1/sqrt(mean(x^2) + eps)) * weight, one workgroup per row (ggml's
-// order: scale first, then the weight multiply).
+// y[t] = (x[firstRow + t] * scale) * weight with scale = 1 / sqrt(mean(x^2) + eps), one
+// workgroup per row, rounded as the CPU backend's rmsNorm (ggml_compute_forward_rms_norm): the
+// squares rounded to float and summed in double in element order (by one invocation: the order
+// is the point), the mean rounded to float, then float sqrt and division.
 #include "common.glsl"
+#include "exact.glsl"
 
 layout(push_constant) uniform Push {
   Floats x;
@@ -12,24 +15,25 @@ layout(push_constant) uniform Push {
   float eps;
 } p;
 
-shared float partial[gl_WorkGroupSize.x];
+shared float rowScale;
 
 void main() {
   const uint t = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
   const uint xBase = (p.firstRow + t) * p.n, yBase = t * p.n;
-  float sum = 0.0;
-  for (uint i = tid; i < p.n; i += gl_WorkGroupSize.x) {
-    const float v = p.x.v[xBase + i];
-    sum += v * v;
+  if (tid == 0u) {
+    precise double sum = 0.0;
+    for (uint i = 0; i < p.n; ++i) {
+      precise float sq = p.x.v[xBase + i] * p.x.v[xBase + i];
+      sum += double(sq);
+    }
+    precise double meanD = sum / double(p.n);
+    precise float shifted = float(meanD) + p.eps;
+    rowScale = divExact(1.0, sqrtExact(shifted));
   }
-  partial[tid] = sum;
   barrier();
-  for (uint s = gl_WorkGroupSize.x / 2; s > 0; s >>= 1) {
-    if (tid < s) partial[tid] += partial[tid + s];
-    barrier();
-  }
-  const float scale = 1.0 / sqrt(partial[0] / float(p.n) + p.eps);
+  const float scale = rowScale;
   for (uint i = tid; i < p.n; i += gl_WorkGroupSize.x) {
-    p.y.v[yBase + i] = (p.x.v[xBase + i] * scale) * p.weight.v[i];
+    precise float v = (p.x.v[xBase + i] * scale) * p.weight.v[i];
+    p.y.v[yBase + i] = v;
   }
 }

@@ -1,10 +1,12 @@
 #version 450
 // Rotary position embedding in place on count tokens x heads x headDim. The angles come from
 // tables (contextLength x nRot/2 cos and sin) the host computes once with the CPU backend's
-// ropeAngles, so both backends rotate by identical angles. Position of token t:
-// params[0] (the batch's first position, written by the host before each submit) + t.
+// ropeAngles, so both backends rotate by identical angles; the rotation rounds as the CPU's
+// applyRope (ggml's rotate_pairs with each expression contracted into one fma). Position of
+// token t: params[0] (the batch's first position, written by the host before each submit) + t.
 // Normal style rotates pairs (2i, 2i+1), NeoX style pairs (i, i + nRot/2).
 #include "common.glsl"
+#include "exact.glsl"
 
 layout(push_constant) uniform Push {
   Floats x;
@@ -29,6 +31,8 @@ void main() {
   const uint a = base + (p.neox != 0 ? pair : 2 * pair);
   const uint b = a + (p.neox != 0 ? half_ : 1);
   const float x0 = p.x.v[a], x1 = p.x.v[b];
-  p.x.v[a] = x0 * c - x1 * s;
-  p.x.v[b] = x0 * s + x1 * c;
+  precise float x1s = x1 * s;
+  precise float x1c = x1 * c;
+  p.x.v[a] = fmaExact(x0, c, -x1s);
+  p.x.v[b] = fmaExact(x0, s, x1c);
 }

@@ -1,0 +1,110 @@
+// Floating-point helpers that round exactly as the CPU backend does (kernels/cpu/ggml_order.h),
+// whatever the driver does with plain GLSL: Vulkan lets fma() be a multiply and an add rounded
+// twice (Mesa's llvmpipe lowers it so), lets division go through a reciprocal, and leaves the
+// rounding of float -> f16 conversions to the implementation. The small models Shoal targets are
+// chaotic under activation quantization (a one-ulp difference before a rounding step moves
+// logits by tenths), so every kernel that must agree with the CPU bit for bit uses these.
+// Needs shaderFloat64. Results assume no denormal inputs matter (drivers may flush them).
+
+// fma(a, b, c) rounded once. The product of two floats is exact in double; the sum is rounded to
+// double with its error recovered (TwoSum), and rounding to odd on the double before the final
+// rounding to float removes the double-rounding error (53 >= 24 + 2 bits).
+float fmaExact(float a, float b, float c) {
+  precise double p = double(a) * double(b);
+  precise double dc = double(c);
+  precise double s = p + dc;
+  precise double bv = s - p;
+  precise double e = (p - (s - bv)) + (dc - bv);
+  if (e != 0.0) {
+    uvec2 w = unpackDouble2x32(s);
+    if ((w.x & 1u) == 0u) {
+      // s is even and inexact: step to the odd neighbour on the side of the exact sum.
+      if ((s > 0.0) == (e > 0.0)) {
+        w.x += 1u;
+      } else {
+        if (w.x == 0u) w.y -= 1u;
+        w.x -= 1u;
+      }
+      s = packDouble2x32(w);
+    }
+  }
+  return float(s);
+}
+
+// a / b and sqrt(a) correctly rounded: the double result rounded to float is the correctly
+// rounded float result (double rounding is innocuous for division and square root).
+float divExact(float a, float b) {
+  precise double q = double(a) / double(b);
+  return float(q);
+}
+float sqrtExact(float a) {
+  precise double r = sqrt(double(a));
+  return float(r);
+}
+
+// f16 bits of x rounded to nearest even (engine/gguf floatToHalf: NaN -> quiet NaN, overflow
+// -> infinity, subnormal halves in units of 2^-24).
+uint halfBits(float f) {
+  uint x = floatBitsToUint(f);
+  const uint sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) return sign | 0x7e00u;
+  if (x >= 0x477ff000u) return sign | 0x7c00u;
+  if (x < 0x38800000u) {
+    const uint e = x >> 23;
+    const uint shift = 126u - e;
+    if (shift > 24u) return sign;
+    const uint mant = (x & 0x7fffffu) | 0x800000u;
+    uint q = mant >> shift;
+    const uint rem = mant & ((1u << shift) - 1u);
+    const uint halfway = 1u << (shift - 1u);
+    if (rem > halfway || (rem == halfway && (q & 1u) != 0u)) ++q;
+    return sign | q;
+  }
+  const uint rebased = x - (112u << 23);
+  uint h = rebased >> 13;
+  const uint rem = rebased & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u) != 0u)) ++h;
+  return sign | h;
+}
+float halfValue(uint h) { return unpackHalf2x16(h).x; }
+// x rounded to f16 and back.
+float roundHalf(float x) { return halfValue(halfBits(x)); }
+
+// ggml's hsum_float_8 and _mm512_reduce_add_ps orders (ggml_order.h hsum8, reduce16).
+float hsum8(float a[8]) {
+  precise float v0 = a[4] + a[0], v1 = a[5] + a[1], v2 = a[6] + a[2], v3 = a[7] + a[3];
+  precise float r = (v0 + v2) + (v1 + v3);
+  return r;
+}
+float reduce16(float a[16]) {
+  float u[8];
+  for (int i = 0; i < 8; ++i) {
+    precise float s = a[i + 8] + a[i];
+    u[i] = s;
+  }
+  return hsum8(u);
+}
+
+// ggml_v_expf, AVX-512 variant (ggml_order.h exp): same constants, same fused steps.
+float expGgml(float x) {
+  const float r = 12582912.0;  // 0x1.8p23
+  precise float z = fmaExact(x, uintBitsToFloat(0x3fb8aa3bu), r);  // log2(e) 0x1.715476p+0
+  precise float n = z - r;
+  if (abs(n) > 192.0) return n <= 0.0 ? 0.0 : uintBitsToFloat(0x7f800000u);
+  precise float b = fmaExact(-n, uintBitsToFloat(0x35bfbe8eu),  // 0x1.7f7d1cp-20
+                             fmaExact(-n, uintBitsToFloat(0x3f317200u), x));  // 0x1.62e4p-1
+  precise float u = b * b;
+  precise float j = fmaExact(
+      fmaExact(fmaExact(uintBitsToFloat(0x3c072010u), b, uintBitsToFloat(0x3d2b9f17u)), u,
+               fmaExact(uintBitsToFloat(0x3e2aaf33u), b, uintBitsToFloat(0x3efffedbu))),
+      u, fmaExact(uintBitsToFloat(0x3f7ffff6u), b, 1.0));
+  // _mm512_scalef_ps: j * 2^n, one rounding.
+  return ldexp(j, int(n));
+}
+
+// ggml_v_silu: x / (1 + exp(0 - x)).
+float siluGgml(float x) {
+  precise float den = 1.0 + expGgml(0.0 - x);
+  return divExact(x, den);
+}
