@@ -1,0 +1,156 @@
+// The OpenAI wire format: what requests are accepted or refused (and how the refusal reads), and
+// the shape of what the server sends back.
+
+#include <QtTest>
+
+#include "lan/api/openai_protocol.h"
+
+using namespace shoal::api;
+using nlohmann::json;
+
+namespace {
+
+// The ApiError a chat body raises; fails the test when it parses.
+ApiError chatError(const std::string& body) {
+  try {
+    parseChatRequest(body);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  return ApiError(0, "", "", "no error");
+}
+
+const char* kHello = R"("messages":[{"role":"user","content":"hi"}])";
+
+}  // namespace
+
+class TestOpenAiProtocol : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void malformedJsonIsA400InvalidJsonError() {
+    const ApiError e = chatError(R"({"model": "m", "messages": [)");
+    QCOMPARE(e.status(), 400);
+    QCOMPARE(QString::fromStdString(e.code()), QString("invalid_json"));
+  }
+
+  void aBodyThatIsNotAnObjectIsRefused() { QCOMPARE(chatError("[1, 2]").status(), 400); }
+
+  void missingModelIsRefusedNamingTheParameter() {
+    const ApiError e = chatError(std::string("{") + kHello + "}");
+    QCOMPARE(e.status(), 400);
+    QCOMPARE(QString::fromStdString(e.param()), QString("model"));
+  }
+
+  void temperatureAboveTwoIsRefused() {
+    const ApiError e = chatError(std::string(R"({"model":"m","temperature":2.5,)") + kHello + "}");
+    QCOMPARE(QString::fromStdString(e.param()), QString("temperature"));
+  }
+
+  void topPOfZeroIsRefused() {
+    const ApiError e = chatError(std::string(R"({"model":"m","top_p":0,)") + kHello + "}");
+    QCOMPARE(QString::fromStdString(e.param()), QString("top_p"));
+  }
+
+  void nOtherThanOneIsRefused() {
+    const ApiError e = chatError(std::string(R"({"model":"m","n":2,)") + kHello + "}");
+    QCOMPARE(QString::fromStdString(e.param()), QString("n"));
+  }
+
+  void maxTokensMustBePositive() {
+    const ApiError e = chatError(std::string(R"({"model":"m","max_tokens":0,)") + kHello + "}");
+    QCOMPARE(QString::fromStdString(e.param()), QString("max_tokens"));
+  }
+
+  void stopTakesAStringOrUpToFourStrings() {
+    const ChatRequest one =
+        parseChatRequest(std::string(R"({"model":"m","stop":"END",)") + kHello + "}");
+    QCOMPARE(one.sampling.stop.size(), size_t(1));
+    const ChatRequest four =
+        parseChatRequest(std::string(R"({"model":"m","stop":["a","b","c","d"],)") + kHello + "}");
+    QCOMPARE(four.sampling.stop.size(), size_t(4));
+    QCOMPARE(chatError(std::string(R"({"model":"m","stop":["a","b","c","d","e"],)") + kHello + "}")
+                 .status(),
+             400);
+  }
+
+  void parametersAreReadIntoTheRequest() {
+    const ChatRequest r = parseChatRequest(
+        std::string(R"({"model":"m","temperature":0.5,"top_p":0.9,"max_tokens":7,"seed":-1,)"
+                    R"("stream":true,"stream_options":{"include_usage":true},)") +
+        kHello + "}");
+    QCOMPARE(*r.sampling.temperature, 0.5f);
+    QCOMPARE(*r.sampling.topP, 0.9f);
+    QCOMPARE(*r.sampling.maxTokens, 7);
+    QCOMPARE(*r.sampling.seed, ~uint64_t(0));
+    QVERIFY(r.sampling.stream);
+    QVERIFY(r.sampling.includeUsageInStream);
+  }
+
+  void developerRoleIsTheSystemRole() {
+    const ChatRequest r =
+        parseChatRequest(R"({"model":"m","messages":[{"role":"developer","content":"be brief"},)"
+                         R"({"role":"user","content":"hi"}]})");
+    QCOMPARE(QString::fromStdString(r.messages[0].role), QString("system"));
+  }
+
+  void textContentPartsAreJoined() {
+    const ChatRequest r =
+        parseChatRequest(R"({"model":"m","messages":[{"role":"user","content":)"
+                         R"([{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})");
+    QCOMPARE(QString::fromStdString(r.messages[0].content), QString("ab"));
+  }
+
+  void unknownRoleIsRefused() {
+    const ApiError e = chatError(R"({"model":"m","messages":[{"role":"tool","content":"x"}]})");
+    QCOMPARE(QString::fromStdString(e.param()), QString("messages[0].role"));
+  }
+
+  void completionPromptMayBeAOneStringArray() {
+    const CompletionRequest r = parseCompletionRequest(R"({"model":"m","prompt":["go"]})");
+    QCOMPARE(QString::fromStdString(r.prompt), QString("go"));
+  }
+
+  void finishReasonsMapToOpenAiNames() {
+    QCOMPARE(QString::fromStdString(finishReasonFor("length")), QString("length"));
+    QCOMPARE(QString::fromStdString(finishReasonFor("context_full")), QString("length"));
+    QCOMPARE(QString::fromStdString(finishReasonFor("eog")), QString("stop"));
+    QCOMPARE(QString::fromStdString(finishReasonFor("stop")), QString("stop"));
+  }
+
+  void errorJsonHasOpenAiShape() {
+    const json j =
+        ApiError(404, "invalid_request_error", "model_not_found", "no", "model").toJson();
+    QCOMPARE(QString::fromStdString(j["error"]["message"].get<std::string>()), QString("no"));
+    QCOMPARE(QString::fromStdString(j["error"]["type"].get<std::string>()),
+             QString("invalid_request_error"));
+    QCOMPARE(QString::fromStdString(j["error"]["code"].get<std::string>()),
+             QString("model_not_found"));
+    QCOMPARE(QString::fromStdString(j["error"]["param"].get<std::string>()), QString("model"));
+  }
+
+  void streamChunkHasNullFinishReasonUntilTheLast() {
+    const json mid = chatChunkJson("id", 1, "m", std::nullopt, std::string("x"), "");
+    QVERIFY(mid["choices"][0]["finish_reason"].is_null());
+    QCOMPARE(QString::fromStdString(mid["choices"][0]["delta"]["content"].get<std::string>()),
+             QString("x"));
+    const json last = chatChunkJson("id", 1, "m", std::nullopt, std::nullopt, "stop");
+    QCOMPARE(QString::fromStdString(last["choices"][0]["finish_reason"].get<std::string>()),
+             QString("stop"));
+    QVERIFY(last["choices"][0]["delta"].empty());
+  }
+
+  void usageCountsAddUp() {
+    const Usage u{10, 5};
+    QCOMPARE(u.toJson()["total_tokens"].get<int>(), 15);
+  }
+
+  void sseEventIsOneDataLineAndABlankLine() {
+    const std::string e = sseEvent(json{{"a", "line\nbreak"}});
+    QVERIFY(e.rfind("data: ", 0) == 0);
+    QCOMPARE(e.find('\n'), e.size() - 2);  // the payload's newline is escaped
+  }
+};
+
+QTEST_GUILESS_MAIN(TestOpenAiProtocol)
+#include "test_openai_protocol.moc"
