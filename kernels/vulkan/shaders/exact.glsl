@@ -6,25 +6,23 @@
 // logits by tenths), so every kernel that must agree with the CPU bit for bit uses these.
 // Needs shaderFloat64. Results assume no denormal inputs matter (drivers may flush them).
 
-// fma(a, b, c) rounded once. The product of two floats is exact in double; the sum is rounded to
-// double with its error recovered (TwoSum), and rounding to odd on the double before the final
-// rounding to float removes the double-rounding error (53 >= 24 + 2 bits).
+// fma(a, b, c) rounded once. The product of two floats is exact in double, so only the sum is
+// rounded twice (to double, then to float). That double rounding can differ from one rounding
+// only when the double result lands exactly on a midpoint between two floats (its low 29
+// mantissa bits 1000...0); then the sum's rounding error is recovered (TwoSum) and, if the sum
+// was inexact, the double is moved one ulp towards the exact value, off the midpoint.
+// (Subnormal float results are not handled: drivers may flush them anyway.)
 float fmaExact(float a, float b, float c) {
   precise double p = double(a) * double(b);
   precise double dc = double(c);
   precise double s = p + dc;
-  precise double bv = s - p;
-  precise double e = (p - (s - bv)) + (dc - bv);
-  if (e != 0.0) {
-    uvec2 w = unpackDouble2x32(s);
-    if ((w.x & 1u) == 0u) {
-      // s is even and inexact: step to the odd neighbour on the side of the exact sum.
-      if ((s > 0.0) == (e > 0.0)) {
-        w.x += 1u;
-      } else {
-        if (w.x == 0u) w.y -= 1u;
-        w.x -= 1u;
-      }
+  uvec2 w = unpackDouble2x32(s);
+  if ((w.x & 0x1fffffffu) == 0x10000000u) {
+    precise double bv = s - p;
+    precise double e = (p - (s - bv)) + (dc - bv);
+    if (e != 0.0) {
+      // w.x is even here: the step never carries or borrows across the 32-bit halves.
+      w.x = (s > 0.0) == (e > 0.0) ? w.x + 1u : w.x - 1u;
       s = packDouble2x32(w);
     }
   }
