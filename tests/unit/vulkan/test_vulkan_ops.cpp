@@ -1,17 +1,25 @@
-// Vulkan kernels against the CPU reference (gguf::dequantizeRow + float math), op by op, with
-// llama.cpp's test-backend-ops criterion: normalized MSE <= 5e-4 for quantized weights, 1e-6 for
-// exact f32 paths. Shapes include row and token counts that do not fill the kernels' tiles.
+// Vulkan kernels against the CPU backend, op by op. The kernels of the layer program (activation
+// quantizer, integer mat-vec for Q4_0/Q4_1/Q8_0, RMSNorm, RoPE, SwiGLU, attention) must give the
+// CPU's results BIT FOR BIT (they round as the CPU does: shaders/exact.glsl); the float kernels
+// of the other weight types (F16, F32, Q4_K, Q6_K) are held to llama.cpp's test-backend-ops
+// criterion against dequantized weights: normalized MSE <= 5e-4, 1e-6 for F32. Shapes include
+// row and token counts that do not fill the kernels' tiles.
 // Runs with the validation layer (SHOAL_VULKAN_VALIDATION=1) and asserts it reported no error.
 // Skipped where there is no usable Vulkan device.
 
 #include <QtTest>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "engine/gguf/dequantize.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/reference_kernels.h"
 #include "kernels/vulkan/vk_ops.h"
 #include "kernels/vulkan/vulkan_backend.h"
 
@@ -35,6 +43,23 @@ std::vector<float> randomFloats(size_t n, uint32_t seed) {
   std::vector<float> v(n);
   for (float& f : v) f = dist(rng);
   return v;
+}
+
+// Index of the first element where two float arrays differ bitwise, or -1.
+int64_t firstBitDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], 4) != 0) return static_cast<int64_t>(i);
+  }
+  return a.size() == b.size() ? -1 : static_cast<int64_t>(std::min(a.size(), b.size()));
+}
+
+QString bitMismatch(const std::vector<float>& got, const std::vector<float>& want) {
+  const int64_t i = firstBitDifference(got, want);
+  if (i < 0) return {};
+  return QString("element %1: Vulkan %2, CPU %3")
+      .arg(i)
+      .arg(double(got[size_t(i)]), 0, 'g', 9)
+      .arg(double(want[size_t(i)]), 0, 'g', 9);
 }
 
 }  // namespace
@@ -151,6 +176,222 @@ class VulkanOpsTest : public QObject {
       for (int64_t i = 0; i < n; ++i) want[r * n + i] = x[(r + 1) * n + i] * s * w[i];
     }
     QVERIFY2(nmse(y, want) <= 1e-6, qPrintable(QString("nMSE %1").arg(nmse(y, want))));
+  }
+
+ private:
+  // Records ops with `body`, runs them and waits.
+  template <typename Body>
+  void run(Body body) {
+    VkCommandBuffer cb = m_device->allocateCommandBuffer();
+    vulkan::Recorder rec(*m_device, cb);
+    body(rec);
+    rec.finish();
+    m_device->submitAndWait(cb);
+    m_device->freeCommandBuffer(cb);
+  }
+  template <typename T>
+  vulkan::Allocation upload(vulkan::MemoryPool& pool, const std::vector<T>& v) {
+    vulkan::Allocation a = pool.allocate(v.size() * sizeof(T));
+    pool.upload(a, v.data(), v.size() * sizeof(T));
+    return a;
+  }
+  std::vector<float> download(vulkan::MemoryPool& pool, const vulkan::Allocation& a, size_t n) {
+    std::vector<float> v(n);
+    pool.download(a, v.data(), n * 4);
+    return v;
+  }
+
+ private slots:
+  void quantizerMatchesCpuQ8_1BitForBit() {
+    vulkan::MemoryPool pool(*m_device);
+    const uint32_t cols = 160, tokens = 3;
+    std::vector<float> x = randomFloats(cols * tokens, 5);
+    for (int i = 32; i < 64; ++i) x[i] = 0.0f;  // an all-zero block: d = 0, quants 0
+    x[70] = 1e-3f * x[70];
+    const size_t n = x.size();
+    auto xb = upload(pool, x), qs = pool.allocate(n), d = pool.allocate(n / 32 * 4),
+         s = pool.allocate(n / 32 * 4);
+    const vulkan::QuantizedActivations act{qs.address, d.address, s.address};
+    run([&](vulkan::Recorder& rec) { rec.quantizeQ8(xb.address, act, cols, tokens); });
+    std::vector<int8_t> gotQs(n);
+    pool.download(qs, gotQs.data(), n);
+    const auto gotD = download(pool, d, n / 32), gotS = download(pool, s, n / 32);
+    std::vector<cpu::BlockQ8_1> want(n / 32);
+    cpu::ref::quantizeQ8_1(x.data(), want.data(), static_cast<int64_t>(n));
+    std::vector<float> wantD, wantS;
+    for (size_t b = 0; b < want.size(); ++b) {
+      wantD.push_back(gguf::halfToFloat(want[b].d));
+      wantS.push_back(gguf::halfToFloat(want[b].s));
+      QVERIFY2(std::memcmp(want[b].qs, &gotQs[b * 32], 32) == 0,
+               qPrintable(QString("quants of block %1 differ").arg(b)));
+    }
+    QVERIFY2(firstBitDifference(gotD, wantD) < 0, qPrintable(bitMismatch(gotD, wantD)));
+    QVERIFY2(firstBitDifference(gotS, wantS) < 0, qPrintable(bitMismatch(gotS, wantS)));
+  }
+
+  void integerMatmulMatchesCpuDotBitForBit_data() {
+    QTest::addColumn<int>("type");
+    QTest::addColumn<int>("tokens");
+    for (auto [type, name] :
+         {std::pair{TensorType::Q4_0, "q4_0"}, std::pair{TensorType::Q4_1, "q4_1"},
+          std::pair{TensorType::Q8_0, "q8_0"}}) {
+      for (int tokens : {1, 3, 13}) {
+        QTest::newRow((std::string(name) + " " + std::to_string(tokens) + " tokens").c_str())
+            << int(type) << tokens;
+      }
+    }
+  }
+  void integerMatmulMatchesCpuDotBitForBit() {
+    QFETCH(int, type);
+    QFETCH(int, tokens);
+    const auto t = static_cast<TensorType>(type);
+    const int64_t rows = 77, cols = 192;
+    vulkan::MemoryPool pool(*m_device);
+    const auto wf = randomFloats(size_t(rows * cols), 6);
+    const size_t rowBytes = gguf::rowBytes(t, cols);
+    std::vector<uint8_t> wq(rowBytes * size_t(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      gguf::quantizeRow(t, &wf[size_t(r * cols)], &wq[rowBytes * size_t(r)], cols);
+    const auto x = randomFloats(size_t(cols) * size_t(tokens), 7);
+    vulkan::DeviceMatrix w{t, rows, cols, rowBytes, upload(pool, wq)};
+    auto xb = upload(pool, x), qs = pool.allocate(x.size()), d = pool.allocate(x.size() / 8),
+         s = pool.allocate(x.size() / 8), yb = pool.allocate(size_t(rows) * size_t(tokens) * 4);
+    const vulkan::QuantizedActivations act{qs.address, d.address, s.address};
+    run([&](vulkan::Recorder& rec) {
+      rec.quantizeQ8(xb.address, act, uint32_t(cols), uint32_t(tokens));
+      rec.matmulQ8(w, act, yb.address, uint32_t(tokens));
+    });
+    const auto got = download(pool, yb, size_t(rows) * size_t(tokens));
+    const cpu::WeightKind kind = cpu::weightKind(t);
+    std::vector<float> want(got.size());
+    std::vector<uint8_t> a(gguf::rowBytes(TensorType::Q8_1, cols));
+    for (int64_t tok = 0; tok < tokens; ++tok) {
+      if (t == TensorType::Q4_1) {
+        cpu::ref::quantizeQ8_1(&x[size_t(tok * cols)], a.data(), cols);
+      } else {
+        cpu::ref::quantizeQ8_0(&x[size_t(tok * cols)], a.data(), cols);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        want[size_t(tok * rows + r)] =
+            cpu::ref::dot(kind, &wq[rowBytes * size_t(r)], a.data(), cols, cpu::DotOrder::Vec);
+      }
+    }
+    QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
+  }
+
+  void rmsNormMatchesCpuBitForBit() {
+    vulkan::MemoryPool pool(*m_device);
+    const int64_t n = 576, rows = 3;
+    const auto x = randomFloats(size_t(n * rows), 8), w = randomFloats(size_t(n), 9);
+    auto xb = upload(pool, x), wb = upload(pool, w), yb = pool.allocate(size_t(n) * 2 * 4);
+    run([&](vulkan::Recorder& rec) {
+      rec.rmsNorm(xb.address, wb.address, yb.address, uint32_t(n), 2, 1, 1e-5f);
+    });
+    const auto got = download(pool, yb, size_t(n) * 2);
+    std::vector<float> want(got.size());
+    for (int64_t r = 0; r < 2; ++r)
+      cpu::rmsNorm(&x[size_t((r + 1) * n)], w.data(), &want[size_t(r * n)], n, 1e-5f);
+    QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
+  }
+
+  void swigluMatchesCpuBitForBit() {
+    vulkan::MemoryPool pool(*m_device);
+    const int64_t n = 1536, rows = 2;
+    auto gate = randomFloats(size_t(n * rows), 10);
+    for (float& g : gate) g *= 4.0f;
+    const auto up = randomFloats(size_t(n * rows), 11);
+    auto gb = upload(pool, gate), ub = upload(pool, up);
+    run([&](vulkan::Recorder& rec) {
+      rec.swiglu(gb.address, ub.address, uint32_t(n * rows), uint32_t(n));
+    });
+    const auto got = download(pool, gb, size_t(n * rows));
+    std::vector<float> want(got.size());
+    for (int64_t r = 0; r < rows; ++r)
+      cpu::ref::swiglu(&gate[size_t(r * n)], &up[size_t(r * n)], &want[size_t(r * n)], n);
+    QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
+  }
+
+  // RoPE and attention as the layer program runs them: q/k rotated at positions
+  // first..first+count-1, keys and values stored in the f16 cache, attention over the cache.
+  void ropeAndAttentionMatchCpuBitForBit_data() {
+    QTest::addColumn<int>("firstPosition");
+    QTest::addColumn<int>("count");
+    QTest::newRow("decode at position 70") << 70 << 1;  // vec_dot order, 2 V chunks of 64
+    QTest::newRow("batch of 5 at 0") << 0 << 5;         // tinyBLAS order
+    QTest::newRow("batch of 3 at 20") << 20 << 3;
+  }
+  void ropeAndAttentionMatchCpuBitForBit() {
+    QFETCH(int, firstPosition);
+    QFETCH(int, count);
+    const int32_t heads = 9, kvHeads = 3, hd = 64, ctx = 128, nRot = 64;
+    const int32_t qd = heads * hd, kv = kvHeads * hd, half = nRot / 2;
+    vulkan::MemoryPool pool(*m_device);
+    model::ModelConfig c;
+    c.nRot = nRot;
+    c.ropeFreqBase = 10000.0f;
+    c.ropeFreqScale = 1.0f;
+    std::vector<float> cosv(size_t(ctx * half)), sinv(cosv.size());
+    for (int32_t p = 0; p < ctx; ++p)
+      cpu::ropeAngles(p, c, nullptr, &cosv[size_t(p * half)], &sinv[size_t(p * half)]);
+    // Earlier positions already in both caches; the new tokens' q, k, v before RoPE.
+    const int32_t total = firstPosition + count;
+    auto q = randomFloats(size_t(count * qd), 12), k = randomFloats(size_t(total * kv), 13),
+         v = randomFloats(size_t(total * kv), 14);
+
+    // CPU: rope, f16 caches (values transposed), attention.
+    std::vector<float> cq = q, ck = k;
+    std::vector<uint16_t> keys(size_t(ctx * kv)), values(size_t(kv) * 128);
+    cpu::AttentionShape shape{heads, kvHeads, hd, ctx, 1.0f / std::sqrt(float(hd))};
+    for (int32_t p = 0; p < total; ++p) {
+      if (p >= firstPosition) {
+        const int32_t t = p - firstPosition;
+        cpu::applyRope(&cq[size_t(t * qd)], heads, hd, nRot, model::RopeStyle::Normal,
+                       &cosv[size_t(p * half)], &sinv[size_t(p * half)]);
+      }
+      cpu::applyRope(&ck[size_t(p * kv)], kvHeads, hd, nRot, model::RopeStyle::Normal,
+                     &cosv[size_t(p * half)], &sinv[size_t(p * half)]);
+      for (int32_t i = 0; i < kv; ++i) {
+        keys[size_t(p * kv + i)] = gguf::floatToHalf(ck[size_t(p * kv + i)]);
+        values[size_t(i) * size_t(shape.valueStride()) + size_t(p)] =
+            gguf::floatToHalf(v[size_t(p * kv + i)]);
+      }
+    }
+    std::vector<float> want(size_t(count * qd));
+    cpu::ThreadPool threads(1);
+    cpu::AttentionScratch scratch;
+    scratch.reserve(shape, 1);
+    cpu::attention(shape, cq.data(), count, firstPosition, keys.data(), values.data(), want.data(),
+                   threads, scratch);
+
+    // Vulkan: store the earlier positions' rotated keys (one token at a time, as decode does),
+    // then the batch.
+    auto cosb = upload(pool, cosv), sinb = upload(pool, sinv);
+    auto kc = pool.allocate(size_t(ctx * kv) * 2), vc = pool.allocate(size_t(ctx * kv) * 2);
+    pool.zero(kc);
+    pool.zero(vc);
+    auto params = pool.allocate(16, true);
+    auto kb = upload(pool, k), vb = upload(pool, v), qb = upload(pool, q);
+    auto out = pool.allocate(size_t(count * qd) * 4);
+    for (int32_t p = 0; p < total; p += (p < firstPosition ? 1 : count)) {
+      const uint32_t n = p < firstPosition ? 1u : uint32_t(count);
+      static_cast<int32_t*>(params.mapped)[0] = p;
+      run([&](vulkan::Recorder& rec) {
+        const VkDeviceAddress kAt = kb.address + uint64_t(p) * uint64_t(kv) * 4;
+        const VkDeviceAddress vAt = vb.address + uint64_t(p) * uint64_t(kv) * 4;
+        rec.rope(kAt, cosb.address, sinb.address, params.address, kvHeads, hd, nRot, false, n);
+        rec.kvStore(kAt, vAt, kc.address, vc.address, params.address, kv, n);
+        if (p >= firstPosition) {
+          rec.rope(qb.address, cosb.address, sinb.address, params.address, heads, hd, nRot, false,
+                   n);
+          rec.attention(qb.address, kc.address, vc.address, out.address, params.address, heads,
+                        kvHeads, hd, shape.scale, n, ctx);
+        }
+      });
+    }
+    const auto gotQ = download(pool, qb, size_t(count * qd));
+    QVERIFY2(firstBitDifference(gotQ, cq) < 0, qPrintable("RoPE: " + bitMismatch(gotQ, cq)));
+    const auto got = download(pool, out, size_t(count * qd));
+    QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
   }
 
   void validationLayerReportedNoErrors() { QCOMPARE(vulkan::validationErrorCount(), 0); }
