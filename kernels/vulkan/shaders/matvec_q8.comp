@@ -12,7 +12,7 @@
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer Words { uint v[]; };
 
 layout(push_constant) uniform Push {
-  Halves w;
+  Words w;  // the weights, read as 32-bit words (blocks are only 2-byte aligned)
   Words qs;
   Floats d;
   Floats s;
@@ -25,21 +25,26 @@ layout(push_constant) uniform Push {
 
 #if defined(WTYPE_Q4_0)
 #define BLOCK_BYTES 18u
-#define QS_WORD 1u  // first 16-bit word of the quants
+#define QS_HALF 1u  // first 16-bit half of the quants
 #elif defined(WTYPE_Q4_1)
 #define BLOCK_BYTES 20u
-#define QS_WORD 2u
+#define QS_HALF 2u
 #elif defined(WTYPE_Q8_0)
 #define BLOCK_BYTES 34u
-#define QS_WORD 1u
+#define QS_HALF 1u
 #else
 #error "define WTYPE_Q4_0, WTYPE_Q4_1 or WTYPE_Q8_0"
 #endif
 
-// Bytes 4k..4k+3 of the block's quants as one word (blocks are only 2-byte aligned).
-uint weightWord(uint block16, uint k) {
-  return uint(p.w.v[block16 + QS_WORD + 2u * k]) | (uint(p.w.v[block16 + QS_WORD + 2u * k + 1u]) << 16);
-}
+// One block as the 32-bit words that cover it, loaded once (wide loads are much cheaper than
+// 8/16-bit ones on some drivers); `shift` is 1 when the block starts in the middle of a word.
+#define RAW_WORDS ((BLOCK_BYTES + 2u + 3u) / 4u)
+uint raw[RAW_WORDS];
+uint shift;
+
+uint half16(uint i) { return (raw[(shift + i) >> 1] >> (16u * ((shift + i) & 1u))) & 0xffffu; }
+// Bytes 4k..4k+3 of the block's quants.
+uint weightWord(uint k) { return half16(QS_HALF + 2u * k) | (half16(QS_HALF + 2u * k + 1u) << 16); }
 
 int sbyte(uint word, uint e) { return int(word << (24u - 8u * e)) >> 24; }
 
@@ -65,23 +70,28 @@ void main() {
   float acc[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
   float summs = 0.0;
   for (uint b = 0; b < nb; ++b) {
-    const uint block16 = (row * p.rowBytes + b * BLOCK_BYTES) / 2u;
+    const uint byteOffset = row * p.rowBytes + b * BLOCK_BYTES;
+    shift = (byteOffset >> 1) & 1u;
+    const uint firstWord = byteOffset >> 2;
+    for (uint i = 0; i < RAW_WORDS; ++i) {
+      if (i < RAW_WORDS - 1u || shift != 0u || (BLOCK_BYTES % 4u) != 0u) raw[i] = p.w.v[firstWord + i];
+    }
     const uint xb = t * nb + b;
-    const float dw = halfValue(uint(p.w.v[block16]));
+    const float dw = halfValue(half16(0u));
     precise float scale = dw * p.d.v[xb];
     int lanes[8];
 #if defined(WTYPE_Q8_0)
-    for (uint k = 0; k < 8u; ++k) lanes[k] = dot4Bytes(weightWord(block16, k), p.qs.v[xb * 8u + k]);
+    for (uint k = 0; k < 8u; ++k) lanes[k] = dot4Bytes(weightWord(k), p.qs.v[xb * 8u + k]);
 #else
 #if defined(WTYPE_Q4_0)
     const int offset = 8;
 #else
     const int offset = 0;
-    summs = fmaExact(halfValue(uint(p.w.v[block16 + 1u])), p.s.v[xb], summs);
+    summs = fmaExact(halfValue(half16(1u)), p.s.v[xb], summs);
 #endif
     // Elements 0..15 are the low nibbles of quant bytes 0..15, elements 16..31 the high ones.
     for (uint k = 0; k < 4u; ++k) {
-      const uint ww = weightWord(block16, k);
+      const uint ww = weightWord(k);
       lanes[k] = dot4Nibbles(ww, 0u, offset, p.qs.v[xb * 8u + k]);
       lanes[k + 4u] = dot4Nibbles(ww, 4u, offset, p.qs.v[xb * 8u + k + 4u]);
     }
