@@ -16,6 +16,12 @@
 //    DotOrder::Vec = 4 accumulators of 16 lanes (ggml_vec_dot_f16/f32; BF16: 2 accumulators of
 //    vdpbf16ps pairs), DotOrder::Tiled = 1 accumulator of 16 lanes (tinyBLAS). Both end with
 //    reduce16. Matrix code picks Tiled for batches of 2+ tokens where tinyBLAS would run.
+//    (tinyBLAS also takes Q8_0/Q4_0/Q5_0 batches, but its tinyBLAS_Q0_AVX accumulates exactly
+//    like the vec_dot kernels, so the quantized types need only one order.)
+//
+// Known difference: for batches of 8+ tokens llama.cpp sends K-quant weights (Q4_K, Q5_K,
+// Q6_K...) through its "tiled" matmul (ggml-cpu/tiled), which rounds differently; Shoal keeps
+// the vec_dot order at every batch size, so K-quant prompt logits are close, not identical.
 
 #include <cstddef>
 #include <cstdint>

@@ -17,6 +17,7 @@ namespace {
 // than an OS time slice, so a pool sharing its cores with other work soon gets out of the way.
 constexpr auto kSpin = std::chrono::microseconds(30);
 constexpr int kChunksPerThread = 4;
+constexpr int64_t kMaxChunks = 0xFFFF;  // the claim word's 16 bits
 
 // Spins until pred() or kSpin has passed; returns pred().
 template <typename Pred>
@@ -39,9 +40,12 @@ ThreadPool::ThreadPool(int threads) : m_threads(std::max(1, threads)) {
 }
 
 ThreadPool::~ThreadPool() {
-  m_stop.store(true, std::memory_order_release);
-  m_generation.fetch_add(1, std::memory_order_acq_rel);
-  m_generation.notify_all();
+  m_stop.store(true);
+  {
+    std::lock_guard lock(m_mutex);
+    m_generation.fetch_add(1);
+  }
+  m_jobPosted.notify_all();
   for (auto& w : m_workers) w.join();
 }
 
@@ -49,8 +53,8 @@ void ThreadPool::work(uint32_t job, int thread) {
   uint64_t claim = m_claim.load(std::memory_order_acquire);
   for (;;) {
     if (static_cast<uint32_t>(claim >> 32) != job) return;
-    const auto chunk = static_cast<uint32_t>(claim);
-    const uint32_t chunks = m_chunks.load(std::memory_order_relaxed);
+    const auto chunks = static_cast<uint32_t>((claim >> 16) & 0xFFFF);
+    const auto chunk = static_cast<uint32_t>(claim & 0xFFFF);
     if (chunk >= chunks) return;
     if (!m_claim.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
@@ -59,7 +63,10 @@ void ThreadPool::work(uint32_t job, int thread) {
     const int64_t begin = static_cast<int64_t>(chunk) * m_chunkItems;
     const int64_t end = std::min(m_items, begin + m_chunkItems);
     m_invoke(m_fn, begin, end, thread);
-    if (m_done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) m_done.notify_one();
+    if (m_done.fetch_add(1) + 1 == chunks && m_callerSleeps.load()) {
+      std::lock_guard lock(m_mutex);
+      m_jobDone.notify_one();
+    }
     claim = m_claim.load(std::memory_order_acquire);
   }
 }
@@ -71,9 +78,11 @@ void ThreadPool::workerLoop(int thread) {
     if (now == seen) {
       spinFor([&] { return (now = m_generation.load(std::memory_order_acquire)) != seen; });
     }
-    while (now == seen) {
-      m_generation.wait(seen, std::memory_order_acquire);
-      now = m_generation.load(std::memory_order_acquire);
+    if (now == seen) {
+      std::unique_lock lock(m_mutex);
+      m_sleepers.fetch_add(1);
+      m_jobPosted.wait(lock, [&] { return (now = m_generation.load()) != seen; });
+      m_sleepers.fetch_sub(1);
     }
     seen = now;
     if (m_stop.load(std::memory_order_acquire)) return;
@@ -89,27 +98,32 @@ void ThreadPool::run(int64_t items, int64_t grain, void* fn, Invoke invoke) {
     invoke(fn, 0, items, 0);
     return;
   }
-  const int64_t chunks = std::min<int64_t>(units, int64_t{m_threads} * kChunksPerThread);
+  const int64_t chunks = std::min({units, int64_t{m_threads} * kChunksPerThread, kMaxChunks});
   m_fn = fn;
   m_invoke = invoke;
   m_items = items;
   m_chunkItems = (units + chunks - 1) / chunks * grain;
   const auto chunkCount = static_cast<uint32_t>((items + m_chunkItems - 1) / m_chunkItems);
-  m_chunks.store(chunkCount, std::memory_order_relaxed);
   m_done.store(0, std::memory_order_relaxed);
   const uint32_t job = m_generation.load(std::memory_order_relaxed) + 1;
-  m_claim.store(static_cast<uint64_t>(job) << 32, std::memory_order_release);
-  m_generation.store(job, std::memory_order_release);
-  m_generation.notify_all();
+  m_claim.store((static_cast<uint64_t>(job) << 32) | (static_cast<uint64_t>(chunkCount) << 16),
+                std::memory_order_release);
+  m_generation.store(job);
+  if (m_sleepers.load() > 0) {
+    std::lock_guard lock(m_mutex);
+    m_jobPosted.notify_all();
+  }
 
   work(job, 0);
   uint32_t done = m_done.load(std::memory_order_acquire);
   if (done != chunkCount) {
     spinFor([&] { return (done = m_done.load(std::memory_order_acquire)) == chunkCount; });
   }
-  while (done != chunkCount) {
-    m_done.wait(done, std::memory_order_acquire);
-    done = m_done.load(std::memory_order_acquire);
+  if (done != chunkCount) {
+    std::unique_lock lock(m_mutex);
+    m_callerSleeps.store(true);
+    m_jobDone.wait(lock, [&] { return m_done.load() == chunkCount; });
+    m_callerSleeps.store(false);
   }
 }
 

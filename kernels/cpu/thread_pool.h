@@ -6,10 +6,12 @@
 // OS has put aside (a busy machine) delays nobody: the others take its share, and the caller
 // waits only for chunks actually in progress. Between the ops of one token the workers spin
 // briefly (tens of microseconds) instead of sleeping, so dispatching an op costs well under a
-// microsecond; idle longer, they sleep on an atomic wait (futex) and cost nothing.
+// microsecond; idle longer, they sleep on a condition variable and cost nothing.
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -56,16 +58,25 @@ class ThreadPool {
   Invoke m_invoke = nullptr;
   int64_t m_items = 0;
   int64_t m_chunkItems = 0;  // items per chunk (a multiple of the grain)
-  // Read by a thread before it holds a claim (possibly while the next job is being set up;
-  // the claim then fails), hence atomic.
-  std::atomic<uint32_t> m_chunks{0};
 
-  // High 32 bits: the job number; low 32 bits: the next unclaimed chunk. A claim succeeds only
-  // for the job the claimant woke for, so a late thread never touches a newer job's state.
+  // Bits 32..63: the job number; 16..31: the job's chunk count; 0..15: the next unclaimed
+  // chunk. Everything a thread checks before claiming comes from this one word, and a claim
+  // (compare-exchange) succeeds only for the job the claimant woke for, so a late thread never
+  // touches a newer job's state nor claims past the end of its own job.
   std::atomic<uint64_t> m_claim{0};
   std::atomic<uint32_t> m_done{0};        // chunks of the current job finished
   std::atomic<uint32_t> m_generation{0};  // the job number workers wait on
   std::atomic<bool> m_stop{false};
+
+  // Sleeping, after the spin (std::atomic::wait is avoided: libstdc++ 12's can miss a wake-up).
+  // A sleeper announces itself in m_sleepers / m_callerSleeps before its last check of the
+  // condition; a waker checks them after changing the condition (both sequentially
+  // consistent), so one of the two always sees the other.
+  std::mutex m_mutex;
+  std::condition_variable m_jobPosted;  // workers sleep on it
+  std::condition_variable m_jobDone;    // the caller sleeps on it
+  std::atomic<int> m_sleepers{0};
+  std::atomic<bool> m_callerSleeps{false};
 };
 
 }  // namespace shoal::cpu

@@ -1,6 +1,6 @@
 // CpuStage on a small synthetic model: the KV cache can be truncated and rewritten without a
-// trace of what it held, results do not depend on the thread count, and the tensor observer
-// sees the layer program.
+// trace of what it held, results do not depend on the thread count, a decode step allocates
+// nothing, and the tensor observer sees the layer program.
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -19,6 +19,20 @@
 #include "kernels/cpu/cpu_stage.h"
 
 using namespace shoal;
+
+// Counting allocations (this test binary replaces the global operator new).
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<int> g_allocations{0};
+}  // namespace
+
+void* operator new(size_t size) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -107,6 +121,30 @@ class CpuStageTest : public QObject {
     const auto c = forward(*s1, 10, {9});
     const auto d = forward(*s2, 10, {9});
     QVERIFY(cpu::test::firstBitDifference(c.data(), d.data(), c.size()) < 0);
+  }
+
+  void decodeStepAllocatesNothing() {
+    cpu::CpuBackend backend(2);
+    auto stage = makeStage(backend);
+    runtime::StageInput in;
+    runtime::StageOutput out;
+    const std::vector<int32_t> prompt = {4, 5, 6, 7};
+    in.count = 4;
+    in.tokens = prompt;
+    stage->forward(in, out);
+    int32_t token = 9;
+    in.count = 1;
+    in.tokens = std::span(&token, 1);
+    in.firstPosition = 4;
+    stage->forward(in, out);  // the first decode step sizes the output
+    g_allocations = 0;
+    g_counting = true;
+    for (int32_t pos = 5; pos < 8; ++pos) {
+      in.firstPosition = pos;
+      stage->forward(in, out);
+    }
+    g_counting = false;
+    QCOMPARE(g_allocations.load(), 0);
   }
 
   void observerSeesTheLayerProgram() {

@@ -81,6 +81,22 @@ class ThreadPoolTest : public QObject {
     QCOMPARE(total.load(), 200 * 64);
   }
 
+  // Jobs spaced wider than the spin: workers go to sleep between them and must be woken for
+  // each; slow chunks make the caller sleep too. A lost wake-up would hang here.
+  void sleepingThreadsWakeForEveryJob() {
+    ThreadPool pool(2);
+    std::atomic<int64_t> total{0};
+    for (int job = 0; job < 300; ++job) {
+      pool.parallelFor(8, [&](int64_t b, int64_t e, int thread) {
+        if (thread == 1 && job % 3 == 0)
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        total += e - b;
+      });
+      if (job % 2 == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    QCOMPARE(total.load(), int64_t{300 * 8});
+  }
+
   void zeroItemsRunsNothing() {
     ThreadPool pool(2);
     bool ran = false;
