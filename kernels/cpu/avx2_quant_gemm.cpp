@@ -227,22 +227,45 @@ inline __m128i minProducts(const BlockQ8_K& y, __m128i mins) {
   return _mm_madd_epi16(mins, _mm_hadd_epi16(lo, hi));
 }
 
+inline int32_t hsumInt(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+inline int32_t hsumInt(__m128i s) {
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// One super-block of DotOrder::Tiled (reference_dots.cpp): the lanes' exact total s1 and the
+// minimum total s2 enter a float epilogue per super-block.
+inline float tiledStep(float acc, __m256i lanes, int32_t minSum, float dw, float dminW, float da,
+                       bool hasMin) {
+  float r = static_cast<float>(hsumInt(lanes)) * dw;
+  if (hasMin) r = fmaSingle(-dminW, static_cast<float>(minSum), r);
+  return fmaSingle(r, da, acc);
+}
+
 inline __m256i broadcastScale(__m128i scales16, int j) {
   alignas(16) int16_t s[8];
   _mm_store_si128(reinterpret_cast<__m128i*>(s), scales16);
   return _mm256_set1_epi16(s[j]);
 }
 
-float dotQ4_K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks) {
+float dotQ4_K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
   __m256 acc = _mm256_setzero_ps();
   __m128 accMin = _mm_setzero_ps();
+  float tiled = 0.0f;
   const __m256i low4 = _mm256_set1_epi8(0xF);
   for (int64_t b = 0; b < blocks; ++b) {
     const float d = y[b].d * half(x[b].d);
     const float dmin = -y[b].d * half(x[b].dmin);
     __m128i scales, mins;
     scalesAndMins(x[b].scales, scales, mins);
-    accMin = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(minProducts(y[b], mins)), accMin);
+    const __m128i prod = minProducts(y[b], mins);
+    accMin = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accMin);
     __m256i lanes = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
       const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * j));
@@ -255,16 +278,21 @@ float dotQ4_K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks) {
       lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(broadcastScale(scales, 2 * j), plo));
       lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(broadcastScale(scales, 2 * j + 1), phi));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, hsumInt(prod), half(x[b].d), half(x[b].dmin), y[b].d, true);
+    } else {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    }
   }
+  if (order == DotOrder::Tiled) return tiled;
   accMin = _mm_add_ps(accMin, _mm_movehl_ps(accMin, accMin));
   accMin = _mm_add_ss(accMin, _mm_movehdup_ps(accMin));
   return hsum8(acc) + _mm_cvtss_f32(accMin);
 }
 
-float dotQ5_K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks) {
+float dotQ5_K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
   __m256 acc = _mm256_setzero_ps();
-  float summs = 0.0f;
+  float summs = 0.0f, tiled = 0.0f;
   const __m256i low4 = _mm256_set1_epi8(0xF);
   for (int64_t b = 0; b < blocks; ++b) {
     const float d = y[b].d * half(x[b].d);
@@ -274,7 +302,8 @@ float dotQ5_K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks) {
     const __m128i prod = minProducts(y[b], mins);
     alignas(16) int32_t p[4];
     _mm_store_si128(reinterpret_cast<__m128i*>(p), prod);
-    summs = fmaSingle(dmin, static_cast<float>((p[0] + p[1]) + (p[2] + p[3])), summs);
+    const int32_t minSum = (p[0] + p[1]) + (p[2] + p[3]);
+    summs = fmaSingle(dmin, static_cast<float>(minSum), summs);
     const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
     __m256i lanes = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
@@ -293,13 +322,18 @@ float dotQ5_K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks) {
       lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(broadcastScale(scales, 2 * j + 1),
                                                         _mm256_maddubs_epi16(q1, q8hi)));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, minSum, half(x[b].d), half(x[b].dmin), y[b].d, true);
+    } else {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    }
   }
-  return hsum8(acc) + summs;
+  return order == DotOrder::Tiled ? tiled : hsum8(acc) + summs;
 }
 
-float dotQ6_K(const BlockQ6_K* x, const BlockQ8_K* y, int64_t blocks) {
+float dotQ6_K(const BlockQ6_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
   __m256 acc = _mm256_setzero_ps();
+  float tiled = 0.0f;
   const __m256i low4 = _mm256_set1_epi8(0xF), low2 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < blocks; ++b) {
     const float d = y[b].d * half(x[b].d);
@@ -329,12 +363,16 @@ float dotQ6_K(const BlockQ6_K* x, const BlockQ8_K* y, int64_t blocks) {
       }
     }
     lanes = _mm256_sub_epi32(lanes, offset);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, 0, half(x[b].d), 0.0f, y[b].d, false);
+    } else {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    }
   }
-  return hsum8(acc);
+  return order == DotOrder::Tiled ? tiled : hsum8(acc);
 }
 
-template <class W, float (*Dot)(const W*, const BlockQ8_K*, int64_t)>
+template <class W, float (*Dot)(const W*, const BlockQ8_K*, int64_t, DotOrder)>
 void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   const int64_t blocks = g.cols / kQKK;
   for (int64_t r = rowBegin; r < rowEnd; ++r) {
@@ -343,7 +381,7 @@ void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     for (int64_t t = 0; t < g.tokens; ++t) {
       const auto* a =
           reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
-      g.y[t * g.ldy + r] = Dot(w, a, blocks);
+      g.y[t * g.ldy + r] = Dot(w, a, blocks, g.order);
     }
   }
 }

@@ -169,7 +169,7 @@ void CpuStage::runLayer(const Layer& L, size_t localLayer, const runtime::StageI
   const int32_t layer = m_spec.firstLayer + static_cast<int32_t>(localLayer);
   for (int64_t t = 0; t < n; ++t)
     rmsNorm(&m_x[sz(t * d)], L.attnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
-  observe("attn_norm", layer, m_norm, n, d);
+  observe("attn_norm", layer, m_norm.data(), n, d);
   const MatmulJob qkv[] = {{&L.wq, m_q.data()}, {&L.wk, m_k.data()}, {&L.wv, m_v.data()}};
   matmul(qkv, m_norm.data(), n, pool, m_matmulScratch);
   for (int64_t t = 0; t < n; ++t) {
@@ -188,26 +188,33 @@ void CpuStage::runLayer(const Layer& L, size_t localLayer, const runtime::StageI
     const int64_t vStride = m_attnShape.valueStride();
     for (int64_t i = 0; i < kv; ++i) vc[sz(i * vStride + pos)] = m_halfRow[sz(i)];
   }
-  observe("Qcur", layer, m_q, n, qd);
-  observe("Kcur", layer, m_k, n, kv);
-  observe("Vcur", layer, m_v, n, kv);
+  observe("Qcur", layer, m_q.data(), n, qd);
+  observe("Kcur", layer, m_k.data(), n, kv);
+  observe("Vcur", layer, m_v.data(), n, kv);
   attention(m_attnShape, m_q.data(), in.count, in.firstPosition,
             keyCache(localLayer, in.sequence, 0), valueCache(localLayer, in.sequence),
             m_attn.data(), pool, m_attnScratch);
-  observe("kqv_out", layer, m_attn, n, qd);
+  observe("kqv_out", layer, m_attn.data(), n, qd);
   matmul(L.wo, m_attn.data(), n, m_tmp.data(), pool, m_matmulScratch);
-  observe("attn_out", layer, m_tmp, n, d);
-  for (int64_t i = 0; i < n * d; ++i) m_x[sz(i)] += m_tmp[sz(i)];
-  observe("ffn_inp", layer, m_x, n, d);
+  observe("attn_out", layer, m_tmp.data(), n, d);
 
-  for (int64_t t = 0; t < n; ++t)
-    rmsNorm(&m_x[sz(t * d)], L.ffnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
-  observe("ffn_norm", layer, m_norm, n, d);
-  gatedFfn(L.wGate, L.wUp, m_norm.data(), n, m_gate.data(), m_up.data(), pool, m_matmulScratch);
-  observe("ffn_swiglu", layer, m_gate, n, c.nFf);
-  matmul(L.wDown, m_gate.data(), n, m_tmp.data(), pool, m_matmulScratch);
-  for (int64_t i = 0; i < n * d; ++i) m_x[sz(i)] += m_tmp[sz(i)];
-  observe("l_out", layer, m_x, n, d);
+  // After the attention of the model's last layer only the rows that produce logits go on, as
+  // in llama.cpp (inp_out_ids): with only the last token's logits wanted, the FFN sees one
+  // token, which for F32/F16/BF16 weights also decides the dot order (kernel_table.h).
+  const bool lastTokenOnly = layer == c.nLayer - 1 && m_spec.hasHead && !in.allLogits;
+  const int64_t first = lastTokenOnly ? n - 1 : 0, rows = n - first;
+  float* x = &m_x[sz(first * d)];
+  const float* attnOut = &m_tmp[sz(first * d)];
+  for (int64_t i = 0; i < rows * d; ++i) x[i] += attnOut[i];
+  observe("ffn_inp", layer, x, rows, d);
+
+  for (int64_t t = 0; t < rows; ++t) rmsNorm(&x[t * d], L.ffnNorm, &m_norm[sz(t * d)], d, c.rmsEps);
+  observe("ffn_norm", layer, m_norm.data(), rows, d);
+  gatedFfn(L.wGate, L.wUp, m_norm.data(), rows, m_gate.data(), m_up.data(), pool, m_matmulScratch);
+  observe("ffn_swiglu", layer, m_gate.data(), rows, c.nFf);
+  matmul(L.wDown, m_gate.data(), rows, m_tmp.data(), pool, m_matmulScratch);
+  for (int64_t i = 0; i < rows * d; ++i) x[i] += m_tmp[sz(i)];
+  observe("l_out", layer, x, rows, d);
 }
 
 void CpuStage::head(const runtime::StageInput& in, runtime::StageOutput& out) {
@@ -218,10 +225,10 @@ void CpuStage::head(const runtime::StageInput& in, runtime::StageOutput& out) {
   for (int64_t t = 0; t < rows; ++t) {
     rmsNorm(&m_x[sz((first + t) * d)], m_outputNorm, &m_norm[sz(t * d)], d, c.rmsEps);
   }
-  observe("result_norm", -1, m_norm, rows, d);
+  observe("result_norm", -1, m_norm.data(), rows, d);
   out.logits.resize(sz(rows) * sz(c.nVocab));
   matmul(m_output, m_norm.data(), rows, out.logits.data(), *m_pool, m_matmulScratch);
-  observe("result_output", -1, out.logits, rows, c.nVocab);
+  observe("result_output", -1, out.logits.data(), rows, c.nVocab);
 }
 
 void CpuStage::truncate(int32_t sequence, int32_t fromPosition) {

@@ -52,9 +52,9 @@ class CpuStage final : public runtime::Stage {
   void runLayer(const Layer& layer, size_t localLayer, const runtime::StageInput& input);
   void head(const runtime::StageInput& input, runtime::StageOutput& output);
   void checkInput(const runtime::StageInput& input) const;
-  void observe(std::string_view name, int32_t layer, const std::vector<float>& data, int64_t rows,
+  void observe(std::string_view name, int32_t layer, const float* data, int64_t rows,
                int64_t cols) const {
-    if (m_observer) m_observer(name, layer, data.data(), rows, cols);
+    if (m_observer) m_observer(name, layer, data, rows, cols);
   }
   uint16_t* keyCache(size_t localLayer, int32_t sequence, int32_t position);
   uint16_t* valueCache(size_t localLayer, int32_t sequence);

@@ -19,9 +19,10 @@
 //    (tinyBLAS also takes Q8_0/Q4_0/Q5_0 batches, but its tinyBLAS_Q0_AVX accumulates exactly
 //    like the vec_dot kernels, so the quantized types need only one order.)
 //
-// Known difference: for batches of 8+ tokens llama.cpp sends K-quant weights (Q4_K, Q5_K,
-// Q6_K...) through its "tiled" matmul (ggml-cpu/tiled), which rounds differently; Shoal keeps
-// the vec_dot order at every batch size, so K-quant prompt logits are close, not identical.
+//  * K-quant dots have two orders too: DotOrder::Vec as above, DotOrder::Tiled as llama.cpp's
+//    tiled matmul (ggml-cpu/tiled) rounds, which it runs for batches of 8+ tokens: per
+//    super-block exact integer totals, then r = s1 * d_w, r = fma(-dmin_w, s2, r),
+//    acc = fma(r, d_a, acc) (reference_dots.cpp).
 
 #include <cstddef>
 #include <cstdint>

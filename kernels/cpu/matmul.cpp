@@ -27,6 +27,10 @@ size_t WeightMatrix::activationBytes() const {
 }
 
 DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
+  // K-quants: llama.cpp's tiled matmul takes batches of 8+ tokens (ggml-cpu/tiled, any shape).
+  if (w.kind == WeightKind::Q4_K || w.kind == WeightKind::Q5_K || w.kind == WeightKind::Q6_K) {
+    return tokens >= 8 ? DotOrder::Tiled : DotOrder::Vec;
+  }
   if (tokens < 2 || w.rows % 4 != 0) return DotOrder::Vec;
   // tinyBLAS steps: 16 floats (F32, F16 as f32 after vcvtph2ps), 32 bf16 (vdpbf16ps).
   switch (w.kind) {

@@ -43,8 +43,9 @@ struct MatmulJob {
   float* y = nullptr;
 };
 
-// The order the float-type dots of this product use: ggml sends a matmul of 2+ tokens through
-// llamafile's tinyBLAS when its shape allows (cols a multiple of the vector step, rows of 4).
+// The order the dots of this product use, as llama.cpp picks its kernel: F32/F16/BF16 matmuls
+// of 2+ tokens go through llamafile's tinyBLAS when the shape allows (cols a multiple of the
+// vector step, rows of 4); K-quant matmuls of 8+ tokens through its tiled kernel.
 DotOrder dotOrder(const WeightMatrix& w, int64_t tokens);
 
 // y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t in [0, tokens).

@@ -218,15 +218,31 @@ float dotQ8_0(const void* w, const void* a, int64_t n) {
   return order::hsum8(acc);
 }
 
-// K-quants (ggml_vec_dot_q{4,5,6}_K_q8_K, AVX2). Per 256-element super-block the eight lanes
-// hold exact integers: lane k sums, over each 32-element sub-block, scale * (dot of elements
-// 4k..4k+3 of it); then lane = fma(d, lane sum, lane).
+// K-quants, DotOrder::Vec (ggml_vec_dot_q{4,5,6}_K_q8_K, AVX2). Per 256-element super-block
+// the eight lanes hold exact integers: lane k sums, over each 32-element sub-block, scale * (dot
+// of elements 4k..4k+3 of it); then lane = fma(d, lane sum, lane).
+//
+// K-quants, DotOrder::Tiled (llama.cpp's tiled matmul, ggml-cpu/tiled, AVX-512 VNNI microkernel,
+// used for batches of 8+ tokens): per super-block the exact integers s1 = sum of scale * dot
+// (the lanes added up) and s2 = sum of min * activation sum; then r = s1 * d_w (rounded),
+// r = fma(-dmin_w, s2, r) with a minimum, and acc = fma(r, d_a, acc) (GCC fuses its mul + add).
+namespace {
+float tiledStep(float acc, const int32_t lanes[8], int32_t minSum, float dw, float dminW, float da,
+                bool hasMin) {
+  int32_t s1 = 0;
+  for (int k = 0; k < 8; ++k) s1 += lanes[k];
+  float r = static_cast<float>(s1) * dw;
+  if (hasMin) r = std::fma(-dminW, static_cast<float>(minSum), r);
+  return std::fma(r, da, acc);
+}
+}  // namespace
 
-float dotQ4_K(const void* w, const void* a, int64_t n) {
+float dotQ4_K(const void* w, const void* a, int64_t n, DotOrder order) {
   const auto* x = static_cast<const BlockQ4_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float acc[8] = {};
   float accMin[4] = {};
+  float tiled = 0;
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const float d = y[b].d * halfToFloat(x[b].d);
     const float dmin = -y[b].d * halfToFloat(x[b].dmin);
@@ -244,17 +260,23 @@ float dotQ4_K(const void* w, const void* a, int64_t n) {
         lanes[e / 4] += sc[s] * v * q8[e];
       }
     }
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, (prod[0] + prod[1]) + (prod[2] + prod[3]),
+                        halfToFloat(x[b].d), halfToFloat(x[b].dmin), y[b].d, true);
+      continue;
+    }
     for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
   }
+  if (order == DotOrder::Tiled) return tiled;
   const float m = (accMin[0] + accMin[2]) + (accMin[1] + accMin[3]);
   return order::hsum8(acc) + m;
 }
 
-float dotQ5_K(const void* w, const void* a, int64_t n) {
+float dotQ5_K(const void* w, const void* a, int64_t n, DotOrder order) {
   const auto* x = static_cast<const BlockQ5_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float acc[8] = {};
-  float summs = 0;
+  float summs = 0, tiled = 0;
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const float d = y[b].d * halfToFloat(x[b].d);
     const float dmin = -y[b].d * halfToFloat(x[b].dmin);
@@ -274,17 +296,23 @@ float dotQ5_K(const void* w, const void* a, int64_t n) {
         lanes[e / 4] += sc[s] * (lo | (hi << 4)) * q8[e];
       }
     }
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, minSum, halfToFloat(x[b].d), halfToFloat(x[b].dmin), y[b].d,
+                        true);
+      continue;
+    }
     for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
   }
-  return order::hsum8(acc) + summs;
+  return order == DotOrder::Tiled ? tiled : order::hsum8(acc) + summs;
 }
 
 // Q6_K: values are used unsigned (0..63) and the -32 offset is taken off per lane afterwards,
 // from the Q8_K sums: lane k loses 32 * (bsums[2k]*scale[2k] + bsums[2k+1]*scale[2k+1]).
-float dotQ6_K(const void* w, const void* a, int64_t n) {
+float dotQ6_K(const void* w, const void* a, int64_t n, DotOrder order) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float acc[8] = {};
+  float tiled = 0;
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const float d = y[b].d * halfToFloat(x[b].d);
     const int8_t* sc = x[b].scales;
@@ -305,10 +333,14 @@ float dotQ6_K(const void* w, const void* a, int64_t n) {
     }
     for (int k = 0; k < 8; ++k) {
       lanes[k] -= 32 * (y[b].bsums[2 * k] * sc[2 * k] + y[b].bsums[2 * k + 1] * sc[2 * k + 1]);
-      acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
     }
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, 0, halfToFloat(x[b].d), 0.0f, y[b].d, false);
+      continue;
+    }
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
   }
-  return order::hsum8(acc);
+  return order == DotOrder::Tiled ? tiled : order::hsum8(acc);
 }
 
 float dot(WeightKind kind, const void* w, const void* a, int64_t n, DotOrder order) {
@@ -330,11 +362,11 @@ float dot(WeightKind kind, const void* w, const void* a, int64_t n, DotOrder ord
     case WeightKind::Q8_0:
       return dotQ8_0(w, a, n);
     case WeightKind::Q4_K:
-      return dotQ4_K(w, a, n);
+      return dotQ4_K(w, a, n, order);
     case WeightKind::Q5_K:
-      return dotQ5_K(w, a, n);
+      return dotQ5_K(w, a, n, order);
     case WeightKind::Q6_K:
-      return dotQ6_K(w, a, n);
+      return dotQ6_K(w, a, n, order);
     case WeightKind::Count:
       break;
   }

@@ -18,9 +18,9 @@ float dotQ4_1(const void* w, const void* a, int64_t n);
 float dotQ5_0(const void* w, const void* a, int64_t n);
 float dotQ5_1(const void* w, const void* a, int64_t n);
 float dotQ8_0(const void* w, const void* a, int64_t n);
-float dotQ4_K(const void* w, const void* a, int64_t n);
-float dotQ5_K(const void* w, const void* a, int64_t n);
-float dotQ6_K(const void* w, const void* a, int64_t n);
+float dotQ4_K(const void* w, const void* a, int64_t n, DotOrder order);
+float dotQ5_K(const void* w, const void* a, int64_t n, DotOrder order);
+float dotQ6_K(const void* w, const void* a, int64_t n, DotOrder order);
 
 // The dot of a weight kind with its activation format.
 float dot(WeightKind kind, const void* w, const void* a, int64_t n, DotOrder order);

@@ -1,5 +1,5 @@
 // matmul(): the thread-pool driver gives the reference kernels' results bit for bit with 1 and
-// 2 threads, and picks ggml's dot order for the float types.
+// 2 threads, and picks llama.cpp's dot order (float types, K-quants).
 
 #include <QtTest>
 #include <vector>
@@ -76,8 +76,10 @@ class CpuMatmulTest : public QObject {
       }
     }
     for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
-      QTest::addRow("%s/r13/t5", gguf::typeName(t).c_str())
-          << static_cast<int>(t) << 13 << 512 << 5;
+      for (int tokens : {5, 9}) {
+        QTest::addRow("%s/r13/t%d", gguf::typeName(t).c_str(), tokens)
+            << static_cast<int>(t) << 13 << 512 << tokens;
+      }
     }
   }
   void matmulMatchesReferenceWithOneAndTwoThreads() {
@@ -108,6 +110,16 @@ class CpuMatmulTest : public QObject {
     QCOMPARE(dotOrder(makeMatrix(TensorType::BF16, 8, 48, 1).w, 2), DotOrder::Vec);
     QCOMPARE(dotOrder(makeMatrix(TensorType::BF16, 8, 64, 1).w, 2), DotOrder::Tiled);
     QCOMPARE(dotOrder(makeMatrix(TensorType::Q8_0, 8, 64, 1).w, 2), DotOrder::Vec);
+  }
+
+  // K-quants: llama.cpp's tiled matmul from 8 tokens on, whatever the row count.
+  void kQuantsUseTiledOrderFromEightTokens() {
+    for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+      const Matrix m = makeMatrix(t, 3, 256, 1);
+      QCOMPARE(dotOrder(m.w, 1), DotOrder::Vec);
+      QCOMPARE(dotOrder(m.w, 7), DotOrder::Vec);
+      QCOMPARE(dotOrder(m.w, 8), DotOrder::Tiled);
+    }
   }
 };
 

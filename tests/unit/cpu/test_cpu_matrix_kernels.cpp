@@ -68,7 +68,7 @@ struct Problem {
 bool tiledAllowed(TensorType t, int64_t cols) {
   if (t == TensorType::F32 || t == TensorType::F16) return cols % 16 == 0;
   if (t == TensorType::BF16) return cols % 32 == 0;
-  return false;
+  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
 }
 
 void addTypeRows(bool withThreshold) {
