@@ -9,20 +9,12 @@
 
 #include "app/cli/commands.h"
 #include "engine/error.h"
+#include "engine/model/default_model.h"
 #include "kernels/backend_registry.h"
-
-#ifndef SHOAL_DEFAULT_MODELS_DIR
-#define SHOAL_DEFAULT_MODELS_DIR "models"
-#endif
 
 namespace shoal::cli {
 
-std::string defaultModelPath() {
-  if (const char* m = std::getenv("SHOAL_MODEL"); m && *m) return m;
-  std::filesystem::path dir = SHOAL_DEFAULT_MODELS_DIR;
-  if (const char* d = std::getenv("SHOAL_MODELS_DIR"); d && *d) dir = d;
-  return (dir / "SmolLM2-135M-Instruct.Q4_1.gguf").string();
-}
+std::string defaultModelPath() { return model::defaultModelPath(); }
 
 void addModelOptions(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-m,--model", o.model, "GGUF model file (default: the default model)");

@@ -14,8 +14,7 @@ struct CliExit {
   std::string message;
 };
 
-// The default model path: $SHOAL_MODEL, else <models dir>/SmolLM2-135M-Instruct.Q4_1.gguf where the
-// models dir is $SHOAL_MODELS_DIR or the source tree's models/ folder.
+// The default model path (engine/model/default_model.h).
 std::string defaultModelPath();
 
 void registerGenerateCommand(CLI::App& app);

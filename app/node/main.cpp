@@ -16,15 +16,12 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "engine/model/default_model.h"
 #include "engine/model/model.h"
 #include "engine/runtime/chain.h"
 #include "engine/runtime/session.h"
 #include "kernels/backend_registry.h"
 #include "lan/api/api_server.h"
-
-#ifndef SHOAL_DEFAULT_MODELS_DIR
-#define SHOAL_DEFAULT_MODELS_DIR "models"
-#endif
 
 namespace {
 
@@ -38,13 +35,6 @@ std::atomic<bool> g_stopRequested{false};
 
 extern "C" void onStopSignal(int) { g_stopRequested.store(true); }
 
-std::string defaultModelPath() {
-  if (const char* m = std::getenv("SHOAL_MODEL"); m && *m) return m;
-  std::filesystem::path dir = SHOAL_DEFAULT_MODELS_DIR;
-  if (const char* d = std::getenv("SHOAL_MODELS_DIR"); d && *d) dir = d;
-  return (dir / "SmolLM2-135M-Instruct.Q4_1.gguf").string();
-}
-
 struct NodeOptions {
   std::string model;
   std::string name;
@@ -56,7 +46,7 @@ struct NodeOptions {
 };
 
 int run(const NodeOptions& o) {
-  const std::string path = o.model.empty() ? defaultModelPath() : o.model;
+  const std::string path = o.model.empty() ? model::defaultModelPath() : o.model;
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<model::Model> loaded;
   try {
