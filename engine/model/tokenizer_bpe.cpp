@@ -101,27 +101,7 @@ BpeTokenizer::BpeTokenizer(Vocab vocab)
     m_singleByteToken[b] = m_index.find(std::string(1, static_cast<char>(b)));
   }
 
-  m_pieces.resize(n);
-  for (TokenId id = 0; id < n; ++id) {
-    const std::string& text = m_vocab.tokens[id];
-    switch (m_vocab.attrs[id]) {
-      case TokenAttr::Control:
-      case TokenAttr::Unknown:
-      case TokenAttr::UserDefined:
-        m_pieces[id] = text;
-        break;
-      case TokenAttr::Normal:
-        m_pieces[id] = unspell(text);
-        break;
-      case TokenAttr::Byte:
-        if (const auto b = byteTokenValue(text))
-          m_pieces[id] = std::string(1, static_cast<char>(*b));
-        break;
-      case TokenAttr::Undefined:
-      case TokenAttr::Unused:
-        break;  // llama.cpp renders these as nothing
-    }
-  }
+  m_pieces = tokenPieces(m_vocab, [this](const std::string& text) { return unspell(text); });
 }
 
 std::vector<TokenId> BpeTokenizer::encode(std::string_view text, bool addSpecial,

@@ -72,4 +72,29 @@ std::optional<uint8_t> byteTokenValue(std::string_view text) {
   return static_cast<uint8_t>(hi * 16 + lo);
 }
 
+std::vector<std::string> tokenPieces(
+    const Vocab& vocab, const std::function<std::string(const std::string&)>& normalText) {
+  std::vector<std::string> pieces(vocab.tokens.size());
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    const std::string& text = vocab.tokens[id];
+    switch (vocab.attrs[id]) {
+      case TokenAttr::Control:
+      case TokenAttr::Unknown:
+      case TokenAttr::UserDefined:
+        pieces[id] = text;
+        break;
+      case TokenAttr::Normal:
+        pieces[id] = normalText(text);
+        break;
+      case TokenAttr::Byte:
+        if (const auto b = byteTokenValue(text)) pieces[id] = std::string(1, static_cast<char>(*b));
+        break;
+      case TokenAttr::Undefined:
+      case TokenAttr::Unused:
+        break;  // llama.cpp renders these as nothing
+    }
+  }
+  return pieces;
+}
+
 }  // namespace shoal::model

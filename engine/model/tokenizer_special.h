@@ -3,6 +3,7 @@
 // token by its text, and cutting input text at special-token occurrences before tokenizing.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -61,5 +62,11 @@ class SpecialTokenSplitter {
 
 // The byte a byte-fallback token stands for: its text is "<0xXX>" with two hex digits.
 std::optional<uint8_t> byteTokenValue(std::string_view text);
+
+// The bytes each token stands for, by its attribute: control, unknown and user-defined tokens
+// are their text, byte tokens the byte, normal tokens normalText(text) (the tokenizer's own
+// spelling undone); undefined and unused tokens are empty, as llama.cpp renders them.
+std::vector<std::string> tokenPieces(
+    const Vocab& vocab, const std::function<std::string(const std::string&)>& normalText);
 
 }  // namespace shoal::model

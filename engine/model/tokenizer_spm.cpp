@@ -61,27 +61,8 @@ SpmTokenizer::SpmTokenizer(Vocab vocab)
     m_byteToken[b] = id;
   }
 
-  m_pieces.resize(n);
-  for (TokenId id = 0; id < n; ++id) {
-    const std::string& text = m_vocab.tokens[id];
-    switch (m_vocab.attrs[id]) {
-      case TokenAttr::Control:
-      case TokenAttr::Unknown:
-      case TokenAttr::UserDefined:
-        m_pieces[id] = text;
-        break;
-      case TokenAttr::Normal:
-        m_pieces[id] = replaceAll(text, kSpaceMark, " ");
-        break;
-      case TokenAttr::Byte:
-        if (const auto b = byteTokenValue(text))
-          m_pieces[id] = std::string(1, static_cast<char>(*b));
-        break;
-      case TokenAttr::Undefined:
-      case TokenAttr::Unused:
-        break;  // llama.cpp renders these as nothing
-    }
-  }
+  m_pieces = tokenPieces(m_vocab,
+                         [](const std::string& text) { return replaceAll(text, kSpaceMark, " "); });
 }
 
 std::vector<TokenId> SpmTokenizer::encode(std::string_view text, bool addSpecial,
