@@ -101,7 +101,7 @@ BpeTokenizer::BpeTokenizer(Vocab vocab)
     m_singleByteToken[b] = m_index.find(std::string(1, static_cast<char>(b)));
   }
 
-  m_pieces = tokenPieces(m_vocab, [this](const std::string& text) { return unspell(text); });
+  m_pieces = tokenPieces(m_vocab, [](const std::string& text) { return unspell(text); });
 }
 
 std::vector<TokenId> BpeTokenizer::encode(std::string_view text, bool addSpecial,
