@@ -49,14 +49,29 @@ class Binder {
 }  // namespace
 
 ModelWeights ModelWeights::bind(const gguf::File& file, const ModelConfig& c) {
+  return bindRange(file, c, 0, c.nLayer, true, true);
+}
+
+ModelWeights ModelWeights::bindRange(const gguf::File& file, const ModelConfig& c,
+                                     int32_t firstLayer, int32_t lastLayer, bool embedding,
+                                     bool head) {
+  if (firstLayer < 0 || lastLayer > c.nLayer || firstLayer > lastLayer) {
+    throw Error(file.displayName() + ": layer range [" + std::to_string(firstLayer) + ", " +
+                std::to_string(lastLayer) + ") is outside the model's " + std::to_string(c.nLayer) +
+                " layers");
+  }
   const Binder b(file);
   ModelWeights w;
-  w.tokenEmbd = b.get("token_embd.weight", {c.nEmbd, c.nVocab});
-  w.outputNorm = b.get("output_norm.weight", {c.nEmbd}, true, true);
-  w.output = c.tiedOutput ? w.tokenEmbd : b.get("output.weight", {c.nEmbd, c.nVocab});
+  if (embedding || (head && c.tiedOutput)) {
+    w.tokenEmbd = b.get("token_embd.weight", {c.nEmbd, c.nVocab});
+  }
+  if (head) {
+    w.outputNorm = b.get("output_norm.weight", {c.nEmbd}, true, true);
+    w.output = c.tiedOutput ? w.tokenEmbd : b.get("output.weight", {c.nEmbd, c.nVocab});
+  }
   w.ropeFreqs = b.get("rope_freqs.weight", {c.nRot / 2}, false, true);
   w.layers.resize(static_cast<size_t>(c.nLayer));
-  for (int32_t i = 0; i < c.nLayer; ++i) {
+  for (int32_t i = firstLayer; i < lastLayer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     l.attnNorm = b.get(p + "attn_norm.weight", {c.nEmbd}, true, true);

@@ -36,6 +36,14 @@ struct ModelWeights {
 
   // Throws shoal::Error naming the tensor for a missing tensor or a wrong shape or type.
   static ModelWeights bind(const gguf::File& file, const ModelConfig& config);
+
+  // Binds only what a stage over layers [firstLayer, lastLayer) needs: those layers, the
+  // embedding when `embedding`, the final norm and output when `head` (token_embd.weight too when
+  // the output is tied), rope_freqs.weight when present. Everything else stays nullptr, so a
+  // weight shard (a GGUF holding one stage's tensors, written by the LAN layer) binds. layers
+  // still has config.nLayer entries, indexed by the model's layer number.
+  static ModelWeights bindRange(const gguf::File& file, const ModelConfig& config,
+                                int32_t firstLayer, int32_t lastLayer, bool embedding, bool head);
 };
 
 }  // namespace shoal::model
