@@ -19,6 +19,7 @@
 #include <QTextBrowser>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <utility>
 
 #include "app/gui/chat_input.h"
 #include "app/gui/settings_panel.h"
@@ -210,6 +211,17 @@ void ChatWindow::onModelLoaded(const QString& name, int contextLength, const QSt
   m_modelStatus->setText(tr("%1 · %2 · context %3").arg(name, arch).arg(contextLength));
   statusBar()->showMessage(tr("Model %1 loaded.").arg(name), kStatusMs);
   updateActions();
+  if (!m_sendWhenLoaded.isEmpty()) sendWhenLoaded(std::exchange(m_sendWhenLoaded, QString()));
+}
+
+void ChatWindow::sendWhenLoaded(const QString& text) {
+  if (!m_modelLoaded) {
+    m_sendWhenLoaded = text;
+    return;
+  }
+  newConversation();
+  m_input->setPlainText(text);
+  sendMessage();
 }
 
 void ChatWindow::onLoadFailed(const QString& reason) {

@@ -49,6 +49,9 @@ class ChatWindow : public QMainWindow {
   void copyReply();                  // the selection, or else the last reply, to the clipboard
   void renameCurrentConversation();  // edit the title in place
   void deleteCurrentConversation();  // after a confirmation
+  // Once the model has loaded (now, if it already has), start a new conversation with `text` as
+  // its first message. The `--send-on-start` option of the app (crash and screenshot tests).
+  void sendWhenLoaded(const QString& text);
 
  signals:
   void loadModelRequested(const QString& path);  // queued to the engine
@@ -99,6 +102,7 @@ class ChatWindow : public QMainWindow {
   QString m_streamText;                  // the running reply so far
   bool m_modelLoaded = false;
   bool m_fillingList = false;  // itemChanged while the list is rebuilt is no rename
+  QString m_sendWhenLoaded;    // sendWhenLoaded()'s text until the model is loaded
 };
 
 }  // namespace shoal::gui

@@ -1,14 +1,30 @@
 // shoal: the desktop app. Chat with a local GGUF model; -m picks the model (default: the
 // default model, see model_path.h). Conversations are kept in the app data directory
 // ($SHOAL_DATA_DIR overrides it).
+//
+// Hidden options for tests and scripts/screenshots:
+//   --send-on-start TEXT   once the model is loaded, send TEXT in a new conversation; prints
+//                          "shoal: sent" and, at the reply's first token, "shoal: streaming" on
+//                          stdout so a test knows when the reply is being generated.
 
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QIcon>
+#include <cstdio>
 
 #include "app/gui/chat_store.h"
 #include "app/gui/chat_window.h"
 #include "app/gui/model_path.h"
+
+namespace {
+
+void say(const char* line) {
+  std::fputs(line, stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);  // the reader may kill us any moment after this line
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);
@@ -24,10 +40,28 @@ int main(int argc, char** argv) {
   QCommandLineOption model({"m", "model"}, "GGUF model file (default: the default model).",
                            "MODEL");
   parser.addOption(model);
+  QCommandLineOption sendOnStart("send-on-start", "Send TEXT once the model is loaded.", "TEXT");
+  sendOnStart.setFlags(QCommandLineOption::HiddenFromHelp);
+  parser.addOption(sendOnStart);
   parser.process(app);
 
   const QString path = parser.isSet(model) ? parser.value(model) : shoal::gui::defaultModelPath();
   shoal::gui::ChatWindow window(path, shoal::gui::ChatStore::defaultDirectory());
   window.show();
+
+  if (parser.isSet(sendOnStart)) {
+    using shoal::gui::ChatEngine;
+    bool streaming = false;
+    QObject::connect(window.engine(), &ChatEngine::loadFailed, &window, [](const QString& reason) {
+      std::fprintf(stdout, "shoal: load failed: %s\n", qPrintable(reason));
+      std::fflush(stdout);
+    });
+    QObject::connect(window.engine(), &ChatEngine::modelLoaded, &window,
+                     [] { say("shoal: sent"); });
+    QObject::connect(window.engine(), &ChatEngine::tokenStreamed, &window, [streaming]() mutable {
+      if (!std::exchange(streaming, true)) say("shoal: streaming");
+    });
+    window.sendWhenLoaded(parser.value(sendOnStart));
+  }
   return QApplication::exec();
 }

@@ -1,0 +1,122 @@
+// Killing the app (SIGKILL, no chance to clean up) while a reply streams loses nothing that was
+// saved before: earlier conversations, the user's message and the database itself survive. The
+// real `shoal` executable runs as a child process on a temporary data directory.
+
+#include <QDir>
+#include <QFile>
+#include <QProcess>
+#include <QSqlDatabase>
+#include <QSqlQuery>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "app/gui/chat_store.h"
+
+using namespace shoal::gui;
+
+namespace {
+
+// Model loading and the first token on a busy machine: generous, never a timing assertion.
+constexpr int kStreamingTimeoutMs = 180000;
+
+QString modelPath() { return QDir(SHOAL_MODELS_DIR).filePath("SmolLM2-135M-Instruct.Q4_1.gguf"); }
+
+// Reads the child's stdout line by line until `line` appears or the timeout passes.
+bool waitForLine(QProcess& p, const QByteArray& line, int timeoutMs, QByteArray& seen) {
+  QDeadlineTimer deadline(timeoutMs);
+  while (!deadline.hasExpired()) {
+    while (p.canReadLine()) {
+      const QByteArray l = p.readLine().trimmed();
+      seen += l + '\n';
+      if (l == line) return true;
+    }
+    if (p.state() == QProcess::NotRunning) return false;
+    p.waitForReadyRead(static_cast<int>(std::min<qint64>(deadline.remainingTime(), 1000)));
+  }
+  return false;
+}
+
+}  // namespace
+
+class TestCrashRecovery : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void killDuringAStreamedReplyKeepsEverythingSavedBefore() {
+    if (!QFile::exists(modelPath())) QSKIP("default model not present");
+    QTemporaryDir dataDir;
+    QVERIFY(dataDir.isValid());
+
+    // An earlier conversation, saved by a previous run.
+    qint64 earlier = -1;
+    {
+      ChatStore store(dataDir.path());
+      QVERIFY2(store.ok(), qPrintable(store.error()));
+      earlier = store.createConversation("Earlier chat", "Be brief.", GenerationSettings{});
+      QVERIFY(earlier > 0);
+      QVERIFY(store.addMessage(earlier, "user", "Hello there") > 0);
+      ReplyStats stats;
+      stats.generatedTokens = 3;
+      stats.finishReason = "eog";
+      QVERIFY(store.addMessage(earlier, "assistant", "Hi! How can I help?", stats) > 0);
+    }
+
+    const QString question = "Write a very long story about a lighthouse keeper and a whale.";
+    QProcess app;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("SHOAL_DATA_DIR", dataDir.path());
+    env.insert("QT_QPA_PLATFORM", "offscreen");
+    app.setProcessEnvironment(env);
+    app.setProcessChannelMode(QProcess::SeparateChannels);
+    app.start(SHOAL_GUI_BINARY, {"-m", modelPath(), "--send-on-start", question});
+    QVERIFY2(app.waitForStarted(), qPrintable(app.errorString()));
+
+    QByteArray seen;
+    const bool streaming = waitForLine(app, "shoal: streaming", kStreamingTimeoutMs, seen);
+    if (!streaming) {
+      app.kill();
+      app.waitForFinished();
+      QFAIL(qPrintable("the app never started streaming; stdout:\n" + seen + "\nstderr:\n" +
+                       app.readAllStandardError()));
+    }
+    // The reply is being generated right now: kill without warning (QProcess::kill is SIGKILL).
+    app.kill();
+    QVERIFY(app.waitForFinished());
+    QCOMPARE(app.exitStatus(), QProcess::CrashExit);
+
+    // The database opens and SQLite finds nothing wrong with it (the WAL is replayed on open).
+    {
+      QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "integrity");
+      db.setDatabaseName(QDir(dataDir.path()).filePath("shoal-chats.sqlite"));
+      QVERIFY(db.open());
+      QSqlQuery q(db);
+      QVERIFY(q.exec("PRAGMA integrity_check"));
+      QVERIFY(q.next());
+      QCOMPARE(q.value(0).toString(), QString("ok"));
+    }
+    QSqlDatabase::removeDatabase("integrity");
+
+    ChatStore store(dataDir.path());
+    QVERIFY2(store.ok(), qPrintable(store.error()));
+    const QList<StoredConversation> all = store.conversations();
+    QCOMPARE(all.size(), 2);
+
+    const QList<StoredMessage> old = store.messages(earlier);
+    QCOMPARE(old.size(), 2);
+    QCOMPARE(old[0].content, QString("Hello there"));
+    QCOMPARE(old[1].content, QString("Hi! How can I help?"));
+    QCOMPARE(old[1].stats.finishReason, QString("eog"));
+    QCOMPARE(store.conversation(earlier)->systemPrompt, QString("Be brief."));
+
+    const qint64 killed = all[0].id == earlier ? all[1].id : all[0].id;
+    const QList<StoredMessage> asked = store.messages(killed);
+    QVERIFY(!asked.isEmpty());
+    QCOMPARE(asked[0].role, QString("user"));
+    QCOMPARE(asked[0].content, question);
+    // The reply was still running: nothing half-written was saved as if it were complete.
+    for (const StoredMessage& m : asked) QVERIFY(m.role != "assistant" || m.hasStats);
+  }
+};
+
+QTEST_MAIN(TestCrashRecovery)
+#include "test_crash_recovery.moc"
