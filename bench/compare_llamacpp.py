@@ -14,12 +14,24 @@ tools/llamacpp/build_llama_bench.sh. Weight repacking is off in the peer (it cra
 in this llama.cpp version, and it keeps the peer on the plain matmul path the fixtures use) and
 flash attention is off, matching the fixtures. Standard library only.
 
-Usage: bench/compare_llamacpp.py [--model M] [--threads 2] [--runs 5] [-p 128] [-n 64]
+The model is the default one, --model M, or --synthetic-1b q4_0|q8_0: a random-weight model of
+Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, tied output) with
+SmolLM2's tokenizer copied in so llama.cpp loads it, written by shoal-synth-model into
+<build>/models/ on first use (never committed).
+
+Roofline: the bytes one decode step reads (every weight tensor, token_embd only when it is also
+the output) times tg tokens/s, over the DRAM read bandwidth shoal_membw measures with the same
+thread count (or --bandwidth-gibs). It is a DRAM figure only for models much larger than the
+last-level cache; a model that fits in it (SmolLM2-135M in a 480 MiB L3) can exceed 1.
+
+Usage: bench/compare_llamacpp.py [--build build] [--model M | --synthetic-1b q4_0|q8_0]
+                                 [--threads 2] [--runs 5] [-p 128] [-n 64] [--bandwidth-gibs B]
 """
 import argparse
 import json
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -27,6 +39,112 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
+DEFAULT_MODEL = ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+# Llama-3.2-1B's shape (its config.json: hidden_size 2048, num_hidden_layers 16,
+# num_attention_heads 32, num_key_value_heads 8, intermediate_size 8192, rope_theta 500000,
+# tie_word_embeddings true); the vocabulary is SmolLM2's (49152 tokens), not Llama 3's.
+SYNTHETIC_1B = ["--layers", "16", "--embd", "2048", "--heads", "32", "--kv-heads", "8",
+                "--ff", "8192", "--rope-base", "500000", "--tied"]
+
+
+def synthetic_1b(a, qtype):
+    """Path of the synthetic 1B model of type qtype, written on first use."""
+    out = Path(a.build) / "models" / f"synthetic-llama-3.2-1b-{qtype}.gguf"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tool = Path(a.build) / "tools/shoal-synth-model"
+        subprocess.run([str(tool), *SYNTHETIC_1B, "--vocab-from", str(DEFAULT_MODEL), "--type",
+                        qtype, "--name", f"synthetic-llama-3.2-1b-{qtype}", "--out", str(out)],
+                       check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def gguf_tensor_bytes(path):
+    """{tensor name: bytes in the file} from a GGUF v2/v3 header (each tensor's size is the gap
+    to the next tensor's offset, the last one's to the end of the file; padding <= alignment)."""
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+              12: "d"}
+    with open(path, "rb") as f:
+        data = f.read(64 << 20)  # the header of every model used here fits
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        vals = struct.unpack_from("<" + fmt, data, pos)
+        pos += struct.calcsize("<" + fmt)
+        return vals[0]
+
+    def skip(n):
+        nonlocal pos
+        pos += n
+
+    def string():
+        nonlocal pos
+        n = take("Q")
+        pos += n
+        return data[pos - n:pos].decode("utf-8", "replace")
+
+    def value(vtype):
+        if vtype in scalar:
+            return take(scalar[vtype])
+        if vtype == 8:
+            return string()
+        if vtype == 9:
+            etype, count = take("I"), take("Q")
+            if etype in scalar:  # skip a numeric array without unpacking it
+                skip(struct.calcsize("<" + scalar[etype]) * count)
+                return None
+            return [value(etype) for _ in range(count)]
+        raise ValueError(f"{path}: unknown GGUF value type {vtype} at byte {pos}")
+
+    if data[:4] != b"GGUF":
+        raise ValueError(f"{path}: not a GGUF file")
+    pos = 4
+    version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
+    if version not in (2, 3):
+        raise ValueError(f"{path}: GGUF version {version} not supported here")
+    alignment = 32
+    for _ in range(n_kv):
+        key = string()
+        v = value(take("I"))
+        if key == "general.alignment":
+            alignment = v
+    infos = []
+    for _ in range(n_tensors):
+        name = string()
+        n_dims = take("I")
+        pos += 8 * n_dims
+        take("I")  # type
+        infos.append((take("Q"), name))
+    data_start = (pos + alignment - 1) // alignment * alignment
+    infos.sort()
+    end = os.path.getsize(path) - data_start
+    sizes = {}
+    for i, (offset, name) in enumerate(infos):
+        sizes[name] = (infos[i + 1][0] if i + 1 < len(infos) else end) - offset
+    return sizes
+
+
+def decode_bytes_per_token(path):
+    """Weight bytes one decode step reads: all tensors, but of token_embd only one row unless it
+    is also the output matrix (no output.weight)."""
+    sizes = gguf_tensor_bytes(path)
+    total = sum(sizes.values())
+    if "output.weight" in sizes and "token_embd.weight" in sizes:
+        total -= sizes["token_embd.weight"]
+    return total
+
+
+def membw(a):
+    """DRAM read bandwidth in bytes/s with a.threads threads (shoal_membw's median)."""
+    if a.bandwidth_gibs:
+        return {"source": "--bandwidth-gibs", "gib_per_s_median": a.bandwidth_gibs,
+                "bytes_per_s_median": a.bandwidth_gibs * (1 << 30)}
+    out = subprocess.run([str(Path(a.build) / "bench/membw/shoal_membw"), "--threads",
+                          str(a.threads)], check=True, capture_output=True, text=True).stdout
+    res = json.loads(out)
+    res["source"] = "shoal_membw"
+    return res
 
 
 def run_measured(cmd):
@@ -72,19 +190,33 @@ def llama_generate(a, n):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--build", default=str(ROOT / "build"),
+                    help="build directory holding shoal-cli, shoal-synth-model and shoal_membw")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--model", default=None, help="GGUF model (default: the default model)")
+    which.add_argument("--synthetic-1b", choices=["q4_0", "q8_0"], default=None,
+                       help="a random-weight Llama-3.2-1B-shaped model of this type")
+    ap.add_argument("--bandwidth-gibs", type=float, default=None,
+                    help="DRAM read bandwidth for the roofline (default: run shoal_membw)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("-p", type=int, default=128)
     ap.add_argument("-n", type=int, default=64)
-    ap.add_argument("--shoal", default=str(ROOT / "build/app/cli/shoal-cli"))
+    ap.add_argument("--shoal", default=None, help="shoal-cli (default: <build>/app/cli/shoal-cli)")
     ap.add_argument("--llama-bin", default=None,
                     help="llama.cpp build/bin (default: built by tools/llamacpp/build_llama_bench.sh)")
     a = ap.parse_args()
+    if a.shoal is None:
+        a.shoal = str(Path(a.build) / "app/cli/shoal-cli")
+    if a.synthetic_1b:
+        a.model = str(synthetic_1b(a, a.synthetic_1b))
+    elif a.model is None:
+        a.model = str(DEFAULT_MODEL)
     if a.llama_bin is None:
         a.llama_bin = subprocess.run([str(ROOT / "tools/llamacpp/build_llama_bench.sh")],
                                      check=True, capture_output=True, text=True).stdout.strip()
 
+    bandwidth = membw(a)
     samples = {k: {"shoal": [], "llama.cpp": []} for k in ("pp", "tg", "rss", "startup")}
     ratios = {k: [] for k in samples}
     for _ in range(a.runs):
@@ -100,15 +232,27 @@ def main():
             samples[key]["llama.cpp"].append(l)
             ratios[key].append(s / l)
 
+    median = {k: {who: statistics.median(v) for who, v in samples[k].items()} for k in samples}
+    step_bytes = decode_bytes_per_token(a.model)
+    bps = bandwidth["bytes_per_s_median"]
     report = {
         "model": Path(a.model).name,
+        "model_file_bytes": os.path.getsize(a.model),
         "threads": a.threads,
         "runs": a.runs,
         "pp_tokens": a.p,
         "tg_tokens": a.n,
         "units": {"pp": "tokens/s", "tg": "tokens/s", "rss": "bytes", "startup": "s"},
-        "median": {k: {who: statistics.median(v) for who, v in samples[k].items()} for k in samples},
+        "median": median,
         "median_ratio_shoal_over_llamacpp": {k: statistics.median(v) for k, v in ratios.items()},
+        "roofline": {
+            "decode_bytes_per_token": step_bytes,
+            "dram_read_gib_per_s": bandwidth["gib_per_s_median"],
+            "bandwidth_source": bandwidth["source"],
+            # fraction of the DRAM bandwidth the median tg streams weights at
+            "fraction_of_dram_bandwidth": {who: step_bytes * tg / bps
+                                           for who, tg in median["tg"].items()},
+        },
         "samples": samples,
     }
     print(json.dumps(report, indent=2))
