@@ -17,10 +17,6 @@
 namespace shoal::gui {
 namespace {
 
-// The context the GUI asks for: the model's training context, capped so that a small machine
-// does not reserve a KV cache for 128k tokens (the same cap shoal-cli uses by default).
-constexpr int32_t kMaxContext = 4096;
-
 std::vector<model::ChatMessage> toMessages(const QList<ChatTurn>& turns) {
   std::vector<model::ChatMessage> out;
   out.reserve(static_cast<size_t>(turns.size()));
@@ -66,7 +62,7 @@ void ChatEngine::loadModel(const QString& path) {
     spec.firstLayer = 0;
     spec.lastLayer = c.nLayer;
     spec.hasEmbedding = spec.hasHead = true;
-    spec.contextLength = std::min(c.nCtxTrain, kMaxContext);
+    spec.contextLength = std::min<int32_t>(c.nCtxTrain, kMaxChatContext);
     const runtime::ModelSource src{&loaded->file(), &loaded->config(), &loaded->weights()};
     std::vector<std::unique_ptr<runtime::Stage>> stages;
     stages.push_back(backend->createStage(backend->devices().front().id, src, spec));

@@ -8,6 +8,10 @@
 
 namespace shoal::gui {
 
+// The context the app loads a model with: the model's training context, capped so that a small
+// machine does not reserve a KV cache for 128k tokens (the same cap shoal-cli uses by default).
+inline constexpr int kMaxChatContext = 4096;
+
 // Sampling and length settings of one conversation (stored with it, sent with every request).
 struct GenerationSettings {
   double temperature = 0.7;  // <= 0: greedy

@@ -16,12 +16,14 @@
 #include <QShortcut>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QTabWidget>
 #include <QTextBrowser>
 #include <QTimer>
 #include <QVBoxLayout>
 #include <utility>
 
 #include "app/gui/chat_input.h"
+#include "app/gui/model_manager.h"
 #include "app/gui/settings_panel.h"
 #include "app/gui/transcript_markdown.h"
 
@@ -45,6 +47,7 @@ QString titleFrom(const QString& text) {
 
 ChatWindow::ChatWindow(const QString& modelPath, const QString& dataDirectory, QWidget* parent)
     : QMainWindow(parent),
+      m_appSettings(AppSettings::load()),
       m_store(std::make_unique<ChatStore>(dataDirectory)),
       m_engineThread(std::make_unique<ChatEngineThread>()) {
   setWindowTitle(tr("Shoal"));
@@ -135,7 +138,16 @@ void ChatWindow::buildUi() {
   splitter->addWidget(m_settings);
   splitter->setStretchFactor(1, 1);
   splitter->setSizes({220, 640, 240});
-  setCentralWidget(splitter);
+
+  m_models = new ModelManager(m_appSettings.effectiveModelsDir());
+  m_models->setObjectName("modelManager");
+  m_pages = new QTabWidget;
+  m_pages->setObjectName("pages");
+  m_pages->setDocumentMode(true);
+  m_pages->addTab(splitter, tr("Chat"));
+  m_pages->addTab(m_models, tr("Models"));
+  setCentralWidget(m_pages);
+  connect(m_models, &ModelManager::loadRequested, this, &ChatWindow::loadModel);
   resize(1100, 720);
 
   m_modelStatus = new QLabel;
@@ -192,6 +204,11 @@ void ChatWindow::connectEngine() {
   connect(this, &ChatWindow::loadModelRequested, e, &ChatEngine::loadModel);
   connect(e, &ChatEngine::modelLoaded, this, &ChatWindow::onModelLoaded);
   connect(e, &ChatEngine::loadFailed, this, &ChatWindow::onLoadFailed);
+  connect(e, &ChatEngine::loadStarted, m_models, &ModelManager::onLoadStarted);
+  connect(e, &ChatEngine::modelLoaded, m_models,
+          [this](const QString& name) { m_models->onLoadFinished(true, name); });
+  connect(e, &ChatEngine::loadFailed, m_models,
+          [this](const QString& reason) { m_models->onLoadFinished(false, reason); });
   connect(e, &ChatEngine::tokenStreamed, this, &ChatWindow::onTokenStreamed);
   connect(e, &ChatEngine::replyFinished, this, &ChatWindow::onReplyFinished);
   connect(e, &ChatEngine::generateFailed, this, &ChatWindow::onGenerateFailed);
@@ -204,6 +221,17 @@ void ChatWindow::loadModel(const QString& path) {
   statusBar()->showMessage(tr("Loading model %1…").arg(path));
   updateActions();
   emit loadModelRequested(path);
+}
+
+bool ChatWindow::showPage(const QString& name) {
+  if (name == "chat") {
+    m_pages->setCurrentIndex(0);
+  } else if (name == "models") {
+    m_pages->setCurrentWidget(m_models);
+  } else {
+    return false;
+  }
+  return true;
 }
 
 void ChatWindow::onModelLoaded(const QString& name, int contextLength, const QString& arch) {

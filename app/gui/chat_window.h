@@ -8,6 +8,7 @@
 #include <QMainWindow>
 #include <memory>
 
+#include "app/gui/app_settings.h"
 #include "app/gui/chat_engine.h"
 #include "app/gui/chat_store.h"
 
@@ -16,12 +17,14 @@ class QLineEdit;
 class QListWidget;
 class QListWidgetItem;
 class QPushButton;
+class QTabWidget;
 class QTextBrowser;
 class QTimer;
 
 namespace shoal::gui {
 
 class ChatInput;
+class ModelManager;
 class SettingsPanel;
 
 class ChatWindow : public QMainWindow {
@@ -38,6 +41,10 @@ class ChatWindow : public QMainWindow {
   qint64 currentConversationId() const { return m_current; }
   bool isModelLoaded() const { return m_modelLoaded; }
   bool isGenerating() const { return m_generatingConversation >= 0; }
+  ModelManager* modelManager() const { return m_models; }
+  const AppSettings& appSettings() const { return m_appSettings; }
+  // Show a page by name: "chat", "models" (false for an unknown name).
+  bool showPage(const QString& name);
 
  public slots:
   void loadModel(const QString& path);
@@ -77,9 +84,12 @@ class ChatWindow : public QMainWindow {
   void onItemChanged(QListWidgetItem* item);
   QListWidgetItem* itemFor(qint64 id) const;
 
+  AppSettings m_appSettings;
   std::unique_ptr<ChatStore> m_store;
   std::unique_ptr<ChatEngineThread> m_engineThread;
 
+  QTabWidget* m_pages = nullptr;  // Chat, Models
+  ModelManager* m_models = nullptr;
   QListWidget* m_conversationList = nullptr;
   QLineEdit* m_search = nullptr;
   QLabel* m_banner = nullptr;

@@ -1,0 +1,26 @@
+#pragma once
+// The app-wide settings (not a conversation's): compute, models, this node, the API server.
+// Kept with QSettings: in $SHOAL_DATA_DIR/shoal.conf when that is set (tests, portable use),
+// else in the platform's place for "shoal/shoal".
+
+#include <QString>
+
+namespace shoal::gui {
+
+struct AppSettings {
+  int threads = 0;          // CPU threads; 0: one per physical core
+  QString backend = "cpu";  // preferred backend ("cpu", "vulkan", "cuda")
+  QString device;           // preferred device id of that backend; empty: its first
+  QString modelsDir;        // where the model manager lists and adds models
+  QString nodeName;         // this machine's name in a pool; empty: the host name
+  bool apiEnabled = false;  // serve the OpenAI-compatible API over the loaded model
+  QString apiHost = "127.0.0.1";
+  int apiPort = 8080;  // 0: any free port
+
+  static AppSettings load();
+  void save() const;
+  // The models directory to use: modelsDir, else the default model's directory.
+  QString effectiveModelsDir() const;
+};
+
+}  // namespace shoal::gui
