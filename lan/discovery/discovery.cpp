@@ -1,0 +1,488 @@
+#include "lan/discovery/discovery.h"
+
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <asio.hpp>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "lan/discovery/interfaces.h"
+
+namespace shoal::lan {
+
+namespace {
+
+using udp = asio::ip::udp;
+
+// Larger than any beacon so an oversized datagram is seen whole enough to be counted as such
+// (recvmsg's MSG_TRUNC reports the real length anyway).
+constexpr size_t kReceiveBufferBytes = 2048;
+
+udp::endpoint parseTarget(const std::string& text) {
+  std::string host;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      throw shoal::Error("discovery unicast target '" + text + "': expected [ipv6]:port");
+    }
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos) {
+      throw shoal::Error("discovery unicast target '" + text + "': expected ip:port");
+    }
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  unsigned long portNumber = 0;
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) ||
+      (portNumber = std::stoul(port)) < 1 || portNumber > 65535) {
+    throw shoal::Error("discovery unicast target '" + text + "': port '" + port +
+                       "' is not in 1..65535");
+  }
+  asio::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec) {
+    throw shoal::Error("discovery unicast target '" + text + "': '" + host +
+                       "' is not an IP address (" + ec.message() + ")");
+  }
+  return udp::endpoint(address, static_cast<uint16_t>(portNumber));
+}
+
+std::string interfaceNameOf(unsigned index) {
+  char name[IF_NAMESIZE] = {};
+  if (index == 0 || if_indextoname(index, name) == nullptr) return {};
+  return name;
+}
+
+// The sender as a connectable string; link-local IPv6 gets its zone ("fe80::1%eth0").
+std::string formatSource(const sockaddr_storage& from, const std::string& interfaceName) {
+  if (from.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(from);
+    return asio::ip::address_v4(ntohl(in.sin_addr.s_addr)).to_string();
+  }
+  const auto& in6 = reinterpret_cast<const sockaddr_in6&>(from);
+  asio::ip::address_v6::bytes_type bytes;
+  std::memcpy(bytes.data(), in6.sin6_addr.s6_addr, bytes.size());
+  const asio::ip::address_v6 address(bytes);
+  std::string text = address.to_string();
+  if (address.is_link_local() && !interfaceName.empty()) text += "%" + interfaceName;
+  return text;
+}
+
+}  // namespace
+
+struct Discovery::Impl {
+  explicit Impl(DiscoveryOptions o) : options(std::move(o)), table(options.expiry) {}
+
+  DiscoveryOptions options;
+  std::string nonce;
+  std::vector<uint8_t> datagram;  // our beacon, encoded once
+
+  std::mutex lifecycle;  // start/stop
+  asio::io_context io;
+  std::optional<udp::socket> v4;
+  std::optional<udp::socket> v6;
+  std::optional<asio::steady_timer> beaconTimer;
+  std::optional<asio::steady_timer> sweepTimer;
+  std::thread thread;
+  std::atomic<uint16_t> boundPort{0};
+
+  mutable std::mutex mutex;  // everything below
+  PeerTable table;
+  DiscoveryStats stats;
+  std::vector<udp::endpoint> targets;
+  std::set<std::string> reportedClashNonces;
+
+  // io thread only
+  std::set<unsigned> joinedV4;
+  std::set<unsigned> joinedV6;
+  std::set<std::string> loggedSendErrors;
+  std::vector<uint8_t> receiveBuffer = std::vector<uint8_t>(kReceiveBufferBytes);
+
+  void log(const std::string& line) const {
+    if (options.log) {
+      options.log(line);
+    } else {
+      std::fprintf(stderr, "shoal discovery: %s\n", line.c_str());
+    }
+  }
+
+  bool interfaceAllowed(const std::string& name) const {
+    const auto& names = options.bindInterfaces;
+    return names.empty() || std::find(names.begin(), names.end(), name) != names.end();
+  }
+
+  void openSockets();
+  void scheduleBeacon();
+  void scheduleSweep();
+  void sendBeacons();
+  void joinGroups(const std::vector<NetworkInterface>& eligible);
+  void sendTo(udp::socket& socket, const udp::endpoint& to, const std::string& where);
+  void waitForDatagrams(udp::socket& socket);
+  void drain(udp::socket& socket);
+  void handleDatagram(std::span<const uint8_t> bytes, const sockaddr_storage& from,
+                      unsigned interfaceIndex);
+};
+
+void Discovery::Impl::openSockets() {
+  asio::error_code ec4;
+  asio::error_code ec6;
+  v4.emplace(io);
+  v4->open(udp::v4(), ec4);
+  if (!ec4) v4->set_option(asio::socket_base::reuse_address(true), ec4);
+  if (!ec4) v4->bind(udp::endpoint(asio::ip::address_v4::any(), options.udpPort), ec4);
+  if (!ec4) {
+    asio::error_code ignored;  // best effort: without them we still send unicast
+    v4->set_option(asio::socket_base::broadcast(true), ignored);
+    v4->set_option(asio::ip::multicast::hops(1), ignored);
+    v4->set_option(asio::ip::multicast::enable_loopback(true), ignored);
+    const int on = 1;
+    setsockopt(v4->native_handle(), IPPROTO_IP, IP_PKTINFO, &on, sizeof on);
+    v4->non_blocking(true, ignored);
+    boundPort = v4->local_endpoint(ignored).port();
+  } else {
+    v4.reset();
+  }
+  // Same port number as IPv4 even when it was ephemeral: peers send to one port.
+  const uint16_t port = v4 ? boundPort.load() : options.udpPort;
+  v6.emplace(io);
+  v6->open(udp::v6(), ec6);
+  if (!ec6) v6->set_option(asio::ip::v6_only(true), ec6);
+  if (!ec6) v6->set_option(asio::socket_base::reuse_address(true), ec6);
+  if (!ec6) v6->bind(udp::endpoint(asio::ip::address_v6::any(), port), ec6);
+  if (!ec6) {
+    asio::error_code ignored;
+    v6->set_option(asio::ip::multicast::hops(1), ignored);
+    v6->set_option(asio::ip::multicast::enable_loopback(true), ignored);
+    const int on = 1;
+    setsockopt(v6->native_handle(), IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof on);
+    v6->non_blocking(true, ignored);
+    if (!v4) boundPort = v6->local_endpoint(ignored).port();
+  } else {
+    v6.reset();
+  }
+  if (!v4 && !v6) {
+    throw shoal::Error("discovery: cannot bind UDP port " + std::to_string(options.udpPort) +
+                       " (IPv4: " + ec4.message() + "; IPv6: " + ec6.message() + ")");
+  }
+  if (!v4) log("IPv4 unavailable (" + ec4.message() + "), IPv6 only");
+  if (!v6) log("IPv6 unavailable (" + ec6.message() + "), IPv4 only");
+}
+
+void Discovery::Impl::scheduleBeacon() {
+  beaconTimer->expires_after(options.interval);
+  beaconTimer->async_wait([this](const asio::error_code& ec) {
+    if (ec) return;
+    sendBeacons();
+    scheduleBeacon();
+  });
+}
+
+void Discovery::Impl::scheduleSweep() {
+  // Often enough that a peer goes within ~1/5 of the expiry after it is due, never busier than
+  // the beacon interval.
+  const auto period = std::clamp(options.expiry / 5, std::chrono::milliseconds(10),
+                                 std::max(options.interval, std::chrono::milliseconds(10)));
+  sweepTimer->expires_after(period);
+  sweepTimer->async_wait([this](const asio::error_code& ec) {
+    if (ec) return;
+    std::vector<Peer> snapshot;
+    bool changed = false;
+    {
+      std::lock_guard lock(mutex);
+      changed = table.expire(DiscoveryClock::now());
+      if (changed) snapshot = table.peers();
+    }
+    if (changed && options.onPeersChanged) options.onPeersChanged(snapshot);
+    scheduleSweep();
+  });
+}
+
+void Discovery::Impl::joinGroups(const std::vector<NetworkInterface>& eligible) {
+  // Forget interfaces that went away: the kernel dropped their memberships with them.
+  const auto present = [&](unsigned index) {
+    return std::any_of(eligible.begin(), eligible.end(),
+                       [&](const NetworkInterface& i) { return i.index == index; });
+  };
+  std::erase_if(joinedV4, [&](unsigned index) { return !present(index); });
+  std::erase_if(joinedV6, [&](unsigned index) { return !present(index); });
+  for (const NetworkInterface& ni : eligible) {
+    if (!ni.multicast) continue;
+    if (v4 && !ni.ipv4.empty() && !joinedV4.count(ni.index)) {
+      ip_mreqn request{};
+      request.imr_multiaddr.s_addr = htonl(kDiscoveryGroupV4.to_uint());
+      request.imr_ifindex = static_cast<int>(ni.index);
+      if (setsockopt(v4->native_handle(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &request,
+                     sizeof request) == 0 ||
+          errno == EADDRINUSE) {
+        joinedV4.insert(ni.index);
+      } else if (loggedSendErrors.insert("join4 " + ni.name).second) {
+        log("cannot join " + kDiscoveryGroupV4.to_string() + " on " + ni.name + ": " +
+            std::strerror(errno));
+      }
+    }
+    if (v6 && ni.ipv6LinkLocal && !joinedV6.count(ni.index)) {
+      asio::error_code ec;
+      v6->set_option(asio::ip::multicast::join_group(kDiscoveryGroupV6, ni.index), ec);
+      if (!ec || ec == asio::error::address_in_use) {
+        joinedV6.insert(ni.index);
+      } else if (loggedSendErrors.insert("join6 " + ni.name).second) {
+        log("cannot join " + kDiscoveryGroupV6.to_string() + " on " + ni.name + ": " +
+            ec.message());
+      }
+    }
+  }
+}
+
+void Discovery::Impl::sendTo(udp::socket& socket, const udp::endpoint& to,
+                             const std::string& where) {
+  asio::error_code ec;
+  socket.send_to(asio::buffer(datagram), to, 0, ec);
+  std::lock_guard lock(mutex);
+  if (!ec) {
+    ++stats.sent;
+    return;
+  }
+  ++stats.sendErrors;
+  // One line per destination and error, not one per second.
+  if (loggedSendErrors.insert(where + " " + ec.message()).second) {
+    log("beacon to " + where + " failed: " + ec.message());
+  }
+}
+
+void Discovery::Impl::sendBeacons() {
+  std::vector<NetworkInterface> eligible;
+  for (NetworkInterface& ni : listNetworkInterfaces()) {
+    const bool wanted = options.bindInterfaces.empty() ? !ni.loopback : interfaceAllowed(ni.name);
+    if (ni.up && wanted && ni.index != 0) eligible.push_back(std::move(ni));
+  }
+  joinGroups(eligible);
+  const uint16_t port = boundPort;
+  for (const NetworkInterface& ni : eligible) {
+    if (v4 && ni.multicast && !ni.ipv4.empty()) {
+      ip_mreqn outbound{};
+      outbound.imr_ifindex = static_cast<int>(ni.index);
+      setsockopt(v4->native_handle(), IPPROTO_IP, IP_MULTICAST_IF, &outbound, sizeof outbound);
+      sendTo(*v4, udp::endpoint(kDiscoveryGroupV4, port),
+             kDiscoveryGroupV4.to_string() + "%" + ni.name);
+    }
+    if (v4 && ni.broadcast) {
+      for (const asio::ip::address_v4& broadcast : ni.ipv4Broadcast) {
+        sendTo(*v4, udp::endpoint(broadcast, port), broadcast.to_string() + "%" + ni.name);
+      }
+    }
+    if (v6 && ni.multicast && ni.ipv6LinkLocal) {
+      asio::ip::address_v6 group = kDiscoveryGroupV6;
+      group.scope_id(ni.index);
+      asio::error_code ignored;
+      v6->set_option(asio::ip::multicast::outbound_interface(ni.index), ignored);
+      sendTo(*v6, udp::endpoint(group, port), kDiscoveryGroupV6.to_string() + "%" + ni.name);
+    }
+  }
+  std::vector<udp::endpoint> unicast;
+  {
+    std::lock_guard lock(mutex);
+    unicast = targets;
+  }
+  for (const udp::endpoint& to : unicast) {
+    udp::socket* socket = to.address().is_v4() ? (v4 ? &*v4 : nullptr) : (v6 ? &*v6 : nullptr);
+    if (socket != nullptr) {
+      std::string where = to.address().to_string() + ":" + std::to_string(to.port());
+      sendTo(*socket, to, where);
+    }
+  }
+}
+
+void Discovery::Impl::waitForDatagrams(udp::socket& socket) {
+  socket.async_wait(udp::socket::wait_read, [this, &socket](const asio::error_code& ec) {
+    if (ec) return;  // cancelled by stop()
+    drain(socket);
+    waitForDatagrams(socket);
+  });
+}
+
+// Reads every queued datagram with recvmsg (Asio has no way to get IP_PKTINFO, which says which
+// interface a datagram arrived on).
+void Discovery::Impl::drain(udp::socket& socket) {
+  for (;;) {
+    sockaddr_storage from{};
+    iovec iov{receiveBuffer.data(), receiveBuffer.size()};
+    alignas(cmsghdr) unsigned char control[256];
+    msghdr message{};
+    message.msg_name = &from;
+    message.msg_namelen = sizeof from;
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    const ssize_t length = recvmsg(socket.native_handle(), &message, MSG_DONTWAIT | MSG_TRUNC);
+    if (length < 0) {
+      if (errno == EINTR) continue;
+      return;  // EAGAIN: drained; anything else: wait for the next readiness
+    }
+    unsigned interfaceIndex = 0;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
+      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+        in_pktinfo info{};
+        std::memcpy(&info, CMSG_DATA(c), sizeof info);
+        interfaceIndex = static_cast<unsigned>(info.ipi_ifindex);
+      } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+        in6_pktinfo info{};
+        std::memcpy(&info, CMSG_DATA(c), sizeof info);
+        interfaceIndex = info.ipi6_ifindex;
+      }
+    }
+    // A datagram longer than the buffer shows up as the whole buffer: still "too large".
+    const size_t seen = std::min(static_cast<size_t>(length), receiveBuffer.size());
+    handleDatagram(std::span<const uint8_t>(receiveBuffer.data(), seen), from, interfaceIndex);
+  }
+}
+
+void Discovery::Impl::handleDatagram(std::span<const uint8_t> bytes, const sockaddr_storage& from,
+                                     unsigned interfaceIndex) {
+  const std::string interfaceName = interfaceNameOf(interfaceIndex);
+  std::optional<IdentityClash> clash;
+  std::vector<Peer> snapshot;
+  bool changed = false;
+  {
+    std::lock_guard lock(mutex);
+    ++stats.received;
+    if (!options.bindInterfaces.empty() && !interfaceAllowed(interfaceName)) {
+      ++stats.droppedInterface;
+      ++stats.dropped;
+      return;
+    }
+    Beacon beacon;
+    try {
+      beacon = decodeBeacon(bytes);
+    } catch (const BeaconError& e) {
+      switch (e.kind()) {
+        case BeaconError::Kind::TooLarge:
+          ++stats.droppedTooLarge;
+          break;
+        case BeaconError::Kind::BadMagic:
+          ++stats.droppedBadMagic;
+          break;
+        case BeaconError::Kind::UnsupportedVersion:
+          ++stats.droppedBadVersion;
+          break;
+        case BeaconError::Kind::Malformed:
+          ++stats.droppedMalformed;
+          break;
+      }
+      ++stats.dropped;
+      return;
+    }
+    const std::string address = formatSource(from, interfaceName);
+    if (beacon.deviceId == options.deviceId) {
+      if (beacon.nonce == nonce) {
+        ++stats.droppedOwn;
+        ++stats.dropped;
+        return;
+      }
+      ++stats.accepted;
+      ++stats.identityClashes;
+      if (reportedClashNonces.insert(beacon.nonce).second) {
+        clash = IdentityClash{beacon.deviceId, beacon.nonce, beacon.name, address, interfaceName};
+      }
+    } else {
+      ++stats.accepted;
+      changed = table.observe(beacon, address, interfaceName, DiscoveryClock::now());
+      if (changed) snapshot = table.peers();
+    }
+  }
+  if (clash) {
+    log("identity clash: " + clash->address + " (" + clash->theirName +
+        ") announces our device ID " + clash->deviceId +
+        " with another instance nonce; its config was copied from this one");
+    if (options.onIdentityClash) options.onIdentityClash(*clash);
+  }
+  if (changed && options.onPeersChanged) options.onPeersChanged(snapshot);
+}
+
+Discovery::Discovery(DiscoveryOptions options)
+    : m_impl(std::make_unique<Impl>(std::move(options))) {
+  Impl& d = *m_impl;
+  if (d.options.interval.count() <= 0 || d.options.expiry <= d.options.interval) {
+    throw shoal::Error("discovery options: interval " + std::to_string(d.options.interval.count()) +
+                       " ms and expiry " + std::to_string(d.options.expiry.count()) +
+                       " ms: need 0 < interval < expiry");
+  }
+  d.nonce = makeBeaconNonce();
+  Beacon own{d.options.deviceId, d.options.name, d.options.tcpPort, d.nonce, d.options.summary};
+  try {
+    d.datagram = encodeBeacon(own);
+  } catch (const BeaconError& e) {
+    throw shoal::Error(std::string("discovery options: ") + e.what());
+  }
+  for (const std::string& target : d.options.unicastTargets)
+    d.targets.push_back(parseTarget(target));
+}
+
+Discovery::~Discovery() { stop(); }
+
+void Discovery::start() {
+  Impl& d = *m_impl;
+  std::lock_guard lock(d.lifecycle);
+  if (d.thread.joinable()) return;
+  d.io.restart();
+  d.openSockets();
+  d.beaconTimer.emplace(d.io);
+  d.sweepTimer.emplace(d.io);
+  d.joinedV4.clear();
+  d.joinedV6.clear();
+  if (d.v4) d.waitForDatagrams(*d.v4);
+  if (d.v6) d.waitForDatagrams(*d.v6);
+  asio::post(d.io, [&d] {
+    d.sendBeacons();
+    d.scheduleBeacon();
+  });
+  d.scheduleSweep();
+  d.thread = std::thread([&d] { d.io.run(); });
+}
+
+void Discovery::stop() {
+  Impl& d = *m_impl;
+  std::lock_guard lock(d.lifecycle);
+  if (!d.thread.joinable()) return;
+  d.io.stop();
+  d.thread.join();
+  d.beaconTimer.reset();
+  d.sweepTimer.reset();
+  d.v4.reset();  // closes the socket (and leaves the groups)
+  d.v6.reset();
+}
+
+std::vector<Peer> Discovery::peers() const {
+  std::lock_guard lock(m_impl->mutex);
+  return m_impl->table.peers();
+}
+
+DiscoveryStats Discovery::stats() const {
+  std::lock_guard lock(m_impl->mutex);
+  return m_impl->stats;
+}
+
+uint16_t Discovery::udpPort() const { return m_impl->boundPort; }
+
+const std::string& Discovery::nonce() const { return m_impl->nonce; }
+
+void Discovery::addUnicastTarget(const std::string& target) {
+  const udp::endpoint endpoint = parseTarget(target);
+  std::lock_guard lock(m_impl->mutex);
+  m_impl->targets.push_back(endpoint);
+}
+
+}  // namespace shoal::lan

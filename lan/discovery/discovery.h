@@ -1,0 +1,116 @@
+#pragma once
+// LAN discovery: every node announces itself with a beacon (beacon.h) once per interval and
+// keeps a table of the peers it hears, dropping those silent for longer than the expiry.
+//
+// Where beacons go, on every up interface (or only those in bindInterfaces):
+//   - IPv4 multicast to 239.255.47.47 (organization-local scope, RFC 2365) port 47474, TTL 1;
+//   - IPv6 multicast to ff02::7368:6f61 ("shoa", link-local scope) port 47474, hop limit 1;
+//   - IPv4 broadcast to the interface's broadcast address (for networks that drop multicast);
+//   - unicast to each configured target (static peers; the loopback unit tests).
+// A receiver sees the same beacon several ways; the peer table merges them by device ID.
+//
+// Threading: Discovery runs its own io thread. Callbacks run on that thread, without internal
+// locks held; they may call peers()/stats() but must not call stop() or destroy the object.
+// All public methods are thread-safe.
+
+#include <asio/ip/address_v4.hpp>
+#include <asio/ip/address_v6.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lan/discovery/beacon.h"
+#include "lan/discovery/peer_table.h"
+
+namespace shoal::lan {
+
+inline constexpr uint16_t kDefaultDiscoveryPort = 47474;
+inline const asio::ip::address_v4 kDiscoveryGroupV4 = asio::ip::make_address_v4("239.255.47.47");
+inline const asio::ip::address_v6 kDiscoveryGroupV6 = asio::ip::make_address_v6("ff02::7368:6f61");
+
+// A beacon with our device ID but another instance's nonce: a second machine (or process) runs
+// with a copy of our identity files. The node should regenerate its identity.
+struct IdentityClash {
+  std::string deviceId;    // ours
+  std::string theirNonce;  // the other instance's
+  std::string theirName;
+  std::string address;  // where the clashing beacon came from
+  std::string interfaceName;
+};
+
+struct DiscoveryOptions {
+  std::string deviceId;  // ours, as formatDeviceId writes it
+  std::string name;      // display name, 1..128 bytes
+  uint16_t tcpPort = 0;  // where our Listener accepts connections
+  std::string summary;   // devices in one line, at most 512 bytes (beacon.h)
+  // UDP port beacons are sent to and received on. 0 binds an ephemeral port (tests; nobody
+  // else will find us except through unicast targets).
+  uint16_t udpPort = kDefaultDiscoveryPort;
+  std::chrono::milliseconds interval{1000};  // between beacons
+  std::chrono::milliseconds expiry{5000};    // silence after which a peer is dropped
+  // Interface names to announce on and accept beacons from; empty = every up, non-loopback
+  // interface. Naming "lo" is allowed (it carries unicast targets only: no multicast flag).
+  std::vector<std::string> bindInterfaces;
+  // Extra "ip:port" destinations (IPv4, or IPv6 in brackets: "[fe80::1%eth0]:47474"), sent
+  // every beacon. More can be added after start() with addUnicastTarget().
+  std::vector<std::string> unicastTargets;
+  // Called with the whole table after each change (peer or address added/expired, name, port,
+  // summary or nonce changed). Optional.
+  std::function<void(const std::vector<Peer>&)> onPeersChanged;
+  // Called once per distinct clashing nonce (see IdentityClash). Optional; a line is logged
+  // either way.
+  std::function<void(const IdentityClash&)> onIdentityClash;
+  // Where warnings go (one line each, no newline); default stderr with a "shoal discovery: "
+  // prefix.
+  std::function<void(const std::string&)> log;
+};
+
+struct DiscoveryStats {
+  uint64_t sent = 0;               // datagrams handed to the kernel
+  uint64_t sendErrors = 0;         // send failures (interface went down, no route, ...)
+  uint64_t received = 0;           // datagrams read; = accepted + dropped
+  uint64_t accepted = 0;           // valid beacons from other instances (clashes included)
+  uint64_t dropped = 0;            // sum of the dropped* counters below
+  uint64_t droppedOwn = 0;         // our own beacons coming back (multicast loop, broadcast)
+  uint64_t droppedTooLarge = 0;    // longer than kMaxBeaconBytes
+  uint64_t droppedBadMagic = 0;    // not a Shoal beacon
+  uint64_t droppedBadVersion = 0;  // a Shoal beacon of another protocol version
+  uint64_t droppedMalformed = 0;   // right header, bad JSON or fields
+  uint64_t droppedInterface = 0;   // arrived on an interface outside bindInterfaces
+  uint64_t identityClashes = 0;    // beacons with our ID and a foreign nonce (each one counted)
+};
+
+class Discovery {
+ public:
+  // Validates the options (the beacon must encode: beacon.h limits) and draws the instance
+  // nonce. Throws shoal::Error naming the bad option. Does not touch the network.
+  explicit Discovery(DiscoveryOptions options);
+  ~Discovery();  // stop()
+  Discovery(const Discovery&) = delete;
+  Discovery& operator=(const Discovery&) = delete;
+
+  // Binds the UDP sockets, starts the io thread and sends the first beacon at once. Throws
+  // shoal::Error when neither IPv4 nor IPv6 can bind the port. A second call does nothing.
+  void start();
+  // Stops the thread and closes the sockets; the peer table is kept. Idempotent.
+  void stop();
+
+  std::vector<Peer> peers() const;
+  DiscoveryStats stats() const;
+  // The bound UDP port (useful when options.udpPort was 0); 0 before start().
+  uint16_t udpPort() const;
+  // This process's beacon nonce.
+  const std::string& nonce() const;
+  // Adds a unicast destination ("ip:port" as in DiscoveryOptions). Throws shoal::Error if it
+  // does not parse.
+  void addUnicastTarget(const std::string& target);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace shoal::lan
