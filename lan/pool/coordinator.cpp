@@ -1,0 +1,548 @@
+#include "lan/pool/coordinator.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "engine/error.h"
+#include "engine/plan/model_cost.h"
+#include "engine/plan/planner.h"
+#include "engine/plan/replan.h"
+#include "lan/pool/reply_text.h"
+#include "lan/pool/sha256.h"
+#include "lan/pool/snapshot.h"
+
+namespace shoal::lan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+plan::PlanOptions singleChatOptions() {
+  plan::PlanOptions o;
+  o.maxPipelines = 1;  // one chat: every device serves the one pipeline the user talks to
+  return o;
+}
+
+}  // namespace
+
+Coordinator::Coordinator(Connector connector, CoordinatorOptions options)
+    : m_connector(std::move(connector)), m_options(std::move(options)) {
+  if (!m_connector) throw Error("Coordinator: no connector");
+}
+
+Coordinator::~Coordinator() {
+  stopTelemetry();
+  std::lock_guard lock(m_mutex);
+  for (auto& [id, member] : m_members) member.client->close();
+}
+
+void Coordinator::log(const std::string& line) const {
+  if (m_options.log) m_options.log(line);
+}
+
+std::string Coordinator::addNode(const std::string& address) {
+  auto client = std::make_shared<NodeClient>(m_connector(address), m_options.requestTimeout);
+  NodeInfo info = client->info();
+  std::lock_guard lock(m_mutex);
+  if (m_members.count(info.deviceId)) {
+    client->close();
+    throw Error("node " + info.deviceId + " (" + address + ") is already a member");
+  }
+  const std::string id = info.deviceId;
+  Member m;
+  m.address = address;
+  m.link.nodeId = id;
+  m.info = std::move(info);
+  m.client = std::move(client);
+  log("node " + m.info.name + " (" + id + ") at " + address + ": " +
+      std::to_string(m.info.devices.size()) + " device(s)");
+  m_members.emplace(id, std::move(m));
+  m_memberOrder.push_back(id);
+  return id;
+}
+
+void Coordinator::removeNode(const std::string& nodeId) {
+  std::lock_guard lock(m_mutex);
+  const auto it = m_members.find(nodeId);
+  if (it == m_members.end()) return;
+  it->second.client->close();
+  m_members.erase(it);
+  std::erase(m_memberOrder, nodeId);
+}
+
+std::vector<NodeInfo> Coordinator::nodes() const {
+  std::lock_guard lock(m_mutex);
+  std::vector<NodeInfo> out;
+  for (const std::string& id : m_memberOrder) out.push_back(m_members.at(id).info);
+  return out;
+}
+
+std::shared_ptr<NodeClient> Coordinator::clientOf(const std::string& nodeId) const {
+  std::lock_guard lock(m_mutex);
+  const auto it = m_members.find(nodeId);
+  if (it == m_members.end()) throw Error("node " + nodeId + " is not a member of the pool");
+  return it->second.client;
+}
+
+std::string Coordinator::nodeName(const std::string& nodeId) const {
+  std::lock_guard lock(m_mutex);
+  const auto it = m_members.find(nodeId);
+  return it == m_members.end() ? nodeId : it->second.info.name;
+}
+
+void Coordinator::profileLinks() {
+  std::vector<std::pair<std::string, std::shared_ptr<NodeClient>>> clients;
+  {
+    std::lock_guard lock(m_mutex);
+    for (const std::string& id : m_memberOrder) clients.emplace_back(id, m_members.at(id).client);
+  }
+  for (const auto& [id, client] : clients) {
+    std::vector<double> rtts;
+    for (int i = 0; i < std::max(1, m_options.pingSamples); ++i) rtts.push_back(client->ping());
+    std::sort(rtts.begin(), rtts.end());
+    NodeLinkProfile p;
+    p.nodeId = id;
+    p.rttS = rtts[rtts.size() / 2];
+    if (m_options.bandwidthProbeBytes > 0) {
+      p.bandwidthBytesPerS = client->probeBandwidth(m_options.bandwidthProbeBytes);
+    }
+    std::lock_guard lock(m_mutex);
+    if (const auto it = m_members.find(id); it != m_members.end()) it->second.link = p;
+  }
+}
+
+std::vector<NodeLinkProfile> Coordinator::links() const {
+  std::lock_guard lock(m_mutex);
+  std::vector<NodeLinkProfile> out;
+  for (const std::string& id : m_memberOrder) out.push_back(m_members.at(id).link);
+  return out;
+}
+
+void Coordinator::setModel(const std::filesystem::path& ggufPath) {
+  auto loaded = model::Model::load(ggufPath);
+  ModelIdentity identity;
+  identity.sha256 = sha256FileHex(ggufPath);
+  identity.name = ggufPath.filename().string();
+  identity.size = loaded->file().fileSize();
+  const plan::ModelCost cost = plan::modelCostFromGguf(loaded->file(), m_options.contextLength);
+  std::lock_guard lock(m_mutex);
+  if (!m_stages.empty()) throw Error("setModel: a model is deployed; the pool must be idle");
+  m_model = std::move(loaded);
+  m_modelIdentity = std::move(identity);
+  m_modelCost = cost;
+}
+
+const model::Model& Coordinator::model() const {
+  if (!m_model) throw Error("no model set (setModel)");
+  return *m_model;
+}
+
+plan::Pool Coordinator::pool() const {
+  std::vector<NodeInfo> infos;
+  std::vector<NodeLinkProfile> profiles;
+  {
+    std::lock_guard lock(m_mutex);
+    for (const std::string& id : m_memberOrder) {
+      infos.push_back(m_members.at(id).info);
+      profiles.push_back(m_members.at(id).link);
+    }
+  }
+  return buildPool(infos, profiles);
+}
+
+plan::Plan Coordinator::makePlan() const {
+  if (!m_model) throw Error("no model set (setModel)");
+  const plan::Pool p = pool();
+  if (p.devices.empty()) throw Error("the pool has no devices (add nodes first)");
+  plan::Request request;
+  request.contextTokens = m_options.contextLength;
+  request.sequences = 1;
+  return plan::plan(p, m_modelCost, request, singleChatOptions());
+}
+
+void Coordinator::deploy(const plan::Plan& plan, const DeployCallback& progress) {
+  if (!m_model) throw Error("no model set (setModel)");
+  const std::vector<StagePlacement> stages = pipelineStages(plan);
+  try {
+    deployStages(stages, progress);
+  } catch (const StageFailure& f) {
+    throw Error("node " + nodeName(f.nodeId) + " failed while loading: " + f.cause);
+  }
+  std::lock_guard lock(m_mutex);
+  m_predictedTokensPerS = plan.pipelines.front().throughputTokS;
+}
+
+void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
+                               const DeployCallback& progress) {
+  std::vector<LiveStage> before;
+  {
+    std::lock_guard lock(m_mutex);
+    before = m_stages;
+  }
+  std::vector<LiveStage> after;
+  std::vector<bool> kept(before.size(), false);
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const StagePlacement& want = stages[i];
+    DeployProgress dp;
+    dp.stage = i;
+    dp.stages = stages.size();
+    dp.nodeName = nodeName(want.nodeId);
+    // A stage already loaded exactly as wanted keeps its weights (its KV cache is reset by the
+    // next generation).
+    bool reused = false;
+    for (size_t b = 0; b < before.size() && !reused; ++b) {
+      if (!kept[b] && before[b].placement == want && before[b].client->isOpen()) {
+        kept[b] = true;
+        reused = true;
+        after.push_back(before[b]);
+      }
+    }
+    if (!reused) {
+      std::shared_ptr<NodeClient> client = clientOf(want.nodeId);
+      LoadStageRequest r;
+      {
+        std::lock_guard lock(m_mutex);
+        r.stageId = "stage-" + std::to_string(m_nextStage++);
+      }
+      r.model = m_modelIdentity;
+      r.placement = want;
+      r.contextLength = m_options.contextLength;
+      r.maxSequences = 1;
+      const gguf::File& file = m_model->file();
+      TensorBytes tensors = [&file](const std::string& name) {
+        const gguf::TensorInfo* t = file.findTensor(name);
+        if (!t) throw Error("a node asked for tensor '" + name + "', which the model lacks");
+        return std::span<const uint8_t>(t->data, t->nbytes);
+      };
+      WeightsProgress onBytes = [&](uint64_t sent, uint64_t total) {
+        dp.bytesSent = sent;
+        dp.bytesTotal = total;
+        if (progress) progress(dp);
+      };
+      LoadStageResult loaded;
+      try {
+        loaded = client->loadStage(r, tensors, onBytes, m_options.loadTimeout);
+      } catch (const TransportError& e) {
+        throw StageFailure{want.nodeId, e.what()};
+      }
+      log("stage " + r.stageId + " layers [" + std::to_string(want.firstLayer) + ", " +
+          std::to_string(want.lastLayer) + ") on " + dp.nodeName + "/" + want.deviceId + ": " +
+          loaded.source + " in " + std::to_string(static_cast<int64_t>(loaded.loadMs)) + " ms" +
+          (loaded.streamedBytes ? ", " + std::to_string(loaded.streamedBytes) + " bytes streamed"
+                                : std::string()));
+      after.push_back(LiveStage{want, r.stageId, client});
+    }
+    dp.done = true;
+    if (progress) progress(dp);
+  }
+  for (size_t b = 0; b < before.size(); ++b) {
+    if (kept[b] || !before[b].client->isOpen()) continue;
+    try {
+      before[b].client->unloadStage(before[b].stageId);
+    } catch (const std::exception& e) {
+      // Best effort: the node frees the stage when the connection closes anyway.
+      log("unload of " + before[b].stageId + " failed: " + e.what());
+    }
+  }
+  std::lock_guard lock(m_mutex);
+  m_stages = std::move(after);
+}
+
+std::vector<StagePlacement> Coordinator::deployed() const {
+  std::lock_guard lock(m_mutex);
+  std::vector<StagePlacement> out;
+  for (const LiveStage& s : m_stages) out.push_back(s.placement);
+  return out;
+}
+
+double Coordinator::predictedTokensPerS() const {
+  std::lock_guard lock(m_mutex);
+  return m_predictedTokensPerS;
+}
+
+model::TokenId Coordinator::runPipeline(std::span<const model::TokenId> tokens,
+                                        int32_t firstPosition, const RemoteSampling& sampling) {
+  std::vector<LiveStage> stages;
+  {
+    std::lock_guard lock(m_mutex);
+    stages = m_stages;
+  }
+  const size_t nEmbd = static_cast<size_t>(m_model->config().nEmbd);
+  std::vector<float> hidden;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const bool last = i + 1 == stages.size();
+    ForwardRequest r;
+    r.stageId = stages[i].stageId;
+    r.sequence = 0;
+    r.firstPosition = firstPosition;
+    r.count = static_cast<int32_t>(tokens.size());
+    if (i == 0) {
+      r.tokens = tokens;
+    } else {
+      r.hidden = hidden;
+    }
+    if (last) r.sample = &sampling;
+    ForwardReply reply;
+    try {
+      reply = stages[i].client->forward(r);
+    } catch (const TransportError& e) {
+      throw StageFailure{stages[i].placement.nodeId, e.what()};
+    }
+    if (last) {
+      if (reply.token < 0 || reply.token >= m_model->tokenizer().size()) {
+        throw Error("last stage " + r.stageId + " returned no valid token (got " +
+                    std::to_string(reply.token) + ")");
+      }
+      return reply.token;
+    }
+    if (reply.values.size() != tokens.size() * nEmbd) {
+      throw Error("stage " + r.stageId + " returned " + std::to_string(reply.values.size()) +
+                  " floats, expected " + std::to_string(tokens.size()) + " x " +
+                  std::to_string(nEmbd));
+    }
+    hidden = std::move(reply.values);
+  }
+  throw Error("no stages deployed");
+}
+
+void Coordinator::recover(const StageFailure& failure, int32_t generated) {
+  const auto t0 = Clock::now();
+  RecoveryEvent event;
+  event.failedNodeId = failure.nodeId;
+  event.failedNodeName = nodeName(failure.nodeId);
+  event.cause = failure.cause;
+  event.generatedBefore = generated;
+  log("node " + event.failedNodeName + " failed after " + std::to_string(generated) +
+      " token(s): " + failure.cause + "; re-planning without it");
+  removeNode(failure.nodeId);
+
+  const plan::Pool p = pool();
+  if (p.devices.empty())
+    throw Error("node " + event.failedNodeName + " failed and no node is left");
+  plan::Request request;
+  request.contextTokens = m_options.contextLength;
+  request.sequences = 1;
+  const plan::Plan previous = planOfStages(deployed(), p);
+  const plan::Replan next = plan::replan(previous, p, m_modelCost, request, singleChatOptions());
+  if (!next.plan.feasible) {
+    throw Error("node " + event.failedNodeName +
+                " failed and the rest cannot hold the model: " + next.plan.infeasibleReason);
+  }
+  deployStages(pipelineStages(next.plan), {});
+  {
+    std::lock_guard lock(m_mutex);
+    m_predictedTokensPerS = next.plan.pipelines.front().throughputTokS;
+  }
+  event.movedBytes = next.movedBytes;
+  event.seconds = secondsSince(t0);
+  log("recovered in " + std::to_string(event.seconds) + " s (" +
+      std::to_string(static_cast<int64_t>(next.movedBytes)) + " weight bytes re-planned)");
+  std::lock_guard lock(m_mutex);
+  m_recoveries.push_back(std::move(event));
+}
+
+std::vector<RecoveryEvent> Coordinator::recoveries() const {
+  std::lock_guard lock(m_mutex);
+  return m_recoveries;
+}
+
+runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>& prompt,
+                                              const runtime::GenerateOptions& options,
+                                              const runtime::Session::TextCallback& onText) {
+  if (!m_model) throw Error("no model set (setModel)");
+  if (deployed().empty()) throw Error("no pipeline deployed (deploy a plan first)");
+  const model::Tokenizer& tokenizer = m_model->tokenizer();
+  if (prompt.empty()) throw Error("empty prompt");
+  const int32_t ctx = m_options.contextLength;
+  if (static_cast<int64_t>(prompt.size()) >= ctx) {
+    throw Error("prompt of " + std::to_string(prompt.size()) +
+                " tokens does not fit the context of " + std::to_string(ctx) + " tokens");
+  }
+  for (model::TokenId t : prompt) {
+    if (t < 0 || t >= tokenizer.size()) throw Error("prompt token id out of range");
+  }
+
+  runtime::GenerateResult result;
+  result.promptTokens = static_cast<int32_t>(prompt.size());
+  std::vector<model::TokenId> history = prompt;  // what the KV cache must hold
+  size_t cached = 0;                             // what it holds now
+  RemoteSampling sampling;
+  sampling.temperature = options.sampler.temperature;
+  sampling.topP = options.sampler.topP;
+  sampling.topK = options.sampler.topK;
+
+  auto truncateAll = [&] {
+    std::vector<LiveStage> stages;
+    {
+      std::lock_guard lock(m_mutex);
+      stages = m_stages;
+    }
+    for (const LiveStage& s : stages) {
+      try {
+        s.client->truncate(s.stageId, 0, 0);
+      } catch (const TransportError& e) {
+        throw StageFailure{s.placement.nodeId, e.what()};
+      }
+    }
+  };
+  // Brings the KV cache up to `history` and returns the token sampled after it. The prompt
+  // goes in batches from position 0 and the reply one token at a time, exactly as it was
+  // computed the first time, so a replay after a recovery reproduces the same hidden states
+  // (and the same greedy tokens).
+  auto advance = [&]() -> model::TokenId {
+    for (;;) {
+      std::optional<StageFailure> failure;
+      try {
+        if (cached == 0) truncateAll();
+        model::TokenId next = -1;
+        while (cached < history.size()) {
+          const size_t n = cached < prompt.size()
+                               ? std::min(static_cast<size_t>(std::max(1, m_options.maxBatch)),
+                                          prompt.size() - cached)
+                               : 1;
+          // The seed follows the position sampled, so a replay draws the same numbers.
+          sampling.seed = options.sampler.seed + cached + n;
+          next = runPipeline(std::span(history).subspan(cached, n), static_cast<int32_t>(cached),
+                             sampling);
+          cached += n;
+        }
+        return next;
+      } catch (const StageFailure& f) {
+        failure = f;
+      }
+      while (failure) {
+        const StageFailure f = *failure;
+        failure.reset();
+        try {
+          recover(f, static_cast<int32_t>(result.tokens.size()));
+        } catch (const StageFailure& again) {
+          failure = again;  // a node failed while loading the new plan: drop it too
+        }
+      }
+      cached = 0;
+    }
+  };
+
+  const auto t0 = Clock::now();
+  model::TokenId next = advance();
+  result.prefillSeconds = secondsSince(t0);
+
+  ReplyText text(tokenizer, options.stop);
+  bool cancelled = false;
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    result.text += piece;
+    if (onText && !onText(piece)) cancelled = true;
+  };
+  const auto tDecode = Clock::now();
+  result.finish = runtime::FinishReason::Length;
+  for (int32_t i = 0; i < options.maxTokens; ++i) {
+    if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
+      result.finish = runtime::FinishReason::Cancelled;
+      break;
+    }
+    if (i > 0) next = advance();
+    result.tokens.push_back(next);
+    if (!options.ignoreEndOfGeneration && tokenizer.isEndOfGeneration(next)) {
+      result.finish = runtime::FinishReason::EndOfGeneration;
+      break;
+    }
+    bool stopped = false;
+    emit(text.push(next, stopped));
+    if (stopped) {
+      result.finish = runtime::FinishReason::StopString;
+      break;
+    }
+    if (cancelled) {
+      result.finish = runtime::FinishReason::Cancelled;
+      break;
+    }
+    if (i + 1 == options.maxTokens) break;
+    if (static_cast<int32_t>(history.size()) + 1 >= ctx) {
+      result.finish = runtime::FinishReason::ContextFull;
+      break;
+    }
+    history.push_back(next);
+  }
+  result.decodeSeconds = secondsSince(tDecode);
+  if (result.finish != runtime::FinishReason::StopString &&
+      result.finish != runtime::FinishReason::Cancelled) {
+    bool stopped = false;
+    emit(text.finish(stopped));
+    if (stopped) result.finish = runtime::FinishReason::StopString;
+  }
+  return result;
+}
+
+PoolSnapshot Coordinator::pollSnapshot() {
+  std::vector<std::pair<std::shared_ptr<NodeClient>, NodeReport>> polls;
+  SnapshotContext context;
+  {
+    std::lock_guard lock(m_mutex);
+    for (const std::string& id : m_memberOrder) {
+      const Member& m = m_members.at(id);
+      NodeReport r;
+      r.info = m.info;
+      r.rttS = m.link.rttS;
+      r.bandwidthBytesPerS = m.link.bandwidthBytesPerS;
+      polls.emplace_back(m.client, std::move(r));
+    }
+    if (m_model) context.modelName = m_modelIdentity.name;
+    context.modelLayers = m_modelCost.layers;
+    context.predictedTokensPerS = m_predictedTokensPerS;
+    for (const LiveStage& s : m_stages) context.stages.push_back(s.placement);
+  }
+  for (auto& [client, report] : polls) {
+    try {
+      report.devices = client->telemetry();
+      report.rttS = client->ping();
+      report.replied = true;
+    } catch (const std::exception&) {
+      report.replied = false;  // shown idle; generation notices a dead node on its own
+    }
+    std::lock_guard lock(m_mutex);
+    if (const auto it = m_members.find(report.info.deviceId);
+        it != m_members.end() && report.replied) {
+      it->second.link.rttS = report.rttS;
+    }
+  }
+  context.unixMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  std::vector<NodeReport> reports;
+  for (auto& p : polls) reports.push_back(std::move(p.second));
+  return buildSnapshot(context, reports);
+}
+
+void Coordinator::startTelemetry(std::function<void(const PoolSnapshot&)> onSnapshot,
+                                 std::chrono::milliseconds interval) {
+  stopTelemetry();
+  {
+    std::lock_guard lock(m_telemetryMutex);
+    m_telemetryStop = false;
+  }
+  m_telemetryThread = std::thread([this, onSnapshot = std::move(onSnapshot), interval] {
+    std::unique_lock lock(m_telemetryMutex);
+    while (!m_telemetryStop) {
+      lock.unlock();
+      PoolSnapshot snap = pollSnapshot();
+      if (onSnapshot) onSnapshot(snap);
+      lock.lock();
+      m_telemetryWake.wait_for(lock, interval, [this] { return m_telemetryStop; });
+    }
+  });
+}
+
+void Coordinator::stopTelemetry() {
+  {
+    std::lock_guard lock(m_telemetryMutex);
+    m_telemetryStop = true;
+  }
+  m_telemetryWake.notify_all();
+  if (m_telemetryThread.joinable()) m_telemetryThread.join();
+}
+
+}  // namespace shoal::lan

@@ -1,0 +1,169 @@
+#pragma once
+// The pool coordinator: membership, profiling, planning, deployment, generation with recovery,
+// and telemetry. It hosts no stage itself: it holds the model file (for the tokenizer, the
+// planner's costs and streaming weights to nodes that lack them) and relays every hop (star
+// topology, see pool_builder.h), so only token ids and hidden states cross the network.
+//
+// Threading: the public methods may be called from any thread; generation and deployment are
+// meant for one worker thread at a time (the GUI never calls them on its own thread). The
+// telemetry poller runs on a thread of its own and reports through the callback from it.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model/model.h"
+#include "engine/plan/types.h"
+#include "engine/runtime/session.h"
+#include "lan/pool/node_client.h"
+#include "lan/pool/node_info.h"
+#include "lan/pool/pool_builder.h"
+#include "lan/pool/telemetry.h"
+#include "lan/transport/connection.h"
+
+namespace shoal::lan {
+
+// Opens an authenticated connection to "host:port" (the transport's connectTo in production, an
+// in-process fake in tests). Throws TransportError.
+using Connector = std::function<std::unique_ptr<Connection>(const std::string& address)>;
+
+struct CoordinatorOptions {
+  std::chrono::milliseconds requestTimeout{30000};  // one request/reply (ping, forward, ...)
+  std::chrono::milliseconds loadTimeout{600000};    // a stage load, weights streamed included
+  int pingSamples = 5;                              // RTT = median of this many pings
+  size_t bandwidthProbeBytes = 1u << 20;            // 0: do not probe bandwidth
+  int32_t contextLength = 2048;                     // KV capacity of every stage
+  int32_t maxBatch = 256;  // prompt tokens per forward (bounds a hidden-state frame)
+  std::function<void(const std::string&)> log;  // progress and recovery lines (may be empty)
+};
+
+struct DeployProgress {
+  size_t stage = 0;  // 0-based, of `stages`
+  size_t stages = 0;
+  std::string nodeName;
+  uint64_t bytesSent = 0;  // weights streamed for this stage so far
+  uint64_t bytesTotal = 0;
+  bool done = false;  // the stage is ready
+};
+using DeployCallback = std::function<void(const DeployProgress&)>;
+
+// One recovery from a stage failure during generation.
+struct RecoveryEvent {
+  std::string failedNodeId;
+  std::string failedNodeName;
+  std::string cause;            // the transport error
+  int32_t generatedBefore = 0;  // tokens of the reply generated when the node failed
+  double seconds = 0;           // from the failure to the pipeline being ready again
+  double movedBytes = 0;        // the re-plan's weight bytes to load
+};
+
+class Coordinator {
+ public:
+  explicit Coordinator(Connector connector, CoordinatorOptions options = {});
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Connects, asks node_info and adds the node; returns its device ID. Throws TransportError
+  // when unreachable, shoal::Error when it misbehaves or is already a member.
+  std::string addNode(const std::string& address);
+  // Closes the connection and forgets the node (its stages are lost to the pipeline).
+  void removeNode(const std::string& nodeId);
+  std::vector<NodeInfo> nodes() const;
+
+  // Measures RTT (median of pingSamples) and bandwidth of the link to every member.
+  void profileLinks();
+  std::vector<NodeLinkProfile> links() const;
+
+  // The model to run (opened, hashed, costed for contextLength). Throws shoal::Error.
+  void setModel(const std::filesystem::path& ggufPath);
+  const model::Model& model() const;
+  const plan::ModelCost& modelCost() const { return m_modelCost; }
+
+  // The planner's view of the members, and the single-pipeline plan (the home default: one
+  // chat, fastest pipeline) over it.
+  plan::Pool pool() const;
+  plan::Plan makePlan() const;
+
+  // Loads the plan's fastest pipeline (stages already loaded as asked are kept). Throws
+  // TransportError / shoal::Error when a node fails to load.
+  void deploy(const plan::Plan& plan, const DeployCallback& progress = {});
+  std::vector<StagePlacement> deployed() const;
+  double predictedTokensPerS() const;
+
+  // Generates a reply to `prompt` on the deployed pipeline. The last stage samples (greedy
+  // when options.sampler.temperature <= 0; the repetition penalty and min-p are not applied
+  // remotely). When a node fails mid-way the coordinator drops it, re-plans over the rest,
+  // loads the missing layers, replays the prompt and the reply so far, and continues: the
+  // greedy reply is unchanged. Throws when no plan is left or the model is not deployed.
+  runtime::GenerateResult generate(const std::vector<model::TokenId>& prompt,
+                                   const runtime::GenerateOptions& options,
+                                   const runtime::Session::TextCallback& onText = {});
+  std::vector<RecoveryEvent> recoveries() const;
+
+  // One telemetry poll of every member (telemetry + ping) now.
+  PoolSnapshot pollSnapshot();
+  // Polls every `interval` on a thread of its own until stopTelemetry() (or destruction).
+  void startTelemetry(std::function<void(const PoolSnapshot&)> onSnapshot,
+                      std::chrono::milliseconds interval = std::chrono::milliseconds(500));
+  void stopTelemetry();
+
+ private:
+  struct Member {
+    std::string address;
+    NodeInfo info;
+    std::shared_ptr<NodeClient> client;
+    NodeLinkProfile link;
+  };
+  struct LiveStage {
+    StagePlacement placement;
+    std::string stageId;
+    std::shared_ptr<NodeClient> client;
+  };
+  // A stage's node failed (TransportError) during generation.
+  struct StageFailure {
+    std::string nodeId;
+    std::string cause;
+  };
+
+  void log(const std::string& line) const;
+  std::shared_ptr<NodeClient> clientOf(const std::string& nodeId) const;
+  std::string nodeName(const std::string& nodeId) const;
+  void deployStages(const std::vector<StagePlacement>& stages, const DeployCallback& progress);
+  // Runs `tokens` at `firstPosition` through the pipeline; the token the last stage samples.
+  // Throws StageFailure.
+  model::TokenId runPipeline(std::span<const model::TokenId> tokens, int32_t firstPosition,
+                             const RemoteSampling& sampling);
+  void recover(const StageFailure& failure, int32_t generated);
+
+  Connector m_connector;
+  CoordinatorOptions m_options;
+
+  mutable std::mutex m_mutex;  // guards the members, the deployment and the recoveries
+  std::map<std::string, Member> m_members;
+  std::vector<std::string> m_memberOrder;  // join order: the pool's device order
+
+  std::unique_ptr<model::Model> m_model;
+  ModelIdentity m_modelIdentity;
+  plan::ModelCost m_modelCost;
+  std::vector<LiveStage> m_stages;
+  double m_predictedTokensPerS = 0;
+  uint64_t m_nextStage = 1;
+  std::vector<RecoveryEvent> m_recoveries;
+
+  std::thread m_telemetryThread;
+  std::mutex m_telemetryMutex;
+  std::condition_variable m_telemetryWake;
+  bool m_telemetryStop = false;
+};
+
+}  // namespace shoal::lan

@@ -1,0 +1,128 @@
+#include "lan/pool/node_info.h"
+
+#include <cmath>
+#include <set>
+
+#include "engine/error.h"
+
+namespace shoal::lan {
+namespace {
+
+using nlohmann::json;
+
+const json& field(const json& object, const char* key, const std::string& path) {
+  const auto it = object.find(key);
+  if (it == object.end()) throw Error(path + "." + key + ": missing");
+  return *it;
+}
+
+std::string stringField(const json& object, const char* key, const std::string& path,
+                        bool required = true) {
+  const auto it = object.find(key);
+  if (it == object.end()) {
+    if (required) throw Error(path + "." + key + ": missing");
+    return {};
+  }
+  if (!it->is_string()) throw Error(path + "." + key + ": must be a string");
+  return it->get<std::string>();
+}
+
+uint64_t bytesField(const json& object, const char* key, const std::string& path) {
+  const json& v = field(object, key, path);
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(v.get<int64_t>());
+  throw Error(path + "." + key + ": must be an integer >= 0, got " + v.dump());
+}
+
+double rateField(const json& object, const char* key, const std::string& path) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return 0;  // not profiled
+  if (!it->is_number()) throw Error(path + "." + key + ": must be a number");
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < 0) throw Error(path + "." + key + ": must be finite and >= 0");
+  return v;
+}
+
+}  // namespace
+
+bool NodeInfo::hasModel(const std::string& sha256) const {
+  for (const NodeModel& m : models) {
+    if (m.sha256 == sha256) return true;
+  }
+  return false;
+}
+
+NodeInfo parseNodeInfo(const json& reply) {
+  const std::string path = "node_info";
+  if (!reply.is_object()) throw Error(path + ": not a JSON object");
+  NodeInfo info;
+  info.name = stringField(reply, "name", path);
+  info.deviceId = stringField(reply, "device_id", path);
+  if (info.deviceId.empty()) throw Error(path + ".device_id: empty");
+
+  const json& devices = field(reply, "devices", path);
+  if (!devices.is_array()) throw Error(path + ".devices: must be an array");
+  std::set<std::string> ids;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const std::string at = path + ".devices[" + std::to_string(i) + "]";
+    const json& d = devices[i];
+    if (!d.is_object()) throw Error(at + ": must be an object");
+    NodeDevice dev;
+    dev.id = stringField(d, "id", at);
+    if (dev.id.empty()) throw Error(at + ".id: empty");
+    if (!ids.insert(dev.id).second) throw Error(at + ".id: duplicate device id " + dev.id);
+    dev.backend = stringField(d, "backend", at, false);
+    dev.name = stringField(d, "name", at, false);
+    dev.type = stringField(d, "type", at, false);
+    dev.memoryTotal = bytesField(d, "memory_total", at);
+    dev.memoryFree = d.contains("memory_free") ? bytesField(d, "memory_free", at) : 0;
+    if (dev.memoryFree > dev.memoryTotal) {
+      throw Error(at + ".memory_free: " + std::to_string(dev.memoryFree) +
+                  " exceeds memory_total " + std::to_string(dev.memoryTotal));
+    }
+    dev.bandwidthBytesPerS = rateField(d, "bandwidth_bytes_per_s", at);
+    dev.flopsPerS = rateField(d, "flops_per_s", at);
+    info.devices.push_back(std::move(dev));
+  }
+
+  if (const auto it = reply.find("models"); it != reply.end()) {
+    if (!it->is_array()) throw Error(path + ".models: must be an array");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const std::string at = path + ".models[" + std::to_string(i) + "]";
+      const json& m = (*it)[i];
+      if (!m.is_object()) throw Error(at + ": must be an object");
+      NodeModel model;
+      model.file = stringField(m, "file", at, false);
+      model.sha256 = stringField(m, "sha256", at);
+      model.size = m.contains("size") ? bytesField(m, "size", at) : 0;
+      info.models.push_back(std::move(model));
+    }
+  }
+  return info;
+}
+
+json nodeInfoToJson(const NodeInfo& info) {
+  json devices = json::array();
+  for (const NodeDevice& d : info.devices) {
+    devices.push_back({{"id", d.id},
+                       {"backend", d.backend},
+                       {"name", d.name},
+                       {"type", d.type},
+                       {"memory_total", d.memoryTotal},
+                       {"memory_free", d.memoryFree},
+                       {"bandwidth_bytes_per_s", d.bandwidthBytesPerS},
+                       {"flops_per_s", d.flopsPerS}});
+  }
+  json models = json::array();
+  for (const NodeModel& m : info.models) {
+    models.push_back({{"file", m.file}, {"sha256", m.sha256}, {"size", m.size}});
+  }
+  return {{"op", "node_info"},
+          {"name", info.name},
+          {"device_id", info.deviceId},
+          {"devices", devices},
+          {"models", models}};
+}
+
+}  // namespace shoal::lan

@@ -1,0 +1,49 @@
+#pragma once
+// What a pool member says about itself in its `node_info` reply (docs: the node protocol in the
+// LAN design): its name, device ID, compute devices and the model files it holds. Parsed and
+// validated here, because every number in it comes from the network.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace shoal::lan {
+
+struct NodeDevice {
+  std::string id;       // backend device id on the node: "cpu0", "cuda0", ...
+  std::string backend;  // "cpu", "vulkan", "cuda"
+  std::string name;     // human-readable
+  std::string type;     // "cpu", "discrete-gpu", ...
+  uint64_t memoryTotal = 0;
+  uint64_t memoryFree = 0;
+  double bandwidthBytesPerS = 0;  // 0: not profiled on the node
+  double flopsPerS = 0;           // 0: not profiled on the node
+};
+
+struct NodeModel {
+  std::string file;    // file name on the node
+  std::string sha256;  // lowercase hex of the whole file
+  uint64_t size = 0;
+};
+
+struct NodeInfo {
+  std::string name;      // display name
+  std::string deviceId;  // the node's identity (certificate fingerprint)
+  std::vector<NodeDevice> devices;
+  std::vector<NodeModel> models;
+
+  // True when the node holds a file with this SHA-256 (it can load any stage without streaming).
+  bool hasModel(const std::string& sha256) const;
+};
+
+// Throws shoal::Error naming the field ("node_info.devices[1].memory_total: ...") when a
+// required field is missing, has the wrong type or an impossible value (negative, NaN, an
+// empty or duplicate device id).
+NodeInfo parseNodeInfo(const nlohmann::json& reply);
+
+// The reply a node sends for this info (nodes and test fakes use it; parseNodeInfo reads it
+// back to the same values).
+nlohmann::json nodeInfoToJson(const NodeInfo& info);
+
+}  // namespace shoal::lan

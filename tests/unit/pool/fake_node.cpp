@@ -1,0 +1,223 @@
+#include "tests/unit/pool/fake_node.h"
+
+#include <cstring>
+
+#include "engine/error.h"
+#include "engine/runtime/sampler.h"
+#include "lan/pool/sha256.h"
+
+namespace shoal::lan::testing {
+
+using nlohmann::json;
+
+FakeNode::FakeNode(FakeNodeConfig config, const model::Model& model, const std::string& modelSha256,
+                   runtime::Backend& backend)
+    : m_config(std::move(config)), m_model(model), m_modelSha256(modelSha256), m_backend(backend) {}
+
+NodeInfo FakeNode::info() const {
+  NodeInfo info;
+  info.name = m_config.name;
+  info.deviceId = m_config.deviceId;
+  NodeDevice d;
+  d.id = "cpu0";
+  d.backend = "cpu";
+  d.name = "fake cpu";
+  d.type = "cpu";
+  d.memoryTotal = m_config.memoryBytes;
+  d.memoryFree = m_config.memoryBytes;
+  d.bandwidthBytesPerS = 2e10;
+  d.flopsPerS = 1e11;
+  info.devices.push_back(d);
+  if (m_config.hasModelFile) {
+    info.models.push_back(
+        NodeModel{m_model.path().filename().string(), m_modelSha256, m_model.file().fileSize()});
+  }
+  return info;
+}
+
+Message FakeNode::reply(const Message& request, json control, std::vector<uint8_t> blob) {
+  Message m;
+  m.control = std::move(control);
+  m.control["id"] = request.control.at("id");
+  m.blob = std::move(blob);
+  return m;
+}
+
+std::vector<Message> FakeNode::handle(const Message& request) {
+  const std::string op = request.control.at("op").get<std::string>();
+  try {
+    if (op == "node_info") return {reply(request, nodeInfoToJson(info()))};
+    if (op == "ping") return {reply(request, {{"op", "pong"}, {"t", request.control.at("t")}})};
+    if (op == "bandwidth_probe") return {reply(request, {{"op", "pong"}})};
+    if (op == "load_stage") return {loadStage(request)};
+    if (op == "weights_chunk") {
+      Pending& p = m_pending.at(request.control.at("stage_id").get<std::string>());
+      const std::string tensor = request.control.at("tensor").get<std::string>();
+      std::vector<uint8_t>& bytes = p.received[tensor];
+      if (request.control.at("offset").get<size_t>() != bytes.size()) {
+        throw Error("weights_chunk " + tensor + ": offset out of order");
+      }
+      bytes.insert(bytes.end(), request.blob.begin(), request.blob.end());
+      if (request.control.contains("sha256")) {
+        if (bytes.size() != request.control.at("total").get<size_t>() ||
+            sha256Hex(bytes) != request.control.at("sha256").get<std::string>()) {
+          throw Error("weights_chunk " + tensor + ": size or sha256 mismatch");
+        }
+        streamedBytes += bytes.size();
+      }
+      return {};
+    }
+    if (op == "weights_done") {
+      const std::string stageId = request.control.at("stage_id").get<std::string>();
+      Pending& p = m_pending.at(stageId);
+      for (const std::string& t : p.tensors) {
+        const gguf::TensorInfo* info = m_model.file().findTensor(t);
+        const auto it = p.received.find(t);
+        if (it == p.received.end() || it->second.size() != info->nbytes ||
+            std::memcmp(it->second.data(), info->data, info->nbytes) != 0) {
+          throw Error("weights_done: tensor " + t + " missing or different");
+        }
+      }
+      return {finishLoad(p.load, request, stageId, "streamed")};
+    }
+    if (op == "forward") {
+      if (m_config.dieAfterForwards >= 0 && forwards >= m_config.dieAfterForwards) {
+        dead = true;  // like kill -9: no reply, the connection resets
+        return {};
+      }
+      return {forward(request)};
+    }
+    if (op == "truncate") {
+      m_stages.at(request.control.at("stage_id").get<std::string>())
+          ->truncate(request.control.at("sequence").get<int32_t>(),
+                     request.control.at("from_position").get<int32_t>());
+      return {reply(request, {{"op", "ok"}})};
+    }
+    if (op == "unload_stage") {
+      ++unloads;
+      m_stages.erase(request.control.at("stage_id").get<std::string>());
+      return {reply(request, {{"op", "ok"}})};
+    }
+    if (op == "telemetry") {
+      json devices = json::array();
+      devices.push_back({{"deviceId", "cpu0"},
+                         {"deviceName", "fake cpu"},
+                         {"backend", "cpu"},
+                         {"busyFraction", 0.25},
+                         {"memoryTotal", m_config.memoryBytes},
+                         {"queueDepth", 0}});
+      return {reply(request, {{"op", "telemetry"}, {"devices", devices}})};
+    }
+    return {reply(request, {{"op", "error"}, {"message", "unknown op " + op}})};
+  } catch (const std::exception& e) {
+    return {reply(request, {{"op", "error"}, {"message", e.what()}})};
+  }
+}
+
+Message FakeNode::loadStage(const Message& request) {
+  const json& c = request.control;
+  const std::string stageId = c.at("stage_id").get<std::string>();
+  if (c.at("model").at("sha256").get<std::string>() != m_modelSha256) {
+    throw Error("load_stage: unknown model");
+  }
+  if (m_config.hasModelFile) return finishLoad(c, request, stageId, "local-file");
+  Pending p;
+  p.load = c;
+  const int first = c.at("first_layer").get<int>(), last = c.at("last_layer").get<int>();
+  for (const gguf::TensorInfo& t : m_model.file().tensors()) {
+    bool wanted = false;
+    for (int l = first; l < last && !wanted; ++l) {
+      wanted = t.name.rfind("blk." + std::to_string(l) + ".", 0) == 0;
+    }
+    if (c.at("has_embedding").get<bool>() && t.name == "token_embd.weight") wanted = true;
+    if (c.at("has_head").get<bool>() &&
+        (t.name == "output_norm.weight" || t.name == "output.weight" ||
+         (t.name == "token_embd.weight" && !m_model.file().findTensor("output.weight")))) {
+      wanted = true;
+    }
+    if (wanted) p.tensors.push_back(t.name);
+  }
+  json names = p.tensors;
+  m_pending[stageId] = std::move(p);
+  return reply(request, {{"op", "need_weights"}, {"stage_id", stageId}, {"tensors", names}});
+}
+
+Message FakeNode::finishLoad(const json& c, const Message& request, const std::string& stageId,
+                             const char* source) {
+  runtime::StageSpec spec;
+  spec.firstLayer = c.at("first_layer").get<int32_t>();
+  spec.lastLayer = c.at("last_layer").get<int32_t>();
+  spec.hasEmbedding = c.at("has_embedding").get<bool>();
+  spec.hasHead = c.at("has_head").get<bool>();
+  spec.contextLength = c.at("context_length").get<int32_t>();
+  spec.maxSequences = c.at("max_sequences").get<int32_t>();
+  runtime::ModelSource src{&m_model.file(), &m_model.config(), &m_model.weights()};
+  m_stages[stageId] = m_backend.createStage("cpu0", src, spec);
+  m_pending.erase(stageId);
+  ++loads;
+  loadSources.emplace_back(source);
+  return reply(
+      request,
+      {{"op", "stage_ready"}, {"stage_id", stageId}, {"load_ms", 1.0}, {"source", source}});
+}
+
+Message FakeNode::forward(const Message& request) {
+  ++forwards;
+  const json& c = request.control;
+  runtime::Stage& stage = *m_stages.at(c.at("stage_id").get<std::string>());
+  runtime::StageInput in;
+  in.sequence = c.at("sequence").get<int32_t>();
+  in.firstPosition = c.at("first_position").get<int32_t>();
+  in.count = c.at("count").get<int32_t>();
+  std::vector<int32_t> tokens;
+  std::vector<float> hidden;
+  if (stage.spec().hasEmbedding) {
+    tokens.resize(request.blob.size() / 4);
+    std::memcpy(tokens.data(), request.blob.data(), request.blob.size());
+    in.tokens = tokens;
+  } else {
+    hidden.resize(request.blob.size() / 4);
+    std::memcpy(hidden.data(), request.blob.data(), request.blob.size());
+    in.hidden = hidden;
+  }
+  runtime::StageOutput out;
+  stage.forward(in, out);
+  if (stage.spec().hasHead && !c.at("sample").is_null()) {
+    runtime::SamplerParams params;
+    params.temperature = c.at("sample").at("temperature").get<float>();
+    params.topK = c.at("sample").at("top_k").get<int32_t>();
+    params.topP = c.at("sample").at("top_p").get<float>();
+    params.minP = 0;
+    params.seed = c.at("sample").at("seed").get<uint64_t>();
+    runtime::Sampler sampler(params);
+    return reply(request, {{"op", "forward_result"}, {"token", sampler.sample(out.logits)}});
+  }
+  const std::vector<float>& values = stage.spec().hasHead ? out.logits : out.hidden;
+  std::vector<uint8_t> blob(values.size() * 4);
+  std::memcpy(blob.data(), values.data(), blob.size());
+  return reply(request, {{"op", "forward_result"}}, std::move(blob));
+}
+
+FakeConnection::FakeConnection(FakeNode& node, std::string address)
+    : m_node(node), m_deviceId(node.info().deviceId), m_address(std::move(address)) {}
+
+void FakeConnection::send(const Message& message, std::chrono::milliseconds) {
+  if (!isOpen()) throw TransportError(TransportError::Kind::Closed, m_address + ": closed");
+  ++m_stats.messagesSent;
+  for (Message& r : m_node.handle(message)) m_replies.push_back(std::move(r));
+}
+
+Message FakeConnection::receive(std::chrono::milliseconds) {
+  if (!isOpen()) {
+    throw TransportError(TransportError::Kind::Closed, m_address + ": connection reset by peer");
+  }
+  if (m_replies.empty()) {
+    throw TransportError(TransportError::Kind::Timeout, m_address + ": no reply in time");
+  }
+  Message m = std::move(m_replies.front());
+  m_replies.pop_front();
+  ++m_stats.messagesReceived;
+  return m;
+}
+
+}  // namespace shoal::lan::testing

@@ -1,0 +1,305 @@
+// The coordinator against in-process fake nodes that run real CPU stages of the default model:
+// a pooled greedy reply equals the single-chain one, a node that dies mid-reply is replaced
+// without changing the reply, weights are streamed to a node without the model file, and
+// telemetry covers every node.
+
+#include <QtTest>
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "engine/error.h"
+#include "engine/model/default_model.h"
+#include "engine/model/model.h"
+#include "engine/plan/cost_model.h"
+#include "engine/plan/model_cost.h"
+#include "engine/runtime/session.h"
+#include "kernels/backend_registry.h"
+#include "lan/pool/coordinator.h"
+#include "lan/pool/sha256.h"
+#include "tests/unit/pool/fake_node.h"
+
+using namespace shoal;
+using namespace shoal::lan;
+using shoal::lan::testing::FakeConnection;
+using shoal::lan::testing::FakeNode;
+using shoal::lan::testing::FakeNodeConfig;
+
+namespace {
+
+constexpr int32_t kContext = 512;
+constexpr int32_t kReplyTokens = 40;
+const char* kPrompt = "The three primary colors are";
+
+std::string modelPath() {
+  const std::string p = std::string(SHOAL_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (std::filesystem::exists(p)) return p;
+  return model::defaultModelPath();
+}
+
+// A set of fake nodes reachable by address "fake-N:7000".
+struct FakePool {
+  std::vector<std::unique_ptr<FakeNode>> nodes;
+  std::map<std::string, FakeNode*> byAddress;
+
+  std::string add(FakeNodeConfig config, const model::Model& model, const std::string& sha,
+                  runtime::Backend& backend) {
+    const std::string address = "fake-" + std::to_string(nodes.size()) + ":7000";
+    nodes.push_back(std::make_unique<FakeNode>(std::move(config), model, sha, backend));
+    byAddress[address] = nodes.back().get();
+    return address;
+  }
+  FakeNode& byId(const std::string& id) {
+    for (auto& n : nodes) {
+      if (n->info().deviceId == id) return *n;
+    }
+    throw Error("no fake node " + id);
+  }
+  Connector connector() {
+    return [this](const std::string& address) -> std::unique_ptr<Connection> {
+      const auto it = byAddress.find(address);
+      if (it == byAddress.end()) {
+        throw TransportError(TransportError::Kind::Io, address + ": connection refused");
+      }
+      return std::make_unique<FakeConnection>(*it->second, address);
+    };
+  }
+};
+
+}  // namespace
+
+class TestPoolCoordinator : public QObject {
+  Q_OBJECT
+
+  std::unique_ptr<model::Model> m_model;
+  std::unique_ptr<runtime::Backend> m_backend;
+  std::string m_sha;
+  uint64_t m_fortyPercent = 0;  // memory holding ~40% of the model: three nodes are needed
+  std::vector<model::TokenId> m_prompt;
+  runtime::GenerateResult m_reference;  // single chain, greedy
+
+  FakeNodeConfig config(int i, uint64_t memory) {
+    FakeNodeConfig c;
+    c.name = "node" + std::to_string(i);
+    c.deviceId = "NODE" + std::to_string(i) + "-AAAAAAA";
+    c.memoryBytes = memory;
+    return c;
+  }
+
+  CoordinatorOptions options() {
+    CoordinatorOptions o;
+    o.contextLength = kContext;
+    o.pingSamples = 3;
+    o.bandwidthProbeBytes = 4096;
+    return o;
+  }
+
+  runtime::GenerateOptions greedy(int32_t tokens = kReplyTokens) {
+    runtime::GenerateOptions g;
+    g.maxTokens = tokens;
+    g.sampler.temperature = 0;
+    g.ignoreEndOfGeneration = true;
+    return g;
+  }
+
+  // Adds the nodes, profiles, plans and deploys; returns the coordinator.
+  std::unique_ptr<Coordinator> deployed(FakePool& fakes, const std::vector<std::string>& addrs) {
+    auto c = std::make_unique<Coordinator>(fakes.connector(), options());
+    for (const std::string& a : addrs) c->addNode(a);
+    c->profileLinks();
+    c->setModel(modelPath());
+    c->deploy(c->makePlan());
+    return c;
+  }
+
+ private slots:
+  void initTestCase() {
+    m_model = model::Model::load(modelPath());
+    kernels::BackendOptions bo;
+    bo.cpuThreads = 1;
+    m_backend = kernels::createBackend("cpu", bo);
+    m_sha = sha256FileHex(modelPath());
+    const plan::ModelCost cost = plan::modelCostFromGguf(m_model->file(), kContext);
+    plan::Request r;
+    r.contextTokens = kContext;
+    m_fortyPercent =
+        static_cast<uint64_t>(0.4 * plan::stageMemoryBytes(cost, r, cost.layers, true, true));
+    m_prompt = m_model->tokenizer().encode(kPrompt, true, false);
+
+    runtime::StageSpec spec;
+    spec.lastLayer = m_model->config().nLayer;
+    spec.hasEmbedding = spec.hasHead = true;
+    spec.contextLength = kContext;
+    runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(m_backend->createStage("cpu0", src, spec));
+    runtime::Chain chain(std::move(stages));
+    runtime::Session session(chain, m_model->tokenizer());
+    m_reference = session.generate(m_prompt, greedy());
+    QCOMPARE(m_reference.tokens.size(), size_t(kReplyTokens));
+  }
+
+  void pooledGreedyReplyEqualsTheSingleChainReply() {
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 3; ++i)
+      addrs.push_back(fakes.add(config(i, m_fortyPercent), *m_model, m_sha, *m_backend));
+    auto c = deployed(fakes, addrs);
+    QCOMPARE(c->deployed().size(), size_t(3));
+    const runtime::GenerateResult r = c->generate(m_prompt, greedy());
+    QCOMPARE(r.tokens, m_reference.tokens);
+    QCOMPARE(r.text, m_reference.text);
+    QCOMPARE(r.finish, runtime::FinishReason::Length);
+    QVERIFY(c->recoveries().empty());
+  }
+
+  void middleNodeDyingMidReplyLeavesTheGreedyReplyUnchanged() {
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 4; ++i) {
+      FakeNodeConfig cfg = config(i, m_fortyPercent);
+      cfg.hasModelFile = i != 3;  // whoever replaces the dead node may have to be streamed to
+      addrs.push_back(fakes.add(cfg, *m_model, m_sha, *m_backend));
+    }
+    auto c = deployed(fakes, addrs);
+    const std::vector<StagePlacement> before = c->deployed();
+    QCOMPARE(before.size(), size_t(3));
+    FakeNode& middle = fakes.byId(before[1].nodeId);
+    // Its 1st forward is the prompt, then one per token: it dies when token 16 is computed.
+    const int dieAt = 16;
+    middle.dieAfterForwards(dieAt);
+
+    std::string streamed;
+    const runtime::GenerateResult r = c->generate(m_prompt, greedy(), [&](std::string_view piece) {
+      streamed += piece;
+      return true;
+    });
+    QVERIFY(middle.dead);
+    QCOMPARE(r.tokens, m_reference.tokens);
+    QCOMPARE(r.text, m_reference.text);
+    QCOMPARE(streamed, m_reference.text);  // nothing streamed before the death was taken back
+    const std::vector<RecoveryEvent> events = c->recoveries();
+    QCOMPARE(events.size(), size_t(1));
+    QCOMPARE(events[0].failedNodeId, before[1].nodeId);
+    QCOMPARE(events[0].generatedBefore, dieAt);
+    for (const StagePlacement& s : c->deployed()) QVERIFY(s.nodeId != before[1].nodeId);
+    QCOMPARE(c->nodes().size(), size_t(3));
+  }
+
+  void losingANodeTheRestCannotReplaceIsAnError() {
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 3; ++i)
+      addrs.push_back(fakes.add(config(i, m_fortyPercent), *m_model, m_sha, *m_backend));
+    auto c = deployed(fakes, addrs);
+    FakeNode& middle = fakes.byId(c->deployed()[1].nodeId);
+    middle.dieAfterForwards(3);
+    QVERIFY_THROWS_EXCEPTION(Error, c->generate(m_prompt, greedy()));
+  }
+
+  void nodeWithoutTheModelFileGetsItsWeightsStreamed() {
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 3; ++i) {
+      FakeNodeConfig cfg = config(i, m_fortyPercent);
+      cfg.hasModelFile = i != 1;
+      addrs.push_back(fakes.add(cfg, *m_model, m_sha, *m_backend));
+    }
+    auto c = std::make_unique<Coordinator>(fakes.connector(), options());
+    for (const std::string& a : addrs) c->addNode(a);
+    c->setModel(modelPath());
+    uint64_t lastSent = 0, lastTotal = 0;
+    size_t readyStages = 0;
+    c->deploy(c->makePlan(), [&](const DeployProgress& p) {
+      if (p.bytesTotal) {
+        lastSent = p.bytesSent;
+        lastTotal = p.bytesTotal;
+      }
+      if (p.done) ++readyStages;
+    });
+    QCOMPARE(readyStages, size_t(3));
+    FakeNode& streamedTo = *fakes.nodes[1];
+    QCOMPARE(streamedTo.loadSources, std::vector<std::string>{"streamed"});
+    QVERIFY(streamedTo.streamedBytes > 0);
+    QCOMPARE(lastSent, lastTotal);
+    QCOMPARE(lastTotal, streamedTo.streamedBytes);
+    QCOMPARE(fakes.nodes[0]->loadSources, std::vector<std::string>{"local-file"});
+    QCOMPARE(
+        c->generate(m_prompt, greedy(8)).tokens,
+        std::vector<model::TokenId>(m_reference.tokens.begin(), m_reference.tokens.begin() + 8));
+  }
+
+  void stopStringEndsTheReplyBeforeIt() {
+    // A stop string taken from inside the reference reply.
+    const std::string& ref = m_reference.text;
+    QVERIFY(ref.size() > 20);
+    const std::string stop = ref.substr(12, 4);
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 3; ++i)
+      addrs.push_back(fakes.add(config(i, m_fortyPercent), *m_model, m_sha, *m_backend));
+    auto c = deployed(fakes, addrs);
+    runtime::GenerateOptions g = greedy();
+    g.stop = {stop};
+    const runtime::GenerateResult r = c->generate(m_prompt, g);
+    QCOMPARE(r.finish, runtime::FinishReason::StopString);
+    QCOMPARE(r.text, ref.substr(0, ref.find(stop)));
+  }
+
+  void snapshotCoversEveryNodeWithItsLayers() {
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 4; ++i)
+      addrs.push_back(fakes.add(config(i, m_fortyPercent), *m_model, m_sha, *m_backend));
+    auto c = deployed(fakes, addrs);
+    const PoolSnapshot s = c->pollSnapshot();
+    QCOMPARE(s.devices.size(), size_t(4));
+    QCOMPARE(s.modelLayers, m_model->config().nLayer);
+    QVERIFY(s.predictedTokensPerS > 0);
+    int holding = 0;
+    for (const DeviceTelemetry& d : s.devices) {
+      QCOMPARE(d.busyFraction, 0.25);  // the fake's figure came through
+      if (d.firstLayer >= 0) ++holding;
+    }
+    QCOMPARE(holding, 3);
+    QCOMPARE(s.links.size(), size_t(2));
+    for (const LinkTelemetry& l : s.links) QVERIFY(l.rttMs > 0);
+  }
+
+  void telemetryPollerCallsBackUntilStopped() {
+    FakePool fakes;
+    auto c = std::make_unique<Coordinator>(fakes.connector(), options());
+    c->addNode(fakes.add(config(0, m_fortyPercent), *m_model, m_sha, *m_backend));
+    std::atomic<int> calls{0};
+    c->startTelemetry(
+        [&](const PoolSnapshot& s) {
+          if (s.devices.size() == 1) ++calls;
+        },
+        std::chrono::milliseconds(10));
+    for (int i = 0; i < 500 && calls.load() < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    c->stopTelemetry();
+    const int after = calls.load();
+    QVERIFY(after >= 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    QCOMPARE(calls.load(), after);
+  }
+
+  void generateWithoutADeployedPipelineIsRefused() {
+    FakePool fakes;
+    Coordinator c(fakes.connector(), options());
+    c.setModel(modelPath());
+    QVERIFY_THROWS_EXCEPTION(Error, c.generate(m_prompt, greedy()));
+  }
+
+  void unreachableNodeIsATransportError() {
+    FakePool fakes;
+    Coordinator c(fakes.connector(), options());
+    QVERIFY_THROWS_EXCEPTION(TransportError, c.addNode("nowhere:1"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestPoolCoordinator)
+#include "test_pool_coordinator.moc"
