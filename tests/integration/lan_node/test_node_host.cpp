@@ -1,0 +1,384 @@
+// The node protocol end to end in one process: NodeHosts (the shoal-node stage host) serving
+// RemoteStages (the coordinator's proxies) over in-memory connections. A model split over three
+// nodes generates exactly what one local stage generates; weights stream to a node that lacks
+// the model and come from its shard cache on the next start; bad requests get error replies.
+
+#include <QtTest>
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "engine/gguf/gguf_writer.h"
+#include "engine/model/model.h"
+#include "engine/runtime/chain.h"
+#include "engine/runtime/sampler.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "lan/node/node_host.h"
+#include "lan/node/sha256.h"
+#include "lan/pool/remote_stage.h"
+#include "tests/integration/lan_node/memory_connection.h"
+
+using namespace shoal;
+using namespace shoal::lan;
+
+namespace {
+
+constexpr int kThreads = 1;  // the same everywhere, so sums are taken in the same order
+constexpr int kSteps = 64;
+
+std::filesystem::path defaultModel() {
+  return std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+// A NodeHost and the threads serving its connections.
+class TestNode {
+ public:
+  TestNode(const std::string& name, const std::filesystem::path& configDir,
+           const std::filesystem::path& modelsDir) {
+    std::vector<std::unique_ptr<runtime::Backend>> backends;
+    backends.push_back(std::make_unique<cpu::CpuBackend>(kThreads));
+    NodeHostOptions o;
+    o.name = name;
+    o.deviceId = "ID-" + name;
+    o.configDir = configDir;
+    m_host = std::make_unique<NodeHost>(o, std::move(backends),
+                                        std::make_shared<ModelCatalog>(modelsDir, configDir));
+  }
+  ~TestNode() {
+    m_stop = true;
+    for (auto& t : m_threads) t.join();
+  }
+  // A new connection to this node, served on a thread of its own.
+  std::shared_ptr<Connection> connect() {
+    auto [client, server] = test::memoryConnectionPair(m_host ? "node" : "");
+    m_threads.emplace_back([this, server = server] { m_host->serve(*server, m_stop); });
+    return client;
+  }
+  NodeHost& host() { return *m_host; }
+
+ private:
+  std::unique_ptr<NodeHost> m_host;
+  std::atomic<bool> m_stop{false};
+  std::vector<std::thread> m_threads;
+};
+
+Message call(Connection& c, nlohmann::json control, std::vector<uint8_t> blob = {}) {
+  static int64_t id = 1000;
+  control["id"] = ++id;
+  Message m;
+  m.control = std::move(control);
+  m.blob = std::move(blob);
+  c.send(m);
+  for (;;) {
+    Message r = c.receive(std::chrono::seconds(60));
+    if (r.control.value("id", int64_t{-1}) == id) return r;
+  }
+}
+
+// Greedy continuation of `prompt` by one local stage holding the whole model.
+std::vector<int32_t> localGreedy(const model::Model& m, const std::vector<int32_t>& prompt) {
+  cpu::CpuBackend cpu(kThreads);
+  runtime::StageSpec spec;
+  spec.lastLayer = m.config().nLayer;
+  spec.hasEmbedding = spec.hasHead = true;
+  spec.contextLength = 256;
+  const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
+  std::vector<std::unique_ptr<runtime::Stage>> stages;
+  stages.push_back(cpu.createStage("cpu0", src, spec));
+  runtime::Chain chain(std::move(stages));
+  runtime::SamplerParams greedy;
+  greedy.temperature = 0;
+  runtime::Sampler sampler(greedy);
+  std::vector<float> logits;
+  std::vector<int32_t> out;
+  chain.forward(0, 0, prompt, logits);
+  int32_t pos = static_cast<int32_t>(prompt.size());
+  for (int i = 0; i < kSteps; ++i) {
+    const int32_t t = sampler.sample(logits);
+    out.push_back(t);
+    const int32_t one[1] = {t};
+    chain.forward(0, pos++, one, logits);
+  }
+  return out;
+}
+
+// The same through remote stages: hidden states node to node via this "coordinator", the last
+// node sampling.
+std::vector<int32_t> remoteGreedy(std::vector<std::unique_ptr<RemoteStage>>& stages,
+                                  const std::vector<int32_t>& prompt) {
+  for (auto& s : stages) s->truncate(0, 0);
+  RemoteSampleParams greedy;
+  std::vector<int32_t> out;
+  std::vector<int32_t> tokens = prompt;
+  int32_t pos = 0;
+  for (int i = 0; i < kSteps; ++i) {
+    runtime::StageInput in;
+    in.firstPosition = pos;
+    in.count = static_cast<int32_t>(tokens.size());
+    in.tokens = tokens;
+    runtime::StageOutput a, b;
+    for (size_t k = 0; k + 1 < stages.size(); ++k) {
+      stages[k]->forward(in, k % 2 ? b : a);
+      in.tokens = {};
+      in.hidden = (k % 2 ? b : a).hidden;
+    }
+    const int32_t t = stages.back()->forwardSample(in, greedy);
+    out.push_back(t);
+    pos += in.count;
+    tokens = {t};
+  }
+  return out;
+}
+
+std::vector<std::unique_ptr<RemoteStage>> deployThree(std::vector<std::unique_ptr<TestNode>>& nodes,
+                                                      const gguf::File& file,
+                                                      const std::string& sha, int32_t nLayer) {
+  std::vector<std::unique_ptr<RemoteStage>> stages;
+  const int32_t cuts[4] = {0, nLayer / 3, 2 * nLayer / 3, nLayer};
+  for (int k = 0; k < 3; ++k) {
+    RemoteStageOptions o;
+    o.stageId = std::string("stage-") + char('0' + k);
+    o.spec.firstLayer = cuts[k];
+    o.spec.lastLayer = cuts[k + 1];
+    o.spec.hasEmbedding = k == 0;
+    o.spec.hasHead = k == 2;
+    o.spec.contextLength = 256;
+    stages.push_back(
+        RemoteStage::deploy(nodes[size_t(k)]->connect(), RemoteModel{&file, sha, "smollm2"}, o));
+  }
+  return stages;
+}
+
+}  // namespace
+
+class TestNodeHost : public QObject {
+  Q_OBJECT
+
+  std::filesystem::path m_dir;
+  std::filesystem::path m_modelsDir;
+  std::unique_ptr<model::Model> m_model;
+  std::string m_sha;
+  std::vector<std::vector<int32_t>> m_prompts;
+
+  std::filesystem::path dir(const std::string& name) {
+    const auto d = m_dir / name;
+    std::filesystem::create_directories(d);
+    return d;
+  }
+
+ private slots:
+  void initTestCase() {
+    if (!std::filesystem::exists(defaultModel())) QSKIP("default model not downloaded");
+    m_dir = std::filesystem::temp_directory_path() /
+            ("shoal-node-host-" + std::to_string(QCoreApplication::applicationPid()));
+    std::filesystem::remove_all(m_dir);
+    m_modelsDir = dir("models");
+    std::filesystem::create_symlink(defaultModel(), m_modelsDir / "smollm2.gguf");
+    m_model = model::Model::load(defaultModel());
+    m_sha = sha256File(defaultModel());
+    for (const char* text : {"The capital of France is",
+                             "def fibonacci(n):", "Once upon a time, in a small village,"}) {
+      m_prompts.push_back(m_model->tokenizer().encode(text, true, false));
+    }
+  }
+  void cleanupTestCase() { std::filesystem::remove_all(m_dir); }
+
+  void nodeInfoReportsDevicesAndHashedModels() {
+    TestNode node("alpha", dir("info-config"), m_modelsDir);
+    auto c = node.connect();
+    const Message r = call(*c, {{"op", "node_info"}});
+    QCOMPARE(r.control.value("op", ""), std::string("node_info"));
+    QCOMPARE(r.control.value("name", ""), std::string("alpha"));
+    QCOMPARE(r.control.value("device_id", ""), std::string("ID-alpha"));
+    QCOMPARE(r.control["devices"].size(), size_t(1));
+    QCOMPARE(r.control["devices"][0].value("id", ""), std::string("cpu0"));
+    QVERIFY(r.control["devices"][0].value("memory_total", uint64_t{0}) > 0);
+    QCOMPARE(r.control["models"].size(), size_t(1));
+    QCOMPARE(r.control["models"][0].value("sha256", ""), m_sha);
+    QCOMPARE(r.control["models"][0].value("size", uint64_t{0}),
+             uint64_t(std::filesystem::file_size(defaultModel())));
+    // The hash is cached for the next start.
+    QVERIFY(std::filesystem::exists(dir("info-config") / "model_hashes.json"));
+  }
+
+  void pingEchoesItsTime() {
+    TestNode node("alpha", dir("ping-config"), "");
+    auto c = node.connect();
+    const Message r = call(*c, {{"op", "ping"}, {"t", 12345}});
+    QCOMPARE(r.control.value("op", ""), std::string("pong"));
+    QCOMPARE(r.control.value("t", 0), 12345);
+  }
+
+  void threeNodePipelineGeneratesWhatOneStageGenerates() {
+    std::vector<std::unique_ptr<TestNode>> nodes;
+    for (int k = 0; k < 3; ++k) {
+      nodes.push_back(std::make_unique<TestNode>(
+          "n" + std::to_string(k), dir("pipe-config-" + std::to_string(k)), m_modelsDir));
+    }
+    auto stages = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
+    for (const auto& s : stages) QCOMPARE(s->loadSource(), std::string("local-file"));
+    for (const auto& prompt : m_prompts) {
+      const auto want = localGreedy(*m_model, prompt);
+      const auto got = remoteGreedy(stages, prompt);
+      QCOMPARE(got, want);
+    }
+  }
+
+  void remoteChainReturnsTheSameLogits() {
+    std::vector<std::unique_ptr<TestNode>> nodes;
+    for (int k = 0; k < 3; ++k) {
+      nodes.push_back(std::make_unique<TestNode>(
+          "n" + std::to_string(k), dir("chain-config-" + std::to_string(k)), m_modelsDir));
+    }
+    auto remote = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    for (auto& s : remote) stages.push_back(std::move(s));
+    runtime::Chain chain(std::move(stages));
+
+    cpu::CpuBackend cpu(kThreads);
+    runtime::StageSpec spec;
+    spec.lastLayer = m_model->config().nLayer;
+    spec.hasEmbedding = spec.hasHead = true;
+    spec.contextLength = 256;
+    const runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
+    std::vector<std::unique_ptr<runtime::Stage>> one;
+    one.push_back(cpu.createStage("cpu0", src, spec));
+    runtime::Chain local(std::move(one));
+
+    std::vector<float> got, want;
+    chain.forward(0, 0, m_prompts[0], got);
+    local.forward(0, 0, m_prompts[0], want);
+    QCOMPARE(got.size(), size_t(m_model->config().nVocab));
+    QVERIFY(got == want);
+  }
+
+  void streamedWeightsAreCachedSoASecondStartReceivesNone() {
+    const auto emptyModels = dir("no-models");
+    std::vector<std::filesystem::path> configs;
+    for (int k = 0; k < 3; ++k) configs.push_back(dir("stream-config-" + std::to_string(k)));
+    const auto want = localGreedy(*m_model, m_prompts[0]);
+    {
+      std::vector<std::unique_ptr<TestNode>> nodes;
+      for (int k = 0; k < 3; ++k) {
+        nodes.push_back(
+            std::make_unique<TestNode>("n" + std::to_string(k), configs[size_t(k)], emptyModels));
+      }
+      auto stages = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
+      uint64_t sent = 0;
+      for (const auto& s : stages) {
+        QCOMPARE(s->loadSource(), std::string("streamed"));
+        sent += s->weightBytesSent();
+      }
+      uint64_t received = 0;
+      for (const auto& n : nodes) received += n->host().weightBytesReceived();
+      QVERIFY(received > 0);
+      QCOMPARE(received, sent);
+      QCOMPARE(remoteGreedy(stages, m_prompts[0]), want);
+      stages.clear();
+    }
+    // "Restart": new hosts over the same config directories.
+    std::vector<std::unique_ptr<TestNode>> nodes;
+    for (int k = 0; k < 3; ++k) {
+      nodes.push_back(
+          std::make_unique<TestNode>("n" + std::to_string(k), configs[size_t(k)], emptyModels));
+    }
+    auto stages = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
+    for (const auto& s : stages) {
+      QCOMPARE(s->loadSource(), std::string("shard-cache"));
+      QCOMPARE(s->weightBytesSent(), uint64_t{0});
+    }
+    for (const auto& n : nodes) QCOMPARE(n->host().weightBytesReceived(), uint64_t{0});
+    QCOMPARE(remoteGreedy(stages, m_prompts[0]), want);
+  }
+
+  void tensorWithWrongHashIsRefused() {
+    TestNode node("alpha", dir("badhash-config"), dir("no-models-2"));
+    auto c = node.connect();
+    const gguf::File& f = m_model->file();
+    gguf::Writer meta;
+    for (const auto& kv : f.metadata()) meta.set(kv.key, kv.value);
+    const Message need = call(*c,
+                              {{"op", "load_stage"},
+                               {"stage_id", "x"},
+                               {"model", {{"sha256", m_sha}, {"name", "m"}, {"size", 1}}},
+                               {"device", "cpu0"},
+                               {"first_layer", 0},
+                               {"last_layer", 1},
+                               {"has_embedding", false},
+                               {"has_head", false},
+                               {"context_length", 16},
+                               {"max_sequences", 1}},
+                              meta.toBytes());
+    QCOMPARE(need.control.value("op", ""), std::string("need_weights"));
+    const std::string first = need.control["tensors"][0].get<std::string>();
+    const gguf::TensorInfo* t = f.findTensor(first);
+    QVERIFY(t);
+    QVERIFY(t->nbytes <= RemoteStage::kChunkBytes);
+    const Message refused = call(*c,
+                                 {{"op", "weights_chunk"},
+                                  {"stage_id", "x"},
+                                  {"tensor", first},
+                                  {"offset", 0},
+                                  {"total", t->nbytes},
+                                  {"type", uint32_t(t->type)},
+                                  {"dims", t->dims},
+                                  {"sha256", std::string(64, '0')}},
+                                 {t->data, t->data + t->nbytes});
+    QCOMPARE(refused.control.value("op", ""), std::string("error"));
+    QVERIFY(refused.control.value("message", "").find("SHA-256") != std::string::npos);
+    const Message done = call(*c, {{"op", "weights_done"}, {"stage_id", "x"}});
+    QCOMPARE(done.control.value("op", ""), std::string("error"));
+    QCOMPARE(node.host().stageCount(), size_t(0));
+  }
+
+  void forwardWithWrongBlobSizeIsAnErrorAndTheConnectionLives() {
+    TestNode node("alpha", dir("badfwd-config"), m_modelsDir);
+    auto conn = node.connect();
+    RemoteStageOptions o;
+    o.stageId = "only";
+    o.spec.firstLayer = 0;
+    o.spec.lastLayer = 2;
+    o.spec.contextLength = 16;
+    auto stage = RemoteStage::deploy(conn, RemoteModel{&m_model->file(), m_sha, "m"}, o);
+    const Message bad = call(*conn,
+                             {{"op", "forward"},
+                              {"stage_id", "only"},
+                              {"sequence", 0},
+                              {"first_position", 0},
+                              {"count", 2},
+                              {"sample", nullptr}},
+                             std::vector<uint8_t>(12));
+    QCOMPARE(bad.control.value("op", ""), std::string("error"));
+    const Message pong = call(*conn, {{"op", "ping"}, {"t", 1}});
+    QCOMPARE(pong.control.value("op", ""), std::string("pong"));
+  }
+
+  void telemetryReportsTheStageAfterSampling() {
+    TestNode node("alpha", dir("telemetry-config"), m_modelsDir);
+    auto conn = node.connect();
+    RemoteStageOptions o;
+    o.stageId = "t";
+    o.spec.firstLayer = 3;
+    o.spec.lastLayer = 7;
+    o.spec.contextLength = 16;
+    auto stage = RemoteStage::deploy(conn, RemoteModel{&m_model->file(), m_sha, "m"}, o);
+    std::vector<float> hidden(size_t(m_model->config().nEmbd), 0.01f);
+    runtime::StageInput in;
+    in.count = 1;
+    in.hidden = hidden;
+    runtime::StageOutput out;
+    stage->forward(in, out);
+    node.host().sampleTelemetry();
+    const Message r = call(*conn, {{"op", "telemetry"}});
+    const auto devices = r.control["devices"].get<std::vector<DeviceTelemetry>>();
+    QCOMPARE(devices.size(), size_t(1));
+    QCOMPARE(devices[0].nodeId, std::string("ID-alpha"));
+    QCOMPARE(devices[0].firstLayer, 3);
+    QCOMPARE(devices[0].lastLayer, 7);
+    QVERIFY(devices[0].tokensPerS > 0);
+    QVERIFY(devices[0].busyFraction > 0);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestNodeHost)
+#include "test_node_host.moc"
