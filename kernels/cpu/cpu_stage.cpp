@@ -58,20 +58,24 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
   const size_t slots = m_layers.size() * sz(spec.maxSequences);
   // Zero-filled: value positions past the cached ones are read (times probability 0) by the
   // zero-padded dot products and must be finite.
-  m_keys.assign(slots, std::vector<uint16_t>(sz(spec.contextLength) * sz(c.kvDim())));
-  m_values.assign(slots, std::vector<uint16_t>(sz(m_attnShape.valueStride()) * sz(c.kvDim())));
+  m_keys.resize(slots);
+  m_values.resize(slots);
+  for (size_t i = 0; i < slots; ++i) {
+    m_keys[i].reset(sz(spec.contextLength) * sz(c.kvDim()));
+    m_values[i].reset(sz(m_attnShape.valueStride()) * sz(c.kvDim()));
+  }
   m_cached.assign(sz(spec.maxSequences), 0);
 
   const size_t b = sz(spec.maxBatch);
-  m_x.resize(b * sz(c.nEmbd));
-  m_norm.resize(b * sz(c.nEmbd));
-  m_q.resize(b * sz(c.qDim()));
-  m_k.resize(b * sz(c.kvDim()));
-  m_v.resize(b * sz(c.kvDim()));
-  m_attn.resize(b * sz(c.qDim()));
-  m_gate.resize(b * sz(c.nFf));
-  m_up.resize(b * sz(c.nFf));
-  m_tmp.resize(b * sz(std::max(c.nEmbd, c.qDim())));
+  m_x.reset(b * sz(c.nEmbd));
+  m_norm.reset(b * sz(c.nEmbd));
+  m_q.reset(b * sz(c.qDim()));
+  m_k.reset(b * sz(c.kvDim()));
+  m_v.reset(b * sz(c.kvDim()));
+  m_attn.reset(b * sz(c.qDim()));
+  m_gate.reset(b * sz(c.nFf));
+  m_up.reset(b * sz(c.nFf));
+  m_tmp.reset(b * sz(std::max(c.nEmbd, c.qDim())));
   m_halfRow.resize(sz(c.kvDim()));
   m_ropeCos.resize(b * sz(c.nRot / 2));
   m_ropeSin.resize(b * sz(c.nRot / 2));

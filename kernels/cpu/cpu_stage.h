@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/zeroed_buffer.h"
 
 namespace shoal::cpu {
 
@@ -71,13 +72,14 @@ class CpuStage final : public runtime::Stage {
   // KV cache, per local layer and sequence, f16 as llama.cpp's default cache: keys
   // position-major (contextLength x kvDim), values transposed (kvDim rows of valueStride
   // positions) so each output dimension of V·softmax is one contiguous dot product, as in
-  // llama.cpp's V cache without flash attention.
-  std::vector<std::vector<uint16_t>> m_keys, m_values;
+  // llama.cpp's V cache without flash attention. Pages become resident as positions fill.
+  std::vector<ZeroedBuffer<uint16_t>> m_keys, m_values;
   AttentionShape m_attnShape;
   std::vector<int32_t> m_cached;  // positions cached per sequence
 
-  // Activations and scratch for a batch of up to maxBatch tokens, allocated once.
-  std::vector<float> m_x, m_norm, m_q, m_k, m_v, m_attn, m_gate, m_up, m_tmp;
+  // Activations and scratch for a batch of up to maxBatch tokens, allocated once; only the rows
+  // of the largest batch seen so far are resident.
+  ZeroedBuffer<float> m_x, m_norm, m_q, m_k, m_v, m_attn, m_gate, m_up, m_tmp;
   std::vector<float> m_ropeCos, m_ropeSin;
   std::vector<uint16_t> m_halfRow;  // one token's values as f16, before the transposed store
   AttentionScratch m_attnScratch;

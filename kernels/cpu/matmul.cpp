@@ -45,9 +45,8 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
 }
 
 void MatmulScratch::reserve(const WeightMatrix& w, int64_t tokens) {
-  std::vector<uint8_t>& buf = activations[static_cast<int>(w.activation)];
-  const size_t need = w.activationBytes() * static_cast<size_t>(tokens);
-  if (buf.size() < need) buf.resize(need);
+  activations[static_cast<int>(w.activation)].reserve(w.activationBytes() *
+                                                      static_cast<size_t>(tokens));
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/zeroed_buffer.h"
 
 namespace shoal::cpu {
 
@@ -32,7 +33,7 @@ struct WeightMatrix {
 // Scratch reused across calls so the decode path does not allocate: converted activations, one
 // buffer per activation format.
 struct MatmulScratch {
-  std::vector<uint8_t> activations[static_cast<int>(ActKind::Count)];
+  ZeroedBuffer<uint8_t> activations[static_cast<int>(ActKind::Count)];
   // Make room for `tokens` rows of w's activation format.
   void reserve(const WeightMatrix& w, int64_t tokens);
 };
