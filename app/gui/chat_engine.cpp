@@ -13,6 +13,7 @@
 #include "engine/runtime/chain.h"
 #include "engine/runtime/session.h"
 #include "kernels/backend_registry.h"
+#include "lan/api/api_server.h"
 
 namespace shoal::gui {
 namespace {
@@ -33,7 +34,68 @@ ChatEngine::ChatEngine(QObject* parent) : QObject(parent) {
   qRegisterMetaType<ReplyStats>();
 }
 
-ChatEngine::~ChatEngine() = default;  // session before chain before backend before model
+// The API server first (it uses the model), then session before chain before backend before
+// model.
+ChatEngine::~ChatEngine() {
+  blockSignals(true);  // the window is being torn down: nobody to tell
+  stopApi();
+}
+
+void ChatEngine::setCompute(const QString& backend, const QString& device, int threads) {
+  m_backendName = backend.isEmpty() ? QStringLiteral("cpu") : backend;
+  m_deviceId = device;
+  m_threads = threads;
+}
+
+void ChatEngine::setApiServer(bool enabled, const QString& host, int port) {
+  stopApi();
+  m_apiWanted = enabled;
+  m_apiHost = host;
+  m_apiPort = port;
+  if (enabled && m_model) startApi();
+}
+
+void ChatEngine::startApi() {
+  try {
+    const model::ModelConfig& c = m_model->config();
+    kernels::BackendOptions options;
+    options.cpuThreads = m_threads;
+    m_apiBackend = kernels::createBackend("cpu", options);
+    runtime::StageSpec spec;
+    spec.firstLayer = 0;
+    spec.lastLayer = c.nLayer;
+    spec.hasEmbedding = spec.hasHead = true;
+    spec.contextLength = std::min<int32_t>(c.nCtxTrain, kMaxChatContext);
+    const runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(m_apiBackend->createStage(m_apiBackend->devices().front().id, src, spec));
+    m_apiChain = std::make_unique<runtime::Chain>(std::move(stages));
+    m_apiSession = std::make_unique<runtime::Session>(*m_apiChain, m_model->tokenizer());
+    api::ApiServerOptions o;
+    o.host = m_apiHost.toStdString();
+    o.port = m_apiPort;
+    m_api = std::make_unique<api::ApiServer>(*m_model, *m_apiSession, o);
+    m_api->bind();
+  } catch (const std::exception& e) {
+    stopApi();
+    emit apiFailed(QString::fromStdString(e.what()));
+    return;
+  }
+  api::ApiServer* server = m_api.get();
+  m_apiThread = std::thread([server] { server->serve(); });
+  emit apiStarted(m_apiHost, m_api->port());
+}
+
+void ChatEngine::stopApi() {
+  const bool wasRunning = m_api != nullptr;
+  if (m_api) m_api->stop();
+  if (m_apiThread.joinable()) m_apiThread.join();
+  m_api.reset();
+  m_apiSession.reset();
+  m_apiChain.reset();
+  m_apiBackend.reset();
+  if (wasRunning) emit apiStopped();
+}
 
 void ChatEngine::stop() { m_cancel.store(true); }
 
@@ -47,6 +109,8 @@ void ChatEngine::requestGenerate(qint64 conversationId, const QList<ChatTurn>& t
 
 void ChatEngine::loadModel(const QString& path) {
   emit loadStarted(path);
+  // The API server serves the old model: stop it before the model goes.
+  stopApi();
   // Release the old model first: two models at once may not fit in memory.
   m_session.reset();
   m_chain.reset();
@@ -54,9 +118,19 @@ void ChatEngine::loadModel(const QString& path) {
   m_model.reset();
   try {
     auto loaded = model::Model::load(path.toStdString());
-    auto backend = kernels::createBackend("cpu", kernels::BackendOptions{});
-    const runtime::Availability a = backend->availability();
-    if (!a.available) throw Error("cpu backend unavailable: " + a.reason);
+    kernels::BackendOptions options;
+    options.cpuThreads = m_threads;
+    std::unique_ptr<runtime::Backend> backend =
+        kernels::createBackend(m_backendName.toStdString(), options);
+    std::string device = m_deviceId.toStdString();
+    if (const runtime::Availability a = backend->availability(); !a.available) {
+      if (m_backendName == "cpu") throw Error("cpu backend unavailable: " + a.reason);
+      emit notice(tr("The %1 backend is unavailable (%2); running on the CPU.")
+                      .arg(m_backendName, QString::fromStdString(a.reason)));
+      backend = kernels::createBackend("cpu", options);
+      device.clear();
+    }
+    if (device.empty()) device = backend->devices().front().id;
     const model::ModelConfig& c = loaded->config();
     runtime::StageSpec spec;
     spec.firstLayer = 0;
@@ -65,7 +139,7 @@ void ChatEngine::loadModel(const QString& path) {
     spec.contextLength = std::min<int32_t>(c.nCtxTrain, kMaxChatContext);
     const runtime::ModelSource src{&loaded->file(), &loaded->config(), &loaded->weights()};
     std::vector<std::unique_ptr<runtime::Stage>> stages;
-    stages.push_back(backend->createStage(backend->devices().front().id, src, spec));
+    stages.push_back(backend->createStage(device, src, spec));
     auto chain = std::make_unique<runtime::Chain>(std::move(stages));
     m_session = std::make_unique<runtime::Session>(*chain, loaded->tokenizer());
     m_chain = std::move(chain);
@@ -78,6 +152,7 @@ void ChatEngine::loadModel(const QString& path) {
   }
   emit modelLoaded(QFileInfo(path).fileName(), m_session->contextLength(),
                    QString::fromStdString(m_model->config().architecture));
+  if (m_apiWanted) startApi();
 }
 
 void ChatEngine::generate(qint64 conversationId, const QList<ChatTurn>& turns,

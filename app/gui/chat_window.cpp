@@ -24,6 +24,7 @@
 
 #include "app/gui/chat_input.h"
 #include "app/gui/model_manager.h"
+#include "app/gui/settings_dialog.h"
 #include "app/gui/settings_panel.h"
 #include "app/gui/transcript_markdown.h"
 
@@ -59,6 +60,7 @@ ChatWindow::ChatWindow(const QString& modelPath, const QString& dataDirectory, Q
   const QList<StoredConversation> all = m_store->conversations();
   if (!all.isEmpty()) selectConversation(all.front().id);
   updateActions();
+  pushEngineSettings();  // queued before the load, so the load uses them
   loadModel(modelPath);
 }
 
@@ -152,6 +154,10 @@ void ChatWindow::buildUi() {
 
   m_modelStatus = new QLabel;
   m_modelStatus->setObjectName("modelStatus");
+  m_apiLabel = new QLabel;
+  m_apiLabel->setObjectName("apiLabel");
+  m_apiLabel->hide();
+  statusBar()->addPermanentWidget(m_apiLabel);
   statusBar()->addPermanentWidget(m_modelStatus);
 
   QMenu* file = menuBar()->addMenu(tr("&File"));
@@ -165,6 +171,9 @@ void ChatWindow::buildUi() {
   newChat->setShortcut(QKeySequence::New);
   connect(newChat, &QAction::triggered, this, &ChatWindow::newConversation);
   addAction(newChat);  // the shortcut works while the menu bar is hidden too
+  QAction* settings = file->addAction(tr("&Settings…"));
+  settings->setShortcut(QKeySequence::Preferences);
+  connect(settings, &QAction::triggered, this, &ChatWindow::openSettings);
   file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"));
   quit->setShortcut(QKeySequence::Quit);
@@ -204,6 +213,14 @@ void ChatWindow::connectEngine() {
   connect(this, &ChatWindow::loadModelRequested, e, &ChatEngine::loadModel);
   connect(e, &ChatEngine::modelLoaded, this, &ChatWindow::onModelLoaded);
   connect(e, &ChatEngine::loadFailed, this, &ChatWindow::onLoadFailed);
+  connect(e, &ChatEngine::notice, this, &ChatWindow::showBanner);
+  connect(e, &ChatEngine::apiStarted, this, [this](const QString& host, int port) {
+    setApiStatusText(tr("API on http://%1:%2/v1").arg(host).arg(port));
+  });
+  connect(e, &ChatEngine::apiStopped, this, [this] { setApiStatusText(QString()); });
+  connect(e, &ChatEngine::apiFailed, this, [this](const QString& reason) {
+    setApiStatusText(tr("API server failed: %1").arg(reason));
+  });
   connect(e, &ChatEngine::loadStarted, m_models, &ModelManager::onLoadStarted);
   connect(e, &ChatEngine::modelLoaded, m_models,
           [this](const QString& name) { m_models->onLoadFinished(true, name); });
@@ -221,6 +238,61 @@ void ChatWindow::loadModel(const QString& path) {
   statusBar()->showMessage(tr("Loading model %1…").arg(path));
   updateActions();
   emit loadModelRequested(path);
+}
+
+void ChatWindow::pushEngineSettings() {
+  ChatEngine* e = engine();
+  const AppSettings a = m_appSettings;
+  // Runs on the engine thread (the lambda's context object is the engine).
+  QMetaObject::invokeMethod(
+      e,
+      [e, a] {
+        e->setCompute(a.backend, a.device, a.threads);
+        e->setApiServer(a.apiEnabled, a.apiHost, a.apiPort);
+      },
+      Qt::QueuedConnection);
+}
+
+SettingsDialog* ChatWindow::openSettings() {
+  if (m_settingsDialog) {
+    m_settingsDialog->raise();
+    return m_settingsDialog;
+  }
+  m_settingsDialog = new SettingsDialog(m_appSettings, probeBackends(), this);
+  m_settingsDialog->setObjectName("settingsDialog");
+  m_settingsDialog->setAttribute(Qt::WA_DeleteOnClose);
+  m_settingsDialog->setApiStatus(m_apiStatusText);
+  connect(m_settingsDialog, &QDialog::accepted, this,
+          [this] { applySettings(m_settingsDialog->values()); });
+  connect(m_settingsDialog, &QObject::destroyed, this, [this] { m_settingsDialog = nullptr; });
+  m_settingsDialog->open();
+  return m_settingsDialog;
+}
+
+void ChatWindow::applySettings(const AppSettings& settings) {
+  const bool apiChanged = settings.apiEnabled != m_appSettings.apiEnabled ||
+                          settings.apiHost != m_appSettings.apiHost ||
+                          settings.apiPort != m_appSettings.apiPort;
+  const bool dirChanged = settings.effectiveModelsDir() != m_appSettings.effectiveModelsDir();
+  m_appSettings = settings;
+  m_appSettings.save();
+  if (dirChanged) m_models->setModelsDirectory(m_appSettings.effectiveModelsDir());
+  ChatEngine* e = engine();
+  const AppSettings a = m_appSettings;
+  QMetaObject::invokeMethod(
+      e,
+      [e, a, apiChanged] {
+        e->setCompute(a.backend, a.device, a.threads);
+        if (apiChanged) e->setApiServer(a.apiEnabled, a.apiHost, a.apiPort);
+      },
+      Qt::QueuedConnection);
+}
+
+void ChatWindow::setApiStatusText(const QString& text) {
+  m_apiStatusText = text;
+  m_apiLabel->setText(text);
+  m_apiLabel->setVisible(!text.isEmpty());
+  if (m_settingsDialog) m_settingsDialog->setApiStatus(text);
 }
 
 bool ChatWindow::showPage(const QString& name) {

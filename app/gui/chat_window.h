@@ -25,6 +25,7 @@ namespace shoal::gui {
 
 class ChatInput;
 class ModelManager;
+class SettingsDialog;
 class SettingsPanel;
 
 class ChatWindow : public QMainWindow {
@@ -45,6 +46,8 @@ class ChatWindow : public QMainWindow {
   const AppSettings& appSettings() const { return m_appSettings; }
   // Show a page by name: "chat", "models" (false for an unknown name).
   bool showPage(const QString& name);
+  // The API server's state as the engine last reported it, for people ("" when off).
+  QString apiStatus() const { return m_apiStatusText; }
 
  public slots:
   void loadModel(const QString& path);
@@ -56,6 +59,11 @@ class ChatWindow : public QMainWindow {
   void copyReply();                  // the selection, or else the last reply, to the clipboard
   void renameCurrentConversation();  // edit the title in place
   void deleteCurrentConversation();  // after a confirmation
+  // Opens the Settings dialog (non-modal; it applies itself when accepted) and returns it.
+  SettingsDialog* openSettings();
+  // Save the app settings and apply them: models directory now, compute at the next load, the
+  // API server now.
+  void applySettings(const AppSettings& settings);
   // Once the model has loaded (now, if it already has), start a new conversation with `text` as
   // its first message. The `--send-on-start` option of the app (crash and screenshot tests).
   void sendWhenLoaded(const QString& text);
@@ -81,6 +89,8 @@ class ChatWindow : public QMainWindow {
   void onReplyFinished(qint64 conversationId, const QString& text, const ReplyStats& stats);
   void onGenerateFailed(qint64 conversationId, const QString& reason);
   void onSettingsChanged();
+  void pushEngineSettings();
+  void setApiStatusText(const QString& text);
   void onItemChanged(QListWidgetItem* item);
   QListWidgetItem* itemFor(qint64 id) const;
 
@@ -104,6 +114,9 @@ class ChatWindow : public QMainWindow {
   QPushButton* m_delete = nullptr;
   SettingsPanel* m_settings = nullptr;
   QLabel* m_modelStatus = nullptr;
+  QLabel* m_apiLabel = nullptr;  // status bar: where the API is served
+  QString m_apiStatusText;
+  SettingsDialog* m_settingsDialog = nullptr;  // while open
   QTimer* m_renderTimer = nullptr;  // coalesces streamed tokens into one repaint per tick
 
   qint64 m_current = -1;                 // shown conversation; -1: none
