@@ -278,7 +278,7 @@ void Discovery::Impl::sendBeacons() {
       sendTo(*v4, udp::endpoint(kDiscoveryGroupV4, port),
              kDiscoveryGroupV4.to_string() + "%" + ni.name);
     }
-    if (v4 && ni.broadcast) {
+    if (v4 && ni.broadcast && options.broadcast) {
       for (const asio::ip::address_v4& broadcast : ni.ipv4Broadcast) {
         sendTo(*v4, udp::endpoint(broadcast, port), broadcast.to_string() + "%" + ni.name);
       }

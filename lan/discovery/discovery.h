@@ -54,6 +54,8 @@ struct DiscoveryOptions {
   // Interface names to announce on and accept beacons from; empty = every up, non-loopback
   // interface. Naming "lo" is allowed (it carries unicast targets only: no multicast flag).
   std::vector<std::string> bindInterfaces;
+  // Also send to each interface's IPv4 broadcast address (for networks that drop multicast).
+  bool broadcast = true;
   // Extra "ip:port" destinations (IPv4, or IPv6 in brackets: "[fe80::1%eth0]:47474"), sent
   // every beacon. More can be added after start() with addUnicastTarget().
   std::vector<std::string> unicastTargets;
