@@ -211,12 +211,7 @@ void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
       r.placement = want;
       r.contextLength = m_options.contextLength;
       r.maxSequences = 1;
-      const gguf::File& file = m_model->file();
-      TensorBytes tensors = [&file](const std::string& name) {
-        const gguf::TensorInfo* t = file.findTensor(name);
-        if (!t) throw Error("a node asked for tensor '" + name + "', which the model lacks");
-        return std::span<const uint8_t>(t->data, t->nbytes);
-      };
+      r.maxBatch = m_options.maxBatch;
       WeightsProgress onBytes = [&](uint64_t sent, uint64_t total) {
         dp.bytesSent = sent;
         dp.bytesTotal = total;
@@ -224,7 +219,7 @@ void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
       };
       LoadStageResult loaded;
       try {
-        loaded = client->loadStage(r, tensors, onBytes, m_options.loadTimeout);
+        loaded = client->loadStage(r, m_model->file(), onBytes, m_options.loadTimeout);
       } catch (const TransportError& e) {
         throw StageFailure{want.nodeId, e.what()};
       }
@@ -373,6 +368,7 @@ runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>&
   sampling.temperature = options.sampler.temperature;
   sampling.topP = options.sampler.topP;
   sampling.topK = options.sampler.topK;
+  sampling.minP = options.sampler.minP;
 
   auto truncateAll = [&] {
     std::vector<LiveStage> stages;

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
 #include "lan/pool/sha256.h"
 #include "lan/pool/snapshot.h"
 
@@ -30,6 +32,25 @@ std::chrono::milliseconds remaining(Clock::time_point deadline) {
   return std::max(left, std::chrono::milliseconds(1));
 }
 
+// The model's metadata as a GGUF file without tensors.
+std::vector<uint8_t> metadataGguf(const gguf::File& file) {
+  gguf::Writer w;
+  for (const auto& kv : file.metadata()) w.set(kv.key, kv.value);
+  return w.toBytes();
+}
+
+std::vector<std::string> namesOf(const Message& reply, const char* key, const std::string& peer) {
+  std::vector<std::string> out;
+  const auto it = reply.control.find(key);
+  if (it == reply.control.end()) return out;
+  if (!it->is_array()) throw Error("node " + peer + ": need_weights." + key + " is not an array");
+  for (const json& n : *it) {
+    if (!n.is_string()) throw Error("node " + peer + ": need_weights." + key + ": non-string name");
+    out.push_back(n.get<std::string>());
+  }
+  return out;
+}
+
 std::string opOf(const Message& m) {
   const auto it = m.control.find("op");
   return it != m.control.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -49,6 +70,10 @@ Message NodeClient::awaitReply(int64_t id, std::chrono::milliseconds timeout) {
   for (;;) {
     Message reply = m_connection->receive(remaining(deadline));
     const auto it = reply.control.find("id");
+    if (it == reply.control.end() && opOf(reply) == "error") {
+      // A refusal of a message that carries no id (a weights chunk).
+      throw Error("node " + peerAddress() + ": " + reply.control.value("message", "error"));
+    }
     if (it == reply.control.end() || !it->is_number_integer()) {
       throw Error("node " + peerAddress() + ": reply '" + opOf(reply) + "' without an integer id");
     }
@@ -120,16 +145,15 @@ double NodeClient::probeBandwidth(size_t bytes) {
   return s > 0 ? static_cast<double>(bytes) / s : 0;
 }
 
-LoadStageResult NodeClient::loadStage(const LoadStageRequest& r, const TensorBytes& tensors,
+LoadStageResult NodeClient::loadStage(const LoadStageRequest& r, const gguf::File& model,
                                       const WeightsProgress& progress,
                                       std::chrono::milliseconds loadTimeout) {
   std::lock_guard lock(m_mutex);
-  const int64_t id = m_nextId++;
   const StagePlacement& p = r.placement;
   Message m;
   m.control = {
       {"op", "load_stage"},
-      {"id", id},
+      {"id", m_nextId++},
       {"stage_id", r.stageId},
       {"model", {{"sha256", r.model.sha256}, {"name", r.model.name}, {"size", r.model.size}}},
       {"device", p.deviceId},
@@ -138,48 +162,56 @@ LoadStageResult NodeClient::loadStage(const LoadStageRequest& r, const TensorByt
       {"has_embedding", p.hasEmbedding},
       {"has_head", p.hasHead},
       {"context_length", r.contextLength},
-      {"max_sequences", r.maxSequences}};
+      {"max_sequences", r.maxSequences},
+      {"max_batch", r.maxBatch}};
+  m.blob = metadataGguf(model);
   m_connection->send(m, m_timeout);
-  Message reply = awaitReply(id, loadTimeout);
+  Message reply = awaitReply(m.control["id"].get<int64_t>(), loadTimeout);
 
   LoadStageResult result;
   if (opOf(reply) == "need_weights") {
-    const auto names = reply.control.find("tensors");
-    if (names == reply.control.end() || !names->is_array()) {
-      throw Error("node " + peerAddress() + ": need_weights without a tensors array");
+    std::vector<const gguf::TensorInfo*> wanted;
+    for (const std::string& name : namesOf(reply, "tensors", peerAddress())) {
+      const gguf::TensorInfo* t = model.findTensor(name);
+      if (!t) {
+        throw Error("node " + peerAddress() + " asks for tensor " + name + ", which " +
+                    model.displayName() + " lacks");
+      }
+      wanted.push_back(t);
     }
-    std::vector<std::pair<std::string, std::span<const uint8_t>>> wanted;
+    // The embedding matters to a head-only stage only when the output is tied to it.
+    const bool hasOutput = model.findTensor("output.weight") != nullptr;
+    for (const std::string& name : namesOf(reply, "optional", peerAddress())) {
+      if (name == "token_embd.weight" && hasOutput) continue;
+      if (const gguf::TensorInfo* t = model.findTensor(name)) wanted.push_back(t);
+    }
     uint64_t total = 0;
-    for (const json& n : *names) {
-      if (!n.is_string())
-        throw Error("node " + peerAddress() + ": need_weights: non-string tensor name");
-      const std::span<const uint8_t> bytes = tensors(n.get<std::string>());
-      total += bytes.size();
-      wanted.emplace_back(n.get<std::string>(), bytes);
-    }
+    for (const gguf::TensorInfo* t : wanted) total += t->nbytes;
     uint64_t sent = 0;
-    for (const auto& [name, bytes] : wanted) {
-      const std::string digest = sha256Hex(bytes);
+    for (const gguf::TensorInfo* t : wanted) {
+      const std::string digest = sha256Hex(std::span<const uint8_t>(t->data, t->nbytes));
       size_t offset = 0;
       do {
-        const size_t len = std::min(kWeightChunkBytes, bytes.size() - offset);
+        const size_t len = std::min(kWeightChunkBytes, t->nbytes - offset);
         Message chunk;
-        chunk.control = {{"op", "weights_chunk"}, {"id", id},         {"stage_id", r.stageId},
-                         {"tensor", name},        {"offset", offset}, {"total", bytes.size()}};
-        if (offset + len == bytes.size()) chunk.control["sha256"] = digest;
-        chunk.blob.assign(bytes.begin() + static_cast<std::ptrdiff_t>(offset),
-                          bytes.begin() + static_cast<std::ptrdiff_t>(offset + len));
+        chunk.control = {{"op", "weights_chunk"}, {"stage_id", r.stageId},
+                         {"tensor", t->name},     {"offset", offset},
+                         {"total", t->nbytes},    {"type", static_cast<uint32_t>(t->type)},
+                         {"dims", t->dims}};
+        if (offset + len == t->nbytes) chunk.control["sha256"] = digest;
+        chunk.blob.assign(t->data + offset, t->data + offset + len);
         m_connection->send(chunk, m_timeout);
         offset += len;
         sent += len;
         if (progress) progress(sent, total);
-      } while (offset < bytes.size());
+      } while (offset < t->nbytes);
     }
     Message done;
-    done.control = {{"op", "weights_done"}, {"id", id}, {"stage_id", r.stageId}};
+    const int64_t doneId = m_nextId++;
+    done.control = {{"op", "weights_done"}, {"id", doneId}, {"stage_id", r.stageId}};
     m_connection->send(done, m_timeout);
     result.streamedBytes = sent;
-    reply = awaitReply(id, loadTimeout);
+    reply = awaitReply(doneId, loadTimeout);
   }
   if (opOf(reply) != "stage_ready") {
     throw Error("node " + peerAddress() + ": load_stage " + r.stageId + " answered by '" +
@@ -199,6 +231,7 @@ ForwardReply NodeClient::forward(const ForwardRequest& r) {
     m.control["sample"] = {{"temperature", r.sample->temperature},
                            {"top_p", r.sample->topP},
                            {"top_k", r.sample->topK},
+                           {"min_p", r.sample->minP},
                            {"seed", r.sample->seed}};
   }
   m.blob = r.tokens.empty() ? toBlob(r.hidden) : toBlob(r.tokens);

@@ -21,6 +21,10 @@
 #include "lan/pool/telemetry.h"
 #include "lan/transport/connection.h"
 
+namespace shoal::gguf {
+class File;
+}
+
 namespace shoal::lan {
 
 // Weight chunks are at most this large (the protocol's limit; the frame limit is 64 MiB).
@@ -38,6 +42,7 @@ struct LoadStageRequest {
   StagePlacement placement;
   int32_t contextLength = 2048;
   int32_t maxSequences = 1;
+  int32_t maxBatch = 256;  // most tokens one forward carries
 };
 
 struct LoadStageResult {
@@ -46,9 +51,6 @@ struct LoadStageResult {
   uint64_t streamedBytes = 0;  // weight bytes this coordinator sent
 };
 
-// The bytes of a tensor of the coordinator's model file by name (throws shoal::Error when the
-// model has no such tensor).
-using TensorBytes = std::function<std::span<const uint8_t>(const std::string& name)>;
 // Weight streaming progress: bytes sent so far of the total this stage needs.
 using WeightsProgress = std::function<void(uint64_t sent, uint64_t total)>;
 
@@ -57,6 +59,7 @@ struct RemoteSampling {
   float temperature = 0;
   float topP = 1;
   int32_t topK = 0;
+  float minP = 0;
   uint64_t seed = 0;
 };
 
@@ -92,9 +95,12 @@ class NodeClient {
   double ping();
   // Sends `bytes` of payload and times the reply: bytes per second (round trip included).
   double probeBandwidth(size_t bytes);
-  // load_stage; streams the tensors the node asks for (need_weights) and waits up to
-  // loadTimeout for stage_ready.
-  LoadStageResult loadStage(const LoadStageRequest& request, const TensorBytes& tensors,
+  // load_stage (with the model's metadata as a tensor-less GGUF blob, which a node that has to
+  // be streamed to writes into its shard); streams the tensors the node asks for from `model`
+  // (need_weights: every "tensors" entry, and the "optional" ones the file has, except
+  // token_embd.weight when the file has a separate output.weight) and waits up to loadTimeout
+  // for stage_ready.
+  LoadStageResult loadStage(const LoadStageRequest& request, const gguf::File& model,
                             const WeightsProgress& progress, std::chrono::milliseconds loadTimeout);
   ForwardReply forward(const ForwardRequest& request);
   void truncate(const std::string& stageId, int32_t sequence, int32_t fromPosition);

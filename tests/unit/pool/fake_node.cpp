@@ -38,7 +38,7 @@ NodeInfo FakeNode::info() const {
 Message FakeNode::reply(const Message& request, json control, std::vector<uint8_t> blob) {
   Message m;
   m.control = std::move(control);
-  m.control["id"] = request.control.at("id");
+  if (request.control.contains("id")) m.control["id"] = request.control.at("id");
   m.blob = std::move(blob);
   return m;
 }
@@ -53,6 +53,12 @@ std::vector<Message> FakeNode::handle(const Message& request) {
     if (op == "weights_chunk") {
       Pending& p = m_pending.at(request.control.at("stage_id").get<std::string>());
       const std::string tensor = request.control.at("tensor").get<std::string>();
+      const gguf::TensorInfo* info = m_model.file().findTensor(tensor);
+      if (!info ||
+          request.control.at("type").get<uint32_t>() != static_cast<uint32_t>(info->type) ||
+          request.control.at("dims").get<std::vector<int64_t>>() != info->dims) {
+        throw Error("weights_chunk " + tensor + ": unknown tensor or wrong type/dims");
+      }
       std::vector<uint8_t>& bytes = p.received[tensor];
       if (request.control.at("offset").get<size_t>() != bytes.size()) {
         throw Error("weights_chunk " + tensor + ": offset out of order");
@@ -121,25 +127,43 @@ Message FakeNode::loadStage(const Message& request) {
     throw Error("load_stage: unknown model");
   }
   if (m_config.hasModelFile) return finishLoad(c, request, stageId, "local-file");
+  // The stage's layers are a tensor-less GGUF of the model's metadata away from a shard.
+  const gguf::File meta = gguf::File::fromBuffer(request.blob, "load_stage metadata");
+  if (!meta.find("general.architecture") || !meta.tensors().empty()) {
+    throw Error("load_stage: metadata blob is not a tensor-less GGUF");
+  }
   Pending p;
   p.load = c;
   const int first = c.at("first_layer").get<int>(), last = c.at("last_layer").get<int>();
+  const bool embedding = c.at("has_embedding").get<bool>(), head = c.at("has_head").get<bool>();
+  json optional = json::array();
   for (const gguf::TensorInfo& t : m_model.file().tensors()) {
     bool wanted = false;
     for (int l = first; l < last && !wanted; ++l) {
       wanted = t.name.rfind("blk." + std::to_string(l) + ".", 0) == 0;
     }
-    if (c.at("has_embedding").get<bool>() && t.name == "token_embd.weight") wanted = true;
-    if (c.at("has_head").get<bool>() &&
-        (t.name == "output_norm.weight" || t.name == "output.weight" ||
-         (t.name == "token_embd.weight" && !m_model.file().findTensor("output.weight")))) {
-      wanted = true;
-    }
+    if (embedding && t.name == "token_embd.weight") wanted = true;
+    if (head && t.name == "output_norm.weight") wanted = true;
     if (wanted) p.tensors.push_back(t.name);
   }
-  json names = p.tensors;
+  // As the real node: output.weight, and the embedding for a head without it, only if present.
+  if (head) {
+    optional.push_back("output.weight");
+    if (!embedding) optional.push_back("token_embd.weight");
+    const gguf::TensorInfo* output = m_model.file().findTensor("output.weight");
+    p.tensors.push_back(output ? "output.weight" : "token_embd.weight");
+    if (embedding && !output) p.tensors.pop_back();  // already required
+  }
+  json names = json::array();
+  for (const std::string& n : p.tensors) {
+    if (!(head && (n == "output.weight" || (!embedding && n == "token_embd.weight")))) {
+      names.push_back(n);
+    }
+  }
   m_pending[stageId] = std::move(p);
-  return reply(request, {{"op", "need_weights"}, {"stage_id", stageId}, {"tensors", names}});
+  return reply(
+      request,
+      {{"op", "need_weights"}, {"stage_id", stageId}, {"tensors", names}, {"optional", optional}});
 }
 
 Message FakeNode::finishLoad(const json& c, const Message& request, const std::string& stageId,
