@@ -11,18 +11,21 @@ namespace shoal::cli {
 namespace {
 
 void runDevices(bool json) {
-  nlohmann::json out = nlohmann::json::array();
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const std::string& name : kernels::backendNames()) {
     kernels::BackendOptions options;
     const auto backend = kernels::createBackend(name, options);
     const runtime::Availability a = backend->availability();
-    nlohmann::json devices = nlohmann::json::array();
+    nlohmann::ordered_json devices = nlohmann::ordered_json::array();
     for (const runtime::DeviceInfo& d : backend->devices()) {
+      nlohmann::ordered_json details = nlohmann::ordered_json::object();
+      for (const auto& [key, value] : d.details) details[key] = value;
       devices.push_back({{"id", d.id},
                          {"name", d.name},
                          {"type", d.type},
                          {"memory_total", d.memoryTotal},
-                         {"memory_free", d.memoryFree}});
+                         {"memory_free", d.memoryFree},
+                         {"details", details}});
     }
     out.push_back({{"backend", name},
                    {"available", a.available},
@@ -44,6 +47,9 @@ void runDevices(bool json) {
                   d["id"].get<std::string>().c_str(), d["type"].get<std::string>().c_str(),
                   static_cast<double>(d["memory_total"].get<uint64_t>()) / (1 << 30),
                   d["name"].get<std::string>().c_str());
+      for (const auto& [key, value] : d["details"].items()) {
+        std::printf("%-7s %-10s   %s: %s\n", "", "", key.c_str(), value.get<std::string>().c_str());
+      }
     }
   }
 }

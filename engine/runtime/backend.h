@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/runtime/stage.h"
@@ -29,6 +30,9 @@ struct DeviceInfo {
   uint64_t memoryFree = 0;   // bytes free now (best effort)
   double bandwidthBytesPerS = 0;  // measured memory bandwidth, 0 until profiled
   double flopsPerS = 0;           // measured throughput, 0 until profiled
+  // Backend-specific facts for display, in order: {"vendor", "AMD"}, {"subgroup_size", "64"},
+  // {"math", "exact (fp64)"}, ... (shoal-cli devices prints them; nothing decides on them).
+  std::vector<std::pair<std::string, std::string>> details;
 };
 
 struct Availability {

@@ -182,16 +182,34 @@ std::vector<PhysicalDevice> enumerateDevices(const Instance& instance) {
       d.unusable = "lacks bufferDeviceAddress";
     } else if (!f12.shaderInt8) {
       d.unusable = "lacks shaderInt8";
-    } else if (!features.features.shaderFloat64) {
-      // The kernels that must round exactly as the CPU backend (exact.glsl) emulate a fused
-      // multiply-add and correctly rounded division in double.
-      d.unusable = "lacks shaderFloat64";
     }
+    // Without fp64 the device runs the native-math shader variants (exact.glsl).
+    d.fp64 = features.features.shaderFloat64 == VK_TRUE;
 
     d.info.id = "vulkan" + std::to_string(out.size());
     d.info.backend = "vulkan";
     d.info.name = props.properties.deviceName;
     d.info.type = typeName(props.properties.deviceType);
+    auto yesNo = [](bool b) { return std::string(b ? "yes" : "no"); };
+    std::string heaps;
+    for (const MemoryHeap& heap : d.heaps) {
+      heaps += (heaps.empty() ? "" : ", ") + std::to_string(heap.size >> 20) + " MiB" +
+               (heap.deviceLocal ? " device-local" : "") +
+               (d.memoryBudget ? " (budget " + std::to_string(heap.budget >> 20) + " MiB)" : "");
+    }
+    d.info.details = {
+        {"vendor", d.vendor},
+        {"driver", d.driver},
+        {"vulkan", std::to_string(VK_API_VERSION_MAJOR(d.apiVersion)) + "." +
+                       std::to_string(VK_API_VERSION_MINOR(d.apiVersion))},
+        {"subgroup_size", std::to_string(d.subgroupSize)},
+        {"subgroup_arithmetic", yesNo(d.subgroupArithmetic)},
+        {"fp16", yesNo(d.fp16)},
+        {"int8_dot", yesNo(d.int8Dot)},
+        {"math", d.fp64 ? "exact (fp64: bit-identical to the CPU backend)"
+                        : "native (no fp64: agrees with the CPU backend to rounding)"},
+        {"memory_heaps", heaps},
+        {"memory_budget_ext", yesNo(d.memoryBudget)}};
     out.push_back(std::move(d));
   }
   return out;
@@ -218,7 +236,7 @@ Device::Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physica
   VkPhysicalDeviceFeatures2 features{};
   features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
   features.pNext = &f11;
-  features.features.shaderFloat64 = VK_TRUE;
+  features.features.shaderFloat64 = physical.fp64 ? VK_TRUE : VK_FALSE;
   features.features.shaderInt16 = physical.int16 ? VK_TRUE : VK_FALSE;
   std::vector<const char*> extensions;
   if (physical.memoryBudget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
@@ -253,6 +271,8 @@ Device::Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physica
   const char* noSubgroup = std::getenv("SHOAL_VULKAN_NO_SUBGROUP");
   m_useSubgroups =
       physical.subgroupArithmetic && !(noSubgroup && std::strcmp(noSubgroup, "1") == 0);
+  const char* nativeMath = std::getenv("SHOAL_VULKAN_NATIVE_MATH");
+  m_exactMath = physical.fp64 && !(nativeMath && std::strcmp(nativeMath, "1") == 0);
 }
 
 Device::~Device() {
@@ -270,8 +290,14 @@ const Pipeline& Device::pipeline(const std::string& shader,
   auto key = std::make_pair(shader, constants);
   if (auto it = m_pipelines.find(key); it != m_pipelines.end()) return it->second;
   const EmbeddedShader* found = nullptr;
-  for (const EmbeddedShader& s : embeddedShaders())
+  const std::string native = shader + "_native";
+  for (const EmbeddedShader& s : embeddedShaders()) {
+    if (!m_exactMath && native == s.name) {
+      found = &s;
+      break;
+    }
     if (shader == s.name) found = &s;
+  }
   if (!found) throw Error("Vulkan: no embedded shader named '" + shader + "'");
 
   VkShaderModuleCreateInfo mi{};

@@ -31,6 +31,7 @@ struct PhysicalDevice {
   uint32_t subgroupSize = 0;
   bool subgroupArithmetic = false;  // subgroupAdd in compute shaders
   bool fp16 = false;                // shaderFloat16
+  bool fp64 = false;                // shaderFloat64: exact-math shaders (exact.glsl) usable
   bool int16 = false;               // shaderInt16
   bool int8Dot = false;             // shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)
   bool memoryBudget = false;        // VK_EXT_memory_budget present
@@ -66,9 +67,13 @@ class Device {
   VkPipelineLayout layout() const { return m_layout; }
   // Whether matvec uses subgroupAdd (SHOAL_VULKAN_NO_SUBGROUP=1 forces the shared-memory path).
   bool useSubgroups() const { return m_useSubgroups; }
+  // Whether the kernels round bit for bit as the CPU backend (exact.glsl, needs shaderFloat64);
+  // otherwise the "_native" shader variants run. SHOAL_VULKAN_NATIVE_MATH=1 forces native math.
+  bool exactMath() const { return m_exactMath; }
 
   // The pipeline of an embedded shader with its specialization constants (constant_id 0..n-1,
-  // 32-bit each); created on first use and cached. Throws for an unknown shader name.
+  // 32-bit each); created on first use and cached. Without exactMath() the shader's "_native"
+  // variant is used where one exists. Throws for an unknown shader name.
   const Pipeline& pipeline(const std::string& shader, const std::vector<uint32_t>& constants = {});
 
   // A primary command buffer from the device's pool (freed with the device).
@@ -87,6 +92,7 @@ class Device {
   VkFence m_fence = VK_NULL_HANDLE;
   VkPipelineLayout m_layout = VK_NULL_HANDLE;
   bool m_useSubgroups = false;
+  bool m_exactMath = false;
   std::map<std::pair<std::string, std::vector<uint32_t>>, Pipeline> m_pipelines;
 };
 

@@ -62,12 +62,12 @@ float dotKq(uint pos, uint kvDim, uint kvOff, uint hd, bool tiled) {
   const float r = reduce16(u);
   if (full == hd) return r;
   // ggml_vec_dot_f16's leftover elements: products rounded to float, summed in double.
-  precise double sum = double(r);
+  Acc sum = accFrom(r);
   for (uint i = full; i < hd; ++i) {
     precise float prod = keyAt(pos, kvDim, kvOff, i) * qh[i];
-    sum += double(prod);
+    sum = accAdd(sum, prod);
   }
-  return float(sum);
+  return accToFloat(sum);
 }
 
 // Dimension i of V . probs over the visible positions; positions past them (the zero padding of
@@ -136,14 +136,13 @@ void main() {
   }
   barrier();
   if (tid == 0u) {
-    precise double sum = 0.0;
+    Acc sum = accFrom(0.0);
     for (uint g = 0; g < visible; g += 16u) {
       float group[16];
       for (uint l = 0; l < 16u; ++l) group[l] = g + l < visible ? scores[g + l] : 0.0;
-      sum += double(reduce16(group));
+      sum = accAdd(sum, reduce16(group));
     }
-    precise double inv = 1.0 / sum;
-    invSum = float(inv);
+    invSum = accRecipToFloat(sum);
   }
   barrier();
   const float inv = invSum;

@@ -4,8 +4,16 @@
 // rounding of float -> f16 conversions to the implementation. The small models Shoal targets are
 // chaotic under activation quantization (a one-ulp difference before a rounding step moves
 // logits by tenths), so every kernel that must agree with the CPU bit for bit uses these.
-// Needs shaderFloat64. Results assume no denormal inputs matter (drivers may flush them).
+// The exact forms need shaderFloat64. Results assume no denormal inputs matter (drivers may
+// flush them).
+//
+// SHOAL_NATIVE_MATH (the "_native" shader variants, for devices without shaderFloat64 such as
+// Intel Arc and Xe iGPUs) takes fmaExact, divExact, sqrtExact and the Acc accumulator from
+// native_math.glsl instead, built from float-only error-free transformations.
 
+#ifdef SHOAL_NATIVE_MATH
+#include "native_math.glsl"
+#else
 // fma(a, b, c) rounded once. The product of two floats is exact in double, so only the sum is
 // rounded twice (to double, then to float). That double rounding can differ from one rounding
 // only when the double result lands exactly on a midpoint between two floats (its low 29
@@ -39,6 +47,28 @@ float sqrtExact(float a) {
   precise double r = sqrt(double(a));
   return float(r);
 }
+
+// A running sum kept in double (rms_norm's sum of squares, attention's softmax denominator):
+// float terms added exactly in double order; native_math.glsl has the float-float twin.
+struct Acc {
+  double v;
+};
+Acc accFrom(float x) { return Acc(double(x)); }
+Acc accAdd(Acc a, float x) {
+  precise double s = a.v + double(x);
+  return Acc(s);
+}
+float accToFloat(Acc a) { return float(a.v); }
+// The double quotient rounded to float (double rounding is innocuous for division).
+float accDivToFloat(Acc a, float n) {
+  precise double q = a.v / double(n);
+  return float(q);
+}
+float accRecipToFloat(Acc a) {
+  precise double q = 1.0 / a.v;
+  return float(q);
+}
+#endif  // SHOAL_NATIVE_MATH
 
 // f16 bits of x rounded to nearest even (engine/gguf floatToHalf: NaN -> quiet NaN, overflow
 // -> infinity, subnormal halves in units of 2^-24).

@@ -21,13 +21,12 @@ void main() {
   const uint t = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
   const uint xBase = (p.firstRow + t) * p.n, yBase = t * p.n;
   if (tid == 0u) {
-    precise double sum = 0.0;
+    Acc sum = accFrom(0.0);
     for (uint i = 0; i < p.n; ++i) {
       precise float sq = p.x.v[xBase + i] * p.x.v[xBase + i];
-      sum += double(sq);
+      sum = accAdd(sum, sq);
     }
-    precise double meanD = sum / double(p.n);
-    precise float shifted = float(meanD) + p.eps;
+    precise float shifted = accDivToFloat(sum, float(p.n)) + p.eps;
     rowScale = divExact(1.0, sqrtExact(shifted));
   }
   barrier();

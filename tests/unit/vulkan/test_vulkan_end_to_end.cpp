@@ -10,6 +10,11 @@
 // The default subset keeps the test near a minute on Mesa's lavapipe (a software device);
 // SHOAL_VULKAN_E2E_ALL=1 runs every fixture prompt, SHOAL_VULKAN_VALIDATION=0 runs without the
 // validation layer (about twice as fast). Skipped without a Vulkan device or model.
+//
+// Built twice: test_vulkan_end_to_end_native_math (SHOAL_TEST_NATIVE_MATH) forces the shader
+// variants that devices without shaderFloat64 run (driver fma/division, float accumulators), so
+// the same margin and logit rules check that path here too; its logits are not expected to be
+// bit-identical to the CPU's.
 
 #include <QtTest>
 #include <algorithm>
@@ -121,6 +126,9 @@ class VulkanEndToEndTest : public QObject {
  private slots:
   void initTestCase() {
     setenv("SHOAL_VULKAN_VALIDATION", "1", 0);  // unless the caller chose
+#ifdef SHOAL_TEST_NATIVE_MATH
+    setenv("SHOAL_VULKAN_NATIVE_MATH", "1", 1);
+#endif
     const auto modelPath =
         std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
     if (!std::filesystem::exists(modelPath)) QSKIP("default model absent (run scripts/setup)");
