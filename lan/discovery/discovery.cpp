@@ -250,14 +250,12 @@ void Discovery::Impl::sendTo(udp::socket& socket, const udp::endpoint& to,
                              const std::string& where) {
   asio::error_code ec;
   socket.send_to(asio::buffer(datagram), to, 0, ec);
-  std::lock_guard lock(mutex);
-  if (!ec) {
-    ++stats.sent;
-    return;
+  {
+    std::lock_guard lock(mutex);
+    ++(ec ? stats.sendErrors : stats.sent);
   }
-  ++stats.sendErrors;
-  // One line per destination and error, not one per second.
-  if (loggedSendErrors.insert(where + " " + ec.message()).second) {
+  // One line per destination and error, not one per second (loggedSendErrors: io thread only).
+  if (ec && loggedSendErrors.insert(where + " " + ec.message()).second) {
     log("beacon to " + where + " failed: " + ec.message());
   }
 }
@@ -457,6 +455,10 @@ void Discovery::stop() {
   Impl& d = *m_impl;
   std::lock_guard lock(d.lifecycle);
   if (!d.thread.joinable()) return;
+  if (std::this_thread::get_id() == d.thread.get_id()) {
+    // Joining our own thread would deadlock.
+    throw shoal::Error("Discovery::stop() called from a Discovery callback");
+  }
   d.io.stop();
   d.thread.join();
   d.beaconTimer.reset();
