@@ -1,0 +1,211 @@
+#include "lan/transport/listener.h"
+
+#include <asio.hpp>
+#include <atomic>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "engine/error.h"
+#include "lan/transport/pairing_gate.h"
+#include "lan/transport/session_ops.h"
+#include "lan/transport/tls_connection.h"
+#include "lan/transport/tls_context.h"
+
+namespace shoal::lan {
+
+namespace {
+
+// Connections being vetted at once; more are closed on arrival so a flood of half-open
+// handshakes cannot pin an unbounded number of threads.
+constexpr size_t kMaxVetting = 16;
+
+void sendRefusal(TlsConnection& conn, const std::string& why, std::chrono::milliseconds timeout) {
+  Message refused;
+  refused.control = {{"op", ops::kRefused}, {"message", why}};
+  conn.send(refused, timeout);
+}
+
+}  // namespace
+
+struct Listener::Impl {
+  // One connection being vetted on its own thread.
+  struct Vetting {
+    std::thread thread;
+    TlsConnection* conn = nullptr;  // for stop() to close it; null once handed over or dropped
+    std::atomic<bool> done{false};
+  };
+
+  Impl(const Identity& id, TrustStore& t, OnConnection cb)
+      : identity(id),
+        trust(t),
+        onConnection(std::move(cb)),
+        tlsContext(makeTlsContext(id, true)),
+        work(asio::make_work_guard(io)),
+        acceptor(io) {}
+
+  void startAccept();
+  void vet(Vetting& v, std::unique_ptr<TlsConnection> conn);
+  void reapFinished();
+
+  const Identity identity;
+  TrustStore& trust;
+  const OnConnection onConnection;
+  std::shared_ptr<asio::ssl::context> tlsContext;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  asio::ip::tcp::acceptor acceptor;
+  std::unique_ptr<TlsConnection> pendingAccept;  // io thread only
+  std::thread ioThread;
+  uint16_t port = 0;
+  PairingGate pairing;
+
+  std::mutex mutex;  // guards the fields below
+  std::list<Vetting> vetting;
+  std::string localName = "shoal";
+  std::chrono::milliseconds handshakeTimeout{10000};
+  bool stopping = false;
+};
+
+void Listener::Impl::startAccept() {
+  // Each connection gets its own io thread (TlsConnection); accept straight into its socket.
+  pendingAccept = std::make_unique<TlsConnection>(tlsContext);
+  acceptor.async_accept(pendingAccept->socket(), [this](const asio::error_code& ec) {
+    std::unique_ptr<TlsConnection> conn = std::move(pendingAccept);
+    if (ec == asio::error::operation_aborted) return;  // stop()
+    std::lock_guard lock(mutex);
+    if (stopping) return;
+    if (!ec) {
+      reapFinished();
+      if (vetting.size() < kMaxVetting) {
+        Vetting& v = vetting.emplace_back();
+        v.conn = conn.get();
+        v.thread = std::thread([this, &v, c = std::move(conn)]() mutable { vet(v, std::move(c)); });
+      }
+      // else: conn is destroyed here, which closes it.
+    }
+    startAccept();
+  });
+}
+
+void Listener::Impl::vet(Vetting& v, std::unique_ptr<TlsConnection> conn) {
+  std::chrono::milliseconds timeout;
+  std::string name;
+  {
+    std::lock_guard lock(mutex);
+    timeout = handshakeTimeout;
+    name = localName;
+  }
+  try {
+    conn->serverHandshake(timeout);
+    const Message first = conn->receive(timeout);
+    const std::string op = first.control["op"].get<std::string>();
+    if (op == ops::kHello) {
+      if (trust.isTrusted(conn->peerDeviceId())) {
+        Message welcome;
+        welcome.control = {{"op", ops::kWelcome}, {"device_id", identity.deviceId}};
+        conn->send(welcome, timeout);
+        {
+          std::lock_guard lock(mutex);
+          v.conn = nullptr;
+        }
+        onConnection(std::move(conn));
+      } else {
+        sendRefusal(*conn,
+                    "device " + conn->peerDeviceId() + " is not trusted by " + identity.deviceId +
+                        " (pair first)",
+                    timeout);
+      }
+    } else if (op == ops::kPairStart) {
+      pairing.serve(*conn, first, identity, name, trust, timeout);
+    } else {
+      sendRefusal(*conn, "expected \"hello\" or \"pair_start\", got \"" + op + "\"", timeout);
+    }
+  } catch (const std::exception&) {
+    // A client that fails the handshake, stalls or misbehaves is simply dropped.
+  }
+  {
+    std::lock_guard lock(mutex);
+    v.conn = nullptr;
+  }
+  conn.reset();  // closes (if still ours) and joins its io thread
+  v.done = true;
+}
+
+void Listener::Impl::reapFinished() {
+  for (auto it = vetting.begin(); it != vetting.end();) {
+    if (it->done) {
+      it->thread.join();
+      it = vetting.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Listener::Listener(const std::string& bindHost, uint16_t port, const Identity& identity,
+                   TrustStore& trust, OnConnection onConnection)
+    : m_impl(std::make_unique<Impl>(identity, trust, std::move(onConnection))) {
+  asio::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(bindHost, ec);
+  if (ec)
+    throw TransportError(TransportError::Kind::Io,
+                         "listener: \"" + bindHost + "\" is not an IP address");
+  const asio::ip::tcp::endpoint endpoint(address, port);
+  auto& acceptor = m_impl->acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw TransportError(TransportError::Kind::Io, "listener: cannot listen on " + bindHost + ":" +
+                                                       std::to_string(port) + ": " + ec.message());
+  m_impl->port = acceptor.local_endpoint().port();
+  m_impl->startAccept();
+  m_impl->ioThread = std::thread([impl = m_impl.get()] { impl->io.run(); });
+}
+
+Listener::~Listener() { stop(); }
+
+uint16_t Listener::port() const { return m_impl->port; }
+
+void Listener::setPairingCode(std::string code, std::chrono::seconds validFor) {
+  m_impl->pairing.setCode(code, validFor);
+}
+
+void Listener::clearPairingCode() { m_impl->pairing.clear(); }
+
+bool Listener::pairingCodeActive() const { return m_impl->pairing.active(); }
+
+void Listener::setLocalName(std::string name) {
+  std::lock_guard lock(m_impl->mutex);
+  m_impl->localName = std::move(name);
+}
+
+void Listener::setHandshakeTimeout(std::chrono::milliseconds timeout) {
+  std::lock_guard lock(m_impl->mutex);
+  m_impl->handshakeTimeout = timeout;
+}
+
+void Listener::stop() {
+  Impl& impl = *m_impl;
+  std::list<Impl::Vetting> vetting;
+  {
+    std::lock_guard lock(impl.mutex);
+    if (impl.stopping) return;
+    impl.stopping = true;
+    for (auto& v : impl.vetting)
+      if (v.conn) v.conn->close();
+    vetting.splice(vetting.begin(), impl.vetting);  // list nodes stay put: threads keep &v
+  }
+  asio::post(impl.io, [&impl] {
+    asio::error_code ignored;
+    impl.acceptor.close(ignored);
+  });
+  impl.work.reset();
+  if (impl.ioThread.joinable()) impl.ioThread.join();
+  // Without the mutex held: a vetting thread takes it at the hand-over.
+  for (auto& v : vetting) v.thread.join();
+}
+
+}  // namespace shoal::lan
