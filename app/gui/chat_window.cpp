@@ -24,6 +24,7 @@
 
 #include "app/gui/chat_input.h"
 #include "app/gui/model_manager.h"
+#include "app/gui/pool_view.h"
 #include "app/gui/settings_dialog.h"
 #include "app/gui/settings_panel.h"
 #include "app/gui/transcript_markdown.h"
@@ -148,6 +149,16 @@ void ChatWindow::buildUi() {
   m_pages->setDocumentMode(true);
   m_pages->addTab(splitter, tr("Chat"));
   m_pages->addTab(m_models, tr("Models"));
+  m_pool = new PoolView;
+  m_pool->setObjectName("poolView");
+  m_pages->addTab(m_pool, tr("Devices && pool"));
+  connect(m_pages, &QTabWidget::currentChanged, this, [this] {
+    // Probing backends loads GPU drivers: only when someone looks.
+    if (m_pages->currentWidget() == m_pool && !m_localDevicesListed) {
+      m_localDevicesListed = true;
+      m_pool->setLocalBackends(probeBackends());
+    }
+  });
   setCentralWidget(m_pages);
   connect(m_models, &ModelManager::loadRequested, this, &ChatWindow::loadModel);
   resize(1100, 720);
@@ -300,6 +311,8 @@ bool ChatWindow::showPage(const QString& name) {
     m_pages->setCurrentIndex(0);
   } else if (name == "models") {
     m_pages->setCurrentWidget(m_models);
+  } else if (name == "pool") {
+    m_pages->setCurrentWidget(m_pool);
   } else {
     return false;
   }

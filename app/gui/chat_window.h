@@ -25,6 +25,7 @@ namespace shoal::gui {
 
 class ChatInput;
 class ModelManager;
+class PoolView;
 class SettingsDialog;
 class SettingsPanel;
 
@@ -43,8 +44,9 @@ class ChatWindow : public QMainWindow {
   bool isModelLoaded() const { return m_modelLoaded; }
   bool isGenerating() const { return m_generatingConversation >= 0; }
   ModelManager* modelManager() const { return m_models; }
+  PoolView* poolView() const { return m_pool; }
   const AppSettings& appSettings() const { return m_appSettings; }
-  // Show a page by name: "chat", "models" (false for an unknown name).
+  // Show a page by name: "chat", "models", "pool" (false for an unknown name).
   bool showPage(const QString& name);
   // The API server's state as the engine last reported it, for people ("" when off).
   QString apiStatus() const { return m_apiStatusText; }
@@ -98,8 +100,10 @@ class ChatWindow : public QMainWindow {
   std::unique_ptr<ChatStore> m_store;
   std::unique_ptr<ChatEngineThread> m_engineThread;
 
-  QTabWidget* m_pages = nullptr;  // Chat, Models
+  QTabWidget* m_pages = nullptr;  // Chat, Models, Devices & pool
   ModelManager* m_models = nullptr;
+  PoolView* m_pool = nullptr;
+  bool m_localDevicesListed = false;  // the pool page lists them when first shown
   QListWidget* m_conversationList = nullptr;
   QLineEdit* m_search = nullptr;
   QLabel* m_banner = nullptr;

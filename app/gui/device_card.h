@@ -1,0 +1,49 @@
+#pragma once
+// One pooled device on the pool page: its name and node, backend, a memory bar, the layers it
+// holds, and a chart of its utilization (%) and tokens/s over the last 60 seconds.
+
+#include <QFrame>
+
+#include "lan/pool/telemetry.h"
+
+class QLabel;
+class QProgressBar;
+class QChart;
+class QChartView;
+class QLineSeries;
+class QValueAxis;
+
+namespace shoal::gui {
+
+class DeviceCard : public QFrame {
+  Q_OBJECT
+
+ public:
+  // `color`: the device's colour in the pipeline diagram, shown as the card's edge.
+  DeviceCard(const QColor& color, QWidget* parent = nullptr);
+
+  // One telemetry sample taken at `unixMs`; points older than kWindowSeconds are dropped.
+  void addSample(const lan::DeviceTelemetry& device, qint64 unixMs);
+
+  QLineSeries* utilizationSeries() const { return m_utilization; }  // percent
+  QLineSeries* tokensSeries() const { return m_tokens; }            // tokens/s
+  QString layerText() const;
+
+  static constexpr int kWindowSeconds = 60;
+
+ private:
+  QLabel* m_title = nullptr;
+  QLabel* m_detail = nullptr;  // backend, queue
+  QLabel* m_layers = nullptr;
+  QProgressBar* m_memory = nullptr;
+  QChart* m_chart = nullptr;
+  QChartView* m_chartView = nullptr;
+  QLineSeries* m_utilization = nullptr;
+  QLineSeries* m_tokens = nullptr;
+  QValueAxis* m_time = nullptr;
+  QValueAxis* m_percent = nullptr;
+  QValueAxis* m_rate = nullptr;
+  qint64 m_originMs = -1;  // first sample: the chart's x is seconds since it
+};
+
+}  // namespace shoal::gui

@@ -1,0 +1,55 @@
+#pragma once
+// The "Devices & pool" page: this machine's devices (every backend, with the reason an
+// unavailable one cannot be used), and the pool as the coordinator reports it: the plan's
+// predicted speed, the pipeline diagram (which device holds which layers, link RTTs), and one
+// card per pooled device with memory and 60 s charts of utilization and tokens/s.
+//
+// Fed by setSnapshot(); the live feed is the pool coordinator's telemetry (lan/pool), connected
+// by whoever owns it, queued (PoolSnapshot is a registered metatype).
+
+#include <QList>
+#include <QMap>
+#include <QWidget>
+
+#include "app/gui/device_list.h"
+#include "app/gui/pool_types.h"
+#include "lan/pool/telemetry.h"
+
+class QHBoxLayout;
+class QLabel;
+
+namespace shoal::gui {
+
+class DeviceCard;
+class PipelineDiagram;
+
+class PoolView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit PoolView(QWidget* parent = nullptr);
+
+  // Cards in stage order of the last snapshot.
+  QList<DeviceCard*> cards() const;
+  PipelineDiagram* diagram() const { return m_diagram; }
+  QString planText() const;
+  QString localDevicesText() const;
+  // A note shown with the plan, e.g. that the feed is a demo.
+  void setSourceNote(const QString& note);
+
+ public slots:
+  void setSnapshot(const shoal::lan::PoolSnapshot& snapshot);
+  void setLocalBackends(const QList<BackendStatus>& backends);
+
+ private:
+  QLabel* m_local = nullptr;
+  QLabel* m_plan = nullptr;
+  QLabel* m_note = nullptr;
+  PipelineDiagram* m_diagram = nullptr;
+  QWidget* m_cardArea = nullptr;
+  QHBoxLayout* m_cardLayout = nullptr;
+  QMap<QString, DeviceCard*> m_cards;  // by "nodeId/deviceId"
+  QStringList m_order;                 // keys in stage order
+};
+
+}  // namespace shoal::gui
