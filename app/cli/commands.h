@@ -25,5 +25,6 @@ void registerBenchCommand(CLI::App& app);
 void registerInfoCommand(CLI::App& app);
 void registerPlanCommand(CLI::App& app);
 void registerDevicesCommand(CLI::App& app);
+void registerPoolCommand(CLI::App& app);  // only in builds with lan/ (SHOAL_CLI_POOL)
 
 }  // namespace shoal::cli

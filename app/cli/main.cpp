@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   shoal::cli::registerInfoCommand(app);
   shoal::cli::registerDevicesCommand(app);
   shoal::cli::registerPlanCommand(app);
+#ifdef SHOAL_CLI_POOL
+  shoal::cli::registerPoolCommand(app);
+#endif
   // CLI11 reports an unknown first word as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

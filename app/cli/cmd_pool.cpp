@@ -1,0 +1,405 @@
+// shoal-cli pool: use the LAN pool from the terminal, as its coordinator (lan/pool).
+//
+//   shoal-cli pool discover [--seconds S] [--json]          nodes announcing themselves
+//   shoal-cli pool pair HOST:PORT CODE [--name NAME]        trust a node (code shown on it)
+//   shoal-cli pool status --nodes A,B,... [--json]          one telemetry snapshot
+//   shoal-cli pool plan --nodes A,B,... [-m GGUF] [--ctx N] the pipeline it would deploy (JSON)
+//   shoal-cli pool generate --nodes A,B,... -p PROMPT [-n N] [--json] [sampling options]
+//
+// Every command takes --config-dir (default $XDG_CONFIG_HOME/shoal or ~/.config/shoal): the
+// coordinator's identity and trusted.json, as on a node. Nodes are "host:port" (IPv6 in
+// brackets). Exit codes: 0 done, 1 runtime failure (unreachable, untrusted, no plan), 2 bad input.
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/cli/cli_support.h"
+#include "app/cli/commands.h"
+#include "engine/error.h"
+#include "engine/plan/plan_json.h"
+#include "lan/discovery/discovery.h"
+#include "lan/pool/coordinator.h"
+#include "lan/pool/pool_builder.h"
+#include "lan/transport/connect.h"
+#include "lan/transport/identity.h"
+#include "lan/transport/listener.h"
+#include "lan/transport/pairing.h"
+#include "lan/transport/trust_store.h"
+
+namespace shoal::cli {
+namespace {
+
+using nlohmann::json;
+
+struct PoolOptions {
+  std::string configDir;
+  std::string nodes;  // comma-separated host:port
+  std::string model;
+  int contextLength = 2048;
+  int timeoutMs = 10000;
+  bool json = false;
+  bool verbose = false;
+  // discover
+  double seconds = 3;
+  // pair
+  std::string address;
+  std::string code;
+  std::string name;
+  // generate
+  std::string prompt;
+  int maxTokens = 128;
+  runtime::SamplerParams sampler;
+  std::vector<std::string> stop;
+  bool ignoreEos = false;
+};
+
+std::filesystem::path configDirOf(const PoolOptions& o) {
+  if (!o.configDir.empty()) return o.configDir;
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) {
+    return std::filesystem::path(xdg) / "shoal";
+  }
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    return std::filesystem::path(home) / ".config" / "shoal";
+  }
+  throw CliExit{2, "no --config-dir and neither XDG_CONFIG_HOME nor HOME is set"};
+}
+
+// "host:port" or "[v6]:port".
+std::pair<std::string, uint16_t> splitAddress(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    throw CliExit{2, "node address '" + text + "' is not host:port"};
+  }
+  std::string host = text.substr(0, colon);
+  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    size_t used = 0;
+    port = std::stoi(text.substr(colon + 1), &used);
+    if (used != text.size() - colon - 1) port = -1;
+  } catch (const std::exception&) {
+    port = -1;
+  }
+  if (port < 1 || port > 65535) throw CliExit{2, "node address '" + text + "': bad port"};
+  return {host, static_cast<uint16_t>(port)};
+}
+
+std::vector<std::string> nodeList(const PoolOptions& o) {
+  std::vector<std::string> out;
+  std::stringstream in(o.nodes);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  if (out.empty()) throw CliExit{2, "--nodes: give at least one host:port"};
+  for (const std::string& a : out) splitAddress(a);  // validates
+  return out;
+}
+
+// The coordinator's identity and trust store, loaded once per command.
+struct Credentials {
+  lan::Identity identity;
+  lan::TrustStore trust;
+};
+
+std::unique_ptr<Credentials> loadCredentials(const PoolOptions& o) {
+  auto c = std::make_unique<Credentials>();
+  const std::filesystem::path dir = configDirOf(o);
+  try {
+    c->identity = lan::loadOrCreateIdentity(dir);
+    c->trust.load(dir);
+  } catch (const Error& e) {
+    throw CliExit{2, e.what()};
+  }
+  return c;
+}
+
+std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials& creds) {
+  const std::chrono::milliseconds timeout(o.timeoutMs);
+  lan::Connector connector = [&creds, timeout](const std::string& address) {
+    const auto [host, port] = splitAddress(address);
+    return lan::connectTo(host, port, creds.identity, creds.trust, timeout);
+  };
+  lan::CoordinatorOptions co;
+  co.contextLength = o.contextLength;
+  co.requestTimeout = std::max(timeout, std::chrono::milliseconds(30000));
+  if (o.verbose) {
+    co.log = [](const std::string& line) { std::fprintf(stderr, "pool: %s\n", line.c_str()); };
+  }
+  auto c = std::make_unique<lan::Coordinator>(connector, co);
+  for (const std::string& address : nodeList(o)) {
+    try {
+      c->addNode(address);
+    } catch (const lan::TransportError& e) {
+      throw CliExit{1, "node " + address + ": " + e.what()};
+    }
+  }
+  c->profileLinks();
+  return c;
+}
+
+void prepareModel(lan::Coordinator& c, const PoolOptions& o) {
+  try {
+    c.setModel(o.model.empty() ? defaultModelPath() : o.model);
+  } catch (const Error& e) {
+    throw CliExit{2, e.what()};
+  }
+}
+
+json stagesJson(const std::vector<lan::StagePlacement>& stages,
+                const std::vector<lan::NodeInfo>& nodes) {
+  json out = json::array();
+  for (const lan::StagePlacement& s : stages) {
+    std::string name;
+    for (const lan::NodeInfo& n : nodes) {
+      if (n.deviceId == s.nodeId) name = n.name;
+    }
+    out.push_back({{"node", s.nodeId},
+                   {"node_name", name},
+                   {"device", s.deviceId},
+                   {"first_layer", s.firstLayer},
+                   {"last_layer", s.lastLayer},
+                   {"has_embedding", s.hasEmbedding},
+                   {"has_head", s.hasHead}});
+  }
+  return out;
+}
+
+void runDiscover(const PoolOptions& o) {
+  auto creds = loadCredentials(o);
+  // Discovery announces as well as listens; what it announces must be true, so the coordinator
+  // accepts connections for the few seconds it runs (and refuses every one: it hosts nothing).
+  lan::Listener listener("0.0.0.0", 0, creds->identity, creds->trust,
+                         [](std::unique_ptr<lan::Connection> c) { c->close(); });
+  lan::DiscoveryOptions d;
+  d.deviceId = creds->identity.deviceId;
+  d.name = o.name.empty() ? "shoal-cli" : o.name;
+  d.tcpPort = listener.port();
+  d.summary = "coordinator";
+  lan::Discovery discovery(d);
+  try {
+    discovery.start();
+  } catch (const Error& e) {
+    throw CliExit{1, e.what()};
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
+  const std::vector<lan::Peer> peers = discovery.peers();
+  discovery.stop();
+  if (o.json) {
+    json out = json::array();
+    for (const lan::Peer& p : peers) {
+      json addresses = json::array();
+      for (const lan::PeerAddress& a : p.addresses) addresses.push_back(a.address);
+      out.push_back({{"device_id", p.deviceId},
+                     {"name", p.name},
+                     {"port", p.tcpPort},
+                     {"summary", p.summary},
+                     {"addresses", addresses},
+                     {"trusted", creds->trust.isTrusted(p.deviceId)}});
+    }
+    std::printf("%s\n", json({{"peers", out}}).dump(2).c_str());
+    return;
+  }
+  if (peers.empty()) std::printf("No Shoal nodes seen in %.1f s.\n", o.seconds);
+  for (const lan::Peer& p : peers) {
+    const std::string addr = p.addresses.empty() ? "?" : p.addresses.front().address;
+    std::printf("%-20s %s:%u  %s%s\n  %s\n", p.name.c_str(), addr.c_str(), p.tcpPort,
+                p.summary.c_str(), creds->trust.isTrusted(p.deviceId) ? "  (trusted)" : "",
+                p.deviceId.c_str());
+  }
+}
+
+void runPair(const PoolOptions& o) {
+  auto creds = loadCredentials(o);
+  const auto [host, port] = splitAddress(o.address);
+  std::string peer;
+  try {
+    peer = lan::pairWith(host, port, creds->identity, creds->trust, o.code,
+                         o.name.empty() ? "shoal-cli" : o.name,
+                         std::chrono::milliseconds(o.timeoutMs));
+  } catch (const lan::TransportError& e) {
+    throw CliExit{1, "pairing with " + o.address + " failed: " + e.what()};
+  } catch (const Error& e) {
+    throw CliExit{2, e.what()};
+  }
+  if (o.json) {
+    std::printf("%s\n", json({{"device_id", peer}, {"address", o.address}}).dump().c_str());
+  } else {
+    std::printf("Paired with %s (%s); it is now trusted.\n", o.address.c_str(), peer.c_str());
+  }
+}
+
+void runStatus(const PoolOptions& o) {
+  auto creds = loadCredentials(o);
+  auto c = connectPool(o, *creds);
+  const lan::PoolSnapshot s = c->pollSnapshot();
+  if (o.json) {
+    std::printf("%s\n", json(s).dump(2).c_str());
+    return;
+  }
+  std::printf("%-20s %-10s %-28s %12s %6s\n", "node", "device", "name", "memory", "busy");
+  for (const lan::DeviceTelemetry& d : s.devices) {
+    std::printf("%-20s %-10s %-28s %9.1f GB %5.0f%%\n", d.nodeName.c_str(), d.deviceId.c_str(),
+                d.deviceName.c_str(), static_cast<double>(d.memoryTotal) / 1e9,
+                d.busyFraction * 100);
+  }
+  for (const lan::NodeLinkProfile& l : c->links()) {
+    std::printf("link to %s: rtt %.2f ms, %.1f MB/s\n", l.nodeId.c_str(), l.rttS * 1e3,
+                l.bandwidthBytesPerS / 1e6);
+  }
+}
+
+void runPlanCommand(const PoolOptions& o) {
+  auto creds = loadCredentials(o);
+  auto c = connectPool(o, *creds);
+  prepareModel(*c, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const plan::Plan p = c->makePlan();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  json out = json::parse(plan::planToJson(p, ms));
+  if (p.feasible) out["deploy"] = stagesJson(lan::pipelineStages(p), c->nodes());
+  std::printf("%s\n", out.dump(2).c_str());
+  if (!p.feasible) throw CliExit{1, ""};
+}
+
+void runPoolGenerate(const PoolOptions& o) {
+  auto creds = loadCredentials(o);
+  auto c = connectPool(o, *creds);
+  prepareModel(*c, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const plan::Plan p = c->makePlan();
+  if (!p.feasible) throw CliExit{1, "no plan for this pool: " + p.infeasibleReason};
+  try {
+    c->deploy(p, [&](const lan::DeployProgress& d) {
+      if (o.verbose && d.done) {
+        std::fprintf(stderr, "stage %zu/%zu on %s ready\n", d.stage + 1, d.stages,
+                     d.nodeName.c_str());
+      }
+    });
+  } catch (const std::exception& e) {
+    throw CliExit{1, std::string("deploy failed: ") + e.what()};
+  }
+  const double deploySeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const model::Tokenizer& tok = c->model().tokenizer();
+  const auto prompt = tok.encode(o.prompt, true, true);
+  if (prompt.empty()) throw CliExit{2, "the prompt is empty"};
+  runtime::GenerateOptions g;
+  g.maxTokens = o.maxTokens;
+  g.sampler = o.sampler;
+  g.stop = o.stop;
+  g.ignoreEndOfGeneration = o.ignoreEos;
+  runtime::GenerateResult r;
+  try {
+    r = c->generate(prompt, g, [&](std::string_view piece) {
+      if (!o.json) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+      return true;
+    });
+  } catch (const std::exception& e) {
+    throw CliExit{1, std::string("generation failed: ") + e.what()};
+  }
+  const double tokS =
+      r.decodeSeconds > 0 && r.tokens.size() > 1 ? (r.tokens.size() - 1) / r.decodeSeconds : 0;
+  if (o.json) {
+    json recoveries = json::array();
+    for (const lan::RecoveryEvent& e : c->recoveries()) {
+      recoveries.push_back({{"failed_node", e.failedNodeId},
+                            {"cause", e.cause},
+                            {"after_tokens", e.generatedBefore},
+                            {"seconds", e.seconds},
+                            {"moved_bytes", e.movedBytes}});
+    }
+    json out = {{"text", r.text},
+                {"tokens", r.tokens},
+                {"finish", std::string(runtime::finishReasonName(r.finish))},
+                {"prompt_tokens", r.promptTokens},
+                {"deploy_s", deploySeconds},
+                {"prefill_s", r.prefillSeconds},
+                {"decode_s", r.decodeSeconds},
+                {"tokens_per_s", tokS},
+                {"predicted_tokens_per_s", c->predictedTokensPerS()},
+                {"stages", stagesJson(c->deployed(), c->nodes())},
+                {"recoveries", recoveries}};
+    std::printf("%s\n", out.dump().c_str());
+    return;
+  }
+  std::printf("\n");
+  std::fprintf(stderr,
+               "[%zu tokens, deploy %.2f s, prefill %.2f s, %.1f tokens/s, %zu stage(s)%s]\n",
+               r.tokens.size(), deploySeconds, r.prefillSeconds, tokS, c->deployed().size(),
+               c->recoveries().empty() ? "" : ", recovered from a node failure");
+}
+
+void addCommon(CLI::App& cmd, PoolOptions& o) {
+  cmd.add_option("--config-dir", o.configDir,
+                 "coordinator identity and trusted.json (default ~/.config/shoal)");
+  cmd.add_option("--timeout-ms", o.timeoutMs, "connect/pair timeout")->check(CLI::Range(1, 600000));
+  cmd.add_flag("--json", o.json, "machine-readable output");
+  cmd.add_flag("-v,--verbose", o.verbose, "log deployment and recovery to stderr");
+}
+
+void addPoolNodes(CLI::App& cmd, PoolOptions& o) {
+  cmd.add_option("--nodes", o.nodes, "comma-separated host:port of trusted nodes")->required();
+  cmd.add_option("-m,--model", o.model, "GGUF model file (default: the default model)");
+  cmd.add_option("--ctx", o.contextLength, "context length of every stage")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 1 << 20));
+}
+
+}  // namespace
+
+void registerPoolCommand(CLI::App& app) {
+  auto opt = std::make_shared<PoolOptions>();
+  CLI::App* pool = app.add_subcommand("pool", "Coordinate a pool of LAN nodes");
+  pool->require_subcommand(1);
+
+  CLI::App* discover = pool->add_subcommand("discover", "List nodes announcing themselves");
+  addCommon(*discover, *opt);
+  discover->add_option("--seconds", opt->seconds, "how long to listen")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+  discover->add_option("--name", opt->name, "name to announce");
+  discover->callback([opt] { runDiscover(*opt); });
+
+  CLI::App* pair = pool->add_subcommand("pair", "Pair with a node using the code it shows");
+  addCommon(*pair, *opt);
+  pair->add_option("address", opt->address, "host:port of the node")->required();
+  pair->add_option("code", opt->code, "pairing code, e.g. ABCD-EFGH")->required();
+  pair->add_option("--name", opt->name, "the name the node stores for us");
+  pair->callback([opt] { runPair(*opt); });
+
+  CLI::App* status = pool->add_subcommand("status", "One telemetry snapshot of the nodes");
+  addCommon(*status, *opt);
+  addPoolNodes(*status, *opt);
+  status->callback([opt] { runStatus(*opt); });
+
+  CLI::App* planCmd = pool->add_subcommand("plan", "The pipeline the pool would deploy (JSON)");
+  addCommon(*planCmd, *opt);
+  addPoolNodes(*planCmd, *opt);
+  planCmd->callback([opt] { runPlanCommand(*opt); });
+
+  CLI::App* gen = pool->add_subcommand("generate", "Deploy the model over the nodes and generate");
+  addCommon(*gen, *opt);
+  addPoolNodes(*gen, *opt);
+  gen->add_option("-p,--prompt", opt->prompt, "prompt text")->required();
+  gen->add_option("-n,--max-tokens", opt->maxTokens, "most new tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  gen->add_option("--stop", opt->stop, "stop string (repeatable)");
+  gen->add_flag("--ignore-eos", opt->ignoreEos, "keep going past end-of-generation");
+  addSamplerOptions(*gen, opt->sampler, nullptr);
+  gen->callback([opt] { runPoolGenerate(*opt); });
+}
+
+}  // namespace shoal::cli
