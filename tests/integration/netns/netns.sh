@@ -101,8 +101,9 @@ _netns_create() {
     ns="${prefix}-h${i}"
     ip netns add "$ns" || return 1
     # DAD off before any link comes up: the link-local address is usable immediately.
-    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
-      >/dev/null 2>&1 || true
+    # (/proc/sys/net is per namespace; written directly so procps' sysctl is not needed.)
+    ip netns exec "$ns" sh -c 'echo 0 >/proc/sys/net/ipv6/conf/all/accept_dad &&
+      echo 0 >/proc/sys/net/ipv6/conf/default/accept_dad' 2>/dev/null || true
     ip -n "$br" link add "h${i}" type veth peer name eth0 netns "$ns" || return 1
     ip -n "$br" link set "h${i}" master br0 || return 1
     ip -n "$br" link set "h${i}" up || return 1

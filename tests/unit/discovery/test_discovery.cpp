@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "lan/discovery/discovery.h"
+#include "lan/discovery/interfaces.h"
 
 using shoal::lan::Beacon;
 using shoal::lan::Discovery;
@@ -204,6 +205,25 @@ class TestDiscovery : public QObject {
     QVERIFY_THROWS_EXCEPTION(shoal::Error, a.addUnicastTarget("[fe80::1:47474"));
     a.addUnicastTarget("[::1]:47474");
     a.addUnicastTarget("10.0.0.1:47474");
+  }
+
+  void interfaceListShowsLoopbackAsLoopbackWithItsAddress() {
+    const auto interfaces = shoal::lan::listNetworkInterfaces();
+    const auto lo = std::find_if(interfaces.begin(), interfaces.end(),
+                                 [](const auto& i) { return i.name == "lo"; });
+    QVERIFY(lo != interfaces.end());
+    QVERIFY(lo->loopback);
+    QVERIFY(lo->index != 0);
+    QVERIFY(std::find(lo->ipv4.begin(), lo->ipv4.end(), asio::ip::address_v4::loopback()) !=
+            lo->ipv4.end());
+  }
+
+  void beaconsSentAreCounted() {
+    Discovery a(loopbackOptions("AAAA-AAAA", "alpha"));
+    a.start();
+    a.addUnicastTarget(loopbackTarget(a));
+    QTRY_VERIFY_WITH_TIMEOUT(a.stats().sent >= 2, kWaitMs);
+    QCOMPARE(a.stats().sendErrors, uint64_t(0));
   }
 
   void stopThenStartAgainResumesBeacons() {
