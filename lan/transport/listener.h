@@ -47,7 +47,8 @@ class Listener {
   // the code and resets the count. Throws shoal::Error for a malformed code.
   void setPairingCode(std::string code, std::chrono::seconds validFor);
   void clearPairingCode();
-  // Whether a pairing code is set, unexpired and not burnt.
+  // Whether a pairing code is set, unexpired and not burnt (attempts still running count as
+  // failures until they succeed).
   bool pairingCodeActive() const;
 
   // The name this node gives itself when pairing (stored in the peer's trust store). Default

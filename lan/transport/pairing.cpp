@@ -175,8 +175,10 @@ void PairingGate::clear() {
 
 bool PairingGate::active() const {
   std::lock_guard lock(m_mutex);
+  // Attempts in flight count: one that has started may still fail, and the client of a wrong
+  // code may learn so (and hang up) before this side has counted it.
   return !m_code.empty() && std::chrono::steady_clock::now() < m_expires &&
-         m_failures < kPairingMaxFailures;
+         m_failures + m_inFlight < kPairingMaxFailures;
 }
 
 bool PairingGate::claim(std::string& code, uint64_t& generation, std::string& reason) {

@@ -95,19 +95,8 @@ Spake2::Spake2(Role role, const std::string& password, std::vector<uint8_t> idA,
       m_idA(std::move(idA)),
       m_idB(std::move(idB)),
       m_aad(std::move(aad)) {
+  setUpGroup();
   Ec& ec = *m_ec;
-  ec.group = EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1);
-  ec.ctx = BN_CTX_new();
-  ec.order = BN_new();
-  ec.w = BN_new();
-  ec.secret = BN_new();
-  if (!ec.group || !ec.ctx || !ec.order || !ec.w || !ec.secret ||
-      EC_GROUP_get_order(ec.group, ec.order, ec.ctx) != 1)
-    fail("cannot set up P-256");
-  const std::vector<uint8_t> mBytes = hexBytes(kM), nBytes = hexBytes(kN);
-  ec.m = ec.decode(mBytes, "M");
-  ec.n = ec.decode(nBytes, "N");
-
   // w: 512 bits of hash reduced mod n, so the bias of the reduction is negligible (RFC 9382
   // asks for at least 64 bits more than the order).
   std::vector<uint8_t> in(kPasswordContext, kPasswordContext + std::strlen(kPasswordContext));
@@ -120,17 +109,50 @@ Spake2::Spake2(Role role, const std::string& password, std::vector<uint8_t> idA,
   const bool wOk = wide && BN_nnmod(ec.w, wide, ec.order, ec.ctx) == 1;
   BN_clear_free(wide);
   if (!wOk) fail("cannot derive w");
-
   // Secret scalar uniformly in [1, n).
   do {
     if (BN_priv_rand_range(ec.secret, ec.order) != 1) fail("no randomness for the secret scalar");
   } while (BN_is_zero(ec.secret));
+  computeShare();
+}
 
+Spake2::Spake2(Role role, std::span<const uint8_t> w, std::span<const uint8_t> secret,
+               std::vector<uint8_t> idA, std::vector<uint8_t> idB, std::string aad)
+    : m_ec(std::make_unique<Ec>()),
+      m_role(role),
+      m_idA(std::move(idA)),
+      m_idB(std::move(idB)),
+      m_aad(std::move(aad)) {
+  setUpGroup();
+  Ec& ec = *m_ec;
+  if (!BN_bin2bn(w.data(), static_cast<int>(w.size()), ec.w) ||
+      !BN_bin2bn(secret.data(), static_cast<int>(secret.size()), ec.secret))
+    fail("cannot read the given scalars");
+  computeShare();
+}
+
+void Spake2::setUpGroup() {
+  Ec& ec = *m_ec;
+  ec.group = EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1);
+  ec.ctx = BN_CTX_new();
+  ec.order = BN_new();
+  ec.w = BN_new();
+  ec.secret = BN_new();
+  if (!ec.group || !ec.ctx || !ec.order || !ec.w || !ec.secret ||
+      EC_GROUP_get_order(ec.group, ec.order, ec.ctx) != 1)
+    fail("cannot set up P-256");
+  const std::vector<uint8_t> mBytes = hexBytes(kM), nBytes = hexBytes(kN);
+  ec.m = ec.decode(mBytes, "M");
+  ec.n = ec.decode(nBytes, "N");
+}
+
+void Spake2::computeShare() {
+  Ec& ec = *m_ec;
   EC_POINT* share = EC_POINT_new(ec.group);
   EC_POINT* blind = EC_POINT_new(ec.group);
   const bool ok =
       share && blind && EC_POINT_mul(ec.group, share, ec.secret, nullptr, nullptr, ec.ctx) == 1 &&
-      EC_POINT_mul(ec.group, blind, nullptr, role == Role::A ? ec.m : ec.n, ec.w, ec.ctx) == 1 &&
+      EC_POINT_mul(ec.group, blind, nullptr, m_role == Role::A ? ec.m : ec.n, ec.w, ec.ctx) == 1 &&
       EC_POINT_add(ec.group, share, share, blind, ec.ctx) == 1;
   if (ok) m_share = ec.encode(share);
   EC_POINT_free(share);

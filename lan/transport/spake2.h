@@ -35,6 +35,10 @@ class Spake2 {
   // Throws shoal::Error when OpenSSL fails (no randomness).
   Spake2(Role role, const std::string& password, std::vector<uint8_t> idA, std::vector<uint8_t> idB,
          std::string aad);
+  // Known-answer tests only (RFC 9382 Appendix B): w and the secret scalar given as big-endian
+  // bytes instead of derived from a password and drawn at random.
+  Spake2(Role role, std::span<const uint8_t> w, std::span<const uint8_t> secret,
+         std::vector<uint8_t> idA, std::vector<uint8_t> idB, std::string aad);
   ~Spake2();
   Spake2(const Spake2&) = delete;
   Spake2& operator=(const Spake2&) = delete;
@@ -54,6 +58,9 @@ class Spake2 {
   const std::vector<uint8_t>& sharedKey() const { return m_ke; }
 
  private:
+  void setUpGroup();
+  void computeShare();
+
   struct Ec;
   std::unique_ptr<Ec> m_ec;
   Role m_role;
