@@ -2,6 +2,7 @@
 
 #include <QChart>
 #include <QChartView>
+#include <QHBoxLayout>
 #include <QLabel>
 #include <QLineSeries>
 #include <QProgressBar>
@@ -14,15 +15,20 @@
 namespace shoal::gui {
 namespace {
 
-constexpr int kChartHeight = 150;
+constexpr int kChartHeight = 120;
+constexpr int kMemoryBarHeight = 8;
 constexpr int kCardWidth = 300;
+constexpr int kMaxCardWidth = 560;
+constexpr int kSwatch = 14;
 constexpr double kMinRateAxis = 10.0;  // tokens/s axis never shorter than this
 
-// Drops points older than the window (x is seconds).
-void trim(QLineSeries* s, double oldest) {
-  int drop = 0;
-  while (drop < s->count() && s->at(drop).x() < oldest) ++drop;
-  if (drop > 0) s->removePoints(0, drop);
+// Drops samples older than the window and shows the rest at x = seconds before `now`.
+void plot(QLineSeries* series, QList<QPointF>& samples, double now, double window) {
+  while (!samples.isEmpty() && samples.front().x() < now - window) samples.pop_front();
+  QList<QPointF> shown;
+  shown.reserve(samples.size());
+  for (const QPointF& p : samples) shown.push_back({p.x() - now, p.y()});
+  series->replace(shown);
 }
 
 }  // namespace
@@ -30,10 +36,14 @@ void trim(QLineSeries* s, double oldest) {
 DeviceCard::DeviceCard(const QColor& color, QWidget* parent) : QFrame(parent) {
   setFrameShape(QFrame::StyledPanel);
   setObjectName("deviceCard");
-  setFixedWidth(kCardWidth);
-  // The device's colour as a left edge; everything else follows the system palette.
-  setStyleSheet(QString("#deviceCard { border-left: 6px solid %1; }").arg(color.name()));
+  setMinimumWidth(kCardWidth);
+  setMaximumWidth(kMaxCardWidth);
   auto* layout = new QVBoxLayout(this);
+  // A swatch of the device's colour in the pipeline diagram; the rest follows the palette.
+  auto* swatch = new QLabel;
+  swatch->setObjectName("cardSwatch");
+  swatch->setFixedSize(kSwatch, kSwatch);
+  swatch->setStyleSheet(QString("background: %1; border-radius: 3px;").arg(color.name()));
   m_title = new QLabel;
   m_title->setObjectName("cardTitle");
   QFont bold = m_title->font();
@@ -44,10 +54,13 @@ DeviceCard::DeviceCard(const QColor& color, QWidget* parent) : QFrame(parent) {
   m_detail->setObjectName("cardDetail");
   m_layers = new QLabel;
   m_layers->setObjectName("cardLayers");
+  m_memoryText = new QLabel;
+  m_memoryText->setObjectName("cardMemoryText");
   m_memory = new QProgressBar;
   m_memory->setObjectName("cardMemory");
   m_memory->setRange(0, 1000);
-  m_memory->setTextVisible(true);
+  m_memory->setTextVisible(false);  // the label says it; text on the bar is hard to read
+  m_memory->setFixedHeight(kMemoryBarHeight);
 
   m_utilization = new QLineSeries;
   m_utilization->setName(tr("busy %"));
@@ -81,11 +94,16 @@ DeviceCard::DeviceCard(const QColor& color, QWidget* parent) : QFrame(parent) {
   m_chartView = new QChartView(m_chart);
   m_chartView->setObjectName("cardChart");
   m_chartView->setRenderHint(QPainter::Antialiasing);
-  m_chartView->setMinimumHeight(kChartHeight);
+  m_chartView->setMinimumSize(kCardWidth / 2, kChartHeight);
+  m_chartView->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
 
-  layout->addWidget(m_title);
+  auto* titleRow = new QHBoxLayout;
+  titleRow->addWidget(swatch, 0, Qt::AlignTop);
+  titleRow->addWidget(m_title, 1);
+  layout->addLayout(titleRow);
   layout->addWidget(m_detail);
   layout->addWidget(m_layers);
+  layout->addWidget(m_memoryText);
   layout->addWidget(m_memory);
   layout->addWidget(m_chartView, 1);
   // Follow the system palette (light or dark): the chart draws its own background otherwise.
@@ -112,18 +130,17 @@ void DeviceCard::addSample(const lan::DeviceTelemetry& d, qint64 unixMs) {
                           ? static_cast<double>(d.memoryUsed) / static_cast<double>(d.memoryTotal)
                           : 0.0;
   m_memory->setValue(static_cast<int>(std::clamp(used, 0.0, 1.0) * 1000));
-  m_memory->setFormat(
+  m_memoryText->setText(
       tr("memory %1 of %2").arg(formatBytes(d.memoryUsed), formatBytes(d.memoryTotal)));
 
   if (m_originMs < 0) m_originMs = unixMs;
   const double t = static_cast<double>(unixMs - m_originMs) / 1000.0;
-  m_utilization->append(t, std::clamp(d.busyFraction, 0.0, 1.0) * 100.0);
-  m_tokens->append(t, std::max(0.0, d.tokensPerS));
-  trim(m_utilization, t - kWindowSeconds);
-  trim(m_tokens, t - kWindowSeconds);
-  m_time->setRange(t - kWindowSeconds, t);
+  m_busySamples.push_back({t, std::clamp(d.busyFraction, 0.0, 1.0) * 100.0});
+  m_rateSamples.push_back({t, std::max(0.0, d.tokensPerS)});
+  plot(m_utilization, m_busySamples, t, kWindowSeconds);
+  plot(m_tokens, m_rateSamples, t, kWindowSeconds);
   double top = kMinRateAxis;
-  for (const QPointF& p : m_tokens->points()) top = std::max(top, p.y() * 1.2);
+  for (const QPointF& p : m_rateSamples) top = std::max(top, p.y() * 1.2);
   m_rate->setRange(0, top);
 }
 

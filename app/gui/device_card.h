@@ -3,6 +3,8 @@
 // holds, and a chart of its utilization (%) and tokens/s over the last 60 seconds.
 
 #include <QFrame>
+#include <QList>
+#include <QPointF>
 
 #include "lan/pool/telemetry.h"
 
@@ -35,6 +37,7 @@ class DeviceCard : public QFrame {
   QLabel* m_title = nullptr;
   QLabel* m_detail = nullptr;  // backend, queue
   QLabel* m_layers = nullptr;
+  QLabel* m_memoryText = nullptr;
   QProgressBar* m_memory = nullptr;
   QChart* m_chart = nullptr;
   QChartView* m_chartView = nullptr;
@@ -43,7 +46,9 @@ class DeviceCard : public QFrame {
   QValueAxis* m_time = nullptr;
   QValueAxis* m_percent = nullptr;
   QValueAxis* m_rate = nullptr;
-  qint64 m_originMs = -1;  // first sample: the chart's x is seconds since it
+  qint64 m_originMs = -1;        // first sample; samples' x is seconds since it
+  QList<QPointF> m_busySamples;  // the window's samples; the series show them relative to now
+  QList<QPointF> m_rateSamples;
 };
 
 }  // namespace shoal::gui

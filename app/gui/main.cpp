@@ -6,6 +6,8 @@
 //   --send-on-start TEXT   once the model is loaded, send TEXT in a new conversation; prints
 //                          "shoal: sent" and, at the reply's first token, "shoal: streaming" on
 //                          stdout so a test knows when the reply is being generated.
+//   --screenshot-page P --screenshot-out FILE [--window-size WxH]
+//                          save a PNG of page P and quit (screenshot.h; scripts/screenshots).
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -15,6 +17,7 @@
 #include "app/gui/chat_store.h"
 #include "app/gui/chat_window.h"
 #include "app/gui/model_path.h"
+#include "app/gui/screenshot.h"
 
 namespace {
 
@@ -43,11 +46,25 @@ int main(int argc, char** argv) {
   QCommandLineOption sendOnStart("send-on-start", "Send TEXT once the model is loaded.", "TEXT");
   sendOnStart.setFlags(QCommandLineOption::HiddenFromHelp);
   parser.addOption(sendOnStart);
+  QCommandLineOption shotPage("screenshot-page", "Page to save: chat, models, pool.", "PAGE");
+  QCommandLineOption shotOut("screenshot-out", "PNG file for --screenshot-page.", "FILE");
+  QCommandLineOption windowSize("window-size", "Window size, e.g. 1280x800.", "WxH");
+  for (QCommandLineOption* o : {&shotPage, &shotOut, &windowSize}) {
+    o->setFlags(QCommandLineOption::HiddenFromHelp);
+    parser.addOption(*o);
+  }
   parser.process(app);
 
   const QString path = parser.isSet(model) ? parser.value(model) : shoal::gui::defaultModelPath();
   shoal::gui::ChatWindow window(path, shoal::gui::ChatStore::defaultDirectory());
+  if (parser.isSet(windowSize)) {
+    const QStringList wh = parser.value(windowSize).split('x');
+    if (wh.size() == 2) window.resize(wh[0].toInt(), wh[1].toInt());
+  }
   window.show();
+  if (parser.isSet(shotPage) && parser.isSet(shotOut)) {
+    shoal::gui::scheduleScreenshot(window, parser.value(shotPage), parser.value(shotOut));
+  }
 
   if (parser.isSet(sendOnStart)) {
     using shoal::gui::ChatEngine;

@@ -47,12 +47,14 @@ PoolView::PoolView(QWidget* parent) : QWidget(parent) {
   m_diagram = new PipelineDiagram;
   m_cardArea = new QWidget;
   m_cardLayout = new QHBoxLayout(m_cardArea);
-  m_cardLayout->addStretch(1);
+  m_cardLayout->setAlignment(Qt::AlignLeft);
   auto* scroll = new QScrollArea;
   scroll->setObjectName("cardScroll");
   scroll->setWidgetResizable(true);
   scroll->setWidget(m_cardArea);
   scroll->setFrameShape(QFrame::NoFrame);
+  // Cards scroll sideways; their charts shrink to the height there is.
+  scroll->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   poolLayout->addWidget(m_plan);
   poolLayout->addWidget(m_note);
   poolLayout->addWidget(m_diagram);
