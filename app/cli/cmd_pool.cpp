@@ -45,6 +45,7 @@ struct PoolOptions {
   std::string model;
   int contextLength = 2048;
   int timeoutMs = 10000;
+  double maxDeviceMemoryMb = 0;
   bool json = false;
   bool verbose = false;
   // discover
@@ -129,6 +130,7 @@ std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials&
   };
   lan::CoordinatorOptions co;
   co.contextLength = o.contextLength;
+  co.maxDeviceMemoryBytes = static_cast<uint64_t>(o.maxDeviceMemoryMb * 1e6);
   co.requestTimeout = std::max(timeout, std::chrono::milliseconds(30000));
   if (o.verbose) {
     co.log = [](const std::string& line) { std::fprintf(stderr, "pool: %s\n", line.c_str()); };
@@ -355,6 +357,9 @@ void addPoolNodes(CLI::App& cmd, PoolOptions& o) {
   cmd.add_option("--ctx", o.contextLength, "context length of every stage")
       ->capture_default_str()
       ->check(CLI::Range(16, 1 << 20));
+  cmd.add_option("--max-device-memory-mb", o.maxDeviceMemoryMb,
+                 "use at most this much memory of any device (default: all it has free)")
+      ->check(CLI::Range(0.0, 1e9));
 }
 
 }  // namespace

@@ -150,7 +150,13 @@ plan::Pool Coordinator::pool() const {
       profiles.push_back(m_members.at(id).link);
     }
   }
-  return buildPool(infos, profiles);
+  plan::Pool p = buildPool(infos, profiles);
+  if (m_options.maxDeviceMemoryBytes > 0) {
+    for (plan::Device& d : p.devices) {
+      d.memoryBytes = std::min(d.memoryBytes, static_cast<double>(m_options.maxDeviceMemoryBytes));
+    }
+  }
+  return p;
 }
 
 plan::Plan Coordinator::makePlan() const {
@@ -334,7 +340,7 @@ void Coordinator::recover(const StageFailure& failure, int32_t generated) {
   event.movedBytes = next.movedBytes;
   event.seconds = secondsSince(t0);
   log("recovered in " + std::to_string(event.seconds) + " s (" +
-      std::to_string(static_cast<int64_t>(next.movedBytes)) + " weight bytes re-planned)");
+      std::to_string(static_cast<int64_t>(next.movedBytes)) + " weight bytes to load by the new plan)");
   std::lock_guard lock(m_mutex);
   m_recoveries.push_back(std::move(event));
 }

@@ -43,6 +43,9 @@ struct CoordinatorOptions {
   size_t bandwidthProbeBytes = 1u << 20;            // 0: do not probe bandwidth
   int32_t contextLength = 2048;                     // KV capacity of every stage
   int32_t maxBatch = 256;  // prompt tokens per forward (bounds a hidden-state frame)
+  // Most memory the pool may use on any one device (0: what the node reports free). Lets a
+  // user keep part of each machine for other work (and tests force a model over several nodes).
+  uint64_t maxDeviceMemoryBytes = 0;
   std::function<void(const std::string&)> log;  // progress and recovery lines (may be empty)
 };
 
