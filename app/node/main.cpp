@@ -1,9 +1,15 @@
-// shoal-node: the headless Shoal service. Today it loads one model and serves the OpenAI-compatible
-// API over it (lan/api); pool membership (discovery, pairing, hosting remote stages) comes with the
-// LAN work and has no flags yet.
+// shoal-node: the headless Shoal service. It is a pool member (lan/node's NodeService: TLS
+// listener for coordinators, hosting remote stages, pairing, discovery beacons) and, when asked,
+// serves the OpenAI-compatible API over one local model (lan/api).
 //
-// Logs go to stderr (journald picks them up under systemd). SIGTERM/SIGINT stop the server,
-// cancel the running generation and exit 0.
+// The API runs when --api, -m/--model, SHOAL_MODEL or an --api-* flag is given (so the systemd
+// unit and the API tests keep their meaning); pool membership runs unless --no-pool. When the
+// API runs, a pool that cannot start (no writable config directory, port taken) is logged and
+// the API still serves.
+//
+// stdout gets one line at start: "shoal-node <name>: device <device ID> port <pool port>" (and
+// the pairing code with --pair); logs go to stderr (journald picks them up under systemd).
+// SIGTERM/SIGINT stop the servers, cancel the running generation and exit 0.
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -22,6 +28,7 @@
 #include "engine/runtime/session.h"
 #include "kernels/backend_registry.h"
 #include "lan/api/api_server.h"
+#include "lan/node/node_service.h"
 
 namespace {
 
@@ -30,6 +37,7 @@ using namespace shoal;
 // The context the node asks for when --ctx is not given: the model's training context, capped as
 // shoal-cli and the desktop app cap it, so a small machine does not reserve a 128k-token cache.
 constexpr int32_t kDefaultMaxContext = 4096;
+constexpr auto kPairingValidity = std::chrono::minutes(5);
 
 std::atomic<bool> g_stopRequested{false};
 
@@ -42,58 +50,70 @@ struct NodeOptions {
   std::string device;
   int threads = 0;
   int contextLength = 0;
-  api::ApiServerOptions api;
+  bool api = false;  // resolved in main(): serve the OpenAI API
+  api::ApiServerOptions apiOptions;
+  bool pool = true;
+  lan::NodeServiceOptions service;
+  bool pair = false;
 };
 
-int run(const NodeOptions& o) {
+// The local model, its one-stage chain and the API server over it.
+struct ApiPart {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<runtime::Backend> backend;
+  std::unique_ptr<runtime::Chain> chain;
+  std::unique_ptr<runtime::Session> session;
+  std::unique_ptr<api::ApiServer> server;
+};
+
+// Loads the model and binds the API; prints the reason and returns the exit code on failure.
+int startApi(const NodeOptions& o, ApiPart& part) {
   const std::string path = o.model.empty() ? model::defaultModelPath() : o.model;
   const auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<model::Model> loaded;
   try {
-    loaded = model::Model::load(path);
+    part.model = model::Model::load(path);
   } catch (const Error& e) {
     std::fprintf(stderr, "shoal-node: %s\n", e.what());
     return 2;
   }
   kernels::BackendOptions bo;
   bo.cpuThreads = o.threads;
-  std::unique_ptr<runtime::Backend> backend;
   try {
-    backend = kernels::createBackend(o.backend, bo);
+    part.backend = kernels::createBackend(o.backend, bo);
   } catch (const Error& e) {
     std::fprintf(stderr, "shoal-node: %s\n", e.what());
     return 2;
   }
-  if (const runtime::Availability a = backend->availability(); !a.available) {
+  if (const runtime::Availability a = part.backend->availability(); !a.available) {
     std::fprintf(stderr, "shoal-node: %s backend unavailable: %s\n", o.backend.c_str(),
                  a.reason.c_str());
     return 1;
   }
-  const model::ModelConfig& c = loaded->config();
+  const model::ModelConfig& c = part.model->config();
   runtime::StageSpec spec;
   spec.firstLayer = 0;
   spec.lastLayer = c.nLayer;
   spec.hasEmbedding = spec.hasHead = true;
   spec.contextLength =
       o.contextLength > 0 ? o.contextLength : std::min(c.nCtxTrain, kDefaultMaxContext);
-  const runtime::ModelSource src{&loaded->file(), &loaded->config(), &loaded->weights()};
-  const std::string device = o.device.empty() ? backend->devices().front().id : o.device;
-  std::unique_ptr<runtime::Chain> chain;
+  const runtime::ModelSource src{&part.model->file(), &part.model->config(),
+                                 &part.model->weights()};
+  const std::string device = o.device.empty() ? part.backend->devices().front().id : o.device;
   try {
     std::vector<std::unique_ptr<runtime::Stage>> stages;
-    stages.push_back(backend->createStage(device, src, spec));
-    chain = std::make_unique<runtime::Chain>(std::move(stages));
+    stages.push_back(part.backend->createStage(device, src, spec));
+    part.chain = std::make_unique<runtime::Chain>(std::move(stages));
   } catch (const Error& e) {
     std::fprintf(stderr, "shoal-node: %s\n", e.what());
     return 2;
   }
-  runtime::Session session(*chain, loaded->tokenizer());
+  part.session = std::make_unique<runtime::Session>(*part.chain, part.model->tokenizer());
   const double loadSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  api::ApiServer server(*loaded, session, o.api);
+  part.server = std::make_unique<api::ApiServer>(*part.model, *part.session, o.apiOptions);
   try {
-    server.bind();
+    part.server->bind();
   } catch (const Error& e) {
     std::fprintf(stderr, "shoal-node: %s\n", e.what());
     return 1;
@@ -101,26 +121,72 @@ int run(const NodeOptions& o) {
   std::fprintf(stderr,
                "shoal-node%s%s: model %s (%s, context %d, %s on %s) loaded in %.2f s; "
                "API on http://%s:%d/v1%s\n",
-               o.name.empty() ? "" : " ", o.name.c_str(), server.modelId().c_str(),
-               c.architecture.c_str(), session.contextLength(), backend->name().c_str(),
-               device.c_str(), loadSeconds, o.api.host.c_str(), server.port(),
-               o.api.apiKey.empty() ? "" : " (API key required)");
+               o.name.empty() ? "" : " ", o.name.c_str(), part.server->modelId().c_str(),
+               c.architecture.c_str(), part.session->contextLength(), part.backend->name().c_str(),
+               device.c_str(), loadSeconds, o.apiOptions.host.c_str(), part.server->port(),
+               o.apiOptions.apiKey.empty() ? "" : " (API key required)");
+  return 0;
+}
+
+// Starts pool membership; nullptr (with the reason on stderr) when it cannot.
+std::unique_ptr<lan::NodeService> startPool(const NodeOptions& o) {
+  try {
+    auto service = std::make_unique<lan::NodeService>(o.service);
+    std::printf("shoal-node %s: device %s port %u\n", service->name().c_str(),
+                service->deviceId().c_str(), unsigned(service->port()));
+    std::fprintf(stderr, "shoal-node %s: pool member, device %s, port %u, %zu device(s)\n",
+                 service->name().c_str(), service->deviceId().c_str(), unsigned(service->port()),
+                 service->host().devices().size());
+    if (o.pair) {
+      const std::string code = service->startPairing(kPairingValidity);
+      std::printf("shoal-node %s: pairing code %s (valid 5 minutes)\n", service->name().c_str(),
+                  code.c_str());
+      std::fprintf(stderr, "shoal-node: pairing code %s (valid 5 minutes)\n", code.c_str());
+    }
+    std::fflush(stdout);
+    return service;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shoal-node: pool membership not started: %s\n", e.what());
+    return nullptr;
+  }
+}
+
+int run(const NodeOptions& o) {
+  ApiPart apiPart;
+  if (o.api) {
+    if (const int rc = startApi(o, apiPart); rc != 0) return rc;
+  }
+  std::unique_ptr<lan::NodeService> service;
+  if (o.pool) {
+    service = startPool(o);
+    if (!service && !o.api) return 1;
+  }
+  if (!o.api && !o.pool) {
+    std::fprintf(stderr, "shoal-node: nothing to do (--no-pool without the API)\n");
+    return 2;
+  }
 
   // Signal handlers only set a flag; this thread turns it into a stop (stop() takes locks).
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGTERM, onStopSignal);
   std::signal(SIGINT, onStopSignal);
-  std::atomic<bool> served{false};
-  std::thread watcher([&] {
-    while (!g_stopRequested.load() && !served.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    if (g_stopRequested.load()) std::fprintf(stderr, "shoal-node: stopping\n");
-    server.stop();
-  });
-  server.serve();
-  served.store(true);
-  watcher.join();
+  if (apiPart.server) {
+    std::atomic<bool> served{false};
+    std::thread watcher([&] {
+      while (!g_stopRequested.load() && !served.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      if (g_stopRequested.load()) std::fprintf(stderr, "shoal-node: stopping\n");
+      apiPart.server->stop();
+    });
+    apiPart.server->serve();
+    served.store(true);
+    watcher.join();
+  } else {
+    while (!g_stopRequested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::fprintf(stderr, "shoal-node: stopping\n");
+  }
+  if (service) service->stop();
   std::fprintf(stderr, "shoal-node: stopped\n");
   return 0;
 }
@@ -128,27 +194,69 @@ int run(const NodeOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"shoal-node: headless Shoal service (OpenAI-compatible API over a local model)"};
+  CLI::App app{"shoal-node: headless Shoal service (pool member; OpenAI-compatible API)"};
   NodeOptions o;
-  app.add_option("-m,--model", o.model, "GGUF model file (default: the default model)");
-  app.add_option("--name", o.name, "this node's name (shown in logs)");
+  std::string configDir, modelsDir;
+  bool printDeviceId = false, noDiscovery = false, noPool = false;
+  int port = lan::kDefaultNodePort;
+  app.add_option("-m,--model", o.model,
+                 "GGUF model file for the API (default: the default model); enables the API");
+  app.add_option("--name", o.name, "this node's name (default: the host name)");
   app.add_option("--threads", o.threads, "CPU threads (default: physical cores)")
       ->check(CLI::Range(0, 1024));
-  app.add_option("--backend", o.backend, "compute backend")->capture_default_str();
-  app.add_option("--device", o.device, "device id (see shoal-cli devices)");
+  app.add_option("--backend", o.backend, "compute backend of the API's model")
+      ->capture_default_str();
+  app.add_option("--device", o.device, "device id of the API's model (see shoal-cli devices)");
   app.add_option("--ctx", o.contextLength, "context length in tokens (default: min(model, 4096))")
       ->check(CLI::Range(0, 1 << 24));
-  app.add_option("--api-host", o.api.host, "address the API listens on")->capture_default_str();
-  app.add_option("--api-port", o.api.port, "API port (0: any free port)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 65535));
-  app.add_option("--api-key", o.api.apiKey,
-                 "require 'Authorization: Bearer <key>' on /v1/* (or SHOAL_API_KEY)")
-      ->envname("SHOAL_API_KEY");
-  app.add_option("--max-queue", o.api.maxQueued,
+  app.add_flag("--api", o.api, "serve the OpenAI-compatible API over the model");
+  auto* apiHost = app.add_option("--api-host", o.apiOptions.host, "address the API listens on")
+                      ->capture_default_str();
+  auto* apiPort = app.add_option("--api-port", o.apiOptions.port, "API port (0: any free port)")
+                      ->capture_default_str()
+                      ->check(CLI::Range(0, 65535));
+  auto* apiKey = app.add_option("--api-key", o.apiOptions.apiKey,
+                                "require 'Authorization: Bearer <key>' on /v1/* (or SHOAL_API_KEY)")
+                     ->envname("SHOAL_API_KEY");
+  app.add_option("--max-queue", o.apiOptions.maxQueued,
                  "requests that may wait behind the running one before 429")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app.add_option("--port", port, "TCP port coordinators connect to (0: any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--bind", o.service.bindHost, "address the pool listener binds")
+      ->capture_default_str();
+  app.add_option("--models-dir", modelsDir, "directory of GGUF files this node may load itself");
+  app.add_option("--config-dir", configDir,
+                 "identity, trusted devices and weight cache (default: $XDG_CONFIG_HOME/shoal)");
+  app.add_option("--trust", o.service.trust, "trust this device ID (repeatable)");
+  app.add_flag("--pair", o.pair, "print a pairing code valid 5 minutes and accept pairing");
+  app.add_flag("--no-discovery", noDiscovery, "do not send or listen for LAN beacons");
+  app.add_flag("--no-pool", noPool, "API only: no pool listener");
+  app.add_flag("--print-device-id", printDeviceId,
+               "print this node's device ID (creating the identity if needed) and exit");
   CLI11_PARSE(app, argc, argv);
+
+  o.service.configDir =
+      configDir.empty() ? lan::defaultConfigDir() : std::filesystem::path(configDir);
+  if (printDeviceId) {
+    try {
+      std::printf("%s\n", lan::nodeDeviceId(o.service.configDir).c_str());
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "shoal-node: %s\n", e.what());
+      return 1;
+    }
+  }
+  o.service.name = o.name;
+  o.service.modelsDir = modelsDir;
+  o.service.port = static_cast<uint16_t>(port);
+  o.service.cpuThreads = o.threads;
+  o.service.discovery = !noDiscovery;
+  o.pool = !noPool;
+  const char* envModel = std::getenv("SHOAL_MODEL");
+  o.api = o.api || !o.model.empty() || (envModel && *envModel) || apiHost->count() > 0 ||
+          apiPort->count() > 0 || apiKey->count() > 0;
   return run(o);
 }

@@ -233,7 +233,8 @@ Message NodeHost::nodeInfo() const {
                {"name", m_options.name},
                {"device_id", m_options.deviceId},
                {"devices", devices},
-               {"models", models}};
+               {"models", models},
+               {"weight_bytes_received", m_weightBytesReceived.load()}};
   return m;
 }
 

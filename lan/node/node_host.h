@@ -5,7 +5,8 @@
 //
 // Protocol summary (control JSON "op"; a reply carries the request's integer "id"; failures are
 // {"op":"error","id","message"}):
-//   node_info -> node_info {name, device_id, devices[], models[]}
+//   node_info -> node_info {name, device_id, devices[], models[], weight_bytes_received (since
+//     start: a restarted node that loads from its shard cache reports 0)}
 //   ping {t} -> pong {t};  bandwidth_probe (blob) -> pong {bytes}
 //   load_stage {stage_id, model{sha256,name,size}, device, first_layer, last_layer,
 //     has_embedding, has_head, context_length, max_sequences[, max_batch]} + blob: the model's

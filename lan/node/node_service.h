@@ -1,0 +1,87 @@
+#pragma once
+// A pool member: the node's identity and trust store, a TLS Listener for coordinators, a
+// NodeHost serving the node protocol on each trusted connection (one thread per connection),
+// telemetry sampled every 500 ms, and LAN discovery beacons. What `shoal-node` runs.
+//
+// State lives in the config directory: identity/{cert,key}.pem, trusted.json,
+// model_hashes.json, shards/<model sha256>/<first>-<last>.gguf.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lan/node/node_host.h"
+
+namespace shoal::lan {
+
+class Discovery;
+class Listener;
+class TrustStore;
+struct Identity;
+
+inline constexpr uint16_t kDefaultNodePort = 47475;  // TCP; discovery beacons use UDP 47474
+
+struct NodeServiceOptions {
+  std::string name;  // display name; the host name when empty
+  std::filesystem::path configDir;
+  std::filesystem::path modelsDir;  // GGUF files this node can load itself (may be empty)
+  std::string bindHost = "0.0.0.0";
+  uint16_t port = kDefaultNodePort;  // 0: an ephemeral port
+  std::vector<std::string> trust;    // device IDs to add to the trust store at start
+  int cpuThreads = 0;                // <= 0: one per physical core
+  bool discovery = true;
+};
+
+// $XDG_CONFIG_HOME/shoal, else ~/.config/shoal, else ./.shoal.
+std::filesystem::path defaultConfigDir();
+
+// The device ID of the identity in configDir (created when absent). Throws shoal::Error.
+std::string nodeDeviceId(const std::filesystem::path& configDir);
+
+class NodeService {
+ public:
+  // Loads (or creates) the identity, adds options.trust to the trust store, scans the models
+  // directory, binds the listener and starts discovery (a discovery failure is logged, not
+  // fatal). Throws shoal::Error / TransportError when the identity or the port is unusable.
+  explicit NodeService(NodeServiceOptions options);
+  ~NodeService();  // stop()
+  NodeService(const NodeService&) = delete;
+  NodeService& operator=(const NodeService&) = delete;
+
+  const std::string& deviceId() const;
+  const std::string& name() const { return m_options.name; }
+  uint16_t port() const;
+  // Allow pairing for `validFor` with a fresh code, returned as "ABCD-EFGH".
+  std::string startPairing(std::chrono::seconds validFor);
+  NodeHost& host() { return *m_host; }
+
+  // Stop accepting, close every connection (their stages unload), stop discovery. Idempotent.
+  void stop();
+
+ private:
+  struct Served {
+    std::shared_ptr<Connection> connection;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  void onConnection(std::unique_ptr<Connection> connection);
+
+  NodeServiceOptions m_options;
+  std::unique_ptr<Identity> m_identity;
+  std::unique_ptr<TrustStore> m_trust;
+  std::unique_ptr<NodeHost> m_host;
+  std::unique_ptr<Listener> m_listener;
+  std::unique_ptr<Discovery> m_discovery;
+  std::atomic<bool> m_stop{false};
+  std::mutex m_servedMutex;
+  std::vector<std::unique_ptr<Served>> m_served;
+  std::thread m_telemetryThread;
+};
+
+}  // namespace shoal::lan

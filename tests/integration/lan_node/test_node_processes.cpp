@@ -1,0 +1,306 @@
+// shoal-node as processes on loopback, driven over real TLS connections by this test acting as
+// the coordinator: node_info; a model split over three nodes generates exactly what one local
+// stage generates; weights stream to nodes without the model and a restarted node serves them
+// from its shard cache (0 bytes received); a client the node does not trust gets a refusal.
+
+#include <QProcess>
+#include <QRegularExpression>
+#include <QtTest>
+#include <filesystem>
+
+#include "engine/model/model.h"
+#include "engine/runtime/chain.h"
+#include "engine/runtime/sampler.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "lan/node/sha256.h"
+#include "lan/pool/remote_stage.h"
+#include "lan/transport/connect.h"
+#include "lan/transport/identity.h"
+#include "lan/transport/trust_store.h"
+
+using namespace shoal;
+using namespace shoal::lan;
+
+namespace {
+
+constexpr int kThreads = 1;  // the same in the nodes and the local reference
+constexpr int kSteps = 64;
+
+std::filesystem::path defaultModel() {
+  return std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+QString runToString(const QStringList& args) {
+  QProcess p;
+  p.start(SHOAL_NODE_EXE, args);
+  p.waitForFinished(60000);
+  return QString::fromUtf8(p.readAllStandardOutput()).trimmed();
+}
+
+// One shoal-node process; stopped with SIGTERM by the destructor.
+class NodeProcess {
+ public:
+  NodeProcess(const std::filesystem::path& configDir, const std::filesystem::path& modelsDir,
+              const std::string& trust) {
+    QStringList args = {"--config-dir",
+                        QString::fromStdString(configDir.string()),
+                        "--port",
+                        "0",
+                        "--bind",
+                        "127.0.0.1",
+                        "--no-discovery",
+                        "--threads",
+                        QString::number(kThreads),
+                        "--trust",
+                        QString::fromStdString(trust)};
+    if (!modelsDir.empty()) args << "--models-dir" << QString::fromStdString(modelsDir.string());
+    m_process.setProcessChannelMode(QProcess::ForwardedErrorChannel);
+    m_process.start(SHOAL_NODE_EXE, args);
+    // The start line: "shoal-node <name>: device <ID> port <port>".
+    static const QRegularExpression line("device (\\S+) port (\\d+)");
+    QString out;
+    while (m_process.waitForReadyRead(60000)) {
+      out += QString::fromUtf8(m_process.readAllStandardOutput());
+      const auto m = line.match(out);
+      if (m.hasMatch()) {
+        m_deviceId = m.captured(1).toStdString();
+        m_port = static_cast<uint16_t>(m.captured(2).toUInt());
+        return;
+      }
+    }
+  }
+  ~NodeProcess() {
+    m_process.terminate();
+    if (!m_process.waitForFinished(30000)) m_process.kill();
+  }
+  uint16_t port() const { return m_port; }
+  const std::string& deviceId() const { return m_deviceId; }
+  int exitCodeAfterStop() {
+    m_process.terminate();
+    m_process.waitForFinished(30000);
+    return m_process.exitStatus() == QProcess::NormalExit ? m_process.exitCode() : -1;
+  }
+
+ private:
+  QProcess m_process;
+  uint16_t m_port = 0;
+  std::string m_deviceId;
+};
+
+Message call(Connection& c, nlohmann::json control) {
+  control["id"] = 77;
+  Message m;
+  m.control = std::move(control);
+  c.send(m);
+  return c.receive(std::chrono::seconds(60));
+}
+
+std::vector<int32_t> localGreedy(const model::Model& m, const std::vector<int32_t>& prompt) {
+  cpu::CpuBackend cpu(kThreads);
+  runtime::StageSpec spec;
+  spec.lastLayer = m.config().nLayer;
+  spec.hasEmbedding = spec.hasHead = true;
+  spec.contextLength = 256;
+  const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
+  std::vector<std::unique_ptr<runtime::Stage>> stages;
+  stages.push_back(cpu.createStage("cpu0", src, spec));
+  runtime::Chain chain(std::move(stages));
+  runtime::SamplerParams greedy;
+  greedy.temperature = 0;
+  runtime::Sampler sampler(greedy);
+  std::vector<float> logits;
+  std::vector<int32_t> out;
+  chain.forward(0, 0, prompt, logits);
+  int32_t pos = static_cast<int32_t>(prompt.size());
+  for (int i = 0; i < kSteps; ++i) {
+    const int32_t t = sampler.sample(logits);
+    out.push_back(t);
+    const int32_t one[1] = {t};
+    chain.forward(0, pos++, one, logits);
+  }
+  return out;
+}
+
+std::vector<int32_t> remoteGreedy(std::vector<std::unique_ptr<RemoteStage>>& stages,
+                                  const std::vector<int32_t>& prompt) {
+  for (auto& s : stages) s->truncate(0, 0);
+  std::vector<int32_t> out;
+  std::vector<int32_t> tokens = prompt;
+  int32_t pos = 0;
+  for (int i = 0; i < kSteps; ++i) {
+    runtime::StageInput in;
+    in.firstPosition = pos;
+    in.count = static_cast<int32_t>(tokens.size());
+    in.tokens = tokens;
+    runtime::StageOutput a, b;
+    for (size_t k = 0; k + 1 < stages.size(); ++k) {
+      stages[k]->forward(in, k % 2 ? b : a);
+      in.tokens = {};
+      in.hidden = (k % 2 ? b : a).hidden;
+    }
+    const int32_t t = stages.back()->forwardSample(in, RemoteSampleParams{});
+    out.push_back(t);
+    pos += in.count;
+    tokens = {t};
+  }
+  return out;
+}
+
+}  // namespace
+
+class TestNodeProcesses : public QObject {
+  Q_OBJECT
+
+  std::filesystem::path m_dir;
+  std::filesystem::path m_modelsDir;
+  std::unique_ptr<model::Model> m_model;
+  std::string m_sha;
+  Identity m_client;
+  std::vector<std::vector<int32_t>> m_prompts;
+
+  std::filesystem::path dir(const std::string& name) {
+    const auto d = m_dir / name;
+    std::filesystem::create_directories(d);
+    return d;
+  }
+
+  // Three nodes' config dirs, with the node IDs (from --print-device-id) in `trust`.
+  std::vector<std::filesystem::path> configs(const std::string& prefix, TrustStore& trust) {
+    std::vector<std::filesystem::path> out;
+    for (int k = 0; k < 3; ++k) {
+      out.push_back(dir(prefix + char('0' + k)));
+      const QString id = runToString(
+          {"--print-device-id", "--config-dir", QString::fromStdString(out.back().string())});
+      trust.add(id.toStdString(), prefix + char('0' + k));
+    }
+    return out;
+  }
+
+  std::vector<std::unique_ptr<RemoteStage>> deploy(std::vector<std::unique_ptr<NodeProcess>>& nodes,
+                                                   const TrustStore& trust) {
+    std::vector<std::unique_ptr<RemoteStage>> stages;
+    const int32_t n = m_model->config().nLayer;
+    const int32_t cuts[4] = {0, n / 3, 2 * n / 3, n};
+    for (int k = 0; k < 3; ++k) {
+      std::shared_ptr<Connection> c = connectTo("127.0.0.1", nodes[size_t(k)]->port(), m_client,
+                                                trust, std::chrono::seconds(30));
+      RemoteStageOptions o;
+      o.stageId = std::string("stage-") + char('0' + k);
+      o.spec.firstLayer = cuts[k];
+      o.spec.lastLayer = cuts[k + 1];
+      o.spec.hasEmbedding = k == 0;
+      o.spec.hasHead = k == 2;
+      o.spec.contextLength = 256;
+      stages.push_back(RemoteStage::deploy(c, RemoteModel{&m_model->file(), m_sha, "smollm2"}, o));
+    }
+    return stages;
+  }
+
+ private slots:
+  void initTestCase() {
+    if (!std::filesystem::exists(defaultModel())) QSKIP("default model not downloaded");
+    m_dir = std::filesystem::temp_directory_path() /
+            ("shoal-node-proc-" + std::to_string(QCoreApplication::applicationPid()));
+    std::filesystem::remove_all(m_dir);
+    m_modelsDir = dir("models");
+    std::filesystem::create_symlink(defaultModel(), m_modelsDir / "smollm2.gguf");
+    m_model = model::Model::load(defaultModel());
+    m_sha = sha256File(defaultModel());
+    m_client = createIdentity();
+    for (const char* text : {"The capital of France is", "def fibonacci(n):"}) {
+      m_prompts.push_back(m_model->tokenizer().encode(text, true, false));
+    }
+  }
+  void cleanupTestCase() { std::filesystem::remove_all(m_dir); }
+
+  void printDeviceIdIsStable() {
+    const QString cfg = QString::fromStdString(dir("stable").string());
+    const QString a = runToString({"--print-device-id", "--config-dir", cfg});
+    QVERIFY(!a.isEmpty());
+    QCOMPARE(runToString({"--print-device-id", "--config-dir", cfg}), a);
+  }
+
+  void nodeInfoOverTls() {
+    TrustStore trust;
+    const auto cfg = configs("info", trust);
+    NodeProcess node(cfg[0], m_modelsDir, m_client.deviceId);
+    QVERIFY(node.port() != 0);
+    QVERIFY(trust.isTrusted(node.deviceId()));
+    auto c = connectTo("127.0.0.1", node.port(), m_client, trust, std::chrono::seconds(30));
+    const Message r = call(*c, {{"op", "node_info"}});
+    QCOMPARE(r.control.value("op", ""), std::string("node_info"));
+    QCOMPARE(r.control.value("device_id", ""), node.deviceId());
+    QCOMPARE(r.control["devices"][0].value("id", ""), std::string("cpu0"));
+    QCOMPARE(r.control["models"][0].value("sha256", ""), m_sha);
+  }
+
+  void threeProcessPipelineGeneratesWhatOneStageGenerates() {
+    TrustStore trust;
+    const auto cfg = configs("pipe", trust);
+    std::vector<std::unique_ptr<NodeProcess>> nodes;
+    for (const auto& c : cfg) {
+      nodes.push_back(std::make_unique<NodeProcess>(c, m_modelsDir, m_client.deviceId));
+    }
+    auto stages = deploy(nodes, trust);
+    for (const auto& s : stages) QCOMPARE(s->loadSource(), std::string("local-file"));
+    for (const auto& prompt : m_prompts) {
+      const auto got = remoteGreedy(stages, prompt);
+      QCOMPARE(got, localGreedy(*m_model, prompt));
+    }
+    qInfo("pooled greedy: %s",
+          m_model->tokenizer().decode(remoteGreedy(stages, m_prompts[0])).c_str());
+  }
+
+  void streamedWeightsAreCachedSoARestartedNodeReceivesNone() {
+    TrustStore trust;
+    const auto cfg = configs("stream", trust);
+    const auto want = localGreedy(*m_model, m_prompts[0]);
+    {
+      std::vector<std::unique_ptr<NodeProcess>> nodes;
+      for (const auto& c : cfg) {
+        nodes.push_back(std::make_unique<NodeProcess>(c, "", m_client.deviceId));
+      }
+      auto stages = deploy(nodes, trust);
+      for (const auto& s : stages) {
+        QCOMPARE(s->loadSource(), std::string("streamed"));
+        QVERIFY(s->weightBytesSent() > 0);
+      }
+      QCOMPARE(remoteGreedy(stages, m_prompts[0]), want);
+      stages.clear();
+      for (auto& n : nodes) QCOMPARE(n->exitCodeAfterStop(), 0);
+    }
+    std::vector<std::unique_ptr<NodeProcess>> nodes;
+    for (const auto& c : cfg) {
+      nodes.push_back(std::make_unique<NodeProcess>(c, "", m_client.deviceId));
+    }
+    auto stages = deploy(nodes, trust);
+    for (const auto& s : stages) {
+      QCOMPARE(s->loadSource(), std::string("shard-cache"));
+      QCOMPARE(s->weightBytesSent(), uint64_t{0});
+    }
+    for (auto& n : nodes) {
+      auto c = connectTo("127.0.0.1", n->port(), m_client, trust, std::chrono::seconds(30));
+      QCOMPARE(call(*c, {{"op", "node_info"}}).control.value("weight_bytes_received", -1), 0);
+    }
+    QCOMPARE(remoteGreedy(stages, m_prompts[0]), want);
+  }
+
+  void untrustedClientIsRefused() {
+    TrustStore trust;
+    const auto cfg = configs("untrusted", trust);
+    NodeProcess node(cfg[0], m_modelsDir, m_client.deviceId);
+    const Identity stranger = createIdentity();
+    try {
+      connectTo("127.0.0.1", node.port(), stranger, trust, std::chrono::seconds(30));
+      QFAIL("an untrusted client was given a connection");
+    } catch (const TransportError& e) {
+      QCOMPARE(e.kind(), TransportError::Kind::Auth);
+    }
+    // The node still serves its trusted coordinator.
+    auto c = connectTo("127.0.0.1", node.port(), m_client, trust, std::chrono::seconds(30));
+    QCOMPARE(call(*c, {{"op", "ping"}, {"t", 5}}).control.value("op", ""), std::string("pong"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestNodeProcesses)
+#include "test_node_processes.moc"
