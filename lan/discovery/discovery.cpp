@@ -66,18 +66,23 @@ std::string interfaceNameOf(unsigned index) {
   return name;
 }
 
-// The sender as a connectable string; link-local IPv6 gets its zone ("fe80::1%eth0").
-std::string formatSource(const sockaddr_storage& from, const std::string& interfaceName) {
+asio::ip::address sourceAddress(const sockaddr_storage& from) {
   if (from.ss_family == AF_INET) {
     const auto& in = reinterpret_cast<const sockaddr_in&>(from);
-    return asio::ip::address_v4(ntohl(in.sin_addr.s_addr)).to_string();
+    return asio::ip::address_v4(ntohl(in.sin_addr.s_addr));
   }
   const auto& in6 = reinterpret_cast<const sockaddr_in6&>(from);
   asio::ip::address_v6::bytes_type bytes;
   std::memcpy(bytes.data(), in6.sin6_addr.s6_addr, bytes.size());
-  const asio::ip::address_v6 address(bytes);
+  return asio::ip::address_v6(bytes);
+}
+
+// The sender as a connectable string; link-local IPv6 gets its zone ("fe80::1%eth0").
+std::string formatSource(const asio::ip::address& address, const std::string& interfaceName) {
   std::string text = address.to_string();
-  if (address.is_link_local() && !interfaceName.empty()) text += "%" + interfaceName;
+  if (address.is_v6() && address.to_v6().is_link_local() && !interfaceName.empty()) {
+    text += "%" + interfaceName;
+  }
   return text;
 }
 
@@ -109,6 +114,9 @@ struct Discovery::Impl {
   std::set<unsigned> joinedV4;
   std::set<unsigned> joinedV6;
   std::set<std::string> loggedSendErrors;
+  // This machine's addresses: a beacon with our ID from one of them is another process here
+  // sharing our config dir (shoal-cli next to shoal-node), not a copied identity.
+  std::set<asio::ip::address> localAddresses;
   std::vector<uint8_t> receiveBuffer = std::vector<uint8_t>(kReceiveBufferBytes);
 
   void log(const std::string& line) const {
@@ -125,6 +133,7 @@ struct Discovery::Impl {
   }
 
   void openSockets();
+  void rememberLocalAddresses(const std::vector<NetworkInterface>& all);
   void scheduleBeacon();
   void scheduleSweep();
   void sendBeacons();
@@ -179,6 +188,14 @@ void Discovery::Impl::openSockets() {
   }
   if (!v4) log("IPv4 unavailable (" + ec4.message() + "), IPv6 only");
   if (!v6) log("IPv6 unavailable (" + ec6.message() + "), IPv4 only");
+}
+
+void Discovery::Impl::rememberLocalAddresses(const std::vector<NetworkInterface>& all) {
+  localAddresses.clear();
+  for (const NetworkInterface& ni : all) {
+    localAddresses.insert(ni.ipv4.begin(), ni.ipv4.end());
+    localAddresses.insert(ni.ipv6.begin(), ni.ipv6.end());
+  }
 }
 
 void Discovery::Impl::scheduleBeacon() {
@@ -261,8 +278,10 @@ void Discovery::Impl::sendTo(udp::socket& socket, const udp::endpoint& to,
 }
 
 void Discovery::Impl::sendBeacons() {
+  std::vector<NetworkInterface> all = listNetworkInterfaces();
+  rememberLocalAddresses(all);
   std::vector<NetworkInterface> eligible;
-  for (NetworkInterface& ni : listNetworkInterfaces()) {
+  for (NetworkInterface& ni : all) {
     const bool wanted = options.bindInterfaces.empty() ? !ni.loopback : interfaceAllowed(ni.name);
     if (ni.up && wanted && ni.index != 0) eligible.push_back(std::move(ni));
   }
@@ -383,9 +402,10 @@ void Discovery::Impl::handleDatagram(std::span<const uint8_t> bytes, const socka
       ++stats.dropped;
       return;
     }
-    const std::string address = formatSource(from, interfaceName);
+    const asio::ip::address source = sourceAddress(from);
+    const std::string address = formatSource(source, interfaceName);
     if (beacon.deviceId == options.deviceId) {
-      if (beacon.nonce == nonce) {
+      if (beacon.nonce == nonce || localAddresses.count(source) != 0) {
         ++stats.droppedOwn;
         ++stats.dropped;
         return;
@@ -441,6 +461,7 @@ void Discovery::start() {
   d.sweepTimer.emplace(d.io);
   d.joinedV4.clear();
   d.joinedV6.clear();
+  d.rememberLocalAddresses(listNetworkInterfaces());
   if (d.v4) d.waitForDatagrams(*d.v4);
   if (d.v6) d.waitForDatagrams(*d.v6);
   asio::post(d.io, [&d] {

@@ -31,8 +31,10 @@ inline constexpr uint16_t kDefaultDiscoveryPort = 47474;
 inline const asio::ip::address_v4 kDiscoveryGroupV4 = asio::ip::make_address_v4("239.255.47.47");
 inline const asio::ip::address_v6 kDiscoveryGroupV6 = asio::ip::make_address_v6("ff02::7368:6f61");
 
-// A beacon with our device ID but another instance's nonce: a second machine (or process) runs
-// with a copy of our identity files. The node should regenerate its identity.
+// A beacon with our device ID but another instance's nonce, from an address that is not this
+// machine's: a second machine runs with a copy of our identity files (cloned VM, copied config
+// dir). The node should regenerate its identity. (The same from one of our own addresses is
+// another process here sharing the config dir, e.g. shoal-cli next to shoal-node: not a clash.)
 struct IdentityClash {
   std::string deviceId;    // ours
   std::string theirNonce;  // the other instance's
@@ -71,12 +73,14 @@ struct DiscoveryOptions {
 };
 
 struct DiscoveryStats {
-  uint64_t sent = 0;               // datagrams handed to the kernel
-  uint64_t sendErrors = 0;         // send failures (interface went down, no route, ...)
-  uint64_t received = 0;           // datagrams read; = accepted + dropped
-  uint64_t accepted = 0;           // valid beacons from other instances (clashes included)
-  uint64_t dropped = 0;            // sum of the dropped* counters below
-  uint64_t droppedOwn = 0;         // our own beacons coming back (multicast loop, broadcast)
+  uint64_t sent = 0;        // datagrams handed to the kernel
+  uint64_t sendErrors = 0;  // send failures (interface went down, no route, ...)
+  uint64_t received = 0;    // datagrams read; = accepted + dropped
+  uint64_t accepted = 0;    // valid beacons from other instances (clashes included)
+  uint64_t dropped = 0;     // sum of the dropped* counters below
+  // Our own beacons coming back (multicast loop, broadcast echo), and beacons with our device
+  // ID from another process on this machine (one of our addresses as source).
+  uint64_t droppedOwn = 0;
   uint64_t droppedTooLarge = 0;    // longer than kMaxBeaconBytes
   uint64_t droppedBadMagic = 0;    // not a Shoal beacon
   uint64_t droppedBadVersion = 0;  // a Shoal beacon of another protocol version

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace shoal::lan {
 
@@ -45,6 +46,9 @@ std::vector<NetworkInterface> listNetworkInterfaces() {
       }
     } else if (it->ifa_addr->sa_family == AF_INET6) {
       const auto* in6 = reinterpret_cast<const sockaddr_in6*>(it->ifa_addr);
+      asio::ip::address_v6::bytes_type bytes;
+      std::memcpy(bytes.data(), in6->sin6_addr.s6_addr, bytes.size());
+      entry->ipv6.emplace_back(bytes);
       if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr)) entry->ipv6LinkLocal = true;
     }
   }

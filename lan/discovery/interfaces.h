@@ -5,6 +5,7 @@
 // VPNs, docker bridges).
 
 #include <asio/ip/address_v4.hpp>
+#include <asio/ip/address_v6.hpp>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct NetworkInterface {
   bool broadcast = false;
   std::vector<asio::ip::address_v4> ipv4;
   std::vector<asio::ip::address_v4> ipv4Broadcast;  // for interfaces with IFF_BROADCAST
+  std::vector<asio::ip::address_v6> ipv6;           // without scope ids
   bool ipv6LinkLocal = false;
 };
 

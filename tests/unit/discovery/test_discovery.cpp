@@ -42,10 +42,12 @@ std::string loopbackTarget(const Discovery& d) {
   return "127.0.0.1:" + std::to_string(d.udpPort());
 }
 
-// Sends one raw datagram to a Discovery on loopback.
-void sendRaw(const Discovery& to, const std::vector<uint8_t>& datagram) {
+// Sends one raw datagram to a Discovery on loopback, from `source` (a loopback address).
+void sendRaw(const Discovery& to, const std::vector<uint8_t>& datagram,
+             const char* source = "127.0.0.1") {
   asio::io_context io;
   asio::ip::udp::socket socket(io, asio::ip::udp::v4());
+  socket.bind(asio::ip::udp::endpoint(asio::ip::make_address_v4(source), 0));
   socket.send_to(asio::buffer(datagram),
                  asio::ip::udp::endpoint(asio::ip::address_v4::loopback(), to.udpPort()));
 }
@@ -156,7 +158,7 @@ class TestDiscovery : public QObject {
     QCOMPARE(a.stats().accepted, uint64_t(1));
   }
 
-  void ourDeviceIdWithAnotherNonceIsReportedOnceAsAnIdentityClash() {
+  void ourDeviceIdWithAnotherNonceFromElsewhereIsReportedOnceAsAnIdentityClash() {
     std::atomic<int> calls{0};
     std::mutex mutex;
     IdentityClash reported;
@@ -171,16 +173,34 @@ class TestDiscovery : public QObject {
     std::string otherNonce = "ffffffffffffffffffffffffffffffff";
     QVERIFY(otherNonce != a.nonce());
     const auto forged = shoal::lan::encodeBeacon({"AAAA-AAAA", "copy", 7000, otherNonce, ""});
-    sendRaw(a, forged);
-    sendRaw(a, forged);
+    // 127.0.0.2 reaches us through lo but is none of this machine's interface addresses: as far
+    // as discovery can tell, another machine.
+    sendRaw(a, forged, "127.0.0.2");
+    sendRaw(a, forged, "127.0.0.2");
     QTRY_VERIFY_WITH_TIMEOUT(a.stats().identityClashes == 2, kWaitMs);
     QCOMPARE(calls.load(), 1);
     std::lock_guard lock(mutex);
     QCOMPARE(reported.deviceId, std::string("AAAA-AAAA"));
     QCOMPARE(reported.theirNonce, otherNonce);
     QCOMPARE(reported.theirName, std::string("copy"));
-    QCOMPARE(reported.address, std::string("127.0.0.1"));
+    QCOMPARE(reported.address, std::string("127.0.0.2"));
     QVERIFY(a.peers().empty());  // a clash is not a peer
+  }
+
+  void ourDeviceIdFromAnotherProcessOnThisMachineIsNotAClash() {
+    // shoal-cli and shoal-node sharing one config dir: same identity, different nonces.
+    std::atomic<int> clashes{0};
+    DiscoveryOptions options = loopbackOptions("AAAA-AAAA", "node");
+    options.onIdentityClash = [&](const IdentityClash&) { ++clashes; };
+    Discovery node(std::move(options));
+    Discovery cli(loopbackOptions("AAAA-AAAA", "cli"));
+    node.start();
+    cli.start();
+    cli.addUnicastTarget(loopbackTarget(node));
+    QTRY_VERIFY_WITH_TIMEOUT(node.stats().droppedOwn >= 2, kWaitMs);
+    QCOMPARE(clashes.load(), 0);
+    QCOMPARE(node.stats().identityClashes, uint64_t(0));
+    QVERIFY(node.peers().empty());
   }
 
   void optionsThatCannotEncodeAreRejected() {
