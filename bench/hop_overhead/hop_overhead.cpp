@@ -1,0 +1,304 @@
+// shoal-hop-overhead: what a network hop costs per generated token. Runs greedy decoding of the
+// model through 1, 2 and 3 remote stages (the layers split evenly, every stage on its own
+// shoal-node, the coordinator relaying as in a pool) and through one local stage, and reports
+// medians of the per-token decode time and the overhead per hop:
+//   overhead per hop = (remote ms/token - local ms/token) / stages
+// since each stage adds one coordinator -> node -> coordinator round trip per token.
+//
+// Nodes: by default it starts --nodes shoal-node processes on 127.0.0.1 itself (loopback). With
+// --connect HOST:PORT (repeatable, plus --trust for each node's device ID and --identity-dir
+// for the coordinator identity the nodes were told to trust) it uses running nodes, e.g. in the
+// network namespaces of tests/integration/netns (veth links): see run_netns.sh.
+//
+// --verify also checks that every remote run generated exactly the local run's tokens (exit 1
+// otherwise). Output: one JSON object on stdout.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/model/default_model.h"
+#include "engine/model/model.h"
+#include "engine/runtime/chain.h"
+#include "engine/runtime/sampler.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "lan/node/sha256.h"
+#include "lan/pool/remote_stage.h"
+#include "lan/transport/connect.h"
+#include "lan/transport/identity.h"
+#include "lan/transport/trust_store.h"
+
+namespace {
+
+using namespace shoal;
+using Clock = std::chrono::steady_clock;
+
+// A shoal-node child process on loopback.
+struct Child {
+  pid_t pid = -1;
+  uint16_t port = 0;
+};
+
+std::string runForLine(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char c;
+  while (read(fds[0], &c, 1) == 1 && c != '\n') out += c;
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return out;
+}
+
+Child startNode(const std::string& exe, const std::filesystem::path& config,
+                const std::string& modelsDir, const std::string& trust, int threads) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<std::string> argv = {
+        exe,       "--config-dir", config.string(),  "--port",    "0",
+        "--bind",  "127.0.0.1",    "--no-discovery", "--threads", std::to_string(threads),
+        "--trust", trust};
+    if (!modelsDir.empty()) {
+      argv.push_back("--models-dir");
+      argv.push_back(modelsDir);
+    }
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  // "shoal-node <name>: device <ID> port <port>"
+  std::string line;
+  char c;
+  while (read(fds[0], &c, 1) == 1 && c != '\n') line += c;
+  close(fds[0]);
+  const auto at = line.rfind(" port ");
+  if (at == std::string::npos) throw std::runtime_error("shoal-node did not start: " + line);
+  return Child{pid, static_cast<uint16_t>(std::stoi(line.substr(at + 6)))};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+}
+
+struct Run {
+  std::vector<int32_t> tokens;
+  std::vector<double> stepMs;  // per decode step
+};
+
+Run runLocal(const model::Model& m, const std::vector<int32_t>& prompt, int steps, int threads) {
+  cpu::CpuBackend cpu(threads);
+  runtime::StageSpec spec;
+  spec.lastLayer = m.config().nLayer;
+  spec.hasEmbedding = spec.hasHead = true;
+  spec.contextLength = 512;
+  const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
+  std::vector<std::unique_ptr<runtime::Stage>> stages;
+  stages.push_back(cpu.createStage("cpu0", src, spec));
+  runtime::Chain chain(std::move(stages));
+  runtime::SamplerParams greedy;
+  greedy.temperature = 0;
+  runtime::Sampler sampler(greedy);
+  std::vector<float> logits;
+  chain.forward(0, 0, prompt, logits);
+  Run r;
+  int32_t pos = static_cast<int32_t>(prompt.size());
+  int32_t t = sampler.sample(logits);
+  for (int i = 0; i < steps; ++i) {
+    r.tokens.push_back(t);
+    const auto t0 = Clock::now();
+    const int32_t one[1] = {t};
+    chain.forward(0, pos++, one, logits);
+    t = sampler.sample(logits);
+    r.stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return r;
+}
+
+Run runRemote(std::vector<std::unique_ptr<lan::RemoteStage>>& stages,
+              const std::vector<int32_t>& prompt, int steps) {
+  for (auto& s : stages) s->truncate(0, 0);
+  const auto pass = [&](std::vector<int32_t> tokens, int32_t pos) {
+    runtime::StageInput in;
+    in.firstPosition = pos;
+    in.count = static_cast<int32_t>(tokens.size());
+    in.tokens = tokens;
+    runtime::StageOutput a, b;
+    for (size_t k = 0; k + 1 < stages.size(); ++k) {
+      stages[k]->forward(in, k % 2 ? b : a);
+      in.tokens = {};
+      in.hidden = (k % 2 ? b : a).hidden;
+    }
+    return stages.back()->forwardSample(in, lan::RemoteSampleParams{});
+  };
+  Run r;
+  int32_t pos = static_cast<int32_t>(prompt.size());
+  int32_t t = pass(prompt, 0);
+  for (int i = 0; i < steps; ++i) {
+    r.tokens.push_back(t);
+    const auto t0 = Clock::now();
+    t = pass({t}, pos++);
+    r.stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shoal-hop-overhead: per-hop overhead of remote stages (JSON on stdout)"};
+  std::string modelPath, nodeExe, identityDir, modelsDir;
+  std::vector<std::string> connect, trust;
+  int nodes = 3, steps = 64, repeats = 3, threads = 1;
+  bool verify = false, streamed = false;
+  app.add_option("-m,--model", modelPath, "GGUF model (default: the default model)");
+  app.add_option("--node-exe", nodeExe, "shoal-node to start on loopback");
+  app.add_option("--nodes", nodes, "most remote stages (1..nodes are measured)")
+      ->check(CLI::Range(1, 16));
+  app.add_option("--tokens", steps, "decode steps per run")->check(CLI::Range(1, 400));
+  app.add_option("--repeats", repeats, "runs per configuration")->check(CLI::Range(1, 100));
+  app.add_option("--threads", threads, "CPU threads per stage (local and nodes)")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--connect", connect, "HOST:PORT of a running node (repeatable)");
+  app.add_option("--trust", trust, "device ID of a --connect node (repeatable)");
+  app.add_option("--identity-dir", identityDir, "coordinator identity for --connect");
+  app.add_flag("--streamed", streamed, "started nodes get no models dir: weights are streamed");
+  app.add_flag("--verify", verify, "exit 1 unless every remote run matches the local tokens");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (modelPath.empty()) modelPath = model::defaultModelPath();
+    const auto m = model::Model::load(modelPath);
+    const std::string sha = lan::sha256File(modelPath);
+    const std::vector<int32_t> prompt =
+        m->tokenizer().encode("The capital of France is", true, false);
+
+    lan::TrustStore trustStore;
+    lan::Identity self;
+    std::vector<std::pair<std::string, uint16_t>> endpoints;
+    std::vector<Child> children;
+    const auto tmp =
+        std::filesystem::temp_directory_path() / ("shoal-hop-overhead-" + std::to_string(getpid()));
+    if (connect.empty()) {
+      if (nodeExe.empty()) throw std::runtime_error("--node-exe or --connect is required");
+      self = lan::createIdentity();
+      std::filesystem::create_directories(tmp / "models");
+      std::filesystem::create_symlink(std::filesystem::absolute(modelPath),
+                                      tmp / "models" / "model.gguf");
+      for (int i = 0; i < nodes; ++i) {
+        const auto cfg = tmp / ("node" + std::to_string(i));
+        trustStore.add(runForLine({nodeExe, "--print-device-id", "--config-dir", cfg.string()}),
+                       "node");
+        children.push_back(startNode(nodeExe, cfg, streamed ? "" : (tmp / "models").string(),
+                                     self.deviceId, threads));
+        endpoints.emplace_back("127.0.0.1", children.back().port);
+      }
+    } else {
+      if (identityDir.empty()) throw std::runtime_error("--connect needs --identity-dir");
+      self = lan::loadOrCreateIdentity(identityDir);
+      for (const auto& id : trust) trustStore.add(id, "node");
+      for (const auto& c : connect) {
+        const auto at = c.rfind(':');
+        if (at == std::string::npos) throw std::runtime_error("--connect " + c + ": no port");
+        endpoints.emplace_back(c.substr(0, at), static_cast<uint16_t>(std::stoi(c.substr(at + 1))));
+      }
+      nodes = static_cast<int>(endpoints.size());
+    }
+
+    nlohmann::json out;
+    out["model"] = std::filesystem::path(modelPath).filename().string();
+    out["threads"] = threads;
+    out["tokens"] = steps;
+    out["repeats"] = repeats;
+    out["transport"] = connect.empty() ? "loopback" : "connect";
+    // Every configuration is deployed first, then the runs alternate (local, 1, 2, 3 stages,
+    // local, ...) so a burst of load on the machine is spread over all of them. One unmeasured
+    // local run first faults the model's pages in.
+    const int32_t nLayer = m->config().nLayer;
+    std::vector<std::vector<std::unique_ptr<lan::RemoteStage>>> configs;
+    for (int k = 1; k <= nodes; ++k) {
+      std::vector<std::unique_ptr<lan::RemoteStage>> stages;
+      for (int i = 0; i < k; ++i) {
+        std::shared_ptr<lan::Connection> c =
+            lan::connectTo(endpoints[size_t(i)].first, endpoints[size_t(i)].second, self,
+                           trustStore, std::chrono::seconds(30));
+        lan::RemoteStageOptions o;
+        o.stageId = "hop-" + std::to_string(k) + "-" + std::to_string(i);
+        o.spec.firstLayer = nLayer * i / k;
+        o.spec.lastLayer = nLayer * (i + 1) / k;
+        o.spec.hasEmbedding = i == 0;
+        o.spec.hasHead = i == k - 1;
+        o.spec.contextLength = 512;
+        stages.push_back(lan::RemoteStage::deploy(c, lan::RemoteModel{&m->file(), sha, "m"}, o));
+      }
+      configs.push_back(std::move(stages));
+    }
+    const Run reference = runLocal(*m, prompt, steps, threads);
+    std::vector<double> local;
+    std::vector<std::vector<double>> remote(configs.size());
+    std::vector<bool> match(configs.size(), true);
+    for (int r = 0; r < repeats; ++r) {
+      local.push_back(median(runLocal(*m, prompt, steps, threads).stepMs));
+      for (size_t k = 0; k < configs.size(); ++k) {
+        const Run run = runRemote(configs[k], prompt, steps);
+        remote[k].push_back(median(run.stepMs));
+        match[k] = match[k] && run.tokens == reference.tokens;
+      }
+    }
+    const double localMs = median(local);
+    out["local_ms_per_token"] = localMs;
+    bool allMatch = true;
+    for (size_t k = 0; k < configs.size(); ++k) {
+      const double ms = median(remote[k]);
+      const auto hops = static_cast<double>(k + 1);
+      allMatch = allMatch && match[k];
+      out["remote"].push_back({{"stages", k + 1},
+                               {"load_source", configs[k].front()->loadSource()},
+                               {"ms_per_token", ms},
+                               {"overhead_ms_per_token", ms - localMs},
+                               {"overhead_ms_per_hop", (ms - localMs) / hops},
+                               {"tokens_match_local", bool(match[k])}});
+    }
+    out["tokens_match_local"] = allMatch;
+    for (const auto& c : children) kill(c.pid, SIGTERM);
+    for (const auto& c : children) waitpid(c.pid, nullptr, 0);
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+    std::printf("%s\n", out.dump(2).c_str());
+    return verify && !allMatch ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shoal-hop-overhead: %s\n", e.what());
+    return 2;
+  }
+}
