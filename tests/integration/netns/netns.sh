@@ -6,14 +6,16 @@
 #     source netns.sh                   netns.sh check              # 0, or 77 + reason on stderr
 #     netns_require        # exit 77    netns.sh create PREFIX N    # prints "h1 10.77.1.1" lines
 #     netns_setup 3        # + trap     netns.sh destroy PREFIX
-#     netns_exec h1 ping -c1 10.77.1.2  netns.sh gc                 # remove leftovers of dead pids
+#     netns_exec h1 ping -c1 10.77.1.2  netns.sh add-lan PREFIX K H...  # eth<K> on those hosts
+#     netns_add_lan 1 h1 h3  # eth1     netns.sh gc                 # remove leftovers of dead pids
 #
 # Layout for prefix P and N hosts: namespace "P-br" holds bridge br0; namespace "P-hI" (I = 1..N)
 # holds eth0, one end of a veth pair whose other end (hI) is a port of br0 — created inside P-br
 # and moved, so the caller's own namespace (the real network) is never touched. Host I gets
 # ${NETNS_SUBNET}.I/24 (default 10.77.1.I), an IPv6 link-local address usable at once (DAD off),
 # lo up, and a route for 224.0.0.0/4 on eth0. The bridge floods multicast (snooping off) and
-# forwards at once (no STP), like a plain switch.
+# forwards at once (no STP), like a plain switch. Further LANs (add-lan K) make multi-homed
+# hosts: bridge namespace "P-brK", interface ethK, addresses 10.77.(K+1).I/24.
 #
 # Prefixes are "shoalns<pid>" (bash, pid of the script) or "shoalns<pid>-<k>" (C++, k-th set of
 # the test process) so concurrent runs never collide and `gc` can tell a dead run's leftovers.
@@ -54,7 +56,7 @@ netns_require() {
 netns_ns() {
   local host="$1"
   case "$host" in
-    br) echo "${NETNS_PREFIX}-br" ;;
+    br*) echo "${NETNS_PREFIX}-${host}" ;;
     h*) echo "${NETNS_PREFIX}-${host}" ;;
     *) echo "${NETNS_PREFIX}-h${host}" ;;
   esac
@@ -64,6 +66,12 @@ netns_ns() {
 netns_ip() {
   local host="${1#h}"
   echo "${NETNS_SUBNET}.${host}"
+}
+
+# netns_lan_ip HOST LAN -> the host's IPv4 address on extra LAN k (netns_add_lan): 10.77.(k+1).i.
+netns_lan_ip() {
+  local host="${1#h}"
+  echo "10.77.$(($2 + 1)).${host}"
 }
 
 # netns_exec HOST CMD... : run CMD inside the host's namespace (same stdin/stdout, exit status).
@@ -115,11 +123,42 @@ _netns_create() {
   return 0
 }
 
+# _netns_add_lan PREFIX K HOST...: a further LAN k (1, 2, ...): bridge namespace P-br<k>, and in
+# each listed host an interface eth<k> with 10.77.(k+1).<i>/24 — multi-homed hosts.
+_netns_add_lan() {
+  local prefix="$1" lan="$2" i br ns
+  shift 2
+  br="${prefix}-br${lan}"
+  ip netns add "$br" || return 1
+  ip -n "$br" link set lo up || return 1
+  ip -n "$br" link add br0 type bridge stp_state 0 forward_delay 0 mcast_snooping 0 || return 1
+  ip -n "$br" link set br0 up || return 1
+  for i in "$@"; do
+    i="${i#h}"
+    ns="${prefix}-h${i}"
+    ip -n "$br" link add "h${i}" type veth peer name "eth${lan}" netns "$ns" || return 1
+    ip -n "$br" link set "h${i}" master br0 || return 1
+    ip -n "$br" link set "h${i}" up || return 1
+    ip -n "$ns" addr add "10.77.$((lan + 1)).${i}/24" broadcast "10.77.$((lan + 1)).255" \
+      dev "eth${lan}" || return 1
+    ip -n "$ns" link set "eth${lan}" up || return 1
+  done
+  return 0
+}
+
+# netns_add_lan K HOST...: see _netns_add_lan; after netns_setup. Exits 1 on failure.
+netns_add_lan() {
+  if ! _netns_add_lan "$NETNS_PREFIX" "$@"; then
+    echo "netns_add_lan: LAN $1 for hosts ${*:2} under $NETNS_PREFIX failed" >&2
+    exit 1
+  fi
+}
+
 # _netns_destroy PREFIX: kills every process left in the prefix's namespaces, then deletes them
 # (deleting a namespace destroys its veth ends). Quiet and idempotent.
 _netns_destroy() {
   local prefix="$1" ns pids
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}-(br|h[0-9]+)\$"); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}-(br[0-9]*|h[0-9]+)\$"); do
     pids="$(ip netns pids "$ns" 2>/dev/null)"
     if [ -n "$pids" ]; then
       # shellcheck disable=SC2086
@@ -133,7 +172,7 @@ _netns_destroy() {
 # Names are "shoalns<pid>" + optional "-<k>" (several sets in one process) + "-br" / "-h<i>".
 netns_gc() {
   local ns pid pids
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^shoalns[0-9]+(-[0-9]+)?-(br|h[0-9]+)$'); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^shoalns[0-9]+(-[0-9]+)?-(br[0-9]*|h[0-9]+)$'); do
     pid="${ns#shoalns}"
     pid="${pid%%-*}"
     if ! kill -0 "$pid" 2>/dev/null; then
@@ -186,6 +225,10 @@ if ! (return 0 2>/dev/null); then
       [ $# -eq 3 ] || { echo "usage: netns.sh create PREFIX N" >&2; exit 2; }
       NETNS_PREFIX="$2"
       case "$3" in '' | *[!0-9]*) echo "netns.sh: host count '$3' is not a number" >&2; exit 2 ;; esac
+      if [ "$3" -lt 1 ] || [ "$3" -gt 250 ]; then
+        echo "netns.sh: host count $3 outside 1..250 (one /24)" >&2
+        exit 2
+      fi
       if ! reason="$(netns_unavailable_reason)"; then
         echo "$reason" >&2
         exit 77
@@ -200,6 +243,17 @@ if ! (return 0 2>/dev/null); then
         echo "h$i $(netns_ns "$i") $(netns_ip "$i")"
       done
       ;;
+    add-lan)
+      [ $# -ge 4 ] || { echo "usage: netns.sh add-lan PREFIX K HOST..." >&2; exit 2; }
+      case "$3" in '' | *[!0-9]* | 0) echo "netns.sh: LAN number '$3' must be 1, 2, ..." >&2; exit 2 ;; esac
+      if ! _netns_add_lan "$2" "$3" "${@:4}"; then
+        echo "netns.sh: LAN $3 for hosts ${*:4} under $2 failed" >&2
+        exit 1
+      fi
+      for host in "${@:4}"; do
+        echo "h${host#h} eth$3 $(netns_lan_ip "$host" "$3")"
+      done
+      ;;
     destroy)
       [ $# -eq 2 ] || { echo "usage: netns.sh destroy PREFIX" >&2; exit 2; }
       _netns_destroy "$2"
@@ -208,7 +262,7 @@ if ! (return 0 2>/dev/null); then
       netns_gc
       ;;
     *)
-      echo "usage: netns.sh check | create PREFIX N | destroy PREFIX | gc" >&2
+      echo "usage: netns.sh check | create PREFIX N | add-lan PREFIX K HOST... | destroy PREFIX | gc" >&2
       exit 2
       ;;
   esac

@@ -101,6 +101,34 @@ QString NetnsHosts::namespaceName(int i) const { return host(i).namespaceName; }
 
 QString NetnsHosts::ipv4(int i) const { return host(i).ipv4; }
 
+int NetnsHosts::addLan(const std::vector<int>& hosts) {
+  QStringList args{QStringLiteral("add-lan"), m_prefix, QString::number(m_lans)};
+  for (int i : hosts) {
+    host(i);  // throws when i is not a host of this set
+    args << QString::number(i);
+  }
+  const ScriptResult r = runScript(args);
+  if (r.exitCode != 0) {
+    throw std::runtime_error("NetnsHosts: netns.sh " + args.join(' ').toStdString() +
+                             " failed (exit " + std::to_string(r.exitCode) +
+                             "): " + r.errors.toStdString());
+  }
+  // One line per host: "h<i> eth<k> <ipv4>".
+  for (const QByteArray& line : r.output.split('\n')) {
+    const QList<QByteArray> fields = line.simplified().split(' ');
+    if (fields.size() == 3) {
+      m_lanAddresses[{fields[0].mid(1).toInt(), m_lans}] = QString::fromUtf8(fields[2]);
+    }
+  }
+  return m_lans++;
+}
+
+QString NetnsHosts::ipv4(int i, int lan) const {
+  if (lan == 0) return ipv4(i);
+  const auto it = m_lanAddresses.find({i, lan});
+  return it == m_lanAddresses.end() ? QString() : it->second;
+}
+
 QString NetnsHosts::linkLocalIpv6(int i) const {
   QByteArray out;
   if (run(i, QStringLiteral("ip"),

@@ -15,6 +15,7 @@
 #include <QProcess>
 #include <QString>
 #include <QStringList>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,12 @@ class NetnsHosts {
   QString namespaceName(int host) const;
   // IPv4 address of host i on the shared subnet (10.77.1.i).
   QString ipv4(int host) const;
+  // Adds LAN k = 1, 2, ... (its own bridge) and an interface eth<k> with 10.77.(k+1).i on each
+  // listed host: multi-homed hosts. Returns k. Throws std::runtime_error on failure.
+  int addLan(const std::vector<int>& hosts);
+  // IPv4 address of host i on LAN k (0 = the first, eth0); empty if the host is not on it.
+  QString ipv4(int host, int lan) const;
+
   // IPv6 link-local address of host i's eth0 without zone ("fe80::..."); empty if none.
   QString linkLocalIpv6(int host) const;
   // The interface name every host has on the LAN.
@@ -71,6 +78,8 @@ class NetnsHosts {
 
   QString m_prefix;
   std::vector<Host> m_hosts;
+  std::map<std::pair<int, int>, QString> m_lanAddresses;  // (host, lan >= 1) -> IPv4
+  int m_lans = 1;
   std::vector<std::unique_ptr<QProcess>> m_processes;
 };
 

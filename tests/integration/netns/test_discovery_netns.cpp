@@ -122,6 +122,31 @@ class TestDiscoveryNetns : public QObject {
                              15000);
   }
 
+  void multiHomedHostSeesPeersOnEachLanThroughItsInterface() {
+    // h1 on LAN 0 (eth0) with h2 and on LAN 1 (eth1) with h3; h3's eth0 is down, so h2 and h3
+    // share no link. Beacons must leave h1 on each interface.
+    NetnsHosts lan(3);
+    lan.addLan({1, 3});
+    QCOMPARE(lan.run(3, "ip", {"link", "set", "eth0", "down"}), 0);
+    // Without broadcast, h3 learns h1's IPv4 address on eth1 only if h1 picks the outgoing
+    // interface of each multicast beacon (its multicast route points at eth0).
+    Probe one(lan, 1, deviceId(1), {"--no-broadcast"});
+    Probe two(lan, 2, deviceId(2), {"--no-broadcast"});
+    Probe three(lan, 3, deviceId(3), {"--no-broadcast"});
+    QTRY_VERIFY_WITH_TIMEOUT(one.peerIds() == (QStringList{deviceId(2), deviceId(3)}), 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(two.peerIds() == QStringList{deviceId(1)}, 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(three.peerIds() == QStringList{deviceId(1)}, 5000);
+    QVERIFY2(one.addressesOf(deviceId(2)).contains(lan.ipv4(2) + " eth0"),
+             qPrintable(one.addressesOf(deviceId(2)).join(", ")));
+    QVERIFY2(one.addressesOf(deviceId(3)).contains(lan.ipv4(3, 1) + " eth1"),
+             qPrintable(one.addressesOf(deviceId(3)).join(", ")));
+    QVERIFY2(three.addressesOf(deviceId(1)).contains(lan.ipv4(1, 1) + " eth1"),
+             qPrintable(three.addressesOf(deviceId(1)).join(", ")));
+    // A second beacon round cannot leak h3 to h2 either.
+    QTest::qWait(1500);
+    QCOMPARE(two.peerIds(), QStringList{deviceId(1)});
+  }
+
   void ipv4MulticastAloneReachesPeers() {
     NetnsHosts lan(2);
     // No broadcast; only IPv4 counted: the IPv4 address can only come from the multicast group.

@@ -63,6 +63,16 @@ class TestNetnsHosts : public QObject {
     QVERIFY(!ping(lan, 1, QStringLiteral("10.77.1.9")));
   }
 
+  void addedLanConnectsOnlyItsHostsThroughASecondInterface() {
+    NetnsHosts lan(3);
+    QCOMPARE(lan.addLan({1, 3}), 1);
+    QCOMPARE(lan.ipv4(1, 1), QStringLiteral("10.77.2.1"));
+    QCOMPARE(lan.ipv4(3, 1), QStringLiteral("10.77.2.3"));
+    QVERIFY(lan.ipv4(2, 1).isEmpty());
+    QVERIFY(ping(lan, 1, lan.ipv4(3, 1)));
+    QVERIFY(!ping(lan, 2, lan.ipv4(3, 1)));  // h2 has no eth1 and no route to 10.77.2.0/24
+  }
+
   void runExecutesInsideTheHostNamespace() {
     NetnsHosts lan(2);
     QByteArray out;
