@@ -5,6 +5,7 @@
 //   shoal-cli pool status --nodes A,B,... [--json]          one telemetry snapshot
 //   shoal-cli pool plan --nodes A,B,... [-m GGUF] [--ctx N] the pipeline it would deploy (JSON)
 //   shoal-cli pool generate --nodes A,B,... -p PROMPT [-n N] [--json] [sampling options]
+//                                      prints only the new text, as `shoal-cli generate` does
 //
 // Every command takes --config-dir (default $XDG_CONFIG_HOME/shoal or ~/.config/shoal): the
 // coordinator's identity and trusted.json, as on a node. Nodes are "host:port" (IPv6 in
@@ -336,9 +337,8 @@ void runPoolGenerate(const PoolOptions& o) {
     std::printf("%s\n", out.dump().c_str());
     return;
   }
-  std::printf("\n");
   std::fprintf(stderr,
-               "[%zu tokens, deploy %.2f s, prefill %.2f s, %.1f tokens/s, %zu stage(s)%s]\n",
+               "\n[%zu tokens, deploy %.2f s, prefill %.2f s, %.1f tokens/s, %zu stage(s)%s]\n",
                r.tokens.size(), deploySeconds, r.prefillSeconds, tokS, c->deployed().size(),
                c->recoveries().empty() ? "" : ", recovered from a node failure");
 }
@@ -398,7 +398,7 @@ void registerPoolCommand(CLI::App& app) {
   addCommon(*gen, *opt);
   addPoolNodes(*gen, *opt);
   gen->add_option("-p,--prompt", opt->prompt, "prompt text")->required();
-  gen->add_option("-n,--max-tokens", opt->maxTokens, "most new tokens")
+  gen->add_option("-n,--n-predict", opt->maxTokens, "tokens to generate")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   gen->add_option("--stop", opt->stop, "stop string (repeatable)");

@@ -1,0 +1,176 @@
+// The pool across a real (namespaced) LAN: four shoal-node hosts and shoal-cli as the
+// coordinator on a fifth (tests/integration/netns). Discovery finds the nodes; a pooled greedy
+// reply of 200 tokens survives a SIGKILL of the middle node and equals `shoal-cli generate` on
+// one machine. Needs root for the namespaces; skips otherwise.
+
+#include <QProcess>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "engine/model/model.h"
+#include "engine/plan/cost_model.h"
+#include "engine/plan/model_cost.h"
+#include "lan/transport/trust_store.h"
+#include "tests/integration/netns/netns_hosts.h"
+
+using shoal::test::NetnsHosts;
+
+namespace {
+
+constexpr int kNodes = 4;  // hosts 2..5; host 1 runs shoal-cli
+constexpr int kPort = 7000;
+constexpr int kContext = 512;
+const char* kPrompt = "Write a short story about a lighthouse keeper.";
+
+QString modelPath() { return QString(SHOAL_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+}  // namespace
+
+class TestLanPoolNetns : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir m_dir;
+  std::unique_ptr<NetnsHosts> m_lan;
+  QString m_cliConfig;
+  QStringList m_nodeIds;  // of hosts 2..5
+  std::vector<QProcess*> m_nodeProcesses;
+  QString m_nodes;  // "10.77.1.2:7000,..."
+  QString m_memoryCapMb;
+
+  static QByteArray runLocal(const QString& program, const QStringList& args) {
+    QProcess p;
+    p.start(program, args);
+    if (!p.waitForFinished(120000) || p.exitCode() != 0) {
+      qWarning("%s failed: %s", qPrintable(program), p.readAllStandardError().constData());
+      return {};
+    }
+    return p.readAllStandardOutput();
+  }
+
+ private slots:
+  void initTestCase() {
+    if (const QString why = NetnsHosts::unavailableReason(); !why.isEmpty()) {
+      QSKIP(qPrintable(why));
+    }
+    if (!std::filesystem::exists(modelPath().toStdString())) QSKIP("default model not downloaded");
+    QVERIFY(m_dir.isValid());
+    m_lan = std::make_unique<NetnsHosts>(1 + kNodes);
+
+    m_cliConfig = m_dir.filePath("cli");
+    const QString cliId =
+        runLocal(SHOAL_NODE_BINARY, {"--print-device-id", "--config-dir", m_cliConfig}).trimmed();
+    QVERIFY(!cliId.isEmpty());
+    shoal::lan::TrustStore trust;
+    trust.load(m_cliConfig.toStdString());
+
+    // Each device may hold ~40% of the model: three nodes are needed, one is the spare.
+    const auto model = shoal::model::Model::load(modelPath().toStdString());
+    const shoal::plan::ModelCost cost = shoal::plan::modelCostFromGguf(model->file(), kContext);
+    shoal::plan::Request request;
+    request.contextTokens = kContext;
+    m_memoryCapMb = QString::number(
+        0.4 * shoal::plan::stageMemoryBytes(cost, request, cost.layers, true, true) / 1e6, 'f', 3);
+
+    QStringList addresses;
+    for (int i = 0; i < kNodes; ++i) {
+      const int host = 2 + i;
+      const QString base = m_dir.filePath(QString("node%1").arg(i));
+      const QString config = base + "/config", models = base + "/models";
+      std::filesystem::create_directories(models.toStdString());
+      if (i != kNodes - 1) {  // the last node has to be streamed to
+        std::filesystem::create_symlink(modelPath().toStdString(),
+                                        models.toStdString() + "/model.gguf");
+      }
+      const QString id =
+          runLocal(SHOAL_NODE_BINARY, {"--print-device-id", "--config-dir", config}).trimmed();
+      QVERIFY(!id.isEmpty());
+      trust.add(id.toStdString(), QString("node%1").arg(i).toStdString());
+      m_nodeIds << id;
+      m_nodeProcesses.push_back(m_lan->start(
+          host, SHOAL_NODE_BINARY,
+          {"--name", QString("node%1").arg(i), "--port", QString::number(kPort), "--config-dir",
+           config, "--models-dir", models, "--trust", cliId, "--threads", "1"}));
+      addresses << m_lan->ipv4(host) + ":" + QString::number(kPort);
+    }
+    m_nodes = addresses.join(',');
+    // Ready when the coordinator host can take a snapshot of every node.
+    bool up = false;
+    for (int attempt = 0; attempt < 60 && !up; ++attempt) {
+      up = m_lan->run(
+               1, SHOAL_CLI_BINARY,
+               {"pool", "status", "--nodes", m_nodes, "--config-dir", m_cliConfig, "--json"}) == 0;
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    QVERIFY2(up, "the nodes did not come up");
+  }
+
+  void cleanupTestCase() { m_lan.reset(); }
+
+  void discoverListsEveryNodeAsTrusted() {
+    QByteArray out;
+    QCOMPARE(
+        m_lan->run(1, SHOAL_CLI_BINARY,
+                   {"pool", "discover", "--seconds", "3", "--json", "--config-dir", m_cliConfig},
+                   &out),
+        0);
+    // stderr may carry log lines: the JSON object starts at the first '{'.
+    const nlohmann::json j = nlohmann::json::parse(out.mid(out.indexOf('{')).toStdString());
+    std::set<std::string> trusted;
+    for (const auto& p : j.at("peers")) {
+      if (p.at("trusted").get<bool>() && p.at("port").get<int>() == kPort) {
+        trusted.insert(p.at("device_id").get<std::string>());
+      }
+    }
+    for (const QString& id : m_nodeIds) QVERIFY2(trusted.count(id.toStdString()), qPrintable(id));
+  }
+
+  void killedMiddleNodeDuringA200TokenReplyLeavesTheReplyUnchanged() {
+    const QByteArray reference = runLocal(
+        SHOAL_CLI_BINARY, {"generate", "-p", kPrompt, "-n", "200", "--temp", "0", "--ignore-eos",
+                           "--threads", "1", "--ctx", QString::number(kContext)});
+    QVERIFY(!reference.isEmpty());
+
+    QProcess* cli =
+        m_lan->start(1, SHOAL_CLI_BINARY,
+                     {"pool", "generate", "--nodes", m_nodes, "--config-dir", m_cliConfig, "-p",
+                      kPrompt, "-n", "200", "--temp", "0", "--ignore-eos", "--ctx",
+                      QString::number(kContext), "--max-device-memory-mb", m_memoryCapMb, "-v"});
+    // The middle stage's node, from the coordinator's deployment log.
+    QByteArray log;
+    QString middle;
+    for (int i = 0; i < 600 && middle.isEmpty(); ++i) {
+      cli->waitForReadyRead(100);
+      log += cli->readAllStandardError();
+      const QRegularExpression re("stage stage-2 layers \\[\\d+, \\d+\\) on (node\\d)/");
+      if (const auto m = re.match(QString::fromUtf8(log)); m.hasMatch()) middle = m.captured(1);
+    }
+    QVERIFY2(!middle.isEmpty(), log.constData());
+    const int victim = middle.mid(4).toInt();
+    QVERIFY(victim >= 0 && victim < kNodes);
+    // Let a good part of the reply stream out, then kill the node.
+    QByteArray text;
+    for (int i = 0; i < 600 && text.size() < 200 && cli->state() == QProcess::Running; ++i) {
+      cli->waitForReadyRead(100);
+      text += cli->readAllStandardOutput();
+    }
+    const QByteArray atKill = text;
+    QVERIFY2(cli->state() == QProcess::Running, "the reply finished before the kill");
+    m_lan->kill(m_nodeProcesses[static_cast<size_t>(victim)]);
+    QVERIFY(cli->waitForFinished(120000));
+    text += cli->readAllStandardOutput();
+    log += cli->readAllStandardError();
+    QCOMPARE(cli->exitCode(), 0);
+    QVERIFY2(log.contains("failed after"), log.constData());
+    QVERIFY(reference.startsWith(atKill));
+    QCOMPARE(text, reference);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestLanPoolNetns)
+#include "test_lan_pool_netns.moc"
