@@ -1,7 +1,8 @@
 #pragma once
-// The node side of the node protocol (docs/node_protocol.md): hosts stages for coordinators and
-// answers their requests. Transport-agnostic: NodeService (node_service.h) accepts trusted TLS
-// connections and hands each one to serve(); tests may hand it any Connection.
+// The node side of the node protocol (the LAN design's "Node protocol", summarized below): hosts
+// stages for coordinators and answers their requests. Transport-agnostic: NodeService
+// (node_service.h) accepts trusted TLS connections and hands each one to serve(); tests may hand it
+// any Connection.
 //
 // Protocol summary (control JSON "op"; a reply carries the request's integer "id"; failures are
 // {"op":"error","id","message"}):

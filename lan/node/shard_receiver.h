@@ -1,8 +1,8 @@
 #pragma once
 // Receives one stage's weights streamed by the coordinator (weights_chunk messages, see
-// docs in node_protocol.h) and writes them as a weight shard: a GGUF v3 file with the model's
-// metadata and only the stage's tensors, at <configDir>/shards/<model sha256>/<first>-<last>.gguf,
-// which ModelWeights::bindRange loads like the whole model.
+// the protocol summary in node_host.h) and writes them as a weight shard: a GGUF v3 file with the
+// model's metadata and only the stage's tensors, at <configDir>/shards/<model
+// sha256>/<first>-<last>.gguf, which ModelWeights::bindRange loads like the whole model.
 //
 // Chunks of one tensor arrive in order (offset == bytes received so far) and are written to a
 // temporary file as they come, so a multi-GB stage is never held in memory; the shard is written
