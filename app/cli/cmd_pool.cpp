@@ -2,14 +2,15 @@
 //
 //   shoal-cli pool discover [--seconds S] [--json]          nodes announcing themselves
 //   shoal-cli pool pair HOST:PORT CODE [--name NAME]        trust a node (code shown on it)
-//   shoal-cli pool status --nodes A,B,... [--json]          one telemetry snapshot
+//   shoal-cli pool status [--nodes A,B,...] [--json]        one telemetry snapshot
 //   shoal-cli pool plan --nodes A,B,... [-m GGUF] [--ctx N] the pipeline it would deploy (JSON)
 //   shoal-cli pool generate --nodes A,B,... -p PROMPT [-n N] [--json] [sampling options]
 //                                      prints only the new text, as `shoal-cli generate` does
 //
 // Every command takes --config-dir (default $XDG_CONFIG_HOME/shoal or ~/.config/shoal): the
 // coordinator's identity and trusted.json, as on a node. Nodes are "host:port" (IPv6 in
-// brackets). Exit codes: 0 done, 1 runtime failure (unreachable, untrusted, no plan), 2 bad input.
+// brackets); without --nodes, the trusted nodes LAN discovery finds in --seconds (3) are used.
+// Exit codes: 0 done, 1 runtime failure (unreachable, untrusted, no plan), 2 bad input.
 
 #include <chrono>
 #include <cstdio>
@@ -94,17 +95,6 @@ std::pair<std::string, uint16_t> splitAddress(const std::string& text) {
   return {host, static_cast<uint16_t>(port)};
 }
 
-std::vector<std::string> nodeList(const PoolOptions& o) {
-  std::vector<std::string> out;
-  std::stringstream in(o.nodes);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  if (out.empty()) throw CliExit{2, "--nodes: give at least one host:port"};
-  for (const std::string& a : out) splitAddress(a);  // validates
-  return out;
-}
-
 // The coordinator's identity and trust store, loaded once per command.
 struct Credentials {
   lan::Identity identity;
@@ -123,6 +113,32 @@ std::unique_ptr<Credentials> loadCredentials(const PoolOptions& o) {
   return c;
 }
 
+std::vector<lan::Peer> discoverPeers(const PoolOptions& o, Credentials& creds);
+std::string peerAddress(const lan::Peer& p);
+
+// --nodes, or else every trusted node discovery finds in --seconds.
+std::vector<std::string> nodeList(const PoolOptions& o, Credentials& creds) {
+  std::vector<std::string> out;
+  if (o.nodes.empty()) {
+    for (const lan::Peer& p : discoverPeers(o, creds)) {
+      if (creds.trust.isTrusted(p.deviceId) && !peerAddress(p).empty()) {
+        out.push_back(peerAddress(p));
+      }
+    }
+    if (out.empty()) {
+      throw CliExit{1, "no trusted node found on the LAN (pair with one, or give --nodes)"};
+    }
+    return out;
+  }
+  std::stringstream in(o.nodes);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  if (out.empty()) throw CliExit{2, "--nodes: give at least one host:port"};
+  for (const std::string& a : out) splitAddress(a);  // validates
+  return out;
+}
+
 std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials& creds) {
   const std::chrono::milliseconds timeout(o.timeoutMs);
   lan::Connector connector = [&creds, timeout](const std::string& address) {
@@ -137,7 +153,7 @@ std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials&
     co.log = [](const std::string& line) { std::fprintf(stderr, "pool: %s\n", line.c_str()); };
   }
   auto c = std::make_unique<lan::Coordinator>(connector, co);
-  for (const std::string& address : nodeList(o)) {
+  for (const std::string& address : nodeList(o, creds)) {
     try {
       c->addNode(address);
     } catch (const lan::TransportError& e) {
@@ -175,17 +191,18 @@ json stagesJson(const std::vector<lan::StagePlacement>& stages,
   return out;
 }
 
-void runDiscover(const PoolOptions& o) {
-  auto creds = loadCredentials(o);
+// Peers announcing themselves during o.seconds.
+std::vector<lan::Peer> discoverPeers(const PoolOptions& o, Credentials& creds) {
   // Discovery announces as well as listens; what it announces must be true, so the coordinator
-  // accepts connections for the few seconds it runs (and refuses every one: it hosts nothing).
-  lan::Listener listener("0.0.0.0", 0, creds->identity, creds->trust,
+  // accepts connections while it runs (and refuses every one: it hosts nothing).
+  lan::Listener listener("0.0.0.0", 0, creds.identity, creds.trust,
                          [](std::unique_ptr<lan::Connection> c) { c->close(); });
   lan::DiscoveryOptions d;
-  d.deviceId = creds->identity.deviceId;
+  d.deviceId = creds.identity.deviceId;
   d.name = o.name.empty() ? "shoal-cli" : o.name;
   d.tcpPort = listener.port();
   d.summary = "coordinator";
+  d.log = [](const std::string& line) { std::fprintf(stderr, "discovery: %s\n", line.c_str()); };
   lan::Discovery discovery(d);
   try {
     discovery.start();
@@ -193,8 +210,24 @@ void runDiscover(const PoolOptions& o) {
     throw CliExit{1, e.what()};
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
-  const std::vector<lan::Peer> peers = discovery.peers();
+  std::vector<lan::Peer> peers = discovery.peers();
   discovery.stop();
+  return peers;
+}
+
+// "host:port" of a discovered peer: an IPv4 address when it has one (no zone to carry).
+std::string peerAddress(const lan::Peer& p) {
+  for (const lan::PeerAddress& a : p.addresses) {
+    if (a.address.find(':') == std::string::npos)
+      return a.address + ":" + std::to_string(p.tcpPort);
+  }
+  return p.addresses.empty() ? std::string()
+                             : "[" + p.addresses.front().address + "]:" + std::to_string(p.tcpPort);
+}
+
+void runDiscover(const PoolOptions& o) {
+  auto creds = loadCredentials(o);
+  const std::vector<lan::Peer> peers = discoverPeers(o, *creds);
   if (o.json) {
     json out = json::array();
     for (const lan::Peer& p : peers) {
@@ -352,7 +385,12 @@ void addCommon(CLI::App& cmd, PoolOptions& o) {
 }
 
 void addPoolNodes(CLI::App& cmd, PoolOptions& o) {
-  cmd.add_option("--nodes", o.nodes, "comma-separated host:port of trusted nodes")->required();
+  cmd.add_option("--nodes", o.nodes,
+                 "comma-separated host:port of trusted nodes (default: the trusted nodes "
+                 "discovery finds in --seconds)");
+  cmd.add_option("--seconds", o.seconds, "how long to look for nodes without --nodes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
   cmd.add_option("-m,--model", o.model, "GGUF model file (default: the default model)");
   cmd.add_option("--ctx", o.contextLength, "context length of every stage")
       ->capture_default_str()

@@ -130,6 +130,22 @@ class TestLanPoolNetns : public QObject {
     for (const QString& id : m_nodeIds) QVERIFY2(trusted.count(id.toStdString()), qPrintable(id));
   }
 
+  void generateWithoutNodesUsesTheTrustedNodesDiscoveryFinds() {
+    QByteArray out;
+    QCOMPARE(m_lan->run(1, SHOAL_CLI_BINARY,
+                        {"pool", "generate", "--config-dir", m_cliConfig, "-p", kPrompt, "-n", "8",
+                         "--temp", "0", "--ignore-eos", "--ctx", QString::number(kContext),
+                         "--max-device-memory-mb", m_memoryCapMb, "--json"},
+                        &out, 120000),
+             0);
+    const nlohmann::json j = nlohmann::json::parse(out.mid(out.indexOf('{')).toStdString());
+    QCOMPARE(j.at("tokens").size(), size_t(8));
+    QCOMPARE(j.at("stages").size(), size_t(3));
+    for (const auto& stage : j.at("stages")) {
+      QVERIFY(m_nodeIds.contains(QString::fromStdString(stage.at("node").get<std::string>())));
+    }
+  }
+
   void killedMiddleNodeDuringA200TokenReplyLeavesTheReplyUnchanged() {
     const QByteArray reference = runLocal(
         SHOAL_CLI_BINARY, {"generate", "-p", kPrompt, "-n", "200", "--temp", "0", "--ignore-eos",
