@@ -38,10 +38,15 @@ RemoteStage::RemoteStage(std::shared_ptr<Connection> connection, RemoteStageOpti
       m_cached(static_cast<size_t>(std::max(1, m_options.spec.maxSequences)), 0) {}
 
 RemoteStage::~RemoteStage() {
+  // Fire and forget: a destructor must not wait on a node that may be gone (the node also
+  // unloads a closed connection's stages). A late "ok" is skipped by the next call() on a shared
+  // connection, as every reply with a foreign id is.
+  if (!m_loaded || !m_connection->isOpen()) return;
   try {
-    unload();
+    Message m;
+    m.control = {{"op", "unload_stage"}, {"id", g_nextId++}, {"stage_id", m_options.stageId}};
+    m_connection->send(m, std::chrono::milliseconds(1000));
   } catch (...) {
-    // Best effort: the node also unloads a closed connection's stages.
   }
 }
 

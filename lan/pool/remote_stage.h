@@ -83,7 +83,8 @@ class RemoteStage final : public runtime::Stage {
   // Head stage only: run the batch and let the node sample the next token.
   int32_t forwardSample(const runtime::StageInput& input, const RemoteSampleParams& sampling);
 
-  // Tell the node to drop the stage (also done, best effort, by the destructor).
+  // Tell the node to drop the stage and wait for its answer. The destructor sends the same
+  // request without waiting.
   void unload();
 
   const std::string& loadSource() const { return m_loadSource; }  // "local-file", ...

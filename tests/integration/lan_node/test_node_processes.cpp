@@ -16,6 +16,7 @@
 #include "lan/pool/remote_stage.h"
 #include "lan/transport/connect.h"
 #include "lan/transport/identity.h"
+#include "lan/transport/pairing.h"
 #include "lan/transport/trust_store.h"
 
 using namespace shoal;
@@ -41,7 +42,7 @@ QString runToString(const QStringList& args) {
 class NodeProcess {
  public:
   NodeProcess(const std::filesystem::path& configDir, const std::filesystem::path& modelsDir,
-              const std::string& trust) {
+              const std::string& trust, const QStringList& extra = {}) {
     QStringList args = {"--config-dir",
                         QString::fromStdString(configDir.string()),
                         "--port",
@@ -54,14 +55,14 @@ class NodeProcess {
                         "--trust",
                         QString::fromStdString(trust)};
     if (!modelsDir.empty()) args << "--models-dir" << QString::fromStdString(modelsDir.string());
+    args << extra;
     m_process.setProcessChannelMode(QProcess::ForwardedErrorChannel);
     m_process.start(SHOAL_NODE_EXE, args);
     // The start line: "shoal-node <name>: device <ID> port <port>".
     static const QRegularExpression line("device (\\S+) port (\\d+)");
-    QString out;
     while (m_process.waitForReadyRead(60000)) {
-      out += QString::fromUtf8(m_process.readAllStandardOutput());
-      const auto m = line.match(out);
+      m_stdout += QString::fromUtf8(m_process.readAllStandardOutput());
+      const auto m = line.match(m_stdout);
       if (m.hasMatch()) {
         m_deviceId = m.captured(1).toStdString();
         m_port = static_cast<uint16_t>(m.captured(2).toUInt());
@@ -74,6 +75,12 @@ class NodeProcess {
     if (!m_process.waitForFinished(30000)) m_process.kill();
   }
   uint16_t port() const { return m_port; }
+  // What the node printed on stdout so far (waiting up to timeoutMs for more).
+  QString stdoutText(int timeoutMs = 0) {
+    if (timeoutMs > 0) m_process.waitForReadyRead(timeoutMs);
+    m_stdout += QString::fromUtf8(m_process.readAllStandardOutput());
+    return m_stdout;
+  }
   const std::string& deviceId() const { return m_deviceId; }
   int exitCodeAfterStop() {
     m_process.terminate();
@@ -85,6 +92,7 @@ class NodeProcess {
   QProcess m_process;
   uint16_t m_port = 0;
   std::string m_deviceId;
+  QString m_stdout;
 };
 
 Message call(Connection& c, nlohmann::json control) {
@@ -283,6 +291,28 @@ class TestNodeProcesses : public QObject {
       QCOMPARE(call(*c, {{"op", "node_info"}}).control.value("weight_bytes_received", -1), 0);
     }
     QCOMPARE(remoteGreedy(stages, m_prompts[0]), want);
+  }
+
+  void pairingWithThePrintedCodeMakesBothSidesTrusted() {
+    TrustStore none;
+    const auto cfg = configs("pair", none);
+    // The node trusts nobody: --trust names an unrelated identity.
+    NodeProcess node(cfg[0], "", createIdentity().deviceId, {"--pair"});
+    static const QRegularExpression codeLine("pairing code (\\S+)");
+    QString out = node.stdoutText();
+    for (int i = 0; i < 10 && !codeLine.match(out).hasMatch(); ++i) out = node.stdoutText(3000);
+    QVERIFY2(codeLine.match(out).hasMatch(), qPrintable(out));
+    const std::string code = codeLine.match(out).captured(1).toStdString();
+
+    const Identity me = createIdentity();
+    TrustStore mine;
+    QCOMPARE(pairWith("127.0.0.1", node.port(), me, mine, code, "test-coordinator"),
+             node.deviceId());
+    QVERIFY(mine.isTrusted(node.deviceId()));
+    auto c = connectTo("127.0.0.1", node.port(), me, mine, std::chrono::seconds(30));
+    QCOMPARE(call(*c, {{"op", "ping"}, {"t", 9}}).control.value("t", 0), 9);
+    // The node saved us in its trusted.json.
+    QVERIFY(std::filesystem::exists(cfg[0] / "trusted.json"));
   }
 
   void untrustedClientIsRefused() {
