@@ -106,6 +106,35 @@ Child startNode(const std::string& exe, const std::filesystem::path& config,
   return Child{pid, static_cast<uint16_t>(std::stoi(line.substr(at + 6)))};
 }
 
+// Median round trip of a hidden-state-sized message (bandwidth_probe -> pong): the transport's
+// share of one hop, without any compute.
+double probeRttMs(lan::Connection& c, size_t bytes, int count) {
+  std::vector<double> ms;
+  for (int i = 0; i < count; ++i) {
+    lan::Message m;
+    m.control = {{"op", "bandwidth_probe"}, {"id", int64_t{1} << 40 | i}};
+    m.blob.assign(bytes, 0x5a);
+    const auto t0 = Clock::now();
+    c.send(m);
+    for (;;) {
+      const lan::Message r = c.receive(std::chrono::seconds(30));
+      if (r.control.value("id", int64_t{-1}) == (int64_t{1} << 40 | i)) break;
+    }
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double loadAverage() {
+  double l = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
+    std::fclose(f);
+  }
+  return l;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -242,6 +271,10 @@ int main(int argc, char** argv) {
     out["tokens"] = steps;
     out["repeats"] = repeats;
     out["transport"] = connect.empty() ? "loopback" : "connect";
+    // On a loaded machine the one long local compute burst per token is preempted more than
+    // the nodes' short ones, which can make the local baseline slower than the pool: judge the
+    // ms/token figures with this, and the probe round trip (pure transport) on its own.
+    out["load_average_1min"] = loadAverage();
     // Every configuration is deployed first, then the runs alternate (local, 1, 2, 3 stages,
     // local, ...) so a burst of load on the machine is spread over all of them. One unmeasured
     // local run first faults the model's pages in.
@@ -263,6 +296,15 @@ int main(int argc, char** argv) {
         stages.push_back(lan::RemoteStage::deploy(c, lan::RemoteModel{&m->file(), sha, "m"}, o));
       }
       configs.push_back(std::move(stages));
+    }
+    {
+      std::vector<double> rtts;
+      for (const auto& [host, port] : endpoints) {
+        auto c = lan::connectTo(host, port, self, trustStore, std::chrono::seconds(30));
+        rtts.push_back(probeRttMs(*c, size_t(m->config().nEmbd) * sizeof(float), 200));
+      }
+      out["probe_bytes"] = size_t(m->config().nEmbd) * sizeof(float);
+      out["probe_rtt_ms_median"] = median(rtts);
     }
     const Run reference = runLocal(*m, prompt, steps, threads);
     std::vector<double> local;
