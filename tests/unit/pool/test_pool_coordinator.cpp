@@ -116,6 +116,7 @@ class TestPoolCoordinator : public QObject {
 
  private slots:
   void initTestCase() {
+    if (!std::filesystem::exists(modelPath())) QSKIP("default model absent (run scripts/setup)");
     m_model = model::Model::load(modelPath());
     kernels::BackendOptions bo;
     bo.cpuThreads = 1;
