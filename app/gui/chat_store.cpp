@@ -274,6 +274,33 @@ qint64 ChatStore::addMessage(qint64 conversationId, const QString& role, const Q
   return id;
 }
 
+bool ChatStore::updateMessage(qint64 id, const QString& content,
+                              const std::optional<ReplyStats>& stats) {
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  if (stats) {
+    q.prepare(
+        "UPDATE messages SET content = ?, has_stats = 1, prompt_tokens = ?, generated_tokens = ?, "
+        "context_used = ?, context_length = ?, dropped_turns = ?, tokens_per_second = ?, "
+        "prefill_seconds = ?, finish_reason = ? WHERE id = ?");
+    for (const QVariant& v :
+         {text(content), QVariant(stats->promptTokens), QVariant(stats->generatedTokens),
+          QVariant(stats->contextUsed), QVariant(stats->contextLength),
+          QVariant(stats->droppedTurns), QVariant(stats->tokensPerSecond),
+          QVariant(stats->prefillSeconds), text(stats->finishReason), QVariant(id)}) {
+      q.addBindValue(v);
+    }
+  } else {
+    q.prepare("UPDATE messages SET content = ? WHERE id = ?");
+    q.addBindValue(text(content));
+    q.addBindValue(id);
+  }
+  if (!q.exec()) return fail(QObject::tr("cannot update message %1").arg(id), q.lastError().text());
+  if (q.numRowsAffected() != 1) {
+    return fail(QObject::tr("cannot update message %1").arg(id), QObject::tr("no such message"));
+  }
+  return true;
+}
+
 bool ChatStore::deleteMessage(qint64 id) {
   QSqlQuery q(QSqlDatabase::database(m_connection));
   q.prepare("DELETE FROM messages WHERE id = ?");

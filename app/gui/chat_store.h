@@ -4,8 +4,9 @@
 //
 // Durability: the database runs in WAL journal mode with SQLite's default synchronous=FULL, and
 // every change is its own transaction, committed before the call returns. The GUI saves a user
-// message when it is sent and an assistant reply when it is finished or stopped, so killing the
-// app loses at most the reply being generated.
+// message when it is sent, the reply being generated about once a second (a message without
+// stats), and the reply with its stats when it is finished or stopped, so killing the app loses
+// at most the last second of the reply.
 //
 // Used from the GUI thread only (a QSqlDatabase connection belongs to the thread that made it).
 
@@ -31,7 +32,8 @@ struct StoredMessage {
   qint64 id = 0;
   QString role;  // "user" or "assistant"
   QString content;
-  bool hasStats = false;  // assistant replies carry the stats of their generation
+  bool hasStats = false;  // finished replies carry the stats of their generation; a reply
+                          // without them was cut off (the app ended while generating it)
   ReplyStats stats;
 };
 
@@ -66,6 +68,10 @@ class ChatStore {
   // Saves one complete message (and touches the conversation); the new id, or -1 on failure.
   qint64 addMessage(qint64 conversationId, const QString& role, const QString& content,
                     const std::optional<ReplyStats>& stats = std::nullopt);
+  // Replaces a message's content (and, when given, sets its stats): a reply saved while it was
+  // being generated, then finished.
+  bool updateMessage(qint64 id, const QString& content,
+                     const std::optional<ReplyStats>& stats = std::nullopt);
   bool deleteMessage(qint64 id);
 
  private:

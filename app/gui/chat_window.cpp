@@ -36,6 +36,9 @@ constexpr int kIdRole = Qt::UserRole;
 constexpr int kTitleChars = 40;        // a new conversation is named after its first message
 constexpr int kRenderIntervalMs = 50;  // at most ~20 transcript repaints a second while streaming
 constexpr int kStatusMs = 8000;
+// How often the reply being generated is saved: what a crash can lose, against one small write
+// (and fsync) per interval on the GUI thread.
+constexpr int kPartialSaveMs = 1000;
 
 QString defaultTitle() { return QObject::tr("New chat"); }
 
@@ -198,6 +201,10 @@ void ChatWindow::buildUi() {
   m_renderTimer->setSingleShot(true);
   m_renderTimer->setInterval(kRenderIntervalMs);
   connect(m_renderTimer, &QTimer::timeout, this, &ChatWindow::renderTranscript);
+  m_partialTimer = new QTimer(this);
+  m_partialTimer->setSingleShot(true);
+  m_partialTimer->setInterval(kPartialSaveMs);
+  connect(m_partialTimer, &QTimer::timeout, this, &ChatWindow::savePartialReply);
 
   connect(m_input, &ChatInput::sendRequested, this, &ChatWindow::sendMessage);
   connect(m_input, &ChatInput::stopRequested, this, &ChatWindow::stopReply);
@@ -403,6 +410,8 @@ void ChatWindow::selectConversation(qint64 id) {
   if (!c) return;
   m_current = id;
   m_messages = m_store->messages(id);
+  // The running reply's saved part is shown from the stream, not twice.
+  m_messages.removeIf([this](const StoredMessage& m) { return m.id == m_partialId; });
   m_settings->setValues(c->systemPrompt, c->settings);
   if (QListWidgetItem* item = itemFor(id); item && m_conversationList->currentItem() != item) {
     m_fillingList = true;
@@ -549,17 +558,36 @@ void ChatWindow::copyReply() {
 void ChatWindow::onTokenStreamed(qint64 conversationId, const QString& text) {
   if (conversationId != m_generatingConversation) return;
   m_streamText += text;
+  if (!m_partialTimer->isActive()) m_partialTimer->start();
   if (conversationId == m_current) scheduleRender();
+}
+
+void ChatWindow::savePartialReply() {
+  if (!isGenerating() || m_streamText.isEmpty()) return;
+  if (m_partialId < 0) {
+    m_partialId = m_store->addMessage(m_generatingConversation, "assistant", m_streamText);
+    if (m_partialId < 0) showBanner(m_store->error());
+  } else if (!m_store->updateMessage(m_partialId, m_streamText)) {
+    showBanner(m_store->error());
+  }
 }
 
 void ChatWindow::onReplyFinished(qint64 conversationId, const QString& text,
                                  const ReplyStats& stats) {
   m_generatingConversation = -1;
   m_streamText.clear();
+  m_partialTimer->stop();
+  const qint64 partial = std::exchange(m_partialId, -1);
   // A reply stopped before its first character has nothing worth keeping.
   const bool keep = !(text.isEmpty() && stats.finishReason == "cancelled");
+  if (!keep && partial >= 0) m_store->deleteMessage(partial);
   if (keep) {
-    const qint64 id = m_store->addMessage(conversationId, "assistant", text, stats);
+    qint64 id = partial;
+    if (partial < 0) {
+      id = m_store->addMessage(conversationId, "assistant", text, stats);
+    } else if (!m_store->updateMessage(partial, text, stats)) {
+      id = -1;
+    }
     if (id < 0) {
       showBanner(m_store->error());
     } else if (conversationId == m_current) {
@@ -576,6 +604,11 @@ void ChatWindow::onReplyFinished(qint64 conversationId, const QString& text,
 void ChatWindow::onGenerateFailed(qint64 conversationId, const QString& reason) {
   m_generatingConversation = -1;
   m_streamText.clear();
+  m_partialTimer->stop();
+  // A reply that failed half-way is not a reply; the banner says what happened.
+  if (const qint64 partial = std::exchange(m_partialId, -1); partial >= 0) {
+    m_store->deleteMessage(partial);
+  }
   showBanner(tr("No reply: %1").arg(reason));
   statusBar()->clearMessage();
   renderTranscript();

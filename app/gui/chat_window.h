@@ -83,6 +83,7 @@ class ChatWindow : public QMainWindow {
   void startReply();
   void renderTranscript();
   void scheduleRender();
+  void savePartialReply();
   void updateActions();
   void showBanner(const QString& text);
   void onModelLoaded(const QString& name, int contextLength, const QString& architecture);
@@ -121,12 +122,14 @@ class ChatWindow : public QMainWindow {
   QLabel* m_apiLabel = nullptr;  // status bar: where the API is served
   QString m_apiStatusText;
   SettingsDialog* m_settingsDialog = nullptr;  // while open
-  QTimer* m_renderTimer = nullptr;  // coalesces streamed tokens into one repaint per tick
+  QTimer* m_renderTimer = nullptr;   // coalesces streamed tokens into one repaint per tick
+  QTimer* m_partialTimer = nullptr;  // saves the running reply about once a second
 
   qint64 m_current = -1;                 // shown conversation; -1: none
   QList<StoredMessage> m_messages;       // of m_current, as stored
   qint64 m_generatingConversation = -1;  // conversation whose reply is running; -1: none
   QString m_streamText;                  // the running reply so far
+  qint64 m_partialId = -1;               // its row in the store once saved; -1: not yet
   bool m_modelLoaded = false;
   bool m_fillingList = false;  // itemChanged while the list is rebuilt is no rename
   QString m_sendWhenLoaded;    // sendWhenLoaded()'s text until the model is loaded

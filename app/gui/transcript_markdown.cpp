@@ -43,7 +43,12 @@ QString transcriptMarkdown(const QList<StoredMessage>& messages, const QString& 
   for (const StoredMessage& m : messages) {
     md += m.role == "user" ? QObject::tr("#### You") : QObject::tr("#### Assistant");
     md += "\n\n" + closedFences(m.content) + "\n\n";
-    if (m.hasStats) md += "*" + replyStatsLine(m.stats) + "*\n\n";
+    if (m.hasStats) {
+      md += "*" + replyStatsLine(m.stats) + "*\n\n";
+    } else if (m.role == "assistant") {
+      md +=
+          "*" + QObject::tr("cut off: the app ended while this reply was being written") + "*\n\n";
+    }
   }
   if (streamingActive) {
     md += QObject::tr("#### Assistant") + "\n\n" + closedFences(streaming);

@@ -106,6 +106,36 @@ class TestChatStore : public QObject {
     QVERIFY(store.addMessage(a, "user", "newer") > 0);
     QCOMPARE(store.conversations().front().id, a);
   }
+
+  void aReplySavedWhileStreamingIsCompletedInPlace() {
+    QTemporaryDir dir;
+    ChatStore store(dir.path());
+    const qint64 c = store.createConversation("T", "", {});
+    QVERIFY(store.addMessage(c, "user", "Hi") > 0);
+    const qint64 reply = store.addMessage(c, "assistant", "Hel");
+    QVERIFY(reply > 0);
+    QVERIFY(!store.messages(c)[1].hasStats);  // cut off, as far as anyone reading now knows
+    QVERIFY(store.updateMessage(reply, "Hello"));
+    QCOMPARE(store.messages(c)[1].content, QString("Hello"));
+    ReplyStats stats;
+    stats.generatedTokens = 2;
+    stats.finishReason = "eog";
+    QVERIFY(store.updateMessage(reply, "Hello!", stats));
+    const QList<StoredMessage> saved = ChatStore(dir.path()).messages(c);
+    QCOMPARE(saved.size(), 2);
+    QCOMPARE(saved[1].id, reply);
+    QCOMPARE(saved[1].content, QString("Hello!"));
+    QVERIFY(saved[1].hasStats);
+    QCOMPARE(saved[1].stats.generatedTokens, 2);
+    QCOMPARE(saved[1].stats.finishReason, QString("eog"));
+  }
+
+  void updatingAMissingMessageFails() {
+    QTemporaryDir dir;
+    ChatStore store(dir.path());
+    QVERIFY(!store.updateMessage(12345, "x"));
+    QVERIFY(store.error().contains("12345"));
+  }
 };
 
 QTEST_MAIN(TestChatStore)
