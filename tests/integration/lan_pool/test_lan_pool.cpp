@@ -242,6 +242,42 @@ class TestLanPool : public QObject {
     QVERIFY(c.recoveries().empty());
     QCOMPARE(openFds(), fdsAfterWarmup);
   }
+
+  void stalledNodeIsDroppedAfterTheRequestTimeout() {
+    // Runs after the soak: three nodes are alive. With room for 60% of the model per device
+    // two of them hold it, and the third takes over from a node that stops answering
+    // (SIGSTOP: the connection stays open, only the reply never comes).
+    std::vector<size_t> alive;
+    for (size_t i = 0; i < m_nodes.size(); ++i) {
+      if (m_nodes[i]->state() == QProcess::Running) alive.push_back(i);
+    }
+    QVERIFY(alive.size() >= 3);
+    const auto m = model::Model::load(modelPath());
+    const runtime::GenerateResult reference = singleChain(*m, 40);
+    CoordinatorOptions o;
+    o.contextLength = kContext;
+    o.maxDeviceMemoryBytes = m_memoryCap / 2 * 3;
+    o.requestTimeout = std::chrono::milliseconds(2000);
+    Coordinator c(connector(), o);
+    for (size_t i : alive) c.addNode(m_addresses[i]);
+    c.setModel(modelPath());
+    c.deploy(c.makePlan());
+    const std::string stalledId = c.deployed().front().nodeId;
+    size_t stalled = 0;
+    for (size_t i = 0; i < m_nodeIds.size(); ++i) {
+      if (m_nodeIds[i] == stalledId) stalled = i;
+    }
+    int pieces = 0;
+    const runtime::GenerateResult r = c.generate(m_prompt, greedy(40), [&](std::string_view) {
+      if (++pieces == 10) ::kill(static_cast<pid_t>(m_nodes[stalled]->processId()), SIGSTOP);
+      return true;
+    });
+    ::kill(static_cast<pid_t>(m_nodes[stalled]->processId()), SIGKILL);
+    QVERIFY(m_nodes[stalled]->waitForFinished(10000));
+    QCOMPARE(r.tokens, reference.tokens);
+    QCOMPARE(c.recoveries().size(), size_t(1));
+    QCOMPARE(c.recoveries()[0].failedNodeId, stalledId);
+  }
 };
 
 QTEST_GUILESS_MAIN(TestLanPool)
