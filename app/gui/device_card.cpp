@@ -2,6 +2,7 @@
 
 #include <QChart>
 #include <QChartView>
+#include <QEvent>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineSeries>
@@ -106,10 +107,23 @@ DeviceCard::DeviceCard(const QColor& color, QWidget* parent) : QFrame(parent) {
   layout->addWidget(m_memoryText);
   layout->addWidget(m_memory);
   layout->addWidget(m_chartView, 1);
-  // Follow the system palette (light or dark): the chart draws its own background otherwise.
-  m_chart->setBackgroundBrush(palette().base());
-  m_chart->legend()->setLabelColor(palette().text().color());
-  for (QValueAxis* a : {m_time, m_percent, m_rate}) a->setLabelsColor(palette().text().color());
+  applyPalette();
+}
+
+void DeviceCard::applyPalette() {
+  // Follow the system palette (light or dark): the chart draws its own colours otherwise.
+  const QPalette& pal = palette();
+  m_chart->setBackgroundBrush(pal.base());
+  m_chart->legend()->setLabelColor(pal.text().color());
+  for (QValueAxis* a : {m_time, m_percent, m_rate}) {
+    a->setLabelsColor(pal.text().color());
+    a->setGridLineColor(pal.color(QPalette::Mid));
+  }
+}
+
+void DeviceCard::changeEvent(QEvent* event) {
+  QFrame::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange) applyPalette();
 }
 
 QString DeviceCard::layerText() const { return m_layers->text(); }

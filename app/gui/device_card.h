@@ -33,7 +33,13 @@ class DeviceCard : public QFrame {
 
   static constexpr int kWindowSeconds = 60;
 
+ protected:
+  // The chart paints its own background: repaint it from the new palette (light/dark switch).
+  void changeEvent(QEvent* event) override;
+
  private:
+  void applyPalette();
+
   QLabel* m_title = nullptr;
   QLabel* m_detail = nullptr;  // backend, queue
   QLabel* m_layers = nullptr;

@@ -140,6 +140,22 @@ class TestChatWindow : public QObject {
     QCOMPARE(done.at(0).at(1).toString(), QString("cancelled"));
   }
 
+  void escapeStopsTheReplyWhereverTheFocusIs() {
+    if (!QFile::exists(modelPath())) QSKIP("default model not present");
+    auto w = openWindow(modelPath());
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kLoadTimeoutMs);
+    setGreedy(*w, 2000);
+    QSignalSpy tokens(w->engine(), &ChatEngine::tokenStreamed);
+    QSignalSpy done(w.get(), &ChatWindow::replyDone);
+    typeAndSend(*w, "Write a very long story about a dragon who learns to sing.");
+    QTRY_VERIFY_WITH_TIMEOUT(tokens.count() > 0, kReplyTimeoutMs);
+    child<QListWidget>(w.get(), "conversationList")->setFocus();
+    // Through the window system, where the window's Esc shortcut matches.
+    QTest::keyClick(w->windowHandle(), Qt::Key_Escape);
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, kReplyTimeoutMs);
+    QCOMPARE(done.at(0).at(1).toString(), QString("cancelled"));
+  }
+
   void regenerateReplacesTheLastReply() {
     if (!QFile::exists(modelPath())) QSKIP("default model not present");
     auto w = openWindow(modelPath());

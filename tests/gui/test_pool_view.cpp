@@ -3,6 +3,8 @@
 // and the links' RTTs, the plan's predicted speed, and this machine's devices with the reason an
 // unavailable backend cannot be used.
 
+#include <QChart>
+#include <QLegend>
 #include <QLineSeries>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -92,6 +94,19 @@ class TestPoolView : public QObject {
     QVERIFY(view.cards().isEmpty());
     QVERIFY(view.planText().contains("No pool"));
     QVERIFY(view.diagram()->segments().isEmpty());
+  }
+
+  void cardChartsFollowAPaletteChange() {
+    PoolView view;
+    view.setSnapshot(FakePoolFeed::snapshotAt(0, 1000));
+    DeviceCard* card = view.cards().front();
+    QPalette dark = card->palette();
+    dark.setColor(QPalette::Base, QColor(0x20, 0x20, 0x20));
+    dark.setColor(QPalette::Text, QColor(0xee, 0xee, 0xee));
+    view.setPalette(dark);  // propagates to the cards, as a system theme change does
+    QChart* chart = card->utilizationSeries()->chart();
+    QCOMPARE(chart->backgroundBrush().color(), QColor(0x20, 0x20, 0x20));
+    QCOMPARE(chart->legend()->labelColor(), QColor(0xee, 0xee, 0xee));
   }
 
   void thisMachinesDevicesAreListedWithUnavailableReasons() {
