@@ -66,6 +66,28 @@ bool isHexSha256(const std::string& s) {
   return true;
 }
 
+// Bytes a stage occupies: its tensors (where they are mapped) plus its f16 KV cache.
+uint64_t stageBytes(const model::ModelConfig& c, const model::ModelWeights& w,
+                    const runtime::StageSpec& spec) {
+  const auto bytes = [](const gguf::TensorInfo* t) { return t ? uint64_t(t->nbytes) : 0; };
+  uint64_t total = 0;
+  for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
+    const model::LayerWeights& l = w.layers[size_t(i)];
+    for (const auto* t : {l.attnNorm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.ffnNorm, l.wGate,
+                          l.wUp, l.wDown}) {
+      total += bytes(t);
+    }
+  }
+  if (spec.hasEmbedding) total += bytes(w.tokenEmbd);
+  if (spec.hasHead) {
+    total += bytes(w.outputNorm);
+    if (w.output != w.tokenEmbd || !spec.hasEmbedding) total += bytes(w.output);
+  }
+  const uint64_t kvPerPosition = 2 * uint64_t(c.kvDim()) * sizeof(uint16_t);
+  return total + uint64_t(spec.lastLayer - spec.firstLayer) * uint64_t(spec.maxSequences) *
+                     uint64_t(spec.contextLength) * kvPerPosition;
+}
+
 }  // namespace
 
 // A model file (whole model or shard) mapped once and shared by the stages built from it.
@@ -73,14 +95,14 @@ struct NodeHost::LoadedModel {
   gguf::File file;
   model::ModelConfig config;
   model::ModelWeights weights;
-  uint64_t weightBytes = 0;  // bytes of the bound tensors, for telemetry's memory figure
 };
 
 struct NodeHost::HostedStage {
   std::shared_ptr<LoadedModel> model;
   std::unique_ptr<runtime::Stage> stage;
   std::string deviceId;
-  std::mutex mutex;  // one forward/truncate at a time
+  uint64_t memoryBytes = 0;  // stageBytes(), for telemetry
+  std::mutex mutex;          // one forward/truncate at a time
   // Samplers of the head, per sequence; rebuilt when a sequence restarts or the params change.
   std::map<int32_t, std::pair<runtime::SamplerParams, std::unique_ptr<runtime::Sampler>>> samplers;
   // Telemetry counters (written under `mutex`, read by sampleTelemetry).
@@ -252,7 +274,7 @@ std::shared_ptr<NodeHost::LoadedModel> NodeHost::openLocalModel(const LocalModel
     std::lock_guard lock(m_mutex);
     if (auto open = m_openModels[local.sha256].lock()) return open;
   }
-  auto m = std::make_shared<LoadedModel>(LoadedModel{gguf::File::open(local.path), {}, {}, 0});
+  auto m = std::make_shared<LoadedModel>(LoadedModel{gguf::File::open(local.path), {}, {}});
   m->config = model::ModelConfig::fromGguf(m->file);
   m->weights = model::ModelWeights::bind(m->file, m->config);
   std::lock_guard lock(m_mutex);
@@ -312,6 +334,7 @@ Message NodeHost::loadStage(const Message& request, Session& session) {
     auto hosted = std::make_shared<HostedStage>();
     const runtime::ModelSource src{&model->file, &model->config, &model->weights};
     hosted->stage = backend.createStage(deviceId, src, spec);
+    hosted->memoryBytes = stageBytes(model->config, model->weights, spec);
     hosted->model = std::move(model);
     hosted->deviceId = deviceId;
     install(stageId, std::move(hosted), session);
@@ -329,7 +352,7 @@ Message NodeHost::loadStage(const Message& request, Session& session) {
   std::error_code ec;
   if (std::filesystem::is_regular_file(shardFile, ec)) {
     try {
-      auto m = std::make_shared<LoadedModel>(LoadedModel{gguf::File::open(shardFile), {}, {}, 0});
+      auto m = std::make_shared<LoadedModel>(LoadedModel{gguf::File::open(shardFile), {}, {}});
       m->config = model::ModelConfig::fromGguf(m->file);
       m->weights = model::ModelWeights::bindRange(m->file, m->config, spec.firstLayer,
                                                   spec.lastLayer, spec.hasEmbedding, spec.hasHead);
@@ -379,13 +402,14 @@ Message NodeHost::weightsDone(const Message& request, Session& session) {
   p.receiver->finish();
   p.receiver.reset();
   runtime::Backend& backend = backendFor(p.deviceId);
-  auto m = std::make_shared<LoadedModel>(LoadedModel{gguf::File::open(p.shardFile), {}, {}, 0});
+  auto m = std::make_shared<LoadedModel>(LoadedModel{gguf::File::open(p.shardFile), {}, {}});
   m->config = model::ModelConfig::fromGguf(m->file);
   m->weights = model::ModelWeights::bindRange(
       m->file, m->config, p.spec.firstLayer, p.spec.lastLayer, p.spec.hasEmbedding, p.spec.hasHead);
   auto hosted = std::make_shared<HostedStage>();
   const runtime::ModelSource src{&m->file, &m->config, &m->weights};
   hosted->stage = backend.createStage(p.deviceId, src, p.spec);
+  hosted->memoryBytes = stageBytes(m->config, m->weights, p.spec);
   hosted->model = std::move(m);
   hosted->deviceId = p.deviceId;
   install(p.stageId, std::move(hosted), session);
@@ -510,7 +534,7 @@ void NodeHost::sampleTelemetry() {
       s->lastTokens = tok;
       s->lastSampleNs = now;
       t.queueDepth += s->waiting.load();
-      for (const auto& f : s->model->file.tensors()) t.memoryUsed += f.nbytes;
+      t.memoryUsed += s->memoryBytes;
       const auto& sp = s->stage->spec();
       if (t.firstLayer < 0 || sp.firstLayer < t.firstLayer) t.firstLayer = sp.firstLayer;
       t.lastLayer = std::max(t.lastLayer, sp.lastLayer);

@@ -26,6 +26,11 @@ namespace {
 constexpr int kThreads = 1;  // the same everywhere, so sums are taken in the same order
 constexpr int kSteps = 64;
 
+// prefix + k (built with append: GCC 12 misreports -Wrestrict on "literal" + std::string).
+std::string named(const char* prefix, int k) {
+  return std::string(prefix).append(std::to_string(k));
+}
+
 std::filesystem::path defaultModel() {
   return std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
 }
@@ -212,8 +217,8 @@ class TestNodeHost : public QObject {
   void threeNodePipelineGeneratesWhatOneStageGenerates() {
     std::vector<std::unique_ptr<TestNode>> nodes;
     for (int k = 0; k < 3; ++k) {
-      nodes.push_back(std::make_unique<TestNode>(
-          "n" + std::to_string(k), dir("pipe-config-" + std::to_string(k)), m_modelsDir));
+      nodes.push_back(
+          std::make_unique<TestNode>(named("n", k), dir(named("pipe-config-", k)), m_modelsDir));
     }
     auto stages = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
     for (const auto& s : stages) QCOMPARE(s->loadSource(), std::string("local-file"));
@@ -227,8 +232,8 @@ class TestNodeHost : public QObject {
   void remoteChainReturnsTheSameLogits() {
     std::vector<std::unique_ptr<TestNode>> nodes;
     for (int k = 0; k < 3; ++k) {
-      nodes.push_back(std::make_unique<TestNode>(
-          "n" + std::to_string(k), dir("chain-config-" + std::to_string(k)), m_modelsDir));
+      nodes.push_back(
+          std::make_unique<TestNode>(named("n", k), dir(named("chain-config-", k)), m_modelsDir));
     }
     auto remote = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
     std::vector<std::unique_ptr<runtime::Stage>> stages;
@@ -255,13 +260,12 @@ class TestNodeHost : public QObject {
   void streamedWeightsAreCachedSoASecondStartReceivesNone() {
     const auto emptyModels = dir("no-models");
     std::vector<std::filesystem::path> configs;
-    for (int k = 0; k < 3; ++k) configs.push_back(dir("stream-config-" + std::to_string(k)));
+    for (int k = 0; k < 3; ++k) configs.push_back(dir(named("stream-config-", k)));
     const auto want = localGreedy(*m_model, m_prompts[0]);
     {
       std::vector<std::unique_ptr<TestNode>> nodes;
       for (int k = 0; k < 3; ++k) {
-        nodes.push_back(
-            std::make_unique<TestNode>("n" + std::to_string(k), configs[size_t(k)], emptyModels));
+        nodes.push_back(std::make_unique<TestNode>(named("n", k), configs[size_t(k)], emptyModels));
       }
       auto stages = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
       uint64_t sent = 0;
@@ -279,8 +283,7 @@ class TestNodeHost : public QObject {
     // "Restart": new hosts over the same config directories.
     std::vector<std::unique_ptr<TestNode>> nodes;
     for (int k = 0; k < 3; ++k) {
-      nodes.push_back(
-          std::make_unique<TestNode>("n" + std::to_string(k), configs[size_t(k)], emptyModels));
+      nodes.push_back(std::make_unique<TestNode>(named("n", k), configs[size_t(k)], emptyModels));
     }
     auto stages = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
     for (const auto& s : stages) {
@@ -377,6 +380,9 @@ class TestNodeHost : public QObject {
     QCOMPARE(devices[0].lastLayer, 7);
     QVERIFY(devices[0].tokensPerS > 0);
     QVERIFY(devices[0].busyFraction > 0);
+    // Four layers' weights and KV cache, not the whole model file.
+    QVERIFY(devices[0].memoryUsed > 0);
+    QVERIFY(devices[0].memoryUsed < std::filesystem::file_size(defaultModel()));
   }
 };
 
