@@ -286,8 +286,13 @@ void runStatus(const PoolOptions& o) {
                 d.deviceName.c_str(), static_cast<double>(d.memoryTotal) / 1e9,
                 d.busyFraction * 100);
   }
+  const std::vector<lan::NodeInfo> nodes = c->nodes();
   for (const lan::NodeLinkProfile& l : c->links()) {
-    std::printf("link to %s: rtt %.2f ms, %.1f MB/s\n", l.nodeId.c_str(), l.rttS * 1e3,
+    std::string name = l.nodeId;
+    for (const lan::NodeInfo& n : nodes) {
+      if (n.deviceId == l.nodeId) name = n.name;
+    }
+    std::printf("link to %s: rtt %.2f ms, %.1f MB/s\n", name.c_str(), l.rttS * 1e3,
                 l.bandwidthBytesPerS / 1e6);
   }
 }

@@ -170,6 +170,7 @@ plan::Plan Coordinator::makePlan() const {
 }
 
 void Coordinator::deploy(const plan::Plan& plan, const DeployCallback& progress) {
+  std::lock_guard run(m_runMutex);
   if (!m_model) throw Error("no model set (setModel)");
   const std::vector<StagePlacement> stages = pipelineStages(plan);
   try {
@@ -340,7 +341,8 @@ void Coordinator::recover(const StageFailure& failure, int32_t generated) {
   event.movedBytes = next.movedBytes;
   event.seconds = secondsSince(t0);
   log("recovered in " + std::to_string(event.seconds) + " s (" +
-      std::to_string(static_cast<int64_t>(next.movedBytes)) + " weight bytes to load by the new plan)");
+      std::to_string(static_cast<int64_t>(next.movedBytes)) +
+      " weight bytes to load by the new plan)");
   std::lock_guard lock(m_mutex);
   m_recoveries.push_back(std::move(event));
 }
@@ -353,6 +355,7 @@ std::vector<RecoveryEvent> Coordinator::recoveries() const {
 runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>& prompt,
                                               const runtime::GenerateOptions& options,
                                               const runtime::Session::TextCallback& onText) {
+  std::lock_guard run(m_runMutex);
   if (!m_model) throw Error("no model set (setModel)");
   if (deployed().empty()) throw Error("no pipeline deployed (deploy a plan first)");
   const model::Tokenizer& tokenizer = m_model->tokenizer();

@@ -4,8 +4,8 @@
 // planner's costs and streaming weights to nodes that lack them) and relays every hop (star
 // topology, see pool_builder.h), so only token ids and hidden states cross the network.
 //
-// Threading: the public methods may be called from any thread; generation and deployment are
-// meant for one worker thread at a time (the GUI never calls them on its own thread). The
+// Threading: the public methods may be called from any thread; generation and deployment block
+// (the GUI never calls them on its own thread) and are serialized: one runs at a time. The
 // telemetry poller runs on a thread of its own and reports through the callback from it.
 
 #include <atomic>
@@ -151,6 +151,7 @@ class Coordinator {
   Connector m_connector;
   CoordinatorOptions m_options;
 
+  std::mutex m_runMutex;       // one deploy() or generate() at a time (one KV sequence)
   mutable std::mutex m_mutex;  // guards the members, the deployment and the recoveries
   std::map<std::string, Member> m_members;
   std::vector<std::string> m_memberOrder;  // join order: the pool's device order
