@@ -14,6 +14,7 @@
 #include <QtConcurrent/QtConcurrentRun>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "app/gui/chat_types.h"
 
@@ -89,6 +90,14 @@ ModelManager::ModelManager(const QString& modelsDirectory, QWidget* parent)
                                                       tr("GGUF models (*.gguf)"));
     if (!path.isEmpty()) addModelFile(path);
   });
+  connect(&m_scan, &QFutureWatcher<QList<ModelEntry>>::finished, this, [this] {
+    if (std::exchange(m_rescan, false)) {
+      refresh();
+      return;
+    }
+    showEntries(m_scan.result());
+    emit refreshed();
+  });
   connect(&m_copy, &QFutureWatcher<QString>::finished, this, [this] {
     const QString error = m_copy.result();
     m_add->setEnabled(true);
@@ -112,12 +121,21 @@ int ModelManager::rowOf(const QString& fileName) const {
 }
 
 void ModelManager::refresh() {
+  m_directoryLabel->setText(tr("Models in %1").arg(QDir::toNativeSeparators(m_directory)));
+  if (m_scan.isRunning()) {
+    m_rescan = true;  // the directory may have changed after that scan read it
+    return;
+  }
+  const QString dir = m_directory;
+  // Headers only: a few pages of each file, never the weights.
+  m_scan.setFuture(QtConcurrent::run([dir] { return scanModels(dir, availableMemoryBytes()); }));
+}
+
+void ModelManager::showEntries(const QList<ModelEntry>& entries) {
   const QString selected = m_table->currentRow() >= 0 && m_table->currentRow() < m_entries.size()
                                ? m_entries[m_table->currentRow()].fileName
                                : QString();
-  m_directoryLabel->setText(tr("Models in %1").arg(QDir::toNativeSeparators(m_directory)));
-  // Headers only: a few pages of each file, never the weights.
-  m_entries = scanModels(m_directory, availableMemoryBytes());
+  m_entries = entries;
   m_table->setRowCount(static_cast<int>(m_entries.size()));
   for (int r = 0; r < m_entries.size(); ++r) {
     const ModelEntry& e = m_entries[r];

@@ -25,13 +25,17 @@ class ModelManager : public QWidget {
   explicit ModelManager(const QString& modelsDirectory, QWidget* parent = nullptr);
 
   QString modelsDirectory() const { return m_directory; }
+  // As of the last finished scan (refreshed()).
   const QList<ModelEntry>& entries() const { return m_entries; }
+  bool isScanning() const { return m_scan.isRunning(); }
   // Row of `fileName` in the table, -1 when not listed.
   int rowOf(const QString& fileName) const;
 
  public slots:
   void setModelsDirectory(const QString& directory);
-  void refresh();  // re-read the directory and the free memory
+  // Re-read the directory and the free memory, off the GUI thread (a directory of large models
+  // has large headers: vocabularies); emits refreshed() when the table shows the result.
+  void refresh();
   // Link or copy `source` into the models directory (a copy runs off the GUI thread); the list
   // refreshes when it is there. Refuses a file whose name is taken.
   void addModelFile(const QString& source);
@@ -43,9 +47,11 @@ class ModelManager : public QWidget {
 
  signals:
   void loadRequested(const QString& path);
+  void refreshed();
 
  private:
   void showDetails();
+  void showEntries(const QList<ModelEntry>& entries);
 
   QString m_directory;
   QList<ModelEntry> m_entries;
@@ -58,6 +64,8 @@ class ModelManager : public QWidget {
   QPushButton* m_load = nullptr;
   QPushButton* m_refresh = nullptr;
   QFutureWatcher<QString> m_copy;  // the running copy; its result is the error ("" on success)
+  QFutureWatcher<QList<ModelEntry>> m_scan;  // the running directory scan
+  bool m_rescan = false;                     // refresh() asked for while a scan ran
 };
 
 }  // namespace shoal::gui

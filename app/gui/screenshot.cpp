@@ -7,6 +7,7 @@
 
 #include "app/gui/chat_window.h"
 #include "app/gui/fake_pool_feed.h"
+#include "app/gui/model_manager.h"
 #include "app/gui/pool_view.h"
 
 namespace shoal::gui {
@@ -39,7 +40,15 @@ void scheduleScreenshot(ChatWindow& window, const QString& page, const QString& 
                      [&window, page, outFile] { saveAndQuit(window, page, outFile); });
   } else if (page == "models") {
     ChatEngine* e = window.engine();
-    const auto shoot = [&window, page, outFile] { saveAndQuit(window, page, outFile); };
+    const auto shoot = [&window, page, outFile] {
+      ModelManager* m = window.modelManager();
+      if (!m->isScanning()) {
+        saveAndQuit(window, page, outFile);
+        return;
+      }
+      QObject::connect(m, &ModelManager::refreshed, &window,
+                       [&window, page, outFile] { saveAndQuit(window, page, outFile); });
+    };
     QObject::connect(e, &ChatEngine::modelLoaded, &window, shoot);
     QObject::connect(e, &ChatEngine::loadFailed, &window, shoot);
   } else if (page == "pool") {

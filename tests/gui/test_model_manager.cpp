@@ -56,6 +56,12 @@ QString engineReason(const QString& path) {
   return {};
 }
 
+// The manager reads the directory off the GUI thread: wait for the table.
+bool scanned(ModelManager& m) {
+  QSignalSpy done(&m, &ModelManager::refreshed);
+  return done.wait(kLoadTimeoutMs);
+}
+
 QString detailsOf(ModelManager& m, const QString& fileName) {
   const int row = m.rowOf(fileName);
   if (row < 0) return {};
@@ -76,6 +82,7 @@ class TestModelManager : public QObject {
     QVERIFY(reason.contains("mamba"));
 
     ModelManager m(dir.path());
+    QVERIFY(scanned(m));
     const int row = m.rowOf("unsupported-mamba.gguf");
     QVERIFY(row >= 0);
     QCOMPARE(m.entries()[row].architecture, QString("mamba"));
@@ -104,6 +111,7 @@ class TestModelManager : public QObject {
     QVERIFY(!reason.isEmpty());
 
     ModelManager m(dir.path());
+    QVERIFY(scanned(m));
     QVERIFY(m.rowOf("truncated.gguf") >= 0);
     const QString details = detailsOf(m, "truncated.gguf");
     QVERIFY2(details.contains(reason), qPrintable(details));
@@ -115,6 +123,7 @@ class TestModelManager : public QObject {
     const auto config = shoal::model::ModelConfig::fromGguf(file);
 
     ModelManager m(SHOAL_MODELS_DIR);
+    QVERIFY(scanned(m));
     const int row = m.rowOf(kDefaultModel);
     QVERIFY(row >= 0);
     const ModelEntry& e = m.entries()[row];
@@ -144,6 +153,7 @@ class TestModelManager : public QObject {
     QTemporaryDir models;
     const QString path = writeUnsupportedModel(QDir(source.path()));
     ModelManager m(models.path());
+    QVERIFY(scanned(m));
     QCOMPARE(m.entries().size(), 0);
     m.addModelFile(path);
     QTRY_VERIFY(m.rowOf("unsupported-mamba.gguf") >= 0);
@@ -163,6 +173,7 @@ class TestModelManager : public QObject {
     QVERIFY(!w.isModelLoaded());
     QVERIFY(w.showPage("models"));
     ModelManager* m = w.modelManager();
+    QTRY_VERIFY(m->rowOf(kDefaultModel) >= 0);
     m->selectRow(m->rowOf(kDefaultModel));
     auto* load = m->findChild<QPushButton*>("loadModelButton");
     QVERIFY(load->isEnabled());
