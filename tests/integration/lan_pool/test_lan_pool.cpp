@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "engine/error.h"
@@ -241,6 +242,44 @@ class TestLanPool : public QObject {
     QCOMPARE(failures, 0);
     QVERIFY(c.recoveries().empty());
     QCOMPARE(openFds(), fdsAfterWarmup);
+  }
+
+  void telemetryPolledDuringAReplyLeavesTheReplyUnchanged() {
+    // Polls share each node's connection with the forwards: they must never take a reply meant
+    // for the generation (or the other way round).
+    const auto m = model::Model::load(modelPath());
+    const runtime::GenerateResult reference = singleChain(*m, 40);
+    std::vector<size_t> alive;
+    for (size_t i = 0; i < m_nodes.size(); ++i) {
+      if (m_nodes[i]->state() == QProcess::Running) alive.push_back(i);
+    }
+    QVERIFY(alive.size() >= 3);
+    CoordinatorOptions o;
+    o.contextLength = kContext;
+    o.maxDeviceMemoryBytes = m_memoryCap;
+    Coordinator c(connector(), o);
+    for (size_t i : alive) c.addNode(m_addresses[i]);
+    c.setModel(modelPath());
+    c.deploy(c.makePlan());
+    std::mutex mutex;
+    std::vector<PoolSnapshot> snapshots;
+    c.startTelemetry(
+        [&](const PoolSnapshot& s) {
+          std::lock_guard lock(mutex);
+          snapshots.push_back(s);
+        },
+        std::chrono::milliseconds(5));
+    const runtime::GenerateResult r = c.generate(m_prompt, greedy(40));
+    c.stopTelemetry();
+    QCOMPARE(r.tokens, reference.tokens);
+    QVERIFY(!snapshots.empty());
+    for (const PoolSnapshot& s : snapshots) {
+      QCOMPARE(s.devices.size(), alive.size());
+      int holding = 0;
+      for (const DeviceTelemetry& d : s.devices) holding += d.firstLayer >= 0 ? 1 : 0;
+      QCOMPARE(holding, 3);
+      QCOMPARE(s.links.size(), size_t(2));
+    }
   }
 
   void stalledNodeIsDroppedAfterTheRequestTimeout() {
