@@ -55,6 +55,21 @@ int httpGet(int port, const QString& path, QByteArray* body = nullptr) {
   return status.isValid() ? status.toInt() : -1;
 }
 
+// POST a JSON body; the HTTP status, or -1 when no answer came.
+int httpPost(int port, const QString& path, const QByteArray& json, QByteArray* body) {
+  QNetworkAccessManager net;
+  QNetworkRequest request(QUrl(QString("http://127.0.0.1:%1%2").arg(port).arg(path)));
+  request.setHeader(QNetworkRequest::ContentTypeHeader, "application/json");
+  request.setTransferTimeout(kApiTimeoutMs);
+  std::unique_ptr<QNetworkReply> reply(net.post(request, json));
+  QEventLoop loop;
+  QObject::connect(reply.get(), &QNetworkReply::finished, &loop, &QEventLoop::quit);
+  loop.exec();
+  *body = reply->readAll();
+  const QVariant status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute);
+  return status.isValid() ? status.toInt() : -1;
+}
+
 }  // namespace
 
 class TestSettingsDialog : public QObject {
@@ -138,6 +153,15 @@ class TestSettingsDialog : public QObject {
     QByteArray models;
     QCOMPARE(httpGet(port, "/v1/models", &models), 200);
     QVERIFY2(models.contains("SmolLM2"), models.constData());
+    // The server generates with the loaded model (its own session, beside the chat's).
+    QByteArray completion;
+    QCOMPARE(
+        httpPost(port, "/v1/chat/completions",
+                 R"({"model":"default","messages":[{"role":"user","content":"Hi"}],"max_tokens":4,)"
+                 R"("temperature":0})",
+                 &completion),
+        200);
+    QVERIFY2(completion.contains("\"choices\""), completion.constData());
 
     d = w.openSettings();
     QVERIFY(child<QCheckBox>(d, "apiEnabled")->isChecked());
