@@ -6,6 +6,7 @@
 #   - each target of the issue, met or not.
 #
 #   bench/issue3_figures.sh [--build DIR] [--threads N] [--runs R] [--out FILE] [--force]
+#                           [-- EXTRA compare_llamacpp.py ARGS, e.g. -p 16 -n 8 for a dry run]
 #
 # Timings are worthless on a loaded machine: it refuses to start when the 1-minute load average
 # is 1.5 or more (--force overrides) and records the load before and after in the JSON.
@@ -27,6 +28,7 @@ while [[ $# -gt 0 ]]; do
         --runs) runs="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --force) force=1; shift ;;
+        --) shift; break ;;
         *) echo "issue3_figures: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -49,7 +51,7 @@ echo "issue3_figures: DRAM bandwidth ($threads threads)" >&2
 gibs="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["gib_per_s_median"])' \
         "$tmp/membw.json")"
 
-common=(--build "$build" --threads "$threads" --runs "$runs" --bandwidth-gibs "$gibs")
+common=(--build "$build" --threads "$threads" --runs "$runs" --bandwidth-gibs "$gibs" "$@")
 echo "issue3_figures: SmolLM2-135M Q4_1" >&2
 python3 "$root/bench/compare_llamacpp.py" "${common[@]}" > "$tmp/smollm2.json"
 for t in q4_0 q8_0; do
