@@ -66,6 +66,12 @@ bool isHexSha256(const std::string& s) {
   return true;
 }
 
+// The f16 KV cache a stage allocates (and zero-fills) at creation.
+uint64_t kvCacheBytes(const model::ModelConfig& c, const runtime::StageSpec& spec) {
+  return uint64_t(spec.lastLayer - spec.firstLayer) * uint64_t(spec.maxSequences) *
+         uint64_t(spec.contextLength) * 2 * uint64_t(c.kvDim()) * sizeof(uint16_t);
+}
+
 // Bytes a stage occupies: its tensors (where they are mapped) plus its f16 KV cache.
 uint64_t stageBytes(const model::ModelConfig& c, const model::ModelWeights& w,
                     const runtime::StageSpec& spec) {
@@ -83,9 +89,7 @@ uint64_t stageBytes(const model::ModelConfig& c, const model::ModelWeights& w,
     total += bytes(w.outputNorm);
     if (w.output != w.tokenEmbd || !spec.hasEmbedding) total += bytes(w.output);
   }
-  const uint64_t kvPerPosition = 2 * uint64_t(c.kvDim()) * sizeof(uint16_t);
-  return total + uint64_t(spec.lastLayer - spec.firstLayer) * uint64_t(spec.maxSequences) *
-                     uint64_t(spec.contextLength) * kvPerPosition;
+  return total + kvCacheBytes(c, spec);
 }
 
 }  // namespace
@@ -331,6 +335,7 @@ Message NodeHost::loadStage(const Message& request, Session& session) {
   session.pending.reset();
 
   const auto ready = [&](std::shared_ptr<LoadedModel> model, const char* source) {
+    checkFits(deviceId, model->config, spec);
     auto hosted = std::make_shared<HostedStage>();
     const runtime::ModelSource src{&model->file, &model->config, &model->weights};
     hosted->stage = backend.createStage(deviceId, src, spec);
@@ -374,6 +379,7 @@ Message NodeHost::loadStage(const Message& request, Session& session) {
     throw Error("load_stage: last_layer " + std::to_string(spec.lastLayer) + " beyond the " +
                 std::to_string(config.nLayer) + " layers of model " + sha);
   }
+  checkFits(deviceId, config, spec);  // before any weight is sent
   StageTensorList names =
       stageTensorNames(config, spec.firstLayer, spec.lastLayer, spec.hasEmbedding, spec.hasHead);
   Session::Pending p;
@@ -418,6 +424,22 @@ Message NodeHost::weightsDone(const Message& request, Session& session) {
   r.control["source"] = "streamed";
   r.control["load_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - p.start).count();
   return r;
+}
+
+void NodeHost::checkFits(const std::string& deviceId, const model::ModelConfig& config,
+                         const runtime::StageSpec& spec) const {
+  // A peer is trusted but may still ask for the impossible: the cache is zero-filled at
+  // creation, so an oversized request would be an out-of-memory kill, not an error reply.
+  const uint64_t kv = kvCacheBytes(config, spec);
+  for (const auto& d : m_devices) {
+    if (d.id == deviceId && d.memoryTotal > 0 && kv > d.memoryTotal) {
+      throw Error("load_stage: the KV cache of layers [" + std::to_string(spec.firstLayer) + ", " +
+                  std::to_string(spec.lastLayer) + ") for " + std::to_string(spec.maxSequences) +
+                  " sequence(s) x " + std::to_string(spec.contextLength) + " positions needs " +
+                  std::to_string(kv) + " bytes; device " + deviceId + " has " +
+                  std::to_string(d.memoryTotal));
+    }
+  }
 }
 
 std::shared_ptr<NodeHost::HostedStage> NodeHost::findStage(const json& stageId) const {

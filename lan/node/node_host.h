@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/model_config.h"
 #include "engine/runtime/backend.h"
 #include "lan/node/model_catalog.h"
 #include "lan/pool/telemetry.h"
@@ -87,6 +88,9 @@ class NodeHost {
   Message telemetry() const;
   std::shared_ptr<HostedStage> findStage(const nlohmann::json& stageId) const;
   runtime::Backend& backendFor(const std::string& deviceId) const;
+  // Throws shoal::Error when the stage's KV cache alone exceeds the device's memory.
+  void checkFits(const std::string& deviceId, const model::ModelConfig& config,
+                 const runtime::StageSpec& spec) const;
   std::shared_ptr<LoadedModel> openLocalModel(const LocalModel& local);
   void install(const nlohmann::json& stageId, std::shared_ptr<HostedStage> stage, Session& session);
   void unload(const std::string& key);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "engine/error.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/model/model.h"
 #include "engine/runtime/chain.h"
@@ -354,6 +355,70 @@ class TestNodeHost : public QObject {
     QCOMPARE(bad.control.value("op", ""), std::string("error"));
     const Message pong = call(*conn, {{"op", "ping"}, {"t", 1}});
     QCOMPARE(pong.control.value("op", ""), std::string("pong"));
+  }
+
+  void malformedRequestsGetErrorRepliesAndTheNodeKeepsServing_data() {
+    QTest::addColumn<QByteArray>("request");
+    QTest::addColumn<QByteArray>("blob");
+    using nlohmann::json;
+    const auto row = [](const char* tag, const json& request, QByteArray blob = {}) {
+      QTest::newRow(tag) << QByteArray::fromStdString(request.dump()) << blob;
+    };
+    const auto load = [](std::string sha, std::string device, int first, int last) {
+      return json{{"op", "load_stage"},   {"stage_id", "s"},      {"model", {{"sha256", sha}}},
+                  {"device", device},     {"first_layer", first}, {"last_layer", last},
+                  {"context_length", 16}, {"max_sequences", 1}};
+    };
+    const std::string zeros(64, '0');
+    row("unknown op", {{"op", "launch_missiles"}});
+    row("forward to no stage",
+        {{"op", "forward"},
+         {"stage_id", "nope"},
+         {"sequence", 0},
+         {"first_position", 0},
+         {"count", 1},
+         {"sample", nullptr}},
+        QByteArray(4, 0));
+    row("stage_id of wrong type", {{"op", "truncate"},
+                                   {"stage_id", json::array({1})},
+                                   {"sequence", 0},
+                                   {"from_position", 0}});
+    row("chunk without a pending stage",
+        {{"op", "weights_chunk"}, {"stage_id", "s"}, {"tensor", "x"}, {"offset", 0}, {"total", 4}},
+        QByteArray(4, 1));
+    row("done without a pending stage", {{"op", "weights_done"}, {"stage_id", "s"}});
+    row("unknown model without metadata", load(zeros, "cpu0", 0, 2));
+    row("metadata blob that is not GGUF", load(zeros, "cpu0", 0, 2),
+        QByteArray("not a gguf file at all"));
+    row("sha256 not hex", load("xyz", "cpu0", 0, 2));
+    row("unknown device", load(zeros, "gpu9", 0, 2));
+    row("last layer before first", load(zeros, "cpu0", 5, 2));
+  }
+
+  void malformedRequestsGetErrorRepliesAndTheNodeKeepsServing() {
+    QFETCH(QByteArray, request);
+    QFETCH(QByteArray, blob);
+    TestNode node("alpha", dir("malformed-config"), dir("no-models-3"));
+    auto c = node.connect();
+    const Message r = call(*c, nlohmann::json::parse(request.toStdString()),
+                           std::vector<uint8_t>(blob.begin(), blob.end()));
+    QCOMPARE(r.control.value("op", ""), std::string("error"));
+    QVERIFY(!r.control.value("message", "").empty());
+    QCOMPARE(call(*c, {{"op", "ping"}, {"t", 3}}).control.value("op", ""), std::string("pong"));
+  }
+
+  void stageWhoseCacheCannotFitIsRefusedBeforeLoading() {
+    TestNode node("alpha", dir("huge-config"), m_modelsDir);
+    auto conn = node.connect();
+    RemoteStageOptions o;
+    o.stageId = "huge";
+    o.spec.firstLayer = 0;
+    o.spec.lastLayer = m_model->config().nLayer;
+    o.spec.contextLength = 1 << 24;
+    o.spec.maxSequences = 4096;
+    QVERIFY_THROWS_EXCEPTION(
+        Error, RemoteStage::deploy(conn, RemoteModel{&m_model->file(), m_sha, "m"}, o));
+    QCOMPARE(node.host().stageCount(), size_t(0));
   }
 
   void telemetryReportsTheStageAfterSampling() {
