@@ -295,6 +295,25 @@ class TestNodeHost : public QObject {
     QCOMPARE(remoteGreedy(stages, m_prompts[0]), want);
   }
 
+  void streamingReportsProgressUpToTheTotal() {
+    TestNode node("alpha", dir("progress-config"), dir("no-models-4"));
+    RemoteStageOptions o;
+    o.stageId = "p";
+    o.spec.firstLayer = 0;
+    o.spec.lastLayer = 3;
+    o.spec.hasEmbedding = true;
+    o.spec.contextLength = 16;
+    std::vector<DeployProgress> seen;
+    auto stage = RemoteStage::deploy(node.connect(), RemoteModel{&m_model->file(), m_sha, "m"}, o,
+                                     [&](const DeployProgress& p) { seen.push_back(p); });
+    QCOMPARE(stage->loadSource(), std::string("streamed"));
+    QVERIFY(seen.size() > 1);
+    for (size_t i = 1; i < seen.size(); ++i) QVERIFY(seen[i].bytesSent > seen[i - 1].bytesSent);
+    QCOMPARE(seen.back().bytesSent, seen.back().bytesTotal);
+    QCOMPARE(seen.back().bytesSent, stage->weightBytesSent());
+    QCOMPARE(node.host().weightBytesReceived(), stage->weightBytesSent());
+  }
+
   void tensorWithWrongHashIsRefused() {
     TestNode node("alpha", dir("badhash-config"), dir("no-models-2"));
     auto c = node.connect();
