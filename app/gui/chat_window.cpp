@@ -3,6 +3,7 @@
 #include <QAction>
 #include <QApplication>
 #include <QClipboard>
+#include <QComboBox>
 #include <QFileDialog>
 #include <QHBoxLayout>
 #include <QKeySequence>
@@ -16,6 +17,7 @@
 #include <QShortcut>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QSysInfo>
 #include <QTabWidget>
 #include <QTextBrowser>
 #include <QTimer>
@@ -24,6 +26,8 @@
 
 #include "app/gui/chat_input.h"
 #include "app/gui/model_manager.h"
+#include "app/gui/pool_controller.h"
+#include "app/gui/pool_setup_panel.h"
 #include "app/gui/pool_view.h"
 #include "app/gui/settings_dialog.h"
 #include "app/gui/settings_panel.h"
@@ -54,11 +58,14 @@ ChatWindow::ChatWindow(const QString& modelPath, const QString& dataDirectory, Q
     : QMainWindow(parent),
       m_appSettings(AppSettings::load()),
       m_store(std::make_unique<ChatStore>(dataDirectory)),
-      m_engineThread(std::make_unique<ChatEngineThread>()) {
+      m_engineThread(std::make_unique<ChatEngineThread>()),
+      m_poolThread(std::make_unique<PoolControllerThread>()),
+      m_dataDirectory(dataDirectory) {
   setWindowTitle(tr("Shoal"));
   setWindowIcon(QIcon(QStringLiteral(":/icons/shoal.svg")));
   buildUi();
   connectEngine();
+  connectPool();
   if (!m_store->ok()) showBanner(tr("Conversations cannot be saved: %1").arg(m_store->error()));
   reloadConversationList();
   const QList<StoredConversation> all = m_store->conversations();
@@ -69,8 +76,10 @@ ChatWindow::ChatWindow(const QString& modelPath, const QString& dataDirectory, Q
 }
 
 ChatWindow::~ChatWindow() {
-  // Join the engine first: no signal of it may arrive while the widgets are torn down.
+  // Join the engine and the pool first: no signal of theirs may arrive while the widgets are
+  // torn down.
   m_engineThread.reset();
+  m_poolThread.reset();
 }
 
 void ChatWindow::buildUi() {
@@ -127,6 +136,11 @@ void ChatWindow::buildUi() {
   buttons->addWidget(m_copy);
   buttons->addWidget(m_regenerate);
   buttons->addStretch(1);
+  m_runOn = new QComboBox;
+  m_runOn->setObjectName("runOn");
+  m_runOn->addItems({tr("Run on: This computer"), tr("Run on: Pool")});
+  m_runOn->setVisible(false);  // until a pool is deployed
+  buttons->addWidget(m_runOn);
   buttons->addWidget(m_stop);
   buttons->addWidget(m_send);
   midLayout->addWidget(m_banner);
@@ -161,6 +175,8 @@ void ChatWindow::buildUi() {
       m_localDevicesListed = true;
       m_pool->setLocalBackends(probeBackends());
     }
+    // The pool opens a listener and announces itself on the LAN: only once someone looks.
+    if (m_pages->currentWidget() == m_pool) startPool();
   });
   setCentralWidget(m_pages);
   connect(m_models, &ModelManager::loadRequested, this, &ChatWindow::loadModel);
@@ -249,7 +265,38 @@ void ChatWindow::connectEngine() {
   connect(e, &ChatEngine::generateFailed, this, &ChatWindow::onGenerateFailed);
 }
 
+PoolController* ChatWindow::poolController() const { return m_poolThread->controller(); }
+
+bool ChatWindow::runsOnPool() const { return m_poolDeployed && m_runOn->currentIndex() == 1; }
+
+void ChatWindow::startPool(qint64 maxDeviceMemoryBytes, bool discovery) {
+  if (m_poolStarted) return;
+  m_poolStarted = true;
+  const QString name =
+      m_appSettings.nodeName.isEmpty() ? QSysInfo::machineHostName() : m_appSettings.nodeName;
+  QMetaObject::invokeMethod(poolController(), "start", Qt::QueuedConnection,
+                            Q_ARG(QString, PoolController::configDirOf(m_dataDirectory)),
+                            Q_ARG(QString, name), Q_ARG(bool, discovery),
+                            Q_ARG(qint64, maxDeviceMemoryBytes));
+}
+
+void ChatWindow::connectPool() {
+  PoolController* c = poolController();
+  m_pool->attachController(c);
+  // Like the engine's, every connection to the controller's thread is queued.
+  connect(c, &PoolController::deployed, this, [this] {
+    m_poolDeployed = true;
+    m_runOn->setVisible(true);
+    updateActions();
+  });
+  connect(m_runOn, &QComboBox::currentIndexChanged, this, [this] { updateActions(); });
+  connect(c, &PoolController::tokenStreamed, this, &ChatWindow::onTokenStreamed);
+  connect(c, &PoolController::replyFinished, this, &ChatWindow::onReplyFinished);
+  connect(c, &PoolController::generateFailed, this, &ChatWindow::onGenerateFailed);
+}
+
 void ChatWindow::loadModel(const QString& path) {
+  m_pool->setModelPath(path);
   m_modelLoaded = false;
   m_banner->hide();
   m_modelStatus->setText(tr("Loading %1…").arg(QFileInfo(path).fileName()));
@@ -482,7 +529,7 @@ void ChatWindow::onSettingsChanged() {
 
 void ChatWindow::sendMessage() {
   const QString text = m_input->toPlainText().trimmed();
-  if (text.isEmpty() || !m_modelLoaded || isGenerating()) return;
+  if (text.isEmpty() || !(m_modelLoaded || runsOnPool()) || isGenerating()) return;
   if (m_current < 0) {
     const qint64 id = m_store->createConversation(titleFrom(text), m_settings->systemPrompt(),
                                                   m_settings->settings());
@@ -516,18 +563,30 @@ void ChatWindow::startReply() {
   for (const StoredMessage& m : m_messages) turns.push_back({m.role, m.content});
   m_generatingConversation = m_current;
   m_streamText.clear();
-  engine()->requestGenerate(m_current, turns, m_settings->settings());
+  m_replyOnPool = runsOnPool();
+  if (m_replyOnPool) {
+    QMetaObject::invokeMethod(poolController(), "generate", Qt::QueuedConnection,
+                              Q_ARG(qint64, m_current), Q_ARG(QList<shoal::gui::ChatTurn>, turns),
+                              Q_ARG(shoal::gui::GenerationSettings, m_settings->settings()));
+  } else {
+    engine()->requestGenerate(m_current, turns, m_settings->settings());
+  }
   statusBar()->showMessage(tr("Generating…"));
   renderTranscript();
   updateActions();
 }
 
 void ChatWindow::stopReply() {
-  if (isGenerating()) engine()->stop();
+  if (!isGenerating()) return;
+  if (m_replyOnPool) {
+    poolController()->stop();
+  } else {
+    engine()->stop();
+  }
 }
 
 void ChatWindow::regenerateReply() {
-  if (isGenerating() || !m_modelLoaded || m_messages.isEmpty()) return;
+  if (isGenerating() || !(m_modelLoaded || runsOnPool()) || m_messages.isEmpty()) return;
   if (m_messages.back().role == "assistant") {
     if (!m_store->deleteMessage(m_messages.back().id)) {
       showBanner(m_store->error());
@@ -632,9 +691,11 @@ void ChatWindow::renderTranscript() {
 void ChatWindow::updateActions() {
   const bool busy = isGenerating();
   const bool hasText = !m_input->toPlainText().trimmed().isEmpty();
-  m_send->setEnabled(m_modelLoaded && !busy && hasText);
+  const bool ready = runsOnPool() || m_modelLoaded;
+  m_runOn->setEnabled(!busy);
+  m_send->setEnabled(ready && !busy && hasText);
   m_stop->setEnabled(busy);
-  m_regenerate->setEnabled(m_modelLoaded && !busy && !m_messages.isEmpty());
+  m_regenerate->setEnabled(ready && !busy && !m_messages.isEmpty());
   m_copy->setEnabled(!m_messages.isEmpty());
   m_rename->setEnabled(m_current >= 0);
   m_delete->setEnabled(m_current >= 0 && m_current != m_generatingConversation);

@@ -12,6 +12,7 @@
 #include "app/gui/chat_engine.h"
 #include "app/gui/chat_store.h"
 
+class QComboBox;
 class QLabel;
 class QLineEdit;
 class QListWidget;
@@ -25,6 +26,8 @@ namespace shoal::gui {
 
 class ChatInput;
 class ModelManager;
+class PoolController;
+class PoolControllerThread;
 class PoolView;
 class SettingsDialog;
 class SettingsPanel;
@@ -50,6 +53,14 @@ class ChatWindow : public QMainWindow {
   bool showPage(const QString& name);
   // The API server's state as the engine last reported it, for people ("" when off).
   QString apiStatus() const { return m_apiStatusText; }
+  PoolController* poolController() const;
+  // Starts the pool controller (identity in <data dir>/pool, discovery under the node name from
+  // Settings) unless it is started; the pool page does it when first shown.
+  // maxDeviceMemoryBytes: the most any pooled device may give (0: what it has free).
+  void startPool(qint64 maxDeviceMemoryBytes = 0, bool discovery = true);
+  // "Run on: This computer | Pool", shown once a pool is deployed.
+  QComboBox* runOnBox() const { return m_runOn; }
+  bool runsOnPool() const;
 
  public slots:
   void loadModel(const QString& path);
@@ -78,6 +89,7 @@ class ChatWindow : public QMainWindow {
  private:
   void buildUi();
   void connectEngine();
+  void connectPool();
   void reloadConversationList();
   void applyFilter();
   void startReply();
@@ -100,6 +112,12 @@ class ChatWindow : public QMainWindow {
   AppSettings m_appSettings;
   std::unique_ptr<ChatStore> m_store;
   std::unique_ptr<ChatEngineThread> m_engineThread;
+  std::unique_ptr<PoolControllerThread> m_poolThread;
+  QString m_dataDirectory;
+  bool m_poolStarted = false;
+  bool m_poolDeployed = false;
+  bool m_replyOnPool = false;  // the running reply is the pool's
+  QComboBox* m_runOn = nullptr;
 
   QTabWidget* m_pages = nullptr;  // Chat, Models, Devices & pool
   ModelManager* m_models = nullptr;

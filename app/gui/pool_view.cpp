@@ -10,6 +10,8 @@
 #include "app/gui/device_card.h"
 #include "app/gui/model_catalog.h"
 #include "app/gui/pipeline_diagram.h"
+#include "app/gui/pool_controller.h"
+#include "app/gui/pool_setup_panel.h"
 
 namespace shoal::gui {
 namespace {
@@ -35,6 +37,10 @@ PoolView::PoolView(QWidget* parent) : QWidget(parent) {
 
   auto* pool = new QGroupBox(tr("Pool"));
   auto* poolLayout = new QVBoxLayout(pool);
+  m_setup = new PoolSetupPanel;
+  m_setup->setObjectName("poolSetup");
+  connect(m_setup, &PoolSetupPanel::previewRequested, this,
+          [this] { emit planRequested(m_modelPath); });
   m_plan = new QLabel(tr("No pool: this machine runs alone."));
   m_plan->setObjectName("planLabel");
   QFont big = m_plan->font();
@@ -55,6 +61,7 @@ PoolView::PoolView(QWidget* parent) : QWidget(parent) {
   scroll->setFrameShape(QFrame::NoFrame);
   // Cards scroll sideways; their charts shrink to the height there is.
   scroll->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  poolLayout->addWidget(m_setup);
   poolLayout->addWidget(m_plan);
   poolLayout->addWidget(m_note);
   poolLayout->addWidget(m_diagram);
@@ -66,6 +73,23 @@ QList<DeviceCard*> PoolView::cards() const {
   QList<DeviceCard*> out;
   for (const QString& k : m_order) out.push_back(m_cards.value(k));
   return out;
+}
+
+void PoolView::attachController(PoolController* c) {
+  constexpr auto q = Qt::QueuedConnection;
+  connect(m_setup, &PoolSetupPanel::addNodeRequested, c, &PoolController::addNode, q);
+  connect(m_setup, &PoolSetupPanel::pairRequested, c, &PoolController::pair, q);
+  connect(this, &PoolView::planRequested, c, &PoolController::previewPlan, q);
+  connect(m_setup, &PoolSetupPanel::deployRequested, c, &PoolController::deploy, q);
+  connect(c, &PoolController::started, m_setup, &PoolSetupPanel::onStarted, q);
+  connect(c, &PoolController::failed, m_setup, &PoolSetupPanel::showError, q);
+  connect(c, &PoolController::peersChanged, m_setup, &PoolSetupPanel::setPeers, q);
+  connect(c, &PoolController::paired, m_setup, &PoolSetupPanel::onPaired, q);
+  connect(c, &PoolController::nodeAdded, m_setup, &PoolSetupPanel::onNodeAdded, q);
+  connect(c, &PoolController::planReady, m_setup, &PoolSetupPanel::showPlan, q);
+  connect(c, &PoolController::deployProgress, m_setup, &PoolSetupPanel::showDeployProgress, q);
+  connect(c, &PoolController::deployed, m_setup, &PoolSetupPanel::onDeployed, q);
+  connect(c, &PoolController::snapshot, this, &PoolView::setSnapshot, q);
 }
 
 QString PoolView::planText() const { return m_plan->text(); }

@@ -4,8 +4,10 @@
 // predicted speed, the pipeline diagram (which device holds which layers, link RTTs), and one
 // card per pooled device with memory and 60 s charts of utilization and tokens/s.
 //
-// Fed by setSnapshot(); the live feed is the pool coordinator's telemetry (lan/pool), connected
-// by whoever owns it, queued (PoolSnapshot is a registered metatype).
+// Above them, the PoolSetupPanel where the user adds or pairs nodes, previews the plan and
+// deploys it. attachController() wires both to a PoolController (queued both ways): its
+// telemetry feeds setSnapshot() every 500 ms. setSnapshot() also takes the fake feed
+// (fake_pool_feed.h) in tests.
 
 #include <QList>
 #include <QMap>
@@ -22,6 +24,8 @@ namespace shoal::gui {
 
 class DeviceCard;
 class PipelineDiagram;
+class PoolController;
+class PoolSetupPanel;
 
 class PoolView : public QWidget {
   Q_OBJECT
@@ -36,12 +40,24 @@ class PoolView : public QWidget {
   QString localDevicesText() const;
   // A note shown with the plan, e.g. that the feed is a demo.
   void setSourceNote(const QString& note);
+  PoolSetupPanel* setupPanel() const { return m_setup; }
+  // Connects the setup panel's requests to `controller` and its answers and telemetry back
+  // here, all queued (the controller lives on its own thread).
+  void attachController(PoolController* controller);
+  // The model a plan preview is made for (the chat's model).
+  void setModelPath(const QString& path) { m_modelPath = path; }
+  QString modelPath() const { return m_modelPath; }
+
+ signals:
+  void planRequested(const QString& modelPath);  // to PoolController::previewPlan
 
  public slots:
   void setSnapshot(const shoal::lan::PoolSnapshot& snapshot);
   void setLocalBackends(const QList<BackendStatus>& backends);
 
  private:
+  PoolSetupPanel* m_setup = nullptr;
+  QString m_modelPath;
   QLabel* m_local = nullptr;
   QLabel* m_plan = nullptr;
   QLabel* m_note = nullptr;

@@ -1,0 +1,347 @@
+#include "app/gui/pool_controller.h"
+
+#include <QDir>
+#include <QFileInfo>
+#include <QRandomGenerator>
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include "engine/error.h"
+#include "engine/model/chat_prompt.h"
+#include "engine/model/chat_template.h"
+#include "engine/model/model.h"
+#include "engine/plan/types.h"
+#include "lan/discovery/discovery.h"
+#include "lan/pool/coordinator.h"
+#include "lan/pool/pool_builder.h"
+#include "lan/transport/connect.h"
+#include "lan/transport/identity.h"
+#include "lan/transport/listener.h"
+#include "lan/transport/pairing.h"
+#include "lan/transport/trust_store.h"
+
+namespace shoal::gui {
+namespace {
+
+// KV capacity of every pooled stage: the nodes reserve it for the one chat the pool serves.
+constexpr int32_t kPoolContext = 2048;
+constexpr std::chrono::milliseconds kConnectTimeout{10000};
+constexpr std::chrono::milliseconds kTelemetryInterval{500};
+
+// "host:port" or "[v6]:port". Throws shoal::Error naming the text.
+std::pair<std::string, uint16_t> splitAddress(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    throw Error("node address '" + text + "' is not host:port");
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string portText = text.substr(colon + 1);
+  int port = 0;
+  for (char ch : portText) {
+    if (ch < '0' || ch > '9' || port > 65535) throw Error("node address '" + text + "': bad port");
+    port = port * 10 + (ch - '0');
+  }
+  if (port < 1 || port > 65535) throw Error("node address '" + text + "': bad port");
+  return {host, static_cast<uint16_t>(port)};
+}
+
+// Where to reach a discovered peer: an IPv4 address when it has one (no zone to carry).
+QString peerAddress(const lan::Peer& p) {
+  for (const lan::PeerAddress& a : p.addresses) {
+    if (a.address.find(':') == std::string::npos) {
+      return QString::fromStdString(a.address) + ':' + QString::number(p.tcpPort);
+    }
+  }
+  if (p.addresses.empty()) return {};
+  return '[' + QString::fromStdString(p.addresses.front().address) +
+         "]:" + QString::number(p.tcpPort);
+}
+
+QString qs(const std::string& s) { return QString::fromStdString(s); }
+
+}  // namespace
+
+PoolController::PoolController(QObject* parent) : QObject(parent) {
+  qRegisterMetaType<lan::PoolSnapshot>();
+  qRegisterMetaType<DiscoveredNode>();
+  qRegisterMetaType<QList<DiscoveredNode>>();
+  qRegisterMetaType<PlanPreview>();
+  qRegisterMetaType<DeployStatus>();
+  qRegisterMetaType<GenerationSettings>();
+  qRegisterMetaType<ChatTurn>();
+  qRegisterMetaType<QList<ChatTurn>>();
+  qRegisterMetaType<ReplyStats>();
+}
+
+// Telemetry and discovery call back into this object from their threads: stop them first.
+PoolController::~PoolController() {
+  blockSignals(true);
+  if (m_coordinator) m_coordinator->stopTelemetry();
+  if (m_discovery) m_discovery->stop();
+  m_discovery.reset();
+  m_coordinator.reset();
+  m_listener.reset();
+}
+
+QString PoolController::configDirOf(const QString& dataDirectory) {
+  return QDir(dataDirectory).filePath("pool");
+}
+
+void PoolController::stop() { m_cancel.store(true); }
+
+void PoolController::start(const QString& configDir, const QString& nodeName, bool discovery,
+                           qint64 maxDeviceMemoryBytes) {
+  if (m_coordinator) {
+    emit failed(tr("The pool is already started."));
+    return;
+  }
+  try {
+    const std::filesystem::path dir = configDir.toStdString();
+    m_identity = std::make_unique<lan::Identity>(lan::loadOrCreateIdentity(dir));
+    m_trust = std::make_unique<lan::TrustStore>();
+    m_trust->load(dir);
+    m_nodeName = nodeName.isEmpty() ? QStringLiteral("shoal") : nodeName;
+
+    lan::CoordinatorOptions co;
+    co.contextLength = kPoolContext;
+    co.maxDeviceMemoryBytes = static_cast<uint64_t>(std::max<qint64>(maxDeviceMemoryBytes, 0));
+    const lan::Identity* identity = m_identity.get();
+    const lan::TrustStore* trust = m_trust.get();
+    m_coordinator = std::make_unique<lan::Coordinator>(
+        [identity, trust](const std::string& address) {
+          const auto [host, port] = splitAddress(address);
+          return lan::connectTo(host, port, *identity, *trust, kConnectTimeout);
+        },
+        co);
+
+    // Discovery must announce a port that answers; the app hosts no stage, so the listener
+    // refuses every connection (as shoal-cli's does) until it does.
+    m_listener =
+        std::make_unique<lan::Listener>("0.0.0.0", 0, *m_identity, *m_trust,
+                                        [](std::unique_ptr<lan::Connection> c) { c->close(); });
+    if (discovery) {
+      lan::DiscoveryOptions d;
+      d.deviceId = m_identity->deviceId;
+      d.name = m_nodeName.toStdString();
+      d.tcpPort = m_listener->port();
+      d.summary = "shoal desktop app (coordinator)";
+      d.onPeersChanged = [this](const std::vector<lan::Peer>& peers) {
+        QList<DiscoveredNode> out;
+        for (const lan::Peer& p : peers) {
+          DiscoveredNode n;
+          n.deviceId = qs(p.deviceId);
+          n.name = qs(p.name);
+          n.address = peerAddress(p);
+          n.summary = qs(p.summary);
+          n.trusted = m_trust->isTrusted(p.deviceId);  // the store is thread-safe
+          out.push_back(n);
+        }
+        emit peersChanged(out);  // from the discovery thread: queued to the GUI
+      };
+      d.log = [](const std::string& line) { qWarning("discovery: %s", line.c_str()); };
+      m_discovery = std::make_unique<lan::Discovery>(d);
+      try {
+        m_discovery->start();
+      } catch (const std::exception& e) {
+        // The pool still works by address; say why nothing will be discovered.
+        m_discovery.reset();
+        emit failed(tr("LAN discovery is off: %1").arg(qs(e.what())));
+      }
+    }
+    emit started(qs(m_identity->deviceId), m_listener->port());
+  } catch (const std::exception& e) {
+    m_coordinator.reset();
+    m_listener.reset();
+    emit failed(tr("The pool could not start: %1").arg(qs(e.what())));
+  }
+}
+
+void PoolController::ensureTelemetry() {
+  if (m_telemetry) return;
+  m_telemetry = true;
+  m_coordinator->startTelemetry([this](const lan::PoolSnapshot& s) { emit snapshot(s); },
+                                kTelemetryInterval);
+}
+
+void PoolController::addNode(const QString& address) {
+  if (!m_coordinator) {
+    emit failed(tr("The pool is not started."));
+    return;
+  }
+  try {
+    const std::string id = m_coordinator->addNode(address.trimmed().toStdString());
+    m_coordinator->profileLinks();
+    QString name;
+    for (const lan::NodeInfo& n : m_coordinator->nodes()) {
+      if (n.deviceId == id) name = qs(n.name);
+    }
+    emit nodeAdded(qs(id), name, address.trimmed());
+    ensureTelemetry();
+  } catch (const lan::TransportError& e) {
+    emit failed(tr("Node %1: %2").arg(address, qs(e.what())));
+  } catch (const std::exception& e) {
+    emit failed(tr("Node %1: %2").arg(address, qs(e.what())));
+  }
+}
+
+void PoolController::pair(const QString& address, const QString& code) {
+  if (!m_coordinator) {
+    emit failed(tr("The pool is not started."));
+    return;
+  }
+  try {
+    const auto [host, port] = splitAddress(address.trimmed().toStdString());
+    const std::string id = lan::pairWith(host, port, *m_identity, *m_trust, code.toStdString(),
+                                         m_nodeName.toStdString(), kConnectTimeout);
+    emit paired(qs(id), address.trimmed());
+  } catch (const std::exception& e) {
+    emit failed(tr("Pairing with %1 failed: %2").arg(address, qs(e.what())));
+    return;
+  }
+  addNode(address);
+}
+
+PlanPreview PoolController::previewOf(const plan::Plan& p) const {
+  PlanPreview out;
+  out.feasible = p.feasible;
+  out.reason = qs(p.infeasibleReason);
+  out.modelName = QFileInfo(m_modelPath).fileName();
+  out.modelLayers = m_coordinator->modelCost().layers;
+  if (!p.feasible || p.pipelines.empty()) return out;
+  out.tokensPerS = p.pipelines.front().throughputTokS;
+  out.latencyMs = p.pipelines.front().latencyS * 1e3;
+  const std::vector<lan::NodeInfo> nodes = m_coordinator->nodes();
+  for (const lan::StagePlacement& s : lan::pipelineStages(p)) {
+    PlanStagePreview st;
+    st.nodeId = qs(s.nodeId);
+    for (const lan::NodeInfo& n : nodes) {
+      if (n.deviceId == s.nodeId) st.nodeName = qs(n.name);
+    }
+    st.deviceId = qs(s.deviceId);
+    st.firstLayer = s.firstLayer;
+    st.lastLayer = s.lastLayer;
+    st.hasEmbedding = s.hasEmbedding;
+    st.hasHead = s.hasHead;
+    out.stages.push_back(st);
+  }
+  return out;
+}
+
+void PoolController::previewPlan(const QString& modelPath) {
+  if (!m_coordinator) {
+    emit failed(tr("The pool is not started."));
+    return;
+  }
+  try {
+    if (m_coordinator->nodes().empty()) {
+      emit failed(tr("Add a node to the pool first."));
+      return;
+    }
+    if (modelPath != m_modelPath) {
+      m_coordinator->setModel(modelPath.toStdString());
+      m_modelPath = modelPath;
+    }
+    m_plan = std::make_unique<plan::Plan>(m_coordinator->makePlan());
+    emit planReady(previewOf(*m_plan));
+  } catch (const std::exception& e) {
+    emit failed(tr("No plan for %1: %2").arg(QFileInfo(modelPath).fileName(), qs(e.what())));
+  }
+}
+
+void PoolController::deploy() {
+  if (!m_coordinator || !m_plan || !m_plan->feasible) {
+    emit failed(tr("Preview a plan the pool can run first."));
+    return;
+  }
+  try {
+    m_coordinator->deploy(*m_plan, [this](const lan::DeployProgress& d) {
+      DeployStatus s;
+      s.stage = static_cast<int>(d.stage);
+      s.stages = static_cast<int>(d.stages);
+      s.nodeName = qs(d.nodeName);
+      s.bytesSent = static_cast<qint64>(d.bytesSent);
+      s.bytesTotal = static_cast<qint64>(d.bytesTotal);
+      s.stageDone = d.done;
+      emit deployProgress(s);
+    });
+    emit deployed(previewOf(*m_plan));
+  } catch (const std::exception& e) {
+    emit failed(tr("Deployment failed: %1").arg(qs(e.what())));
+  }
+}
+
+void PoolController::generate(qint64 conversationId, const QList<ChatTurn>& turns,
+                              const GenerationSettings& settings) {
+  m_cancel.store(false);
+  if (!m_coordinator || m_coordinator->deployed().empty()) {
+    emit generateFailed(conversationId, tr("No model is deployed on the pool."));
+    return;
+  }
+  try {
+    const model::Model& m = m_coordinator->model();
+    const model::ChatTemplate& tmpl = m.chatTemplate();
+    std::vector<model::ChatMessage> messages;
+    for (const ChatTurn& t : turns) {
+      messages.push_back({t.role.toStdString(), t.content.toStdString()});
+    }
+    const model::ChatPrompt chat =
+        model::buildChatPrompt(m.tokenizer(), tmpl, messages, kPoolContext, settings.maxTokens);
+    if (!chat.fits) {
+      emit generateFailed(conversationId,
+                          tr("The message (%1 tokens) does not fit the pool's context of %2 "
+                             "tokens.")
+                              .arg(chat.tokens.size())
+                              .arg(kPoolContext));
+      return;
+    }
+    runtime::GenerateOptions g;
+    g.maxTokens = std::max(settings.maxTokens, 1);
+    g.sampler.temperature = static_cast<float>(settings.temperature);
+    g.sampler.topP = static_cast<float>(settings.topP);
+    g.sampler.topK = settings.topK;
+    g.sampler.seed = settings.seed >= 0 ? static_cast<uint64_t>(settings.seed)
+                                        : QRandomGenerator::global()->generate64();
+    g.stop = model::chatStopStrings(tmpl.format);
+    g.cancel = &m_cancel;
+    const runtime::GenerateResult r =
+        m_coordinator->generate(chat.tokens, g, [this, conversationId](std::string_view piece) {
+          emit tokenStreamed(conversationId,
+                             QString::fromUtf8(piece.data(), static_cast<qsizetype>(piece.size())));
+          return !m_cancel.load();
+        });
+    ReplyStats s;
+    s.promptTokens = r.promptTokens;
+    s.generatedTokens = static_cast<int>(r.tokens.size());
+    s.contextUsed = r.promptTokens + static_cast<int>(r.tokens.size());
+    s.contextLength = kPoolContext;
+    s.droppedTurns = chat.droppedTurns;
+    s.tokensPerSecond = (r.tokens.size() > 1 && r.decodeSeconds > 0)
+                            ? static_cast<double>(r.tokens.size() - 1) / r.decodeSeconds
+                            : 0.0;
+    s.prefillSeconds = r.prefillSeconds;
+    const std::string_view finish = runtime::finishReasonName(r.finish);
+    s.finishReason = QString::fromUtf8(finish.data(), static_cast<qsizetype>(finish.size()));
+    emit replyFinished(conversationId, qs(r.text), s);
+  } catch (const std::exception& e) {
+    emit generateFailed(conversationId, qs(e.what()));
+  }
+}
+
+PoolControllerThread::PoolControllerThread() : m_controller(new PoolController) {
+  m_thread.setObjectName("shoal-pool");
+  m_controller->moveToThread(&m_thread);
+  m_thread.start();
+}
+
+PoolControllerThread::~PoolControllerThread() {
+  m_controller->stop();
+  m_thread.quit();
+  m_thread.wait();
+  delete m_controller;  // the thread has ended: nothing else touches the controller now
+}
+
+}  // namespace shoal::gui

@@ -1,0 +1,124 @@
+#pragma once
+// PoolController: the app's side of the LAN pool — its coordinator identity, LAN discovery (the
+// app announces itself as a pool member under the node name from Settings) and a
+// lan::Coordinator over the nodes the user adds or pairs with.
+//
+// Threading contract (the same as ChatEngine's, chat_engine.h)
+// ------------------------------------------------------------
+// - A PoolController lives on its own QThread (PoolControllerThread creates both). Its slots
+//   are invoked queued from the GUI; they may block (connecting, profiling links, planning,
+//   streaming weights) because they run there, never on the GUI thread. They run one at a time,
+//   so a request queued behind a deployment waits for it.
+// - Every result comes back as a signal. Some are emitted from other threads: peersChanged from
+//   the discovery thread and snapshot from the coordinator's telemetry thread (every 500 ms once
+//   a node is a member). Receivers on the GUI thread therefore get all of them queued.
+// - stop() is the one method safe to call from any thread: it sets the flag the running pool
+//   reply reads before each token.
+
+#include <QList>
+#include <QObject>
+#include <QThread>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "app/gui/chat_types.h"
+#include "app/gui/pool_types.h"
+
+namespace shoal::lan {
+class Coordinator;
+class Discovery;
+class Listener;
+class TrustStore;
+struct Identity;
+}  // namespace shoal::lan
+namespace shoal::plan {
+struct Plan;
+}
+
+namespace shoal::gui {
+
+class PoolController : public QObject {
+  Q_OBJECT
+
+ public:
+  explicit PoolController(QObject* parent = nullptr);
+  ~PoolController() override;
+
+  // The pool's config directory of an app data directory: <dataDir>/pool.
+  static QString configDirOf(const QString& dataDirectory);
+  // Thread-safe: ask the running pool reply to stop before its next token.
+  void stop();
+
+ public slots:
+  // Loads (or creates) the identity and trust store in configDir, opens the listener discovery
+  // advertises, and starts discovery unless `discovery` is false. maxDeviceMemoryBytes caps what
+  // any pooled device may give (0: what it has free). Emits started or failed.
+  void start(const QString& configDir, const QString& nodeName, bool discovery,
+             qint64 maxDeviceMemoryBytes);
+  // Connects to a trusted node at "host:port" and adds it to the pool (links profiled). Emits
+  // nodeAdded, or failed naming the address.
+  void addNode(const QString& address);
+  // Pairs with the node at "host:port" using the code it shows, then adds it. Emits paired and
+  // nodeAdded, or failed.
+  void pair(const QString& address, const QString& code);
+  // Plans the pool for the GGUF model at modelPath (opened here; it must be readable by this
+  // machine: the coordinator streams its weights to nodes that lack it). Emits planReady.
+  void previewPlan(const QString& modelPath);
+  // Deploys the last previewed plan, reporting weight transfer through deployProgress. Emits
+  // deployed or failed.
+  void deploy();
+  // Generates a reply on the deployed pipeline to `turns` (the model's chat template), streaming
+  // through tokenStreamed; ends with replyFinished (also when stopped) or generateFailed.
+  void generate(qint64 conversationId, const QList<shoal::gui::ChatTurn>& turns,
+                const shoal::gui::GenerationSettings& settings);
+
+ signals:
+  void started(const QString& deviceId, int listenPort);
+  void failed(const QString& what);
+  void peersChanged(const QList<shoal::gui::DiscoveredNode>& peers);
+  void paired(const QString& deviceId, const QString& address);
+  void nodeAdded(const QString& deviceId, const QString& name, const QString& address);
+  void planReady(const shoal::gui::PlanPreview& preview);
+  void deployProgress(const shoal::gui::DeployStatus& status);
+  void deployed(const shoal::gui::PlanPreview& plan);
+  void snapshot(const shoal::lan::PoolSnapshot& snapshot);
+  void tokenStreamed(qint64 conversationId, const QString& text);
+  void replyFinished(qint64 conversationId, const QString& text,
+                     const shoal::gui::ReplyStats& stats);
+  void generateFailed(qint64 conversationId, const QString& reason);
+
+ private:
+  void ensureTelemetry();
+  PlanPreview previewOf(const plan::Plan& plan) const;
+
+  std::unique_ptr<lan::Identity> m_identity;
+  std::unique_ptr<lan::TrustStore> m_trust;
+  std::unique_ptr<lan::Listener> m_listener;  // what discovery advertises; hosts nothing
+  std::unique_ptr<lan::Discovery> m_discovery;
+  std::unique_ptr<lan::Coordinator> m_coordinator;
+  std::unique_ptr<plan::Plan> m_plan;  // the last preview
+  QString m_modelPath;                 // the model set on the coordinator
+  QString m_nodeName;
+  bool m_telemetry = false;
+  std::atomic<bool> m_cancel{false};
+};
+
+// Owns a PoolController and the QThread it runs on. Destroying it stops a running reply, joins
+// the thread (a deployment runs to its end) and deletes the controller.
+class PoolControllerThread {
+ public:
+  PoolControllerThread();
+  ~PoolControllerThread();
+  PoolControllerThread(const PoolControllerThread&) = delete;
+  PoolControllerThread& operator=(const PoolControllerThread&) = delete;
+
+  PoolController* controller() const { return m_controller; }
+
+ private:
+  QThread m_thread;
+  PoolController* m_controller;  // owned; deleted after the thread has ended
+};
+
+}  // namespace shoal::gui

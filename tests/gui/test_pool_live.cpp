@@ -1,0 +1,286 @@
+// The pool page on a REAL pool: shoal-node processes on loopback (TLS, the node protocol,
+// weights streamed from this process), driven through the page's own widgets and a
+// PoolController on its thread, exactly as the app wires them.
+//   - two nodes added by address: the plan preview names both, Deploy sends the weights (the
+//     progress bar fills), the cards show the two devices with layer ranges covering every layer,
+//     and their charts gain points from live telemetry;
+//   - a node started with --pair: typing its code in the Pair dialog makes it a member.
+
+#include <QChart>
+#include <QDir>
+#include <QInputDialog>
+#include <QLineEdit>
+#include <QLineSeries>
+#include <QProcess>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <algorithm>
+#include <deque>
+#include <filesystem>
+#include <memory>
+
+#include "app/gui/device_card.h"
+#include "app/gui/pipeline_diagram.h"
+#include "app/gui/pool_controller.h"
+#include "app/gui/pool_setup_panel.h"
+#include "app/gui/pool_view.h"
+#include "engine/model/model.h"
+#include "engine/plan/cost_model.h"
+#include "engine/plan/model_cost.h"
+#include "lan/transport/identity.h"
+#include "lan/transport/trust_store.h"
+
+using namespace shoal;
+using namespace shoal::gui;
+
+namespace {
+
+constexpr int kContext = 2048;          // the controller's pool context (pool_controller.cpp)
+constexpr int kNodeStartMs = 60000;     // a node prints its port once its listener is up
+constexpr int kDeployMs = 600000;       // hashing and streaming ~80 MB on a loaded machine
+constexpr int kNetworkStepMs = 120000;  // connect + profile links, or plan
+
+QString modelPath() { return QDir(SHOAL_MODELS_DIR).filePath("SmolLM2-135M-Instruct.Q4_1.gguf"); }
+
+struct Node {
+  std::unique_ptr<QProcess> process;
+  QString name;
+  QString address;
+  QString pairingCode;  // with --pair
+};
+
+// Waits for a stdout line of `p` matching `re`; its first capture.
+QString waitForLine(QProcess& p, const QRegularExpression& re, QByteArray& seen) {
+  QElapsedTimer t;
+  t.start();
+  while (t.elapsed() < kNodeStartMs) {
+    const QRegularExpressionMatch m = re.match(QString::fromUtf8(seen));
+    if (m.hasMatch()) return m.captured(1);
+    if (p.state() == QProcess::NotRunning) return {};
+    p.waitForReadyRead(200);
+    seen += p.readAllStandardOutput();
+  }
+  return {};
+}
+
+}  // namespace
+
+class TestPoolLive : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir m_dir;
+  QString m_appConfig;  // the controller's config dir (identity, trusted.json)
+  QString m_appId;
+  uint64_t m_memoryCap = 0;
+  std::deque<Node> m_nodes;  // deque: startNode hands out references that stay valid
+
+  // Starts a shoal-node on a free loopback port; `pair`: it shows a code instead of trusting us.
+  Node& startNode(const QString& name, bool pair) {
+    const QString base = m_dir.filePath(name);
+    const QString config = base + "/config", models = base + "/models";
+    QDir().mkpath(config);
+    QDir().mkpath(models);  // empty: the weights are streamed from the app
+    QStringList args{"--name",
+                     name,
+                     "--port",
+                     "0",
+                     "--bind",
+                     "127.0.0.1",
+                     "--config-dir",
+                     config,
+                     "--models-dir",
+                     models,
+                     "--no-discovery",
+                     "--threads",
+                     "1"};
+    if (pair) {
+      args << "--pair";
+    } else {
+      args << "--trust" << m_appId;
+      // We trust it too: its ID from its own config dir, into the app's trust store.
+      QProcess id;
+      id.start(SHOAL_NODE_BINARY, {"--print-device-id", "--config-dir", config});
+      if (id.waitForFinished(60000) && id.exitCode() == 0) {
+        lan::TrustStore trust;
+        trust.load(m_appConfig.toStdString());
+        trust.add(id.readAllStandardOutput().trimmed().toStdString(), name.toStdString());
+      }
+    }
+    Node n;
+    n.name = name;
+    n.process = std::make_unique<QProcess>();
+    n.process->setProcessChannelMode(QProcess::ForwardedErrorChannel);
+    n.process->start(SHOAL_NODE_BINARY, args);
+    QByteArray out;
+    const QString port =
+        waitForLine(*n.process, QRegularExpression("device \\S+ port (\\d+)"), out);
+    if (!port.isEmpty()) n.address = "127.0.0.1:" + port;
+    if (pair) {
+      n.pairingCode = waitForLine(*n.process, QRegularExpression("pairing code ([A-Z0-9-]+)"), out);
+    }
+    m_nodes.push_back(std::move(n));
+    return m_nodes.back();
+  }
+
+  void startController(PoolControllerThread& thread, PoolView& view) {
+    view.attachController(thread.controller());
+    view.setModelPath(modelPath());
+    QSignalSpy started(thread.controller(), &PoolController::started);
+    QMetaObject::invokeMethod(thread.controller(), "start", Qt::QueuedConnection,
+                              Q_ARG(QString, m_appConfig), Q_ARG(QString, "test-app"),
+                              Q_ARG(bool, false), Q_ARG(qint64, qint64(m_memoryCap)));
+    QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 30000);
+    QCOMPARE(started.first().at(0).toString(), m_appId);  // the identity the nodes trust
+  }
+
+ private slots:
+  void initTestCase() {
+    if (!QFile::exists(modelPath())) QSKIP("default model not present");
+    QVERIFY(m_dir.isValid());
+    m_appConfig = PoolController::configDirOf(m_dir.filePath("app"));
+    m_appId = QString::fromStdString(lan::loadOrCreateIdentity(m_appConfig.toStdString()).deviceId);
+    // Each device may hold ~60% of the model: the plan needs both nodes.
+    const auto m = model::Model::load(modelPath().toStdString());
+    const plan::ModelCost cost = plan::modelCostFromGguf(m->file(), kContext);
+    plan::Request r;
+    r.contextTokens = kContext;
+    m_memoryCap =
+        static_cast<uint64_t>(0.6 * plan::stageMemoryBytes(cost, r, cost.layers, true, true));
+  }
+
+  void cleanupTestCase() {
+    for (Node& n : m_nodes) {
+      if (n.process->state() != QProcess::NotRunning) {
+        n.process->terminate();
+        if (!n.process->waitForFinished(10000)) n.process->kill();
+      }
+    }
+  }
+
+  void twoNodesAddedByAddressArePlannedDeployedAndChartedLive() {
+    Node& a = startNode("node-a", false);
+    Node& b = startNode("node-b", false);
+    QVERIFY2(!a.address.isEmpty() && !b.address.isEmpty(), "a node did not print its port");
+    const QString names[2] = {a.name, b.name};
+    const QString addresses[2] = {a.address, b.address};
+
+    PoolControllerThread thread;
+    PoolView view;
+    view.resize(1280, 800);
+    view.show();
+    startController(thread, view);
+    PoolController* c = thread.controller();
+    PoolSetupPanel* panel = view.setupPanel();
+
+    QSignalSpy added(c, &PoolController::nodeAdded);
+    QSignalSpy failed(c, &PoolController::failed);
+    for (const QString& address : addresses) {
+      panel->addressField()->setText(address);
+      QTest::mouseClick(panel->findChild<QPushButton*>("addNodeButton"), Qt::LeftButton);
+    }
+    QTRY_VERIFY_WITH_TIMEOUT(added.count() == 2 || !failed.isEmpty(), kNetworkStepMs);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+    // The spies hear the controller's thread; the panel gets the same signals queued.
+    QTRY_COMPARE(panel->members().size(), 2);
+
+    QSignalSpy planned(c, &PoolController::planReady);
+    QTest::mouseClick(panel->previewButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(planned.count() == 1 || !failed.isEmpty(), kNetworkStepMs);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+    const PlanPreview plan = planned.first().at(0).value<PlanPreview>();
+    QVERIFY2(plan.feasible, qPrintable(plan.reason));
+    QCOMPARE(plan.stages.size(), 2);  // the memory cap needs both devices
+    QVERIFY(plan.tokensPerS > 0);
+    QTRY_VERIFY(panel->deployButton()->isEnabled());
+    for (const QString& name : names) {
+      QVERIFY2(panel->planText().contains(name), qPrintable(panel->planText()));
+    }
+    QVERIFY2(panel->planText().contains(
+                 QString("predicted %1 tokens/s").arg(plan.tokensPerS, 0, 'f', 1)),
+             qPrintable(panel->planText()));
+
+    QSignalSpy progress(c, &PoolController::deployProgress);
+    QSignalSpy deployed(c, &PoolController::deployed);
+    QTest::mouseClick(panel->deployButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(deployed.count() == 1 || !failed.isEmpty(), kDeployMs);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+    // The nodes had no model: weights were streamed, and the progress said how much.
+    qint64 streamed = 0;
+    for (const QList<QVariant>& args : progress) {
+      const DeployStatus s = args.at(0).value<DeployStatus>();
+      if (s.stageDone) streamed += s.bytesTotal;
+      QVERIFY(s.bytesSent <= s.bytesTotal);
+    }
+    QVERIFY2(streamed > 0, "no weight bytes reported");
+    QTRY_COMPARE(panel->deployBar()->value(), panel->deployBar()->maximum());
+
+    // Live telemetry: two cards whose layer ranges cover every layer in stage order.
+    QTRY_VERIFY_WITH_TIMEOUT(view.cards().size() == 2 && !view.diagram()->segments().isEmpty() &&
+                                 view.diagram()->segments().last().lastLayer == plan.modelLayers,
+                             30000);
+    const QList<PipelineDiagram::Segment>& segs = view.diagram()->segments();
+    QCOMPARE(segs.size(), 2);
+    QCOMPARE(segs.first().firstLayer, 0);
+    QCOMPARE(segs[0].lastLayer, segs[1].firstLayer);
+    QCOMPARE(segs[1].lastLayer, plan.modelLayers);
+    for (int i = 0; i < 2; ++i) {
+      QCOMPARE(segs[i].firstLayer, plan.stages[i].firstLayer);
+      QVERIFY2(view.cards()[i]->layerText().contains(QString::number(segs[i].firstLayer)),
+               qPrintable(view.cards()[i]->layerText()));
+    }
+    QVERIFY2(view.planText().contains("predicted"), qPrintable(view.planText()));
+    QSignalSpy snapshots(c, &PoolController::snapshot);
+    // Both charts gain points as snapshots arrive (node-b joined later: fewer points).
+    const qsizetype beforeA = view.cards().front()->utilizationSeries()->count();
+    const qsizetype beforeB = view.cards().back()->utilizationSeries()->count();
+    QTRY_VERIFY_WITH_TIMEOUT(snapshots.count() >= 3, 30000);
+    QTRY_VERIFY_WITH_TIMEOUT(view.cards().front()->utilizationSeries()->count() >= beforeA + 3 &&
+                                 view.cards().back()->utilizationSeries()->count() >= beforeB + 3,
+                             30000);
+    for (DeviceCard* card : view.cards()) {
+      QCOMPARE(card->tokensSeries()->count(), card->utilizationSeries()->count());
+    }
+  }
+
+  void aNodeShowingAPairingCodeJoinsThroughThePairDialog() {
+    Node& n = startNode("node-pair", true);
+    QVERIFY2(!n.address.isEmpty(), "the node did not print its port");
+    QVERIFY2(!n.pairingCode.isEmpty(), "the node did not print a pairing code");
+
+    PoolControllerThread thread;
+    PoolView view;
+    view.show();
+    startController(thread, view);
+    PoolController* c = thread.controller();
+    PoolSetupPanel* panel = view.setupPanel();
+    QSignalSpy paired(c, &PoolController::paired);
+    QSignalSpy added(c, &PoolController::nodeAdded);
+    QSignalSpy failed(c, &PoolController::failed);
+
+    panel->addressField()->setText(n.address);
+    QTest::mouseClick(panel->findChild<QPushButton*>("pairAddressButton"), Qt::LeftButton);
+    QInputDialog* dialog = panel->pairDialog();
+    QVERIFY(dialog);
+    QTRY_VERIFY(dialog->isVisible());
+    dialog->setTextValue(n.pairingCode.toLower());  // typed by a person: any case
+    dialog->accept();
+
+    QTRY_VERIFY_WITH_TIMEOUT(added.count() == 1 || !failed.isEmpty(), kNetworkStepMs);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+    QCOMPARE(paired.count(), 1);
+    QCOMPARE(added.first().at(1).toString(), n.name);
+    lan::TrustStore trust;
+    trust.load(m_appConfig.toStdString());
+    QVERIFY(trust.isTrusted(paired.first().at(0).toString().toStdString()));
+    // The member's device shows on the page from live telemetry.
+    QTRY_VERIFY_WITH_TIMEOUT(view.cards().size() == 1, 30000);
+    QTRY_VERIFY(panel->members().join(' ').contains(n.name));
+  }
+};
+
+QTEST_MAIN(TestPoolLive)
+#include "test_pool_live.moc"
