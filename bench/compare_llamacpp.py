@@ -216,6 +216,7 @@ def main():
         a.llama_bin = subprocess.run([str(ROOT / "tools/llamacpp/build_llama_bench.sh")],
                                      check=True, capture_output=True, text=True).stdout.strip()
 
+    load_start = Path("/proc/loadavg").read_text().split()[:3]
     bandwidth = membw(a)
     samples = {k: {"shoal": [], "llama.cpp": []} for k in ("pp", "tg", "rss", "startup")}
     ratios = {k: [] for k in samples}
@@ -238,6 +239,9 @@ def main():
     report = {
         "model": Path(a.model).name,
         "model_file_bytes": os.path.getsize(a.model),
+        # 1/5/15-minute load averages: timings taken on a busy machine are not figures
+        "loadavg_start": load_start,
+        "loadavg_end": Path("/proc/loadavg").read_text().split()[:3],
         "threads": a.threads,
         "runs": a.runs,
         "pp_tokens": a.p,
