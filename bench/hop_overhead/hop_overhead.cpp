@@ -28,14 +28,12 @@
 
 #include "engine/model/default_model.h"
 #include "engine/model/model.h"
-#include "engine/runtime/chain.h"
-#include "engine/runtime/sampler.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "lan/node/sha256.h"
 #include "lan/pool/remote_stage.h"
 #include "lan/transport/connect.h"
 #include "lan/transport/identity.h"
 #include "lan/transport/trust_store.h"
+#include "tests/integration/lan_node/node_test_support.h"
 
 namespace {
 
@@ -141,68 +139,6 @@ double median(std::vector<double> v) {
   return n == 0 ? 0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
 }
 
-struct Run {
-  std::vector<int32_t> tokens;
-  std::vector<double> stepMs;  // per decode step
-};
-
-Run runLocal(const model::Model& m, const std::vector<int32_t>& prompt, int steps, int threads) {
-  cpu::CpuBackend cpu(threads);
-  runtime::StageSpec spec;
-  spec.lastLayer = m.config().nLayer;
-  spec.hasEmbedding = spec.hasHead = true;
-  spec.contextLength = 512;
-  const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
-  std::vector<std::unique_ptr<runtime::Stage>> stages;
-  stages.push_back(cpu.createStage("cpu0", src, spec));
-  runtime::Chain chain(std::move(stages));
-  runtime::SamplerParams greedy;
-  greedy.temperature = 0;
-  runtime::Sampler sampler(greedy);
-  std::vector<float> logits;
-  chain.forward(0, 0, prompt, logits);
-  Run r;
-  int32_t pos = static_cast<int32_t>(prompt.size());
-  int32_t t = sampler.sample(logits);
-  for (int i = 0; i < steps; ++i) {
-    r.tokens.push_back(t);
-    const auto t0 = Clock::now();
-    const int32_t one[1] = {t};
-    chain.forward(0, pos++, one, logits);
-    t = sampler.sample(logits);
-    r.stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  return r;
-}
-
-Run runRemote(std::vector<std::unique_ptr<lan::RemoteStage>>& stages,
-              const std::vector<int32_t>& prompt, int steps) {
-  for (auto& s : stages) s->truncate(0, 0);
-  const auto pass = [&](std::vector<int32_t> tokens, int32_t pos) {
-    runtime::StageInput in;
-    in.firstPosition = pos;
-    in.count = static_cast<int32_t>(tokens.size());
-    in.tokens = tokens;
-    runtime::StageOutput a, b;
-    for (size_t k = 0; k + 1 < stages.size(); ++k) {
-      stages[k]->forward(in, k % 2 ? b : a);
-      in.tokens = {};
-      in.hidden = (k % 2 ? b : a).hidden;
-    }
-    return stages.back()->forwardSample(in, lan::RemoteSampleParams{});
-  };
-  Run r;
-  int32_t pos = static_cast<int32_t>(prompt.size());
-  int32_t t = pass(prompt, 0);
-  for (int i = 0; i < steps; ++i) {
-    r.tokens.push_back(t);
-    const auto t0 = Clock::now();
-    t = pass({t}, pos++);
-    r.stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  return r;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -278,24 +214,16 @@ int main(int argc, char** argv) {
     // Every configuration is deployed first, then the runs alternate (local, 1, 2, 3 stages,
     // local, ...) so a burst of load on the machine is spread over all of them. One unmeasured
     // local run first faults the model's pages in.
-    const int32_t nLayer = m->config().nLayer;
     std::vector<std::vector<std::unique_ptr<lan::RemoteStage>>> configs;
     for (int k = 1; k <= nodes; ++k) {
-      std::vector<std::unique_ptr<lan::RemoteStage>> stages;
+      std::vector<std::shared_ptr<lan::NodeClient>> clients;
       for (int i = 0; i < k; ++i) {
-        std::shared_ptr<lan::Connection> c =
+        clients.push_back(std::make_shared<lan::NodeClient>(
             lan::connectTo(endpoints[size_t(i)].first, endpoints[size_t(i)].second, self,
-                           trustStore, std::chrono::seconds(30));
-        lan::RemoteStageOptions o;
-        o.stageId = "hop-" + std::to_string(k) + "-" + std::to_string(i);
-        o.spec.firstLayer = nLayer * i / k;
-        o.spec.lastLayer = nLayer * (i + 1) / k;
-        o.spec.hasEmbedding = i == 0;
-        o.spec.hasHead = i == k - 1;
-        o.spec.contextLength = 512;
-        stages.push_back(lan::RemoteStage::deploy(c, lan::RemoteModel{&m->file(), sha, "m"}, o));
+                           trustStore, std::chrono::seconds(30)),
+            std::chrono::seconds(60)));
       }
-      configs.push_back(std::move(stages));
+      configs.push_back(lan::test::deploySplit(clients, *m, sha, "hop-" + std::to_string(k), 512));
     }
     {
       std::vector<double> rtts;
@@ -306,14 +234,14 @@ int main(int argc, char** argv) {
       out["probe_bytes"] = size_t(m->config().nEmbd) * sizeof(float);
       out["probe_rtt_ms_median"] = median(rtts);
     }
-    const Run reference = runLocal(*m, prompt, steps, threads);
+    const lan::test::GreedyRun reference = lan::test::localGreedy(*m, prompt, steps, threads);
     std::vector<double> local;
     std::vector<std::vector<double>> remote(configs.size());
     std::vector<bool> match(configs.size(), true);
     for (int r = 0; r < repeats; ++r) {
-      local.push_back(median(runLocal(*m, prompt, steps, threads).stepMs));
+      local.push_back(median(lan::test::localGreedy(*m, prompt, steps, threads).stepMs));
       for (size_t k = 0; k < configs.size(); ++k) {
-        const Run run = runRemote(configs[k], prompt, steps);
+        const lan::test::GreedyRun run = lan::test::remoteGreedy(configs[k], prompt, steps);
         remote[k].push_back(median(run.stepMs));
         match[k] = match[k] && run.tokens == reference.tokens;
       }
@@ -326,7 +254,7 @@ int main(int argc, char** argv) {
       const auto hops = static_cast<double>(k + 1);
       allMatch = allMatch && match[k];
       out["remote"].push_back({{"stages", k + 1},
-                               {"load_source", configs[k].front()->loadSource()},
+                               {"load_source", configs[k].front()->loaded().source},
                                {"ms_per_token", ms},
                                {"overhead_ms_per_token", ms - localMs},
                                {"overhead_ms_per_hop", (ms - localMs) / hops},

@@ -10,6 +10,7 @@
 #include "engine/model/model_weights.h"
 #include "engine/runtime/sampler.h"
 #include "lan/node/shard_receiver.h"
+#include "lan/pool/node_info.h"
 
 namespace shoal::lan {
 
@@ -239,28 +240,25 @@ std::optional<Message> NodeHost::handle(const Message& request, Session& session
 }
 
 Message NodeHost::nodeInfo() const {
-  Message m;
-  json devices = json::array();
+  NodeInfo info;
+  info.name = m_options.name;
+  info.deviceId = m_options.deviceId;
   for (const auto& d : m_devices) {
-    devices.push_back({{"id", d.id},
-                       {"backend", d.backend},
-                       {"name", d.name},
-                       {"type", d.type},
-                       {"memory_total", d.memoryTotal},
-                       {"memory_free", d.memoryFree},
-                       {"bandwidth_bytes_per_s", d.bandwidthBytesPerS},
-                       {"flops_per_s", d.flopsPerS}});
+    NodeDevice dev;
+    dev.id = d.id;
+    dev.backend = d.backend;
+    dev.name = d.name;
+    dev.type = d.type;
+    dev.memoryTotal = d.memoryTotal;
+    dev.memoryFree = d.memoryFree;
+    dev.bandwidthBytesPerS = d.bandwidthBytesPerS;
+    dev.flopsPerS = d.flopsPerS;
+    info.devices.push_back(std::move(dev));
   }
-  json models = json::array();
-  for (const auto& lm : m_catalog->models()) {
-    models.push_back({{"file", lm.file}, {"sha256", lm.sha256}, {"size", lm.size}});
-  }
-  m.control = {{"op", "node_info"},
-               {"name", m_options.name},
-               {"device_id", m_options.deviceId},
-               {"devices", devices},
-               {"models", models},
-               {"weight_bytes_received", m_weightBytesReceived.load()}};
+  for (const auto& lm : m_catalog->models()) info.models.push_back({lm.file, lm.sha256, lm.size});
+  Message m;
+  m.control = nodeInfoToJson(info);
+  m.control["weight_bytes_received"] = m_weightBytesReceived.load();
   return m;
 }
 

@@ -184,12 +184,12 @@ void Coordinator::deploy(const plan::Plan& plan, const DeployCallback& progress)
 
 void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
                                const DeployCallback& progress) {
-  std::vector<LiveStage> before;
+  LiveStages before;
   {
     std::lock_guard lock(m_mutex);
     before = m_stages;
   }
-  std::vector<LiveStage> after;
+  LiveStages after;
   std::vector<bool> kept(before.size(), false);
   for (size_t i = 0; i < stages.size(); ++i) {
     const StagePlacement& want = stages[i];
@@ -201,7 +201,7 @@ void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
     // next generation).
     bool reused = false;
     for (size_t b = 0; b < before.size() && !reused; ++b) {
-      if (!kept[b] && before[b].placement == want && before[b].client->isOpen()) {
+      if (!kept[b] && before[b]->placement() == want && before[b]->client()->isOpen()) {
         kept[b] = true;
         reused = true;
         after.push_back(before[b]);
@@ -224,29 +224,30 @@ void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
         dp.bytesTotal = total;
         if (progress) progress(dp);
       };
-      LoadStageResult loaded;
+      std::shared_ptr<RemoteStage> stage;
       try {
-        loaded = client->loadStage(r, m_model->file(), onBytes, m_options.loadTimeout);
+        stage = RemoteStage::deploy(client, m_model->file(), r, onBytes, m_options.loadTimeout);
       } catch (const TransportError& e) {
         throw StageFailure{want.nodeId, e.what()};
       }
+      const LoadStageResult& loaded = stage->loaded();
       log("stage " + r.stageId + " layers [" + std::to_string(want.firstLayer) + ", " +
           std::to_string(want.lastLayer) + ") on " + dp.nodeName + "/" + want.deviceId + ": " +
           loaded.source + " in " + std::to_string(static_cast<int64_t>(loaded.loadMs)) + " ms" +
           (loaded.streamedBytes ? ", " + std::to_string(loaded.streamedBytes) + " bytes streamed"
                                 : std::string()));
-      after.push_back(LiveStage{want, r.stageId, client});
+      after.push_back(std::move(stage));
     }
     dp.done = true;
     if (progress) progress(dp);
   }
   for (size_t b = 0; b < before.size(); ++b) {
-    if (kept[b] || !before[b].client->isOpen()) continue;
+    if (kept[b] || !before[b]->client()->isOpen()) continue;
     try {
-      before[b].client->unloadStage(before[b].stageId);
+      before[b]->unload();
     } catch (const std::exception& e) {
       // Best effort: the node frees the stage when the connection closes anyway.
-      log("unload of " + before[b].stageId + " failed: " + e.what());
+      log("unload of " + before[b]->stageId() + " failed: " + e.what());
     }
   }
   std::lock_guard lock(m_mutex);
@@ -256,7 +257,7 @@ void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
 std::vector<StagePlacement> Coordinator::deployed() const {
   std::lock_guard lock(m_mutex);
   std::vector<StagePlacement> out;
-  for (const LiveStage& s : m_stages) out.push_back(s.placement);
+  for (const auto& s : m_stages) out.push_back(s->placement());
   return out;
 }
 
@@ -267,47 +268,32 @@ double Coordinator::predictedTokensPerS() const {
 
 model::TokenId Coordinator::runPipeline(std::span<const model::TokenId> tokens,
                                         int32_t firstPosition, const RemoteSampling& sampling) {
-  std::vector<LiveStage> stages;
+  LiveStages stages;
   {
     std::lock_guard lock(m_mutex);
     stages = m_stages;
   }
-  const size_t nEmbd = static_cast<size_t>(m_model->config().nEmbd);
-  std::vector<float> hidden;
+  if (stages.empty()) throw Error("no stages deployed");
+  runtime::StageInput in;
+  in.sequence = 0;
+  in.firstPosition = firstPosition;
+  in.count = static_cast<int32_t>(tokens.size());
+  in.tokens = tokens;
+  runtime::StageOutput out;
+  std::vector<float> hidden;  // the previous stage's output, input of the next
   for (size_t i = 0; i < stages.size(); ++i) {
-    const bool last = i + 1 == stages.size();
-    ForwardRequest r;
-    r.stageId = stages[i].stageId;
-    r.sequence = 0;
-    r.firstPosition = firstPosition;
-    r.count = static_cast<int32_t>(tokens.size());
-    if (i == 0) {
-      r.tokens = tokens;
-    } else {
-      r.hidden = hidden;
-    }
-    if (last) r.sample = &sampling;
-    ForwardReply reply;
+    RemoteStage& stage = *stages[i];
     try {
-      reply = stages[i].client->forward(r);
+      if (i + 1 == stages.size()) return stage.forwardSample(in, sampling);
+      stage.forward(in, out);
     } catch (const TransportError& e) {
-      throw StageFailure{stages[i].placement.nodeId, e.what()};
+      throw StageFailure{stage.placement().nodeId, e.what()};
     }
-    if (last) {
-      if (reply.token < 0 || reply.token >= m_model->tokenizer().size()) {
-        throw Error("last stage " + r.stageId + " returned no valid token (got " +
-                    std::to_string(reply.token) + ")");
-      }
-      return reply.token;
-    }
-    if (reply.values.size() != tokens.size() * nEmbd) {
-      throw Error("stage " + r.stageId + " returned " + std::to_string(reply.values.size()) +
-                  " floats, expected " + std::to_string(tokens.size()) + " x " +
-                  std::to_string(nEmbd));
-    }
-    hidden = std::move(reply.values);
+    hidden = std::move(out.hidden);
+    in.tokens = {};
+    in.hidden = hidden;
   }
-  throw Error("no stages deployed");
+  throw Error("no stages deployed");  // unreachable: the last stage returned
 }
 
 void Coordinator::recover(const StageFailure& failure, int32_t generated) {
@@ -380,16 +366,16 @@ runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>&
   sampling.minP = options.sampler.minP;
 
   auto truncateAll = [&] {
-    std::vector<LiveStage> stages;
+    LiveStages stages;
     {
       std::lock_guard lock(m_mutex);
       stages = m_stages;
     }
-    for (const LiveStage& s : stages) {
+    for (const auto& s : stages) {
       try {
-        s.client->truncate(s.stageId, 0, 0);
+        s->truncate(0, 0);
       } catch (const TransportError& e) {
-        throw StageFailure{s.placement.nodeId, e.what()};
+        throw StageFailure{s->placement().nodeId, e.what()};
       }
     }
   };
@@ -498,7 +484,7 @@ PoolSnapshot Coordinator::pollSnapshot() {
     if (m_model) context.modelName = m_modelIdentity.name;
     context.modelLayers = m_modelCost.layers;
     context.predictedTokensPerS = m_predictedTokensPerS;
-    for (const LiveStage& s : m_stages) context.stages.push_back(s.placement);
+    for (const auto& s : m_stages) context.stages.push_back(s->placement());
   }
   for (auto& [client, report] : polls) {
     try {

@@ -27,6 +27,7 @@
 #include "lan/pool/node_client.h"
 #include "lan/pool/node_info.h"
 #include "lan/pool/pool_builder.h"
+#include "lan/pool/remote_stage.h"
 #include "lan/pool/telemetry.h"
 #include "lan/transport/connection.h"
 
@@ -127,11 +128,8 @@ class Coordinator {
     std::shared_ptr<NodeClient> client;
     NodeLinkProfile link;
   };
-  struct LiveStage {
-    StagePlacement placement;
-    std::string stageId;
-    std::shared_ptr<NodeClient> client;
-  };
+  // The deployed pipeline's stages, in order (shared: runs copy the list and use it unlocked).
+  using LiveStages = std::vector<std::shared_ptr<RemoteStage>>;
   // A stage's node failed (TransportError) during generation.
   struct StageFailure {
     std::string nodeId;
@@ -159,7 +157,7 @@ class Coordinator {
   std::unique_ptr<model::Model> m_model;
   ModelIdentity m_modelIdentity;
   plan::ModelCost m_modelCost;
-  std::vector<LiveStage> m_stages;
+  LiveStages m_stages;
   double m_predictedTokensPerS = 0;
   uint64_t m_nextStage = 1;
   std::vector<RecoveryEvent> m_recoveries;

@@ -58,7 +58,7 @@ std::string opOf(const Message& m) {
 
 }  // namespace
 
-NodeClient::NodeClient(std::unique_ptr<Connection> connection, std::chrono::milliseconds timeout)
+NodeClient::NodeClient(std::shared_ptr<Connection> connection, std::chrono::milliseconds timeout)
     : m_connection(std::move(connection)), m_timeout(timeout) {
   if (!m_connection) throw Error("NodeClient: no connection");
 }
@@ -269,6 +269,13 @@ void NodeClient::unloadStage(const std::string& stageId) {
   Message m;
   m.control = {{"op", "unload_stage"}, {"stage_id", stageId}};
   request(std::move(m), m_timeout);
+}
+
+void NodeClient::unloadStageNoWait(const std::string& stageId) {
+  std::lock_guard lock(m_mutex);
+  Message m;
+  m.control = {{"op", "unload_stage"}, {"id", m_nextId++}, {"stage_id", stageId}};
+  m_connection->send(m, std::chrono::milliseconds(1000));
 }
 
 std::vector<DeviceTelemetry> NodeClient::telemetry() {

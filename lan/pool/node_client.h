@@ -80,7 +80,8 @@ struct ForwardReply {
 
 class NodeClient {
  public:
-  NodeClient(std::unique_ptr<Connection> connection, std::chrono::milliseconds timeout);
+  // Takes the connection over (shared so that a test may also talk on it raw).
+  NodeClient(std::shared_ptr<Connection> connection, std::chrono::milliseconds timeout);
   ~NodeClient();
   NodeClient(const NodeClient&) = delete;
   NodeClient& operator=(const NodeClient&) = delete;
@@ -105,6 +106,9 @@ class NodeClient {
   ForwardReply forward(const ForwardRequest& request);
   void truncate(const std::string& stageId, int32_t sequence, int32_t fromPosition);
   void unloadStage(const std::string& stageId);
+  // unload_stage sent, the answer not waited for (a destructor's: never blocks on a dead node
+  // beyond a 1 s send); the late reply is skipped like any reply to an older request.
+  void unloadStageNoWait(const std::string& stageId);
   std::vector<DeviceTelemetry> telemetry();
 
  private:
@@ -113,7 +117,7 @@ class NodeClient {
   Message request(Message message, std::chrono::milliseconds timeout);
   Message awaitReply(int64_t id, std::chrono::milliseconds timeout);
 
-  std::unique_ptr<Connection> m_connection;
+  std::shared_ptr<Connection> m_connection;
   std::chrono::milliseconds m_timeout;
   std::mutex m_mutex;  // one request in flight
   int64_t m_nextId = 1;

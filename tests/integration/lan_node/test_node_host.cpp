@@ -18,6 +18,7 @@
 #include "lan/node/sha256.h"
 #include "lan/pool/remote_stage.h"
 #include "tests/integration/lan_node/memory_connection.h"
+#include "tests/integration/lan_node/node_test_support.h"
 
 using namespace shoal;
 using namespace shoal::lan;
@@ -60,6 +61,10 @@ class TestNode {
     m_threads.emplace_back([this, server = server] { m_host->serve(*server, m_stop); });
     return client;
   }
+  // A coordinator's client on a new connection.
+  std::shared_ptr<NodeClient> client() {
+    return std::make_shared<NodeClient>(connect(), std::chrono::seconds(60));
+  }
   NodeHost& host() { return *m_host; }
 
  private:
@@ -68,91 +73,40 @@ class TestNode {
   std::vector<std::thread> m_threads;
 };
 
-Message call(Connection& c, nlohmann::json control, std::vector<uint8_t> blob = {}) {
-  static int64_t id = 1000;
-  control["id"] = ++id;
-  Message m;
-  m.control = std::move(control);
-  m.blob = std::move(blob);
-  c.send(m);
-  for (;;) {
-    Message r = c.receive(std::chrono::seconds(60));
-    if (r.control.value("id", int64_t{-1}) == id) return r;
-  }
-}
-
 // Greedy continuation of `prompt` by one local stage holding the whole model.
 std::vector<int32_t> localGreedy(const model::Model& m, const std::vector<int32_t>& prompt) {
-  cpu::CpuBackend cpu(kThreads);
-  runtime::StageSpec spec;
-  spec.lastLayer = m.config().nLayer;
-  spec.hasEmbedding = spec.hasHead = true;
-  spec.contextLength = 256;
-  const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
-  std::vector<std::unique_ptr<runtime::Stage>> stages;
-  stages.push_back(cpu.createStage("cpu0", src, spec));
-  runtime::Chain chain(std::move(stages));
-  runtime::SamplerParams greedy;
-  greedy.temperature = 0;
-  runtime::Sampler sampler(greedy);
-  std::vector<float> logits;
-  std::vector<int32_t> out;
-  chain.forward(0, 0, prompt, logits);
-  int32_t pos = static_cast<int32_t>(prompt.size());
-  for (int i = 0; i < kSteps; ++i) {
-    const int32_t t = sampler.sample(logits);
-    out.push_back(t);
-    const int32_t one[1] = {t};
-    chain.forward(0, pos++, one, logits);
-  }
-  return out;
+  return test::localGreedy(m, prompt, kSteps, kThreads, 256).tokens;
 }
 
-// The same through remote stages: hidden states node to node via this "coordinator", the last
-// node sampling.
+// The same through remote stages, this test relaying as the coordinator does.
 std::vector<int32_t> remoteGreedy(std::vector<std::unique_ptr<RemoteStage>>& stages,
                                   const std::vector<int32_t>& prompt) {
-  for (auto& s : stages) s->truncate(0, 0);
-  RemoteSampleParams greedy;
-  std::vector<int32_t> out;
-  std::vector<int32_t> tokens = prompt;
-  int32_t pos = 0;
-  for (int i = 0; i < kSteps; ++i) {
-    runtime::StageInput in;
-    in.firstPosition = pos;
-    in.count = static_cast<int32_t>(tokens.size());
-    in.tokens = tokens;
-    runtime::StageOutput a, b;
-    for (size_t k = 0; k + 1 < stages.size(); ++k) {
-      stages[k]->forward(in, k % 2 ? b : a);
-      in.tokens = {};
-      in.hidden = (k % 2 ? b : a).hidden;
-    }
-    const int32_t t = stages.back()->forwardSample(in, greedy);
-    out.push_back(t);
-    pos += in.count;
-    tokens = {t};
-  }
-  return out;
+  return test::remoteGreedy(stages, prompt, kSteps).tokens;
 }
 
 std::vector<std::unique_ptr<RemoteStage>> deployThree(std::vector<std::unique_ptr<TestNode>>& nodes,
-                                                      const gguf::File& file,
-                                                      const std::string& sha, int32_t nLayer) {
-  std::vector<std::unique_ptr<RemoteStage>> stages;
-  const int32_t cuts[4] = {0, nLayer / 3, 2 * nLayer / 3, nLayer};
-  for (int k = 0; k < 3; ++k) {
-    RemoteStageOptions o;
-    o.stageId = std::string("stage-") + char('0' + k);
-    o.spec.firstLayer = cuts[k];
-    o.spec.lastLayer = cuts[k + 1];
-    o.spec.hasEmbedding = k == 0;
-    o.spec.hasHead = k == 2;
-    o.spec.contextLength = 256;
-    stages.push_back(
-        RemoteStage::deploy(nodes[size_t(k)]->connect(), RemoteModel{&file, sha, "smollm2"}, o));
-  }
-  return stages;
+                                                      const model::Model& m,
+                                                      const std::string& sha) {
+  std::vector<std::shared_ptr<NodeClient>> clients;
+  for (auto& n : nodes) clients.push_back(n->client());
+  return test::deploySplit(clients, m, sha, "stage");
+}
+
+Message call(Connection& c, nlohmann::json control, std::vector<uint8_t> blob = {}) {
+  return test::rawCall(c, std::move(control), std::move(blob));
+}
+
+// One stage of layers [first, last) on `client`.
+std::unique_ptr<RemoteStage> deployOne(std::shared_ptr<NodeClient> client, const model::Model& m,
+                                       const std::string& sha, const std::string& stageId,
+                                       int32_t first, int32_t last, int32_t contextLength,
+                                       const WeightsProgress& progress = {}) {
+  LoadStageRequest r;
+  r.stageId = stageId;
+  r.model = {sha, "m", m.file().fileSize()};
+  r.placement = {client->peerDeviceId(), "cpu0", first, last, first == 0, false};
+  r.contextLength = contextLength;
+  return RemoteStage::deploy(std::move(client), m.file(), r, progress);
 }
 
 }  // namespace
@@ -221,8 +175,8 @@ class TestNodeHost : public QObject {
       nodes.push_back(
           std::make_unique<TestNode>(named("n", k), dir(named("pipe-config-", k)), m_modelsDir));
     }
-    auto stages = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
-    for (const auto& s : stages) QCOMPARE(s->loadSource(), std::string("local-file"));
+    auto stages = deployThree(nodes, *m_model, m_sha);
+    for (const auto& s : stages) QCOMPARE(s->loaded().source, std::string("local-file"));
     for (const auto& prompt : m_prompts) {
       const auto want = localGreedy(*m_model, prompt);
       const auto got = remoteGreedy(stages, prompt);
@@ -236,7 +190,7 @@ class TestNodeHost : public QObject {
       nodes.push_back(
           std::make_unique<TestNode>(named("n", k), dir(named("chain-config-", k)), m_modelsDir));
     }
-    auto remote = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
+    auto remote = deployThree(nodes, *m_model, m_sha);
     std::vector<std::unique_ptr<runtime::Stage>> stages;
     for (auto& s : remote) stages.push_back(std::move(s));
     runtime::Chain chain(std::move(stages));
@@ -268,11 +222,11 @@ class TestNodeHost : public QObject {
       for (int k = 0; k < 3; ++k) {
         nodes.push_back(std::make_unique<TestNode>(named("n", k), configs[size_t(k)], emptyModels));
       }
-      auto stages = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
+      auto stages = deployThree(nodes, *m_model, m_sha);
       uint64_t sent = 0;
       for (const auto& s : stages) {
-        QCOMPARE(s->loadSource(), std::string("streamed"));
-        sent += s->weightBytesSent();
+        QCOMPARE(s->loaded().source, std::string("streamed"));
+        sent += s->loaded().streamedBytes;
       }
       uint64_t received = 0;
       for (const auto& n : nodes) received += n->host().weightBytesReceived();
@@ -286,10 +240,10 @@ class TestNodeHost : public QObject {
     for (int k = 0; k < 3; ++k) {
       nodes.push_back(std::make_unique<TestNode>(named("n", k), configs[size_t(k)], emptyModels));
     }
-    auto stages = deployThree(nodes, m_model->file(), m_sha, m_model->config().nLayer);
+    auto stages = deployThree(nodes, *m_model, m_sha);
     for (const auto& s : stages) {
-      QCOMPARE(s->loadSource(), std::string("shard-cache"));
-      QCOMPARE(s->weightBytesSent(), uint64_t{0});
+      QCOMPARE(s->loaded().source, std::string("shard-cache"));
+      QCOMPARE(s->loaded().streamedBytes, uint64_t{0});
     }
     for (const auto& n : nodes) QCOMPARE(n->host().weightBytesReceived(), uint64_t{0});
     QCOMPARE(remoteGreedy(stages, m_prompts[0]), want);
@@ -297,21 +251,20 @@ class TestNodeHost : public QObject {
 
   void streamingReportsProgressUpToTheTotal() {
     TestNode node("alpha", dir("progress-config"), dir("no-models-4"));
-    RemoteStageOptions o;
-    o.stageId = "p";
-    o.spec.firstLayer = 0;
-    o.spec.lastLayer = 3;
-    o.spec.hasEmbedding = true;
-    o.spec.contextLength = 16;
-    std::vector<DeployProgress> seen;
-    auto stage = RemoteStage::deploy(node.connect(), RemoteModel{&m_model->file(), m_sha, "m"}, o,
-                                     [&](const DeployProgress& p) { seen.push_back(p); });
-    QCOMPARE(stage->loadSource(), std::string("streamed"));
+    struct Progress {
+      uint64_t bytesSent, bytesTotal;
+    };
+    std::vector<Progress> seen;
+    auto stage = deployOne(node.client(), *m_model, m_sha, "p", 0, 3, 16,
+                           [&](uint64_t sent, uint64_t total) {
+                             seen.push_back({sent, total});
+                           });
+    QCOMPARE(stage->loaded().source, std::string("streamed"));
     QVERIFY(seen.size() > 1);
     for (size_t i = 1; i < seen.size(); ++i) QVERIFY(seen[i].bytesSent > seen[i - 1].bytesSent);
     QCOMPARE(seen.back().bytesSent, seen.back().bytesTotal);
-    QCOMPARE(seen.back().bytesSent, stage->weightBytesSent());
-    QCOMPARE(node.host().weightBytesReceived(), stage->weightBytesSent());
+    QCOMPARE(seen.back().bytesSent, stage->loaded().streamedBytes);
+    QCOMPARE(node.host().weightBytesReceived(), stage->loaded().streamedBytes);
   }
 
   void tensorWithWrongHashIsRefused() {
@@ -336,7 +289,7 @@ class TestNodeHost : public QObject {
     const std::string first = need.control["tensors"][0].get<std::string>();
     const gguf::TensorInfo* t = f.findTensor(first);
     QVERIFY(t);
-    QVERIFY(t->nbytes <= RemoteStage::kChunkBytes);
+    QVERIFY(t->nbytes <= kWeightChunkBytes);
     const Message refused = call(*c,
                                  {{"op", "weights_chunk"},
                                   {"stage_id", "x"},
@@ -357,12 +310,8 @@ class TestNodeHost : public QObject {
   void forwardWithWrongBlobSizeIsAnErrorAndTheConnectionLives() {
     TestNode node("alpha", dir("badfwd-config"), m_modelsDir);
     auto conn = node.connect();
-    RemoteStageOptions o;
-    o.stageId = "only";
-    o.spec.firstLayer = 0;
-    o.spec.lastLayer = 2;
-    o.spec.contextLength = 16;
-    auto stage = RemoteStage::deploy(conn, RemoteModel{&m_model->file(), m_sha, "m"}, o);
+    auto stage = deployOne(std::make_shared<NodeClient>(conn, std::chrono::seconds(60)), *m_model,
+                           m_sha, "only", 0, 2, 16);
     const Message bad = call(*conn,
                              {{"op", "forward"},
                               {"stage_id", "only"},
@@ -429,26 +378,23 @@ class TestNodeHost : public QObject {
   void stageWhoseCacheCannotFitIsRefusedBeforeLoading() {
     TestNode node("alpha", dir("huge-config"), m_modelsDir);
     auto conn = node.connect();
-    RemoteStageOptions o;
-    o.stageId = "huge";
-    o.spec.firstLayer = 0;
-    o.spec.lastLayer = m_model->config().nLayer;
-    o.spec.contextLength = 1 << 24;
-    o.spec.maxSequences = 4096;
+    LoadStageRequest r;
+    r.stageId = "huge";
+    r.model = {m_sha, "m", m_model->file().fileSize()};
+    r.placement = {"node", "cpu0", 0, m_model->config().nLayer, true, true};
+    r.contextLength = 1 << 24;
+    r.maxSequences = 4096;
     QVERIFY_THROWS_EXCEPTION(
-        Error, RemoteStage::deploy(conn, RemoteModel{&m_model->file(), m_sha, "m"}, o));
+        Error, RemoteStage::deploy(std::make_shared<NodeClient>(conn, std::chrono::seconds(60)),
+                                   m_model->file(), r));
     QCOMPARE(node.host().stageCount(), size_t(0));
   }
 
   void telemetryReportsTheStageAfterSampling() {
     TestNode node("alpha", dir("telemetry-config"), m_modelsDir);
     auto conn = node.connect();
-    RemoteStageOptions o;
-    o.stageId = "t";
-    o.spec.firstLayer = 3;
-    o.spec.lastLayer = 7;
-    o.spec.contextLength = 16;
-    auto stage = RemoteStage::deploy(conn, RemoteModel{&m_model->file(), m_sha, "m"}, o);
+    auto stage = deployOne(std::make_shared<NodeClient>(conn, std::chrono::seconds(60)), *m_model,
+                           m_sha, "t", 3, 7, 16);
     std::vector<float> hidden(size_t(m_model->config().nEmbd), 0.01f);
     runtime::StageInput in;
     in.count = 1;

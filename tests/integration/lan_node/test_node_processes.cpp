@@ -9,15 +9,13 @@
 #include <filesystem>
 
 #include "engine/model/model.h"
-#include "engine/runtime/chain.h"
-#include "engine/runtime/sampler.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "lan/node/sha256.h"
 #include "lan/pool/remote_stage.h"
 #include "lan/transport/connect.h"
 #include "lan/transport/identity.h"
 #include "lan/transport/pairing.h"
 #include "lan/transport/trust_store.h"
+#include "tests/integration/lan_node/node_test_support.h"
 
 using namespace shoal;
 using namespace shoal::lan;
@@ -95,63 +93,15 @@ class NodeProcess {
   QString m_stdout;
 };
 
-Message call(Connection& c, nlohmann::json control) {
-  control["id"] = 77;
-  Message m;
-  m.control = std::move(control);
-  c.send(m);
-  return c.receive(std::chrono::seconds(60));
-}
+Message call(Connection& c, nlohmann::json control) { return test::rawCall(c, std::move(control)); }
 
 std::vector<int32_t> localGreedy(const model::Model& m, const std::vector<int32_t>& prompt) {
-  cpu::CpuBackend cpu(kThreads);
-  runtime::StageSpec spec;
-  spec.lastLayer = m.config().nLayer;
-  spec.hasEmbedding = spec.hasHead = true;
-  spec.contextLength = 256;
-  const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
-  std::vector<std::unique_ptr<runtime::Stage>> stages;
-  stages.push_back(cpu.createStage("cpu0", src, spec));
-  runtime::Chain chain(std::move(stages));
-  runtime::SamplerParams greedy;
-  greedy.temperature = 0;
-  runtime::Sampler sampler(greedy);
-  std::vector<float> logits;
-  std::vector<int32_t> out;
-  chain.forward(0, 0, prompt, logits);
-  int32_t pos = static_cast<int32_t>(prompt.size());
-  for (int i = 0; i < kSteps; ++i) {
-    const int32_t t = sampler.sample(logits);
-    out.push_back(t);
-    const int32_t one[1] = {t};
-    chain.forward(0, pos++, one, logits);
-  }
-  return out;
+  return test::localGreedy(m, prompt, kSteps, kThreads, 256).tokens;
 }
 
 std::vector<int32_t> remoteGreedy(std::vector<std::unique_ptr<RemoteStage>>& stages,
                                   const std::vector<int32_t>& prompt) {
-  for (auto& s : stages) s->truncate(0, 0);
-  std::vector<int32_t> out;
-  std::vector<int32_t> tokens = prompt;
-  int32_t pos = 0;
-  for (int i = 0; i < kSteps; ++i) {
-    runtime::StageInput in;
-    in.firstPosition = pos;
-    in.count = static_cast<int32_t>(tokens.size());
-    in.tokens = tokens;
-    runtime::StageOutput a, b;
-    for (size_t k = 0; k + 1 < stages.size(); ++k) {
-      stages[k]->forward(in, k % 2 ? b : a);
-      in.tokens = {};
-      in.hidden = (k % 2 ? b : a).hidden;
-    }
-    const int32_t t = stages.back()->forwardSample(in, RemoteSampleParams{});
-    out.push_back(t);
-    pos += in.count;
-    tokens = {t};
-  }
-  return out;
+  return test::remoteGreedy(stages, prompt, kSteps).tokens;
 }
 
 }  // namespace
@@ -186,22 +136,13 @@ class TestNodeProcesses : public QObject {
 
   std::vector<std::unique_ptr<RemoteStage>> deploy(std::vector<std::unique_ptr<NodeProcess>>& nodes,
                                                    const TrustStore& trust) {
-    std::vector<std::unique_ptr<RemoteStage>> stages;
-    const int32_t n = m_model->config().nLayer;
-    const int32_t cuts[4] = {0, n / 3, 2 * n / 3, n};
-    for (int k = 0; k < 3; ++k) {
-      std::shared_ptr<Connection> c = connectTo("127.0.0.1", nodes[size_t(k)]->port(), m_client,
-                                                trust, std::chrono::seconds(30));
-      RemoteStageOptions o;
-      o.stageId = std::string("stage-") + char('0' + k);
-      o.spec.firstLayer = cuts[k];
-      o.spec.lastLayer = cuts[k + 1];
-      o.spec.hasEmbedding = k == 0;
-      o.spec.hasHead = k == 2;
-      o.spec.contextLength = 256;
-      stages.push_back(RemoteStage::deploy(c, RemoteModel{&m_model->file(), m_sha, "smollm2"}, o));
+    std::vector<std::shared_ptr<NodeClient>> clients;
+    for (auto& node : nodes) {
+      clients.push_back(std::make_shared<NodeClient>(
+          connectTo("127.0.0.1", node->port(), m_client, trust, std::chrono::seconds(30)),
+          std::chrono::seconds(60)));
     }
-    return stages;
+    return test::deploySplit(clients, *m_model, m_sha, "stage");
   }
 
  private slots:
@@ -250,7 +191,7 @@ class TestNodeProcesses : public QObject {
       nodes.push_back(std::make_unique<NodeProcess>(c, m_modelsDir, m_client.deviceId));
     }
     auto stages = deploy(nodes, trust);
-    for (const auto& s : stages) QCOMPARE(s->loadSource(), std::string("local-file"));
+    for (const auto& s : stages) QCOMPARE(s->loaded().source, std::string("local-file"));
     for (const auto& prompt : m_prompts) {
       const auto got = remoteGreedy(stages, prompt);
       QCOMPARE(got, localGreedy(*m_model, prompt));
@@ -270,8 +211,8 @@ class TestNodeProcesses : public QObject {
       }
       auto stages = deploy(nodes, trust);
       for (const auto& s : stages) {
-        QCOMPARE(s->loadSource(), std::string("streamed"));
-        QVERIFY(s->weightBytesSent() > 0);
+        QCOMPARE(s->loaded().source, std::string("streamed"));
+        QVERIFY(s->loaded().streamedBytes > 0);
       }
       QCOMPARE(remoteGreedy(stages, m_prompts[0]), want);
       stages.clear();
@@ -283,8 +224,8 @@ class TestNodeProcesses : public QObject {
     }
     auto stages = deploy(nodes, trust);
     for (const auto& s : stages) {
-      QCOMPARE(s->loadSource(), std::string("shard-cache"));
-      QCOMPARE(s->weightBytesSent(), uint64_t{0});
+      QCOMPARE(s->loaded().source, std::string("shard-cache"));
+      QCOMPARE(s->loaded().streamedBytes, uint64_t{0});
     }
     for (auto& n : nodes) {
       auto c = connectTo("127.0.0.1", n->port(), m_client, trust, std::chrono::seconds(30));

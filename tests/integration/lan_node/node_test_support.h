@@ -1,0 +1,135 @@
+#pragma once
+// What the node-protocol tests (test_node_host, test_node_processes) and bench/hop_overhead
+// share: greedy decoding through one local stage (the reference) and through a split of
+// RemoteStages relayed by the caller, the split's deployment, and a raw request on a
+// connection (for requests NodeClient would never send).
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/model/model.h"
+#include "engine/runtime/chain.h"
+#include "engine/runtime/sampler.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "lan/pool/node_client.h"
+#include "lan/pool/remote_stage.h"
+#include "lan/transport/connection.h"
+
+namespace shoal::lan::test {
+
+// `tokens` generated greedily (tokens[0] is sampled after the prompt); stepMs: the time of each
+// later single-token step (forward + sample), tokens.size() - 1 of them.
+struct GreedyRun {
+  std::vector<int32_t> tokens;
+  std::vector<double> stepMs;
+};
+
+// The reference: one CPU stage with the whole model, `threads` threads.
+inline GreedyRun localGreedy(const model::Model& m, std::span<const int32_t> prompt, int steps,
+                             int threads, int32_t contextLength = 512) {
+  using Clock = std::chrono::steady_clock;
+  cpu::CpuBackend cpu(threads);
+  runtime::StageSpec spec;
+  spec.lastLayer = m.config().nLayer;
+  spec.hasEmbedding = spec.hasHead = true;
+  spec.contextLength = contextLength;
+  const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
+  std::vector<std::unique_ptr<runtime::Stage>> stages;
+  stages.push_back(cpu.createStage("cpu0", src, spec));
+  runtime::Chain chain(std::move(stages));
+  runtime::SamplerParams greedy;
+  greedy.temperature = 0;
+  runtime::Sampler sampler(greedy);
+  std::vector<float> logits;
+  chain.forward(0, 0, prompt, logits);
+  GreedyRun run;
+  run.tokens.push_back(sampler.sample(logits));
+  auto pos = static_cast<int32_t>(prompt.size());
+  for (int i = 1; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    const int32_t one[1] = {run.tokens.back()};
+    chain.forward(0, pos++, one, logits);
+    run.tokens.push_back(sampler.sample(logits));
+    run.stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return run;
+}
+
+// The same through remote stages, as the coordinator runs a pool: hidden states node to node
+// through the caller, the last node sampling greedily. The KV caches are reset first.
+inline GreedyRun remoteGreedy(std::vector<std::unique_ptr<RemoteStage>>& stages,
+                              std::span<const int32_t> prompt, int steps) {
+  using Clock = std::chrono::steady_clock;
+  for (auto& s : stages) s->truncate(0, 0);
+  const auto pass = [&](std::span<const int32_t> tokens, int32_t pos) {
+    runtime::StageInput in;
+    in.firstPosition = pos;
+    in.count = static_cast<int32_t>(tokens.size());
+    in.tokens = tokens;
+    runtime::StageOutput out;
+    std::vector<float> hidden;
+    for (size_t k = 0; k + 1 < stages.size(); ++k) {
+      stages[k]->forward(in, out);
+      hidden = std::move(out.hidden);
+      in.tokens = {};
+      in.hidden = hidden;
+    }
+    return stages.back()->forwardSample(in, RemoteSampling{});
+  };
+  GreedyRun run;
+  run.tokens.push_back(pass(prompt, 0));
+  auto pos = static_cast<int32_t>(prompt.size());
+  for (int i = 1; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    const int32_t one[1] = {run.tokens.back()};
+    run.tokens.push_back(pass(one, pos++));
+    run.stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return run;
+}
+
+// The model's layers split evenly over clients.size() stages, stage k on clients[k] (cpu0);
+// the stage ids are "<prefix>-<k>".
+inline std::vector<std::unique_ptr<RemoteStage>> deploySplit(
+    const std::vector<std::shared_ptr<NodeClient>>& clients, const model::Model& m,
+    const std::string& sha256, const std::string& prefix, int32_t contextLength = 256,
+    const WeightsProgress& progress = {}) {
+  std::vector<std::unique_ptr<RemoteStage>> stages;
+  const auto n = static_cast<int32_t>(clients.size());
+  const int32_t nLayer = m.config().nLayer;
+  for (int32_t k = 0; k < n; ++k) {
+    LoadStageRequest r;
+    r.stageId = prefix + "-" + std::to_string(k);
+    r.model = {sha256, "model.gguf", m.file().fileSize()};
+    r.placement.nodeId = clients[size_t(k)]->peerDeviceId();
+    r.placement.deviceId = "cpu0";
+    r.placement.firstLayer = nLayer * k / n;
+    r.placement.lastLayer = nLayer * (k + 1) / n;
+    r.placement.hasEmbedding = k == 0;
+    r.placement.hasHead = k == n - 1;
+    r.contextLength = contextLength;
+    stages.push_back(RemoteStage::deploy(clients[size_t(k)], m.file(), r, progress));
+  }
+  return stages;
+}
+
+// One raw request and its reply (matched by a fresh id; other messages are skipped).
+inline Message rawCall(Connection& c, nlohmann::json control, std::vector<uint8_t> blob = {}) {
+  static int64_t id = int64_t{1} << 40;  // far above NodeClient's ids on the same connection
+  control["id"] = ++id;
+  Message m;
+  m.control = std::move(control);
+  m.blob = std::move(blob);
+  c.send(m);
+  for (;;) {
+    Message r = c.receive(std::chrono::seconds(60));
+    if (r.control.value("id", int64_t{-1}) == id) return r;
+  }
+}
+
+}  // namespace shoal::lan::test
