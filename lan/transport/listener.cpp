@@ -76,6 +76,7 @@ void Listener::Impl::startAccept() {
     std::lock_guard lock(mutex);
     if (stopping) return;
     if (!ec) {
+      conn->acceptedFromSocket();
       reapFinished();
       if (vetting.size() < kMaxVetting) {
         Vetting& v = vetting.emplace_back();

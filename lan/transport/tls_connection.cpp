@@ -122,10 +122,14 @@ void TlsConnection::connectAndHandshake(const std::string& host, uint16_t port,
   afterHandshake();
 }
 
-void TlsConnection::serverHandshake(std::chrono::milliseconds timeout) {
+void TlsConnection::acceptedFromSocket() {
   asio::error_code ec;
   const auto remote = socket().remote_endpoint(ec);
   if (!ec) m_peerAddress = remote.address().to_string() + ":" + std::to_string(remote.port());
+}
+
+void TlsConnection::serverHandshake(std::chrono::milliseconds timeout) {
+  asio::error_code ec;
   socket().set_option(asio::ip::tcp::no_delay(true), ec);
   ec = runOp("TLS handshake", timeout,
              [&](Done done) { m_stream.async_handshake(asio::ssl::stream_base::server, done); });
@@ -159,14 +163,14 @@ void TlsConnection::onRead(const asio::error_code& ec, size_t n) {
     return;
   }
   m_bytesReceived += n;
+  std::string protocolError;
   try {
     m_decoder.feed(std::span<const uint8_t>(m_readBuffer.data(), n));
   } catch (const TransportError& e) {
-    markClosed(TransportError::Kind::Protocol, m_peerAddress + ": " + e.what(), false);
-    closeSocket();
-    return;
+    protocolError = e.what();
   }
   {
+    // Frames that decoded before a malformed one are still delivered, then the error.
     std::lock_guard lock(m_mutex);
     bool any = false;
     while (auto m = m_decoder.next()) {
@@ -177,6 +181,14 @@ void TlsConnection::onRead(const asio::error_code& ec, size_t n) {
       any = true;
     }
     if (any) m_changed.notify_all();
+  }
+  if (!protocolError.empty()) {
+    markClosed(TransportError::Kind::Protocol, m_peerAddress + ": " + protocolError, false);
+    closeSocket();
+    return;
+  }
+  {
+    std::lock_guard lock(m_mutex);
     if (m_queuedBytes >= kMaxQueuedBytes) {
       m_readPaused = true;  // receive() resumes reading once the queue drains
       return;
@@ -189,11 +201,23 @@ void TlsConnection::send(const Message& message, std::chrono::milliseconds timeo
   const std::string json = encodeControl(message);
   const auto header = encodeFrameHeader(static_cast<uint32_t>(json.size()),
                                         static_cast<uint32_t>(message.blob.size()));
-  std::unique_lock sendLock(m_sendMutex, std::defer_lock);
-  if (!sendLock.try_lock_for(timeout))
-    throw TransportError(TransportError::Kind::Timeout,
-                         m_peerAddress + ": send waited " + millis(timeout) +
-                             " behind another send that is still writing");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  {
+    std::unique_lock slot(m_sendSlotMutex);
+    if (!m_sendSlotFree.wait_until(slot, deadline, [&] { return !m_sending; }))
+      throw TransportError(TransportError::Kind::Timeout,
+                           m_peerAddress + ": send waited " + millis(timeout) +
+                               " behind another send that is still writing");
+    m_sending = true;
+  }
+  struct ReleaseSlot {
+    TlsConnection* self;
+    ~ReleaseSlot() {
+      std::lock_guard slot(self->m_sendSlotMutex);
+      self->m_sending = false;
+      self->m_sendSlotFree.notify_one();
+    }
+  } releaseSlot{this};
   {
     std::lock_guard lock(m_mutex);
     if (m_closed)
@@ -205,7 +229,15 @@ void TlsConnection::send(const Message& message, std::chrono::milliseconds timeo
   // write has completed or been aborted, so they outlive it.
   const std::array<asio::const_buffer, 3> buffers = {asio::buffer(header), asio::buffer(json),
                                                      asio::buffer(message.blob)};
-  const asio::error_code ec = runOp("send", timeout, [&](Done done) {
+  // The whole send (waiting for the slot included) stays within the caller's timeout.
+  const auto left =
+      std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 deadline - std::chrono::steady_clock::now()));
+  if (left.count() == 0)  // nothing written yet: the connection stays usable
+    throw TransportError(TransportError::Kind::Timeout, m_peerAddress + ": send timed out after " +
+                                                            millis(timeout) +
+                                                            " waiting behind another send");
+  const asio::error_code ec = runOp("send", left, [&](Done done) {
     asio::async_write(m_stream, buffers, [done](const asio::error_code& e, size_t) { done(e); });
   });
   if (ec) {

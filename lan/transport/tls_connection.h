@@ -43,6 +43,9 @@ class TlsConnection final : public Connection {
   // (Timeout, Io, Auth for a failed handshake).
   void connectAndHandshake(const std::string& host, uint16_t port,
                            std::chrono::milliseconds timeout);
+  // Records the accepted socket's remote address (peerAddress()); call right after the accept,
+  // before the connection is shared with another thread.
+  void acceptedFromSocket();
   // TLS-handshake as the server on the accepted socket within `timeout`. Throws TransportError.
   void serverHandshake(std::chrono::milliseconds timeout);
 
@@ -87,7 +90,11 @@ class TlsConnection final : public Connection {
   std::vector<uint8_t> m_readBuffer;
   bool m_reading = false;
 
-  std::timed_mutex m_sendMutex;  // one frame on the wire at a time
+  // One frame on the wire at a time: a flag under its own mutex rather than std::timed_mutex, whose
+  // timed lock (pthread_mutex_clocklock) ThreadSanitizer does not model.
+  std::mutex m_sendSlotMutex;
+  std::condition_variable m_sendSlotFree;
+  bool m_sending = false;
 
   mutable std::mutex m_mutex;  // guards everything below
   std::condition_variable m_changed;

@@ -195,6 +195,25 @@ class TestTlsConnection : public QObject {
     }
   }
 
+  void aSendThePeerNeverReadsTimesOutAndClosesTheConnection() {
+    // The server side never calls receive(): it stops reading once 64 MiB wait in its queue, TCP
+    // fills up, and the client's send has to give up.
+    Pair p;
+    Message chunk = op("weights_chunk");
+    chunk.blob.assign(32u << 20, 0x5a);
+    bool timedOut = false;
+    for (int i = 0; i < 10 && !timedOut; ++i) {
+      try {
+        p.clientSide->send(chunk, 300ms);
+      } catch (const TransportError& e) {
+        QCOMPARE(e.kind(), TransportError::Kind::Timeout);
+        timedOut = true;
+      }
+    }
+    QVERIFY(timedOut);
+    QVERIFY(!p.clientSide->isOpen());  // a frame may be half on the wire: the stream is unusable
+  }
+
   void closeUnblocksAReceiveInAnotherThread() {
     Pair p;
     std::atomic<int> kind{-1};
