@@ -41,10 +41,10 @@ DeviceCard::DeviceCard(const QColor& color, QWidget* parent) : QFrame(parent) {
   setMaximumWidth(kMaxCardWidth);
   auto* layout = new QVBoxLayout(this);
   // A swatch of the device's colour in the pipeline diagram; the rest follows the palette.
-  auto* swatch = new QLabel;
-  swatch->setObjectName("cardSwatch");
-  swatch->setFixedSize(kSwatch, kSwatch);
-  swatch->setStyleSheet(QString("background: %1; border-radius: 3px;").arg(color.name()));
+  m_swatch = new QLabel;
+  m_swatch->setObjectName("cardSwatch");
+  m_swatch->setFixedSize(kSwatch, kSwatch);
+  setColor(color);
   m_title = new QLabel;
   m_title->setObjectName("cardTitle");
   QFont bold = m_title->font();
@@ -99,7 +99,7 @@ DeviceCard::DeviceCard(const QColor& color, QWidget* parent) : QFrame(parent) {
   m_chartView->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
 
   auto* titleRow = new QHBoxLayout;
-  titleRow->addWidget(swatch, 0, Qt::AlignTop);
+  titleRow->addWidget(m_swatch, 0, Qt::AlignTop);
   titleRow->addWidget(m_title, 1);
   layout->addLayout(titleRow);
   layout->addWidget(m_detail);
@@ -124,6 +124,12 @@ void DeviceCard::applyPalette() {
 void DeviceCard::changeEvent(QEvent* event) {
   QFrame::changeEvent(event);
   if (event->type() == QEvent::PaletteChange) applyPalette();
+}
+
+void DeviceCard::setColor(const QColor& color) {
+  if (color == m_color) return;
+  m_color = color;
+  m_swatch->setStyleSheet(QString("background: %1; border-radius: 3px;").arg(color.name()));
 }
 
 QString DeviceCard::layerText() const { return m_layers->text(); }

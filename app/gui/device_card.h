@@ -2,6 +2,7 @@
 // One pooled device on the pool page: its name and node, backend, a memory bar, the layers it
 // holds, and a chart of its utilization (%) and tokens/s over the last 60 seconds.
 
+#include <QColor>
 #include <QFrame>
 #include <QList>
 #include <QPointF>
@@ -30,6 +31,9 @@ class DeviceCard : public QFrame {
   QLineSeries* utilizationSeries() const { return m_utilization; }  // percent
   QLineSeries* tokensSeries() const { return m_tokens; }            // tokens/s
   QString layerText() const;
+  // The device's colour in the diagram changes when a deployment gives it layers (or takes them).
+  void setColor(const QColor& color);
+  QColor color() const { return m_color; }
 
   static constexpr int kWindowSeconds = 60;
 
@@ -40,6 +44,8 @@ class DeviceCard : public QFrame {
  private:
   void applyPalette();
 
+  QLabel* m_swatch = nullptr;
+  QColor m_color;
   QLabel* m_title = nullptr;
   QLabel* m_detail = nullptr;  // backend, queue
   QLabel* m_layers = nullptr;

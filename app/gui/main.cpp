@@ -8,16 +8,22 @@
 //                          stdout so a test knows when the reply is being generated.
 //   --screenshot-page P --screenshot-out FILE [--window-size WxH]
 //                          save a PNG of page P and quit (screenshot.h; scripts/screenshots).
+//   --pool-nodes A,B,...  [--pool-max-device-mb N] [--pool-prompt TEXT]
+//                          with --screenshot-page pool: the live pool to show (screenshot.h).
+//   --print-pool-device-id print the app's pool device ID (the nodes' --trust) and quit.
 
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QIcon>
 #include <cstdio>
+#include <exception>
 
 #include "app/gui/chat_store.h"
 #include "app/gui/chat_window.h"
 #include "app/gui/model_path.h"
+#include "app/gui/pool_controller.h"
 #include "app/gui/screenshot.h"
+#include "lan/transport/identity.h"
 
 namespace {
 
@@ -49,11 +55,28 @@ int main(int argc, char** argv) {
   QCommandLineOption shotPage("screenshot-page", "Page to save: chat, models, pool.", "PAGE");
   QCommandLineOption shotOut("screenshot-out", "PNG file for --screenshot-page.", "FILE");
   QCommandLineOption windowSize("window-size", "Window size, e.g. 1280x800.", "WxH");
-  for (QCommandLineOption* o : {&shotPage, &shotOut, &windowSize}) {
+  QCommandLineOption poolNodes("pool-nodes", "Live pool nodes for the pool screenshot.", "LIST");
+  QCommandLineOption poolCap("pool-max-device-mb", "Pool memory cap per device.", "MB");
+  QCommandLineOption poolPrompt("pool-prompt", "Message sent to the pool.", "TEXT");
+  QCommandLineOption printPoolId("print-pool-device-id", "Print the pool device ID and quit.");
+  for (QCommandLineOption* o :
+       {&shotPage, &shotOut, &windowSize, &poolNodes, &poolCap, &poolPrompt, &printPoolId}) {
     o->setFlags(QCommandLineOption::HiddenFromHelp);
     parser.addOption(*o);
   }
   parser.process(app);
+
+  if (parser.isSet(printPoolId)) {
+    const QString dir =
+        shoal::gui::PoolController::configDirOf(shoal::gui::ChatStore::defaultDirectory());
+    try {
+      std::printf("%s\n", shoal::lan::loadOrCreateIdentity(dir.toStdString()).deviceId.c_str());
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "shoal: %s\n", e.what());
+      return 1;
+    }
+  }
 
   const QString path = parser.isSet(model) ? parser.value(model) : shoal::gui::defaultModelPath();
   shoal::gui::ChatWindow window(path, shoal::gui::ChatStore::defaultDirectory());
@@ -63,7 +86,12 @@ int main(int argc, char** argv) {
   }
   window.show();
   if (parser.isSet(shotPage) && parser.isSet(shotOut)) {
-    shoal::gui::scheduleScreenshot(window, parser.value(shotPage), parser.value(shotOut));
+    shoal::gui::ScreenshotOptions so;
+    so.poolNodes = parser.value(poolNodes).split(',', Qt::SkipEmptyParts);
+    so.poolMaxDeviceBytes = static_cast<qint64>(parser.value(poolCap).toDouble() * 1e6);
+    so.poolPrompt = parser.isSet(poolPrompt) ? parser.value(poolPrompt)
+                                             : QStringLiteral("Tell a short story about a fish.");
+    shoal::gui::scheduleScreenshot(window, parser.value(shotPage), parser.value(shotOut), so);
   }
 
   if (parser.isSet(sendOnStart)) {

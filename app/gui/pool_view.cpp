@@ -153,10 +153,12 @@ void PoolView::setSnapshot(const lan::PoolSnapshot& snapshot) {
     const lan::DeviceTelemetry& d = *order[i];
     DeviceCard*& card = m_cards[keys[static_cast<int>(i)]];
     const bool hasLayers = d.firstLayer >= 0 && d.lastLayer > d.firstLayer;
+    const QColor color = hasLayers ? PipelineDiagram::deviceColor(stage) : QColor(Qt::gray);
     if (!card) {
-      card = new DeviceCard(hasLayers ? PipelineDiagram::deviceColor(stage) : QColor(Qt::gray));
+      card = new DeviceCard(color);
       card->setObjectName("deviceCard");
     }
+    card->setColor(color);  // a deployment can give a listed device layers
     if (hasLayers) ++stage;
     m_cardLayout->removeWidget(card);
     m_cardLayout->insertWidget(static_cast<int>(i), card);

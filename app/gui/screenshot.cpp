@@ -1,13 +1,18 @@
 #include "app/gui/screenshot.h"
 
 #include <QApplication>
+#include <QComboBox>
 #include <QPixmap>
+#include <QPushButton>
 #include <QTimer>
 #include <cstdio>
+#include <memory>
 
 #include "app/gui/chat_window.h"
 #include "app/gui/fake_pool_feed.h"
 #include "app/gui/model_manager.h"
+#include "app/gui/pool_controller.h"
+#include "app/gui/pool_setup_panel.h"
 #include "app/gui/pool_view.h"
 
 namespace shoal::gui {
@@ -17,6 +22,7 @@ constexpr int kGiveUpMs = 600000;  // loading plus a CPU reply on a slow machine
 constexpr int kSettleMs = 400;     // let layouts and the transcript's scroll settle
 constexpr int kPoolTicks = 121;    // 60 s of the fake feed at two snapshots a second
 constexpr qint64 kPoolStepMs = 500;
+constexpr int kPoolLiveMs = 8000;  // telemetry after the pool's reply, so the charts show it
 
 void saveAndQuit(ChatWindow& window, const QString& page, const QString& outFile) {
   window.showPage(page);
@@ -28,9 +34,55 @@ void saveAndQuit(ChatWindow& window, const QString& page, const QString& outFile
   });
 }
 
+void failAndQuit(const QString& why) {
+  std::fprintf(stderr, "shoal: screenshot: %s\n", qPrintable(why));
+  QApplication::exit(1);
+}
+
+// The live pool: add the nodes, preview, deploy, chat on the pool, then shoot.
+void shootLivePool(ChatWindow& window, const QString& outFile, const ScreenshotOptions& o) {
+  PoolController* c = window.poolController();
+  PoolSetupPanel* setup = window.poolView()->setupPanel();
+  window.startPool(o.poolMaxDeviceBytes, false);  // before showing the page starts it plainly
+  window.showPage("pool");
+  QObject::connect(c, &PoolController::failed, &window, &failAndQuit);
+  QObject::connect(c, &PoolController::started, &window, [c, o] {
+    for (const QString& address : o.poolNodes) {
+      QMetaObject::invokeMethod(c, "addNode", Qt::QueuedConnection, Q_ARG(QString, address));
+    }
+  });
+  auto added = std::make_shared<int>(0);
+  QObject::connect(c, &PoolController::nodeAdded, &window, [setup, added, o] {
+    if (++*added == o.poolNodes.size()) setup->previewButton()->click();
+  });
+  // Queued after the panel's own handler of the same signal, which enables Deploy.
+  QObject::connect(c, &PoolController::planReady, &window, [setup](const PlanPreview& p) {
+    if (!p.feasible) {
+      failAndQuit("no plan: " + p.reason);
+      return;
+    }
+    std::fprintf(stderr, "shoal: pool plan: %lld stage(s), predicted %.1f tokens/s\n",
+                 static_cast<long long>(p.stages.size()), p.tokensPerS);
+    setup->deployButton()->click();
+  });
+  QObject::connect(c, &PoolController::deployed, &window, [&window, o] {
+    window.runOnBox()->setCurrentIndex(1);  // Pool
+    window.sendWhenLoaded(o.poolPrompt);
+  });
+  QObject::connect(
+      &window, &ChatWindow::replyDone, &window, [&window, outFile](qint64, const QString& finish) {
+        std::fprintf(stderr, "shoal: pool reply finished (%s)\n",
+                     qPrintable(finish.isEmpty() ? "failed" : finish));
+        window.showPage("pool");
+        QTimer::singleShot(kPoolLiveMs, &window,
+                           [&window, outFile] { saveAndQuit(window, "pool", outFile); });
+      });
+}
+
 }  // namespace
 
-void scheduleScreenshot(ChatWindow& window, const QString& page, const QString& outFile) {
+void scheduleScreenshot(ChatWindow& window, const QString& page, const QString& outFile,
+                        const ScreenshotOptions& options) {
   QTimer::singleShot(kGiveUpMs, &window, [] {
     std::fprintf(stderr, "shoal: screenshot timed out\n");
     QApplication::exit(1);
@@ -51,6 +103,8 @@ void scheduleScreenshot(ChatWindow& window, const QString& page, const QString& 
     };
     QObject::connect(e, &ChatEngine::modelLoaded, &window, shoot);
     QObject::connect(e, &ChatEngine::loadFailed, &window, shoot);
+  } else if (page == "pool" && !options.poolNodes.isEmpty()) {
+    shootLivePool(window, outFile, options);
   } else if (page == "pool") {
     PoolView* pool = window.poolView();
     pool->setSourceNote(

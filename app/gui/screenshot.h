@@ -3,16 +3,29 @@
 // PNG of the window and quit.
 //   chat    after the reply to --send-on-start's message is finished
 //   models  after the model has loaded (or failed to)
-//   pool    with 60 s of the fake pool feed (no live pool feeds the page yet; it says so)
+//   pool    with ScreenshotOptions::poolNodes: a live pool. The nodes (which must trust this
+//           app's pool identity, and be trusted by it) are added by address, the plan is
+//           previewed and deployed through the page's buttons, a reply is generated on the pool
+//           through the chat ("Run on: Pool"), and the page is saved after kPoolLiveMs more of
+//           telemetry. Without nodes: 60 s of the fake feed, labelled as demo data.
 
 #include <QString>
+#include <QStringList>
 
 namespace shoal::gui {
 
 class ChatWindow;
 
+struct ScreenshotOptions {
+  QStringList poolNodes;          // "host:port" of the live pool's nodes
+  qint64 poolMaxDeviceBytes = 0;  // cap per device, so that the plan spreads over the nodes
+  QString poolPrompt;             // the message sent to the pool once it is deployed
+};
+
 // Arranges for `window` to save `page` to `outFile` and quit the app with 0 (or 1 when the page
-// is unknown, the file cannot be written, or nothing happened within the time limit).
-void scheduleScreenshot(ChatWindow& window, const QString& page, const QString& outFile);
+// is unknown, the file cannot be written, the pool fails, or nothing happened within the time
+// limit).
+void scheduleScreenshot(ChatWindow& window, const QString& page, const QString& outFile,
+                        const ScreenshotOptions& options = {});
 
 }  // namespace shoal::gui

@@ -4,9 +4,12 @@
 //   - two nodes added by address: the plan preview names both, Deploy sends the weights (the
 //     progress bar fills), the cards show the two devices with layer ranges covering every layer,
 //     and their charts gain points from live telemetry;
+//   - chat over the pool: a reply streams and finishes, Stop ends it, and the chat window's
+//     "Run on: Pool" sends the conversation to the pool;
 //   - a node started with --pair: typing its code in the Pair dialog makes it a member.
 
 #include <QChart>
+#include <QComboBox>
 #include <QDir>
 #include <QInputDialog>
 #include <QLineEdit>
@@ -23,6 +26,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "app/gui/chat_window.h"
 #include "app/gui/device_card.h"
 #include "app/gui/pipeline_diagram.h"
 #include "app/gui/pool_controller.h"
@@ -137,6 +141,32 @@ class TestPoolLive : public QObject {
     QCOMPARE(started.first().at(0).toString(), m_appId);  // the identity the nodes trust
   }
 
+  // Adds node-a and node-b to `c`, plans and deploys, without the UI.
+  void deployOverTwoNodes(PoolController* c) {
+    QSignalSpy added(c, &PoolController::nodeAdded);
+    QSignalSpy planned(c, &PoolController::planReady);
+    QSignalSpy deployed(c, &PoolController::deployed);
+    QSignalSpy failed(c, &PoolController::failed);
+    for (int i = 0; i < 2; ++i) {
+      QMetaObject::invokeMethod(c, "addNode", Qt::QueuedConnection,
+                                Q_ARG(QString, m_nodes[static_cast<size_t>(i)].address));
+    }
+    QMetaObject::invokeMethod(c, "previewPlan", Qt::QueuedConnection, Q_ARG(QString, modelPath()));
+    QMetaObject::invokeMethod(c, "deploy", Qt::QueuedConnection);
+    QTRY_VERIFY_WITH_TIMEOUT(deployed.count() == 1 || !failed.isEmpty(), kDeployMs);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+    QCOMPARE(added.count(), 2);
+  }
+
+  static void requestReply(PoolController* c, int maxTokens) {
+    GenerationSettings g;
+    g.temperature = 0;
+    g.maxTokens = maxTokens;
+    QList<ChatTurn> turns{{"user", "Tell me a long story about a lighthouse keeper."}};
+    QMetaObject::invokeMethod(c, "generate", Qt::QueuedConnection, Q_ARG(qint64, 7),
+                              Q_ARG(QList<shoal::gui::ChatTurn>, turns),
+                              Q_ARG(shoal::gui::GenerationSettings, g));
+  }
  private slots:
   void initTestCase() {
     if (!QFile::exists(modelPath())) QSKIP("default model not present");
@@ -150,6 +180,10 @@ class TestPoolLive : public QObject {
     r.contextTokens = kContext;
     m_memoryCap =
         static_cast<uint64_t>(0.6 * plan::stageMemoryBytes(cost, r, cost.layers, true, true));
+    // node-a and node-b: trusted both ways, shared by the tests (each test connects anew).
+    const Node& a = startNode("node-a", false);
+    const Node& b = startNode("node-b", false);
+    QVERIFY2(!a.address.isEmpty() && !b.address.isEmpty(), "a node did not print its port");
   }
 
   void cleanupTestCase() {
@@ -162,9 +196,8 @@ class TestPoolLive : public QObject {
   }
 
   void twoNodesAddedByAddressArePlannedDeployedAndChartedLive() {
-    Node& a = startNode("node-a", false);
-    Node& b = startNode("node-b", false);
-    QVERIFY2(!a.address.isEmpty() && !b.address.isEmpty(), "a node did not print its port");
+    const Node& a = m_nodes[0];
+    const Node& b = m_nodes[1];
     const QString names[2] = {a.name, b.name};
     const QString addresses[2] = {a.address, b.address};
 
@@ -229,6 +262,8 @@ class TestPoolLive : public QObject {
     QCOMPARE(segs[1].lastLayer, plan.modelLayers);
     for (int i = 0; i < 2; ++i) {
       QCOMPARE(segs[i].firstLayer, plan.stages[i].firstLayer);
+      // Listed (grey) before the deployment, coloured as its diagram segment after it.
+      QCOMPARE(view.cards()[i]->color(), PipelineDiagram::deviceColor(i));
       QVERIFY2(view.cards()[i]->layerText().contains(QString::number(segs[i].firstLayer)),
                qPrintable(view.cards()[i]->layerText()));
     }
@@ -244,6 +279,71 @@ class TestPoolLive : public QObject {
     for (DeviceCard* card : view.cards()) {
       QCOMPARE(card->tokensSeries()->count(), card->utilizationSeries()->count());
     }
+  }
+
+  void aReplyOnThePoolStreamsItsTextAndFinishes() {
+    PoolControllerThread thread;
+    PoolView view;
+    startController(thread, view);
+    PoolController* c = thread.controller();
+    deployOverTwoNodes(c);
+    QSignalSpy streamed(c, &PoolController::tokenStreamed);
+    QSignalSpy finished(c, &PoolController::replyFinished);
+    QSignalSpy generateFailed(c, &PoolController::generateFailed);
+    requestReply(c, 16);
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1 || !generateFailed.isEmpty(), kNetworkStepMs);
+    QVERIFY2(generateFailed.isEmpty(), qPrintable(generateFailed.value(0).value(1).toString()));
+    QString pieces;
+    for (const QList<QVariant>& args : streamed) {
+      QCOMPARE(args.at(0).toLongLong(), 7);
+      pieces += args.at(1).toString();
+    }
+    const QString text = finished.first().at(1).toString();
+    const ReplyStats stats = finished.first().at(2).value<ReplyStats>();
+    QVERIFY(!text.isEmpty());
+    QCOMPARE(pieces, text);  // whole text streamed, nothing after the reply's end
+    QVERIFY(stats.generatedTokens >= 1 && stats.generatedTokens <= 16);
+    QVERIFY(stats.promptTokens > 0);
+  }
+
+  void stopEndsAPoolReplyBeforeItsLimit() {
+    PoolControllerThread thread;
+    PoolView view;
+    startController(thread, view);
+    PoolController* c = thread.controller();
+    deployOverTwoNodes(c);
+    QSignalSpy streamed(c, &PoolController::tokenStreamed);
+    QSignalSpy finished(c, &PoolController::replyFinished);
+    requestReply(c, 1500);
+    QTRY_VERIFY_WITH_TIMEOUT(!streamed.isEmpty(), kNetworkStepMs);
+    c->stop();  // from the GUI thread, as the Stop button does
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, kNetworkStepMs);
+    const ReplyStats stats = finished.first().at(2).value<ReplyStats>();
+    QCOMPARE(stats.finishReason, QString("cancelled"));
+    QVERIFY(stats.generatedTokens < 1500);
+  }
+
+  void theChatRunsOnThePoolOnceItIsDeployed() {
+    qputenv("SHOAL_DATA_DIR", m_dir.filePath("app").toLocal8Bit());
+    ChatWindow window(modelPath(), m_dir.filePath("app"));
+    window.show();
+    QVERIFY(!window.runOnBox()->isVisible());  // no pool yet
+    window.startPool(qint64(m_memoryCap), false);
+    deployOverTwoNodes(window.poolController());
+    QTRY_VERIFY(window.runOnBox()->isVisible());
+    window.runOnBox()->setCurrentIndex(1);  // Run on: Pool
+    QTRY_VERIFY_WITH_TIMEOUT(window.isModelLoaded(), 120000);
+    QSignalSpy poolTokens(window.poolController(), &PoolController::tokenStreamed);
+    QSignalSpy done(&window, &ChatWindow::replyDone);
+    window.sendWhenLoaded("Say hello.");
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() == 1, kNetworkStepMs);
+    QVERIFY2(!done.first().at(1).toString().isEmpty(), "the pool reply failed");
+    QVERIFY(!poolTokens.isEmpty());  // the pool, not this computer, generated it
+    const QList<StoredMessage> stored = window.store().messages(window.currentConversationId());
+    QCOMPARE(stored.size(), 2);
+    QCOMPARE(stored.last().role, QString("assistant"));
+    QVERIFY(!stored.last().content.isEmpty());
+    qunsetenv("SHOAL_DATA_DIR");
   }
 
   void aNodeShowingAPairingCodeJoinsThroughThePairDialog() {
