@@ -234,6 +234,8 @@ int main(int argc, char** argv) {
   app.add_flag("--pair", o.pair, "print a pairing code valid 5 minutes and accept pairing");
   app.add_flag("--no-discovery", noDiscovery, "do not send or listen for LAN beacons");
   app.add_flag("--no-pool", noPool, "API only: no pool listener");
+  app.add_flag("--reprofile", o.service.reprofile,
+               "measure the CPU's bandwidth and FLOP/s again (cached in the config dir)");
   app.add_flag("--print-device-id", printDeviceId,
                "print this node's device ID (creating the identity if needed) and exit");
   CLI11_PARSE(app, argc, argv);

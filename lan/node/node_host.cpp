@@ -137,7 +137,13 @@ NodeHost::NodeHost(NodeHostOptions options, std::vector<std::unique_ptr<runtime:
     : m_options(std::move(options)), m_catalog(std::move(catalog)) {
   for (auto& b : backends) {
     if (!b || !b->availability().available) continue;
-    for (auto& d : b->devices()) m_devices.push_back(d);
+    for (auto& d : b->devices()) {
+      if (const auto it = m_options.profiles.find(d.id); it != m_options.profiles.end()) {
+        d.bandwidthBytesPerS = it->second.bandwidthBytesPerS;
+        d.flopsPerS = it->second.flopsPerS;
+      }
+      m_devices.push_back(d);
+    }
     m_backends.push_back(std::move(b));
   }
   if (!m_catalog) m_catalog = std::make_shared<ModelCatalog>("", "");

@@ -40,6 +40,7 @@
 
 #include "engine/model/model_config.h"
 #include "engine/runtime/backend.h"
+#include "lan/node/device_profile.h"
 #include "lan/node/model_catalog.h"
 #include "lan/pool/telemetry.h"
 #include "lan/transport/connection.h"
@@ -51,6 +52,9 @@ struct NodeHostOptions {
   std::string deviceId;                        // this node's identity (identity.h)
   std::filesystem::path configDir;             // shards/ lives here
   uint64_t maxShardBytes = uint64_t{1} << 40;  // most weight bytes one streamed stage may announce
+  // Measured figures by device id (device_profile.h), reported in node_info for the planner;
+  // a device without an entry reports what its backend says (0: not profiled).
+  std::map<std::string, DeviceProfile> profiles;
 };
 
 class NodeHost {

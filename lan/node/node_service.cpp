@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 #include "engine/error.h"
 #include "kernels/backend_registry.h"
@@ -34,6 +35,34 @@ std::string deviceSummary(const std::vector<runtime::DeviceInfo>& devices) {
   }
   if (s.size() > 500) s.resize(500);
   return s;
+}
+
+// The CPU devices' measured figures (device_profile.h), from the config dir's cache or probed
+// now; one log line each. Other backends' devices are not probed (they report 0 and the planner
+// uses its fallbacks).
+std::map<std::string, DeviceProfile> profileCpuDevices(
+    const std::vector<std::unique_ptr<runtime::Backend>>& backends, const NodeServiceOptions& o) {
+  std::map<std::string, DeviceProfile> out;
+  for (const auto& b : backends) {
+    if (b->name() != "cpu") continue;
+    for (const auto& d : b->devices()) {
+      bool measured = false;
+      const auto t0 = std::chrono::steady_clock::now();
+      const DeviceProfile p = cachedProfile(o.configDir, "cpu: " + d.name, o.reprofile, [&] {
+        measured = true;
+        return measureCpuProfile(o.cpuThreads);
+      });
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const std::string how =
+          measured ? "measured in " + std::to_string(static_cast<int>(ms)) + " ms" : "cached";
+      std::fprintf(stderr,
+                   "shoal-node: %s profile: %.1f GB/s read, %.1f GFLOP/s Q4_0 matmul (%s)\n",
+                   d.id.c_str(), p.bandwidthBytesPerS / 1e9, p.flopsPerS / 1e9, how.c_str());
+      out[d.id] = p;
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -83,6 +112,7 @@ NodeService::NodeService(NodeServiceOptions options) : m_options(std::move(optio
   ho.name = m_options.name;
   ho.deviceId = m_identity->deviceId;
   ho.configDir = m_options.configDir;
+  if (m_options.profile) ho.profiles = profileCpuDevices(backends, m_options);
   m_host = std::make_unique<NodeHost>(
       ho, std::move(backends),
       std::make_shared<ModelCatalog>(m_options.modelsDir, m_options.configDir));

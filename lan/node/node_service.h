@@ -4,7 +4,7 @@
 // telemetry sampled every 500 ms, and LAN discovery beacons. What `shoal-node` runs.
 //
 // State lives in the config directory: identity/{cert,key}.pem, trusted.json,
-// model_hashes.json, shards/<model sha256>/<first>-<last>.gguf.
+// model_hashes.json, device_profiles.json, shards/<model sha256>/<first>-<last>.gguf.
 
 #include <atomic>
 #include <chrono>
@@ -36,6 +36,8 @@ struct NodeServiceOptions {
   std::vector<std::string> trust;    // device IDs to add to the trust store at start
   int cpuThreads = 0;                // <= 0: one per physical core
   bool discovery = true;
+  bool profile = true;     // measure (or read cached) CPU figures at start: device_profile.h
+  bool reprofile = false;  // measure again even when cached (--reprofile)
 };
 
 // $XDG_CONFIG_HOME/shoal, else ~/.config/shoal, else ./.shoal.

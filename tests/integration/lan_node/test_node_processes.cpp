@@ -180,6 +180,10 @@ class TestNodeProcesses : public QObject {
     QCOMPARE(r.control.value("op", ""), std::string("node_info"));
     QCOMPARE(r.control.value("device_id", ""), node.deviceId());
     QCOMPARE(r.control["devices"][0].value("id", ""), std::string("cpu0"));
+    // Measured at start (device_profile.h), so the planner gets this CPU's figures.
+    QVERIFY(r.control["devices"][0].value("bandwidth_bytes_per_s", 0.0) > 0);
+    QVERIFY(r.control["devices"][0].value("flops_per_s", 0.0) > 0);
+    QVERIFY(std::filesystem::exists(cfg[0] / "device_profiles.json"));
     QCOMPARE(r.control["models"][0].value("sha256", ""), m_sha);
   }
 
