@@ -153,6 +153,16 @@ NodeHost::~NodeHost() = default;
 
 std::vector<runtime::DeviceInfo> NodeHost::devices() const { return m_devices; }
 
+std::string NodeHost::deviceId() const {
+  std::lock_guard lock(m_idMutex);
+  return m_options.deviceId;
+}
+
+void NodeHost::setDeviceId(std::string deviceId) {
+  std::lock_guard lock(m_idMutex);
+  m_options.deviceId = std::move(deviceId);
+}
+
 size_t NodeHost::stageCount() const {
   std::lock_guard lock(m_mutex);
   return m_stages.size();
@@ -248,7 +258,7 @@ std::optional<Message> NodeHost::handle(const Message& request, Session& session
 Message NodeHost::nodeInfo() const {
   NodeInfo info;
   info.name = m_options.name;
-  info.deviceId = m_options.deviceId;
+  info.deviceId = deviceId();
   for (const auto& d : m_devices) {
     NodeDevice dev;
     dev.id = d.id;
@@ -541,9 +551,10 @@ void NodeHost::sampleTelemetry() {
   }
   const int64_t now = nowNs();
   std::vector<DeviceTelemetry> out;
+  const std::string nodeId = deviceId();
   for (const auto& d : m_devices) {
     DeviceTelemetry t;
-    t.nodeId = m_options.deviceId;
+    t.nodeId = nodeId;
     t.nodeName = m_options.name;
     t.deviceId = d.id;
     t.deviceName = d.name;

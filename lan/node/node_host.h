@@ -75,6 +75,10 @@ class NodeHost {
   void sampleTelemetry();
 
   std::vector<runtime::DeviceInfo> devices() const;
+  // This node's identity as node_info and telemetry report it; changed when the node
+  // regenerates its identity (NodeService, after an identity clash).
+  std::string deviceId() const;
+  void setDeviceId(std::string deviceId);
   // Weight payload bytes received over all connections since start (weights_chunk blobs).
   uint64_t weightBytesReceived() const { return m_weightBytesReceived.load(); }
   size_t stageCount() const;
@@ -110,6 +114,7 @@ class NodeHost {
   std::vector<DeviceTelemetry> m_telemetry;                        // last sample
 
   std::atomic<uint64_t> m_weightBytesReceived{0};
+  mutable std::mutex m_idMutex;  // guards m_options.deviceId
 };
 
 }  // namespace shoal::lan

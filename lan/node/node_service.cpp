@@ -117,43 +117,130 @@ NodeService::NodeService(NodeServiceOptions options) : m_options(std::move(optio
       ho, std::move(backends),
       std::make_shared<ModelCatalog>(m_options.modelsDir, m_options.configDir));
 
-  m_listener = std::make_unique<Listener>(
-      m_options.bindHost, m_options.port, *m_identity, *m_trust,
-      [this](std::unique_ptr<Connection> c) { onConnection(std::move(c)); });
-  m_listener->setLocalName(m_options.name);
+  {
+    std::lock_guard lock(m_netMutex);
+    startListener(m_options.port);
+    if (m_options.discovery) startDiscovery();
+  }
 
+  // Telemetry every 500 ms; identity regeneration, which must not run on discovery's thread
+  // (it stops discovery), waits here for the next tick.
   m_telemetryThread = std::thread([this] {
     while (!m_stop.load()) {
       m_host->sampleTelemetry();
+      std::unique_ptr<IdentityClash> clash;
+      {
+        std::lock_guard lock(m_netMutex);
+        clash = std::move(m_pendingClash);
+      }
+      if (clash) regenerateIdentity(*clash);
       std::this_thread::sleep_for(kTelemetryInterval);
     }
   });
+}
 
-  if (m_options.discovery) {
-    try {
-      DiscoveryOptions d;
-      d.deviceId = m_identity->deviceId;
-      d.name = m_options.name.substr(0, 128);
-      d.tcpPort = m_listener->port();
-      d.summary = deviceSummary(m_host->devices());
-      m_discovery = std::make_unique<Discovery>(std::move(d));
-      m_discovery->start();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "shoal-node: discovery off: %s\n", e.what());
-      m_discovery.reset();
-    }
+void NodeService::startListener(uint16_t port) {
+  m_listener = std::make_unique<Listener>(
+      m_options.bindHost, port, *m_identity, *m_trust,
+      [this](std::unique_ptr<Connection> c) { onConnection(std::move(c)); });
+  m_listener->setLocalName(m_options.name);
+  const auto now = std::chrono::steady_clock::now();
+  if (!m_pairingCode.empty() && m_pairingUntil > now) {
+    m_listener->setPairingCode(
+        m_pairingCode, std::chrono::duration_cast<std::chrono::seconds>(m_pairingUntil - now));
   }
+}
+
+void NodeService::startDiscovery() {
+  try {
+    DiscoveryOptions d;
+    d.deviceId = m_identity->deviceId;
+    d.name = m_options.name.substr(0, 128);
+    d.tcpPort = m_listener->port();
+    d.summary = deviceSummary(m_host->devices());
+    d.onIdentityClash = [this](const IdentityClash& c) { reportIdentityClash(c); };
+    m_discovery = std::make_unique<Discovery>(std::move(d));
+    m_discovery->start();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shoal-node: discovery off: %s\n", e.what());
+    m_discovery.reset();
+  }
+}
+
+void NodeService::reportIdentityClash(const IdentityClash& clash) {
+  std::lock_guard lock(m_netMutex);
+  if (clash.deviceId != m_identity->deviceId || m_pendingClash) return;
+  m_pendingClash = std::make_unique<IdentityClash>(clash);
+}
+
+void NodeService::regenerateIdentity(const IdentityClash& clash) {
+  // Discovery is stopped without the lock: its thread may be waiting for it in
+  // reportIdentityClash. (Only this thread replaces m_discovery while the service runs.)
+  std::unique_ptr<Discovery> discovery;
+  {
+    std::lock_guard lock(m_netMutex);
+    if (m_stop.load() || clash.deviceId != m_identity->deviceId) return;
+    discovery = std::move(m_discovery);
+  }
+  if (discovery) discovery->stop();
+  discovery.reset();
+
+  std::lock_guard lock(m_netMutex);
+  const std::string oldId = m_identity->deviceId;
+  const uint16_t port = m_listener->port();
+  m_listener->stop();
+  m_listener.reset();
+  // The connections were authenticated under the old certificate; their coordinators must
+  // trust the new ID before they talk to this node again.
+  {
+    std::lock_guard served(m_servedMutex);
+    for (auto& s : m_served) s->connection->close();
+  }
+  try {
+    // Kept (one generation) rather than deleted: it is still the other machine's identity.
+    const auto dir = m_options.configDir / "identity";
+    const auto aside = m_options.configDir / "identity.replaced";
+    std::filesystem::remove_all(aside);
+    std::filesystem::rename(dir, aside);
+    m_identity = std::make_unique<Identity>(loadOrCreateIdentity(m_options.configDir));
+  } catch (const std::exception& e) {
+    // Keep serving under the old ID rather than not at all.
+    std::fprintf(stderr, "shoal-node: identity clash with %s, but no new identity: %s\n",
+                 clash.address.c_str(), e.what());
+  }
+  m_host->setDeviceId(m_identity->deviceId);
+  try {
+    startListener(port);
+  } catch (const std::exception&) {
+    startListener(m_options.port);  // the old port was taken meanwhile
+  }
+  if (m_options.discovery) startDiscovery();
+  ++m_regenerations;
+  std::fprintf(stderr,
+               "shoal-node: identity clash: %s (%s) runs with our device ID %s (a copied config "
+               "dir); new device ID %s (port %u): coordinators must trust it again\n",
+               clash.address.c_str(), clash.theirName.c_str(), oldId.c_str(),
+               m_identity->deviceId.c_str(), unsigned(m_listener->port()));
 }
 
 NodeService::~NodeService() { stop(); }
 
-const std::string& NodeService::deviceId() const { return m_identity->deviceId; }
+std::string NodeService::deviceId() const {
+  std::lock_guard lock(m_netMutex);
+  return m_identity->deviceId;
+}
 
-uint16_t NodeService::port() const { return m_listener->port(); }
+uint16_t NodeService::port() const {
+  std::lock_guard lock(m_netMutex);
+  return m_listener->port();
+}
 
 std::string NodeService::startPairing(std::chrono::seconds validFor) {
   std::string code = generatePairingCode();
+  std::lock_guard lock(m_netMutex);
   m_listener->setPairingCode(code, validFor);
+  m_pairingCode = code;
+  m_pairingUntil = std::chrono::steady_clock::now() + validFor;
   return code;
 }
 
@@ -183,7 +270,13 @@ void NodeService::onConnection(std::unique_ptr<Connection> connection) {
 
 void NodeService::stop() {
   if (m_stop.exchange(true)) return;
-  if (m_listener) m_listener->stop();
+  // First the thread that may regenerate the identity: after it, nothing replaces the listener
+  // or discovery. Discovery is stopped without the lock (its callback takes it).
+  if (m_telemetryThread.joinable()) m_telemetryThread.join();
+  {
+    std::lock_guard lock(m_netMutex);
+    if (m_listener) m_listener->stop();
+  }
   if (m_discovery) m_discovery->stop();
   std::vector<std::unique_ptr<Served>> served;
   {
@@ -192,7 +285,6 @@ void NodeService::stop() {
   }
   for (auto& s : served) s->connection->close();
   for (auto& s : served) s->thread.join();
-  if (m_telemetryThread.joinable()) m_telemetryThread.join();
 }
 
 }  // namespace shoal::lan

@@ -3,6 +3,13 @@
 // NodeHost serving the node protocol on each trusted connection (one thread per connection),
 // telemetry sampled every 500 ms, and LAN discovery beacons. What `shoal-node` runs.
 //
+// Identity clash: when discovery hears our device ID from another machine (a config dir copied
+// to it, a cloned VM; exo issue #1599), the node regenerates its identity: the old
+// identity/ is kept as identity.replaced/, a new certificate (so a new device ID) is created,
+// the trust store is kept, the connections made under the old ID are closed, and the listener
+// (same port) and discovery restart with the new ID; one line is logged. Both machines usually
+// hear each other, so both move to new IDs: coordinators trust (or pair with) them again.
+//
 // State lives in the config directory: identity/{cert,key}.pem, trusted.json,
 // model_hashes.json, device_profiles.json, shards/<model sha256>/<first>-<last>.gguf.
 
@@ -24,6 +31,7 @@ class Discovery;
 class Listener;
 class TrustStore;
 struct Identity;
+struct IdentityClash;
 
 inline constexpr uint16_t kDefaultNodePort = 47475;  // TCP; discovery beacons use UDP 47474
 
@@ -56,7 +64,7 @@ class NodeService {
   NodeService(const NodeService&) = delete;
   NodeService& operator=(const NodeService&) = delete;
 
-  const std::string& deviceId() const;
+  std::string deviceId() const;  // changes when the identity is regenerated
   const std::string& name() const { return m_options.name; }
   uint16_t port() const;
   // Allow pairing for `validFor` with a fresh code, returned as "ABCD-EFGH".
@@ -66,6 +74,14 @@ class NodeService {
   // Stop accepting, close every connection (their stages unload), stop discovery. Idempotent.
   void stop();
 
+  // What discovery's onIdentityClash does: regenerate the identity (see above) on the service's
+  // own thread, within about 500 ms; returns at once. Public so that a clash can be simulated
+  // where discovery cannot produce one (both instances on one machine: beacons from our own
+  // addresses are never a clash). A report for an ID we no longer have is ignored.
+  void reportIdentityClash(const IdentityClash& clash);
+  // Identity regenerations so far (tests wait on it).
+  int identityRegenerations() const { return m_regenerations.load(); }
+
  private:
   struct Served {
     std::shared_ptr<Connection> connection;
@@ -73,13 +89,23 @@ class NodeService {
     std::atomic<bool> done{false};
   };
   void onConnection(std::unique_ptr<Connection> connection);
+  void startListener(uint16_t port);  // m_listener on m_identity (m_netMutex held)
+  void startDiscovery();              // m_discovery for m_identity (m_netMutex held)
+  void regenerateIdentity(const IdentityClash& clash);
 
   NodeServiceOptions m_options;
+  // m_netMutex guards the identity, the listener and discovery, which a regeneration replaces,
+  // and the pairing code a new listener must be given again.
+  mutable std::mutex m_netMutex;
   std::unique_ptr<Identity> m_identity;
   std::unique_ptr<TrustStore> m_trust;
   std::unique_ptr<NodeHost> m_host;
   std::unique_ptr<Listener> m_listener;
   std::unique_ptr<Discovery> m_discovery;
+  std::string m_pairingCode;
+  std::chrono::steady_clock::time_point m_pairingUntil;
+  std::unique_ptr<IdentityClash> m_pendingClash;  // handled by the telemetry thread
+  std::atomic<int> m_regenerations{0};
   std::atomic<bool> m_stop{false};
   std::mutex m_servedMutex;
   std::vector<std::unique_ptr<Served>> m_served;
