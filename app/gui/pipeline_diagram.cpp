@@ -1,5 +1,6 @@
 #include "app/gui/pipeline_diagram.h"
 
+#include <QFontMetrics>
 #include <QPainter>
 #include <QPalette>
 #include <algorithm>
@@ -10,6 +11,8 @@ namespace {
 constexpr int kBarHeight = 34;
 constexpr int kMargin = 8;
 constexpr int kTextLine = 18;
+constexpr int kLabelGap = 12;   // between two device labels under the bar
+constexpr int kLabelSlack = 4;  // rounding of text widths: a label that fits is never elided
 
 }  // namespace
 
@@ -89,9 +92,27 @@ void PipelineDiagram::paintEvent(QPaintEvent*) {
     p.drawRect(r);
     p.setPen(Qt::white);
     p.drawText(r, Qt::AlignCenter, QString("%1–%2").arg(s.firstLayer).arg(s.lastLayer - 1));
+  }
+  // Device labels under the bar: centred on their segment at their full width, then moved right
+  // just enough not to cover the previous one, and elided only when the bar is out of room (a
+  // one-layer stage would otherwise show "ch · cp").
+  const QFontMetrics fm = p.fontMetrics();  // what drawText measures with
+  int previousRight = bar.left() - kLabelGap;
+  for (int i = 0; i < m_segments.size(); ++i) {
+    const Segment& s = m_segments[i];
+    const int centre = (xOf(s.firstLayer) + xOf(s.lastLayer)) / 2;
+    const int remaining = static_cast<int>(m_segments.size()) - i;  // this label and those after
+    const int room = std::max(0, (bar.right() - previousRight - kLabelGap) / remaining);
+    int w = std::min(fm.boundingRect(s.label).width() + kLabelSlack,
+                     std::max(room, xOf(s.lastLayer) - xOf(s.firstLayer)));
+    // Never over the previous label; within the bar when it can be.
+    const int left = std::max(std::max(previousRight + kLabelGap, bar.left()),
+                              std::min(centre - w / 2, bar.right() - w));
+    if (left + w > bar.right()) w = std::max(0, bar.right() - left);
     p.setPen(pal.color(QPalette::WindowText));
-    p.drawText(QRect(r.left(), bar.bottom() + 2, r.width(), kTextLine),
-               Qt::AlignHCenter | Qt::AlignTop, s.label);
+    p.drawText(QRect(left, bar.bottom() + 2, w, kTextLine), Qt::AlignHCenter | Qt::AlignTop,
+               fm.elidedText(s.label, Qt::ElideRight, w));
+    previousRight = left + w;
   }
   for (int i = 0; i < m_links.size() && i + 1 < m_segments.size(); ++i) {
     const int x = xOf(m_segments[i + 1].firstLayer);

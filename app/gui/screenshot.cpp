@@ -43,8 +43,6 @@ void failAndQuit(const QString& why) {
 void shootLivePool(ChatWindow& window, const QString& outFile, const ScreenshotOptions& o) {
   PoolController* c = window.poolController();
   PoolSetupPanel* setup = window.poolView()->setupPanel();
-  window.startPool(o.poolMaxDeviceBytes, false);  // before showing the page starts it plainly
-  window.showPage("pool");
   QObject::connect(c, &PoolController::failed, &window, &failAndQuit);
   QObject::connect(c, &PoolController::started, &window, [c, o] {
     for (const QString& address : o.poolNodes) {
@@ -77,6 +75,9 @@ void shootLivePool(ChatWindow& window, const QString& outFile, const ScreenshotO
         QTimer::singleShot(kPoolLiveMs, &window,
                            [&window, outFile] { saveAndQuit(window, "pool", outFile); });
       });
+  // Last: the controller's thread may answer start() at once, and every handler must be there.
+  window.startPool(o.poolMaxDeviceBytes, false);  // before showing the page starts it plainly
+  window.showPage("pool");
 }
 
 }  // namespace
