@@ -6,7 +6,8 @@
 //     and their charts gain points from live telemetry;
 //   - chat over the pool: a reply streams and finishes, Stop ends it, and the chat window's
 //     "Run on: Pool" sends the conversation to the pool;
-//   - a node started with --pair: typing its code in the Pair dialog makes it a member.
+//   - a node started with --pair: typing its code in the Pair dialog makes it a member, by
+//     address, or from its row once LAN discovery has heard it.
 
 #include <QChart>
 #include <QComboBox>
@@ -20,6 +21,7 @@
 #include <QRegularExpression>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <QTreeWidget>
 #include <QtTest>
 #include <algorithm>
 #include <deque>
@@ -82,25 +84,20 @@ class TestPoolLive : public QObject {
   uint64_t m_memoryCap = 0;
   std::deque<Node> m_nodes;  // deque: startNode hands out references that stay valid
 
-  // Starts a shoal-node on a free loopback port; `pair`: it shows a code instead of trusting us.
-  Node& startNode(const QString& name, bool pair) {
+  // Starts a shoal-node on a free port; `pair`: it shows a code instead of trusting us;
+  // `discoverable`: it announces itself on the LAN (and listens on every address) instead of
+  // listening on loopback only without discovery.
+  Node& startNode(const QString& name, bool pair, bool discoverable = false) {
     const QString base = m_dir.filePath(name);
     const QString config = base + "/config", models = base + "/models";
     QDir().mkpath(config);
     QDir().mkpath(models);  // empty: the weights are streamed from the app
-    QStringList args{"--name",
-                     name,
-                     "--port",
-                     "0",
-                     "--bind",
-                     "127.0.0.1",
-                     "--config-dir",
-                     config,
-                     "--models-dir",
-                     models,
-                     "--no-discovery",
-                     "--threads",
-                     "1"};
+    QStringList args{"--name", name,           "--port", "0",         "--config-dir",
+                     config,   "--models-dir", models,   "--threads", "1"};
+    if (!discoverable)
+      args << "--bind"
+           << "127.0.0.1"
+           << "--no-discovery";
     if (pair) {
       args << "--pair";
     } else {
@@ -122,7 +119,7 @@ class TestPoolLive : public QObject {
     QByteArray out;
     const QString port =
         waitForLine(*n.process, QRegularExpression("device \\S+ port (\\d+)"), out);
-    if (!port.isEmpty()) n.address = "127.0.0.1:" + port;
+    if (!port.isEmpty()) n.address = "127.0.0.1:" + port;  // discovery gives its LAN address
     if (pair) {
       n.pairingCode = waitForLine(*n.process, QRegularExpression("pairing code ([A-Z0-9-]+)"), out);
     }
@@ -344,6 +341,48 @@ class TestPoolLive : public QObject {
     QCOMPARE(stored.last().role, QString("assistant"));
     QVERIFY(!stored.last().content.isEmpty());
     qunsetenv("SHOAL_DATA_DIR");
+  }
+
+  void aNodeHeardOnTheLanIsPairedFromItsRow() {
+    Node& n = startNode("node-heard", true, true);
+    QVERIFY2(!n.pairingCode.isEmpty(), "the node did not print a pairing code");
+
+    PoolControllerThread thread;
+    PoolView view;
+    view.show();
+    view.attachController(thread.controller());
+    PoolController* c = thread.controller();
+    QSignalSpy started(c, &PoolController::started);
+    QSignalSpy failed(c, &PoolController::failed);
+    QSignalSpy added(c, &PoolController::nodeAdded);
+    QMetaObject::invokeMethod(c, "start", Qt::QueuedConnection, Q_ARG(QString, m_appConfig),
+                              Q_ARG(QString, "test-app"), Q_ARG(bool, true), Q_ARG(qint64, 0));
+    QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 30000);
+    for (const QList<QVariant>& f : failed) {
+      if (f.at(0).toString().contains("discovery")) QSKIP("LAN discovery cannot bind here");
+    }
+    // Its row, not paired yet, with a Pair… button (beacons go out once a second).
+    QTreeWidget* list = view.setupPanel()->nodeList();
+    const auto rowOf = [list, &n]() -> QTreeWidgetItem* {
+      for (int i = 0; i < list->topLevelItemCount(); ++i) {
+        if (list->topLevelItem(i)->text(0) == n.name) return list->topLevelItem(i);
+      }
+      return nullptr;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(rowOf() != nullptr, 15000);
+    QCOMPARE(rowOf()->text(2), QString("not paired"));
+    auto* pair = qobject_cast<QPushButton*>(list->itemWidget(rowOf(), 3));
+    QVERIFY(pair);
+    QCOMPARE(pair->objectName(), QString("pairPeerButton"));
+    QTest::mouseClick(pair, Qt::LeftButton);
+    QInputDialog* dialog = view.setupPanel()->pairDialog();
+    QVERIFY(dialog);
+    dialog->setTextValue(n.pairingCode);
+    dialog->accept();
+    QTRY_VERIFY_WITH_TIMEOUT(added.count() == 1 || failed.count() > 0, kNetworkStepMs);
+    QVERIFY2(added.count() == 1, qPrintable(failed.value(0).value(0).toString()));
+    QCOMPARE(added.first().at(1).toString(), n.name);
+    QTRY_COMPARE(rowOf()->text(2), QString("in the pool"));
   }
 
   void aNodeShowingAPairingCodeJoinsThroughThePairDialog() {
