@@ -25,9 +25,13 @@ if netns_unavailable_reason >/dev/null; then
   ln -s "$model" "$work/models/model.gguf"
   coordinator="$("$node" --print-device-id --config-dir "$work/coordinator")"
   args=(--model "$model" --identity-dir "$work/coordinator")
+  # The nodes compute on the last CPU, as shoal-hop-overhead pins the nodes it starts (the
+  # coordinator pins itself to the first).
+  pin=()
+  if [ "$(nproc)" -ge 2 ]; then pin=(taskset -c "$(($(nproc) - 1))"); fi
   for h in 1 2 3; do
     id="$("$node" --print-device-id --config-dir "$work/node$h")"
-    netns_exec "h$h" "$node" --config-dir "$work/node$h" --port 7000 --no-discovery \
+    netns_exec "h$h" "${pin[@]}" "$node" --config-dir "$work/node$h" --port 7000 --no-discovery \
       --threads 1 --models-dir "$work/models" --trust "$coordinator" >"$work/node$h.out" 2>/dev/null &
     args+=(--connect "$(netns_ip "h$h"):7000" --trust "$id")
   done

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -13,7 +14,6 @@
 #include <vector>
 
 #include "engine/model/model.h"
-#include "engine/runtime/chain.h"
 #include "engine/runtime/sampler.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "lan/pool/node_client.h"
@@ -22,42 +22,65 @@
 
 namespace shoal::lan::test {
 
-// `tokens` generated greedily (tokens[0] is sampled after the prompt); stepMs: the time of each
-// later single-token step (forward + sample), tokens.size() - 1 of them.
+// `tokens` generated greedily (tokens[0] is sampled after the prompt); stepMs: the wall time of
+// each later single-token step (forward + sample), tokens.size() - 1 of them; stepCpuMs (local
+// runs only): the process CPU time of the same steps (wall >> CPU: the step waited for a core).
 struct GreedyRun {
   std::vector<int32_t> tokens;
   std::vector<double> stepMs;
+  std::vector<double> stepCpuMs;
 };
 
-// The reference: one CPU stage with the whole model, `threads` threads.
-inline GreedyRun localGreedy(const model::Model& m, std::span<const int32_t> prompt, int steps,
-                             int threads, int32_t contextLength = 512) {
+// Greedy decoding on one stage holding the whole model; its KV cache is reset first, so the
+// stage can be reused run after run (as a node's is).
+inline GreedyRun localGreedy(runtime::Stage& stage, std::span<const int32_t> prompt, int steps) {
   using Clock = std::chrono::steady_clock;
+  const auto cpuMs = [] { return 1000.0 * static_cast<double>(std::clock()) / CLOCKS_PER_SEC; };
+  stage.truncate(0, 0);
+  runtime::SamplerParams greedy;
+  greedy.temperature = 0;
+  runtime::Sampler sampler(greedy);
+  runtime::StageInput in;
+  in.count = static_cast<int32_t>(prompt.size());
+  in.tokens = prompt;
+  runtime::StageOutput out;
+  stage.forward(in, out);
+  GreedyRun run;
+  run.tokens.push_back(sampler.sample(out.logits));
+  auto pos = static_cast<int32_t>(prompt.size());
+  for (int i = 1; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    const double c0 = cpuMs();
+    const int32_t one[1] = {run.tokens.back()};
+    in.firstPosition = pos++;
+    in.count = 1;
+    in.tokens = one;
+    stage.forward(in, out);
+    run.tokens.push_back(sampler.sample(out.logits));
+    run.stepCpuMs.push_back(cpuMs() - c0);
+    run.stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return run;
+}
+
+// A CPU stage with the whole model, `threads` threads (the backend lives as long as the stage
+// needs it: its thread pool is shared with the stage).
+inline std::unique_ptr<runtime::Stage> localStage(const model::Model& m, int threads,
+                                                  int32_t contextLength = 512) {
   cpu::CpuBackend cpu(threads);
   runtime::StageSpec spec;
   spec.lastLayer = m.config().nLayer;
   spec.hasEmbedding = spec.hasHead = true;
   spec.contextLength = contextLength;
   const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
-  std::vector<std::unique_ptr<runtime::Stage>> stages;
-  stages.push_back(cpu.createStage("cpu0", src, spec));
-  runtime::Chain chain(std::move(stages));
-  runtime::SamplerParams greedy;
-  greedy.temperature = 0;
-  runtime::Sampler sampler(greedy);
-  std::vector<float> logits;
-  chain.forward(0, 0, prompt, logits);
-  GreedyRun run;
-  run.tokens.push_back(sampler.sample(logits));
-  auto pos = static_cast<int32_t>(prompt.size());
-  for (int i = 1; i < steps; ++i) {
-    const auto t0 = Clock::now();
-    const int32_t one[1] = {run.tokens.back()};
-    chain.forward(0, pos++, one, logits);
-    run.tokens.push_back(sampler.sample(logits));
-    run.stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  return run;
+  return cpu.createStage("cpu0", src, spec);
+}
+
+// The reference: a fresh CPU stage with the whole model, `threads` threads.
+inline GreedyRun localGreedy(const model::Model& m, std::span<const int32_t> prompt, int steps,
+                             int threads, int32_t contextLength = 512) {
+  const auto stage = localStage(m, threads, contextLength);
+  return localGreedy(*stage, prompt, steps);
 }
 
 // The same through remote stages, as the coordinator runs a pool: hidden states node to node
