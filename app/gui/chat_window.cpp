@@ -17,7 +17,6 @@
 #include <QShortcut>
 #include <QSplitter>
 #include <QStatusBar>
-#include <QSysInfo>
 #include <QTabWidget>
 #include <QTextBrowser>
 #include <QTimer>
@@ -272,11 +271,9 @@ bool ChatWindow::runsOnPool() const { return m_poolDeployed && m_runOn->currentI
 void ChatWindow::startPool(qint64 maxDeviceMemoryBytes, bool discovery) {
   if (m_poolStarted) return;
   m_poolStarted = true;
-  const QString name =
-      m_appSettings.nodeName.isEmpty() ? QSysInfo::machineHostName() : m_appSettings.nodeName;
   QMetaObject::invokeMethod(poolController(), "start", Qt::QueuedConnection,
                             Q_ARG(QString, PoolController::configDirOf(m_dataDirectory)),
-                            Q_ARG(QString, name), Q_ARG(bool, discovery),
+                            Q_ARG(QString, m_appSettings.nodeName), Q_ARG(bool, discovery),
                             Q_ARG(qint64, maxDeviceMemoryBytes));
 }
 
@@ -339,6 +336,10 @@ void ChatWindow::applySettings(const AppSettings& settings) {
                           settings.apiHost != m_appSettings.apiHost ||
                           settings.apiPort != m_appSettings.apiPort;
   const bool dirChanged = settings.effectiveModelsDir() != m_appSettings.effectiveModelsDir();
+  if (m_poolStarted && settings.nodeName != m_appSettings.nodeName) {
+    QMetaObject::invokeMethod(poolController(), "setNodeName", Qt::QueuedConnection,
+                              Q_ARG(QString, settings.nodeName));
+  }
   m_appSettings = settings;
   m_appSettings.save();
   if (dirChanged) m_models->setModelsDirectory(m_appSettings.effectiveModelsDir());

@@ -3,6 +3,7 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QRandomGenerator>
+#include <QSysInfo>
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -104,7 +105,7 @@ void PoolController::start(const QString& configDir, const QString& nodeName, bo
     m_identity = std::make_unique<lan::Identity>(lan::loadOrCreateIdentity(dir));
     m_trust = std::make_unique<lan::TrustStore>();
     m_trust->load(dir);
-    m_nodeName = nodeName.isEmpty() ? QStringLiteral("shoal") : nodeName;
+    m_nodeName = nodeName.isEmpty() ? QSysInfo::machineHostName() : nodeName;
 
     lan::CoordinatorOptions co;
     co.contextLength = kPoolContext;
@@ -123,41 +124,53 @@ void PoolController::start(const QString& configDir, const QString& nodeName, bo
     m_listener =
         std::make_unique<lan::Listener>("0.0.0.0", 0, *m_identity, *m_trust,
                                         [](std::unique_ptr<lan::Connection> c) { c->close(); });
-    if (discovery) {
-      lan::DiscoveryOptions d;
-      d.deviceId = m_identity->deviceId;
-      d.name = m_nodeName.toStdString();
-      d.tcpPort = m_listener->port();
-      d.summary = "shoal desktop app (coordinator)";
-      d.onPeersChanged = [this](const std::vector<lan::Peer>& peers) {
-        QList<DiscoveredNode> out;
-        for (const lan::Peer& p : peers) {
-          DiscoveredNode n;
-          n.deviceId = qs(p.deviceId);
-          n.name = qs(p.name);
-          n.address = peerAddress(p);
-          n.summary = qs(p.summary);
-          n.trusted = m_trust->isTrusted(p.deviceId);  // the store is thread-safe
-          out.push_back(n);
-        }
-        emit peersChanged(out);  // from the discovery thread: queued to the GUI
-      };
-      d.log = [](const std::string& line) { qWarning("discovery: %s", line.c_str()); };
-      m_discovery = std::make_unique<lan::Discovery>(d);
-      try {
-        m_discovery->start();
-      } catch (const std::exception& e) {
-        // The pool still works by address; say why nothing will be discovered.
-        m_discovery.reset();
-        emit failed(tr("LAN discovery is off: %1").arg(qs(e.what())));
-      }
-    }
+    if (discovery) startDiscovery();
     emit started(qs(m_identity->deviceId), m_listener->port());
   } catch (const std::exception& e) {
     m_coordinator.reset();
     m_listener.reset();
     emit failed(tr("The pool could not start: %1").arg(qs(e.what())));
   }
+}
+
+void PoolController::startDiscovery() {
+  lan::DiscoveryOptions d;
+  d.deviceId = m_identity->deviceId;
+  d.name = m_nodeName.toStdString();
+  d.tcpPort = m_listener->port();
+  d.summary = "shoal desktop app (coordinator)";
+  d.onPeersChanged = [this](const std::vector<lan::Peer>& peers) {
+    QList<DiscoveredNode> out;
+    for (const lan::Peer& p : peers) {
+      DiscoveredNode n;
+      n.deviceId = qs(p.deviceId);
+      n.name = qs(p.name);
+      n.address = peerAddress(p);
+      n.summary = qs(p.summary);
+      n.trusted = m_trust->isTrusted(p.deviceId);  // the store is thread-safe
+      out.push_back(n);
+    }
+    emit peersChanged(out);  // from the discovery thread: queued to the GUI
+  };
+  d.log = [](const std::string& line) { qWarning("discovery: %s", line.c_str()); };
+  m_discovery = std::make_unique<lan::Discovery>(d);
+  try {
+    m_discovery->start();
+  } catch (const std::exception& e) {
+    // The pool still works by address; say why nothing will be discovered.
+    m_discovery.reset();
+    emit failed(tr("LAN discovery is off: %1").arg(qs(e.what())));
+  }
+}
+
+void PoolController::setNodeName(const QString& nodeName) {
+  const QString name = nodeName.isEmpty() ? QSysInfo::machineHostName() : nodeName;
+  if (name == m_nodeName) return;
+  m_nodeName = name;
+  if (!m_discovery) return;
+  m_discovery->stop();
+  m_discovery.reset();
+  startDiscovery();
 }
 
 void PoolController::ensureTelemetry() {

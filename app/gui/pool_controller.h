@@ -53,10 +53,14 @@ class PoolController : public QObject {
 
  public slots:
   // Loads (or creates) the identity and trust store in configDir, opens the listener discovery
-  // advertises, and starts discovery unless `discovery` is false. maxDeviceMemoryBytes caps what
+  // advertises, and starts discovery unless `discovery` is false, announcing nodeName (empty:
+  // the host name; also the name paired nodes store for us). maxDeviceMemoryBytes caps what
   // any pooled device may give (0: what it has free). Emits started or failed.
   void start(const QString& configDir, const QString& nodeName, bool discovery,
              qint64 maxDeviceMemoryBytes);
+  // The name discovery announces (Settings' node name; empty: the host name). Takes effect at
+  // once when discovery runs: it restarts with the new name.
+  void setNodeName(const QString& nodeName);
   // Connects to a trusted node at "host:port" and adds it to the pool (links profiled). Emits
   // nodeAdded, or failed naming the address.
   void addNode(const QString& address);
@@ -91,6 +95,7 @@ class PoolController : public QObject {
 
  private:
   void ensureTelemetry();
+  void startDiscovery();
   PlanPreview previewOf(const plan::Plan& plan) const;
 
   std::unique_ptr<lan::Identity> m_identity;

@@ -37,6 +37,7 @@
 #include "engine/model/model.h"
 #include "engine/plan/cost_model.h"
 #include "engine/plan/model_cost.h"
+#include "lan/discovery/discovery.h"
 #include "lan/transport/identity.h"
 #include "lan/transport/trust_store.h"
 
@@ -383,6 +384,35 @@ class TestPoolLive : public QObject {
     QVERIFY2(added.count() == 1, qPrintable(failed.value(0).value(0).toString()));
     QCOMPARE(added.first().at(1).toString(), n.name);
     QTRY_COMPARE(rowOf()->text(2), QString("in the pool"));
+  }
+
+  void aNewNodeNameIsAnnouncedAtOnce() {
+    PoolControllerThread thread;
+    PoolController* c = thread.controller();
+    QSignalSpy started(c, &PoolController::started);
+    QSignalSpy failed(c, &PoolController::failed);
+    QMetaObject::invokeMethod(c, "start", Qt::QueuedConnection, Q_ARG(QString, m_appConfig),
+                              Q_ARG(QString, "before-rename"), Q_ARG(bool, true), Q_ARG(qint64, 0));
+    QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 30000);
+    if (!failed.isEmpty()) QSKIP("LAN discovery cannot bind here");
+    // A listener of our own on the LAN, as another machine's app would be.
+    lan::DiscoveryOptions o;
+    o.deviceId = lan::createIdentity().deviceId;
+    o.name = "listener";
+    o.tcpPort = 1;
+    o.log = [](const std::string&) {};
+    lan::Discovery listener(o);
+    listener.start();
+    const auto nameHeard = [&listener, this]() -> QString {
+      for (const lan::Peer& p : listener.peers()) {
+        if (QString::fromStdString(p.deviceId) == m_appId) return QString::fromStdString(p.name);
+      }
+      return {};
+    };
+    QTRY_COMPARE_WITH_TIMEOUT(nameHeard(), QString("before-rename"), 15000);
+    QMetaObject::invokeMethod(c, "setNodeName", Qt::QueuedConnection,
+                              Q_ARG(QString, "after-rename"));
+    QTRY_COMPARE_WITH_TIMEOUT(nameHeard(), QString("after-rename"), 15000);
   }
 
   void aNodeShowingAPairingCodeJoinsThroughThePairDialog() {
