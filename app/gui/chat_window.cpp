@@ -268,13 +268,17 @@ PoolController* ChatWindow::poolController() const { return m_poolThread->contro
 
 bool ChatWindow::runsOnPool() const { return m_poolDeployed && m_runOn->currentIndex() == 1; }
 
-void ChatWindow::startPool(qint64 maxDeviceMemoryBytes, bool discovery) {
+void ChatWindow::startPool(qint64 maxDeviceMemoryBytes, bool discovery, bool shareThisComputer) {
   if (m_poolStarted) return;
   m_poolStarted = true;
   QMetaObject::invokeMethod(poolController(), "start", Qt::QueuedConnection,
                             Q_ARG(QString, PoolController::configDirOf(m_dataDirectory)),
                             Q_ARG(QString, m_appSettings.nodeName), Q_ARG(bool, discovery),
                             Q_ARG(qint64, maxDeviceMemoryBytes));
+  if (shareThisComputer) {
+    QMetaObject::invokeMethod(poolController(), "shareThisComputer", Qt::QueuedConnection,
+                              Q_ARG(QString, m_appSettings.effectiveModelsDir()));
+  }
 }
 
 void ChatWindow::connectPool() {

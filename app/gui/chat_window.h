@@ -56,8 +56,10 @@ class ChatWindow : public QMainWindow {
   PoolController* poolController() const;
   // Starts the pool controller (identity in <data dir>/pool, discovery under the node name from
   // Settings) unless it is started; the pool page does it when first shown.
-  // maxDeviceMemoryBytes: the most any pooled device may give (0: what it has free).
-  void startPool(qint64 maxDeviceMemoryBytes = 0, bool discovery = true);
+  // maxDeviceMemoryBytes: the most any pooled device may give (0: what it has free);
+  // shareThisComputer: this machine's devices join the pool too (PoolController).
+  void startPool(qint64 maxDeviceMemoryBytes = 0, bool discovery = true,
+                 bool shareThisComputer = true);
   // "Run on: This computer | Pool", shown once a pool is deployed.
   QComboBox* runOnBox() const { return m_runOn; }
   bool runsOnPool() const;

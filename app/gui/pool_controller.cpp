@@ -14,6 +14,7 @@
 #include "engine/model/model.h"
 #include "engine/plan/types.h"
 #include "lan/discovery/discovery.h"
+#include "lan/node/node_service.h"
 #include "lan/pool/coordinator.h"
 #include "lan/pool/pool_builder.h"
 #include "lan/transport/connect.h"
@@ -84,7 +85,8 @@ PoolController::~PoolController() {
   if (m_coordinator) m_coordinator->stopTelemetry();
   if (m_discovery) m_discovery->stop();
   m_discovery.reset();
-  m_coordinator.reset();
+  m_coordinator.reset();  // closes its connection to the local node before that stops
+  m_localNode.reset();
   m_listener.reset();
 }
 
@@ -102,6 +104,7 @@ void PoolController::start(const QString& configDir, const QString& nodeName, bo
   }
   try {
     const std::filesystem::path dir = configDir.toStdString();
+    m_configDir = configDir;
     m_identity = std::make_unique<lan::Identity>(lan::loadOrCreateIdentity(dir));
     m_trust = std::make_unique<lan::TrustStore>();
     m_trust->load(dir);
@@ -135,10 +138,12 @@ void PoolController::start(const QString& configDir, const QString& nodeName, bo
 
 void PoolController::startDiscovery() {
   lan::DiscoveryOptions d;
-  d.deviceId = m_identity->deviceId;
+  // What others can use: this computer's node when it is shared, else the coordinator's
+  // listener (which refuses connections: it hosts nothing).
+  d.deviceId = m_localNode ? m_localNode->deviceId() : m_identity->deviceId;
   d.name = m_nodeName.toStdString();
-  d.tcpPort = m_listener->port();
-  d.summary = "shoal desktop app (coordinator)";
+  d.tcpPort = m_localNode ? m_localNode->port() : m_listener->port();
+  d.summary = m_localNode ? "shoal desktop app (pool member)" : "shoal desktop app (coordinator)";
   d.onPeersChanged = [this](const std::vector<lan::Peer>& peers) {
     QList<DiscoveredNode> out;
     for (const lan::Peer& p : peers) {
@@ -161,6 +166,35 @@ void PoolController::startDiscovery() {
     m_discovery.reset();
     emit failed(tr("LAN discovery is off: %1").arg(qs(e.what())));
   }
+}
+
+void PoolController::shareThisComputer(const QString& modelsDir) {
+  if (!m_coordinator) {
+    emit failed(tr("The pool is not started."));
+    return;
+  }
+  if (m_localNode) return;
+  try {
+    lan::NodeServiceOptions o;
+    o.name = m_nodeName.toStdString();
+    o.configDir = QDir(m_configDir).filePath("node").toStdString();
+    o.modelsDir = modelsDir.toStdString();
+    o.port = 0;
+    o.trust = {m_identity->deviceId};
+    o.discovery = false;  // ours announces it
+    m_localNode = std::make_unique<lan::NodeService>(o);
+    m_trust->add(m_localNode->deviceId(), m_nodeName.toStdString());
+  } catch (const std::exception& e) {
+    m_localNode.reset();
+    emit failed(tr("This computer cannot join the pool: %1").arg(qs(e.what())));
+    return;
+  }
+  if (m_discovery) {
+    m_discovery->stop();
+    m_discovery.reset();
+    startDiscovery();
+  }
+  addNode(QStringLiteral("127.0.0.1:%1").arg(m_localNode->port()));
 }
 
 void PoolController::setNodeName(const QString& nodeName) {

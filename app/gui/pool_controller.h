@@ -1,7 +1,8 @@
 #pragma once
 // PoolController: the app's side of the LAN pool — its coordinator identity, LAN discovery (the
-// app announces itself as a pool member under the node name from Settings) and a
-// lan::Coordinator over the nodes the user adds or pairs with.
+// app announces itself as a pool member under the node name from Settings), a
+// lan::Coordinator over the nodes the user adds or pairs with, and, when this computer is shared,
+// an in-process lan::NodeService that hosts stages on this machine's devices like any node.
 //
 // Threading contract (the same as ChatEngine's, chat_engine.h)
 // ------------------------------------------------------------
@@ -30,6 +31,7 @@ namespace shoal::lan {
 class Coordinator;
 class Discovery;
 class Listener;
+class NodeService;
 class TrustStore;
 struct Identity;
 }  // namespace shoal::lan
@@ -58,6 +60,11 @@ class PoolController : public QObject {
   // any pooled device may give (0: what it has free). Emits started or failed.
   void start(const QString& configDir, const QString& nodeName, bool discovery,
              qint64 maxDeviceMemoryBytes);
+  // Shares this computer's devices with the pool: starts a node in this process (its own
+  // identity in <configDir>/node, trusted both ways with the coordinator, any free port,
+  // GGUF files from modelsDir), announces it instead of the coordinator, and adds it. Emits
+  // nodeAdded (address 127.0.0.1:port) or failed.
+  void shareThisComputer(const QString& modelsDir);
   // The name discovery announces (Settings' node name; empty: the host name). Takes effect at
   // once when discovery runs: it restarts with the new name.
   void setNodeName(const QString& nodeName);
@@ -100,7 +107,9 @@ class PoolController : public QObject {
 
   std::unique_ptr<lan::Identity> m_identity;
   std::unique_ptr<lan::TrustStore> m_trust;
-  std::unique_ptr<lan::Listener> m_listener;  // what discovery advertises; hosts nothing
+  QString m_configDir;
+  std::unique_ptr<lan::Listener> m_listener;      // advertised while this computer is not shared
+  std::unique_ptr<lan::NodeService> m_localNode;  // this computer as a pool member, when shared
   std::unique_ptr<lan::Discovery> m_discovery;
   std::unique_ptr<lan::Coordinator> m_coordinator;
   std::unique_ptr<plan::Plan> m_plan;  // the last preview

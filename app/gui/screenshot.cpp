@@ -76,7 +76,9 @@ void shootLivePool(ChatWindow& window, const QString& outFile, const ScreenshotO
                            [&window, outFile] { saveAndQuit(window, "pool", outFile); });
       });
   // Last: the controller's thread may answer start() at once, and every handler must be there.
-  window.startPool(o.poolMaxDeviceBytes, false);  // before showing the page starts it plainly
+  // Before showing the page starts it plainly; the three nodes only (not this computer), so the
+  // picture is the same on every machine.
+  window.startPool(o.poolMaxDeviceBytes, false, false);
   window.showPage("pool");
 }
 

@@ -128,13 +128,16 @@ class TestPoolLive : public QObject {
     return m_nodes.back();
   }
 
-  void startController(PoolControllerThread& thread, PoolView& view) {
+  // Starts the controller on the app's config dir; every device capped at m_memoryCap unless
+  // `uncapped`.
+  void startController(PoolControllerThread& thread, PoolView& view, bool uncapped = false) {
     view.attachController(thread.controller());
     view.setModelPath(modelPath());
     QSignalSpy started(thread.controller(), &PoolController::started);
     QMetaObject::invokeMethod(thread.controller(), "start", Qt::QueuedConnection,
                               Q_ARG(QString, m_appConfig), Q_ARG(QString, "test-app"),
-                              Q_ARG(bool, false), Q_ARG(qint64, qint64(m_memoryCap)));
+                              Q_ARG(bool, false),
+                              Q_ARG(qint64, uncapped ? qint64(0) : qint64(m_memoryCap)));
     QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 30000);
     QCOMPARE(started.first().at(0).toString(), m_appId);  // the identity the nodes trust
   }
@@ -325,8 +328,8 @@ class TestPoolLive : public QObject {
     qputenv("SHOAL_DATA_DIR", m_dir.filePath("app").toLocal8Bit());
     ChatWindow window(modelPath(), m_dir.filePath("app"));
     window.show();
-    QVERIFY(!window.runOnBox()->isVisible());  // no pool yet
-    window.startPool(qint64(m_memoryCap), false);
+    QVERIFY(!window.runOnBox()->isVisible());             // no pool yet
+    window.startPool(qint64(m_memoryCap), false, false);  // node-a and node-b only
     deployOverTwoNodes(window.poolController());
     QTRY_VERIFY(window.runOnBox()->isVisible());
     window.runOnBox()->setCurrentIndex(1);  // Run on: Pool
@@ -413,6 +416,38 @@ class TestPoolLive : public QObject {
     QMetaObject::invokeMethod(c, "setNodeName", Qt::QueuedConnection,
                               Q_ARG(QString, "after-rename"));
     QTRY_COMPARE_WITH_TIMEOUT(nameHeard(), QString("after-rename"), 15000);
+  }
+
+  void thisComputerJoinsItsOwnPoolWhenShared() {
+    PoolControllerThread thread;
+    PoolView view;
+    view.show();
+    startController(thread, view, true);
+    PoolController* c = thread.controller();
+    QSignalSpy added(c, &PoolController::nodeAdded);
+    QSignalSpy failed(c, &PoolController::failed);
+    const QString models = m_dir.filePath("app-models");
+    QDir().mkpath(models);
+    QMetaObject::invokeMethod(c, "shareThisComputer", Qt::QueuedConnection, Q_ARG(QString, models));
+    QTRY_VERIFY_WITH_TIMEOUT(added.count() == 1 || !failed.isEmpty(), kNetworkStepMs);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+    // A node of its own (not the coordinator's identity), on this machine, under our name.
+    QVERIFY(added.first().at(0).toString() != m_appId);
+    QCOMPARE(added.first().at(1).toString(), QString("test-app"));
+    QVERIFY(added.first().at(2).toString().startsWith("127.0.0.1:"));
+    QTRY_VERIFY_WITH_TIMEOUT(view.cards().size() == 1, 30000);
+    // It can hold the whole model: a one-stage plan on this computer deploys.
+    QSignalSpy planned(c, &PoolController::planReady);
+    QSignalSpy deployed(c, &PoolController::deployed);
+    QMetaObject::invokeMethod(c, "previewPlan", Qt::QueuedConnection, Q_ARG(QString, modelPath()));
+    QTRY_VERIFY_WITH_TIMEOUT(planned.count() == 1 || !failed.isEmpty(), kNetworkStepMs);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+    const PlanPreview plan = planned.first().at(0).value<PlanPreview>();
+    QVERIFY2(plan.feasible, qPrintable(plan.reason));
+    QCOMPARE(plan.stages.front().nodeName, QString("test-app"));
+    QMetaObject::invokeMethod(c, "deploy", Qt::QueuedConnection);
+    QTRY_VERIFY_WITH_TIMEOUT(deployed.count() == 1 || !failed.isEmpty(), kDeployMs);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
   }
 
   void aNodeShowingAPairingCodeJoinsThroughThePairDialog() {
