@@ -187,8 +187,8 @@ void NodeService::regenerateIdentity(const IdentityClash& clash) {
 
   std::lock_guard lock(m_netMutex);
   const std::string oldId = m_identity->deviceId;
-  const uint16_t port = m_listener->port();
-  m_listener->stop();
+  const uint16_t port = m_listener ? m_listener->port() : m_options.port;
+  if (m_listener) m_listener->stop();
   m_listener.reset();
   // The connections were authenticated under the old certificate; their coordinators must
   // trust the new ID before they talk to this node again.
@@ -196,6 +196,7 @@ void NodeService::regenerateIdentity(const IdentityClash& clash) {
     std::lock_guard served(m_servedMutex);
     for (auto& s : m_served) s->connection->close();
   }
+  bool renewed = false;
   try {
     // Kept (one generation) rather than deleted: it is still the other machine's identity.
     const auto dir = m_options.configDir / "identity";
@@ -203,24 +204,31 @@ void NodeService::regenerateIdentity(const IdentityClash& clash) {
     std::filesystem::remove_all(aside);
     std::filesystem::rename(dir, aside);
     m_identity = std::make_unique<Identity>(loadOrCreateIdentity(m_options.configDir));
+    renewed = true;
   } catch (const std::exception& e) {
     // Keep serving under the old ID rather than not at all.
     std::fprintf(stderr, "shoal-node: identity clash with %s, but no new identity: %s\n",
                  clash.address.c_str(), e.what());
   }
   m_host->setDeviceId(m_identity->deviceId);
-  try {
-    startListener(port);
-  } catch (const std::exception&) {
-    startListener(m_options.port);  // the old port was taken meanwhile
+  // The same port, so coordinators find the node where they knew it; if it was taken meanwhile,
+  // the configured one, then any.
+  for (const uint16_t p : {port, m_options.port, uint16_t{0}}) {
+    try {
+      startListener(p);
+      break;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "shoal-node: listener on port %u: %s\n", unsigned(p), e.what());
+    }
   }
-  if (m_options.discovery) startDiscovery();
+  if (m_options.discovery && m_listener) startDiscovery();
+  if (!renewed) return;
   ++m_regenerations;
   std::fprintf(stderr,
                "shoal-node: identity clash: %s (%s) runs with our device ID %s (a copied config "
                "dir); new device ID %s (port %u): coordinators must trust it again\n",
                clash.address.c_str(), clash.theirName.c_str(), oldId.c_str(),
-               m_identity->deviceId.c_str(), unsigned(m_listener->port()));
+               m_identity->deviceId.c_str(), m_listener ? unsigned(m_listener->port()) : 0u);
 }
 
 NodeService::~NodeService() { stop(); }
@@ -232,13 +240,13 @@ std::string NodeService::deviceId() const {
 
 uint16_t NodeService::port() const {
   std::lock_guard lock(m_netMutex);
-  return m_listener->port();
+  return m_listener ? m_listener->port() : 0;
 }
 
 std::string NodeService::startPairing(std::chrono::seconds validFor) {
   std::string code = generatePairingCode();
   std::lock_guard lock(m_netMutex);
-  m_listener->setPairingCode(code, validFor);
+  if (m_listener) m_listener->setPairingCode(code, validFor);
   m_pairingCode = code;
   m_pairingUntil = std::chrono::steady_clock::now() + validFor;
   return code;

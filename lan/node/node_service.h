@@ -7,8 +7,9 @@
 // to it, a cloned VM; exo issue #1599), the node regenerates its identity: the old
 // identity/ is kept as identity.replaced/, a new certificate (so a new device ID) is created,
 // the trust store is kept, the connections made under the old ID are closed, and the listener
-// (same port) and discovery restart with the new ID; one line is logged. Both machines usually
-// hear each other, so both move to new IDs: coordinators trust (or pair with) them again.
+// (same port) and discovery restart with the new ID; one line is logged. Usually only the first
+// machine to hear the other moves (within a beacon interval; the other then hears only the new
+// ID); both may. Coordinators trust (or pair with) a node that moved again.
 //
 // State lives in the config directory: identity/{cert,key}.pem, trusted.json,
 // model_hashes.json, device_profiles.json, shards/<model sha256>/<first>-<last>.gguf.
@@ -66,7 +67,7 @@ class NodeService {
 
   std::string deviceId() const;  // changes when the identity is regenerated
   const std::string& name() const { return m_options.name; }
-  uint16_t port() const;
+  uint16_t port() const;  // 0 if a regeneration could bind no port at all
   // Allow pairing for `validFor` with a fresh code, returned as "ABCD-EFGH".
   std::string startPairing(std::chrono::seconds validFor);
   NodeHost& host() { return *m_host; }

@@ -114,6 +114,27 @@ class TestLanPool : public QObject {
     return c;
   }
 
+  // The nodes still running (an earlier test may have killed one).
+  std::vector<size_t> runningNodes() const {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < m_nodes.size(); ++i) {
+      if (m_nodes[i]->state() == QProcess::Running) out.push_back(i);
+    }
+    return out;
+  }
+
+  // A coordinator over those nodes with the plan deployed (links not profiled, no log).
+  std::unique_ptr<Coordinator> deployedOver(const std::vector<size_t>& nodes) {
+    CoordinatorOptions o;
+    o.contextLength = kContext;
+    o.maxDeviceMemoryBytes = m_memoryCap;
+    auto c = std::make_unique<Coordinator>(connector(), o);
+    for (size_t i : nodes) c->addNode(m_addresses[i]);
+    c->setModel(modelPath());
+    c->deploy(c->makePlan());
+    return c;
+  }
+
   runtime::GenerateOptions greedy(int32_t tokens) {
     runtime::GenerateOptions g;
     g.maxTokens = tokens;
@@ -214,18 +235,10 @@ class TestLanPool : public QObject {
 
   void soakOf200ShortGenerationsHasNoFailuresAndNoFdGrowth() {
     // The three nodes still alive after the previous test (the spare may hold the shard now).
-    std::vector<size_t> alive;
-    for (size_t i = 0; i < m_nodes.size(); ++i) {
-      if (m_nodes[i]->state() == QProcess::Running) alive.push_back(i);
-    }
+    const std::vector<size_t> alive = runningNodes();
     QVERIFY(alive.size() >= 3);
-    CoordinatorOptions o;
-    o.contextLength = kContext;
-    o.maxDeviceMemoryBytes = m_memoryCap;
-    Coordinator c(connector(), o);
-    for (size_t i : alive) c.addNode(m_addresses[i]);
-    c.setModel(modelPath());
-    c.deploy(c.makePlan());
+    const auto pool = deployedOver(alive);
+    Coordinator& c = *pool;
     QCOMPARE(c.deployed().size(), size_t(3));
     int failures = 0;
     size_t fdsAfterWarmup = 0;
@@ -249,18 +262,10 @@ class TestLanPool : public QObject {
     // for the generation (or the other way round).
     const auto m = model::Model::load(modelPath());
     const runtime::GenerateResult reference = singleChain(*m, 40);
-    std::vector<size_t> alive;
-    for (size_t i = 0; i < m_nodes.size(); ++i) {
-      if (m_nodes[i]->state() == QProcess::Running) alive.push_back(i);
-    }
+    const std::vector<size_t> alive = runningNodes();
     QVERIFY(alive.size() >= 3);
-    CoordinatorOptions o;
-    o.contextLength = kContext;
-    o.maxDeviceMemoryBytes = m_memoryCap;
-    Coordinator c(connector(), o);
-    for (size_t i : alive) c.addNode(m_addresses[i]);
-    c.setModel(modelPath());
-    c.deploy(c.makePlan());
+    const auto pool = deployedOver(alive);
+    Coordinator& c = *pool;
     std::mutex mutex;
     std::vector<PoolSnapshot> snapshots;
     c.startTelemetry(
