@@ -39,7 +39,7 @@
 
 #include "engine/model/default_model.h"
 #include "engine/model/model.h"
-#include "lan/node/sha256.h"
+#include "lan/pool/sha256.h"
 #include "lan/pool/remote_stage.h"
 #include "lan/transport/connect.h"
 #include "lan/transport/identity.h"
@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
   try {
     if (modelPath.empty()) modelPath = model::defaultModelPath();
     const auto m = model::Model::load(modelPath);
-    const std::string sha = lan::sha256File(modelPath);
+    const std::string sha = lan::sha256FileHex(modelPath);
     const std::vector<int32_t> prompt =
         m->tokenizer().encode("The capital of France is", true, false);
 

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "lan/node/sha256.h"
+#include "lan/pool/sha256.h"
 
 namespace shoal::lan {
 namespace {
@@ -57,7 +57,7 @@ ModelCatalog::ModelCatalog(const std::filesystem::path& modelsDir,
           it->value("mtime", int64_t{0}) == mtime && it->value("sha256", "").size() == 64) {
         m.sha256 = (*it)["sha256"].get<std::string>();
       } else {
-        m.sha256 = sha256File(m.path);
+        m.sha256 = sha256FileHex(m.path);
         cache[key] = {{"size", m.size}, {"mtime", mtime}, {"sha256", m.sha256}};
         changed = true;
       }

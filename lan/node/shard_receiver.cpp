@@ -5,7 +5,7 @@
 
 #include "engine/error.h"
 #include "engine/gguf/gguf_writer.h"
-#include "lan/node/sha256.h"
+#include "lan/pool/sha256.h"
 
 namespace shoal::lan {
 

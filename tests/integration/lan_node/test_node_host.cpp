@@ -15,7 +15,7 @@
 #include "engine/runtime/sampler.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "lan/node/node_host.h"
-#include "lan/node/sha256.h"
+#include "lan/pool/sha256.h"
 #include "lan/pool/remote_stage.h"
 #include "tests/integration/lan_node/memory_connection.h"
 #include "tests/integration/lan_node/node_test_support.h"
@@ -135,7 +135,7 @@ class TestNodeHost : public QObject {
     m_modelsDir = dir("models");
     std::filesystem::create_symlink(defaultModel(), m_modelsDir / "smollm2.gguf");
     m_model = model::Model::load(defaultModel());
-    m_sha = sha256File(defaultModel());
+    m_sha = sha256FileHex(defaultModel());
     for (const char* text : {"The capital of France is",
                              "def fibonacci(n):", "Once upon a time, in a small village,"}) {
       m_prompts.push_back(m_model->tokenizer().encode(text, true, false));

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "engine/model/model.h"
-#include "lan/node/sha256.h"
+#include "lan/pool/sha256.h"
 #include "lan/pool/remote_stage.h"
 #include "lan/transport/connect.h"
 #include "lan/transport/identity.h"
@@ -154,7 +154,7 @@ class TestNodeProcesses : public QObject {
     m_modelsDir = dir("models");
     std::filesystem::create_symlink(defaultModel(), m_modelsDir / "smollm2.gguf");
     m_model = model::Model::load(defaultModel());
-    m_sha = sha256File(defaultModel());
+    m_sha = sha256FileHex(defaultModel());
     m_client = createIdentity();
     for (const char* text : {"The capital of France is", "def fibonacci(n):"}) {
       m_prompts.push_back(m_model->tokenizer().encode(text, true, false));
