@@ -39,8 +39,8 @@
 
 #include "engine/model/default_model.h"
 #include "engine/model/model.h"
-#include "lan/pool/sha256.h"
 #include "lan/pool/remote_stage.h"
+#include "lan/pool/sha256.h"
 #include "lan/transport/connect.h"
 #include "lan/transport/identity.h"
 #include "lan/transport/trust_store.h"

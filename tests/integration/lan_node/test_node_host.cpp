@@ -15,8 +15,8 @@
 #include "engine/runtime/sampler.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "lan/node/node_host.h"
-#include "lan/pool/sha256.h"
 #include "lan/pool/remote_stage.h"
+#include "lan/pool/sha256.h"
 #include "tests/integration/lan_node/memory_connection.h"
 #include "tests/integration/lan_node/node_test_support.h"
 

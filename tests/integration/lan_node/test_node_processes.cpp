@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "engine/model/model.h"
-#include "lan/pool/sha256.h"
 #include "lan/pool/remote_stage.h"
+#include "lan/pool/sha256.h"
 #include "lan/transport/connect.h"
 #include "lan/transport/identity.h"
 #include "lan/transport/pairing.h"
