@@ -1,5 +1,6 @@
 #include "lan/node/node_host.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -138,6 +139,7 @@ NodeHost::NodeHost(NodeHostOptions options, std::vector<std::unique_ptr<runtime:
   for (auto& b : backends) {
     if (!b || !b->availability().available) continue;
     for (auto& d : b->devices()) {
+      if (d.backend != "cpu" && d.type == "cpu" && !m_options.offerSoftwareGpus) continue;
       if (const auto it = m_options.profiles.find(d.id); it != m_options.profiles.end()) {
         d.bandwidthBytesPerS = it->second.bandwidthBytesPerS;
         d.flopsPerS = it->second.flopsPerS;
@@ -279,9 +281,14 @@ Message NodeHost::nodeInfo() const {
 }
 
 runtime::Backend& NodeHost::backendFor(const std::string& deviceId) const {
-  for (const auto& b : m_backends) {
-    for (const auto& d : b->devices()) {
-      if (d.id == deviceId) return *b;
+  // Only the devices node_info offers (not a software GPU left out of m_devices).
+  const bool offered = std::any_of(m_devices.begin(), m_devices.end(),
+                                   [&](const runtime::DeviceInfo& d) { return d.id == deviceId; });
+  if (offered) {
+    for (const auto& b : m_backends) {
+      for (const auto& d : b->devices()) {
+        if (d.id == deviceId) return *b;
+      }
     }
   }
   throw Error("load_stage: no device '" + deviceId + "' on this node");

@@ -55,6 +55,10 @@ struct NodeHostOptions {
   // Measured figures by device id (device_profile.h), reported in node_info for the planner;
   // a device without an entry reports what its backend says (0: not profiled).
   std::map<std::string, DeviceProfile> profiles;
+  // Offer GPU-backend devices that are really the CPU (type "cpu": Mesa's lavapipe, SwiftShader).
+  // Off by default: such a device computes on the same cores as the CPU backend, far slower, and
+  // unprofiled it would look to the planner like a GPU with fallback figures.
+  bool offerSoftwareGpus = false;
 };
 
 class NodeHost {
