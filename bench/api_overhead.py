@@ -112,8 +112,11 @@ def main():
     passage = " ".join(words)
 
     port = free_port()
+    # --no-pool: the API alone (no pool listener, no discovery beacons); stdout carries the node's
+    # start line, not this script's JSON.
     proc = subprocess.Popen([node_exe, "-m", model, "--api-port", str(port), "--threads",
-                             str(args.threads)], stderr=subprocess.DEVNULL)
+                             str(args.threads), "--no-pool"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     try:
         wait_health(port, proc)
         streamed_run(port, "Warm-up. " + passage, args.gen)  # first-touch of weights and cache

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -437,6 +438,18 @@ Discovery::Discovery(DiscoveryOptions options)
     throw shoal::Error("discovery options: interval " + std::to_string(d.options.interval.count()) +
                        " ms and expiry " + std::to_string(d.options.expiry.count()) +
                        " ms: need 0 < interval < expiry");
+  }
+  // SHOAL_DISCOVERY_INTERFACES (comma-separated names) stands in for an empty bindInterfaces:
+  // the test suite sets "lo" (tests/CMakeLists.txt, scripts/test) so that no beacon of a test
+  // leaves the machine; tests across hosts run in network namespaces, where it is unset.
+  if (const char* env = std::getenv("SHOAL_DISCOVERY_INTERFACES");
+      env && *env && d.options.bindInterfaces.empty()) {
+    std::string list = env;
+    for (size_t start = 0; start <= list.size();) {
+      const size_t comma = std::min(list.find(',', start), list.size());
+      if (comma > start) d.options.bindInterfaces.push_back(list.substr(start, comma - start));
+      start = comma + 1;
+    }
   }
   d.nonce = makeBeaconNonce();
   Beacon own{d.options.deviceId, d.options.name, d.options.tcpPort, d.nonce, d.options.summary};

@@ -24,6 +24,7 @@
 #include <QTreeWidget>
 #include <QtTest>
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <memory>
@@ -75,6 +76,15 @@ QString waitForLine(QProcess& p, const QRegularExpression& re, QByteArray& seen)
 }
 
 }  // namespace
+
+// The discovery tests need a LAN: CTest runs this file in a private network namespace
+// (private_lan.sh); where it cannot (no root), discovery stays on lo and they skip.
+#define SKIP_WITHOUT_LAN()                                                                 \
+  do {                                                                                     \
+    const char* only = std::getenv("SHOAL_DISCOVERY_INTERFACES");                          \
+    if (only && std::string(only) == "lo")                                                 \
+      QSKIP("discovery is confined to lo here (private_lan.sh needs root to make a LAN)"); \
+  } while (0)
 
 class TestPoolLive : public QObject {
   Q_OBJECT
@@ -348,6 +358,7 @@ class TestPoolLive : public QObject {
   }
 
   void aNodeHeardOnTheLanIsPairedFromItsRow() {
+    SKIP_WITHOUT_LAN();
     Node& n = startNode("node-heard", true, true);
     QVERIFY2(!n.pairingCode.isEmpty(), "the node did not print a pairing code");
 
@@ -390,6 +401,7 @@ class TestPoolLive : public QObject {
   }
 
   void aNewNodeNameIsAnnouncedAtOnce() {
+    SKIP_WITHOUT_LAN();
     PoolControllerThread thread;
     PoolController* c = thread.controller();
     QSignalSpy started(c, &PoolController::started);

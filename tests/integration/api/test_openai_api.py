@@ -87,7 +87,7 @@ class Node:
         self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"),
                                      f"shoal-node-test-{self.port}.log"), "w+")
         self.proc = subprocess.Popen(
-            [exe, "-m", model, "--api-port", str(self.port), "--threads", "2", *extra],
+            [exe, "-m", model, "--api-port", str(self.port), "--threads", "2", "--no-pool", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while time.time() < deadline:

@@ -79,7 +79,9 @@ netns_exec() {
   local ns
   ns="$(netns_ns "$1")"
   shift
-  ip netns exec "$ns" "$@"
+  # The suite confines discovery to lo outside namespaces (SHOAL_DISCOVERY_INTERFACES); inside
+  # one, the host's own LAN is the point.
+  ip netns exec "$ns" env -u SHOAL_DISCOVERY_INTERFACES "$@"
 }
 
 # netns_ping HOST ADDRESS: one ICMP echo from HOST (iputils ping when installed, else a raw-socket

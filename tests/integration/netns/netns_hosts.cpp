@@ -145,8 +145,16 @@ QString NetnsHosts::linkLocalIpv6(int i) const {
 }
 
 QStringList NetnsHosts::command(int i, const QString& program, const QStringList& args) const {
-  return QStringList{QStringLiteral("ip"), QStringLiteral("netns"), QStringLiteral("exec"),
-                     namespaceName(i), program} +
+  // env -u: the suite confines discovery to lo outside namespaces (SHOAL_DISCOVERY_INTERFACES);
+  // inside one, the host's own LAN is the point.
+  return QStringList{QStringLiteral("ip"),
+                     QStringLiteral("netns"),
+                     QStringLiteral("exec"),
+                     namespaceName(i),
+                     QStringLiteral("env"),
+                     QStringLiteral("-u"),
+                     QStringLiteral("SHOAL_DISCOVERY_INTERFACES"),
+                     program} +
          args;
 }
 
