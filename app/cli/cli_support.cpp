@@ -91,4 +91,30 @@ uint64_t peakRssBytes() {
   return static_cast<uint64_t>(u.ru_maxrss) * 1024;
 }
 
+std::vector<model::TokenId> CompletionOptions::encodePrompt(
+    const model::Tokenizer& tokenizer) const {
+  auto tokens = tokenizer.encode(prompt, true, true);
+  if (tokens.empty()) throw CliExit{2, "the prompt is empty"};
+  return tokens;
+}
+
+runtime::GenerateOptions CompletionOptions::generateOptions() const {
+  runtime::GenerateOptions g;
+  g.maxTokens = maxTokens;
+  g.sampler = sampler;
+  g.stop = stop;
+  g.ignoreEndOfGeneration = ignoreEos;
+  return g;
+}
+
+void addCompletionOptions(CLI::App& cmd, CompletionOptions& o) {
+  cmd.add_option("-p,--prompt", o.prompt, "prompt text")->required();
+  cmd.add_option("-n,--n-predict", o.maxTokens, "tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  addSamplerOptions(cmd, o.sampler, nullptr);
+  cmd.add_option("--stop", o.stop, "stop string (repeatable)");
+  cmd.add_flag("--ignore-eos", o.ignoreEos, "keep generating past end-of-generation tokens");
+}
+
 }  // namespace shoal::cli

@@ -4,11 +4,13 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/model/model.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/chain.h"
 #include "engine/runtime/sampler.h"
+#include "engine/runtime/session.h"
 
 namespace shoal::cli {
 
@@ -26,6 +28,22 @@ void addModelOptions(CLI::App& cmd, ModelOptions& options);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed.
 // A seed that is not given is drawn at random (and printed with --verbose).
 void addSamplerOptions(CLI::App& cmd, runtime::SamplerParams& params, CLI::Option** seedOption);
+
+// A plain completion request (generate, pool generate): the prompt and how to continue it.
+struct CompletionOptions {
+  std::string prompt;   // -p
+  int maxTokens = 128;  // -n
+  runtime::SamplerParams sampler;
+  std::vector<std::string> stop;  // --stop, repeatable
+  bool ignoreEos = false;         // --ignore-eos
+
+  // The prompt's tokens (BOS and special tokens parsed); CliExit{2} when it is empty.
+  std::vector<model::TokenId> encodePrompt(const model::Tokenizer& tokenizer) const;
+  runtime::GenerateOptions generateOptions() const;
+};
+
+// -p/--prompt (required), -n/--n-predict, the sampler options, --stop, --ignore-eos.
+void addCompletionOptions(CLI::App& cmd, CompletionOptions& options);
 
 struct LoadedModel {
   std::unique_ptr<model::Model> model;

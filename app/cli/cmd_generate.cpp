@@ -13,26 +13,17 @@ namespace {
 
 struct GenerateOptions {
   ModelOptions model;
-  std::string prompt;
-  int maxTokens = 128;
-  runtime::SamplerParams sampler;
-  std::vector<std::string> stop;
-  bool ignoreEos = false;
+  CompletionOptions completion;
   bool verbose = false;
 };
 
 void runGenerate(const GenerateOptions& o) {
   LoadedModel lm = loadModel(o.model);
   const model::Tokenizer& tok = lm.model->tokenizer();
-  const auto prompt = tok.encode(o.prompt, true, true);
-  if (prompt.empty()) throw CliExit{2, "the prompt is empty"};
+  const auto prompt = o.completion.encodePrompt(tok);
 
   runtime::Session session(*lm.chain, tok);
-  runtime::GenerateOptions g;
-  g.maxTokens = o.maxTokens;
-  g.sampler = o.sampler;
-  g.stop = o.stop;
-  g.ignoreEndOfGeneration = o.ignoreEos;
+  const runtime::GenerateOptions g = o.completion.generateOptions();
   runtime::GenerateResult r;
   try {
     r = session.generate(prompt, g, [](std::string_view piece) {
@@ -52,7 +43,7 @@ void runGenerate(const GenerateOptions& o) {
                  "seed %llu]\n",
                  r.promptTokens, r.prefillSeconds, r.tokens.size(), tgs,
                  std::string(runtime::finishReasonName(r.finish)).c_str(),
-                 static_cast<unsigned long long>(o.sampler.seed));
+                 static_cast<unsigned long long>(o.completion.sampler.seed));
   }
 }
 
@@ -62,13 +53,7 @@ void registerGenerateCommand(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "complete a prompt (no chat template)");
   addModelOptions(*cmd, o->model);
-  cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
-  cmd->add_option("-n,--n-predict", o->maxTokens, "tokens to generate")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
-  addSamplerOptions(*cmd, o->sampler, nullptr);
-  cmd->add_option("--stop", o->stop, "stop string (repeatable)");
-  cmd->add_flag("--ignore-eos", o->ignoreEos, "keep generating past end-of-generation tokens");
+  addCompletionOptions(*cmd, o->completion);
   cmd->add_flag("-v,--verbose", o->verbose, "print timings to stderr");
   cmd->callback([o] { runGenerate(*o); });
 }

@@ -57,11 +57,7 @@ struct PoolOptions {
   std::string code;
   std::string name;
   // generate
-  std::string prompt;
-  int maxTokens = 128;
-  runtime::SamplerParams sampler;
-  std::vector<std::string> stop;
-  bool ignoreEos = false;
+  CompletionOptions completion;
 };
 
 std::filesystem::path configDirOf(const PoolOptions& o) {
@@ -331,13 +327,8 @@ void runPoolGenerate(const PoolOptions& o) {
   const double deploySeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const model::Tokenizer& tok = c->model().tokenizer();
-  const auto prompt = tok.encode(o.prompt, true, true);
-  if (prompt.empty()) throw CliExit{2, "the prompt is empty"};
-  runtime::GenerateOptions g;
-  g.maxTokens = o.maxTokens;
-  g.sampler = o.sampler;
-  g.stop = o.stop;
-  g.ignoreEndOfGeneration = o.ignoreEos;
+  const auto prompt = o.completion.encodePrompt(tok);
+  const runtime::GenerateOptions g = o.completion.generateOptions();
   runtime::GenerateResult r;
   try {
     r = c->generate(prompt, g, [&](std::string_view piece) {
@@ -440,13 +431,7 @@ void registerPoolCommand(CLI::App& app) {
   CLI::App* gen = pool->add_subcommand("generate", "Deploy the model over the nodes and generate");
   addCommon(*gen, *opt);
   addPoolNodes(*gen, *opt);
-  gen->add_option("-p,--prompt", opt->prompt, "prompt text")->required();
-  gen->add_option("-n,--n-predict", opt->maxTokens, "tokens to generate")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
-  gen->add_option("--stop", opt->stop, "stop string (repeatable)");
-  gen->add_flag("--ignore-eos", opt->ignoreEos, "keep going past end-of-generation");
-  addSamplerOptions(*gen, opt->sampler, nullptr);
+  addCompletionOptions(*gen, opt->completion);
   gen->callback([opt] { runPoolGenerate(*opt); });
 }
 

@@ -214,17 +214,4 @@ void ChatEngine::generate(qint64 conversationId, const QList<ChatTurn>& turns,
   }
 }
 
-ChatEngineThread::ChatEngineThread() : m_engine(new ChatEngine) {
-  m_thread.setObjectName("shoal-chat-engine");
-  m_engine->moveToThread(&m_thread);
-  m_thread.start();
-}
-
-ChatEngineThread::~ChatEngineThread() {
-  m_engine->stop();
-  m_thread.quit();
-  m_thread.wait();
-  delete m_engine;  // the thread has ended: nothing else touches the engine now
-}
-
 }  // namespace shoal::gui

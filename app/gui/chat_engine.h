@@ -23,12 +23,12 @@
 //   thread, and stops it before the model it uses is replaced.
 
 #include <QObject>
-#include <QThread>
 #include <atomic>
 #include <memory>
 #include <thread>
 
 #include "app/gui/chat_types.h"
+#include "app/gui/worker_thread.h"
 
 namespace shoal::model {
 class Model;
@@ -121,18 +121,10 @@ class ChatEngine : public QObject {
 // Owns a ChatEngine and the QThread it runs on. Destroying it stops a running reply, joins the
 // thread (a reply then ends within one token; a model load runs to its end) and deletes the
 // engine.
-class ChatEngineThread {
+class ChatEngineThread : public WorkerThread<ChatEngine> {
  public:
-  ChatEngineThread();
-  ~ChatEngineThread();
-  ChatEngineThread(const ChatEngineThread&) = delete;
-  ChatEngineThread& operator=(const ChatEngineThread&) = delete;
-
-  ChatEngine* engine() const { return m_engine; }
-
- private:
-  QThread m_thread;
-  ChatEngine* m_engine;  // owned; deleted after the thread has ended
+  ChatEngineThread() : WorkerThread("shoal-chat-engine") {}
+  ChatEngine* engine() const { return worker(); }
 };
 
 }  // namespace shoal::gui

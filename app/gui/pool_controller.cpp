@@ -378,17 +378,4 @@ void PoolController::generate(qint64 conversationId, const QList<ChatTurn>& turn
   }
 }
 
-PoolControllerThread::PoolControllerThread() : m_controller(new PoolController) {
-  m_thread.setObjectName("shoal-pool");
-  m_controller->moveToThread(&m_thread);
-  m_thread.start();
-}
-
-PoolControllerThread::~PoolControllerThread() {
-  m_controller->stop();
-  m_thread.quit();
-  m_thread.wait();
-  delete m_controller;  // the thread has ended: nothing else touches the controller now
-}
-
 }  // namespace shoal::gui

@@ -18,7 +18,6 @@
 
 #include <QList>
 #include <QObject>
-#include <QThread>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -26,6 +25,7 @@
 
 #include "app/gui/chat_types.h"
 #include "app/gui/pool_types.h"
+#include "app/gui/worker_thread.h"
 
 namespace shoal::lan {
 class Coordinator;
@@ -121,18 +121,10 @@ class PoolController : public QObject {
 
 // Owns a PoolController and the QThread it runs on. Destroying it stops a running reply, joins
 // the thread (a deployment runs to its end) and deletes the controller.
-class PoolControllerThread {
+class PoolControllerThread : public WorkerThread<PoolController> {
  public:
-  PoolControllerThread();
-  ~PoolControllerThread();
-  PoolControllerThread(const PoolControllerThread&) = delete;
-  PoolControllerThread& operator=(const PoolControllerThread&) = delete;
-
-  PoolController* controller() const { return m_controller; }
-
- private:
-  QThread m_thread;
-  PoolController* m_controller;  // owned; deleted after the thread has ended
+  PoolControllerThread() : WorkerThread("shoal-pool") {}
+  PoolController* controller() const { return worker(); }
 };
 
 }  // namespace shoal::gui
