@@ -2,6 +2,10 @@
 //
 //   shoal-cli pool discover [--seconds S] [--json]          nodes announcing themselves
 //   shoal-cli pool pair HOST:PORT CODE [--name NAME]        trust a node (code shown on it)
+//   shoal-cli pool trusted [--json]                         the devices trusted.json lists
+//   shoal-cli pool forget DEVICE_ID                         un-pair: stop trusting a device;
+//                                      a shoal-node on the same --config-dir closes its
+//                                      sessions within a second and refuses it from then on
 //   shoal-cli pool status [--nodes A,B,...] [--json]        one telemetry snapshot
 //   shoal-cli pool plan --nodes A,B,... [-m GGUF] [--ctx N] the pipeline it would deploy (JSON)
 //   shoal-cli pool generate --nodes A,B,... -p PROMPT [-n N] [--json] [sampling options]
@@ -18,6 +22,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -52,6 +57,8 @@ struct PoolOptions {
   bool verbose = false;
   // discover
   double seconds = 3;
+  // forget
+  std::string deviceId;
   // pair
   std::string address;
   std::string code;
@@ -211,14 +218,14 @@ std::vector<lan::Peer> discoverPeers(const PoolOptions& o, Credentials& creds) {
   return peers;
 }
 
-// "host:port" of a discovered peer: an IPv4 address when it has one (no zone to carry).
+// "host:port" of a discovered peer (lan::dialEndpoint: a confirmed endpoint, else an IPv4 source
+// address, which has no zone to carry). The connection is pinned, so a forged beacon can at most
+// make this dial fail, never reach an impostor.
 std::string peerAddress(const lan::Peer& p) {
-  for (const lan::PeerAddress& a : p.addresses) {
-    if (a.address.find(':') == std::string::npos)
-      return a.address + ":" + std::to_string(p.tcpPort);
-  }
-  return p.addresses.empty() ? std::string()
-                             : "[" + p.addresses.front().address + "]:" + std::to_string(p.tcpPort);
+  const std::optional<lan::PeerEndpoint> e = lan::dialEndpoint(p);
+  if (!e) return {};
+  const bool v6 = e->address.find(':') != std::string::npos;
+  return (v6 ? "[" + e->address + "]" : e->address) + ":" + std::to_string(e->port);
 }
 
 void runDiscover(const PoolOptions& o) {
@@ -268,13 +275,82 @@ void runPair(const PoolOptions& o) {
   }
 }
 
+// The trust store alone (forget, trusted): no identity is created as a side effect.
+std::unique_ptr<lan::TrustStore> loadTrust(const PoolOptions& o) {
+  auto trust = std::make_unique<lan::TrustStore>();
+  try {
+    trust->load(configDirOf(o));
+  } catch (const Error& e) {
+    throw CliExit{2, e.what()};
+  }
+  return trust;
+}
+
+void runTrusted(const PoolOptions& o) {
+  const auto trust = loadTrust(o);
+  const std::vector<lan::TrustedDevice> devices = trust->list();
+  if (o.json) {
+    json out = json::array();
+    for (const lan::TrustedDevice& d : devices) {
+      out.push_back({{"device_id", d.deviceId}, {"name", d.name}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  if (devices.empty()) std::printf("No trusted devices in %s.\n", trust->file().c_str());
+  for (const lan::TrustedDevice& d : devices) {
+    std::printf("%s  %s\n", d.deviceId.c_str(), d.name.c_str());
+  }
+}
+
+void runForget(const PoolOptions& o) {
+  std::string id;
+  try {
+    id = lan::normalizeDeviceId(o.deviceId);
+  } catch (const Error& e) {
+    throw CliExit{2, e.what()};
+  }
+  const auto trust = loadTrust(o);
+  const std::string name = trust->nameOf(id).value_or("");
+  bool removed = false;
+  try {
+    removed = trust->remove(id);
+  } catch (const Error& e) {
+    throw CliExit{1, e.what()};
+  }
+  if (!removed) {
+    throw CliExit{1, "device " + id + " is not trusted in " + trust->file().string() +
+                         " (nothing to forget; see shoal-cli pool trusted)"};
+  }
+  if (o.json) {
+    std::printf("%s\n",
+                json({{"device_id", id}, {"name", name}, {"forgotten", true}}).dump().c_str());
+  } else {
+    std::printf("Forgot %s (%s): it is no longer trusted; pair again to trust it.\n",
+                name.empty() ? "device" : name.c_str(), id.c_str());
+  }
+}
+
 void runStatus(const PoolOptions& o) {
   auto creds = loadCredentials(o);
   auto c = connectPool(o, *creds);
   const lan::PoolSnapshot s = c->pollSnapshot();
+  // What the nodes want their user to know (e.g. a proven identity clash), by node.
+  json warnings = json::array();
+  for (const lan::NodeInfo& n : c->nodes()) {
+    for (const std::string& w : n.warnings) {
+      warnings.push_back({{"node", n.name}, {"device_id", n.deviceId}, {"warning", w}});
+    }
+  }
   if (o.json) {
-    std::printf("%s\n", json(s).dump(2).c_str());
+    json out = s;
+    if (!warnings.empty()) out["warnings"] = warnings;
+    std::printf("%s\n", out.dump(2).c_str());
     return;
+  }
+  for (const json& w : warnings) {
+    std::printf("warning from %s: %s\n", w["node"].get<std::string>().c_str(),
+                w["warning"].get<std::string>().c_str());
   }
   std::printf("%-20s %-10s %-28s %12s %6s\n", "node", "device", "name", "memory", "busy");
   for (const lan::DeviceTelemetry& d : s.devices) {
@@ -417,6 +493,16 @@ void registerPoolCommand(CLI::App& app) {
   pair->add_option("code", opt->code, "pairing code, e.g. ABCD-EFGH")->required();
   pair->add_option("--name", opt->name, "the name the node stores for us");
   pair->callback([opt] { runPair(*opt); });
+
+  CLI::App* trusted = pool->add_subcommand("trusted", "List the devices this config dir trusts");
+  addCommon(*trusted, *opt);
+  trusted->callback([opt] { runTrusted(*opt); });
+
+  CLI::App* forget =
+      pool->add_subcommand("forget", "Un-pair: stop trusting a device (live sessions close)");
+  addCommon(*forget, *opt);
+  forget->add_option("device_id", opt->deviceId, "device ID (see pool trusted)")->required();
+  forget->callback([opt] { runForget(*opt); });
 
   CLI::App* status = pool->add_subcommand("status", "One telemetry snapshot of the nodes");
   addCommon(*status, *opt);

@@ -3,6 +3,7 @@
 #include <QFileInfo>
 #include <QRandomGenerator>
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 
 #include "engine/error.h"
@@ -74,6 +75,9 @@ void ChatEngine::startApi() {
     api::ApiServerOptions o;
     o.host = m_apiHost.toStdString();
     o.port = m_apiPort;
+    // The key comes from the environment, as shoal-node's does (never stored in the settings
+    // file); serving beyond loopback needs one, and bind() says so otherwise.
+    if (const char* key = std::getenv("SHOAL_API_KEY")) o.apiKey = key;
     m_api = std::make_unique<api::ApiServer>(*m_model, *m_apiSession, o);
     m_api->bind();
   } catch (const std::exception& e) {

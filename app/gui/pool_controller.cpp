@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <optional>
 
 #include "engine/error.h"
 #include "engine/model/chat_prompt.h"
@@ -51,16 +52,13 @@ std::pair<std::string, uint16_t> splitAddress(const std::string& text) {
   return {host, static_cast<uint16_t>(port)};
 }
 
-// Where to reach a discovered peer: an IPv4 address when it has one (no zone to carry).
+// Where to reach a discovered peer: where a pinned connection to it last succeeded, else what its
+// beacons claim (lan::dialEndpoint), as "host:port" or "[v6]:port".
 QString peerAddress(const lan::Peer& p) {
-  for (const lan::PeerAddress& a : p.addresses) {
-    if (a.address.find(':') == std::string::npos) {
-      return QString::fromStdString(a.address) + ':' + QString::number(p.tcpPort);
-    }
-  }
-  if (p.addresses.empty()) return {};
-  return '[' + QString::fromStdString(p.addresses.front().address) +
-         "]:" + QString::number(p.tcpPort);
+  const std::optional<lan::PeerEndpoint> e = lan::dialEndpoint(p);
+  if (!e) return {};
+  const QString host = QString::fromStdString(e->address);
+  return (host.contains(':') ? '[' + host + ']' : host) + ':' + QString::number(e->port);
 }
 
 QString qs(const std::string& s) { return QString::fromStdString(s); }
@@ -129,6 +127,7 @@ void PoolController::start(const QString& configDir, const QString& nodeName, bo
                                         [](std::unique_ptr<lan::Connection> c) { c->close(); });
     if (discovery) startDiscovery();
     emit started(qs(m_identity->deviceId), m_listener->port());
+    emitTrustedDevices();
   } catch (const std::exception& e) {
     m_coordinator.reset();
     m_listener.reset();
@@ -184,6 +183,7 @@ void PoolController::shareThisComputer(const QString& modelsDir) {
     o.discovery = false;  // ours announces it
     m_localNode = std::make_unique<lan::NodeService>(o);
     m_trust->add(m_localNode->deviceId(), m_nodeName.toStdString());
+    emitTrustedDevices();
   } catch (const std::exception& e) {
     m_localNode.reset();
     emit failed(tr("This computer cannot join the pool: %1").arg(qs(e.what())));
@@ -221,6 +221,12 @@ void PoolController::addNode(const QString& address) {
   }
   try {
     const std::string id = m_coordinator->addNode(address.trimmed().toStdString());
+    // The connection was pinned to `id`: from now on discovery dials it here, and a beacon that
+    // claims another endpoint for it is only a candidate (lan/discovery/README.md).
+    if (m_discovery) {
+      const auto [host, port] = splitAddress(address.trimmed().toStdString());
+      m_discovery->confirmEndpoint(id, host, port);
+    }
     m_coordinator->profileLinks();
     QString name;
     for (const lan::NodeInfo& n : m_coordinator->nodes()) {
@@ -245,11 +251,43 @@ void PoolController::pair(const QString& address, const QString& code) {
     const std::string id = lan::pairWith(host, port, *m_identity, *m_trust, code.toStdString(),
                                          m_nodeName.toStdString(), kConnectTimeout);
     emit paired(qs(id), address.trimmed());
+    emitTrustedDevices();
   } catch (const std::exception& e) {
     emit failed(tr("Pairing with %1 failed: %2").arg(address, qs(e.what())));
     return;
   }
   addNode(address);
+}
+
+void PoolController::emitTrustedDevices() {
+  QList<DiscoveredNode> out;
+  for (const lan::TrustedDevice& d : m_trust->list()) {
+    DiscoveredNode n;
+    n.deviceId = qs(d.deviceId);
+    n.name = qs(d.name);
+    n.trusted = true;
+    out.push_back(n);
+  }
+  emit trustedDevicesChanged(out);
+}
+
+void PoolController::forget(const QString& deviceId) {
+  if (!m_coordinator) {
+    emit failed(tr("The pool is not started."));
+    return;
+  }
+  try {
+    const std::string id = lan::normalizeDeviceId(deviceId.toStdString());
+    m_trust->remove(id);
+    // Its connection was made while it was trusted: close it now rather than at its next use.
+    for (const lan::NodeInfo& n : m_coordinator->nodes()) {
+      if (n.deviceId == id) m_coordinator->removeNode(id);
+    }
+    emit forgotten(qs(id));
+    emitTrustedDevices();
+  } catch (const std::exception& e) {
+    emit failed(tr("Forgetting %1 failed: %2").arg(deviceId, qs(e.what())));
+  }
 }
 
 PlanPreview PoolController::previewOf(const plan::Plan& p) const {

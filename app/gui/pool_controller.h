@@ -74,6 +74,11 @@ class PoolController : public QObject {
   // Pairs with the node at "host:port" using the code it shows, then adds it. Emits paired and
   // nodeAdded, or failed.
   void pair(const QString& address, const QString& code);
+  // Un-pairs a device: removes it from the trust store (trusted.json, shared with shoal-cli and
+  // any process on the same config dir) and, when it is a member, takes it out of the pool (its
+  // stages are lost to the pipeline: preview the plan again). Emits forgotten and
+  // trustedDevicesChanged, or failed.
+  void forget(const QString& deviceId);
   // Plans the pool for the GGUF model at modelPath (opened here; it must be readable by this
   // machine: the coordinator streams its weights to nodes that lack it). Emits planReady.
   void previewPlan(const QString& modelPath);
@@ -90,6 +95,10 @@ class PoolController : public QObject {
   void failed(const QString& what);
   void peersChanged(const QList<shoal::gui::DiscoveredNode>& peers);
   void paired(const QString& deviceId, const QString& address);
+  // The devices the trust store lists (trusted is true, address empty), after start, pairing,
+  // sharing this computer and forgetting.
+  void trustedDevicesChanged(const QList<shoal::gui::DiscoveredNode>& devices);
+  void forgotten(const QString& deviceId);
   void nodeAdded(const QString& deviceId, const QString& name, const QString& address);
   void planReady(const shoal::gui::PlanPreview& preview);
   void deployProgress(const shoal::gui::DeployStatus& status);
@@ -102,6 +111,7 @@ class PoolController : public QObject {
 
  private:
   void ensureTelemetry();
+  void emitTrustedDevices();
   void startDiscovery();
   PlanPreview previewOf(const plan::Plan& plan) const;
 

@@ -10,6 +10,7 @@
 #include <QPushButton>
 #include <QTreeWidget>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "app/gui/model_catalog.h"
 
@@ -40,13 +41,14 @@ PoolSetupPanel::PoolSetupPanel(QWidget* parent) : QWidget(parent) {
   auto* nodesBox = new QVBoxLayout;
   m_nodes = new QTreeWidget;
   m_nodes->setObjectName("nodeList");
-  m_nodes->setHeaderLabels({tr("Node"), tr("Address"), tr("State"), QString()});
+  m_nodes->setHeaderLabels({tr("Node"), tr("Address"), tr("State"), QString(), QString()});
   m_nodes->setRootIsDecorated(false);
   m_nodes->header()->setStretchLastSection(false);
   m_nodes->header()->setSectionResizeMode(0, QHeaderView::Stretch);
   m_nodes->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
   m_nodes->header()->setSectionResizeMode(2, QHeaderView::ResizeToContents);
   m_nodes->header()->setSectionResizeMode(3, QHeaderView::ResizeToContents);
+  m_nodes->header()->setSectionResizeMode(4, QHeaderView::ResizeToContents);
   m_nodes->setMaximumHeight(m_nodes->fontMetrics().height() * (kNodeListRows + 3));
   nodesBox->addWidget(m_nodes);
   auto* addRow = new QHBoxLayout;
@@ -157,6 +159,36 @@ void PoolSetupPanel::onPaired(const QString& deviceId, const QString& address) {
   setStatus(tr("Paired with %1; adding it…").arg(address));
 }
 
+void PoolSetupPanel::setTrustedDevices(const QList<DiscoveredNode>& devices) {
+  m_trusted = devices;
+  for (DiscoveredNode& p : m_peers) {
+    p.trusted = std::any_of(devices.begin(), devices.end(),
+                            [&p](const DiscoveredNode& d) { return d.deviceId == p.deviceId; });
+  }
+  refreshNodeRows();
+}
+
+void PoolSetupPanel::onForgotten(const QString& deviceId) {
+  QString name = deviceId.left(7);
+  for (const DiscoveredNode& d : m_trusted) {
+    if (d.deviceId == deviceId && !d.name.isEmpty()) name = d.name;
+  }
+  if (const qsizetype i = m_memberIds.indexOf(deviceId); i >= 0) {
+    m_memberIds.removeAt(i);
+    m_members.removeAt(i);
+  }
+  for (DiscoveredNode& p : m_peers) {
+    if (p.deviceId == deviceId) p.trusted = false;
+  }
+  m_trusted.removeIf([&deviceId](const DiscoveredNode& d) { return d.deviceId == deviceId; });
+  // A node added by address that does not announce itself was listed only as a member.
+  m_peers.removeIf([&deviceId](const DiscoveredNode& p) {
+    return p.deviceId == deviceId && p.summary.isEmpty() && !p.trusted;
+  });
+  refreshNodeRows();
+  setStatus(tr("Forgot %1: it is no longer trusted (pair again to use it).").arg(name));
+}
+
 void PoolSetupPanel::onNodeAdded(const QString& deviceId, const QString& name,
                                  const QString& address) {
   if (!m_memberIds.contains(deviceId)) {
@@ -183,13 +215,32 @@ void PoolSetupPanel::onNodeAdded(const QString& deviceId, const QString& name,
 
 void PoolSetupPanel::refreshNodeRows() {
   m_nodes->clear();
-  for (const DiscoveredNode& p : m_peers) {
+  // Heard on the LAN (or added by address), then trusted but not heard.
+  QList<DiscoveredNode> rows = m_peers;
+  for (const DiscoveredNode& t : m_trusted) {
+    const bool listed = std::any_of(rows.begin(), rows.end(), [&t](const DiscoveredNode& p) {
+      return p.deviceId == t.deviceId;
+    });
+    if (!listed) rows.push_back(t);
+  }
+  for (const DiscoveredNode& p : rows) {
     auto* item = new QTreeWidgetItem(m_nodes);
-    item->setText(0, p.name);
+    item->setText(0, p.name.isEmpty() ? p.deviceId.left(7) : p.name);
     item->setToolTip(0, p.deviceId + (p.summary.isEmpty() ? QString() : '\n' + p.summary));
     item->setText(1, p.address);
     const bool member = m_memberIds.contains(p.deviceId);
     item->setText(2, member ? tr("in the pool") : p.trusted ? tr("trusted") : tr("not paired"));
+    if (p.trusted) {
+      auto* forget = new QPushButton(tr("Forget"));
+      forget->setObjectName("forgetButton");
+      forget->setToolTip(tr("Un-pair: stop trusting this device (pair again to use it)"));
+      const QString id = p.deviceId;
+      connect(forget, &QPushButton::clicked, this, [this, id] {
+        setStatus(tr("Forgetting %1…").arg(id.left(7)));
+        emit forgetRequested(id);
+      });
+      m_nodes->setItemWidget(item, 4, forget);
+    }
     if (member || p.address.isEmpty()) continue;
     auto* button = new QPushButton(p.trusted ? tr("Add") : tr("Pair…"));
     button->setObjectName(p.trusted ? "addPeerButton" : "pairPeerButton");

@@ -1,6 +1,7 @@
 #pragma once
 // The part of the pool page where the user builds the pool: the nodes heard on the LAN (each
-// with Pair… for an untrusted one and Add for a trusted one), a field to add a node by address,
+// with Pair… for an untrusted one and Add for a trusted one) and the trusted devices not heard
+// (each trusted row with Forget, which un-pairs it), a field to add a node by address,
 // the plan the coordinator would deploy (predicted tokens/s, latency, layers per device) shown
 // before it is applied, and Deploy with a progress bar for the weights sent to the nodes.
 //
@@ -44,6 +45,7 @@ class PoolSetupPanel : public QWidget {
   void pairRequested(const QString& address, const QString& code);
   void previewRequested();
   void deployRequested();
+  void forgetRequested(const QString& deviceId);
 
  public slots:
   // Opens the code entry for the node at `address`; accepting it asks to pair.
@@ -52,6 +54,9 @@ class PoolSetupPanel : public QWidget {
   void onStarted(const QString& deviceId, int listenPort);
   void onNodeAdded(const QString& deviceId, const QString& name, const QString& address);
   void onPaired(const QString& deviceId, const QString& address);
+  // The trust store's devices: listed even when not heard on the LAN, so any can be forgotten.
+  void setTrustedDevices(const QList<shoal::gui::DiscoveredNode>& devices);
+  void onForgotten(const QString& deviceId);
   void showPlan(const shoal::gui::PlanPreview& preview);
   void showDeployProgress(const shoal::gui::DeployStatus& status);
   void onDeployed(const shoal::gui::PlanPreview& plan);
@@ -72,6 +77,7 @@ class PoolSetupPanel : public QWidget {
   QLabel* m_status = nullptr;
   QInputDialog* m_pairDialog = nullptr;
   QList<DiscoveredNode> m_peers;
+  QList<DiscoveredNode> m_trusted;
   QStringList m_memberIds;
   QStringList m_members;
   bool m_busy = false;  // a preview or deployment is running

@@ -85,6 +85,10 @@ void PoolView::attachController(PoolController* c) {
   connect(c, &PoolController::failed, m_setup, &PoolSetupPanel::showError, q);
   connect(c, &PoolController::peersChanged, m_setup, &PoolSetupPanel::setPeers, q);
   connect(c, &PoolController::paired, m_setup, &PoolSetupPanel::onPaired, q);
+  connect(m_setup, &PoolSetupPanel::forgetRequested, c, &PoolController::forget, q);
+  connect(c, &PoolController::forgotten, m_setup, &PoolSetupPanel::onForgotten, q);
+  connect(c, &PoolController::trustedDevicesChanged, m_setup, &PoolSetupPanel::setTrustedDevices,
+          q);
   connect(c, &PoolController::nodeAdded, m_setup, &PoolSetupPanel::onNodeAdded, q);
   connect(c, &PoolController::planReady, m_setup, &PoolSetupPanel::showPlan, q);
   connect(c, &PoolController::deployProgress, m_setup, &PoolSetupPanel::showDeployProgress, q);

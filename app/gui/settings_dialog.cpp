@@ -89,7 +89,9 @@ SettingsDialog::SettingsDialog(const AppSettings& settings, const QList<BackendS
   apiForm->addRow(m_apiEnabled);
   m_apiHost = new QLineEdit(settings.apiHost);
   m_apiHost->setObjectName("apiHost");
-  m_apiHost->setToolTip(tr("127.0.0.1 serves this machine only; 0.0.0.0 serves the network"));
+  m_apiHost->setToolTip(
+      tr("127.0.0.1 serves this machine only; 0.0.0.0 serves the network, which needs an API key "
+         "in the SHOAL_API_KEY environment variable when the app starts"));
   apiForm->addRow(tr("Host"), m_apiHost);
   m_apiPort = new QSpinBox;
   m_apiPort->setObjectName("apiPort");

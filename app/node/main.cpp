@@ -9,7 +9,13 @@
 //
 // stdout gets one line at start: "shoal-node <name>: device <device ID> port <pool port>" (and
 // the pairing code with --pair); logs go to stderr (journald picks them up under systemd).
+// The pairing code is never logged: when stdout is the systemd journal (JOURNAL_STREAM names
+// it), where every member of group adm could read it for as long as the journal is kept, the
+// code goes to <config dir>/pairing-code (mode 0600, removed at exit) and stdout names that file.
 // SIGTERM/SIGINT stop the servers, cancel the running generation and exit 0.
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -29,6 +35,7 @@
 #include "kernels/backend_registry.h"
 #include "lan/api/api_server.h"
 #include "lan/node/node_service.h"
+#include "lan/transport/private_files.h"
 
 namespace {
 
@@ -68,6 +75,11 @@ struct ApiPart {
 
 // Loads the model and binds the API; prints the reason and returns the exit code on failure.
 int startApi(const NodeOptions& o, ApiPart& part) {
+  // Before the model loads: a refused configuration should not cost a load first.
+  if (const std::string why = api::unsafeOptions(o.apiOptions); !why.empty()) {
+    std::fprintf(stderr, "shoal-node: API: %s\n", why.c_str());
+    return 2;
+  }
   const std::string path = o.model.empty() ? model::defaultModelPath() : o.model;
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -129,6 +141,39 @@ int startApi(const NodeOptions& o, ApiPart& part) {
 }
 
 // Starts pool membership; nullptr (with the reason on stderr) when it cannot.
+// Whether stdout is the systemd journal: systemd sets JOURNAL_STREAM to "<device>:<inode>" of
+// the stream it connected (systemd.exec(5)), compared with what stdout is now.
+bool stdoutIsJournal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  unsigned long long device = 0, inode = 0;
+  if (!stream || std::sscanf(stream, "%llu:%llu", &device, &inode) != 2) return false;
+  struct stat st {};
+  if (::fstat(STDOUT_FILENO, &st) != 0) return false;
+  return static_cast<unsigned long long>(st.st_dev) == device &&
+         static_cast<unsigned long long>(st.st_ino) == inode;
+}
+
+// Where the pairing code goes when stdout is the journal.
+std::filesystem::path pairingCodeFile(const NodeOptions& o) {
+  return o.service.configDir / "pairing-code";
+}
+
+// Shows the pairing code to the person at this machine, never to the logs (see the top).
+void showPairingCode(const NodeOptions& o, const std::string& name, const std::string& code) {
+  if (stdoutIsJournal()) {
+    const std::filesystem::path file = pairingCodeFile(o);
+    try {
+      lan::replaceFileDurably(file, code + "\n", lan::kPrivateFileMode);
+      std::printf("shoal-node %s: pairing code in %s (valid 5 minutes; not logged)\n", name.c_str(),
+                  file.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "shoal-node: pairing code not shown: %s\n", e.what());
+    }
+    return;
+  }
+  std::printf("shoal-node %s: pairing code %s (valid 5 minutes)\n", name.c_str(), code.c_str());
+}
+
 std::unique_ptr<lan::NodeService> startPool(const NodeOptions& o) {
   try {
     auto service = std::make_unique<lan::NodeService>(o.service);
@@ -138,10 +183,7 @@ std::unique_ptr<lan::NodeService> startPool(const NodeOptions& o) {
                  service->name().c_str(), service->deviceId().c_str(), unsigned(service->port()),
                  service->host().devices().size());
     if (o.pair) {
-      const std::string code = service->startPairing(kPairingValidity);
-      std::printf("shoal-node %s: pairing code %s (valid 5 minutes)\n", service->name().c_str(),
-                  code.c_str());
-      std::fprintf(stderr, "shoal-node: pairing code %s (valid 5 minutes)\n", code.c_str());
+      showPairingCode(o, service->name(), service->startPairing(kPairingValidity));
     }
     std::fflush(stdout);
     return service;
@@ -156,6 +198,12 @@ int run(const NodeOptions& o) {
   if (o.api) {
     if (const int rc = startApi(o, apiPart); rc != 0) return rc;
   }
+  // Signal handlers only set a flag; this thread turns it into a stop (stop() takes locks).
+  // Installed before the pool prints its start line: whoever waits for that line may stop us
+  // at once, and must get a clean stop (the pairing-code file removed), not SIGTERM's default.
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGTERM, onStopSignal);
+  std::signal(SIGINT, onStopSignal);
   std::unique_ptr<lan::NodeService> service;
   if (o.pool) {
     service = startPool(o);
@@ -166,10 +214,6 @@ int run(const NodeOptions& o) {
     return 2;
   }
 
-  // Signal handlers only set a flag; this thread turns it into a stop (stop() takes locks).
-  std::signal(SIGPIPE, SIG_IGN);
-  std::signal(SIGTERM, onStopSignal);
-  std::signal(SIGINT, onStopSignal);
   if (apiPart.server) {
     std::atomic<bool> served{false};
     std::thread watcher([&] {
@@ -187,6 +231,8 @@ int run(const NodeOptions& o) {
     std::fprintf(stderr, "shoal-node: stopping\n");
   }
   if (service) service->stop();
+  std::error_code ec;
+  std::filesystem::remove(pairingCodeFile(o), ec);  // a code of this run is useless after it
   std::fprintf(stderr, "shoal-node: stopped\n");
   return 0;
 }
@@ -215,13 +261,16 @@ int main(int argc, char** argv) {
   auto* apiPort = app.add_option("--api-port", o.apiOptions.port, "API port (0: any free port)")
                       ->capture_default_str()
                       ->check(CLI::Range(0, 65535));
+  // The key belongs in SHOAL_API_KEY (e.g. the systemd unit's EnvironmentFile): a command line is
+  // visible to every local user in ps. --api-key stays for scripts that already use it.
   auto* apiKey = app.add_option("--api-key", o.apiOptions.apiKey,
-                                "require 'Authorization: Bearer <key>' on /v1/* (or SHOAL_API_KEY)")
+                                "require 'Authorization: Bearer <key>' on the API (better: set "
+                                "SHOAL_API_KEY; command lines show in ps); needed beyond loopback")
                      ->envname("SHOAL_API_KEY");
   app.add_option("--max-queue", o.apiOptions.maxQueued,
                  "requests that may wait behind the running one before 429")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(size_t{1}, api::kMaxQueuedRequests));
   app.add_option("--port", port, "TCP port coordinators connect to (0: any free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
@@ -233,6 +282,18 @@ int main(int argc, char** argv) {
   app.add_option("--trust", o.service.trust, "trust this device ID (repeatable)");
   app.add_flag("--pair", o.pair, "print a pairing code valid 5 minutes and accept pairing");
   app.add_flag("--no-discovery", noDiscovery, "do not send or listen for LAN beacons");
+  double shardCacheGb = 0;
+  app.add_option("--shard-cache-max-gb", shardCacheGb,
+                 "cap of the cache of weights streamed to this node, in GiB; least recently used "
+                 "shards are evicted (default: 1/4 of the free disk, at most 256)")
+      ->check(CLI::Range(0.001, 1e6));
+  app.add_option("--discovery-port", o.service.discoveryPort,
+                 "UDP port of LAN discovery beacons (0: any free port, for tests)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_flag("--rotate-identity-on-clash", o.service.rotateIdentityOnProvenClash,
+               "take a new identity when another machine proves it holds a copy of ours "
+               "(default: only report it)");
   app.add_flag("--no-pool", noPool, "API only: no pool listener");
   app.add_flag("--reprofile", o.service.reprofile,
                "measure the CPU's bandwidth and FLOP/s again (cached in the config dir)");
@@ -256,6 +317,7 @@ int main(int argc, char** argv) {
   o.service.port = static_cast<uint16_t>(port);
   o.service.cpuThreads = o.threads;
   o.service.discovery = !noDiscovery;
+  o.service.shardCacheMaxBytes = static_cast<uint64_t>(shardCacheGb * double(uint64_t{1} << 30));
   o.pool = !noPool;
   const char* envModel = std::getenv("SHOAL_MODEL");
   o.api = o.api || !o.model.empty() || (envModel && *envModel) || apiHost->count() > 0 ||

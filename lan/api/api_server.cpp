@@ -1,7 +1,5 @@
 #include "lan/api/api_server.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,7 +8,9 @@
 
 #include "engine/error.h"
 #include "engine/model/chat_prompt.h"
+#include "lan/api/bounded_http_server.h"
 #include "lan/api/openai_protocol.h"
+#include "lan/api/request_guard.h"
 
 namespace shoal::api {
 namespace {
@@ -20,16 +20,24 @@ using nlohmann::json;
 // How often a streaming reader that has nothing to send checks whether its client is still there
 // (while its job waits in the queue, or between slow tokens).
 constexpr std::chrono::milliseconds kStreamPoll{250};
-// HTTP threads beyond the queue: the running job's stream plus room for /health, /v1/models and
-// requests that are answered with an error without queueing.
-constexpr size_t kSpareHttpThreads = 16;
-// The bound on request bodies: far above any prompt that fits a context.
-constexpr size_t kMaxBodyBytes = 16u << 20;
+// Requests per connection: one. A refused request's body is never read (that is the point of
+// refusing in the pre-routing handler), so the connection must close after the answer; kept
+// alive, the unread body would be parsed as the next request (a text/plain body smuggling a JSON
+// POST past the checks). LLM requests take seconds; a TCP handshake on each costs nothing.
+constexpr size_t kRequestsPerConnection = 1;
 
 std::string dumpJson(const json& j) {
   // Model output is whole UTF-8 characters, but a model can still produce invalid sequences
   // (byte tokens); replace them rather than fail the response.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// The head of `req` for the guard (method and path are views into `req`, which outlives it).
+RequestHead requestHead(const httplib::Request& req) {
+  RequestHead head{req.method, req.path, {}};
+  head.headers.reserve(req.headers.size());
+  for (const auto& [name, value] : req.headers) head.headers.emplace_back(name, value);
+  return head;
 }
 
 void sendError(httplib::Response& res, const ApiError& e) {
@@ -66,18 +74,40 @@ ApiServer::ApiServer(const model::Model& model, runtime::Session& session, ApiSe
       m_options(std::move(options)),
       m_modelId(m_options.modelId.empty() ? model.path().stem().string() : m_options.modelId),
       m_created(static_cast<int64_t>(std::time(nullptr))),
+      m_loopbackBind(isLoopbackHost(m_options.host)),
       m_contextLength(session.contextLength()),
       m_queue(session, m_options.maxQueued),
-      m_http(std::make_unique<httplib::Server>()) {
-  const size_t threads = m_options.maxQueued + kSpareHttpThreads;
+      m_http(std::make_unique<BoundedHttpServer>(kMaxHeadBytes, kMaxBodyBytes)) {
+  if (const std::string why = unsafeOptions(m_options); !why.empty()) {
+    throw Error("API server: " + why);
+  }
+  const size_t threads = std::min(m_options.maxQueued + kSpareHttpThreads, kMaxHttpThreads);
   m_http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // The guard refuses larger bodies before they are read; this is the library's own check.
   m_http->set_payload_max_length(kMaxBodyBytes);
+  m_http->set_keep_alive_max_count(kRequestsPerConnection);
   installRoutes();
 }
 
 ApiServer::~ApiServer() { stop(); }
 
+std::string unsafeOptions(const ApiServerOptions& o) {
+  if (!isLoopbackHost(o.host) && o.apiKey.empty()) {
+    return "refusing to serve " + o.host +
+           " without an API key: anyone who can reach it could use the model; set "
+           "SHOAL_API_KEY (or listen on 127.0.0.1)";
+  }
+  if (o.maxQueued < 1 || o.maxQueued > kMaxQueuedRequests) {
+    return "a queue of " + std::to_string(o.maxQueued) + " requests is outside 1.." +
+           std::to_string(kMaxQueuedRequests) + " (each waiting request holds an HTTP thread)";
+  }
+  return {};
+}
+
 void ApiServer::bind() {
+  if (const std::string why = unsafeOptions(m_options); !why.empty()) {
+    throw Error("API server: " + why);
+  }
   if (m_options.port == 0) {
     m_port = m_http->bind_to_any_port(m_options.host);
     if (m_port <= 0) throw Error("API server: cannot bind " + m_options.host + " (any port)");
@@ -102,13 +132,11 @@ void ApiServer::stop() {
 void ApiServer::installRoutes() {
   httplib::Server& http = *m_http;
 
+  // Runs after the head is read and before any body byte is: every request passes the guard.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (m_options.apiKey.empty() || req.path.rfind("/v1/", 0) != 0) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    if (req.get_header_value("Authorization") != "Bearer " + m_options.apiKey) {
-      sendError(res, ApiError(401, "invalid_request_error", "invalid_api_key",
-                              "missing or wrong API key (Authorization: Bearer <key>)"));
+    const GuardPolicy policy{m_loopbackBind, m_port, m_options.apiKey, kMaxBodyBytes};
+    if (const std::optional<ApiError> e = checkRequestHead(requestHead(req), policy)) {
+      sendError(res, *e);
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -137,7 +165,12 @@ void ApiServer::installRoutes() {
         sendError(res, ApiError(500, "server_error", "", what));
       });
 
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+    // Open to liveness probes; the model and the load are for those holding the key.
+    if (!hasApiKey(requestHead(req), m_options.apiKey)) {
+      res.set_content(dumpJson({{"status", "ok"}}), "application/json");
+      return;
+    }
     const QueueStats s = m_queue.stats();
     const json body = {{"status", "ok"},
                        {"model", m_modelId},
@@ -311,8 +344,8 @@ void ApiServer::checkModel(const std::string& requested) const {
     return;
   }
   throw ApiError(404, "invalid_request_error", "model_not_found",
-                 "the model '" + requested + "' does not exist; this server has '" + m_modelId +
-                     "' (GET /v1/models)",
+                 "the model '" + clipForMessage(requested) + "' does not exist; this server has '" +
+                     m_modelId + "' (GET /v1/models)",
                  "model");
 }
 

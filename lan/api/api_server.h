@@ -8,8 +8,13 @@
 // request or a prompt that cannot fit is answered 400 before it takes a place in the queue.
 // Generation happens on the queue's single worker, first come first served; a full queue answers
 // 429 with Retry-After. A streaming client that disconnects cancels its job.
+//
+// Before any body byte is read, request_guard.h checks the request's head (Host/Origin on
+// loopback, API key, method, Content-Length, Content-Type); see lan/api/README.md for the threat
+// model and every limit.
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,15 +31,31 @@ struct Response;
 
 namespace shoal::api {
 
+// HTTP threads: cpp-httplib serves each connection on a pool thread, and a request waiting in the
+// queue (or streaming) holds its thread. The cap bounds what a flood of connections can hold:
+// threads × (kMaxBodyBytes + its parsed JSON) of memory, about 64 × 18 MB worst case.
+inline constexpr size_t kMaxHttpThreads = 64;
+// Threads beyond the queue: the running job's stream plus room for /health, /v1/models and
+// requests that are answered with an error without queueing.
+inline constexpr size_t kSpareHttpThreads = 16;
+// The most --max-queue may be: every waiting request needs its thread under the cap.
+inline constexpr size_t kMaxQueuedRequests = kMaxHttpThreads - kSpareHttpThreads;
+
 struct ApiServerOptions {
-  std::string host = "127.0.0.1";  // loopback unless the user asks for more
+  std::string host = "127.0.0.1";  // loopback unless the user asks for more (then a key is due)
   int port = 8080;                 // 0: pick a free port (see ApiServer::port())
-  std::string apiKey;              // non-empty: /v1/* needs "Authorization: Bearer <key>"
-  size_t maxQueued = 64;           // jobs waiting behind the running one before 429
-  std::string modelId;             // empty: the model file's name without ".gguf"
-  int32_t defaultTopK = 40;        // top-k/min-p are not OpenAI parameters; Shoal's defaults
+  std::string apiKey;              // non-empty: everything but /health needs "Bearer <key>"
+  size_t maxQueued = kMaxQueuedRequests;  // jobs waiting behind the running one before 429
+  std::string modelId;                    // empty: the model file's name without ".gguf"
+  int32_t defaultTopK = 40;               // top-k/min-p are not OpenAI parameters; Shoal's defaults
   float defaultMinP = 0.05f;
 };
+
+// Why these options must not be served, or empty when they may: a host beyond loopback without
+// an API key (anyone on the network could use the model; a LAN is not a trust boundary), or a
+// queue longer than kMaxQueuedRequests. ApiServer's constructor and bind() enforce it; a program
+// may call it first to fail before loading a model.
+std::string unsafeOptions(const ApiServerOptions& options);
 
 class ApiServer {
  public:
@@ -46,7 +67,8 @@ class ApiServer {
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
 
-  // Bind the socket; throws shoal::Error with the address when it cannot (in use, no such host).
+  // Bind the socket; throws shoal::Error with the address when it cannot (in use, no such host)
+  // or must not (unsafeOptions()).
   void bind();
   // Serve until stop() (blocks; call from the thread that should run the accept loop).
   void serve();
@@ -70,6 +92,7 @@ class ApiServer {
   ApiServerOptions m_options;
   std::string m_modelId;
   int64_t m_created = 0;        // model "created" timestamp: when the server started
+  bool m_loopbackBind = true;   // the host is loopback: the guard checks Host and Origin
   int32_t m_contextLength = 0;  // the session's, read once: the worker owns the session
   int m_port = 0;
   std::atomic<uint64_t> m_nextId{1};

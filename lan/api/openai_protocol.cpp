@@ -15,14 +15,26 @@ constexpr size_t kMaxStopStrings = 4;
   throw ApiError(400, "invalid_request_error", "invalid_value", message, param);
 }
 
+// A client's value for an error message: scalars as they were written (strings clipped), arrays
+// and objects by kind and size only. Never dump() a container: that recurses over the input.
+std::string describe(const json& v) {
+  if (v.is_string()) return "'" + clipForMessage(v.get_ref<const std::string&>()) + "'";
+  if (v.is_array()) return "an array of " + std::to_string(v.size()) + " values";
+  if (v.is_object()) return "an object";
+  return v.dump();  // a number, boolean or null: short
+}
+
 json parseBody(const std::string& body) {
+  checkJsonBounds(body);
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    // e.byte is where the parser gave up; the message already says why.
-    throw ApiError(400, "invalid_request_error", "invalid_json",
-                   std::string("the request body is not valid JSON: ") + e.what());
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 4e444
+    // The message says where and why and quotes the last token read, which can be a whole
+    // (huge) string: clip it after the part that says where and why.
+    throw ApiError(
+        400, "invalid_request_error", "invalid_json",
+        "the request body is not valid JSON: " + clipForMessage(e.what(), 4 * kMaxEchoBytes));
   }
   if (!j.is_object()) {
     throw ApiError(400, "invalid_request_error", "invalid_json",
@@ -45,7 +57,7 @@ std::optional<float> numberIn(const json& j, const char* name, double lo, double
   const double d = v->get<double>();
   if (!std::isfinite(d) || d > hi || d < lo || (loOpen && d == lo)) {
     badParam(name, std::string("'") + name + "' must be in " + (loOpen ? "(" : "[") +
-                       std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v->dump());
+                       std::to_string(lo) + ", " + std::to_string(hi) + "], got " + describe(*v));
   }
   return static_cast<float>(d);
 }
@@ -72,14 +84,15 @@ SamplingRequest parseSampling(const json& j, bool chat) {
   if (const json* v = field(j, maxName)) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1 ||
         v->get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-      badParam(maxName, std::string("'") + maxName + "' must be an integer >= 1, got " + v->dump());
+      badParam(maxName,
+               std::string("'") + maxName + "' must be an integer >= 1, got " + describe(*v));
     }
     s.maxTokens = static_cast<int32_t>(v->get<int64_t>());
   }
 
   if (const json* v = field(j, "n")) {
     if (!v->is_number_integer() || v->get<int64_t>() != 1) {
-      badParam("n", "only n = 1 is supported, got " + v->dump());
+      badParam("n", "only n = 1 is supported, got " + describe(*v));
     }
   }
 
@@ -108,7 +121,7 @@ SamplingRequest parseSampling(const json& j, bool chat) {
     } else if (v->is_number_integer()) {
       s.seed = static_cast<uint64_t>(v->get<int64_t>());
     } else {
-      badParam("seed", "'seed' must be an integer, got " + v->dump());
+      badParam("seed", "'seed' must be an integer, got " + describe(*v));
     }
   }
 
@@ -145,6 +158,57 @@ std::string contentText(const json& content, size_t index) {
 
 }  // namespace
 
+std::string clipForMessage(std::string_view s, size_t maxBytes) {
+  if (s.size() <= maxBytes) return std::string(s);
+  return std::string(s.substr(0, maxBytes)) + "… (" + std::to_string(s.size()) + " bytes)";
+}
+
+void checkJsonBounds(std::string_view body) {
+  size_t depth = 0;
+  size_t values = 1;  // the top-level value
+  bool inString = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (inString) {
+      if (c == '\\') {
+        ++i;  // the escaped character (\" or \\) cannot end the string
+      } else if (c == '"') {
+        inString = false;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        inString = true;
+        break;
+      case '[':
+      case '{':
+        if (++depth > kMaxJsonDepth) {
+          throw ApiError(400, "invalid_request_error", "invalid_json",
+                         "the request body nests arrays/objects deeper than " +
+                             std::to_string(kMaxJsonDepth) + " levels (at byte " +
+                             std::to_string(i) + ")");
+        }
+        ++values;  // its first element, if any (an upper bound: "[]" counts one)
+        break;
+      case ']':
+      case '}':
+        if (depth > 0) --depth;
+        break;
+      case ',':
+        ++values;
+        break;
+      default:
+        break;
+    }
+    if (values > kMaxJsonValues) {
+      throw ApiError(
+          400, "invalid_request_error", "invalid_json",
+          "the request body holds more than " + std::to_string(kMaxJsonValues) + " JSON values");
+    }
+  }
+}
+
 json ApiError::toJson() const {
   return {{"error",
            {{"message", what()},
@@ -171,8 +235,8 @@ ChatRequest parseChatRequest(const std::string& body) {
     // "developer" is OpenAI's newer name for the system role.
     if (roleName == "developer") roleName = "system";
     if (roleName != "system" && roleName != "user" && roleName != "assistant") {
-      badParam(param + ".role",
-               "role '" + roleName + "' is not supported (system, developer, user, assistant)");
+      badParam(param + ".role", "role '" + clipForMessage(roleName) +
+                                    "' is not supported (system, developer, user, assistant)");
     }
     const json* content = field(m, "content");
     if (!content) badParam(param + ".content", "'" + param + ".content' is required");

@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/model/chat_template.h"
@@ -69,8 +70,30 @@ struct CompletionRequest {
   std::string prompt;  // a string, or an array holding exactly one string
 };
 
+// Bounds on a request body's JSON, checked by one linear scan before the body is parsed, so no
+// part of the server (nlohmann's recursive dump() and copies, our field walk) ever recurses deeper
+// or allocates more nodes than this. A chat request nests 4 deep ({messages:[{content:[{text}]}]});
+// 64 leaves room for what clients send and we ignore (tool schemas). A value is the unit of the
+// parsed tree (~16-100 bytes each): 128k of them bound its memory to ~13 MB per request, while a
+// conversation of thousands of messages needs a few tens of thousands.
+inline constexpr size_t kMaxJsonDepth = 64;
+inline constexpr size_t kMaxJsonValues = size_t{1} << 17;
+// How much of a client's value an error message quotes (strings, parser context).
+inline constexpr size_t kMaxEchoBytes = 64;
+
+// At most kMaxEchoBytes of `s` (with its full size when cut), for quoting a client's value in
+// an error message.
+std::string clipForMessage(std::string_view s, size_t maxBytes = kMaxEchoBytes);
+
+// Throws ApiError 400 (code "invalid_json") when `body` nests arrays/objects deeper than
+// kMaxJsonDepth or holds more than kMaxJsonValues values; strings (and escapes in them) are
+// skipped as the JSON grammar says. Malformed JSON that stays within the bounds passes: the
+// parser reports it.
+void checkJsonBounds(std::string_view body);
+
 // Parse and validate; throws ApiError (400) naming the offending parameter. `body` is the raw
-// request body; malformed JSON is reported with the parser's position.
+// request body; malformed JSON is reported with the parser's position. Checks checkJsonBounds()
+// first; error messages quote at most kMaxEchoBytes of any value the client sent.
 ChatRequest parseChatRequest(const std::string& body);
 CompletionRequest parseCompletionRequest(const std::string& body);
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -102,6 +103,7 @@ struct Discovery::Impl {
   std::optional<udp::socket> v6;
   std::optional<asio::steady_timer> beaconTimer;
   std::optional<asio::steady_timer> sweepTimer;
+  std::optional<asio::steady_timer> notifyTimer;
   std::thread thread;
   std::atomic<uint16_t> boundPort{0};
 
@@ -109,7 +111,9 @@ struct Discovery::Impl {
   PeerTable table;
   DiscoveryStats stats;
   std::vector<udp::endpoint> targets;
-  std::set<std::string> reportedClashNonces;
+  std::set<std::string> reportedClashNonces;  // bounded: kMaxRememberedClashNonces
+  std::deque<std::string> clashNonceOrder;    // oldest first
+  bool notifyPending = false;                 // a onPeersChanged is scheduled
 
   // io thread only
   std::set<unsigned> joinedV4;
@@ -118,6 +122,9 @@ struct Discovery::Impl {
   // This machine's addresses: a beacon with our ID from one of them is another process here
   // sharing our config dir (shoal-cli next to shoal-node), not a copied identity.
   std::set<asio::ip::address> localAddresses;
+  std::vector<NetworkInterface> interfaces;  // as of the last beacon: who is on-link
+  SourceRateLimiter rateLimiter;
+  std::set<std::string> loggedOffLinkSources;  // bounded: kMaxLoggedOffLinkSources
   std::vector<uint8_t> receiveBuffer = std::vector<uint8_t>(kReceiveBufferBytes);
 
   void log(const std::string& line) const {
@@ -137,6 +144,8 @@ struct Discovery::Impl {
   void rememberLocalAddresses(const std::vector<NetworkInterface>& all);
   void scheduleBeacon();
   void scheduleSweep();
+  void schedulePeersChanged();                                  // mutex held
+  bool isUnicastTarget(const asio::ip::address& source) const;  // mutex held
   void sendBeacons();
   void joinGroups(const std::vector<NetworkInterface>& eligible);
   void sendTo(udp::socket& socket, const udp::endpoint& to, const std::string& where);
@@ -192,6 +201,7 @@ void Discovery::Impl::openSockets() {
 }
 
 void Discovery::Impl::rememberLocalAddresses(const std::vector<NetworkInterface>& all) {
+  interfaces = all;
   localAddresses.clear();
   for (const NetworkInterface& ni : all) {
     localAddresses.insert(ni.ipv4.begin(), ni.ipv4.end());
@@ -216,16 +226,33 @@ void Discovery::Impl::scheduleSweep() {
   sweepTimer->expires_after(period);
   sweepTimer->async_wait([this](const asio::error_code& ec) {
     if (ec) return;
-    std::vector<Peer> snapshot;
-    bool changed = false;
     {
       std::lock_guard lock(mutex);
-      changed = table.expire(DiscoveryClock::now());
-      if (changed) snapshot = table.peers();
+      if (table.expire(DiscoveryClock::now())) schedulePeersChanged();
     }
-    if (changed && options.onPeersChanged) options.onPeersChanged(snapshot);
     scheduleSweep();
   });
+}
+
+void Discovery::Impl::schedulePeersChanged() {
+  if (notifyPending || !options.onPeersChanged || !notifyTimer) return;
+  notifyPending = true;
+  notifyTimer->expires_after(kPeersChangedDelay);
+  notifyTimer->async_wait([this](const asio::error_code& ec) {
+    std::vector<Peer> snapshot;
+    {
+      std::lock_guard lock(mutex);
+      notifyPending = false;
+      if (ec) return;
+      snapshot = table.peers();
+    }
+    options.onPeersChanged(snapshot);
+  });
+}
+
+bool Discovery::Impl::isUnicastTarget(const asio::ip::address& source) const {
+  return std::any_of(targets.begin(), targets.end(),
+                     [&](const udp::endpoint& t) { return t.address() == source; });
 }
 
 void Discovery::Impl::joinGroups(const std::vector<NetworkInterface>& eligible) {
@@ -371,64 +398,98 @@ void Discovery::Impl::drain(udp::socket& socket) {
 void Discovery::Impl::handleDatagram(std::span<const uint8_t> bytes, const sockaddr_storage& from,
                                      unsigned interfaceIndex) {
   const std::string interfaceName = interfaceNameOf(interfaceIndex);
+  const asio::ip::address source = sourceAddress(from);
+  const std::string address = formatSource(source, interfaceName);
+  const auto now = DiscoveryClock::now();
   std::optional<IdentityClash> clash;
-  std::vector<Peer> snapshot;
-  bool changed = false;
+  std::optional<std::string> offLinkLine;
   {
     std::lock_guard lock(mutex);
     ++stats.received;
+    const auto drop = [&](uint64_t& counter) {
+      ++counter;
+      ++stats.dropped;
+    };
     if (!options.bindInterfaces.empty() && !interfaceAllowed(interfaceName)) {
-      ++stats.droppedInterface;
-      ++stats.dropped;
-      return;
+      return drop(stats.droppedInterface);
     }
-    Beacon beacon;
-    try {
-      beacon = decodeBeacon(bytes);
-    } catch (const BeaconError& e) {
-      switch (e.kind()) {
-        case BeaconError::Kind::TooLarge:
-          ++stats.droppedTooLarge;
-          break;
-        case BeaconError::Kind::BadMagic:
-          ++stats.droppedBadMagic;
-          break;
-        case BeaconError::Kind::UnsupportedVersion:
-          ++stats.droppedBadVersion;
-          break;
-        case BeaconError::Kind::Malformed:
-          ++stats.droppedMalformed;
-          break;
+    // Cheap checks first, before any parsing: where it came from, then how often.
+    if (!isOnLink(source, interfaceIndex, interfaces) && !isUnicastTarget(source)) {
+      drop(stats.droppedOffLink);
+      if (loggedOffLinkSources.size() < kMaxLoggedOffLinkSources &&
+          loggedOffLinkSources.insert(address).second) {
+        offLinkLine = "dropping beacons from " + address + " on " +
+                      (interfaceName.empty() ? std::string("?") : interfaceName) +
+                      ": not on that interface's link (routed from elsewhere) and not a "
+                      "configured unicast target";
       }
-      ++stats.dropped;
-      return;
-    }
-    const asio::ip::address source = sourceAddress(from);
-    const std::string address = formatSource(source, interfaceName);
-    if (beacon.deviceId == options.deviceId) {
-      if (beacon.nonce == nonce || localAddresses.count(source) != 0) {
-        ++stats.droppedOwn;
-        ++stats.dropped;
-        return;
-      }
-      ++stats.accepted;
-      ++stats.identityClashes;
-      if (reportedClashNonces.insert(beacon.nonce).second) {
-        clash = IdentityClash{beacon.deviceId, beacon.nonce, beacon.name, address, interfaceName};
-      }
+    } else if (!rateLimiter.allow(address, now)) {
+      drop(stats.droppedRateLimited);
     } else {
-      ++stats.accepted;
-      changed = table.observe(beacon, address, interfaceName, DiscoveryClock::now());
-      if (changed) snapshot = table.peers();
+      Beacon beacon;
+      bool valid = true;
+      try {
+        beacon = decodeBeacon(bytes);
+      } catch (const BeaconError& e) {
+        valid = false;
+        switch (e.kind()) {
+          case BeaconError::Kind::TooLarge:
+            drop(stats.droppedTooLarge);
+            break;
+          case BeaconError::Kind::BadMagic:
+            drop(stats.droppedBadMagic);
+            break;
+          case BeaconError::Kind::UnsupportedVersion:
+            drop(stats.droppedBadVersion);
+            break;
+          case BeaconError::Kind::Malformed:
+            drop(stats.droppedMalformed);
+            break;
+        }
+      }
+      if (valid) {
+        // Names and summaries reach logs, terminals and the app: one safe line each.
+        beacon.name = sanitizeDisplayText(beacon.name, kMaxNameBytes);
+        beacon.summary = sanitizeDisplayText(beacon.summary, kMaxSummaryBytes);
+        if (beacon.deviceId == options.deviceId) {
+          if (beacon.nonce == nonce || localAddresses.count(source) != 0) {
+            drop(stats.droppedOwn);
+          } else {
+            ++stats.accepted;
+            ++stats.identityClashes;
+            if (reportedClashNonces.insert(beacon.nonce).second) {
+              clashNonceOrder.push_back(beacon.nonce);
+              if (clashNonceOrder.size() > kMaxRememberedClashNonces) {
+                reportedClashNonces.erase(clashNonceOrder.front());
+                clashNonceOrder.pop_front();
+              }
+              clash = IdentityClash{beacon.deviceId, beacon.nonce,  beacon.name,
+                                    address,         interfaceName, beacon.tcpPort};
+            }
+          }
+        } else {
+          const PeerTableStats before = table.stats();
+          const bool changed = table.observe(beacon, address, interfaceName, now);
+          const PeerTableStats& after = table.stats();
+          if (after.refusedPeers != before.refusedPeers ||
+              after.refusedAddresses != before.refusedAddresses) {
+            drop(stats.droppedTableFull);
+          } else {
+            ++stats.accepted;
+            stats.unconfirmedEndpointClaims += after.candidateBeacons - before.candidateBeacons;
+          }
+          if (changed) schedulePeersChanged();
+        }
+      }
     }
   }
+  if (offLinkLine) log(*offLinkLine);
   if (clash) {
-    log("identity clash: " + clash->address + " (" + clash->theirName +
-        ") announces our device ID " + clash->deviceId +
-        " with another instance nonce; its config was copied from this one");
+    log("beacon from " + clash->address + " (" + clash->theirName + ", TCP port " +
+        std::to_string(clash->tcpPort) + ") claims our device ID " + clash->deviceId +
+        " with another instance nonce: a copy of our identity, or a forged beacon (unproven)");
     if (options.onIdentityClash) options.onIdentityClash(*clash);
   }
-  if (changed && options.onPeersChanged) options.onPeersChanged(snapshot);
 }
 
 Discovery::Discovery(DiscoveryOptions options)
@@ -472,6 +533,7 @@ void Discovery::start() {
   d.openSockets();
   d.beaconTimer.emplace(d.io);
   d.sweepTimer.emplace(d.io);
+  d.notifyTimer.emplace(d.io);
   d.joinedV4.clear();
   d.joinedV6.clear();
   d.rememberLocalAddresses(listNetworkInterfaces());
@@ -497,6 +559,11 @@ void Discovery::stop() {
   d.thread.join();
   d.beaconTimer.reset();
   d.sweepTimer.reset();
+  d.notifyTimer.reset();
+  {
+    std::lock_guard tableLock(d.mutex);
+    d.notifyPending = false;
+  }
   d.v4.reset();  // closes the socket (and leaves the groups)
   d.v6.reset();
 }
@@ -508,7 +575,9 @@ std::vector<Peer> Discovery::peers() const {
 
 DiscoveryStats Discovery::stats() const {
   std::lock_guard lock(m_impl->mutex);
-  return m_impl->stats;
+  DiscoveryStats s = m_impl->stats;
+  s.peers = m_impl->table.size();
+  return s;
 }
 
 uint16_t Discovery::udpPort() const { return m_impl->boundPort; }
@@ -519,6 +588,23 @@ void Discovery::addUnicastTarget(const std::string& target) {
   const udp::endpoint endpoint = parseTarget(target);
   std::lock_guard lock(m_impl->mutex);
   m_impl->targets.push_back(endpoint);
+}
+
+void Discovery::confirmEndpoint(const std::string& deviceId, const std::string& address,
+                                uint16_t port) {
+  Impl& d = *m_impl;
+  bool changed = false;
+  {
+    std::lock_guard lock(d.mutex);
+    changed = d.table.confirm(deviceId, PeerEndpoint{address, port});
+  }
+  // The notify timer belongs to the io thread (Asio timers are not thread-safe).
+  if (changed) {
+    asio::post(d.io, [&d] {
+      std::lock_guard lock(d.mutex);
+      d.schedulePeersChanged();
+    });
+  }
 }
 
 }  // namespace shoal::lan

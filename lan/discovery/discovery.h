@@ -23,24 +23,39 @@
 #include <vector>
 
 #include "lan/discovery/beacon.h"
+#include "lan/discovery/display_name.h"
 #include "lan/discovery/peer_table.h"
+#include "lan/discovery/rate_limiter.h"
 
 namespace shoal::lan {
 
 inline constexpr uint16_t kDefaultDiscoveryPort = 47474;
 inline const asio::ip::address_v4 kDiscoveryGroupV4 = asio::ip::make_address_v4("239.255.47.47");
 inline const asio::ip::address_v6 kDiscoveryGroupV6 = asio::ip::make_address_v6("ff02::7368:6f61");
+// How long changes are gathered before onPeersChanged: a flood of new IDs costs one table copy
+// per 50 ms, not one per datagram; well inside "discovered within 3 s".
+inline constexpr std::chrono::milliseconds kPeersChangedDelay{50};
+// Clash nonces remembered so each is reported once; beyond, the oldest is forgotten (a flood of
+// forged nonces cannot grow memory, it only re-reports old ones, which the receiver rate-limits).
+inline constexpr size_t kMaxRememberedClashNonces = 64;
+// Off-link sources named in the log; later ones are only counted (droppedOffLink).
+inline constexpr size_t kMaxLoggedOffLinkSources = 16;
 
-// A beacon with our device ID but another instance's nonce, from an address that is not this
-// machine's: a second machine runs with a copy of our identity files (cloned VM, copied config
-// dir). The node should regenerate its identity. (The same from one of our own addresses is
-// another process here sharing the config dir, e.g. shoal-cli next to shoal-node: not a clash.)
+// A beacon with our device ID but another instance's nonce, from an on-link address that is not
+// this machine's. It is only a CLAIM: our device ID is public (every beacon and certificate
+// carries it), so anyone can forge such a beacon. It may mean a second machine runs with a copy
+// of our identity files (cloned VM, copied config dir); the receiver must check it before acting
+// (NodeService connects to address:tcpPort and requires the peer to present our certificate over
+// TLS, which only a holder of our private key can do). (The same from one of our own addresses
+// is another process here sharing the config dir, e.g. shoal-cli next to shoal-node: not a
+// clash.)
 struct IdentityClash {
   std::string deviceId;    // ours
   std::string theirNonce;  // the other instance's
-  std::string theirName;
-  std::string address;  // where the clashing beacon came from
+  std::string theirName;   // sanitized (display_name.h)
+  std::string address;     // where the beacon came from ("10.0.0.5", "fe80::1%eth0")
   std::string interfaceName;
+  uint16_t tcpPort = 0;  // the TCP port the beacon announces: where to ask for proof
 };
 
 struct DiscoveryOptions {
@@ -61,11 +76,12 @@ struct DiscoveryOptions {
   // Extra "ip:port" destinations (IPv4, or IPv6 in brackets: "[fe80::1%eth0]:47474"), sent
   // every beacon. More can be added after start() with addUnicastTarget().
   std::vector<std::string> unicastTargets;
-  // Called with the whole table after each change (peer or address added/expired, name, port,
-  // summary or nonce changed). Optional.
+  // Called with the whole table after changes (peer or address added/expired, name, port,
+  // summary, nonce or confirmation changed), at most once per kPeersChangedDelay: a burst of
+  // changes is reported once, with the table as it is then. Optional.
   std::function<void(const std::vector<Peer>&)> onPeersChanged;
-  // Called once per distinct clashing nonce (see IdentityClash). Optional; a line is logged
-  // either way.
+  // Called once per distinct clashing nonce (see IdentityClash: a claim, not proof; the last
+  // kMaxRememberedClashNonces nonces are remembered). Optional; a line is logged either way.
   std::function<void(const IdentityClash&)> onIdentityClash;
   // Where warnings go (one line each, no newline); default stderr with a "shoal discovery: "
   // prefix.
@@ -86,7 +102,18 @@ struct DiscoveryStats {
   uint64_t droppedBadVersion = 0;  // a Shoal beacon of another protocol version
   uint64_t droppedMalformed = 0;   // right header, bad JSON or fields
   uint64_t droppedInterface = 0;   // arrived on an interface outside bindInterfaces
-  uint64_t identityClashes = 0;    // beacons with our ID and a foreign nonce (each one counted)
+  // From a source that is not on the arrival interface's link (isOnLink, interfaces.h) and not
+  // a configured unicast target: someone across a router.
+  uint64_t droppedOffLink = 0;
+  uint64_t droppedRateLimited = 0;  // over the per-source token bucket (rate_limiter.h)
+  // Valid beacons the peer table refused: a new device ID while it held kMaxPeers, or a new
+  // address of a peer holding kMaxAddressesPerPeer (peer_table.h).
+  uint64_t droppedTableFull = 0;
+  uint64_t identityClashes = 0;  // beacons with our ID and a foreign nonce (each one counted)
+  // Beacons of a peer with a confirmed endpoint from another address or port: recorded as
+  // candidates, not applied (peer_table.h).
+  uint64_t unconfirmedEndpointClaims = 0;
+  uint64_t peers = 0;  // device IDs in the table now
 };
 
 class Discovery {
@@ -111,8 +138,12 @@ class Discovery {
   // This process's beacon nonce.
   const std::string& nonce() const;
   // Adds a unicast destination ("ip:port" as in DiscoveryOptions). Throws shoal::Error if it
-  // does not parse.
+  // does not parse. Beacons from a target's address are accepted even when it is off-link.
   void addUnicastTarget(const std::string& target);
+  // A pinned TLS connection to `deviceId` at address:port succeeded (the caller connected with
+  // its trust store and saw that device ID): dial it there from now on, whatever beacons claim
+  // (PeerTable::confirm). Call it after each successful connection to a discovered peer.
+  void confirmEndpoint(const std::string& deviceId, const std::string& address, uint16_t port);
 
  private:
   struct Impl;

@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cstring>
 
 namespace shoal::lan {
@@ -40,6 +42,9 @@ std::vector<NetworkInterface> listNetworkInterfaces() {
     if (it->ifa_addr == nullptr) continue;
     if (it->ifa_addr->sa_family == AF_INET) {
       entry->ipv4.push_back(toAddress(it->ifa_addr));
+      if (it->ifa_netmask != nullptr && it->ifa_netmask->sa_family == AF_INET) {
+        entry->ipv4Networks.emplace_back(toAddress(it->ifa_addr), toAddress(it->ifa_netmask));
+      }
       if ((it->ifa_flags & IFF_BROADCAST) != 0 && it->ifa_broadaddr != nullptr &&
           it->ifa_broadaddr->sa_family == AF_INET) {
         entry->ipv4Broadcast.push_back(toAddress(it->ifa_broadaddr));
@@ -49,11 +54,44 @@ std::vector<NetworkInterface> listNetworkInterfaces() {
       asio::ip::address_v6::bytes_type bytes;
       std::memcpy(bytes.data(), in6->sin6_addr.s6_addr, bytes.size());
       entry->ipv6.emplace_back(bytes);
+      if (it->ifa_netmask != nullptr && it->ifa_netmask->sa_family == AF_INET6) {
+        const auto* mask = reinterpret_cast<const sockaddr_in6*>(it->ifa_netmask);
+        unsigned short prefix = 0;
+        for (const uint8_t byte : mask->sin6_addr.s6_addr) {
+          prefix = static_cast<unsigned short>(prefix + std::popcount(byte));
+        }
+        entry->ipv6Networks.emplace_back(asio::ip::address_v6(bytes), prefix);
+      }
       if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr)) entry->ipv6LinkLocal = true;
     }
   }
   freeifaddrs(list);
   return result;
+}
+
+bool isOnLink(const asio::ip::address& source, unsigned interfaceIndex,
+              const std::vector<NetworkInterface>& interfaces) {
+  asio::ip::address address = source;
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+  }
+  if (address.is_v6() && address.to_v6().is_link_local()) return true;
+  for (const NetworkInterface& ni : interfaces) {
+    if (interfaceIndex != 0 && ni.index != interfaceIndex) continue;
+    if (address.is_v4()) {
+      const asio::ip::address_v4 v4 = address.to_v4();
+      for (const auto& net : ni.ipv4Networks) {
+        const uint32_t mask = net.netmask().to_uint();
+        if ((v4.to_uint() & mask) == (net.address().to_uint() & mask)) return true;
+      }
+    } else {
+      const asio::ip::address_v6 v6(address.to_v6().to_bytes());  // without the scope id
+      for (const auto& net : ni.ipv6Networks) {
+        if (asio::ip::network_v6(v6, net.prefix_length()).network() == net.network()) return true;
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace shoal::lan

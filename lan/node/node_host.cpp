@@ -98,15 +98,44 @@ uint64_t stageBytes(const model::ModelConfig& c, const model::ModelWeights& w,
 
 // A model file (whole model or shard) mapped once and shared by the stages built from it.
 struct NodeHost::LoadedModel {
+  // A cached shard is kept from eviction while it is mapped (declared first: released last).
+  std::optional<ShardCache::Pin> pin;
   gguf::File file;
   model::ModelConfig config;
   model::ModelWeights weights;
 };
 
+struct NodeHost::MemoryLedger {
+  std::mutex mutex;
+  std::map<std::string, uint64_t> claimed;  // bytes by device id
+};
+
+// Device memory claimed for one stage (or one load in progress); given back when destroyed.
+class NodeHost::MemoryClaim {
+ public:
+  MemoryClaim(std::shared_ptr<MemoryLedger> ledger, std::string deviceId, uint64_t bytes)
+      : m_ledger(std::move(ledger)), m_deviceId(std::move(deviceId)), m_bytes(bytes) {}
+  ~MemoryClaim() {
+    std::lock_guard lock(m_ledger->mutex);
+    m_ledger->claimed[m_deviceId] -= m_bytes;
+  }
+  MemoryClaim(const MemoryClaim&) = delete;
+  MemoryClaim& operator=(const MemoryClaim&) = delete;
+
+ private:
+  std::shared_ptr<MemoryLedger> m_ledger;
+  std::string m_deviceId;
+  uint64_t m_bytes;
+};
+
 struct NodeHost::HostedStage {
   std::shared_ptr<LoadedModel> model;
+  // The device memory it holds (KV cache; weights too off the CPU), released with the stage,
+  // after any forward still running on it. Declared before `stage`: outlives it.
+  std::vector<std::unique_ptr<MemoryClaim>> memory;
   std::unique_ptr<runtime::Stage> stage;
   std::string deviceId;
+  std::string owner;         // the device ID of the coordinator that loaded it
   uint64_t memoryBytes = 0;  // stageBytes(), for telemetry
   std::mutex mutex;          // one forward/truncate at a time
   // Samplers of the head, per sequence; rebuilt when a sequence restarts or the params change.
@@ -119,23 +148,31 @@ struct NodeHost::HostedStage {
 };
 
 struct NodeHost::Session {
-  std::vector<std::string> stageKeys;  // stages this connection loaded
+  uint64_t serial = 0;                 // unique per connection: the scope of its stage ids
+  std::string peer;                    // the connection's verified device ID
+  std::vector<std::string> stageKeys;  // stage ids (JSON text) this connection loaded
   // A stage waiting for streamed weights.
   struct Pending {
     json stageId;
     std::string deviceId;
     std::string sha256;
     runtime::StageSpec spec;
+    std::unique_ptr<MemoryClaim> kvClaim;  // claimed before the first weight is asked for
+    std::unique_ptr<ShardCache::Reservation> reservation;  // declared first: outlives receiver
     std::unique_ptr<ShardReceiver> receiver;
     std::filesystem::path shardFile;
     Clock::time_point start;
   };
   std::optional<Pending> pending;
+  // The stage_id and reason of the last stream refused, until its weights_done or a load_stage.
+  std::optional<std::pair<json, std::string>> refused;
 };
 
 NodeHost::NodeHost(NodeHostOptions options, std::vector<std::unique_ptr<runtime::Backend>> backends,
                    std::shared_ptr<const ModelCatalog> catalog)
-    : m_options(std::move(options)), m_catalog(std::move(catalog)) {
+    : m_options(std::move(options)),
+      m_catalog(std::move(catalog)),
+      m_memory(std::make_shared<MemoryLedger>()) {
   for (auto& b : backends) {
     if (!b || !b->availability().available) continue;
     for (auto& d : b->devices()) {
@@ -149,6 +186,8 @@ NodeHost::NodeHost(NodeHostOptions options, std::vector<std::unique_ptr<runtime:
     m_backends.push_back(std::move(b));
   }
   if (!m_catalog) m_catalog = std::make_shared<ModelCatalog>("", "");
+  m_shardCache =
+      std::make_unique<ShardCache>(m_options.configDir / "shards", m_options.shardCacheMaxBytes);
 }
 
 NodeHost::~NodeHost() = default;
@@ -172,6 +211,8 @@ size_t NodeHost::stageCount() const {
 
 void NodeHost::serve(Connection& connection, const std::atomic<bool>& stop) {
   Session session;
+  session.serial = m_nextSession++;
+  session.peer = connection.peerDeviceId();
   while (!stop.load() && connection.isOpen()) {
     Message request;
     try {
@@ -190,7 +231,7 @@ void NodeHost::serve(Connection& connection, const std::atomic<bool>& stop) {
       break;
     }
   }
-  for (const auto& key : session.stageKeys) unload(key);
+  for (const auto& key : session.stageKeys) unload({session.serial, key});
 }
 
 std::optional<Message> NodeHost::handle(const Message& request, Session& session) {
@@ -213,23 +254,28 @@ std::optional<Message> NodeHost::handle(const Message& request, Session& session
     }
     if (op == "load_stage") return loadStage(request, session);
     if (op == "weights_chunk") {
-      if (!session.pending ||
-          request.control.value("stage_id", json()) != session.pending->stageId) {
+      const json stageId = request.control.value("stage_id", json());
+      // The rest of a stream refused earlier: already answered by one error (the coordinator
+      // sends every chunk before it reads), so no error per chunk.
+      if (session.refused && stageId == session.refused->first) return std::nullopt;
+      if (!session.pending || stageId != session.pending->stageId) {
         throw Error("weights_chunk: no stage of this connection is waiting for weights");
       }
       try {
         session.pending->receiver->addChunk(request.control, request.blob);
-      } catch (...) {
-        session.pending.reset();  // a bad stream is dropped whole; the coordinator starts over
+      } catch (const std::exception& e) {
+        // A bad stream is dropped whole; the coordinator starts over.
+        session.pending.reset();
+        session.refused = {stageId, e.what()};
         throw;
       }
       m_weightBytesReceived += request.blob.size();
       return std::nullopt;
     }
     if (op == "weights_done") return weightsDone(request, session);
-    if (op == "forward") return forward(request);
+    if (op == "forward") return forward(request, session);
     if (op == "truncate") {
-      auto s = findStage(request.control.value("stage_id", json()));
+      auto s = findStage(request.control.value("stage_id", json()), session);
       const int32_t seq =
           intField(request.control, "sequence", 0, s->stage->spec().maxSequences - 1);
       const int32_t from = intField(request.control, "from_position", 0, INT32_MAX);
@@ -239,8 +285,10 @@ std::optional<Message> NodeHost::handle(const Message& request, Session& session
       return reply(request, "ok");
     }
     if (op == "unload_stage") {
-      const std::string key = stageKey(request.control.value("stage_id", json()));
-      unload(key);
+      const json stageId = request.control.value("stage_id", json());
+      findStage(stageId, session);  // "unknown stage" for a stage of another connection
+      const std::string key = stageKey(stageId);
+      unload({session.serial, key});
       std::erase(session.stageKeys, key);
       return reply(request, "ok");
     }
@@ -268,7 +316,13 @@ Message NodeHost::nodeInfo() const {
     dev.name = d.name;
     dev.type = d.type;
     dev.memoryTotal = d.memoryTotal;
-    dev.memoryFree = d.memoryFree;
+    {
+      // Free at start minus what stages claim since: what a new stage can still get.
+      std::lock_guard lock(m_memory->mutex);
+      const auto it = m_memory->claimed.find(d.id);
+      const uint64_t claimed = it == m_memory->claimed.end() ? 0 : it->second;
+      dev.memoryFree = d.memoryFree - std::min(d.memoryFree, claimed);
+    }
     dev.bandwidthBytesPerS = d.bandwidthBytesPerS;
     dev.flopsPerS = d.flopsPerS;
     info.devices.push_back(std::move(dev));
@@ -277,6 +331,10 @@ Message NodeHost::nodeInfo() const {
   Message m;
   m.control = nodeInfoToJson(info);
   m.control["weight_bytes_received"] = m_weightBytesReceived.load();
+  if (m_infoExtras) {
+    const nlohmann::json extras = m_infoExtras();
+    for (const auto& [key, value] : extras.items()) m.control[key] = value;
+  }
   return m;
 }
 
@@ -299,7 +357,8 @@ std::shared_ptr<NodeHost::LoadedModel> NodeHost::openLocalModel(const LocalModel
     std::lock_guard lock(m_mutex);
     if (auto open = m_openModels[local.sha256].lock()) return open;
   }
-  auto m = std::make_shared<LoadedModel>(LoadedModel{gguf::File::open(local.path), {}, {}});
+  auto m = std::make_shared<LoadedModel>(
+      LoadedModel{std::nullopt, gguf::File::open(local.path), {}, {}});
   m->config = model::ModelConfig::fromGguf(m->file);
   m->weights = model::ModelWeights::bind(m->file, m->config);
   std::lock_guard lock(m_mutex);
@@ -307,20 +366,40 @@ std::shared_ptr<NodeHost::LoadedModel> NodeHost::openLocalModel(const LocalModel
   return m;
 }
 
-void NodeHost::install(const json& stageId, std::shared_ptr<HostedStage> stage, Session& session) {
-  const std::string key = stageKey(stageId);
+void NodeHost::checkStageCount(const Session& session, const StageKey& key) const {
+  if (m_stages.count(key)) return;  // replaces a stage of this session
+  size_t mine = 0, peers = 0;
+  for (const auto& [k, s] : m_stages) {
+    mine += k.first == session.serial;
+    peers += s->owner == session.peer;
+  }
+  const auto refuse = [](size_t limit, const std::string& who) {
+    throw Error("load_stage: " + who + " already holds " + std::to_string(limit) +
+                " stages, the most allowed; unload one first");
+  };
+  if (mine >= kMaxStagesPerConnection) refuse(kMaxStagesPerConnection, "this connection");
+  if (peers >= kMaxStagesPerPeer) refuse(kMaxStagesPerPeer, "device " + session.peer);
+  if (m_stages.size() >= kMaxStagesPerNode) refuse(kMaxStagesPerNode, "this node");
+}
+
+void NodeHost::install(const StageKey& key, std::shared_ptr<HostedStage> stage, Session& session) {
   stage->lastSampleNs = nowNs();
+  stage->owner = session.peer;
+  std::shared_ptr<HostedStage> replaced;
   {
     std::lock_guard lock(m_mutex);
-    m_stages[key] = std::move(stage);
+    checkStageCount(session, key);  // again: other connections may have loaded meanwhile
+    auto& slot = m_stages[key];
+    replaced = std::move(slot);
+    slot = std::move(stage);
   }
-  if (std::find(session.stageKeys.begin(), session.stageKeys.end(), key) ==
+  if (std::find(session.stageKeys.begin(), session.stageKeys.end(), key.second) ==
       session.stageKeys.end()) {
-    session.stageKeys.push_back(key);
+    session.stageKeys.push_back(key.second);
   }
 }
 
-void NodeHost::unload(const std::string& key) {
+void NodeHost::unload(const StageKey& key) {
   std::shared_ptr<HostedStage> gone;
   {
     std::lock_guard lock(m_mutex);
@@ -332,16 +411,59 @@ void NodeHost::unload(const std::string& key) {
   // Freed here, outside the map lock; a forward still running on it holds its own reference.
 }
 
+std::shared_ptr<NodeHost::LoadedModel> NodeHost::openShard(const std::filesystem::path& file,
+                                                           const runtime::StageSpec& spec,
+                                                           ShardCache::Pin pin) {
+  auto m =
+      std::make_shared<LoadedModel>(LoadedModel{std::move(pin), gguf::File::open(file), {}, {}});
+  m->config = model::ModelConfig::fromGguf(m->file);
+  m->weights = model::ModelWeights::bindRange(m->file, m->config, spec.firstLayer, spec.lastLayer,
+                                              spec.hasEmbedding, spec.hasHead);
+  return m;
+}
+
+Message NodeHost::createAndInstall(const Message& request, Session& session, const json& stageId,
+                                   const std::string& deviceId, const runtime::StageSpec& spec,
+                                   std::shared_ptr<LoadedModel> model,
+                                   std::unique_ptr<MemoryClaim> kvClaim, const char* source,
+                                   Clock::time_point start) {
+  runtime::Backend& backend = backendFor(deviceId);
+  auto hosted = std::make_shared<HostedStage>();
+  hosted->memory.push_back(std::move(kvClaim));
+  hosted->memoryBytes = stageBytes(model->config, model->weights, spec);
+  const bool onCpu = std::any_of(m_devices.begin(), m_devices.end(), [&](const auto& d) {
+    return d.id == deviceId && d.backend == "cpu";
+  });
+  if (!onCpu) {
+    // Uploaded into the device's memory, unlike the CPU's file-backed (shared, reclaimable)
+    // mappings.
+    hosted->memory.push_back(
+        claimMemory(deviceId, hosted->memoryBytes - kvCacheBytes(model->config, spec),
+                    "the weights of layers [" + std::to_string(spec.firstLayer) + ", " +
+                        std::to_string(spec.lastLayer) + ")"));
+  }
+  const runtime::ModelSource src{&model->file, &model->config, &model->weights};
+  hosted->stage = backend.createStage(deviceId, src, spec);
+  hosted->model = std::move(model);
+  hosted->deviceId = deviceId;
+  install({session.serial, stageKey(stageId)}, std::move(hosted), session);
+  Message m = reply(request, "stage_ready");
+  m.control["stage_id"] = stageId;
+  m.control["source"] = source;
+  m.control["load_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return m;
+}
+
 Message NodeHost::loadStage(const Message& request, Session& session) {
   const auto start = Clock::now();
   const json& c = request.control;
   const json stageId = c.value("stage_id", json());
-  stageKey(stageId);  // validates
+  const StageKey key{session.serial, stageKey(stageId)};  // validates
   const json& modelRef = c.value("model", json::object());
   const std::string sha = modelRef.is_object() ? modelRef.value("sha256", "") : "";
   if (!isHexSha256(sha)) throw Error("load_stage: model.sha256 is not 64 lowercase hex digits");
   const std::string deviceId = c.value("device", "");
-  runtime::Backend& backend = backendFor(deviceId);
+  backendFor(deviceId);  // validates
   runtime::StageSpec spec;
   spec.firstLayer = intField(c, "first_layer", 0, 1 << 16);
   spec.lastLayer = intField(c, "last_layer", spec.firstLayer, 1 << 16);
@@ -351,48 +473,43 @@ Message NodeHost::loadStage(const Message& request, Session& session) {
   spec.maxSequences = intField(c, "max_sequences", 1, 4096);
   if (c.contains("max_batch")) spec.maxBatch = intField(c, "max_batch", 1, 1 << 16);
 
-  // The stage id is reused: replace what it held.
-  unload(stageKey(stageId));
+  // The stage id is reused: replace what it held (its memory is free for the new one).
+  unload(key);
+  std::erase(session.stageKeys, key.second);
   session.pending.reset();
+  session.refused.reset();
+  {
+    std::lock_guard lock(m_mutex);
+    checkStageCount(session, key);  // before anything is loaded or streamed
+  }
 
   const auto ready = [&](std::shared_ptr<LoadedModel> model, const char* source) {
-    checkFits(deviceId, model->config, spec);
-    auto hosted = std::make_shared<HostedStage>();
-    const runtime::ModelSource src{&model->file, &model->config, &model->weights};
-    hosted->stage = backend.createStage(deviceId, src, spec);
-    hosted->memoryBytes = stageBytes(model->config, model->weights, spec);
-    hosted->model = std::move(model);
-    hosted->deviceId = deviceId;
-    install(stageId, std::move(hosted), session);
-    Message m = reply(request, "stage_ready");
-    m.control["stage_id"] = stageId;
-    m.control["source"] = source;
-    m.control["load_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    return m;
+    auto kv = claimKvCache(deviceId, model->config, spec);
+    return createAndInstall(request, session, stageId, deviceId, spec, std::move(model),
+                            std::move(kv), source, start);
   };
 
   if (const auto local = m_catalog->findBySha256(sha))
     return ready(openLocalModel(*local), "local-file");
 
-  const auto shardFile = shardPath(m_options.configDir, sha, spec.firstLayer, spec.lastLayer);
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(shardFile, ec)) {
+  // Only a shard this coordinator streamed itself (shard_cache.h: who vouched for it).
+  const auto shardFile = m_shardCache->pathFor(session.peer, sha, spec.firstLayer, spec.lastLayer);
+  std::shared_ptr<LoadedModel> cached;
+  if (auto pin = m_shardCache->acquire(shardFile)) {
     try {
-      auto m = std::make_shared<LoadedModel>(LoadedModel{gguf::File::open(shardFile), {}, {}});
-      m->config = model::ModelConfig::fromGguf(m->file);
-      m->weights = model::ModelWeights::bindRange(m->file, m->config, spec.firstLayer,
-                                                  spec.lastLayer, spec.hasEmbedding, spec.hasHead);
-      return ready(std::move(m), "shard-cache");
+      cached = openShard(shardFile, spec, std::move(*pin));
     } catch (const Error& e) {
       // A shard cut for another role of the same range (or damaged): fetch the weights again.
       std::fprintf(stderr, "shoal-node: cached shard %s not usable (%s); asking for weights\n",
                    shardFile.string().c_str(), e.what());
     }
   }
+  if (cached) return ready(std::move(cached), "shard-cache");
 
   if (request.blob.empty()) {
     throw Error("load_stage: this node has neither model " + sha +
-                " nor a cached shard, and the request carries no metadata to stream it with");
+                " nor a cached shard of it from this coordinator, and the request carries no "
+                "metadata to stream it with");
   }
   const gguf::File meta = gguf::File::fromBuffer(request.blob, "load_stage metadata");
   const model::ModelConfig config = model::ModelConfig::fromGguf(meta);
@@ -400,18 +517,20 @@ Message NodeHost::loadStage(const Message& request, Session& session) {
     throw Error("load_stage: last_layer " + std::to_string(spec.lastLayer) + " beyond the " +
                 std::to_string(config.nLayer) + " layers of model " + sha);
   }
-  checkFits(deviceId, config, spec);  // before any weight is sent
   StageTensorList names =
       stageTensorNames(config, spec.firstLayer, spec.lastLayer, spec.hasEmbedding, spec.hasHead);
   Session::Pending p;
+  p.kvClaim = claimKvCache(deviceId, config, spec);  // before any weight is sent
   p.stageId = stageId;
   p.deviceId = deviceId;
   p.sha256 = sha;
   p.spec = spec;
   p.shardFile = shardFile;
   p.start = start;
-  p.receiver =
-      std::make_unique<ShardReceiver>(shardFile, meta.metadata(), names, m_options.maxShardBytes);
+  p.reservation = m_shardCache->reserve();
+  p.receiver = std::make_unique<ShardReceiver>(
+      shardFile, meta.metadata(), names, m_options.maxShardBytes,
+      [reservation = p.reservation.get()](uint64_t bytes) { reservation->grow(bytes); });
   session.pending = std::move(p);
   Message m = reply(request, "need_weights");
   m.control["stage_id"] = stageId;
@@ -421,6 +540,11 @@ Message NodeHost::loadStage(const Message& request, Session& session) {
 }
 
 Message NodeHost::weightsDone(const Message& request, Session& session) {
+  if (session.refused && request.control.value("stage_id", json()) == session.refused->first) {
+    const std::string why = session.refused->second;
+    session.refused.reset();
+    throw Error("weights_done: the stream was refused: " + why);
+  }
   if (!session.pending || request.control.value("stage_id", json()) != session.pending->stageId) {
     throw Error("weights_done: no stage of this connection is waiting for weights");
   }
@@ -428,52 +552,58 @@ Message NodeHost::weightsDone(const Message& request, Session& session) {
   session.pending.reset();
   p.receiver->finish();
   p.receiver.reset();
-  runtime::Backend& backend = backendFor(p.deviceId);
-  auto m = std::make_shared<LoadedModel>(LoadedModel{gguf::File::open(p.shardFile), {}, {}});
-  m->config = model::ModelConfig::fromGguf(m->file);
-  m->weights = model::ModelWeights::bindRange(
-      m->file, m->config, p.spec.firstLayer, p.spec.lastLayer, p.spec.hasEmbedding, p.spec.hasHead);
-  auto hosted = std::make_shared<HostedStage>();
-  const runtime::ModelSource src{&m->file, &m->config, &m->weights};
-  hosted->stage = backend.createStage(p.deviceId, src, p.spec);
-  hosted->memoryBytes = stageBytes(m->config, m->weights, p.spec);
-  hosted->model = std::move(m);
-  hosted->deviceId = p.deviceId;
-  install(p.stageId, std::move(hosted), session);
-  Message r = reply(request, "stage_ready");
-  r.control["stage_id"] = p.stageId;
-  r.control["source"] = "streamed";
-  r.control["load_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - p.start).count();
-  return r;
+  ShardCache::Pin pin = p.reservation->commit(p.shardFile);
+  return createAndInstall(request, session, p.stageId, p.deviceId, p.spec,
+                          openShard(p.shardFile, p.spec, std::move(pin)), std::move(p.kvClaim),
+                          "streamed", p.start);
 }
 
-void NodeHost::checkFits(const std::string& deviceId, const model::ModelConfig& config,
-                         const runtime::StageSpec& spec) const {
-  // A peer is trusted but may still ask for the impossible: the cache is zero-filled at
-  // creation, so an oversized request would be an out-of-memory kill, not an error reply.
-  const uint64_t kv = kvCacheBytes(config, spec);
+std::unique_ptr<NodeHost::MemoryClaim> NodeHost::claimMemory(const std::string& deviceId,
+                                                             uint64_t bytes,
+                                                             const std::string& what) const {
+  // A peer is trusted but may still ask for the impossible, alone or beside other coordinators'
+  // stages: the KV cache is zero-filled at creation, so an oversized request would be an
+  // out-of-memory kill, not an error reply. The budget is what was free when the node started
+  // (before any stage); stages and loads in progress claim their share of it.
+  uint64_t budget = 0;
   for (const auto& d : m_devices) {
-    if (d.id == deviceId && d.memoryTotal > 0 && kv > d.memoryTotal) {
-      throw Error("load_stage: the KV cache of layers [" + std::to_string(spec.firstLayer) + ", " +
-                  std::to_string(spec.lastLayer) + ") for " + std::to_string(spec.maxSequences) +
-                  " sequence(s) x " + std::to_string(spec.contextLength) + " positions needs " +
-                  std::to_string(kv) + " bytes; device " + deviceId + " has " +
-                  std::to_string(d.memoryTotal));
-    }
+    if (d.id == deviceId) budget = d.memoryFree > 0 ? d.memoryFree : d.memoryTotal;
   }
+  std::lock_guard lock(m_memory->mutex);
+  uint64_t& claimed = m_memory->claimed[deviceId];
+  if (budget > 0 && (bytes > budget || claimed > budget - bytes)) {
+    throw Error("load_stage: " + what + " needs " + std::to_string(bytes) + " bytes; device " +
+                deviceId + " has " + std::to_string(budget - std::min(budget, claimed)) +
+                " left of the " + std::to_string(budget) +
+                " free when the node started (the rest is held by stages loaded or loading)");
+  }
+  claimed += bytes;
+  return std::make_unique<MemoryClaim>(m_memory, deviceId, bytes);
 }
 
-std::shared_ptr<NodeHost::HostedStage> NodeHost::findStage(const json& stageId) const {
+std::unique_ptr<NodeHost::MemoryClaim> NodeHost::claimKvCache(
+    const std::string& deviceId, const model::ModelConfig& config,
+    const runtime::StageSpec& spec) const {
+  return claimMemory(deviceId, kvCacheBytes(config, spec),
+                     "the KV cache of layers [" + std::to_string(spec.firstLayer) + ", " +
+                         std::to_string(spec.lastLayer) + ") for " +
+                         std::to_string(spec.maxSequences) + " sequence(s) x " +
+                         std::to_string(spec.contextLength) + " positions");
+}
+
+std::shared_ptr<NodeHost::HostedStage> NodeHost::findStage(const json& stageId,
+                                                           const Session& session) const {
   const std::string key = stageKey(stageId);
   std::lock_guard lock(m_mutex);
-  const auto it = m_stages.find(key);
-  if (it == m_stages.end()) throw Error("no stage " + key + " is loaded on this node");
+  const auto it = m_stages.find({session.serial, key});
+  // The same answer whether or not another connection has a stage of that id.
+  if (it == m_stages.end()) throw Error("unknown stage " + key + " on this connection");
   return it->second;
 }
 
-Message NodeHost::forward(const Message& request) {
+Message NodeHost::forward(const Message& request, const Session& session) {
   const json& c = request.control;
-  auto s = findStage(c.value("stage_id", json()));
+  auto s = findStage(c.value("stage_id", json()), session);
   const runtime::StageSpec& spec = s->stage->spec();
   const int32_t nEmbd = s->model->config.nEmbd;
   runtime::StageInput in;

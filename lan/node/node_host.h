@@ -7,7 +7,8 @@
 // Protocol summary (control JSON "op"; a reply carries the request's integer "id"; failures are
 // {"op":"error","id","message"}):
 //   node_info -> node_info {name, device_id, devices[], models[], weight_bytes_received (since
-//     start: a restarted node that loads from its shard cache reports 0)}
+//     start: a restarted node that loads from its shard cache reports 0), and what
+//     setInfoExtras adds (NodeService: warnings[] for the user, discovery{} counters)}
 //   ping {t} -> pong {t};  bandwidth_probe (blob) -> pong {bytes}
 //   load_stage {stage_id, model{sha256,name,size}, device, first_layer, last_layer,
 //     has_embedding, has_head, context_length, max_sequences[, max_batch]} + blob: the model's
@@ -24,13 +25,25 @@
 //     f32 logits (n_vocab, of the last token) when the stage has the head and sample is null,
 //     or forward_result {stage_id, token} when the head samples
 //   truncate {stage_id, sequence, from_position} -> ok;  unload_stage {stage_id} -> ok
+//   (a refused weights_chunk gets one error; the rest of that stream is dropped unanswered and
+//   its weights_done gets an error; node_info's memory_free is what stages left of the device)
 //   telemetry -> telemetry {devices: [DeviceTelemetry]} (lan/pool/telemetry.h), sampled every
 //     500 ms by sampleTelemetry()
-// Stages belong to the connection that loaded them and are unloaded when it closes.
+// Isolation between coordinators: a stage (its KV cache, sequences and samplers) and a weight
+// stream belong to the connection that loaded them, and so to one verified peer device ID. A
+// stage_id names a stage only on that connection: every other connection, of another
+// coordinator or the same one, gets "unknown stage" for it and may load its own stage of the
+// same id. A connection's stages are unloaded when it closes. Streamed shards are cached per
+// coordinator (shard_cache.h). Limits: kMaxStagesPerConnection, kMaxStagesPerPeer,
+// kMaxStagesPerNode stages; KV caches (and weights on devices other than the CPU) must fit in
+// the device memory free at start minus what the node's other stages hold; the shard cache
+// stays under NodeHostOptions::shardCacheMaxBytes.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,16 +55,32 @@
 #include "engine/runtime/backend.h"
 #include "lan/node/device_profile.h"
 #include "lan/node/model_catalog.h"
+#include "lan/node/shard_cache.h"
 #include "lan/pool/telemetry.h"
 #include "lan/transport/connection.h"
 
 namespace shoal::lan {
+
+// Stages one connection may hold: a coordinator places one stage per device of a node for its
+// model (nodes have a CPU and a GPU or two), so 16 leaves room for a replan (new stages load
+// before the old ones unload) and a second model, and bounds what one session can pin.
+inline constexpr size_t kMaxStagesPerConnection = 16;
+// Stages all connections of one peer device ID may hold together: half the node, so one
+// coordinator (or a compromised one opening many connections) never takes every slot.
+inline constexpr size_t kMaxStagesPerPeer = 32;
+// Stages the node hosts in all: four coordinators at the per-connection limit. Each stage costs
+// a thread-pool share, scratch buffers and file mappings even when its KV cache is tiny.
+inline constexpr size_t kMaxStagesPerNode = 64;
 
 struct NodeHostOptions {
   std::string name;                            // display name
   std::string deviceId;                        // this node's identity (identity.h)
   std::filesystem::path configDir;             // shards/ lives here
   uint64_t maxShardBytes = uint64_t{1} << 40;  // most weight bytes one streamed stage may announce
+  // Cap of the shard cache (shard_cache.h) in bytes; least recently used shards no stage holds
+  // are evicted to stay under it. 0: ShardCache::defaultMaxBytes (1/4 of the free disk, at most
+  // 256 GiB). shoal-node --shard-cache-max-gb.
+  uint64_t shardCacheMaxBytes = 0;
   // Measured figures by device id (device_profile.h), reported in node_info for the planner;
   // a device without an entry reports what its backend says (0: not profiled).
   std::map<std::string, DeviceProfile> profiles;
@@ -83,41 +112,77 @@ class NodeHost {
   // regenerates its identity (NodeService, after an identity clash).
   std::string deviceId() const;
   void setDeviceId(std::string deviceId);
+  // Extra top-level fields of every node_info reply (NodeService: "warnings" for the user, e.g. a
+  // proven identity clash, and "discovery" counters). Called on the connection's thread for each
+  // node_info; must return a JSON object. Set it before the first serve().
+  void setInfoExtras(std::function<nlohmann::json()> extras) { m_infoExtras = std::move(extras); }
   // Weight payload bytes received over all connections since start (weights_chunk blobs).
   uint64_t weightBytesReceived() const { return m_weightBytesReceived.load(); }
-  size_t stageCount() const;
+  size_t stageCount() const;  // over all connections
+  const ShardCache& shardCache() const { return *m_shardCache; }
 
  private:
   struct LoadedModel;
   struct HostedStage;
   struct Session;
+  struct MemoryLedger;
+  class MemoryClaim;
+  // A stage's place in m_stages: {the serial of the connection (Session) that loaded it, its
+  // stage_id as JSON text}. Scoped by connection, so no peer reaches another's stage by its id.
+  using StageKey = std::pair<uint64_t, std::string>;
 
   std::optional<Message> handle(const Message& request, Session& session);
   Message nodeInfo() const;
   Message loadStage(const Message& request, Session& session);
   Message weightsDone(const Message& request, Session& session);
-  Message forward(const Message& request);
+  Message forward(const Message& request, const Session& session);
   Message telemetry() const;
-  std::shared_ptr<HostedStage> findStage(const nlohmann::json& stageId) const;
+  // The stage `stageId` of this session; "unknown stage" (shoal::Error) for any other.
+  std::shared_ptr<HostedStage> findStage(const nlohmann::json& stageId,
+                                         const Session& session) const;
   runtime::Backend& backendFor(const std::string& deviceId) const;
-  // Throws shoal::Error when the stage's KV cache alone exceeds the device's memory.
-  void checkFits(const std::string& deviceId, const model::ModelConfig& config,
-                 const runtime::StageSpec& spec) const;
+  // Throws shoal::Error when one more stage would pass a kMaxStages* limit (`key` replaces a
+  // stage of the session when it exists, which adds none). Caller holds m_mutex.
+  void checkStageCount(const Session& session, const StageKey& key) const;
+  // Claims `bytes` of the device's memory for a stage (`what`: its part, for the message).
+  // Throws shoal::Error when the device's free memory at start minus what the node's stages
+  // (and loads in progress) already claimed cannot hold it.
+  std::unique_ptr<MemoryClaim> claimMemory(const std::string& deviceId, uint64_t bytes,
+                                           const std::string& what) const;
+  // The KV cache of `spec` (zero-filled at creation: the allocation that would be an
+  // out-of-memory kill), claimed before anything is loaded or streamed.
+  std::unique_ptr<MemoryClaim> claimKvCache(const std::string& deviceId,
+                                            const model::ModelConfig& config,
+                                            const runtime::StageSpec& spec) const;
+  // Builds the stage on its device and installs it under `stageId` in the session.
+  Message createAndInstall(const Message& request, Session& session, const nlohmann::json& stageId,
+                           const std::string& deviceId, const runtime::StageSpec& spec,
+                           std::shared_ptr<LoadedModel> model, std::unique_ptr<MemoryClaim> kvClaim,
+                           const char* source, std::chrono::steady_clock::time_point start);
   std::shared_ptr<LoadedModel> openLocalModel(const LocalModel& local);
-  void install(const nlohmann::json& stageId, std::shared_ptr<HostedStage> stage, Session& session);
-  void unload(const std::string& key);
+  // A cached or just-streamed shard, mapped and bound for `spec`, kept from eviction by `pin`.
+  // shoal::Error when it lacks what the stage needs (a shard cut for another role of the range).
+  static std::shared_ptr<LoadedModel> openShard(const std::filesystem::path& file,
+                                                const runtime::StageSpec& spec,
+                                                ShardCache::Pin pin);
+  void install(const StageKey& key, std::shared_ptr<HostedStage> stage, Session& session);
+  void unload(const StageKey& key);
 
   NodeHostOptions m_options;
   std::vector<std::unique_ptr<runtime::Backend>> m_backends;
-  std::vector<runtime::DeviceInfo> m_devices;
+  std::vector<runtime::DeviceInfo> m_devices;  // memoryFree: as measured when the node started
   std::shared_ptr<const ModelCatalog> m_catalog;
+  std::unique_ptr<ShardCache> m_shardCache;
+  std::shared_ptr<MemoryLedger> m_memory;  // device memory claimed by stages, by device id
 
   mutable std::mutex m_mutex;                                      // guards the maps below
-  std::map<std::string, std::shared_ptr<HostedStage>> m_stages;    // key: stage_id JSON text
+  std::map<StageKey, std::shared_ptr<HostedStage>> m_stages;       // every connection's
   std::map<std::string, std::weak_ptr<LoadedModel>> m_openModels;  // key: sha256
   std::vector<DeviceTelemetry> m_telemetry;                        // last sample
+  std::atomic<uint64_t> m_nextSession{1};                          // Session serials
 
   std::atomic<uint64_t> m_weightBytesReceived{0};
+  std::function<nlohmann::json()> m_infoExtras;
   mutable std::mutex m_idMutex;  // guards m_options.deviceId
 };
 

@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "engine/error.h"
 #include "kernels/backend_registry.h"
@@ -12,6 +15,7 @@
 #include "lan/transport/identity.h"
 #include "lan/transport/listener.h"
 #include "lan/transport/pairing.h"
+#include "lan/transport/tls_connection.h"
 #include "lan/transport/trust_store.h"
 
 namespace shoal::lan {
@@ -65,6 +69,27 @@ std::map<std::string, DeviceProfile> profileCpuDevices(
   return out;
 }
 
+// "10.0.0.5:7000", "[fe80::1%eth0]:7000".
+std::string endpointText(const std::string& address, uint16_t port) {
+  const bool v6 = address.find(':') != std::string::npos;
+  return (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
+}
+
+// identity.replaced.<UTC time>[-n]: a fresh name, so no earlier identity is ever overwritten.
+std::filesystem::path asideDirectory(const std::filesystem::path& configDir) {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32] = {};
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  const std::filesystem::path base = configDir / ("identity.replaced." + std::string(stamp));
+  std::filesystem::path candidate = base;
+  for (int n = 2; std::filesystem::exists(candidate); ++n) {
+    candidate = base.string() + "-" + std::to_string(n);
+  }
+  return candidate;
+}
+
 }  // namespace
 
 std::filesystem::path defaultConfigDir() {
@@ -112,10 +137,33 @@ NodeService::NodeService(NodeServiceOptions options) : m_options(std::move(optio
   ho.name = m_options.name;
   ho.deviceId = m_identity->deviceId;
   ho.configDir = m_options.configDir;
+  ho.shardCacheMaxBytes = m_options.shardCacheMaxBytes;
   if (m_options.profile) ho.profiles = profileCpuDevices(backends, m_options);
   m_host = std::make_unique<NodeHost>(
       ho, std::move(backends),
       std::make_shared<ModelCatalog>(m_options.modelsDir, m_options.configDir));
+  // node_info also carries what the user should know (a proven identity clash) and discovery's
+  // counters (what a beacon flood did to this node).
+  m_host->setInfoExtras([this] {
+    nlohmann::json extras = nlohmann::json::object();
+    std::lock_guard lock(m_netMutex);
+    if (!m_warnings.empty()) extras["warnings"] = m_warnings;
+    if (m_discovery) {
+      const DiscoveryStats s = m_discovery->stats();
+      extras["discovery"] = {{"udp_port", m_discovery->udpPort()},
+                             {"peers", s.peers},
+                             {"received", s.received},
+                             {"accepted", s.accepted},
+                             {"dropped", s.dropped},
+                             {"dropped_off_link", s.droppedOffLink},
+                             {"dropped_rate_limited", s.droppedRateLimited},
+                             {"dropped_table_full", s.droppedTableFull},
+                             {"identity_clash_claims", s.identityClashes},
+                             {"identity_clash_checks", m_clashChecks.load()},
+                             {"identity_clashes_proven", m_clashesProven.load()}};
+    }
+    return extras;
+  });
 
   {
     std::lock_guard lock(m_netMutex);
@@ -123,20 +171,16 @@ NodeService::NodeService(NodeServiceOptions options) : m_options(std::move(optio
     if (m_options.discovery) startDiscovery();
   }
 
-  // Telemetry every 500 ms; identity regeneration, which must not run on discovery's thread
-  // (it stops discovery), waits here for the next tick.
   m_telemetryThread = std::thread([this] {
     while (!m_stop.load()) {
       m_host->sampleTelemetry();
-      std::unique_ptr<IdentityClash> clash;
-      {
-        std::lock_guard lock(m_netMutex);
-        clash = std::move(m_pendingClash);
-      }
-      if (clash) regenerateIdentity(*clash);
+      closeRevokedSessions();
       std::this_thread::sleep_for(kTelemetryInterval);
     }
   });
+  // Clash claims are checked here, never on discovery's thread (a check takes up to
+  // kClashProbeTimeout, and a rotation stops discovery).
+  m_clashThread = std::thread([this] { runClashChecks(); });
 }
 
 void NodeService::startListener(uint16_t port) {
@@ -158,9 +202,12 @@ void NodeService::startDiscovery() {
     d.name = m_options.name.substr(0, 128);
     d.tcpPort = m_listener->port();
     d.summary = deviceSummary(m_host->devices());
+    d.udpPort = m_options.discoveryPort;
     d.onIdentityClash = [this](const IdentityClash& c) { reportIdentityClash(c); };
     m_discovery = std::make_unique<Discovery>(std::move(d));
     m_discovery->start();
+    std::fprintf(stderr, "shoal-node: discovery on UDP port %u\n",
+                 unsigned(m_discovery->udpPort()));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "shoal-node: discovery off: %s\n", e.what());
     m_discovery.reset();
@@ -168,9 +215,99 @@ void NodeService::startDiscovery() {
 }
 
 void NodeService::reportIdentityClash(const IdentityClash& clash) {
+  {
+    std::lock_guard lock(m_netMutex);
+    if (clash.deviceId != m_identity->deviceId) return;
+    if (m_clashClaims.size() >= kMaxPendingClashClaims) return;  // a flood of claims
+    const bool queued = std::any_of(m_clashClaims.begin(), m_clashClaims.end(), [&](const auto& c) {
+      return c.address == clash.address && c.tcpPort == clash.tcpPort;
+    });
+    if (queued) return;
+    m_clashClaims.push_back(clash);
+  }
+  m_clashWake.notify_one();
+}
+
+void NodeService::runClashChecks() {
+  std::unique_lock lock(m_netMutex);
+  for (;;) {
+    m_clashWake.wait(lock, [this] { return m_stop.load() || !m_clashClaims.empty(); });
+    if (m_stop.load()) return;
+    const IdentityClash claim = m_clashClaims.front();
+    m_clashClaims.erase(m_clashClaims.begin());
+    lock.unlock();
+    checkClashClaim(claim);
+    lock.lock();
+    m_clashWake.wait_for(lock, kClashProbeMinGap, [this] { return m_stop.load(); });
+  }
+}
+
+void NodeService::checkClashClaim(const IdentityClash& clash) {
+  const std::string endpoint = endpointText(clash.address, clash.tcpPort);
+  Identity ours;
+  {
+    std::lock_guard lock(m_netMutex);
+    if (clash.deviceId != m_identity->deviceId) return;  // we moved meanwhile
+    const auto now = std::chrono::steady_clock::now();
+    if (const auto it = m_clashChecked.find(endpoint);
+        it != m_clashChecked.end() && now - it->second < kClashProbeCooldown) {
+      return;
+    }
+    if (m_clashChecked.size() >= kMaxCheckedClashEndpoints) {
+      m_clashChecked.erase(
+          std::min_element(m_clashChecked.begin(), m_clashChecked.end(),
+                           [](const auto& a, const auto& b) { return a.second < b.second; }));
+    }
+    m_clashChecked[endpoint] = now;
+    ours = *m_identity;
+  }
+  // The proof: a TLS 1.3 server signs the handshake with its certificate's key, so presenting a
+  // certificate whose SHA-256 is our device ID takes our private key.
+  std::string presented;
+  std::string failure;
+  try {
+    auto probe = openTlsClient(clash.address, clash.tcpPort, ours, kClashProbeTimeout);
+    presented = probe->peerDeviceId();
+    probe->close();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  ++m_clashChecks;
+  if (presented != ours.deviceId) {
+    if (failure.empty()) failure = "it presents device ID " + presented + ", not ours";
+    std::fprintf(stderr,
+                 "shoal-node: identity clash claim from %s (%s) not proven (%s): ignored, device "
+                 "ID %s unchanged\n",
+                 endpoint.c_str(), clash.theirName.c_str(), failure.c_str(), ours.deviceId.c_str());
+    return;
+  }
+  ++m_clashesProven;
+  std::string warning = "identity clash: " + endpoint + " (" + clash.theirName +
+                        ") presents this node's certificate (device ID " + ours.deviceId +
+                        "): a copy of this node's identity (a copied config dir or cloned VM) "
+                        "runs there";
+  warning += m_options.rotateIdentityOnProvenClash
+                 ? "; this node takes a new identity (--rotate-identity-on-clash)"
+                 : "; give one of the two a new identity: stop it, move " +
+                       (m_options.configDir / "identity").string() +
+                       " aside, start it again (or run with --rotate-identity-on-clash)";
+  std::fprintf(stderr, "shoal-node: %s\n", warning.c_str());
+  {
+    std::lock_guard lock(m_netMutex);
+    m_warnings.push_back(warning);
+    if (m_warnings.size() > kMaxNodeWarnings) m_warnings.erase(m_warnings.begin());
+  }
+  if (m_options.rotateIdentityOnProvenClash) regenerateIdentity(clash);
+}
+
+std::vector<std::string> NodeService::warnings() const {
   std::lock_guard lock(m_netMutex);
-  if (clash.deviceId != m_identity->deviceId || m_pendingClash) return;
-  m_pendingClash = std::make_unique<IdentityClash>(clash);
+  return m_warnings;
+}
+
+uint16_t NodeService::discoveryPort() const {
+  std::lock_guard lock(m_netMutex);
+  return m_discovery ? m_discovery->udpPort() : 0;
 }
 
 void NodeService::regenerateIdentity(const IdentityClash& clash) {
@@ -197,11 +334,12 @@ void NodeService::regenerateIdentity(const IdentityClash& clash) {
     for (auto& s : m_served) s->connection->close();
   }
   bool renewed = false;
+  std::filesystem::path aside;
   try {
-    // Kept (one generation) rather than deleted: it is still the other machine's identity.
+    // Kept, never deleted or overwritten: it is still the other machine's identity, and a
+    // mistaken rotation must be undoable (move it back).
     const auto dir = m_options.configDir / "identity";
-    const auto aside = m_options.configDir / "identity.replaced";
-    std::filesystem::remove_all(aside);
+    aside = asideDirectory(m_options.configDir);
     std::filesystem::rename(dir, aside);
     m_identity = std::make_unique<Identity>(loadOrCreateIdentity(m_options.configDir));
     renewed = true;
@@ -226,9 +364,11 @@ void NodeService::regenerateIdentity(const IdentityClash& clash) {
   ++m_regenerations;
   std::fprintf(stderr,
                "shoal-node: identity clash: %s (%s) runs with our device ID %s (a copied config "
-               "dir); new device ID %s (port %u): coordinators must trust it again\n",
+               "dir); new device ID %s (port %u), the old identity kept in %s: coordinators must "
+               "trust it again\n",
                clash.address.c_str(), clash.theirName.c_str(), oldId.c_str(),
-               m_identity->deviceId.c_str(), m_listener ? unsigned(m_listener->port()) : 0u);
+               m_identity->deviceId.c_str(), m_listener ? unsigned(m_listener->port()) : 0u,
+               aside.string().c_str());
 }
 
 NodeService::~NodeService() { stop(); }
@@ -276,10 +416,30 @@ void NodeService::onConnection(std::unique_ptr<Connection> connection) {
   m_served.push_back(std::move(served));
 }
 
+void NodeService::closeRevokedSessions() {
+  try {
+    m_trust->refresh();
+  } catch (const std::exception& e) {
+    // Reported once per bad version of the file; meanwhile the store trusts nobody.
+    std::fprintf(stderr, "shoal-node: %s; every session is closed until it is fixed\n", e.what());
+  }
+  std::lock_guard lock(m_servedMutex);
+  for (auto& s : m_served) {
+    if (s->done.load() || s->revoked || m_trust->isTrusted(s->connection->peerDeviceId())) continue;
+    s->revoked = true;
+    std::fprintf(stderr, "shoal-node: %s (%s) is no longer trusted: closing its session\n",
+                 s->connection->peerAddress().c_str(), s->connection->peerDeviceId().c_str());
+    s->connection->close();
+  }
+}
+
 void NodeService::stop() {
   if (m_stop.exchange(true)) return;
   // First the thread that may regenerate the identity: after it, nothing replaces the listener
   // or discovery. Discovery is stopped without the lock (its callback takes it).
+  { std::lock_guard lock(m_netMutex); }  // the clash thread is waiting or sees m_stop
+  m_clashWake.notify_all();
+  if (m_clashThread.joinable()) m_clashThread.join();
   if (m_telemetryThread.joinable()) m_telemetryThread.join();
   {
     std::lock_guard lock(m_netMutex);

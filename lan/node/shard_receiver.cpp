@@ -1,6 +1,9 @@
 #include "lan/node/shard_receiver.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 
 #include "engine/error.h"
@@ -39,19 +42,19 @@ StageTensorList stageTensorNames(const model::ModelConfig& c, int32_t firstLayer
   return list;
 }
 
-std::filesystem::path shardPath(const std::filesystem::path& configDir, const std::string& sha256,
-                                int32_t firstLayer, int32_t lastLayer) {
-  return configDir / "shards" / sha256 /
-         (std::to_string(firstLayer) + "-" + std::to_string(lastLayer) + ".gguf");
-}
-
 ShardReceiver::ShardReceiver(std::filesystem::path shardFile, std::vector<gguf::KeyValue> metadata,
-                             StageTensorList tensors, uint64_t maxBytes)
+                             StageTensorList tensors, uint64_t maxBytes, Reserve reserve)
     : m_shardFile(std::move(shardFile)),
       m_metadata(std::move(metadata)),
       m_tensors(std::move(tensors)),
-      m_maxBytes(maxBytes) {
-  m_tempDir = m_shardFile.parent_path() / (".incoming-" + m_shardFile.stem().string());
+      m_maxBytes(maxBytes),
+      m_reserve(std::move(reserve)) {
+  // A folder of this receiver's own: another connection may stream the same shard at the same
+  // time (ShardCache removes what a crash left of these at the next start).
+  static std::atomic<uint64_t> serial{0};
+  m_tempDir =
+      m_shardFile.parent_path() / (".incoming-" + m_shardFile.stem().string() + "-" +
+                                   std::to_string(::getpid()) + "-" + std::to_string(++serial));
   std::error_code ec;
   std::filesystem::remove_all(m_tempDir, ec);
   std::filesystem::create_directories(m_tempDir, ec);
@@ -91,6 +94,7 @@ void ShardReceiver::addChunk(const nlohmann::json& control, std::span<const uint
       throw Error("weights_chunk: tensor " + name + " has no valid dims");
     }
     uint64_t rows = 1;
+    bool overflow = false;
     for (size_t i = 0; i < dims.size(); ++i) {
       if (!dims[i].is_number_integer() || dims[i].get<int64_t>() <= 0 ||
           dims[i].get<int64_t>() > (int64_t{1} << 32)) {
@@ -98,22 +102,26 @@ void ShardReceiver::addChunk(const nlohmann::json& control, std::span<const uint
                     " is not a positive size");
       }
       in.dims.push_back(dims[i].get<int64_t>());
-      if (i > 0) rows *= static_cast<uint64_t>(in.dims.back());
+      // Checked: dims of up to 2^32 each would wrap and could match a small `total`.
+      if (i > 0) overflow |= __builtin_mul_overflow(rows, uint64_t(in.dims.back()), &rows);
     }
     uint64_t expected = 0;
     try {
-      expected = gguf::rowBytes(in.type, in.dims[0]) * rows;
+      overflow |=
+          __builtin_mul_overflow(uint64_t(gguf::rowBytes(in.type, in.dims[0])), rows, &expected);
     } catch (const Error& e) {
       throw Error("weights_chunk: tensor " + name + ": " + e.what());
     }
+    if (overflow) throw Error("weights_chunk: tensor " + name + ": its dims overflow 64 bits");
     if (total != expected) {
       throw Error("weights_chunk: tensor " + name + " announces " + std::to_string(total) +
                   " bytes, its type and dims make " + std::to_string(expected));
     }
-    if (m_announcedBytes + total > m_maxBytes) {
+    if (total > m_maxBytes || m_announcedBytes + total > m_maxBytes) {
       throw Error("weights_chunk: stage weights would exceed the limit of " +
                   std::to_string(m_maxBytes) + " bytes");
     }
+    if (m_reserve) m_reserve(total);
     m_announcedBytes += total;
     in.total = total;
     in.tempFile = m_tempDir / (std::to_string(m_incoming.size()) + ".bin");
@@ -178,9 +186,14 @@ void ShardReceiver::finish() {
           if (!f) throw Error(file.string() + ": short read writing the shard");
         });
   }
+  // Written inside the temporary folder, then renamed over the shard: Writer's own temp name
+  // is per process, and two connections may finish the same shard at once. A stage still
+  // mapping an older file of that name keeps the old inode.
+  const auto written = m_tempDir / "shard.gguf";
+  w.write(written);
   std::error_code ec;
-  std::filesystem::create_directories(m_shardFile.parent_path(), ec);
-  w.write(m_shardFile);
+  std::filesystem::rename(written, m_shardFile, ec);
+  if (ec) throw Error(m_shardFile.string() + ": cannot move the written shard in: " + ec.message());
 }
 
 }  // namespace shoal::lan

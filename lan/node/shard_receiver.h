@@ -1,15 +1,18 @@
 #pragma once
 // Receives one stage's weights streamed by the coordinator (weights_chunk messages, see
 // the protocol summary in node_host.h) and writes them as a weight shard: a GGUF v3 file with the
-// model's metadata and only the stage's tensors, at <configDir>/shards/<model
-// sha256>/<first>-<last>.gguf, which ModelWeights::bindRange loads like the whole model.
+// model's metadata and only the stage's tensors, at the path the shard cache gives
+// (shard_cache.h: <configDir>/shards/<coordinator>/<model sha256>/<first>-<last>.gguf), which
+// ModelWeights::bindRange loads like the whole model.
 //
 // Chunks of one tensor arrive in order (offset == bytes received so far) and are written to a
-// temporary file as they come, so a multi-GB stage is never held in memory; the shard is written
-// (temp + rename) only once every required tensor arrived whole with a matching SHA-256.
+// temporary folder of this receiver's own as they come, so a multi-GB stage is never held in
+// memory and two streams never share a file; the shard is written (temp + rename) only once
+// every required tensor arrived whole with a matching SHA-256.
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -34,15 +37,17 @@ struct StageTensorList {
 StageTensorList stageTensorNames(const model::ModelConfig& config, int32_t firstLayer,
                                  int32_t lastLayer, bool embedding, bool head);
 
-std::filesystem::path shardPath(const std::filesystem::path& configDir, const std::string& sha256,
-                                int32_t firstLayer, int32_t lastLayer);
-
 class ShardReceiver {
  public:
+  // Called with each tensor's announced size before any of its bytes are accepted; throws to
+  // refuse it (the shard cache makes room or refuses: shard_cache.h).
+  using Reserve = std::function<void(uint64_t bytes)>;
+
   // metadata: the model's GGUF metadata, copied into the shard. maxBytes bounds the sum of the
-  // announced tensor sizes (a peer cannot make the node fill its disk).
+  // announced tensor sizes (a peer cannot make the node fill its disk); reserve (may be empty)
+  // is asked for room tensor by tensor.
   ShardReceiver(std::filesystem::path shardFile, std::vector<gguf::KeyValue> metadata,
-                StageTensorList tensors, uint64_t maxBytes);
+                StageTensorList tensors, uint64_t maxBytes, Reserve reserve = {});
   ~ShardReceiver();  // removes the temporary files
   ShardReceiver(const ShardReceiver&) = delete;
   ShardReceiver& operator=(const ShardReceiver&) = delete;
@@ -73,6 +78,7 @@ class ShardReceiver {
   std::vector<gguf::KeyValue> m_metadata;
   StageTensorList m_tensors;
   uint64_t m_maxBytes;
+  Reserve m_reserve;
   uint64_t m_announcedBytes = 0;
   uint64_t m_bytesReceived = 0;
   std::map<std::string, Incoming> m_incoming;

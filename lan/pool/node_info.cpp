@@ -4,6 +4,7 @@
 #include <set>
 
 #include "engine/error.h"
+#include "lan/discovery/display_name.h"
 
 namespace shoal::lan {
 namespace {
@@ -57,7 +58,8 @@ NodeInfo parseNodeInfo(const json& reply) {
   const std::string path = "node_info";
   if (!reply.is_object()) throw Error(path + ": not a JSON object");
   NodeInfo info;
-  info.name = stringField(reply, "name", path);
+  // Printed by `pool status` and shown in the app: one safe line (display_name.h).
+  info.name = sanitizeDisplayText(stringField(reply, "name", path));
   info.deviceId = stringField(reply, "device_id", path);
   if (info.deviceId.empty()) throw Error(path + ".device_id: empty");
 
@@ -99,6 +101,20 @@ NodeInfo parseNodeInfo(const json& reply) {
       info.models.push_back(std::move(model));
     }
   }
+
+  if (const auto it = reply.find("warnings"); it != reply.end()) {
+    if (!it->is_array()) throw Error(path + ".warnings: must be an array");
+    if (it->size() > kMaxNodeInfoWarnings) {
+      throw Error(path + ".warnings: " + std::to_string(it->size()) + " entries, at most " +
+                  std::to_string(kMaxNodeInfoWarnings));
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& w = (*it)[i];
+      if (!w.is_string()) throw Error(path + ".warnings[" + std::to_string(i) + "]: not a string");
+      info.warnings.push_back(
+          sanitizeDisplayText(w.get_ref<const std::string&>(), kMaxNodeInfoWarningBytes));
+    }
+  }
   return info;
 }
 
@@ -118,11 +134,13 @@ json nodeInfoToJson(const NodeInfo& info) {
   for (const NodeModel& m : info.models) {
     models.push_back({{"file", m.file}, {"sha256", m.sha256}, {"size", m.size}});
   }
-  return {{"op", "node_info"},
-          {"name", info.name},
-          {"device_id", info.deviceId},
-          {"devices", devices},
-          {"models", models}};
+  json out = {{"op", "node_info"},
+              {"name", info.name},
+              {"device_id", info.deviceId},
+              {"devices", devices},
+              {"models", models}};
+  if (!info.warnings.empty()) out["warnings"] = info.warnings;
+  return out;
 }
 
 }  // namespace shoal::lan

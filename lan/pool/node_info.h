@@ -27,11 +27,20 @@ struct NodeModel {
   uint64_t size = 0;
 };
 
+// A node sends at most a few warnings (NodeService keeps 4); more is a broken or hostile node.
+inline constexpr size_t kMaxNodeInfoWarnings = 16;
+// One warning names an endpoint, a device ID and a path: a few hundred bytes.
+inline constexpr size_t kMaxNodeInfoWarningBytes = 1024;
+
 struct NodeInfo {
   std::string name;      // display name
   std::string deviceId;  // the node's identity (certificate fingerprint)
   std::vector<NodeDevice> devices;
   std::vector<NodeModel> models;
+  // What the node wants its user to know (e.g. a proven identity clash: NodeService), for
+  // `shoal-cli pool status` and the app. Optional in the reply; sanitized to one safe line each
+  // (lan/discovery/display_name.h), at most kMaxNodeInfoWarnings of kMaxNodeInfoWarningBytes.
+  std::vector<std::string> warnings;
 
   // True when the node holds a file with this SHA-256 (it can load any stage without streaming).
   bool hasModel(const std::string& sha256) const;

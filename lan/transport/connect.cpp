@@ -32,6 +32,8 @@ std::unique_ptr<Connection> connectTo(const std::string& host, uint16_t port,
                          host + ":" + std::to_string(port) + " presents device ID " + id +
                              ", which this node does not trust (pair with it first)");
   }
+  // Pinned: from here on the server may send session-sized frames (after its welcome).
+  conn->enterSession();
   Message hello;
   hello.control = {{"op", ops::kHello}, {"version", ops::kSessionVersion}};
   conn->send(hello, remaining());

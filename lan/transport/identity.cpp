@@ -1,20 +1,22 @@
 #include "lan/transport/identity.h"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <openssl/x509.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "engine/error.h"
+#include "lan/transport/private_files.h"
 
 namespace shoal::lan {
 
@@ -65,29 +67,6 @@ std::string readFile(const std::filesystem::path& p) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// Writes `text` to `path` through a temporary file and rename, with `mode` set at creation (so the
-// key is never readable by others, not even for a moment).
-void writeFileAtomic(const std::filesystem::path& path, const std::string& text, mode_t mode) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) throw Error("identity: cannot create " + tmp.string());
-  ::fchmod(fd, mode);
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      ::close(fd);
-      throw Error("identity: cannot write " + tmp.string());
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::fsync(fd);
-  ::close(fd);
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error("identity: cannot rename " + tmp.string() + ": " + ec.message());
 }
 
 Ptr<X509> parseCert(const std::string& pem, const std::string& where) {
@@ -220,28 +199,116 @@ Identity createIdentity() {
   return id;
 }
 
+namespace {
+
+// What an identity/ directory may hold besides the pair: temporary files of an interrupted write
+// (this version writes into identity.new.*, older ones wrote key.pem.tmp and cert.pem.tmp here).
+bool isLeftover(const std::filesystem::path& p) {
+  return p.filename().string().find(".tmp") != std::string::npos;
+}
+
+// Makes a new identity in `dir` all at once: key and certificate are written and fsynced in a
+// fresh private directory beside it, which is renamed into place and its parent fsynced. A crash
+// leaves no identity/ at all (and a stray identity.new.*, removed by the next creator) or a
+// complete one. Returns
+// false when another process created the identity first (then load that one).
+bool createIdentityDirectory(const std::filesystem::path& dir, const Identity& id) {
+  const std::filesystem::path fresh = uniqueSibling(dir, "new");
+  std::error_code ec;
+  try {
+    createPrivateDirectories(fresh);
+    writeNewFileSynced(fresh / "key.pem", id.keyPem, kPrivateFileMode);
+    // The certificate is public (it is sent in every handshake); the directory keeps it private
+    // anyway.
+    writeNewFileSynced(fresh / "cert.pem", id.certPem, 0644);
+    syncDirectory(fresh);
+  } catch (const Error& e) {
+    std::filesystem::remove_all(fresh, ec);
+    throw Error(std::string("identity: ") + e.what());
+  }
+  // rename(2) replaces an empty directory and fails on a non-empty one: exactly one of two
+  // processes creating the identity at once wins.
+  if (::rename(fresh.c_str(), dir.c_str()) != 0) {
+    const int err = errno;
+    std::filesystem::remove_all(fresh, ec);
+    if (err == ENOTEMPTY || err == EEXIST) return false;
+    throw Error("identity: cannot rename " + fresh.string() + " to " + dir.string() + ": " +
+                std::strerror(err));
+  }
+  syncDirectory(dir.parent_path());
+  return true;
+}
+
+}  // namespace
+
 Identity loadOrCreateIdentity(const std::filesystem::path& configDir) {
   const std::filesystem::path dir = configDir / "identity";
   const std::filesystem::path certPath = dir / "cert.pem";
   const std::filesystem::path keyPath = dir / "key.pem";
-  const bool haveCert = std::filesystem::exists(certPath);
-  const bool haveKey = std::filesystem::exists(keyPath);
+  std::error_code ec;
+  const bool haveCert = std::filesystem::exists(certPath, ec);
+  const bool haveKey = std::filesystem::exists(keyPath, ec);
   if (!haveCert && !haveKey) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw Error("identity: cannot create " + dir.string() + ": " + ec.message());
+    try {
+      createPrivateDirectories(configDir);
+    } catch (const Error& e) {
+      throw Error(std::string("identity: ") + e.what());
+    }
+    // One creator at a time (other processes on this config dir, other threads): the lock is
+    // on the config directory itself, so no lock file is left behind.
+    std::optional<ExclusiveLock> lock;
+    try {
+      lock.emplace(configDir);
+    } catch (const Error& e) {
+      throw Error(std::string("identity: ") + e.what());
+    }
+    // Another creator finished while we waited: load its identity.
+    if (std::filesystem::exists(certPath, ec) || std::filesystem::exists(keyPath, ec)) {
+      lock.reset();
+      return loadOrCreateIdentity(configDir);
+    }
+    // What a creator that crashed left beside it (never renamed into place, so never used).
+    for (const auto& entry : std::filesystem::directory_iterator(configDir, ec)) {
+      if (entry.path().filename().string().starts_with("identity.new."))
+        std::filesystem::remove_all(entry.path(), ec);
+    }
+    // An identity/ without either file never held an identity that was handed out (both files
+    // exist before any device ID is shown); what an interrupted write left in it can go.
+    if (std::filesystem::is_directory(dir, ec)) {
+      for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        if (!isLeftover(entry.path()))
+          throw Error("identity: " + dir.string() + " holds " + entry.path().filename().string() +
+                      " but no key.pem or cert.pem; move it away to create a new identity");
+      }
+      std::filesystem::remove_all(dir, ec);
+      if (ec) throw Error("identity: cannot clear " + dir.string() + ": " + ec.message());
+    }
     Identity id = createIdentity();
-    writeFileAtomic(keyPath, id.keyPem, 0600);
-    writeFileAtomic(certPath, id.certPem, 0644);
-    return id;
+    if (createIdentityDirectory(dir, id)) return id;
+    // Another process (of an older version, which takes no lock) won: load its identity.
+  } else if (haveCert != haveKey) {
+    // No automatic repair: a key alone cannot give back the certificate, so the device ID the
+    // coordinators trust is gone either way, and we cannot tell an interrupted first start
+    // (nothing ever paired) from a lost file (paired devices would silently see a new machine).
+    const std::filesystem::path& present = haveKey ? keyPath : certPath;
+    const std::filesystem::path& missing = haveKey ? certPath : keyPath;
+    throw Error("identity: " + present.string() + " exists but " + missing.string() +
+                " does not (an interrupted first start, or a deleted file); restore " +
+                missing.filename().string() + " from a backup, or move " + dir.string() +
+                " away to start with a new device ID (paired devices must pair again)");
   }
-  if (haveCert != haveKey)
-    throw Error("identity: " + (haveCert ? keyPath : certPath).string() +
-                " is missing while its partner exists; refusing to create a new identity over it "
-                "(move both files away to start over)");
+  // Written by an older version under a 022 umask: the key was 0600 but its directory 0755.
+  tightenMode(dir, kPrivateDirMode);
+  tightenMode(keyPath, kPrivateFileMode);
   Identity id;
   id.certPem = readFile(certPath);
   id.keyPem = readFile(keyPath);
+  if (id.certPem.empty())
+    throw Error("identity: " + certPath.string() + " is empty; restore it from a backup, or move " +
+                dir.string() + " away to start with a new device ID");
+  if (id.keyPem.empty())
+    throw Error("identity: " + keyPath.string() + " is empty; restore it from a backup, or move " +
+                dir.string() + " away to start with a new device ID");
   Ptr<X509> cert = parseCert(id.certPem, certPath.string());
   Ptr<BIO> keyBio(BIO_new_mem_buf(id.keyPem.data(), static_cast<int>(id.keyPem.size())));
   Ptr<EVP_PKEY> key(PEM_read_bio_PrivateKey(keyBio.get(), nullptr, nullptr, nullptr));

@@ -20,10 +20,15 @@ struct Identity {
   std::string deviceId;  // formatted device ID of certPem
 };
 
-// Reads the identity from <configDir>/identity, creating the directory and a new key and
-// certificate when neither file exists (key.pem is created with mode 0600). Throws shoal::Error
-// when only one of the two files exists, when they cannot be parsed, or when the key does not
-// belong to the certificate: a node never silently replaces its identity.
+// Reads the identity from <configDir>/identity, creating a new key and certificate when neither
+// file exists: both are written and fsynced in a temporary directory that is then renamed into
+// place (so a crash leaves no identity or a whole one), the config directory (when created here)
+// and identity/ with mode 0700, key.pem 0600; an identity/ of an older version is tightened to
+// the same. Of two processes creating it at once, one wins and the other loads its identity.
+// Throws shoal::Error, one line naming the files and what to do, when only one of the two files
+// exists (a half-written identity of an older version, or a lost file), when one is empty or
+// cannot be parsed, or when the key does not belong to the certificate: a node never silently
+// replaces its identity.
 Identity loadOrCreateIdentity(const std::filesystem::path& configDir);
 
 // A fresh identity in memory (tests, throwaway clients). Throws shoal::Error.

@@ -11,14 +11,11 @@
 #include "lan/transport/session_ops.h"
 #include "lan/transport/tls_connection.h"
 #include "lan/transport/tls_context.h"
+#include "lan/transport/vetting_slots.h"
 
 namespace shoal::lan {
 
 namespace {
-
-// Connections being vetted at once; more are closed on arrival so a flood of half-open
-// handshakes cannot pin an unbounded number of threads.
-constexpr size_t kMaxVetting = 16;
 
 void sendRefusal(TlsConnection& conn, const std::string& why, std::chrono::milliseconds timeout) {
   Message refused;
@@ -33,6 +30,9 @@ struct Listener::Impl {
   struct Vetting {
     std::thread thread;
     TlsConnection* conn = nullptr;  // for stop() to close it; null once handed over or dropped
+    VettingSlots::Slot slot;
+    bool slotHeld = true;  // until handed over or closed (guarded by mutex)
+    std::chrono::steady_clock::time_point accepted;
     std::atomic<bool> done{false};
   };
 
@@ -45,7 +45,10 @@ struct Listener::Impl {
         acceptor(io) {}
 
   void startAccept();
+  // Admits an accepted socket to vetting, or closes it when the slots are taken (vetting_slots.h).
+  void admit(asio::ip::tcp::socket socket);
   void vet(Vetting& v, std::unique_ptr<TlsConnection> conn);
+  void releaseSlot(Vetting& v);  // mutex held
   void reapFinished();
 
   const Identity identity;
@@ -55,38 +58,60 @@ struct Listener::Impl {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work;
   asio::ip::tcp::acceptor acceptor;
-  std::unique_ptr<TlsConnection> pendingAccept;  // io thread only
   std::thread ioThread;
   uint16_t port = 0;
   PairingGate pairing;
 
   std::mutex mutex;  // guards the fields below
   std::list<Vetting> vetting;
+  VettingSlots slots;
   std::string localName = "shoal";
   std::chrono::milliseconds handshakeTimeout{10000};
   bool stopping = false;
 };
 
 void Listener::Impl::startAccept() {
-  // Each connection gets its own io thread (TlsConnection); accept straight into its socket.
-  pendingAccept = std::make_unique<TlsConnection>(tlsContext);
-  acceptor.async_accept(pendingAccept->socket(), [this](const asio::error_code& ec) {
-    std::unique_ptr<TlsConnection> conn = std::move(pendingAccept);
+  // Accept into a plain socket of our own io_context: a connection closed on arrival costs no
+  // thread; an admitted one moves into a TlsConnection with its own io thread.
+  acceptor.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;  // stop()
-    std::lock_guard lock(mutex);
-    if (stopping) return;
-    if (!ec) {
-      conn->acceptedFromSocket();
-      reapFinished();
-      if (vetting.size() < kMaxVetting) {
-        Vetting& v = vetting.emplace_back();
-        v.conn = conn.get();
-        v.thread = std::thread([this, &v, c = std::move(conn)]() mutable { vet(v, std::move(c)); });
-      }
-      // else: conn is destroyed here, which closes it.
+    if (!ec) admit(std::move(socket));
+    {
+      std::lock_guard lock(mutex);
+      if (stopping) return;
     }
     startAccept();
   });
+}
+
+void Listener::Impl::admit(asio::ip::tcp::socket socket) {
+  asio::error_code ec;
+  const asio::ip::tcp::endpoint remote = socket.remote_endpoint(ec);
+  if (ec) return;  // gone already
+  const std::string source = sourceKey(remote.address());
+  std::lock_guard lock(mutex);
+  if (stopping) return;
+  reapFinished();
+  std::optional<VettingSlots::Slot> slot = slots.admit(source);
+  if (!slot) return;  // `socket` closes here
+  auto conn = std::make_unique<TlsConnection>(tlsContext);
+  try {
+    conn->adoptAccepted(std::move(socket));
+  } catch (const TransportError&) {
+    slots.release(*slot);
+    return;
+  }
+  Vetting& v = vetting.emplace_back();
+  v.conn = conn.get();
+  v.slot = std::move(*slot);
+  v.accepted = std::chrono::steady_clock::now();
+  v.thread = std::thread([this, &v, c = std::move(conn)]() mutable { vet(v, std::move(c)); });
+}
+
+void Listener::Impl::releaseSlot(Vetting& v) {
+  if (!v.slotHeld) return;
+  v.slotHeld = false;
+  slots.release(v.slot);
 }
 
 void Listener::Impl::vet(Vetting& v, std::unique_ptr<TlsConnection> conn) {
@@ -97,18 +122,30 @@ void Listener::Impl::vet(Vetting& v, std::unique_ptr<TlsConnection> conn) {
     timeout = handshakeTimeout;
     name = localName;
   }
+  // The handshake and the first frame share one deadline from the accept: a slow-loris peer that
+  // trickles its handshake gets no fresh timeout per step.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = v.accepted + timeout;
+  auto remaining = [&] {
+    return std::max(std::chrono::milliseconds(0),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
   try {
-    conn->serverHandshake(timeout);
-    const Message first = conn->receive(timeout);
+    conn->awaitClientHello(std::min(kClientHelloTimeout, timeout));
+    conn->serverHandshake(remaining());
+    const Message first = conn->receive(remaining());
     const std::string op = first.control["op"].get<std::string>();
     if (op == ops::kHello) {
       if (trust.isTrusted(conn->peerDeviceId())) {
+        conn->enterSession();  // before the welcome: the peer's next frame is a session frame
         Message welcome;
         welcome.control = {{"op", ops::kWelcome}, {"device_id", identity.deviceId}};
         conn->send(welcome, timeout);
         {
           std::lock_guard lock(mutex);
           v.conn = nullptr;
+          slots.rememberTrusted(v.slot.source);
+          releaseSlot(v);
         }
         onConnection(std::move(conn));
       } else {
@@ -118,7 +155,7 @@ void Listener::Impl::vet(Vetting& v, std::unique_ptr<TlsConnection> conn) {
                     timeout);
       }
     } else if (op == ops::kPairStart) {
-      pairing.serve(*conn, first, identity, name, trust, timeout);
+      pairing.serve(*conn, first, identity, name, trust, timeout, v.slot.source);
     } else {
       sendRefusal(*conn, "expected \"hello\" or \"pair_start\", got \"" + op + "\"", timeout);
     }
@@ -130,6 +167,11 @@ void Listener::Impl::vet(Vetting& v, std::unique_ptr<TlsConnection> conn) {
     v.conn = nullptr;
   }
   conn.reset();  // closes (if still ours) and joins its io thread
+  {
+    // Only now: the slot bounds threads, and the connection's io thread has just ended.
+    std::lock_guard lock(mutex);
+    releaseSlot(v);
+  }
   v.done = true;
 }
 

@@ -7,8 +7,15 @@
 //    it never reaches onConnection, so no request of it is ever processed;
 //  - while a pairing code is set (setPairingCode), any client may run the pairing exchange
 //    (pairing.h) instead; success adds it to the TrustStore, and it then connects normally.
-// A client that does not complete the TLS handshake and its first frame within the handshake
-// timeout is dropped, so a stalled or slow-loris peer holds nothing for long.
+// What an unauthenticated client can hold is bounded (vetting_slots.h, protocol.md "Limits"):
+//  - at most 4 connections per source address are vetted at once, 64 in all, 16 of them kept for
+//    addresses trusted peers connected from before; more are closed on arrival;
+//  - a client that sends nothing (no TLS ClientHello) within 3 s is dropped, and one that does not
+//    complete the TLS handshake and its first frame within the handshake timeout (10 s, counted
+//    from the accept) is dropped too, so an idle or slow-loris peer holds a slot only briefly;
+//  - until it is trusted a client may send only small frames (JSON <= 16 KiB, no blob);
+//  - pairing failures are counted per source address with an exponential back-off, and a code
+//    is burnt only after kPairingMaxFailures failures in all (pairing.h).
 
 #include <chrono>
 #include <cstdint>
@@ -21,6 +28,11 @@
 #include "lan/transport/trust_store.h"
 
 namespace shoal::lan {
+
+// A client that connects must start its TLS handshake within this: an honest client sends its
+// ClientHello at once; 3 s is generous for a loaded machine, and an idle socket from an attacker
+// gives up its slot after it.
+inline constexpr std::chrono::milliseconds kClientHelloTimeout{3000};
 
 class Listener {
  public:
@@ -42,9 +54,10 @@ class Listener {
   uint16_t port() const;
 
   // Allows pairing with `code` (any spelling normalizePairingCode accepts) for `validFor`.
-  // The code is single-use: a successful pairing clears it; so do 5 failed attempts (each
-  // started exchange that does not end in a correct confirmation counts). A new call replaces
-  // the code and resets the count. Throws shoal::Error for a malformed code.
+  // The code is single-use: a successful pairing clears it; so do kPairingMaxFailures failed
+  // attempts in all (each started exchange that does not end in a correct confirmation counts;
+  // each source address also has to wait longer after each of its own failures). A new call
+  // replaces the code and resets the count. Throws shoal::Error for a malformed code.
   void setPairingCode(std::string code, std::chrono::seconds validFor);
   void clearPairingCode();
   // Whether a pairing code is set, unexpired and not burnt (attempts still running count as
@@ -55,8 +68,9 @@ class Listener {
   // "shoal".
   void setLocalName(std::string name);
 
-  // How long a new connection may take for the TLS handshake and for its first frame (each).
-  // Default 10 s.
+  // How long a new connection may take from its accept to its first frame, TLS handshake
+  // included. Default 10 s. Its TLS ClientHello must start within kClientHelloTimeout (or this
+  // timeout, if shorter).
   void setHandshakeTimeout(std::chrono::milliseconds timeout);
 
   // Stops accepting, drops connections still being vetted, and waits for running onConnection

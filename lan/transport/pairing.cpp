@@ -2,10 +2,13 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstring>
 
 #include "engine/error.h"
+#include "lan/discovery/display_name.h"
 #include "lan/transport/pairing_gate.h"
 #include "lan/transport/session_ops.h"
 #include "lan/transport/spake2.h"
@@ -18,7 +21,6 @@ namespace {
 // Additional data bound into the confirmation keys: the protocol and its version.
 constexpr const char* kPairingAad = "shoal pairing v1";
 constexpr size_t kMaxHexField = 2 * 65;  // the largest field is a 65-byte point
-constexpr size_t kMaxNameBytes = 256;
 
 std::string toHex(std::span<const uint8_t> bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -57,11 +59,12 @@ std::vector<uint8_t> hexField(const nlohmann::json& control, const char* key) {
   return out;
 }
 
+// The peer's name as it goes into trusted.json and onto screens: one safe, bounded line
+// (display_name.h), whatever the unauthenticated peer sent.
 std::string nameField(const nlohmann::json& control) {
   const auto it = control.find("name");
-  std::string name = (it != control.end() && it->is_string()) ? it->get<std::string>() : "";
-  if (name.size() > kMaxNameBytes) name.resize(kMaxNameBytes);
-  return name;
+  if (it == control.end() || !it->is_string()) return "";
+  return sanitizeDisplayText(it->get_ref<const std::string&>(), kMaxDisplayNameBytes);
 }
 
 std::vector<uint8_t> certDigest(const std::string& certPem) {
@@ -114,7 +117,10 @@ std::string detail::pairWithBinding(const std::string& host, uint16_t port,
                conn->peerCertificateDigest(), kPairingAad);
 
   Message start;
-  start.control = {{"op", ops::kPairStart}, {"name", myName}, {"share", toHex(spake.share())}};
+  // The name as the peer will store it anyway (one bounded line): keeps pair_start small.
+  start.control = {{"op", ops::kPairStart},
+                   {"name", sanitizeDisplayText(myName, kMaxDisplayNameBytes)},
+                   {"share", toHex(spake.share())}};
   conn->send(start, remaining());
   Message reply = conn->receive(remaining());
   auto refusedOr = [&](const Message& m, const char* expected) {
@@ -140,7 +146,8 @@ std::string detail::pairWithBinding(const std::string& host, uint16_t port,
     conn->close();
     throw TransportError(TransportError::Kind::Auth,
                          "pairing with " + where +
-                             " failed: wrong code (or a man in the middle); nothing was trusted");
+                             " failed: wrong code, or no code active there (expired, used or "
+                             "burnt; show a new one), or a man in the middle; nothing was trusted");
   }
   Message confirm;
   confirm.control = {{"op", ops::kPairConfirm}, {"confirm", toHex(spake.confirmation())}};
@@ -162,7 +169,7 @@ void PairingGate::setCode(const std::string& code, std::chrono::seconds validFor
   const std::string normalized = normalizePairingCode(code);
   std::lock_guard lock(m_mutex);
   m_code = normalized;
-  m_expires = std::chrono::steady_clock::now() + validFor;
+  m_expires = Clock::now() + validFor;
   m_failures = 0;
   ++m_generation;
 }
@@ -177,35 +184,93 @@ bool PairingGate::active() const {
   std::lock_guard lock(m_mutex);
   // Attempts in flight count: one that has started may still fail, and the client of a wrong
   // code may learn so (and hang up) before this side has counted it.
-  return !m_code.empty() && std::chrono::steady_clock::now() < m_expires &&
+  return !m_code.empty() && Clock::now() < m_expires &&
          m_failures + m_inFlight < kPairingMaxFailures;
 }
 
-bool PairingGate::claim(std::string& code, uint64_t& generation, std::string& reason) {
-  std::lock_guard lock(m_mutex);
-  if (m_code.empty()) {
-    reason = "no pairing code is active on this node";
-    return false;
+void PairingGate::forgetOldSources(Clock::time_point now) {
+  if (m_sources.size() < kMaxPairingSources) return;
+  std::erase_if(m_sources, [&](const auto& entry) {
+    return !entry.second.inFlight && now - entry.second.lastFailure > kPairingForgetFailuresAfter;
+  });
+  if (m_sources.size() < kMaxPairingSources) return;
+  // Still full (many addresses failing at once): forget the one whose last failure is oldest.
+  auto oldest = m_sources.end();
+  for (auto it = m_sources.begin(); it != m_sources.end(); ++it) {
+    if (it->second.inFlight) continue;
+    if (oldest == m_sources.end() || it->second.lastFailure < oldest->second.lastFailure)
+      oldest = it;
   }
-  if (std::chrono::steady_clock::now() >= m_expires) {
-    m_code.clear();
-    reason = "the pairing code has expired";
-    return false;
-  }
-  if (m_failures + m_inFlight >= kPairingMaxFailures) {
-    reason = "too many pairing attempts on this code; show a new one";
-    return false;
-  }
-  ++m_inFlight;
-  code = m_code;
-  generation = m_generation;
-  return true;
+  if (oldest != m_sources.end()) m_sources.erase(oldest);
 }
 
-void PairingGate::release(bool success, uint64_t generation) {
+std::optional<PairingGate::Attempt> PairingGate::claim(const std::string& source,
+                                                       std::string& refusal) {
+  // The stand-in is drawn before anything is claimed: drawing may throw.
+  std::string standIn = normalizePairingCode(generatePairingCode());
+  const auto now = Clock::now();
   std::lock_guard lock(m_mutex);
+  auto it = m_sources.find(source);
+  if (it != m_sources.end() && !it->second.inFlight &&
+      now - it->second.lastFailure > kPairingForgetFailuresAfter) {
+    m_sources.erase(it);
+    it = m_sources.end();
+  }
+  if (it == m_sources.end()) {
+    forgetOldSources(now);
+    if (m_sources.size() >= kMaxPairingSources) {  // every remembered source is mid-exchange
+      refusal = "too many pairing attempts at once; try again shortly";
+      return std::nullopt;
+    }
+    it = m_sources.emplace(source, Source{}).first;
+  }
+  Source& from = it->second;
+  if (from.inFlight) {
+    refusal = "a pairing attempt from " + source + " is already running";
+    return std::nullopt;
+  }
+  if (now < from.retryAt) {
+    const auto wait = std::chrono::ceil<std::chrono::seconds>(from.retryAt - now);
+    refusal = "too many failed pairing attempts from " + source + "; try again in " +
+              std::to_string(wait.count()) + " s";
+    return std::nullopt;
+  }
+  from.inFlight = true;
+  Attempt attempt;
+  if (!m_code.empty() && now >= m_expires) m_code.clear();
+  if (!m_code.empty() && m_failures + m_inFlight < kPairingMaxFailures) {
+    ++m_inFlight;
+    attempt.code = m_code;
+    attempt.real = true;
+    attempt.generation = m_generation;
+    return attempt;
+  }
+  // No code can be tried: run the exchange with a stand-in, so the peer cannot tell (see the top).
+  // (Should the stand-in equal a code that is burnt or capped, it still cannot succeed: !real.)
+  attempt.code = std::move(standIn);
+  return attempt;
+}
+
+void PairingGate::release(const Attempt& attempt, const std::string& source, bool success) {
+  const auto now = Clock::now();
+  std::lock_guard lock(m_mutex);
+  if (const auto it = m_sources.find(source); it != m_sources.end()) {
+    Source& from = it->second;
+    from.inFlight = false;
+    if (success) {
+      m_sources.erase(it);
+    } else {
+      ++from.failures;
+      from.lastFailure = now;
+      // 1 s, 2 s, 4 s, ... capped (the shift is bounded so it cannot overflow).
+      const int doublings = std::min(from.failures - 1, 16);
+      from.retryAt = now + std::min<std::chrono::seconds>(kPairingBackoffBase * (1 << doublings),
+                                                          kPairingBackoffMax);
+    }
+  }
+  if (!attempt.real) return;
   --m_inFlight;
-  if (generation != m_generation) return;  // the code was replaced meanwhile
+  if (attempt.generation != m_generation) return;  // the code was replaced meanwhile
   if (success) {
     m_code.clear();  // single use
     ++m_generation;
@@ -219,22 +284,22 @@ void PairingGate::release(bool success, uint64_t generation) {
 
 void PairingGate::serve(TlsConnection& conn, const Message& start, const Identity& local,
                         const std::string& localName, TrustStore& trust,
-                        std::chrono::milliseconds timeout) {
+                        std::chrono::milliseconds timeout, const std::string& source) {
   auto refuse = [&](const std::string& why) {
     Message refused;
     refused.control = {{"op", ops::kRefused}, {"message", why}};
     conn.send(refused, timeout);
   };
-  std::string code, reason;
-  uint64_t generation = 0;
-  if (!claim(code, generation, reason)) {
-    refuse(reason);
+  std::string refusal;
+  const std::optional<Attempt> attempt = claim(source, refusal);
+  if (!attempt) {
+    refuse(refusal);
     return;
   }
-  bool success = false;
+  bool released = false;
   try {
-    Spake2 spake(Spake2::Role::B, code, conn.peerCertificateDigest(), certDigest(local.certPem),
-                 kPairingAad);
+    Spake2 spake(Spake2::Role::B, attempt->code, conn.peerCertificateDigest(),
+                 certDigest(local.certPem), kPairingAad);
     try {
       spake.finish(hexField(start.control, "share"));
     } catch (const Error& e) {
@@ -242,28 +307,28 @@ void PairingGate::serve(TlsConnection& conn, const Message& start, const Identit
     }
     Message reply;
     reply.control = {{"op", ops::kPairReply},
-                     {"name", localName},
+                     {"name", sanitizeDisplayText(localName, kMaxDisplayNameBytes)},
                      {"share", toHex(spake.share())},
                      {"confirm", toHex(spake.confirmation())}};
     conn.send(reply, timeout);
     // A client with the wrong code notices at our confirmation and hangs up: that also counts.
     const Message confirm = conn.receive(timeout);
+    // A stand-in never succeeds, even if the peer hit it (2^-40): it is no code of ours.
     if (confirm.control["op"] != ops::kPairConfirm ||
-        !spake.verifyPeer(hexField(confirm.control, "confirm"))) {
-      release(false, generation);
-      generation = ~uint64_t{0};
+        !spake.verifyPeer(hexField(confirm.control, "confirm")) || !attempt->real) {
+      released = true;
+      release(*attempt, source, false);
       refuse("pairing failed: wrong code");
       return;
     }
     trust.add(conn.peerDeviceId(), nameField(start.control));
-    success = true;
-    release(true, generation);
-    generation = ~uint64_t{0};
+    released = true;
+    release(*attempt, source, true);
     Message ok;
     ok.control = {{"op", ops::kPairOk}};
     conn.send(ok, timeout);
   } catch (...) {
-    if (!success && generation != ~uint64_t{0}) release(false, generation);
+    if (!released) release(*attempt, source, false);
     throw;
   }
 }

@@ -1,5 +1,7 @@
 #include "lan/transport/tls_connection.h"
 
+#include <unistd.h>
+
 #include "lan/transport/identity.h"
 #include "lan/transport/tls_context.h"
 
@@ -8,6 +10,9 @@ namespace shoal::lan {
 namespace {
 
 constexpr size_t kReadChunk = 64u << 10;
+// Before the peer is trusted, read in small steps: the window is checked after each read, so a
+// 64 KiB read of tiny frames could queue thousands of messages past it at once.
+constexpr size_t kPreAuthReadChunk = 4u << 10;
 
 std::string millis(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
 
@@ -122,10 +127,35 @@ void TlsConnection::connectAndHandshake(const std::string& host, uint16_t port,
   afterHandshake();
 }
 
-void TlsConnection::acceptedFromSocket() {
+void TlsConnection::adoptAccepted(asio::ip::tcp::socket&& accepted) {
   asio::error_code ec;
-  const auto remote = socket().remote_endpoint(ec);
+  const auto remote = accepted.remote_endpoint(ec);
   if (!ec) m_peerAddress = remote.address().to_string() + ":" + std::to_string(remote.port());
+  const auto protocol = remote.protocol();
+  // Sockets belong to an io_context; hand the descriptor over to ours.
+  const auto fd = accepted.release(ec);
+  if (ec) throw TransportError(TransportError::Kind::Io, "accepting " + describe(ec));
+  socket().assign(protocol, fd, ec);
+  if (ec) {
+    ::close(fd);
+    throw TransportError(TransportError::Kind::Io, "accepting " + describe(ec));
+  }
+}
+
+void TlsConnection::awaitClientHello(std::chrono::milliseconds timeout) {
+  const asio::error_code ec = runOp("waiting for the TLS ClientHello", timeout, [&](Done done) {
+    socket().async_wait(asio::socket_base::wait_read, done);
+  });
+  if (ec)
+    throw TransportError(
+        isClosedError(ec) ? TransportError::Kind::Closed : TransportError::Kind::Io,
+        "waiting for the TLS ClientHello from " + describe(ec));
+}
+
+void TlsConnection::enterSession() { m_inSession = true; }
+
+size_t TlsConnection::queueWindow() const {
+  return m_inSession ? kMaxQueuedBytes : kPreAuthMaxQueuedBytes;
 }
 
 void TlsConnection::serverHandshake(std::chrono::milliseconds timeout) {
@@ -150,7 +180,8 @@ void TlsConnection::startRead() {
     if (m_closed || m_readPaused) return;
   }
   m_reading = true;
-  m_stream.async_read_some(asio::buffer(m_readBuffer),
+  const size_t chunk = m_inSession ? kReadChunk : kPreAuthReadChunk;
+  m_stream.async_read_some(asio::buffer(m_readBuffer.data(), chunk),
                            [this](const asio::error_code& ec, size_t n) { onRead(ec, n); });
 }
 
@@ -165,6 +196,7 @@ void TlsConnection::onRead(const asio::error_code& ec, size_t n) {
   m_bytesReceived += n;
   std::string protocolError;
   try {
+    m_decoder.setLimits(m_inSession ? kSessionFrameLimits : kPreAuthFrameLimits);
     m_decoder.feed(std::span<const uint8_t>(m_readBuffer.data(), n));
   } catch (const TransportError& e) {
     protocolError = e.what();
@@ -173,11 +205,13 @@ void TlsConnection::onRead(const asio::error_code& ec, size_t n) {
     // Frames that decoded before a malformed one are still delivered, then the error.
     std::lock_guard lock(m_mutex);
     bool any = false;
-    while (auto m = m_decoder.next()) {
+    while (auto frame = m_decoder.nextFrame()) {
       m_messagesReceived++;
-      m_blobBytesReceived += m->blob.size();
-      m_queuedBytes += m->blob.size();
-      m_queue.push_back(std::move(*m));
+      m_blobBytesReceived += frame->message.blob.size();
+      const size_t charge =
+          frame->message.blob.size() + frame->jsonBytes * kJsonChargeFactor + kMessageChargeBytes;
+      m_queuedCharge += charge;
+      m_queue.push_back({std::move(frame->message), charge});
       any = true;
     }
     if (any) m_changed.notify_all();
@@ -189,7 +223,7 @@ void TlsConnection::onRead(const asio::error_code& ec, size_t n) {
   }
   {
     std::lock_guard lock(m_mutex);
-    if (m_queuedBytes >= kMaxQueuedBytes) {
+    if (m_queuedCharge >= queueWindow()) {
       m_readPaused = true;  // receive() resumes reading once the queue drains
       return;
     }
@@ -258,10 +292,10 @@ Message TlsConnection::receive(std::chrono::milliseconds timeout) {
   if (m_closedLocally)
     throw TransportError(TransportError::Kind::Closed, m_peerAddress + ": connection closed");
   if (!m_queue.empty()) {
-    Message m = std::move(m_queue.front());
+    Message m = std::move(m_queue.front().message);
+    m_queuedCharge -= m_queue.front().charge;
     m_queue.pop_front();
-    m_queuedBytes -= m.blob.size();
-    if (m_readPaused && m_queuedBytes < kMaxQueuedBytes) {
+    if (m_readPaused && m_queuedCharge < queueWindow()) {
       m_readPaused = false;
       asio::post(m_io, [this] { startRead(); });
     }

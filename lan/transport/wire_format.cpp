@@ -105,12 +105,12 @@ void FrameDecoder::parseHeader() {
   m_jsonLength = readU32(m_header.data() + 4);
   m_blobLength = readU32(m_header.data() + 8);
   if (m_jsonLength == 0) fail("JSON length is 0 (every frame carries an object with \"op\")");
-  if (m_jsonLength > kMaxJsonBytes)
+  if (m_jsonLength > m_limits.maxJsonBytes)
     fail("JSON length " + std::to_string(m_jsonLength) + " exceeds the limit of " +
-         std::to_string(kMaxJsonBytes));
-  if (m_blobLength > kMaxBlobBytes)
+         std::to_string(m_limits.maxJsonBytes) + " " + m_limits.stage);
+  if (m_blobLength > m_limits.maxBlobBytes)
     fail("blob length " + std::to_string(m_blobLength) + " exceeds the limit of " +
-         std::to_string(kMaxBlobBytes));
+         std::to_string(m_limits.maxBlobBytes) + " " + m_limits.stage);
   m_inBody = true;
   m_json.clear();
   m_blob.clear();
@@ -121,15 +121,15 @@ void FrameDecoder::parseHeader() {
 }
 
 void FrameDecoder::finishFrame() {
-  Message m;
+  DecodedFrame frame;
   try {
-    m.control = parseControl(m_json);
+    frame.message.control = parseControl(m_json);
   } catch (const TransportError& e) {
     fail(e.what());
   }
-  m.blob = std::move(m_blob);
-  m_readyBlobBytes += m.blob.size();
-  m_ready.push_back(std::move(m));
+  frame.message.blob = std::move(m_blob);
+  frame.jsonBytes = m_jsonLength;
+  m_ready.push_back(std::move(frame));
   m_blob = {};
   m_json.clear();
   m_json.shrink_to_fit();
@@ -180,12 +180,17 @@ void FrameDecoder::feed(std::span<const uint8_t> bytes) {
   }
 }
 
-std::optional<Message> FrameDecoder::next() {
+std::optional<DecodedFrame> FrameDecoder::nextFrame() {
   if (m_ready.empty()) return std::nullopt;
-  Message m = std::move(m_ready.front());
+  DecodedFrame frame = std::move(m_ready.front());
   m_ready.pop_front();
-  m_readyBlobBytes -= m.blob.size();
-  return m;
+  return frame;
+}
+
+std::optional<Message> FrameDecoder::next() {
+  std::optional<DecodedFrame> frame = nextFrame();
+  if (!frame) return std::nullopt;
+  return std::move(frame->message);
 }
 
 }  // namespace shoal::lan

@@ -82,13 +82,14 @@ def post(port, path, body, headers=None):
 class Node:
     """One shoal-node process on a free loopback port."""
 
-    def __init__(self, exe, model, extra=()):
+    def __init__(self, exe, model, extra=(), env=None):
         self.port = free_port()
+        self.env = env
         self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"),
                                      f"shoal-node-test-{self.port}.log"), "w+")
         self.proc = subprocess.Popen(
             [exe, "-m", model, "--api-port", str(self.port), "--threads", "2", "--no-pool", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -106,7 +107,10 @@ class Node:
         return self.log.read()
 
     def health(self):
-        return get_json(self.port, "/health")[1]
+        """The full /health (with the key when the node has one: without, it says only "ok")."""
+        key = (self.env or {}).get("SHOAL_API_KEY")
+        return get_json(self.port, "/health",
+                        {"Authorization": "Bearer " + key} if key else None)[1]
 
     def stop(self):
         self.proc.terminate()
@@ -259,12 +263,14 @@ def check_disconnect_cancels(node, model):
     c.request("POST", "/v1/completions", body=json.dumps({
         "model": model, "prompt": "Once upon a time", "max_tokens": 3000, "ignore_eos": True,
         "temperature": 0, "stream": True}), headers={"Content-Type": "application/json"})
+    sock = c.sock  # the server answers "Connection: close": getresponse() lets go of c.sock
     r = c.getresponse()
     assert r.status == 200, r.status
     got = b""
     while got.count(b"data: ") < 3:
         got += r.read1(4096) if hasattr(r, "read1") else r.read(64)
-    c.sock.shutdown(socket.SHUT_RDWR)
+    sock.shutdown(socket.SHUT_RDWR)
+    r.close()
     c.close()
     # 3000 tokens would take minutes; a cancelled job ends at once.
     wait_for(lambda: node.health()["queue"]["cancelled"] > before and
@@ -275,7 +281,7 @@ def check_disconnect_cancels(node, model):
 
 def check_auth_overflow_and_queue(exe, model_path):
     key = "test-key-123"
-    node = Node(exe, model_path, ["--api-key", key, "--max-queue", "1", "--ctx", "256"])
+    node = Node(exe, model_path, ["--max-queue", "1", "--ctx", "256"], {"SHOAL_API_KEY": key})
     try:
         auth = {"Authorization": "Bearer " + key}
         status, _, body = post(node.port, "/v1/completions",
@@ -284,7 +290,7 @@ def check_auth_overflow_and_queue(exe, model_path):
         status, _, body = post(node.port, "/v1/completions",
                                {"model": "default", "prompt": "hi", "max_tokens": 2}, auth)
         assert status == 200 and body["usage"]["completion_tokens"] <= 2, (status, body)
-        assert get_json(node.port, "/health")[0] == 200  # /health needs no key
+        assert get_json(node.port, "/health")[0] == 200  # /health needs no key (says only "ok")
 
         # Context overflow: a prompt longer than the 256-token context.
         status, _, body = post(node.port, "/v1/completions",

@@ -69,12 +69,13 @@ class MemoryConnection final : public Connection {
   ConnectionStats m_stats;
 };
 
-// {coordinator end, node end}
+// {coordinator end, node end}: `name` is the node's device ID as the coordinator end reports it,
+// `coordinatorId` the coordinator's as the node end reports it (what TLS would have verified).
 inline std::pair<std::shared_ptr<Connection>, std::shared_ptr<Connection>> memoryConnectionPair(
-    const std::string& name) {
+    const std::string& name, const std::string& coordinatorId = "coordinator") {
   auto shared = std::make_shared<MemoryConnection::Shared>();
   return {std::make_shared<MemoryConnection>(shared, 0, name),
-          std::make_shared<MemoryConnection>(shared, 1, "coordinator")};
+          std::make_shared<MemoryConnection>(shared, 1, coordinatorId)};
 }
 
 }  // namespace shoal::lan::test

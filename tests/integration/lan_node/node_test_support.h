@@ -1,23 +1,26 @@
 #pragma once
 // What the node-protocol tests (test_node_host, test_node_processes) and bench/hop_overhead
 // share: greedy decoding through one local stage (the reference) and through a split of
-// RemoteStages relayed by the caller, the split's deployment, and a raw request on a
-// connection (for requests NodeClient would never send).
+// RemoteStages relayed by the caller, the split's deployment, and raw requests on a connection
+// (for requests NodeClient would never send: a stream with tampered tensors).
 
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/gguf/gguf_writer.h"
 #include "engine/model/model.h"
 #include "engine/runtime/sampler.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "lan/pool/node_client.h"
 #include "lan/pool/remote_stage.h"
+#include "lan/pool/sha256.h"
 #include "lan/transport/connection.h"
 
 namespace shoal::lan::test {
@@ -153,6 +156,57 @@ inline Message rawCall(Connection& c, nlohmann::json control, std::vector<uint8_
     Message r = c.receive(std::chrono::seconds(60));
     if (r.control.value("id", int64_t{-1}) == id) return r;
   }
+}
+
+// Tensor bytes as a coordinator would stream them; a test may change them (the hash sent is of
+// what it returns, so the node's per-tensor check passes: a lying coordinator's stream).
+using TensorBytes =
+    std::function<std::vector<uint8_t>(const std::string& name, std::span<const uint8_t> bytes)>;
+
+// A hidden-to-hidden stage of layers [first, last) streamed on a raw connection the way
+// NodeClient::loadStage does, each tensor's bytes passed through `bytes`. Returns the reply to
+// weights_done (stage_ready or error), or the load_stage reply when it was not need_weights.
+inline Message streamStageRaw(Connection& c, const gguf::File& f, const std::string& sha256,
+                              const std::string& stageId, int32_t first, int32_t last,
+                              const TensorBytes& bytes) {
+  gguf::Writer meta;
+  for (const auto& kv : f.metadata()) meta.set(kv.key, kv.value);
+  const Message need = rawCall(c,
+                               {{"op", "load_stage"},
+                                {"stage_id", stageId},
+                                {"model", {{"sha256", sha256}, {"name", "m"}, {"size", 1}}},
+                                {"device", "cpu0"},
+                                {"first_layer", first},
+                                {"last_layer", last},
+                                {"has_embedding", false},
+                                {"has_head", false},
+                                {"context_length", 16},
+                                {"max_sequences", 1}},
+                               meta.toBytes());
+  if (need.control.value("op", "") != "need_weights") return need;
+  std::vector<std::string> names = need.control["tensors"].get<std::vector<std::string>>();
+  for (const auto& n : need.control["optional"]) {
+    if (f.findTensor(n.get<std::string>())) names.push_back(n.get<std::string>());
+  }
+  for (const std::string& name : names) {
+    const gguf::TensorInfo* t = f.findTensor(name);
+    const std::vector<uint8_t> data = bytes(name, {t->data, t->nbytes});
+    const std::string digest = sha256Hex(data);
+    for (size_t offset = 0; offset < data.size();) {
+      const size_t len = std::min(kWeightChunkBytes, data.size() - offset);
+      Message chunk;
+      chunk.control = {{"op", "weights_chunk"}, {"stage_id", stageId},
+                       {"tensor", name},        {"offset", offset},
+                       {"total", data.size()},  {"type", static_cast<uint32_t>(t->type)},
+                       {"dims", t->dims}};
+      if (offset + len == data.size()) chunk.control["sha256"] = digest;
+      chunk.blob.assign(data.begin() + std::ptrdiff_t(offset),
+                        data.begin() + std::ptrdiff_t(offset + len));
+      c.send(chunk);
+      offset += len;
+    }
+  }
+  return rawCall(c, {{"op", "weights_done"}, {"stage_id", stageId}});
 }
 
 }  // namespace shoal::lan::test

@@ -5,6 +5,7 @@
 
 #include <QtTest>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -37,17 +38,43 @@ std::filesystem::path defaultModel() {
   return std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+// The CPU backend reporting only `freeBytes` free: a node whose memory is mostly taken, without
+// filling this machine's.
+class LowMemoryCpu final : public runtime::Backend {
+ public:
+  explicit LowMemoryCpu(uint64_t freeBytes) : m_cpu(kThreads), m_free(freeBytes) {}
+  std::string name() const override { return m_cpu.name(); }
+  runtime::Availability availability() const override { return m_cpu.availability(); }
+  std::vector<runtime::DeviceInfo> devices() const override {
+    auto devices = m_cpu.devices();
+    for (auto& d : devices) d.memoryFree = m_free;
+    return devices;
+  }
+  std::unique_ptr<runtime::Stage> createStage(const std::string& deviceId,
+                                              const runtime::ModelSource& model,
+                                              const runtime::StageSpec& spec) override {
+    return m_cpu.createStage(deviceId, model, spec);
+  }
+
+ private:
+  cpu::CpuBackend m_cpu;
+  uint64_t m_free;
+};
+
 // A NodeHost and the threads serving its connections.
 class TestNode {
  public:
+  // shardCacheMaxBytes 0: the default cap; backend null: the CPU backend.
   TestNode(const std::string& name, const std::filesystem::path& configDir,
-           const std::filesystem::path& modelsDir) {
+           const std::filesystem::path& modelsDir, uint64_t shardCacheMaxBytes = 0,
+           std::unique_ptr<runtime::Backend> backend = nullptr) {
     std::vector<std::unique_ptr<runtime::Backend>> backends;
-    backends.push_back(std::make_unique<cpu::CpuBackend>(kThreads));
+    backends.push_back(backend ? std::move(backend) : std::make_unique<cpu::CpuBackend>(kThreads));
     NodeHostOptions o;
     o.name = name;
     o.deviceId = "ID-" + name;
     o.configDir = configDir;
+    o.shardCacheMaxBytes = shardCacheMaxBytes;
     m_host = std::make_unique<NodeHost>(o, std::move(backends),
                                         std::make_shared<ModelCatalog>(modelsDir, configDir));
   }
@@ -55,15 +82,16 @@ class TestNode {
     m_stop = true;
     for (auto& t : m_threads) t.join();
   }
-  // A new connection to this node, served on a thread of its own.
-  std::shared_ptr<Connection> connect() {
-    auto [client, server] = test::memoryConnectionPair(m_host ? "node" : "");
+  // A new connection to this node from the coordinator with device ID `coordinatorId`, served
+  // on a thread of its own.
+  std::shared_ptr<Connection> connect(const std::string& coordinatorId = "coordinator") {
+    auto [client, server] = test::memoryConnectionPair(m_host ? "node" : "", coordinatorId);
     m_threads.emplace_back([this, server = server] { m_host->serve(*server, m_stop); });
     return client;
   }
   // A coordinator's client on a new connection.
-  std::shared_ptr<NodeClient> client() {
-    return std::make_shared<NodeClient>(connect(), std::chrono::seconds(60));
+  std::shared_ptr<NodeClient> client(const std::string& coordinatorId = "coordinator") {
+    return std::make_shared<NodeClient>(connect(coordinatorId), std::chrono::seconds(60));
   }
   NodeHost& host() { return *m_host; }
 
@@ -94,6 +122,41 @@ std::vector<std::unique_ptr<RemoteStage>> deployThree(std::vector<std::unique_pt
 
 Message call(Connection& c, nlohmann::json control, std::vector<uint8_t> blob = {}) {
   return test::rawCall(c, std::move(control), std::move(blob));
+}
+
+std::string opOf(const Message& m) { return m.control.value("op", ""); }
+bool says(const Message& m, const std::string& text) {
+  return m.control.value("message", "").find(text) != std::string::npos;
+}
+
+// load_stage of hidden-to-hidden layers [first, last) of a model the node has on disk; one token
+// per forward and one sequence keep each stage small.
+nlohmann::json loadRequest(const std::string& sha, const std::string& stageId, int first, int last,
+                           int contextLength = 16) {
+  return {{"op", "load_stage"},     {"stage_id", stageId},  {"model", {{"sha256", sha}}},
+          {"device", "cpu0"},       {"first_layer", first}, {"last_layer", last},
+          {"has_embedding", false}, {"has_head", false},    {"context_length", contextLength},
+          {"max_sequences", 1},     {"max_batch", 1}};
+}
+
+// One hidden state (every value `x`) through `stageId` at position 0.
+Message forwardHidden(Connection& c, const std::string& stageId, int32_t nEmbd, float x = 0.01f) {
+  std::vector<float> hidden(size_t(nEmbd), x);
+  std::vector<uint8_t> blob(hidden.size() * sizeof(float));
+  std::memcpy(blob.data(), hidden.data(), blob.size());
+  return call(c,
+              {{"op", "forward"},
+               {"stage_id", stageId},
+               {"sequence", 0},
+               {"first_position", 0},
+               {"count", 1},
+               {"sample", nullptr}},
+              std::move(blob));
+}
+
+// The f16 K and V a stage of `layers` layers caches for one sequence of `contextLength`.
+uint64_t kvBytes(const model::ModelConfig& c, int layers, int contextLength) {
+  return uint64_t(layers) * uint64_t(contextLength) * 2 * uint64_t(c.kvDim()) * 2;
 }
 
 // One stage of layers [first, last) on `client`.
@@ -388,6 +451,232 @@ class TestNodeHost : public QObject {
         Error, RemoteStage::deploy(std::make_shared<NodeClient>(conn, std::chrono::seconds(60)),
                                    m_model->file(), r));
     QCOMPARE(node.host().stageCount(), size_t(0));
+  }
+
+  // Issue 14 item 9: stages are scoped to the connection (and so the coordinator) that loaded
+  // them.
+  void anotherCoordinatorCannotForwardOnAStage() {
+    TestNode node("alpha", dir("iso-forward-config"), m_modelsDir);
+    auto a = node.connect("coordinator-A");
+    auto b = node.connect("coordinator-B");
+    QCOMPARE(opOf(call(*a, loadRequest(m_sha, "stage-0", 0, 2))), std::string("stage_ready"));
+    const Message refused = forwardHidden(*b, "stage-0", m_model->config().nEmbd);
+    QCOMPARE(opOf(refused), std::string("error"));
+    QVERIFY2(says(refused, "unknown stage"), refused.control.dump().c_str());
+    QCOMPARE(opOf(forwardHidden(*a, "stage-0", m_model->config().nEmbd)),
+             std::string("forward_result"));
+  }
+
+  void anotherCoordinatorCannotTruncateOrUnloadAStage() {
+    TestNode node("alpha", dir("iso-unload-config"), m_modelsDir);
+    auto a = node.connect("coordinator-A");
+    auto b = node.connect("coordinator-B");
+    QCOMPARE(opOf(call(*a, loadRequest(m_sha, "stage-0", 0, 2))), std::string("stage_ready"));
+    const Message truncated = call(
+        *b, {{"op", "truncate"}, {"stage_id", "stage-0"}, {"sequence", 0}, {"from_position", 0}});
+    QCOMPARE(opOf(truncated), std::string("error"));
+    QVERIFY(says(truncated, "unknown stage"));
+    const Message unloaded = call(*b, {{"op", "unload_stage"}, {"stage_id", "stage-0"}});
+    QCOMPARE(opOf(unloaded), std::string("error"));
+    QVERIFY(says(unloaded, "unknown stage"));
+    QCOMPARE(node.host().stageCount(), size_t(1));
+    QCOMPARE(opOf(forwardHidden(*a, "stage-0", m_model->config().nEmbd)),
+             std::string("forward_result"));
+  }
+
+  void twoCoordinatorsLoadStagesOfTheSameIdIndependently() {
+    TestNode node("alpha", dir("iso-same-id-config"), m_modelsDir);
+    auto a = node.connect("coordinator-A");
+    auto b = node.connect("coordinator-B");
+    const int32_t nEmbd = m_model->config().nEmbd;
+    QCOMPARE(opOf(call(*a, loadRequest(m_sha, "stage-0", 0, 2))), std::string("stage_ready"));
+    const Message before = forwardHidden(*a, "stage-0", nEmbd);
+    // B's "stage-0" holds other layers: were it A's, A's output would change.
+    QCOMPARE(opOf(call(*b, loadRequest(m_sha, "stage-0", 2, 5))), std::string("stage_ready"));
+    QCOMPARE(node.host().stageCount(), size_t(2));
+    const Message after = forwardHidden(*a, "stage-0", nEmbd);
+    QCOMPARE(opOf(after), std::string("forward_result"));
+    QVERIFY(after.blob == before.blob);
+    const Message other = forwardHidden(*b, "stage-0", nEmbd);
+    QCOMPARE(opOf(other), std::string("forward_result"));
+    QVERIFY(other.blob != before.blob);
+  }
+
+  void closingOneCoordinatorsConnectionLeavesAnothersStageOfTheSameId() {
+    TestNode node("alpha", dir("iso-close-config"), m_modelsDir);
+    auto a = node.connect("coordinator-A");
+    auto b = node.connect("coordinator-B");
+    QCOMPARE(opOf(call(*a, loadRequest(m_sha, "stage-0", 0, 2))), std::string("stage_ready"));
+    QCOMPARE(opOf(call(*b, loadRequest(m_sha, "stage-0", 0, 2))), std::string("stage_ready"));
+    a->close();  // A's stages unload with its connection, B's stay
+    QTRY_COMPARE_WITH_TIMEOUT(node.host().stageCount(), size_t(1), 10000);
+    QCOMPARE(opOf(forwardHidden(*b, "stage-0", m_model->config().nEmbd)),
+             std::string("forward_result"));
+  }
+
+  // Issue 14 item 10: a shard is served from the cache only to the coordinator that streamed
+  // (vouched for) it.
+  void shardStreamedByOneCoordinatorIsNotServedToAnother() {
+    TestNode node("alpha", dir("poison-config"), dir("no-models-poison"));
+    // A streams layer 1 with ffn_down zeroed, sending the hash of the zeroes.
+    auto a = node.connect("coordinator-A");
+    const Message poisoned =
+        test::streamStageRaw(*a, m_model->file(), m_sha, "stage-0", 1, 2,
+                             [](const std::string& name, std::span<const uint8_t> bytes) {
+                               std::vector<uint8_t> v(bytes.begin(), bytes.end());
+                               if (name == "blk.1.ffn_down.weight")
+                                 std::fill(v.begin(), v.end(), uint8_t{0});
+                               return v;
+                             });
+    QCOMPARE(opOf(poisoned), std::string("stage_ready"));
+    // B, with the real file, asks for the same model and layers.
+    auto stage = deployOne(node.client("coordinator-B"), *m_model, m_sha, "stage-0", 1, 2, 16);
+    QCOMPARE(stage->loaded().source, std::string("streamed"));
+    TestNode honest("beta", dir("honest-config"), m_modelsDir);
+    auto reference = deployOne(honest.client(), *m_model, m_sha, "stage-0", 1, 2, 16);
+    QCOMPARE(reference->loaded().source, std::string("local-file"));
+    std::vector<float> hidden(size_t(m_model->config().nEmbd), 0.01f);
+    runtime::StageInput in;
+    in.count = 1;
+    in.hidden = hidden;
+    runtime::StageOutput got, want;
+    stage->forward(in, got);
+    reference->forward(in, want);
+    QVERIFY(!want.hidden.empty());
+    QVERIFY(got.hidden == want.hidden);
+  }
+
+  void coordinatorGetsItsOwnStreamedShardFromTheCache() {
+    TestNode node("alpha", dir("own-shard-config"), dir("no-models-own"));
+    auto first = deployOne(node.client("coordinator-A"), *m_model, m_sha, "s", 1, 2, 16);
+    QCOMPARE(first->loaded().source, std::string("streamed"));
+    auto again = deployOne(node.client("coordinator-A"), *m_model, m_sha, "s", 1, 2, 16);
+    QCOMPARE(again->loaded().source, std::string("shard-cache"));
+  }
+
+  // Issue 14 item 11: memory, stage count and shard cache limits.
+  void kvCacheThatOtherStagesLeaveNoRoomForIsRefused() {
+    const uint64_t oneStage = kvBytes(m_model->config(), 2, 256);
+    TestNode node("alpha", dir("fit-sum-config"), m_modelsDir, 0,
+                  std::make_unique<LowMemoryCpu>(oneStage * 3 / 2));
+    auto a = node.connect("coordinator-A");
+    auto b = node.connect("coordinator-B");
+    QCOMPARE(opOf(call(*a, loadRequest(m_sha, "stage-0", 0, 2, 256))), std::string("stage_ready"));
+    const Message refused = call(*b, loadRequest(m_sha, "stage-0", 2, 4, 256));
+    QCOMPARE(opOf(refused), std::string("error"));
+    QVERIFY2(says(refused, "KV cache"), refused.control.dump().c_str());
+    QCOMPARE(node.host().stageCount(), size_t(1));
+  }
+
+  void memoryOfAnUnloadedStageIsFreeForTheNext() {
+    const uint64_t oneStage = kvBytes(m_model->config(), 2, 256);
+    TestNode node("alpha", dir("fit-free-config"), m_modelsDir, 0,
+                  std::make_unique<LowMemoryCpu>(oneStage * 3 / 2));
+    auto a = node.connect("coordinator-A");
+    auto b = node.connect("coordinator-B");
+    QCOMPARE(opOf(call(*a, loadRequest(m_sha, "stage-0", 0, 2, 256))), std::string("stage_ready"));
+    QCOMPARE(opOf(call(*a, {{"op", "unload_stage"}, {"stage_id", "stage-0"}})), std::string("ok"));
+    QCOMPARE(opOf(call(*b, loadRequest(m_sha, "stage-0", 2, 4, 256))), std::string("stage_ready"));
+  }
+
+  void nodeInfoReportsTheMemoryItsStagesLeaveFree() {
+    const uint64_t free = uint64_t{64} << 20;
+    TestNode node("alpha", dir("fit-info-config"), m_modelsDir, 0,
+                  std::make_unique<LowMemoryCpu>(free));
+    auto a = node.connect();
+    QCOMPARE(opOf(call(*a, loadRequest(m_sha, "stage-0", 0, 2, 256))), std::string("stage_ready"));
+    const Message info = call(*a, {{"op", "node_info"}});
+    QCOMPARE(info.control["devices"][0].value("memory_free", uint64_t{0}),
+             free - kvBytes(m_model->config(), 2, 256));
+  }
+
+  void connectionBeyondItsStageLimitIsRefused() {
+    TestNode node("alpha", dir("count-conn-config"), m_modelsDir);
+    auto a = node.connect("coordinator-A");
+    for (size_t k = 0; k < kMaxStagesPerConnection; ++k) {
+      QCOMPARE(opOf(call(*a, loadRequest(m_sha, named("s", int(k)), 0, 1))),
+               std::string("stage_ready"));
+    }
+    const Message refused =
+        call(*a, loadRequest(m_sha, named("s", int(kMaxStagesPerConnection)), 0, 1));
+    QCOMPARE(opOf(refused), std::string("error"));
+    QVERIFY2(says(refused, "this connection"), refused.control.dump().c_str());
+    // Replacing one of its stages adds none.
+    QCOMPARE(opOf(call(*a, loadRequest(m_sha, "s0", 1, 2))), std::string("stage_ready"));
+    QCOMPARE(node.host().stageCount(), kMaxStagesPerConnection);
+  }
+
+  void coordinatorBeyondItsStageLimitOverConnectionsIsRefused() {
+    TestNode node("alpha", dir("count-peer-config"), m_modelsDir);
+    std::vector<std::shared_ptr<Connection>> connections;
+    size_t loaded = 0;
+    while (loaded < kMaxStagesPerPeer) {
+      connections.push_back(node.connect("coordinator-A"));
+      for (size_t k = 0; k < kMaxStagesPerConnection && loaded < kMaxStagesPerPeer; ++k) {
+        QCOMPARE(opOf(call(*connections.back(), loadRequest(m_sha, named("s", int(k)), 0, 1))),
+                 std::string("stage_ready"));
+        ++loaded;
+      }
+    }
+    const Message refused = call(*node.connect("coordinator-A"), loadRequest(m_sha, "s", 0, 1));
+    QCOMPARE(opOf(refused), std::string("error"));
+    QVERIFY2(says(refused, "coordinator-A"), refused.control.dump().c_str());
+    // Another coordinator is still served.
+    QCOMPARE(opOf(call(*node.connect("coordinator-B"), loadRequest(m_sha, "s", 0, 1))),
+             std::string("stage_ready"));
+  }
+
+  void nodeBeyondItsStageLimitIsRefused() {
+    TestNode node("alpha", dir("count-node-config"), m_modelsDir);
+    std::vector<std::shared_ptr<Connection>> connections;
+    for (size_t loaded = 0; loaded < kMaxStagesPerNode;) {
+      // Coordinators at their own limit, so that only the node's is left to refuse.
+      const std::string peer = named("coordinator-", int(loaded / kMaxStagesPerPeer));
+      connections.push_back(node.connect(peer));
+      for (size_t k = 0; k < kMaxStagesPerConnection && loaded < kMaxStagesPerNode; ++k, ++loaded) {
+        QCOMPARE(opOf(call(*connections.back(), loadRequest(m_sha, named("s", int(k)), 0, 1))),
+                 std::string("stage_ready"));
+      }
+    }
+    const Message refused = call(*node.connect("coordinator-new"), loadRequest(m_sha, "s", 0, 1));
+    QCOMPARE(opOf(refused), std::string("error"));
+    QVERIFY2(says(refused, "this node"), refused.control.dump().c_str());
+  }
+
+  void shardInUseIsNotEvictedAndAnUnusedOneIs() {
+    // The size of one layer's shard, streamed to a node without a cap.
+    uint64_t shardBytes = 0;
+    {
+      TestNode probe("probe", dir("evict-probe-config"), dir("no-models-evict"));
+      auto s = deployOne(probe.client(), *m_model, m_sha, "p", 1, 2, 16);
+      shardBytes = probe.host().shardCache().usedBytes();
+    }
+    QVERIFY(shardBytes > 0);
+    // Room for one such shard, not two.
+    TestNode node("alpha", dir("evict-config"), dir("no-models-evict"), shardBytes * 3 / 2);
+    auto client = node.client("coordinator-A");
+    auto one = deployOne(client, *m_model, m_sha, "one", 1, 2, 16);
+    QCOMPARE(one->loaded().source, std::string("streamed"));
+    const auto onePath = dir("evict-config") / "shards" / "coordinator-A" / m_sha / "1-2.gguf";
+    QVERIFY(std::filesystem::exists(onePath));
+    try {
+      deployOne(client, *m_model, m_sha, "two", 2, 3, 16);
+      QFAIL("a second shard was streamed beside one in use, over the cap");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("cap") != std::string::npos, e.what());
+    }
+    QVERIFY(std::filesystem::exists(onePath));
+    runtime::StageOutput out;
+    std::vector<float> hidden(size_t(m_model->config().nEmbd), 0.01f);
+    runtime::StageInput in;
+    in.count = 1;
+    in.hidden = hidden;
+    one->forward(in, out);  // the client still works after the refusal
+    one->unload();
+    auto two = deployOne(client, *m_model, m_sha, "two", 2, 3, 16);
+    QCOMPARE(two->loaded().source, std::string("streamed"));
+    QVERIFY(!std::filesystem::exists(onePath));  // evicted: no stage held it
+    QVERIFY(node.host().shardCache().usedBytes() <= node.host().shardCache().maxBytes());
   }
 
   void telemetryReportsTheStageAfterSampling() {

@@ -1,9 +1,11 @@
 // Identity clash (exo issue #1599): a config dir copied to a second machine makes two nodes with
-// one device ID. Two NodeServices on loopback share a copied config dir; discovery's clash
-// report (simulated: beacons from our own addresses are never a clash, so loopback cannot
-// produce one) makes the node regenerate its identity: a new device ID served on the same port,
-// the trust store kept, the old identity set aside, the connections made under the old ID
-// closed; the other node keeps its ID.
+// one device ID. Two NodeServices on loopback share a copied config dir. A clash claim (what
+// discovery reports; made by hand here: beacons from our own addresses are never a claim) is
+// checked by connecting to the claimed endpoint: only a peer presenting our certificate proves
+// it (issue 14 item 1). A proven clash is reported (log, node_info "warnings") and the identity
+// kept; with rotateIdentityOnProvenClash the node regenerates its identity: a new device ID
+// served on the same port, the trust store kept, every old identity kept aside, the connections
+// made under the old ID closed; the other node keeps its ID. An unproven claim changes nothing.
 
 #include <QtTest>
 #include <chrono>
@@ -12,8 +14,10 @@
 
 #include "lan/discovery/discovery.h"
 #include "lan/node/node_service.h"
+#include "lan/pool/node_info.h"
 #include "lan/transport/connect.h"
 #include "lan/transport/identity.h"
+#include "lan/transport/listener.h"
 #include "lan/transport/trust_store.h"
 #include "tests/integration/lan_node/node_test_support.h"
 
@@ -23,7 +27,7 @@ using namespace shoal::lan;
 namespace {
 
 NodeServiceOptions optionsFor(const std::filesystem::path& configDir, const std::string& name,
-                              const std::string& coordinatorId) {
+                              const std::string& coordinatorId, bool rotate = false) {
   NodeServiceOptions o;
   o.name = name;
   o.configDir = configDir;
@@ -33,7 +37,45 @@ NodeServiceOptions optionsFor(const std::filesystem::path& configDir, const std:
   o.cpuThreads = 1;
   o.discovery = false;  // the clash is reported by hand (see above)
   o.profile = false;    // not what this test is about; keeps the start instant
+  o.rotateIdentityOnProvenClash = rotate;
   return o;
+}
+
+// A claim as discovery makes it: our ID, from address:port, with a foreign nonce.
+IdentityClash claim(const std::string& id, uint16_t port, const std::string& nonce = "their-nonce",
+                    const std::string& address = "127.0.0.1") {
+  return IdentityClash{id, nonce, "a", address, "lo", port};
+}
+
+// Waits (up to 20 s) until `count` claims have been checked.
+bool waitForChecks(const NodeService& s, int count) {
+  for (int i = 0; i < 200 && s.clashClaimsChecked() < count; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return s.clashClaimsChecked() >= count;
+}
+
+// The identity.replaced* directories in a config dir.
+QStringList asideDirs(const std::filesystem::path& configDir) {
+  QStringList out;
+  for (const auto& e : std::filesystem::directory_iterator(configDir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("identity.replaced", 0) == 0) out << QString::fromStdString(name);
+  }
+  out.sort();
+  return out;
+}
+
+// The pair of services sharing one identity: `original` and a copy of it.
+void makeCopiedConfig(const std::filesystem::path& original, const std::filesystem::path& copy,
+                      const std::string& coordinatorId) {
+  nodeDeviceId(original);
+  {
+    TrustStore t;
+    t.load(original);
+    t.add(coordinatorId, "coordinator");
+  }
+  std::filesystem::copy(original, copy, std::filesystem::copy_options::recursive);
 }
 
 // Waits (up to 20 s) for the service's clash handling, which runs on its own thread.
@@ -61,41 +103,105 @@ class TestNodeIdentityClash : public QObject {
   }
   void cleanupTestCase() { std::filesystem::remove_all(m_dir); }
 
-  void aClashRegeneratesTheIdentityAndKeepsTheTrustStore() {
-    const auto original = m_dir / "original";
-    const auto copy = m_dir / "copy";
-    const std::string oldId = nodeDeviceId(original);
-    {
-      TrustStore t;
-      t.load(original);
-      t.add(m_coordinator.deviceId, "coordinator");
-    }
-    std::filesystem::copy(original, copy, std::filesystem::copy_options::recursive);
+  void aClaimNobodyCanProveChangesNothing() {
+    const auto dir = m_dir / "unproven";
+    const std::string id = nodeDeviceId(dir);
+    NodeService s(optionsFor(dir, "s", m_coordinator.deviceId, /*rotate=*/true));
+    // An impostor at the claimed endpoint presents its own certificate: it lacks our key.
+    TrustStore nobody;
+    Listener impostor("127.0.0.1", 0, createIdentity(), nobody,
+                      [](std::unique_ptr<Connection> c) { c->close(); });
+    s.reportIdentityClash(claim(id, impostor.port()));
+    QVERIFY(waitForChecks(s, 1));
+    QCOMPARE(s.clashesProven(), 0);
+    QCOMPARE(s.deviceId(), id);
+    QCOMPARE(s.identityRegenerations(), 0);
+    QVERIFY(s.warnings().empty());
+    QVERIFY(asideDirs(dir).isEmpty());
+  }
 
+  void aClaimPointingAtNothingChangesNothing() {
+    const auto dir = m_dir / "nothing";
+    const std::string id = nodeDeviceId(dir);
+    NodeService s(optionsFor(dir, "s", m_coordinator.deviceId, /*rotate=*/true));
+    uint16_t closed = 0;
+    {
+      TrustStore nobody;
+      Listener gone("127.0.0.1", 0, createIdentity(), nobody,
+                    [](std::unique_ptr<Connection> c) { c->close(); });
+      closed = gone.port();
+    }
+    s.reportIdentityClash(claim(id, closed));
+    QVERIFY(waitForChecks(s, 1));
+    QCOMPARE(s.deviceId(), id);
+    QCOMPARE(s.identityRegenerations(), 0);
+  }
+
+  void aProvenClashIsReportedAndTheIdentityKept() {
+    const auto original = m_dir / "report-original";
+    const auto copy = m_dir / "report-copy";
+    makeCopiedConfig(original, copy, m_coordinator.deviceId);
     NodeService a(optionsFor(original, "a", m_coordinator.deviceId));
     NodeService b(optionsFor(copy, "b", m_coordinator.deviceId));
-    QCOMPARE(a.deviceId(), oldId);
-    QCOMPARE(b.deviceId(), oldId);
-    const uint16_t port = b.port();
+    const std::string id = a.deviceId();
+    QCOMPARE(b.deviceId(), id);
+    // b says a holds our identity: a presents it, so the claim is proven.
+    b.reportIdentityClash(claim(id, a.port()));
+    QVERIFY(waitForChecks(b, 1));
+    QCOMPARE(b.clashesProven(), 1);
+    QCOMPARE(b.deviceId(), id);  // reported, not acted on
+    QCOMPARE(b.identityRegenerations(), 0);
+    QVERIFY(asideDirs(copy).isEmpty());
+    QCOMPARE(b.warnings().size(), size_t(1));
+    const std::string where = "127.0.0.1:" + std::to_string(a.port());
+    QVERIFY(b.warnings()[0].find(where) != std::string::npos);
+    // node_info tells the coordinator (shoal-cli pool status prints it).
+    TrustStore trust;
+    trust.add(id, "b");
+    auto c = connectTo("127.0.0.1", b.port(), m_coordinator, trust);
+    const NodeInfo info = parseNodeInfo(test::rawCall(*c, {{"op", "node_info"}}).control);
+    QCOMPARE(info.warnings.size(), size_t(1));
+    QVERIFY(info.warnings[0].find("identity clash") != std::string::npos);
+  }
 
+  void aProvenClashRotatesWhenAskedAndKeepsEveryOldIdentity() {
+    const auto original = m_dir / "rotate-original";
+    const auto copy = m_dir / "rotate-copy";
+    makeCopiedConfig(original, copy, m_coordinator.deviceId);
+    const std::string oldId = nodeDeviceId(original);
+    // Identities set aside earlier (the old single identity.replaced/ and a dated one) stay.
+    std::filesystem::create_directories(copy / "identity.replaced");
+    std::filesystem::create_directories(copy / "identity.replaced.20200101T000000Z");
+
+    NodeService a(optionsFor(original, "a", m_coordinator.deviceId));
+    NodeService b(optionsFor(copy, "b", m_coordinator.deviceId, /*rotate=*/true));
+    const uint16_t port = b.port();
     TrustStore oldTrust;
     oldTrust.add(oldId, "b");
     auto before = connectTo("127.0.0.1", port, m_coordinator, oldTrust);
     QCOMPARE(test::rawCall(*before, {{"op", "ping"}, {"t", 1}}).control.value("op", ""),
              std::string("pong"));
 
-    b.reportIdentityClash(IdentityClash{oldId, "their-nonce", "a", "192.0.2.7", "eth0"});
+    b.reportIdentityClash(claim(oldId, a.port()));
     QVERIFY(waitForRegeneration(b, 1));
     const std::string newId = b.deviceId();
     QVERIFY(newId != oldId);
     QCOMPARE(a.deviceId(), oldId);  // the other node was not told: it keeps its ID
     QCOMPARE(b.port(), port);
-    // On disk: the new identity, the old one set aside, the trust store untouched.
+    // On disk: the new identity, the old one set aside under a new name, the earlier ones and
+    // the trust store untouched.
     QCOMPARE(nodeDeviceId(copy), newId);
-    QFile asideCert(QString::fromStdString((copy / "identity.replaced" / "cert.pem").string()));
+    const QStringList aside = asideDirs(copy);
+    QCOMPARE(aside.size(), 3);
+    QVERIFY(aside.contains("identity.replaced"));
+    QVERIFY(aside.contains("identity.replaced.20200101T000000Z"));
+    QString fresh;
+    for (const QString& d : aside) {
+      if (d != "identity.replaced" && d != "identity.replaced.20200101T000000Z") fresh = d;
+    }
+    QFile asideCert(QString::fromStdString((copy / fresh.toStdString() / "cert.pem").string()));
     QVERIFY(asideCert.open(QIODevice::ReadOnly));
-    const std::string asidePem = asideCert.readAll().toStdString();
-    QCOMPARE(deviceIdFromCertificatePem(asidePem), oldId);
+    QCOMPARE(deviceIdFromCertificatePem(asideCert.readAll().toStdString()), oldId);
     TrustStore kept;
     kept.load(copy);
     QVERIFY(kept.isTrusted(m_coordinator.deviceId));
@@ -111,20 +217,22 @@ class TestNodeIdentityClash : public QObject {
     QVERIFY_THROWS_EXCEPTION(TransportError, connectTo("127.0.0.1", port, m_coordinator, oldTrust));
   }
 
-  void aReportForAnIdNoLongerHeldIsIgnored() {
-    const auto dir = m_dir / "stale";
-    NodeService s(optionsFor(dir, "s", m_coordinator.deviceId));
+  void aClaimForAnIdNoLongerHeldIsIgnored() {
+    const auto original = m_dir / "stale-original";
+    const auto copy = m_dir / "stale-copy";
+    makeCopiedConfig(original, copy, m_coordinator.deviceId);
+    NodeService a(optionsFor(original, "a", m_coordinator.deviceId));
+    NodeService s(optionsFor(copy, "s", m_coordinator.deviceId, /*rotate=*/true));
     const std::string first = s.deviceId();
-    s.reportIdentityClash(IdentityClash{first, "n1", "x", "192.0.2.8", "eth0"});
+    s.reportIdentityClash(claim(first, a.port(), "n1"));
     QVERIFY(waitForRegeneration(s, 1));
-    const std::string second = s.deviceId();
-    // A late second report about the first ID (another beacon of the same clash) changes
-    // nothing; a report about the current ID still regenerates, which shows reports are read.
-    s.reportIdentityClash(IdentityClash{first, "n2", "x", "192.0.2.8", "eth0"});
-    s.reportIdentityClash(IdentityClash{second, "n3", "x", "192.0.2.9", "eth0"});
-    QVERIFY(waitForRegeneration(s, 2));
-    QCOMPARE(s.identityRegenerations(), 2);
-    QVERIFY(s.deviceId() != second);
+    const int checks = s.clashClaimsChecked();
+    // A late second claim about the first ID (another beacon of the same clash) is not even
+    // checked; the node keeps its new ID.
+    s.reportIdentityClash(claim(first, a.port(), "n2", "127.0.0.3"));
+    std::this_thread::sleep_for(kClashProbeMinGap * 2);  // would have been checked by now
+    QCOMPARE(s.clashClaimsChecked(), checks);
+    QCOMPARE(s.identityRegenerations(), 1);
     QVERIFY(s.deviceId() != first);
   }
 };

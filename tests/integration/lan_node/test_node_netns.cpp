@@ -2,8 +2,10 @@
 // links: tests/integration/netns), the coordinator on a fourth: weights stream over the LAN to
 // nodes that lack the model, and greedy generation through 1, 2 and 3 remote stages gives the
 // tokens one local stage gives (shoal-hop-overhead --verify runs as the coordinator). And a config
-// dir copied to a second host: discovery reports the identity clash and the nodes move to new
-// device IDs, keeping their trust stores. Skips without root.
+// dir copied to a second host: discovery reports the clash claim, the nodes prove it (the other
+// presents our certificate) and report it; with --rotate-identity-on-clash they move to new
+// device IDs, keeping their trust stores and old identities. And forged beacons from another
+// host (issue 14 item 1), on-link and routed from off-link, change nothing. Skips without root.
 
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -12,6 +14,7 @@
 #include <QThread>
 #include <QtTest>
 #include <filesystem>
+#include <functional>
 
 #include "tests/integration/netns/netns_hosts.h"
 
@@ -24,6 +27,16 @@ const QString kPort = QStringLiteral("7000");
 
 std::filesystem::path defaultModel() {
   return std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+// The identity.replaced* directories in a config dir.
+QStringList asideDirs(const std::filesystem::path& configDir) {
+  QStringList out;
+  for (const auto& e : std::filesystem::directory_iterator(configDir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("identity.replaced", 0) == 0) out << QString::fromStdString(name);
+  }
+  return out;
 }
 
 QString deviceIdOf(const std::filesystem::path& configDir) {
@@ -113,70 +126,151 @@ class TestNodeNetns : public QObject {
           remote.last().toObject().value("ms_per_token").toDouble());
   }
 
-  void copiedConfigDirOnTwoHostsEndsWithTwoDeviceIds() {
-    NetnsHosts lan(2);
-    const auto original = m_dir / "clash-original";
-    const auto copy = m_dir / "clash-copy";
-    const QString oldId = deviceIdOf(original);
-    QVERIFY(!oldId.isEmpty());
+ private:
+  // Two hosts running one identity (a copied config dir), discovery on. Returns the nodes' stderr
+  // once `done` holds for it (or after 30 s).
+  struct ClashRun {
+    std::vector<QString> logs;
+    QString oldId;
+    QString coordinatorId;
+  };
+  ClashRun runCopiedConfig(NetnsHosts& lan, const std::filesystem::path& original,
+                           const std::filesystem::path& copy, const QStringList& extraArgs,
+                           const std::function<bool(const std::vector<QString>&)>& done) {
+    ClashRun run;
+    run.oldId = deviceIdOf(original);
     std::filesystem::copy(original, copy, std::filesystem::copy_options::recursive);
-    // Someone both nodes trust: the trust store must survive the new identity.
-    const QString coordinatorId = deviceIdOf(m_dir / "clash-coordinator");
+    // Someone both nodes trust: the trust store must survive.
+    run.coordinatorId = deviceIdOf(m_dir / "clash-coordinator");
     static const QRegularExpression startLine("device (\\S+) port (\\d+)");
-    static const QRegularExpression clashLine("identity clash: .* new device ID (\\S+)");
     std::vector<QProcess*> nodes;
     int h = 1;
     for (const auto& cfg : {original, copy}) {
       // Discovery on (the default): each hears the other's beacons with its own ID.
-      QProcess* node = lan.start(
-          h, SHOAL_NODE_EXE,
-          {"--config-dir", QString::fromStdString(cfg.string()), "--port", kPort, "--threads", "1",
-           "--name", "h" + QString::number(h), "--trust", coordinatorId});
+      QProcess* node =
+          lan.start(h, SHOAL_NODE_EXE,
+                    QStringList{"--config-dir", QString::fromStdString(cfg.string()), "--port",
+                                kPort, "--threads", "1", "--name", "h" + QString::number(h),
+                                "--trust", run.coordinatorId} +
+                        extraArgs);
       QString out;
       while (!startLine.match(out).hasMatch() && node->waitForReadyRead(60000)) {
         out += QString::fromUtf8(node->readAllStandardOutput());
       }
-      QCOMPARE(startLine.match(out).captured(1), oldId);
+      if (startLine.match(out).captured(1) != run.oldId)
+        qWarning("node h%d: %s", h, qPrintable(out));
       nodes.push_back(node);
       ++h;
     }
-    // Beacons go out every second; a node logs one line when it has moved. Usually only the
-    // first to hear the other moves (the other then hears only the new ID); both may.
-    std::vector<QString> logs(nodes.size());
-    std::vector<QString> newIds(nodes.size());
-    const auto readLogs = [&] {
+    run.logs.resize(nodes.size());
+    for (int attempt = 0; attempt < 600 && !done(run.logs); ++attempt) {
       for (size_t i = 0; i < nodes.size(); ++i) {
-        nodes[i]->waitForReadyRead(50);
-        logs[i] += QString::fromUtf8(nodes[i]->readAllStandardError());
-        if (const auto m = clashLine.match(logs[i]); m.hasMatch()) newIds[i] = m.captured(1);
+        nodes[i]->waitForReadyRead(25);
+        run.logs[i] += QString::fromUtf8(nodes[i]->readAllStandardError());
       }
-    };
-    for (int attempt = 0; attempt < 300 && newIds[0].isEmpty() && newIds[1].isEmpty(); ++attempt) {
-      readLogs();
+    }
+    return run;
+  }
+
+ private slots:
+  void copiedConfigDirOnTwoHostsIsReportedAndBothKeepTheirIdentity() {
+    NetnsHosts lan(2);
+    const auto original = m_dir / "report-original";
+    const auto copy = m_dir / "report-copy";
+    static const QRegularExpression proven(
+        "identity clash: \\S+ \\(h\\d\\) presents this node's "
+        "certificate");
+    const ClashRun run = runCopiedConfig(lan, original, copy, {}, [](const auto& logs) {
+      return proven.match(logs[0]).hasMatch() && proven.match(logs[1]).hasMatch();
+    });
+    // Each proves the other holds its identity (it presents our certificate over TLS) and says
+    // so; neither moves (the user chooses which copy gets a new identity).
+    QVERIFY2(proven.match(run.logs[0]).hasMatch() && proven.match(run.logs[1]).hasMatch(),
+             qPrintable(run.logs[0] + "\n" + run.logs[1]));
+    for (const auto& cfg : {original, copy}) {
+      QCOMPARE(deviceIdOf(cfg), run.oldId);
+      QVERIFY(asideDirs(cfg).isEmpty());
+    }
+  }
+
+  void copiedConfigDirOnTwoHostsEndsWithTwoDeviceIdsWhenAskedToRotate() {
+    NetnsHosts lan(2);
+    const auto original = m_dir / "clash-original";
+    const auto copy = m_dir / "clash-copy";
+    static const QRegularExpression clashLine("identity clash: .* new device ID (\\S+)");
+    int extraRounds = 40;  // a few more beacon intervals once one moved: the other may move too
+    const ClashRun run =
+        runCopiedConfig(lan, original, copy, {"--rotate-identity-on-clash"}, [&](const auto& logs) {
+          const bool moved =
+              clashLine.match(logs[0]).hasMatch() || clashLine.match(logs[1]).hasMatch();
+          return moved && --extraRounds <= 0;
+        });
+    std::vector<QString> newIds(2);
+    for (size_t i = 0; i < 2; ++i) {
+      if (const auto m = clashLine.match(run.logs[i]); m.hasMatch()) newIds[i] = m.captured(1);
     }
     QVERIFY2(!newIds[0].isEmpty() || !newIds[1].isEmpty(),
-             qPrintable("no identity clash handled:\n" + logs[0] + "\n" + logs[1]));
-    // A few more beacon intervals: the other node may move too, but nothing else happens.
-    for (int attempt = 0; attempt < 40; ++attempt) readLogs();
+             qPrintable("no identity clash handled:\n" + run.logs[0] + "\n" + run.logs[1]));
     size_t i = 0;
     std::vector<QString> ids;
     for (const auto& cfg : {original, copy}) {
       ids.push_back(deviceIdOf(cfg));
       if (newIds[i].isEmpty()) {
-        QCOMPARE(ids.back(), oldId);  // this one kept its identity
+        QCOMPARE(ids.back(), run.oldId);  // this one kept its identity
       } else {
-        QVERIFY(newIds[i] != oldId);
+        QVERIFY(newIds[i] != run.oldId);
         QCOMPARE(ids.back(), newIds[i]);
-        QVERIFY(std::filesystem::exists(cfg / "identity.replaced" / "cert.pem"));
+        const QStringList aside = asideDirs(cfg);
+        QCOMPARE(aside.size(), 1);  // identity.replaced.<UTC time>
+        QVERIFY(std::filesystem::exists(cfg / aside[0].toStdString() / "cert.pem"));
       }
       QFile trusted(QString::fromStdString((cfg / "trusted.json").string()));
       QVERIFY(trusted.open(QIODevice::ReadOnly));
-      QVERIFY(trusted.readAll().contains(coordinatorId.toUtf8()));
+      QVERIFY(trusted.readAll().contains(run.coordinatorId.toUtf8()));
       ++i;
     }
     QVERIFY(ids[0] != ids[1]);  // the clash is resolved
     qInfo("moved: h1 %s, h2 %s", newIds[0].isEmpty() ? "no" : "yes",
           newIds[1].isEmpty() ? "no" : "yes");
+  }
+
+  void forgedBeaconsFromAnotherHostChangeNothing() {
+    NetnsHosts lan(2);
+    const auto cfg = m_dir / "forged";
+    const QString id = deviceIdOf(cfg);
+    QVERIFY(!id.isEmpty());
+    QProcess* node = lan.start(1, SHOAL_NODE_EXE,
+                               {"--config-dir", QString::fromStdString(cfg.string()), "--port",
+                                kPort, "--threads", "1", "--name", "victim"});
+    QString log;
+    const auto waitFor = [&](const QRegularExpression& pattern) {
+      for (int i = 0; i < 400 && !pattern.match(log).hasMatch(); ++i) {
+        node->waitForReadyRead(50);
+        log += QString::fromUtf8(node->readAllStandardError());
+      }
+      return pattern.match(log).hasMatch();
+    };
+    QVERIFY2(waitFor(QRegularExpression("discovery on UDP port 47474")), qPrintable(log));
+    const QString to = lan.ipv4(1) + ":47474";
+    // An off-link attacker: h2 also owns 10.99.0.2, which h1 reaches through a router (h2):
+    // routed, not on h1's link.
+    QCOMPARE(lan.run(2, "ip", {"addr", "add", "10.99.0.2/32", "dev", "eth0"}), 0);
+    QCOMPARE(lan.run(1, "ip", {"route", "add", "10.99.0.0/24", "via", lan.ipv4(2)}), 0);
+    QCOMPARE(lan.run(2, SHOAL_BEACON_FLOOD_EXE,
+                     {"--to", to, "--from", "10.99.0.2", "--id", id, "--count", "3"}),
+             0);
+    QVERIFY2(waitFor(QRegularExpression("dropping beacons from 10\\.99\\.0\\.2 on eth0: not on")),
+             qPrintable(log));
+    // An on-link attacker: three forged datagrams with our ID from h2, nothing of ours there.
+    QCOMPARE(lan.run(2, SHOAL_BEACON_FLOOD_EXE,
+                     {"--to", to, "--from", lan.ipv4(2), "--id", id, "--count", "3"}),
+             0);
+    QVERIFY2(
+        waitFor(QRegularExpression("identity clash claim from 10\\.77\\.1\\.2:7000 .*not proven")),
+        qPrintable(log));
+    QCOMPARE(deviceIdOf(cfg), id);
+    QVERIFY(asideDirs(cfg).isEmpty());
+    QVERIFY(!log.contains("new device ID"));
   }
 };
 

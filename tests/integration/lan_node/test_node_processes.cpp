@@ -6,8 +6,10 @@
 #include <QProcess>
 #include <QRegularExpression>
 #include <QtTest>
+#include <cstring>
 #include <filesystem>
 
+#include "engine/error.h"
 #include "engine/model/model.h"
 #include "lan/pool/remote_stage.h"
 #include "lan/pool/sha256.h"
@@ -15,6 +17,7 @@
 #include "lan/transport/identity.h"
 #include "lan/transport/pairing.h"
 #include "lan/transport/trust_store.h"
+#include "tests/integration/lan_node/node_process.h"
 #include "tests/integration/lan_node/node_test_support.h"
 
 using namespace shoal;
@@ -22,7 +25,7 @@ using namespace shoal::lan;
 
 namespace {
 
-constexpr int kThreads = 1;  // the same in the nodes and the local reference
+constexpr int kThreads = 1;  // the same in the nodes (node_process.h) and the local reference
 constexpr int kSteps = 64;
 
 std::filesystem::path defaultModel() {
@@ -36,61 +39,19 @@ QString runToString(const QStringList& args) {
   return QString::fromUtf8(p.readAllStandardOutput()).trimmed();
 }
 
-// One shoal-node process; stopped with SIGTERM by the destructor.
-class NodeProcess {
+// A shoal-node process (node_process.h) that trusts `trust` and serves the GGUF files of
+// `modelsDir` (none when empty).
+QStringList nodeArgs(const std::filesystem::path& modelsDir, const std::string& trust,
+                     const QStringList& extra) {
+  QStringList args{"--trust", QString::fromStdString(trust)};
+  if (!modelsDir.empty()) args << "--models-dir" << QString::fromStdString(modelsDir.string());
+  return args + extra;
+}
+class NodeProcess : public test::NodeProcess {
  public:
   NodeProcess(const std::filesystem::path& configDir, const std::filesystem::path& modelsDir,
-              const std::string& trust, const QStringList& extra = {}) {
-    QStringList args = {"--config-dir",
-                        QString::fromStdString(configDir.string()),
-                        "--port",
-                        "0",
-                        "--bind",
-                        "127.0.0.1",
-                        "--no-discovery",
-                        "--threads",
-                        QString::number(kThreads),
-                        "--trust",
-                        QString::fromStdString(trust)};
-    if (!modelsDir.empty()) args << "--models-dir" << QString::fromStdString(modelsDir.string());
-    args << extra;
-    m_process.setProcessChannelMode(QProcess::ForwardedErrorChannel);
-    m_process.start(SHOAL_NODE_EXE, args);
-    // The start line: "shoal-node <name>: device <ID> port <port>".
-    static const QRegularExpression line("device (\\S+) port (\\d+)");
-    while (m_process.waitForReadyRead(60000)) {
-      m_stdout += QString::fromUtf8(m_process.readAllStandardOutput());
-      const auto m = line.match(m_stdout);
-      if (m.hasMatch()) {
-        m_deviceId = m.captured(1).toStdString();
-        m_port = static_cast<uint16_t>(m.captured(2).toUInt());
-        return;
-      }
-    }
-  }
-  ~NodeProcess() {
-    m_process.terminate();
-    if (!m_process.waitForFinished(30000)) m_process.kill();
-  }
-  uint16_t port() const { return m_port; }
-  // What the node printed on stdout so far (waiting up to timeoutMs for more).
-  QString stdoutText(int timeoutMs = 0) {
-    if (timeoutMs > 0) m_process.waitForReadyRead(timeoutMs);
-    m_stdout += QString::fromUtf8(m_process.readAllStandardOutput());
-    return m_stdout;
-  }
-  const std::string& deviceId() const { return m_deviceId; }
-  int exitCodeAfterStop() {
-    m_process.terminate();
-    m_process.waitForFinished(30000);
-    return m_process.exitStatus() == QProcess::NormalExit ? m_process.exitCode() : -1;
-  }
-
- private:
-  QProcess m_process;
-  uint16_t m_port = 0;
-  std::string m_deviceId;
-  QString m_stdout;
+              const std::string& trust, const QStringList& extra = {})
+      : test::NodeProcess(SHOAL_NODE_EXE, configDir, nodeArgs(modelsDir, trust, extra)) {}
 };
 
 Message call(Connection& c, nlohmann::json control) { return test::rawCall(c, std::move(control)); }
@@ -102,6 +63,24 @@ std::vector<int32_t> localGreedy(const model::Model& m, const std::vector<int32_
 std::vector<int32_t> remoteGreedy(std::vector<std::unique_ptr<RemoteStage>>& stages,
                                   const std::vector<int32_t>& prompt) {
   return test::remoteGreedy(stages, prompt, kSteps).tokens;
+}
+
+// A lying coordinator's stream: layer 1's ffn_down zeroed (it sends the hash of the zeroes).
+std::vector<uint8_t> zeroFfnDown(const std::string& name, std::span<const uint8_t> bytes) {
+  std::vector<uint8_t> v(bytes.begin(), bytes.end());
+  if (name == "blk.1.ffn_down.weight") std::fill(v.begin(), v.end(), uint8_t{0});
+  return v;
+}
+
+// Layer 1 of the model streamed by `client` (RemoteStage, as the coordinator deploys it).
+std::unique_ptr<RemoteStage> deployLayerOne(std::shared_ptr<NodeClient> client,
+                                            const model::Model& m, const std::string& sha) {
+  LoadStageRequest r;
+  r.stageId = "stage-0";
+  r.model = {sha, "model.gguf", m.file().fileSize()};
+  r.placement = {client->peerDeviceId(), "cpu0", 1, 2, false, false};
+  r.contextLength = 16;
+  return RemoteStage::deploy(std::move(client), m.file(), r);
 }
 
 }  // namespace
@@ -236,6 +215,69 @@ class TestNodeProcesses : public QObject {
       QCOMPARE(call(*c, {{"op", "node_info"}}).control.value("weight_bytes_received", -1), 0);
     }
     QCOMPARE(remoteGreedy(stages, m_prompts[0]), want);
+  }
+
+  // Issue 14 items 9 and 10 between two trusted coordinators (two identities) over TLS: B can
+  // neither use A's stage nor get the shard A streamed (with poisoned weights) from the cache.
+  void coordinatorsShareNeitherStagesNorStreamedShards() {
+    TrustStore trust;
+    const auto cfg = configs("isolation", trust);
+    const Identity other = createIdentity();
+    NodeProcess node(cfg[0], "", m_client.deviceId,
+                     {"--trust", QString::fromStdString(other.deviceId)});
+    auto a = connectTo("127.0.0.1", node.port(), m_client, trust, std::chrono::seconds(30));
+    std::shared_ptr<Connection> b =
+        connectTo("127.0.0.1", node.port(), other, trust, std::chrono::seconds(30));
+    QCOMPARE(test::streamStageRaw(*a, m_model->file(), m_sha, "stage-0", 1, 2, zeroFfnDown)
+                 .control.value("op", ""),
+             std::string("stage_ready"));
+    const int32_t nEmbd = m_model->config().nEmbd;
+    std::vector<float> hidden(size_t(nEmbd), 0.01f);
+    std::vector<uint8_t> blob(hidden.size() * sizeof(float));
+    std::memcpy(blob.data(), hidden.data(), blob.size());
+    const Message refused = test::rawCall(*b,
+                                          {{"op", "forward"},
+                                           {"stage_id", "stage-0"},
+                                           {"sequence", 0},
+                                           {"first_position", 0},
+                                           {"count", 1},
+                                           {"sample", nullptr}},
+                                          blob);
+    QCOMPARE(refused.control.value("op", ""), std::string("error"));
+    QVERIFY(refused.control.value("message", "").find("unknown stage") != std::string::npos);
+
+    auto stage =
+        deployLayerOne(std::make_shared<NodeClient>(b, std::chrono::seconds(60)), *m_model, m_sha);
+    QCOMPARE(stage->loaded().source, std::string("streamed"));
+    // What the real layer computes: a local CPU stage with the same spec.
+    cpu::CpuBackend cpu(kThreads);
+    const runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
+    auto reference = cpu.createStage("cpu0", src, stage->spec());
+    runtime::StageInput in;
+    in.count = 1;
+    in.hidden = hidden;
+    runtime::StageOutput got, want;
+    stage->forward(in, got);
+    reference->forward(in, want);
+    QVERIFY(!want.hidden.empty());
+    QVERIFY(got.hidden == want.hidden);
+  }
+
+  // Issue 14 item 11: --shard-cache-max-gb caps what streams may write.
+  void streamLargerThanTheShardCacheCapIsRefused() {
+    TrustStore trust;
+    const auto cfg = configs("cachecap", trust);
+    NodeProcess node(cfg[0], "", m_client.deviceId, {"--shard-cache-max-gb", "0.001"});
+    std::shared_ptr<Connection> c =
+        connectTo("127.0.0.1", node.port(), m_client, trust, std::chrono::seconds(30));
+    auto client = std::make_shared<NodeClient>(c, std::chrono::seconds(60));
+    try {
+      deployLayerOne(client, *m_model, m_sha);  // about 2.5 MB of weights over a 1 MiB cap
+      QFAIL("a stream larger than the cache cap was accepted");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("cap") != std::string::npos, e.what());
+    }
+    QCOMPARE(call(*c, {{"op", "ping"}, {"t", 4}}).control.value("op", ""), std::string("pong"));
   }
 
   void pairingWithThePrintedCodeMakesBothSidesTrusted() {

@@ -34,6 +34,13 @@ class TestOpenAiProtocol : public QObject {
     QCOMPARE(QString::fromStdString(e.code()), QString("invalid_json"));
   }
 
+  void aNumberBeyondDoubleIsA400InvalidJsonError() {
+    // nlohmann throws out_of_range, not parse_error, for it (found by fuzz_api).
+    const ApiError e = chatError(std::string(R"({"model":"m","seed":4e4444,)") + kHello + "}");
+    QCOMPARE(e.status(), 400);
+    QCOMPARE(QString::fromStdString(e.code()), QString("invalid_json"));
+  }
+
   void aBodyThatIsNotAnObjectIsRefused() { QCOMPARE(chatError("[1, 2]").status(), 400); }
 
   void missingModelIsRefusedNamingTheParameter() {
@@ -143,6 +150,62 @@ class TestOpenAiProtocol : public QObject {
   void usageCountsAddUp() {
     const Usage u{10, 5};
     QCOMPARE(u.toJson()["total_tokens"].get<int>(), 15);
+  }
+
+  void nestingDeeperThanTheBoundIsRefusedBeforeParsing() {
+    const size_t depth = 1000000;
+    const std::string body = std::string(R"({"model":"m","max_tokens":)") +
+                             std::string(depth, '[') + std::string(depth, ']') + "," + kHello + "}";
+    const ApiError e = chatError(body);
+    QCOMPARE(e.status(), 400);
+    QCOMPARE(QString::fromStdString(e.code()), QString("invalid_json"));
+    QVERIFY(e.what() != nullptr && std::string(e.what()).find("deeper than") != std::string::npos);
+  }
+
+  void nestingAtTheBoundIsAccepted() {
+    const std::string deep =
+        std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']');
+    const ChatRequest r =
+        parseChatRequest(std::string(R"({"model":"m","tools":)") + deep + "," + kHello + "}");
+    QCOMPARE(r.messages.size(), size_t{1});
+  }
+
+  void bracketsInsideStringsDoNotCountAsNesting() {
+    const std::string content = std::string(10000, '[') + "\\\\\\\"" + std::string(10000, '{');
+    const ChatRequest r = parseChatRequest(
+        R"({"model":"m","messages":[{"role":"user","content":")" + content + R"("}]})");
+    QCOMPARE(r.messages[0].content.size(), size_t{20002});
+  }
+
+  void moreValuesThanTheBoundAreRefused() {
+    std::string many = "[0";
+    for (size_t i = 0; i < kMaxJsonValues; ++i) many += ",0";
+    many += "]";
+    const ApiError e =
+        chatError(std::string(R"({"model":"m","tools":)") + many + "," + kHello + "}");
+    QCOMPARE(e.status(), 400);
+    QVERIFY(std::string(e.what()).find("JSON values") != std::string::npos);
+  }
+
+  void errorMessagesQuoteAtMostABoundedPieceOfTheValue() {
+    const std::string huge(1 << 20, 'x');
+    const json hello = json::array({{{"role", "user"}, {"content", "hi"}}});
+    const ApiError badMax =
+        chatError(json{{"model", "m"}, {"max_tokens", huge}, {"messages", hello}}.dump());
+    QCOMPARE(QString::fromStdString(badMax.param()), QString("max_tokens"));
+    QVERIFY(std::string(badMax.what()).size() < 4 * kMaxEchoBytes);
+    const json badRoleMessages = json::array({{{"role", huge}, {"content", "x"}}});
+    const ApiError badRole = chatError(json{{"model", "m"}, {"messages", badRoleMessages}}.dump());
+    QVERIFY(std::string(badRole.what()).size() < 4 * kMaxEchoBytes);
+    const std::string unterminated = json{{"model", huge}}.dump();
+    const ApiError cut = chatError(unterminated.substr(0, unterminated.size() - 2));
+    QCOMPARE(QString::fromStdString(cut.code()), QString("invalid_json"));
+    QVERIFY(std::string(cut.what()).size() < 8 * kMaxEchoBytes);
+  }
+  void aContainerInAnErrorIsDescribedNotDumped() {
+    const ApiError e = chatError(std::string(R"({"model":"m","n":[[1,2],[3]],)") + kHello + "}");
+    QCOMPARE(QString::fromStdString(e.param()), QString("n"));
+    QVERIFY(std::string(e.what()).find("an array of 2 values") != std::string::npos);
   }
 
   void sseEventIsOneDataLineAndABlankLine() {

@@ -184,7 +184,8 @@ class TestDiscovery : public QObject {
     QCOMPARE(reported.theirNonce, otherNonce);
     QCOMPARE(reported.theirName, std::string("copy"));
     QCOMPARE(reported.address, std::string("127.0.0.2"));
-    QVERIFY(a.peers().empty());  // a clash is not a peer
+    QCOMPARE(reported.tcpPort, uint16_t(7000));  // where the receiver asks for proof
+    QVERIFY(a.peers().empty());                  // a clash is not a peer
   }
 
   void ourDeviceIdFromAnotherProcessOnThisMachineIsNotAClash() {
@@ -225,6 +226,77 @@ class TestDiscovery : public QObject {
     QVERIFY_THROWS_EXCEPTION(shoal::Error, a.addUnicastTarget("[fe80::1:47474"));
     a.addUnicastTarget("[::1]:47474");
     a.addUnicastTarget("10.0.0.1:47474");
+  }
+
+  void aFloodFromOneSourceIsRateLimited() {
+    Discovery a(loopbackOptions("AAAA-AAAA", "alpha"));
+    a.start();
+    // 100 forged IDs at once (a socket buffer's worth) from one source: the burst gets in.
+    for (int i = 0; i < 100; ++i) {
+      sendRaw(a,
+              shoal::lan::encodeBeacon({"FLOOD-" + std::to_string(i), "x", 7000,
+                                        "0123456789abcdef0123456789abcdef", ""}),
+              "127.0.0.3");
+    }
+    QTRY_VERIFY_WITH_TIMEOUT(a.stats().droppedRateLimited > 0, kWaitMs);
+    QVERIFY(a.peers().size() < 100);
+    QCOMPARE(a.stats().dropped, a.stats().received - a.stats().accepted);
+  }
+
+  void namesFromBeaconsAreSanitizedBeforeAnyoneSeesThem() {
+    Discovery a(loopbackOptions("AAAA-AAAA", "alpha"));
+    a.start();
+    sendRaw(a, shoal::lan::encodeBeacon({"CCCC-CCCC", "\x1b[2Jevil\nshoal-node: fake line", 7000,
+                                         "0123456789abcdef0123456789abcdef", "cpu\r\n\x07"}));
+    QTRY_VERIFY_WITH_TIMEOUT(hasPeer(a, "CCCC-CCCC"), kWaitMs);
+    QCOMPARE(a.peers().front().name, std::string("[2Jevil shoal-node: fake line"));
+    QCOMPARE(a.peers().front().summary, std::string("cpu"));
+  }
+
+  void aBeaconCannotMoveAConfirmedPeer() {
+    Discovery a(loopbackOptions("AAAA-AAAA", "alpha"));
+    a.start();
+    const std::string nonce = "0123456789abcdef0123456789abcdef";
+    sendRaw(a, shoal::lan::encodeBeacon({"CCCC-CCCC", "gamma", 7123, nonce, ""}));
+    QTRY_VERIFY_WITH_TIMEOUT(hasPeer(a, "CCCC-CCCC"), kWaitMs);
+    // The caller connected to 127.0.0.1:7123 with pinning and saw CCCC-CCCC there.
+    a.confirmEndpoint("CCCC-CCCC", "127.0.0.1", 7123);
+    sendRaw(a, shoal::lan::encodeBeacon({"CCCC-CCCC", "evil", 9999, nonce, ""}), "127.0.0.5");
+    QTRY_VERIFY_WITH_TIMEOUT(a.stats().unconfirmedEndpointClaims == 1, kWaitMs);
+    const Peer p = a.peers().front();
+    QCOMPARE(p.tcpPort, uint16_t(7123));
+    QCOMPARE(p.name, std::string("gamma"));
+    QVERIFY(shoal::lan::dialEndpoint(p) == (shoal::lan::PeerEndpoint{"127.0.0.1", 7123}));
+  }
+
+  void onLinkSourcesAreThoseInTheArrivalInterfacesSubnets() {
+    shoal::lan::NetworkInterface eth0;
+    eth0.name = "eth0";
+    eth0.index = 2;
+    eth0.ipv4Networks = {asio::ip::make_network_v4("10.77.1.1/24")};
+    eth0.ipv6Networks = {asio::ip::make_network_v6("2001:db8:1::1/64")};
+    shoal::lan::NetworkInterface eth1;
+    eth1.name = "eth1";
+    eth1.index = 3;
+    eth1.ipv4Networks = {asio::ip::make_network_v4("192.168.5.1/24")};
+    const std::vector<shoal::lan::NetworkInterface> all = {eth0, eth1};
+    using asio::ip::make_address;
+    QVERIFY(shoal::lan::isOnLink(make_address("10.77.1.2"), 2, all));
+    QVERIFY(shoal::lan::isOnLink(make_address("2001:db8:1::9"), 2, all));
+    QVERIFY(shoal::lan::isOnLink(make_address("fe80::1"), 2, all));     // link-local: always
+    QVERIFY(!shoal::lan::isOnLink(make_address("10.99.0.2"), 2, all));  // routed
+    QVERIFY(!shoal::lan::isOnLink(make_address("2001:db8:2::9"), 2, all));
+    // On a subnet of another interface than the one it arrived on: spoofed or misrouted.
+    QVERIFY(!shoal::lan::isOnLink(make_address("192.168.5.7"), 2, all));
+    QVERIFY(shoal::lan::isOnLink(make_address("192.168.5.7"), 0, all));  // arrival unknown
+  }
+
+  void interfaceListGivesLoopbacksSubnet() {
+    const auto interfaces = shoal::lan::listNetworkInterfaces();
+    const auto lo = std::find_if(interfaces.begin(), interfaces.end(),
+                                 [](const auto& i) { return i.name == "lo"; });
+    QVERIFY(lo != interfaces.end());
+    QVERIFY(shoal::lan::isOnLink(asio::ip::make_address("127.0.0.2"), lo->index, interfaces));
   }
 
   void interfaceListShowsLoopbackAsLoopbackWithItsAddress() {

@@ -1,5 +1,7 @@
 // The discovery peer table (lan/discovery/peer_table.h): merging beacons by device ID, what counts
-// as a change, and expiry — with explicit time points, no sleeping.
+// as a change, and expiry — with explicit time points, no sleeping. And what a forged-beacon
+// flood cannot do (issue 14 item 6): grow the table past kMaxPeers or a peer past
+// kMaxAddressesPerPeer, or move a peer whose endpoint a pinned connection confirmed.
 
 #include <QtTest>
 #include <chrono>
@@ -8,6 +10,9 @@
 
 using shoal::lan::Beacon;
 using shoal::lan::DiscoveryClock;
+using shoal::lan::kMaxAddressesPerPeer;
+using shoal::lan::kMaxPeers;
+using shoal::lan::PeerEndpoint;
 using shoal::lan::PeerTable;
 using namespace std::chrono_literals;
 
@@ -29,7 +34,7 @@ class TestPeerTable : public QObject {
     PeerTable table(5s);
     QVERIFY(table.observe(beacon("AAA", "alpha"), "10.0.0.2", "eth0", t0));
     QCOMPARE(table.peers().size(), size_t(1));
-    const auto& p = table.peers()[0];
+    const auto p = table.peers()[0];  // peers() returns a copy
     QCOMPARE(p.deviceId, std::string("AAA"));
     QCOMPARE(p.name, std::string("alpha"));
     QCOMPARE(p.tcpPort, uint16_t(7000));
@@ -113,6 +118,114 @@ class TestPeerTable : public QObject {
     QCOMPARE(table.peers()[0].deviceId, std::string("AAA"));
     QCOMPARE(table.peers()[1].deviceId, std::string("BBB"));
     QCOMPARE(table.peers()[2].deviceId, std::string("CCC"));
+  }
+
+  void tableHoldsAtMostMaxPeersAndRefusesNewIdsBeyond() {
+    PeerTable table(5s);
+    for (size_t i = 0; i < kMaxPeers + 100; ++i) {
+      table.observe(beacon("FORGED-" + std::to_string(i)), "10.0.0.9", "eth0", t0);
+    }
+    QCOMPARE(table.size(), kMaxPeers);
+    QCOMPARE(table.peers().size(), kMaxPeers);
+    QCOMPARE(table.stats().refusedPeers, uint64_t(100));
+  }
+
+  void peersAlreadyHeldKeepRefreshingWhenTheTableIsFull() {
+    PeerTable table(5s);
+    table.observe(beacon("REAL"), "10.0.0.2", "eth0", t0);
+    for (size_t i = 0; i < kMaxPeers; ++i) {
+      table.observe(beacon("FORGED-" + std::to_string(i)), "10.0.0.9", "eth0", t0);
+    }
+    table.observe(beacon("REAL"), "10.0.0.2", "eth0", t0 + 4s);
+    table.expire(t0 + 6s);  // the forged ones, silent since t0, go; the real one stays
+    QCOMPARE(table.size(), size_t(1));
+    QCOMPARE(table.peers()[0].deviceId, std::string("REAL"));
+  }
+
+  void aConfirmedPeerIsAdmittedEvenWhenTheTableIsFull() {
+    PeerTable table(5s);
+    table.confirm("TRUSTED", PeerEndpoint{"10.0.0.2", 7000});
+    for (size_t i = 0; i < kMaxPeers; ++i) {
+      table.observe(beacon("FORGED-" + std::to_string(i)), "10.0.0.9", "eth0", t0);
+    }
+    QVERIFY(table.observe(beacon("TRUSTED"), "10.0.0.2", "eth0", t0));
+    QCOMPARE(table.size(), kMaxPeers + 1);
+  }
+
+  void aPeerKeepsAtMostMaxAddresses() {
+    PeerTable table(5s);
+    for (size_t i = 0; i < kMaxAddressesPerPeer + 5; ++i) {
+      table.observe(beacon("AAA"), "10.0.0." + std::to_string(10 + i), "eth0", t0);
+    }
+    QCOMPARE(table.peers()[0].addresses.size(), kMaxAddressesPerPeer);
+    QCOMPARE(table.stats().refusedAddresses, uint64_t(5));
+  }
+
+  void aBeaconCannotMoveAConfirmedEndpoint() {
+    PeerTable table(5s);
+    table.observe(beacon("AAA", "real"), "10.0.0.2", "eth0", t0);
+    QVERIFY(table.confirm("AAA", PeerEndpoint{"10.0.0.2", 7000}));
+    Beacon forged = beacon("AAA", "evil");
+    forged.tcpPort = 9999;
+    forged.summary = "forged";
+    table.observe(forged, "10.0.0.66", "eth0", t0 + 1s);  // elsewhere
+    table.observe(forged, "10.0.0.2", "eth0", t0 + 1s);   // its address, another port
+    const auto p = table.peers()[0];
+    QCOMPARE(p.tcpPort, uint16_t(7000));
+    QCOMPARE(p.name, std::string("real"));
+    QCOMPARE(p.summary, std::string("cpu: 4 threads"));
+    QVERIFY(p.confirmed == (PeerEndpoint{"10.0.0.2", 7000}));
+    QVERIFY(shoal::lan::dialEndpoint(p) == (PeerEndpoint{"10.0.0.2", 7000}));
+    QCOMPARE(table.stats().candidateBeacons, uint64_t(2));
+  }
+
+  void claimsOfAnotherEndpointAreKeptAsCandidates() {
+    PeerTable table(5s);
+    table.observe(beacon("AAA"), "10.0.0.2", "eth0", t0);
+    table.confirm("AAA", PeerEndpoint{"10.0.0.2", 7000});
+    Beacon moved = beacon("AAA");
+    moved.tcpPort = 7001;
+    table.observe(moved, "10.0.0.3", "eth0", t0 + 1s);
+    const auto candidates = shoal::lan::candidateEndpoints(table.peers()[0]);
+    QCOMPARE(candidates.size(), size_t(1));
+    QVERIFY(candidates[0] == (PeerEndpoint{"10.0.0.3", 7001}));
+  }
+
+  void confirmingACandidateMovesThePeer() {
+    PeerTable table(5s);
+    table.observe(beacon("AAA"), "10.0.0.2", "eth0", t0);
+    table.confirm("AAA", PeerEndpoint{"10.0.0.2", 7000});
+    Beacon moved = beacon("AAA", "after restart");
+    moved.tcpPort = 7001;
+    table.observe(moved, "10.0.0.2", "eth0", t0 + 1s);
+    QCOMPARE(table.peers()[0].tcpPort, uint16_t(7000));
+    // The caller connected there with pinning and saw the device ID: now it moves.
+    QVERIFY(table.confirm("AAA", PeerEndpoint{"10.0.0.2", 7001}));
+    QCOMPARE(table.peers()[0].tcpPort, uint16_t(7001));
+    table.observe(moved, "10.0.0.2", "eth0", t0 + 2s);
+    QCOMPARE(table.peers()[0].name, std::string("after restart"));
+  }
+
+  void aConfirmationOutlivesThePeersExpiry() {
+    PeerTable table(5s);
+    table.observe(beacon("AAA"), "10.0.0.2", "eth0", t0);
+    table.confirm("AAA", PeerEndpoint{"10.0.0.2", 7000});
+    table.expire(t0 + 6s);
+    QCOMPARE(table.size(), size_t(0));
+    // Gone quiet; the first beacon heard again is a forgery from elsewhere.
+    Beacon forged = beacon("AAA");
+    forged.tcpPort = 9999;
+    table.observe(forged, "10.0.0.66", "eth0", t0 + 7s);
+    QCOMPARE(table.peers()[0].tcpPort, uint16_t(7000));
+    QVERIFY(shoal::lan::dialEndpoint(table.peers()[0]) == (PeerEndpoint{"10.0.0.2", 7000}));
+  }
+
+  void anUnconfirmedPeerIsDialledWhereItsBeaconsSay() {
+    PeerTable table(5s);
+    table.observe(beacon("AAA"), "fe80::1%eth0", "eth0", t0);
+    table.observe(beacon("AAA"), "10.0.0.2", "eth0", t0);
+    QVERIFY(!table.peers()[0].confirmed);
+    QVERIFY(shoal::lan::dialEndpoint(table.peers()[0]) == (PeerEndpoint{"10.0.0.2", 7000}));
   }
 };
 

@@ -1,6 +1,8 @@
 // Pairing: a right code makes two strangers trust each other (persisted on both sides); a wrong
 // code, a burnt or expired code, or a transcript bound to another certificate (a man in the
-// middle) trusts nobody. Plus the SPAKE2 exchange and the pairing-code format on their own.
+// middle) trusts nobody. Failures are counted per address (back-off) and in all (burning), and
+// whether a code is active is never told. Plus the SPAKE2 exchange and the code format on their
+// own.
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -8,6 +10,7 @@
 #include "engine/error.h"
 #include "lan/transport/connect.h"
 #include "lan/transport/pairing.h"
+#include "lan/transport/session_ops.h"
 #include "lan/transport/spake2.h"
 #include "transport_test_util.h"
 
@@ -187,16 +190,21 @@ class TestPairing : public QObject {
     QCOMPARE(inbox.count(), 0);
   }
 
-  void fiveWrongAttemptsBurnTheCode() {
+  void theCodeBurnsAfterTheGlobalFailureLimit() {
+    // kPairingMaxFailures wrong attempts, each from another address (so no back-off slows them):
+    // the code is gone, for the right code too.
     Node server, client;
+    const Identity guesser = createIdentity();
     Inbox inbox;
     Listener listener("127.0.0.1", 0, server.identity, server.trust, inbox.callback());
     const std::string code = generatePairingCode();
-    listener.setPairingCode(code, 60s);
+    listener.setPairingCode(code, 600s);
     for (int i = 0; i < kPairingMaxFailures; ++i) {
-      const auto err = pairError(listener.port(), client, otherCode(code));
-      QVERIFY(err.has_value());
-      QCOMPARE(err->kind(), TransportError::Kind::Auth);
+      const std::string from =
+          "127.1." + std::to_string(i / 200) + "." + std::to_string(i % 200 + 1);
+      const auto reply = wrongPairingAttempt(listener.port(), guesser, from);
+      QVERIFY(reply.has_value());
+      QCOMPARE(reply->control.value("op", ""), std::string(ops::kPairReply));
     }
     QVERIFY(!listener.pairingCodeActive());
     const auto err = pairError(listener.port(), client, code);  // even the right code now fails
@@ -206,13 +214,65 @@ class TestPairing : public QObject {
     QVERIFY(server.trust.list().empty());
   }
 
-  void withoutAnActiveCodePairingIsRefused() {
+  void oneAddressFailingRepeatedlyCannotBurnTheCodeForAnother() {
     Node server, client;
+    const Identity guesser = createIdentity();
     Inbox inbox;
     Listener listener("127.0.0.1", 0, server.identity, server.trust, inbox.callback());
-    const auto err = pairError(listener.port(), client, "ABCD-EFGH");
-    QVERIFY(err.has_value());
-    QVERIFY2(std::string(err->what()).find("no pairing code") != std::string::npos, err->what());
+    const std::string code = generatePairingCode();
+    listener.setPairingCode(code, 60s);
+    // Far more than the 5 attempts that used to burn a code, as fast as the guesser can.
+    for (int i = 0; i < 40; ++i) wrongPairingAttempt(listener.port(), guesser, "127.0.0.2");
+    QVERIFY(listener.pairingCodeActive());
+    const auto err = pairError(listener.port(), client, code);
+    QVERIFY2(!err.has_value(), err ? err->what() : "");
+    QVERIFY(client.trust.isTrusted(server.identity.deviceId));
+  }
+
+  void anAddressThatJustFailedMustWaitBeforeItsNextAttempt() {
+    Node server;
+    const Identity guesser = createIdentity();
+    Inbox inbox;
+    Listener listener("127.0.0.1", 0, server.identity, server.trust, inbox.callback());
+    listener.setPairingCode(generatePairingCode(), 60s);
+    const auto first = wrongPairingAttempt(listener.port(), guesser, "127.0.0.2");
+    QVERIFY(first.has_value());
+    QCOMPARE(first->control.value("op", ""), std::string(ops::kPairReply));
+    const auto second = wrongPairingAttempt(listener.port(), guesser, "127.0.0.2");
+    QVERIFY(second.has_value());
+    QCOMPARE(second->control.value("op", ""), std::string(ops::kRefused));
+    const std::string why = second->control.value("message", "");
+    QVERIFY2(why.find("try again in") != std::string::npos, why.c_str());
+    // Another address is not held back by it.
+    const auto other = wrongPairingAttempt(listener.port(), guesser, "127.0.0.3");
+    QVERIFY(other.has_value());
+    QCOMPARE(other->control.value("op", ""), std::string(ops::kPairReply));
+  }
+
+  void withoutAnActiveCodePairingFailsExactlyAsAWrongCodeDoes() {
+    // An unpaired host must not learn whether a code is shown: no code and a wrong code give the
+    // same exchange and the same error (but for the address it names).
+    Node server, otherServer, client;
+    Inbox inbox;
+    Listener withCode("127.0.0.1", 0, server.identity, server.trust, inbox.callback());
+    Listener withoutCode("127.0.0.1", 0, otherServer.identity, otherServer.trust, inbox.callback());
+    const std::string code = generatePairingCode();
+    withCode.setPairingCode(code, 60s);
+    const auto wrong = pairError(withCode.port(), client, otherCode(code));
+    const auto none = pairError(withoutCode.port(), client, code);
+    QVERIFY(wrong.has_value() && none.has_value());
+    QCOMPARE(wrong->kind(), TransportError::Kind::Auth);
+    QCOMPARE(none->kind(), TransportError::Kind::Auth);
+    auto withoutAddress = [](const TransportError& e, uint16_t port) {
+      std::string text = e.what();
+      const std::string where = "127.0.0.1:" + std::to_string(port);
+      const size_t at = text.find(where);
+      if (at != std::string::npos) text.replace(at, where.size(), "ADDRESS");
+      return text;
+    };
+    QCOMPARE(withoutAddress(*none, withoutCode.port()), withoutAddress(*wrong, withCode.port()));
+    QVERIFY(client.trust.list().empty());
+    QVERIFY(otherServer.trust.list().empty());
   }
 
   void anExpiredCodeIsRefused() {

@@ -214,6 +214,44 @@ class TestTlsConnection : public QObject {
     QVERIFY(!p.clientSide->isOpen());  // a frame may be half on the wire: the stream is unusable
   }
 
+  void aFloodOfJsonOnlyFramesHitsBackpressure() {
+    // Like the blob case, with frames that carry no blob: the server must stop reading too,
+    // long before 128 MiB of JSON are in its queue.
+    Pair p;
+    Message chunk = op("note", {{"text", std::string((1u << 20) - 64, 'j')}});
+    bool timedOut = false;
+    for (int i = 0; i < 128 && !timedOut; ++i) {
+      try {
+        p.clientSide->send(chunk, 1s);
+      } catch (const TransportError& e) {
+        QCOMPARE(e.kind(), TransportError::Kind::Timeout);
+        timedOut = true;
+      }
+    }
+    QVERIFY(timedOut);
+  }
+
+  void anUntrustedPeersBlobIsRefusedAtItsHeader() {
+    // Before trust only small frames are read: a header announcing a blob closes the connection
+    // at once instead of buffering up to 64 MiB for a peer nobody vouched for.
+    Node server, stranger;
+    Inbox inbox;
+    Listener listener("127.0.0.1", 0, server.identity, server.trust, inbox.callback());
+    RawTlsClient raw(listener.port(), stranger.identity);
+    const std::string json = R"({"op":"hello","version":1})";
+    auto frame = encodeFrameHeader(static_cast<uint32_t>(json.size()), 64u << 20);
+    std::vector<uint8_t> start(frame.begin(), frame.end());
+    start.insert(start.end(), json.begin(), json.end());
+    QVERIFY(raw.tryWrite(start));
+    // 32 MiB of the blob: more than socket buffers hold, so the writes fail once the server has
+    // hung up, and succeed only if it reads (buffers) them.
+    bool refused = false;
+    for (int i = 0; i < 32 && !refused; ++i)
+      refused = !raw.tryWrite(std::vector<uint8_t>(1u << 20));
+    QVERIFY(refused);
+    QCOMPARE(inbox.count(), 0);
+  }
+
   void closeUnblocksAReceiveInAnotherThread() {
     Pair p;
     std::atomic<int> kind{-1};

@@ -177,6 +177,54 @@ class TestWireFormat : public QObject {
     }
   }
 
+  void beforeTrustAHeaderAnnouncingABlobIsRefusedBeforeAnyBody() {
+    FrameDecoder d(kPreAuthFrameLimits);
+    const std::string err = feedError(d, header(16, 64u << 20));
+    QVERIFY2(err.find("blob length 67108864 exceeds the limit of 0 before the peer is trusted") !=
+                 std::string::npos,
+             err.c_str());
+    QCOMPARE(d.partialBytes(), kFrameHeaderBytes);  // nothing of the body was taken
+  }
+
+  void beforeTrustJsonOverSixteenKibibytesIsRefused() {
+    FrameDecoder d(kPreAuthFrameLimits);
+    const std::string err = feedError(d, header((16u << 10) + 1, 0));
+    QVERIFY2(err.find("JSON length 16385 exceeds the limit of 16384") != std::string::npos,
+             err.c_str());
+  }
+
+  void beforeTrustTheLargestPairingMessageFits() {
+    // pair_start with a name at the sender's cap and the 65-byte share in hex.
+    Message start;
+    start.control = {
+        {"op", "pair_start"}, {"name", std::string(128, 'n')}, {"share", std::string(130, 'a')}};
+    FrameDecoder d(kPreAuthFrameLimits);
+    d.feed(encodeFrame(start));
+    QVERIFY(d.next().has_value());
+  }
+
+  void raisedLimitsApplyFromTheNextFrame() {
+    FrameDecoder d(kPreAuthFrameLimits);
+    d.feed(encodeFrame(makeMessage("hello", 0)));
+    QVERIFY(d.next().has_value());
+    d.setLimits(kSessionFrameLimits);
+    const Message m = makeMessage("weights_chunk", 100000);
+    d.feed(encodeFrame(m));
+    const auto got = d.next();
+    QVERIFY(got.has_value());
+    QVERIFY(got->blob == m.blob);
+  }
+
+  void aDecodedFrameReportsItsJsonLength() {
+    const Message m = makeMessage("forward", 10);
+    const std::string json = encodeControl(m);
+    FrameDecoder d;
+    d.feed(encodeFrame(m));
+    const auto frame = d.nextFrame();
+    QVERIFY(frame.has_value());
+    QCOMPARE(frame->jsonBytes, json.size());
+  }
+
   void encodingRefusesAControlWithoutOp() {
     Message m;
     m.control = {{"id", 1}};
