@@ -113,6 +113,8 @@ void PoolController::start(const QString& configDir, const QString& nodeName, bo
     co.maxDeviceMemoryBytes = static_cast<uint64_t>(std::max<qint64>(maxDeviceMemoryBytes, 0));
     const lan::Identity* identity = m_identity.get();
     const lan::TrustStore* trust = m_trust.get();
+    // A node forgotten by `shoal-cli pool forget` on this config directory leaves the pool too.
+    co.isTrusted = [trust](const std::string& id) { return trust->isTrusted(id); };
     m_coordinator = std::make_unique<lan::Coordinator>(
         [identity, trust](const std::string& address) {
           const auto [host, port] = splitAddress(address);

@@ -77,12 +77,13 @@ ApiServer::ApiServer(const model::Model& model, runtime::Session& session, ApiSe
       m_loopbackBind(isLoopbackHost(m_options.host)),
       m_contextLength(session.contextLength()),
       m_queue(session, m_options.maxQueued),
-      m_http(std::make_unique<BoundedHttpServer>(kMaxHeadBytes, kMaxBodyBytes)) {
+      m_http(std::make_unique<BoundedHttpServer>(
+          kMaxHeadBytes, kMaxBodyBytes,
+          std::min(m_options.maxQueued + kSpareHttpThreads, kMaxHttpThreads),
+          kMaxPendingConnections)) {
   if (const std::string why = unsafeOptions(m_options); !why.empty()) {
     throw Error("API server: " + why);
   }
-  const size_t threads = std::min(m_options.maxQueued + kSpareHttpThreads, kMaxHttpThreads);
-  m_http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // The guard refuses larger bodies before they are read; this is the library's own check.
   m_http->set_payload_max_length(kMaxBodyBytes);
   m_http->set_keep_alive_max_count(kRequestsPerConnection);
@@ -126,7 +127,7 @@ void ApiServer::stop() {
   // Jobs first: a streaming reader then sees its job end and frees its HTTP thread, which the
   // HTTP server's stop waits for.
   m_queue.shutdown();
-  m_http->stop();
+  m_http->stopServing();
 }
 
 void ApiServer::installRoutes() {

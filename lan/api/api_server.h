@@ -31,6 +31,8 @@ struct Response;
 
 namespace shoal::api {
 
+class BoundedHttpServer;
+
 // HTTP threads: cpp-httplib serves each connection on a pool thread, and a request waiting in the
 // queue (or streaming) holds its thread. The cap bounds what a flood of connections can hold:
 // threads × (kMaxBodyBytes + its parsed JSON) of memory, about 64 × 18 MB worst case.
@@ -38,6 +40,12 @@ inline constexpr size_t kMaxHttpThreads = 64;
 // Threads beyond the queue: the running job's stream plus room for /health, /v1/models and
 // requests that are answered with an error without queueing.
 inline constexpr size_t kSpareHttpThreads = 16;
+// Accepted connections waiting for an HTTP thread: each is an open descriptor, and cpp-httplib's
+// own pool queues them without limit (idle connections would pile up until EMFILE, which the pool
+// listener of the same process would hit too). 64 more than the threads keeps the API under 128
+// sockets, far below the usual 1024-descriptor limit; beyond it the accept loop waits and new
+// connections wait in the kernel's listen backlog, which costs no descriptor.
+inline constexpr size_t kMaxPendingConnections = 64;
 // The most --max-queue may be: every waiting request needs its thread under the cap.
 inline constexpr size_t kMaxQueuedRequests = kMaxHttpThreads - kSpareHttpThreads;
 
@@ -97,7 +105,7 @@ class ApiServer {
   int m_port = 0;
   std::atomic<uint64_t> m_nextId{1};
   GenerationQueue m_queue;
-  std::unique_ptr<httplib::Server> m_http;
+  std::unique_ptr<BoundedHttpServer> m_http;
 };
 
 }  // namespace shoal::api

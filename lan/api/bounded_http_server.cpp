@@ -10,6 +10,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "lan/api/bounded_task_queue.h"
+
 namespace shoal::api {
 namespace {
 
@@ -133,10 +135,41 @@ class BoundedSocketStream final : public httplib::Stream {
   size_t m_bufferSize = 0;
 };
 
+// The library deletes the queue new_task_queue gives it when its accept loop ends, while
+// stopServing() may need it from another thread at that moment: the library gets this handle, and
+// the server keeps a share of the queue itself.
+class SharedTaskQueue final : public httplib::TaskQueue {
+ public:
+  explicit SharedTaskQueue(std::shared_ptr<BoundedTaskQueue> tasks) : m_tasks(std::move(tasks)) {}
+  void enqueue(std::function<void()> task) override { m_tasks->enqueue(std::move(task)); }
+  void shutdown() override { m_tasks->shutdown(); }
+
+ private:
+  std::shared_ptr<BoundedTaskQueue> m_tasks;
+};
+
 }  // namespace
 
-BoundedHttpServer::BoundedHttpServer(size_t maxHeadBytes, size_t maxBodyBytes)
-    : m_maxHeadBytes(maxHeadBytes), m_maxBodyBytes(maxBodyBytes) {}
+BoundedHttpServer::BoundedHttpServer(size_t maxHeadBytes, size_t maxBodyBytes, size_t threads,
+                                     size_t maxPending)
+    : m_maxHeadBytes(maxHeadBytes), m_maxBodyBytes(maxBodyBytes) {
+  new_task_queue = [this, threads, maxPending]() -> httplib::TaskQueue* {
+    auto tasks = std::make_shared<BoundedTaskQueue>(threads, maxPending);
+    std::lock_guard lock(m_tasksMutex);
+    if (m_stopping) tasks->stopWaiting();
+    m_tasks = tasks;
+    return new SharedTaskQueue(std::move(tasks));
+  };
+}
+
+void BoundedHttpServer::stopServing() {
+  // The listening socket first: once the woken accept loop looks again, it sees it closed and
+  // ends, rather than accepting more without a bound.
+  stop();
+  std::lock_guard lock(m_tasksMutex);
+  m_stopping = true;
+  if (m_tasks) m_tasks->stopWaiting();
+}
 
 bool BoundedHttpServer::process_and_close_socket(socket_t sock) {
   BoundedSocketStream stream(sock, toMillis(read_timeout_sec_, read_timeout_usec_),

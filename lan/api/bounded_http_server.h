@@ -12,17 +12,30 @@
 //
 // One request per connection (the caller also sets set_keep_alive_max_count(1)): after a request
 // that was refused before its body was read, the rest of the connection is not a request.
+//
+// Connections are served by a BoundedTaskQueue (bounded_task_queue.h), so accepted connections
+// waiting for a thread are bounded too; stopServing() (not Server::stop()) stops it even while
+// the accept loop waits for room in that queue.
 
 #include <httplib.h>
 
 #include <cstddef>
+#include <memory>
+#include <mutex>
 
 namespace shoal::api {
 
+class BoundedTaskQueue;
+
 class BoundedHttpServer : public httplib::Server {
  public:
-  // maxHeadBytes: request line plus headers plus the blank line; maxBodyBytes: what may follow.
-  BoundedHttpServer(size_t maxHeadBytes, size_t maxBodyBytes);
+  // maxHeadBytes: request line plus headers plus the blank line; maxBodyBytes: what may follow;
+  // threads: connections served at once; maxPending: accepted connections waiting for a thread.
+  BoundedHttpServer(size_t maxHeadBytes, size_t maxBodyBytes, size_t threads, size_t maxPending);
+
+  // Server::stop(), then wakes an accept loop blocked on a full queue so that listen returns.
+  // Thread-safe.
+  void stopServing();
 
  private:
   // Replaces httplib::Server's: one request through a BoundedSocketStream, then close.
@@ -30,6 +43,9 @@ class BoundedHttpServer : public httplib::Server {
 
   size_t m_maxHeadBytes;
   size_t m_maxBodyBytes;
+  std::mutex m_tasksMutex;                    // guards the fields below
+  std::shared_ptr<BoundedTaskQueue> m_tasks;  // the running listen's queue; null before
+  bool m_stopping = false;
 };
 
 }  // namespace shoal::api

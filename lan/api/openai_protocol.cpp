@@ -24,17 +24,25 @@ std::string describe(const json& v) {
   return v.dump();  // a number, boolean or null: short
 }
 
+// The JSON parser's message with at most kMaxEchoBytes of the input in it. The parser quotes the
+// input after its first "'" (the last token read, "last read: '...'", or a number too large,
+// "number overflow parsing '...'"), and that token can be a whole (huge) string; before the quote
+// it says only where and why.
+std::string parserMessage(const std::string& what) {
+  const size_t quote = what.find('\'');
+  if (quote == std::string::npos) return clipForMessage(what, 4 * kMaxEchoBytes);
+  return clipForMessage(std::string_view(what).substr(0, quote + 1), 4 * kMaxEchoBytes) +
+         clipForMessage(std::string_view(what).substr(quote + 1));
+}
+
 json parseBody(const std::string& body) {
   checkJsonBounds(body);
   json j;
   try {
     j = json::parse(body);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 4e444
-    // The message says where and why and quotes the last token read, which can be a whole
-    // (huge) string: clip it after the part that says where and why.
-    throw ApiError(
-        400, "invalid_request_error", "invalid_json",
-        "the request body is not valid JSON: " + clipForMessage(e.what(), 4 * kMaxEchoBytes));
+    throw ApiError(400, "invalid_request_error", "invalid_json",
+                   "the request body is not valid JSON: " + parserMessage(e.what()));
   }
   if (!j.is_object()) {
     throw ApiError(400, "invalid_request_error", "invalid_json",

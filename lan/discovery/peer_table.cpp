@@ -5,7 +5,21 @@
 namespace shoal::lan {
 
 std::optional<PeerEndpoint> dialEndpoint(const Peer& peer) {
-  if (peer.confirmed) return peer.confirmed;
+  if (peer.confirmed) {
+    // Confirmed where its address still beacons: no beacon from elsewhere moves it. Once that
+    // address went silent (expired) the node moved or left: a confirmation kept forever would
+    // dial a dead endpoint forever, so the newest beacon's endpoint is dialled instead (the
+    // connection is pinned: a forged one can only fail).
+    const bool live =
+        std::any_of(peer.addresses.begin(), peer.addresses.end(),
+                    [&](const PeerAddress& a) { return a.address == peer.confirmed->address; });
+    if (live || peer.addresses.empty()) return peer.confirmed;
+    const PeerAddress* newest = &peer.addresses.front();
+    for (const PeerAddress& a : peer.addresses) {
+      if (a.lastSeen > newest->lastSeen) newest = &a;
+    }
+    return PeerEndpoint{newest->address, newest->tcpPort};
+  }
   for (const PeerAddress& a : peer.addresses) {
     if (a.address.find(':') == std::string::npos) return PeerEndpoint{a.address, a.tcpPort};
   }

@@ -14,6 +14,8 @@
 //     candidates (their address entry with its own port: candidateEndpoints()) for the caller to
 //     try; only confirm() after a pinned connection there moves the peer. Confirmations outlive
 //     the peer's expiry (a peer that goes quiet and comes back keeps its confirmed endpoint).
+//     dialEndpoint() uses the confirmation only while its address still beacons (or the peer
+//     has no other address): a node that moved is dialled where its newest beacon says.
 
 #include <chrono>
 #include <cstddef>
@@ -70,9 +72,11 @@ struct Peer {
   std::optional<PeerEndpoint> confirmed;
 };
 
-// The endpoint to dial: the confirmed one when there is one; otherwise an IPv4 source address
-// (no zone to carry) with the port announced from it, else the first address. Empty when the
-// peer has no address.
+// The endpoint to dial: the confirmed one while its address is among the peer's live (unexpired)
+// source addresses, or when the peer has no address; a confirmed peer whose confirmed address
+// went silent is dialled at its newest beacon's endpoint (it moved; the connection is pinned).
+// An unconfirmed peer: an IPv4 source address (no zone to carry) with the port announced from
+// it, else the first address. Empty when the peer has no address and no confirmation.
 std::optional<PeerEndpoint> dialEndpoint(const Peer& peer);
 
 // The endpoints beacons claim for the peer (each source address with the port announced from

@@ -128,6 +128,28 @@ class NodeHost::MemoryClaim {
   uint64_t m_bytes;
 };
 
+// A load waiting for streamed weights, counted against the stage limits (checkStageCount)
+// while it lives: it holds a KV claim and shard-cache room as a stage does, so a coordinator
+// that starts streams and never finishes them must not pass the limits. Created with m_mutex
+// held; destroyed without it.
+class NodeHost::PendingSlot {
+ public:
+  PendingSlot(NodeHost& host, uint64_t serial, const std::string& peer)
+      : m_host(host), m_serial(serial) {
+    m_host.m_pendingLoads[serial] = peer;
+  }
+  ~PendingSlot() {
+    std::lock_guard lock(m_host.m_mutex);
+    m_host.m_pendingLoads.erase(m_serial);
+  }
+  PendingSlot(const PendingSlot&) = delete;
+  PendingSlot& operator=(const PendingSlot&) = delete;
+
+ private:
+  NodeHost& m_host;
+  uint64_t m_serial;
+};
+
 struct NodeHost::HostedStage {
   std::shared_ptr<LoadedModel> model;
   // The device memory it holds (KV cache; weights too off the CPU), released with the stage,
@@ -157,6 +179,7 @@ struct NodeHost::Session {
     std::string deviceId;
     std::string sha256;
     runtime::StageSpec spec;
+    std::unique_ptr<PendingSlot> slot;     // counted against the stage limits until done
     std::unique_ptr<MemoryClaim> kvClaim;  // claimed before the first weight is asked for
     std::unique_ptr<ShardCache::Reservation> reservation;  // declared first: outlives receiver
     std::unique_ptr<ShardReceiver> receiver;
@@ -368,18 +391,23 @@ std::shared_ptr<NodeHost::LoadedModel> NodeHost::openLocalModel(const LocalModel
 
 void NodeHost::checkStageCount(const Session& session, const StageKey& key) const {
   if (m_stages.count(key)) return;  // replaces a stage of this session
-  size_t mine = 0, peers = 0;
+  size_t mine = 0, peers = 0, all = m_stages.size();
   for (const auto& [k, s] : m_stages) {
     mine += k.first == session.serial;
     peers += s->owner == session.peer;
   }
+  for (const auto& [serial, peer] : m_pendingLoads) {
+    if (serial == session.serial) continue;  // the load being checked
+    peers += peer == session.peer;
+    ++all;
+  }
   const auto refuse = [](size_t limit, const std::string& who) {
     throw Error("load_stage: " + who + " already holds " + std::to_string(limit) +
-                " stages, the most allowed; unload one first");
+                " stages (loaded or waiting for weights), the most allowed; unload one first");
   };
   if (mine >= kMaxStagesPerConnection) refuse(kMaxStagesPerConnection, "this connection");
   if (peers >= kMaxStagesPerPeer) refuse(kMaxStagesPerPeer, "device " + session.peer);
-  if (m_stages.size() >= kMaxStagesPerNode) refuse(kMaxStagesPerNode, "this node");
+  if (all >= kMaxStagesPerNode) refuse(kMaxStagesPerNode, "this node");
 }
 
 void NodeHost::install(const StageKey& key, std::shared_ptr<HostedStage> stage, Session& session) {
@@ -520,6 +548,12 @@ Message NodeHost::loadStage(const Message& request, Session& session) {
   StageTensorList names =
       stageTensorNames(config, spec.firstLayer, spec.lastLayer, spec.hasEmbedding, spec.hasHead);
   Session::Pending p;
+  {
+    std::lock_guard lock(m_mutex);
+    // Again (other connections may have loaded meanwhile), and counted from now on.
+    checkStageCount(session, key);
+    p.slot = std::make_unique<PendingSlot>(*this, session.serial, session.peer);
+  }
   p.kvClaim = claimKvCache(deviceId, config, spec);  // before any weight is sent
   p.stageId = stageId;
   p.deviceId = deviceId;

@@ -35,9 +35,10 @@
 // coordinator or the same one, gets "unknown stage" for it and may load its own stage of the
 // same id. A connection's stages are unloaded when it closes. Streamed shards are cached per
 // coordinator (shard_cache.h). Limits: kMaxStagesPerConnection, kMaxStagesPerPeer,
-// kMaxStagesPerNode stages; KV caches (and weights on devices other than the CPU) must fit in
-// the device memory free at start minus what the node's other stages hold; the shard cache
-// stays under NodeHostOptions::shardCacheMaxBytes.
+// kMaxStagesPerNode stages, a load waiting for streamed weights counting as a stage; KV caches
+// (and weights on devices other than the CPU) must fit in the device memory free at start minus
+// what the node's other stages and loads hold; the shard cache stays under
+// NodeHostOptions::shardCacheMaxBytes except for shards in use that the disk has room for.
 
 #include <atomic>
 #include <chrono>
@@ -61,9 +62,10 @@
 
 namespace shoal::lan {
 
-// Stages one connection may hold: a coordinator places one stage per device of a node for its
-// model (nodes have a CPU and a GPU or two), so 16 leaves room for a replan (new stages load
-// before the old ones unload) and a second model, and bounds what one session can pin.
+// Stages one connection may hold (a load waiting for streamed weights counts as one, here and
+// below: it holds a KV claim and shard-cache room like a stage): a coordinator places one stage
+// per device of a node for its model (nodes have a CPU and a GPU or two), so 16 leaves room for
+// a second model, and bounds what one session can pin.
 inline constexpr size_t kMaxStagesPerConnection = 16;
 // Stages all connections of one peer device ID may hold together: half the node, so one
 // coordinator (or a compromised one opening many connections) never takes every slot.
@@ -127,6 +129,7 @@ class NodeHost {
   struct Session;
   struct MemoryLedger;
   class MemoryClaim;
+  class PendingSlot;
   // A stage's place in m_stages: {the serial of the connection (Session) that loaded it, its
   // stage_id as JSON text}. Scoped by connection, so no peer reaches another's stage by its id.
   using StageKey = std::pair<uint64_t, std::string>;
@@ -142,7 +145,9 @@ class NodeHost {
                                          const Session& session) const;
   runtime::Backend& backendFor(const std::string& deviceId) const;
   // Throws shoal::Error when one more stage would pass a kMaxStages* limit (`key` replaces a
-  // stage of the session when it exists, which adds none). Caller holds m_mutex.
+  // stage of the session when it exists, which adds none). Other connections' loads waiting
+  // for weights count as stages (the session's own is the load being checked). Caller holds
+  // m_mutex.
   void checkStageCount(const Session& session, const StageKey& key) const;
   // Claims `bytes` of the device's memory for a stage (`what`: its part, for the message).
   // Throws shoal::Error when the device's free memory at start minus what the node's stages
@@ -175,8 +180,11 @@ class NodeHost {
   std::unique_ptr<ShardCache> m_shardCache;
   std::shared_ptr<MemoryLedger> m_memory;  // device memory claimed by stages, by device id
 
-  mutable std::mutex m_mutex;                                      // guards the maps below
-  std::map<StageKey, std::shared_ptr<HostedStage>> m_stages;       // every connection's
+  mutable std::mutex m_mutex;                                 // guards the maps below
+  std::map<StageKey, std::shared_ptr<HostedStage>> m_stages;  // every connection's
+  // Loads waiting for streamed weights (PendingSlot), at most one per connection: its serial ->
+  // its peer device ID.
+  std::map<uint64_t, std::string> m_pendingLoads;
   std::map<std::string, std::weak_ptr<LoadedModel>> m_openModels;  // key: sha256
   std::vector<DeviceTelemetry> m_telemetry;                        // last sample
   std::atomic<uint64_t> m_nextSession{1};                          // Session serials

@@ -8,6 +8,8 @@
 #include <ctime>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <set>
 
 #include "engine/error.h"
 #include "kernels/backend_registry.h"
@@ -15,6 +17,7 @@
 #include "lan/transport/identity.h"
 #include "lan/transport/listener.h"
 #include "lan/transport/pairing.h"
+#include "lan/transport/session_ops.h"
 #include "lan/transport/tls_connection.h"
 #include "lan/transport/trust_store.h"
 
@@ -73,6 +76,17 @@ std::map<std::string, DeviceProfile> profileCpuDevices(
 std::string endpointText(const std::string& address, uint16_t port) {
   const bool v6 = address.find(':') != std::string::npos;
   return (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
+}
+
+// A fresh token for one clash probe (Listener::sawSelfProbe). Not a secret: knowing it only lets
+// a client holding our key make the probe look relayed.
+std::string probeToken() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device random;
+  char text[64] = {};
+  std::snprintf(text, sizeof text, "%08x%08x-%llu", random(), random(),
+                static_cast<unsigned long long>(++counter));
+  return text;
 }
 
 // identity.replaced.<UTC time>[-n]: a fresh name, so no earlier identity is ever overwritten.
@@ -245,6 +259,7 @@ void NodeService::runClashChecks() {
 void NodeService::checkClashClaim(const IdentityClash& clash) {
   const std::string endpoint = endpointText(clash.address, clash.tcpPort);
   Identity ours;
+  Listener* listener = nullptr;  // ours; only this thread replaces it
   {
     std::lock_guard lock(m_netMutex);
     if (clash.deviceId != m_identity->deviceId) return;  // we moved meanwhile
@@ -260,20 +275,45 @@ void NodeService::checkClashClaim(const IdentityClash& clash) {
     }
     m_clashChecked[endpoint] = now;
     ours = *m_identity;
+    listener = m_listener.get();
   }
   // The proof: a TLS 1.3 server signs the handshake with its certificate's key, so presenting a
-  // certificate whose SHA-256 is our device ID takes our private key.
+  // certificate whose SHA-256 is our device ID takes our private key. But that holder may be
+  // this very node behind a TCP relay the claimant runs at that endpoint. So the probe (which
+  // presents our certificate too) sends a fresh token in its first frame and waits for any
+  // reply: had the connection led back here, our own listener recorded the token before
+  // replying (Listener::sawSelfProbe).
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + kClashProbeTimeout;
+  const auto remaining = [&] {
+    return std::max(std::chrono::milliseconds(0),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
+  const std::string token = probeToken();
   std::string presented;
   std::string failure;
   try {
-    auto probe = openTlsClient(clash.address, clash.tcpPort, ours, kClashProbeTimeout);
+    auto probe = openTlsClient(clash.address, clash.tcpPort, ours, remaining());
     presented = probe->peerDeviceId();
+    if (presented == ours.deviceId) {
+      Message hello;
+      hello.control = {{"op", ops::kHello}, {"version", ops::kSessionVersion}, {"probe", token}};
+      probe->send(hello, remaining());
+      probe->receive(remaining());  // "refused" or "welcome": the peer read our token
+    }
     probe->close();
   } catch (const std::exception& e) {
     failure = e.what();
   }
   ++m_clashChecks;
-  if (presented != ours.deviceId) {
+  if (failure.empty() && presented == ours.deviceId && listener && listener->sawSelfProbe(token)) {
+    std::fprintf(stderr,
+                 "shoal-node: identity clash claim from %s (%s) not proven: that endpoint leads "
+                 "back to this node (a relay to our own port): ignored, device ID %s unchanged\n",
+                 endpoint.c_str(), clash.theirName.c_str(), ours.deviceId.c_str());
+    return;
+  }
+  if (!failure.empty() || presented != ours.deviceId) {
     if (failure.empty()) failure = "it presents device ID " + presented + ", not ours";
     std::fprintf(stderr,
                  "shoal-node: identity clash claim from %s (%s) not proven (%s): ignored, device "
@@ -282,22 +322,35 @@ void NodeService::checkClashClaim(const IdentityClash& clash) {
     return;
   }
   ++m_clashesProven;
+  // At most one rotation per run: a second proven clash (the new identity copied again, or
+  // something we cannot explain) is only reported; rotating again would not end it.
+  const bool rotate = m_options.rotateIdentityOnProvenClash && !m_rotationTried;
   std::string warning = "identity clash: " + endpoint + " (" + clash.theirName +
                         ") presents this node's certificate (device ID " + ours.deviceId +
                         "): a copy of this node's identity (a copied config dir or cloned VM) "
                         "runs there";
-  warning += m_options.rotateIdentityOnProvenClash
-                 ? "; this node takes a new identity (--rotate-identity-on-clash)"
-                 : "; give one of the two a new identity: stop it, move " +
-                       (m_options.configDir / "identity").string() +
-                       " aside, start it again (or run with --rotate-identity-on-clash)";
+  if (rotate) {
+    warning += "; this node takes a new identity (--rotate-identity-on-clash)";
+  } else if (m_options.rotateIdentityOnProvenClash) {
+    warning +=
+        "; this node already took a new identity once in this run and does not again: "
+        "give one of the two a new identity by hand (stop it, move " +
+        (m_options.configDir / "identity").string() + " aside, start it again)";
+  } else {
+    warning += "; give one of the two a new identity: stop it, move " +
+               (m_options.configDir / "identity").string() +
+               " aside, start it again (or run with --rotate-identity-on-clash)";
+  }
   std::fprintf(stderr, "shoal-node: %s\n", warning.c_str());
   {
     std::lock_guard lock(m_netMutex);
     m_warnings.push_back(warning);
     if (m_warnings.size() > kMaxNodeWarnings) m_warnings.erase(m_warnings.begin());
   }
-  if (m_options.rotateIdentityOnProvenClash) regenerateIdentity(clash);
+  if (rotate) {
+    m_rotationTried = true;
+    regenerateIdentity(clash);
+  }
 }
 
 std::vector<std::string> NodeService::warnings() const {
@@ -423,9 +476,19 @@ void NodeService::closeRevokedSessions() {
     // Reported once per bad version of the file; meanwhile the store trusts nobody.
     std::fprintf(stderr, "shoal-node: %s; every session is closed until it is fixed\n", e.what());
   }
+  // The trust store is asked without m_servedMutex held: a slow query must not hold up
+  // onConnection (and through it the listener).
+  std::set<std::string> peers;
+  {
+    std::lock_guard lock(m_servedMutex);
+    for (const auto& s : m_served)
+      if (!s->done.load() && !s->revoked) peers.insert(s->connection->peerDeviceId());
+  }
+  std::erase_if(peers, [this](const std::string& id) { return m_trust->isTrusted(id); });
+  if (peers.empty()) return;
   std::lock_guard lock(m_servedMutex);
   for (auto& s : m_served) {
-    if (s->done.load() || s->revoked || m_trust->isTrusted(s->connection->peerDeviceId())) continue;
+    if (s->done.load() || s->revoked || !peers.count(s->connection->peerDeviceId())) continue;
     s->revoked = true;
     std::fprintf(stderr, "shoal-node: %s (%s) is no longer trusted: closing its session\n",
                  s->connection->peerAddress().c_str(), s->connection->peerDeviceId().c_str());

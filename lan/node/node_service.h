@@ -19,8 +19,16 @@
 //     decides which machine gets a new identity (the one whose identity/ is moved aside gets a
 //     new one at its next start). Rotating by itself would not help anyway: the copy keeps the
 //     key, and coordinators that trust the old ID still trust it.
+//   - the holder of our key at the claimed endpoint may be this very node behind a TCP relay
+//     the claimant runs there (forwarding to our own port). The probe presents our certificate
+//     and sends a fresh token in its first frame, then waits for any reply; our own Listener
+//     records tokens of clients presenting our certificate before it replies
+//     (Listener::sawSelfProbe), so a probe whose token our listener saw led back here: not
+//     proven (one log line). A real copy's probe of us carries its own token, so two copies
+//     checking each other at once still both prove the clash.
 //   - only when options.rotateIdentityOnProvenClash (`shoal-node --rotate-identity-on-clash`)
-//     asks does a proven clash regenerate our identity: the old identity/ is moved to
+//     asks does a proven clash regenerate our identity, at most once per run (a later proven
+//     clash is reported only): the old identity/ is moved to
 //     identity.replaced.<UTC time>/ (never deleted or overwritten: every earlier identity is
 //     kept), a new certificate (new device ID) is created, the trust store is kept, the
 //     connections made under the old ID are closed, and the listener (same port) and discovery
@@ -169,6 +177,8 @@ class NodeService {
   // A proven identity clash, as node_info reports it (m_netMutex).
   std::vector<std::string> m_warnings;
   std::atomic<int> m_regenerations{0};
+  // A rotation was attempted in this run (m_clashThread only): at most one per run.
+  bool m_rotationTried = false;
   std::atomic<int> m_clashChecks{0};
   std::atomic<int> m_clashesProven{0};
   std::atomic<bool> m_stop{false};

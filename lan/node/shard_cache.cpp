@@ -32,6 +32,17 @@ std::string mib(uint64_t bytes) {
   return buf;
 }
 
+// The space of the file system holding `root` (its nearest folder that exists: the cache is
+// created on its first shard); all zero when it cannot be read.
+fs::space_info spaceAt(const fs::path& root) {
+  std::error_code ec;
+  fs::path at = root.empty() ? fs::current_path(ec) : fs::absolute(root, ec);
+  while (!at.empty() && !fs::exists(at, ec) && at.has_relative_path()) at = at.parent_path();
+  const fs::space_info space = fs::space(at, ec);
+  if (ec || space.available == static_cast<uintmax_t>(-1)) return {0, 0, 0};
+  return space;
+}
+
 }  // namespace
 
 struct ShardCache::State {
@@ -116,6 +127,8 @@ void ShardCache::Pin::release() {
   std::lock_guard lock(m_state->mutex);
   if (const auto it = m_state->entries.find(m_key); it != m_state->entries.end()) {
     it->second.pins = std::max(0, it->second.pins - 1);
+    // A shard streamed over the cap (Reservation::grow) leaves once no stage uses it.
+    if (it->second.pins == 0) m_state->makeRoom(0);
   }
   m_state.reset();
 }
@@ -130,14 +143,26 @@ void ShardCache::Reservation::grow(uint64_t bytes) {
   State& s = *m_state;
   std::lock_guard lock(s.mutex);
   if (m_committed) throw Error("shard cache: reservation already committed");
-  // Checked before evicting anything: a stream that cannot fit must not empty the cache.
-  if (s.pinnedBytes() + s.reservedBytes + bytes > s.maxBytes || !s.makeRoom(bytes)) {
-    throw Error("shard cache: " + std::to_string(m_bytes + bytes) +
-                " bytes of streamed weights do not fit under its cap of " +
-                std::to_string(s.maxBytes) + " bytes (" + std::to_string(s.pinnedBytes()) +
-                " held by loaded stages, " + std::to_string(s.reservedBytes) +
-                " by streams in flight); see --shard-cache-max-gb");
+  const uint64_t pinned = s.pinnedBytes();
+  if (pinned + s.reservedBytes + bytes > s.maxBytes) {
+    // Over the cap even with every unused shard evicted. The shard is the file the stage will
+    // run from, so it is written anyway while the disk has room for this tensor and then for
+    // the whole shard (written beside the stream's temporary tensor files), counting the unused
+    // shards evicted below; it leaves the cache when no stage uses it any more (Pin). Checked
+    // before evicting anything: a stream that cannot fit must not empty the cache.
+    const uint64_t room = diskRoomBytes(s.root) + (s.fileBytes - pinned);
+    const uint64_t needed = bytes + m_bytes + bytes;
+    if (needed > room) {
+      throw Error("shard cache: " + std::to_string(m_bytes + bytes) +
+                  " bytes of streamed weights are over its cap of " + std::to_string(s.maxBytes) +
+                  " bytes (" + std::to_string(pinned) + " held by loaded stages, " +
+                  std::to_string(s.reservedBytes) + " by streams in flight), and the disk at " +
+                  s.root.string() + " has room for " + std::to_string(room) + " bytes, not the " +
+                  std::to_string(needed) +
+                  " this stream needs (a margin of the disk is kept free)");
+    }
   }
+  s.makeRoom(bytes);  // over the cap: evicts every unused shard, as commit() would
   s.reservedBytes += bytes;
   m_bytes += bytes;
 }
@@ -207,15 +232,16 @@ ShardCache::ShardCache(fs::path root, uint64_t maxBytes) : m_state(std::make_sha
 ShardCache::~ShardCache() = default;
 
 uint64_t ShardCache::defaultMaxBytes(const fs::path& root, uint64_t cachedBytes) {
-  // The nearest folder that exists (the cache is created on its first shard).
-  std::error_code ec;
-  fs::path at = root.empty() ? fs::current_path(ec) : fs::absolute(root, ec);
-  while (!at.empty() && !fs::exists(at, ec) && at.has_relative_path()) at = at.parent_path();
-  const fs::space_info space = fs::space(at, ec);
-  const uint64_t available =
-      ec || space.available == static_cast<uintmax_t>(-1) ? 0 : uint64_t(space.available);
+  const uint64_t available = spaceAt(root).available;
   return std::min(kShardCacheDefaultMaxBytes,
                   (available + cachedBytes) / kShardCacheDefaultShareDivisor);
+}
+
+uint64_t ShardCache::diskRoomBytes(const fs::path& root) {
+  const fs::space_info space = spaceAt(root);
+  const uint64_t margin = std::max(kShardCacheDiskMarginMinBytes,
+                                   uint64_t(space.capacity) / kShardCacheDiskMarginDivisor);
+  return space.available > margin ? uint64_t(space.available) - margin : 0;
 }
 
 fs::path ShardCache::pathFor(const std::string& owner, const std::string& sha256,

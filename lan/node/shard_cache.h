@@ -12,9 +12,12 @@
 // Size: every *.gguf under root counts (also shards of older layouts, so they age out), plus the
 // reservations of streams in flight (their temporary files are not counted: a stream briefly
 // needs up to twice its size while the shard is written). Making room evicts the least recently
-// used shards that no stage holds (a Pin); a stream that cannot fit beside the shards in use is
-// refused. Last use is also written as the file's modification time, so the order survives a
-// restart.
+// used shards that no stage holds (a Pin). A stream that cannot fit under the cap beside the
+// shards in use is still written while the disk has room for it (diskRoomBytes: the streamed
+// shard is the file its stage runs from, so refusing it would refuse the stage); the cache is
+// then over its cap until that shard's last Pin goes, which evicts down to the cap again. Only a
+// stream the disk cannot hold is refused. Last use is also written as the file's modification
+// time, so the order survives a restart.
 //
 // Thread-safe: NodeHost serves each connection on its own thread. Pins and reservations may
 // outlive the ShardCache object (they share its state).
@@ -35,6 +38,11 @@ inline constexpr uint64_t kShardCacheDefaultShareDivisor = 4;
 // Shoal runs (a 405B model at 4 bits is about 230 GB whole); beyond it a cache would mostly keep
 // shards of models nobody runs any more. --shard-cache-max-gb sets another cap.
 inline constexpr uint64_t kShardCacheDefaultMaxBytes = uint64_t{256} << 30;
+// Free disk a stream over the cap leaves to the machine's owner: the larger of 1 GiB and 1/20
+// (5%) of the file system, so that a node never fills the disk (logs, the owner's files, and
+// ext4's own reserve already begin at 5%).
+inline constexpr uint64_t kShardCacheDiskMarginMinBytes = uint64_t{1} << 30;
+inline constexpr uint64_t kShardCacheDiskMarginDivisor = 20;
 
 class ShardCache {
  public:
@@ -66,7 +74,9 @@ class ShardCache {
     Reservation& operator=(const Reservation&) = delete;
 
     // Reserve `bytes` more, evicting unpinned shards (least recently used first) as needed.
-    // Throws shoal::Error with the numbers when they cannot fit under the cap.
+    // Over the cap (beside the shards in use) it is still granted while the disk has room for
+    // this stream (the rest of it and the shard it becomes, diskRoomBytes); throws shoal::Error
+    // with the numbers, evicting nothing, when the disk has not.
     void grow(uint64_t bytes);
     // The stream's shard was written to `shard`: count its real size instead of the
     // reservation, mark it used, evict others if it overshoots, and return it pinned.
@@ -89,6 +99,9 @@ class ShardCache {
   // of root's file system plus what the cache holds (so the cap does not shrink as the cache
   // fills), at most kShardCacheDefaultMaxBytes.
   static uint64_t defaultMaxBytes(const std::filesystem::path& root, uint64_t cachedBytes);
+  // What a stream over the cap may still write at `root`: the free space of its file system
+  // minus the margin (kShardCacheDiskMargin*); 0 when that cannot be read.
+  static uint64_t diskRoomBytes(const std::filesystem::path& root);
 
   // Where the shard of layers [first, last) of model `sha256` streamed by `owner` lives. An owner
   // that is not a plain device ID ([A-Za-z0-9_-], at most 128 characters) is replaced by a hash

@@ -189,66 +189,90 @@ void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
     std::lock_guard lock(m_mutex);
     before = m_stages;
   }
-  LiveStages after;
+  // A stage already loaded exactly as wanted keeps its weights (its KV cache is reset by the
+  // next generation).
+  LiveStages reuse(stages.size());
   std::vector<bool> kept(before.size(), false);
   for (size_t i = 0; i < stages.size(); ++i) {
-    const StagePlacement& want = stages[i];
-    DeployProgress dp;
-    dp.stage = i;
-    dp.stages = stages.size();
-    dp.nodeName = nodeName(want.nodeId);
-    // A stage already loaded exactly as wanted keeps its weights (its KV cache is reset by the
-    // next generation).
-    bool reused = false;
-    for (size_t b = 0; b < before.size() && !reused; ++b) {
-      if (!kept[b] && before[b]->placement() == want && before[b]->client()->isOpen()) {
+    for (size_t b = 0; b < before.size(); ++b) {
+      if (!kept[b] && before[b]->placement() == stages[i] && before[b]->client()->isOpen()) {
         kept[b] = true;
-        reused = true;
-        after.push_back(before[b]);
+        reuse[i] = before[b];
+        break;
       }
     }
-    if (!reused) {
-      std::shared_ptr<NodeClient> client = clientOf(want.nodeId);
-      LoadStageRequest r;
-      {
-        std::lock_guard lock(m_mutex);
-        r.stageId = "stage-" + std::to_string(m_nextStage++);
-      }
-      r.model = m_modelIdentity;
-      r.placement = want;
-      r.contextLength = m_options.contextLength;
-      r.maxSequences = 1;
-      r.maxBatch = m_options.maxBatch;
-      WeightsProgress onBytes = [&](uint64_t sent, uint64_t total) {
-        dp.bytesSent = sent;
-        dp.bytesTotal = total;
-        if (progress) progress(dp);
-      };
-      std::shared_ptr<RemoteStage> stage;
-      try {
-        stage = RemoteStage::deploy(client, m_model->file(), r, onBytes, m_options.loadTimeout);
-      } catch (const TransportError& e) {
-        throw StageFailure{want.nodeId, e.what()};
-      }
-      const LoadStageResult& loaded = stage->loaded();
-      log("stage " + r.stageId + " layers [" + std::to_string(want.firstLayer) + ", " +
-          std::to_string(want.lastLayer) + ") on " + dp.nodeName + "/" + want.deviceId + ": " +
-          loaded.source + " in " + std::to_string(static_cast<int64_t>(loaded.loadMs)) + " ms" +
-          (loaded.streamedBytes ? ", " + std::to_string(loaded.streamedBytes) + " bytes streamed"
-                                : std::string()));
-      after.push_back(std::move(stage));
-    }
-    dp.done = true;
-    if (progress) progress(dp);
   }
+  // The stages not kept are unloaded before anything new loads: a node's memory (and stage
+  // count) is a budget its loaded stages hold until they unload, so a replacement loaded beside
+  // the stage it replaces would need room for both. Stages of a node that is gone (closed
+  // client: recovery) have nothing to unload.
+  bool unloadedAny = false;
   for (size_t b = 0; b < before.size(); ++b) {
     if (kept[b] || !before[b]->client()->isOpen()) continue;
+    unloadedAny = true;
     try {
       before[b]->unload();
     } catch (const std::exception& e) {
-      // Best effort: the node frees the stage when the connection closes anyway.
+      // Best effort: the node frees the stage when the connection closes anyway; a node that
+      // is gone fails its load below (StageFailure).
       log("unload of " + before[b]->stageId() + " failed: " + e.what());
     }
+  }
+  LiveStages after;
+  try {
+    for (size_t i = 0; i < stages.size(); ++i) {
+      const StagePlacement& want = stages[i];
+      DeployProgress dp;
+      dp.stage = i;
+      dp.stages = stages.size();
+      dp.nodeName = nodeName(want.nodeId);
+      if (reuse[i]) {
+        after.push_back(reuse[i]);
+      } else {
+        std::shared_ptr<NodeClient> client = clientOf(want.nodeId);
+        LoadStageRequest r;
+        {
+          std::lock_guard lock(m_mutex);
+          r.stageId = "stage-" + std::to_string(m_nextStage++);
+        }
+        r.model = m_modelIdentity;
+        r.placement = want;
+        r.contextLength = m_options.contextLength;
+        r.maxSequences = 1;
+        r.maxBatch = m_options.maxBatch;
+        WeightsProgress onBytes = [&](uint64_t sent, uint64_t total) {
+          dp.bytesSent = sent;
+          dp.bytesTotal = total;
+          if (progress) progress(dp);
+        };
+        std::shared_ptr<RemoteStage> stage;
+        try {
+          stage = RemoteStage::deploy(client, m_model->file(), r, onBytes, m_options.loadTimeout);
+        } catch (const TransportError& e) {
+          throw StageFailure{want.nodeId, e.what()};
+        }
+        const LoadStageResult& loaded = stage->loaded();
+        log("stage " + r.stageId + " layers [" + std::to_string(want.firstLayer) + ", " +
+            std::to_string(want.lastLayer) + ") on " + dp.nodeName + "/" + want.deviceId + ": " +
+            loaded.source + " in " + std::to_string(static_cast<int64_t>(loaded.loadMs)) + " ms" +
+            (loaded.streamedBytes ? ", " + std::to_string(loaded.streamedBytes) + " bytes streamed"
+                                  : std::string()));
+        after.push_back(std::move(stage));
+      }
+      dp.done = true;
+      if (progress) progress(dp);
+    }
+  } catch (...) {
+    // The old pipeline lost the stages unloaded above: no pipeline is left (generate() refuses
+    // until the next deploy; recovery re-plans from nothing). The kept and the new stages are
+    // unloaded as the last references to them go (RemoteStage's destructor), so the next
+    // deploy finds their memory free.
+    if (unloadedAny) {
+      std::lock_guard lock(m_mutex);
+      m_stages.clear();
+      m_predictedTokensPerS = 0;
+    }
+    throw;
   }
   std::lock_guard lock(m_mutex);
   m_stages = std::move(after);
@@ -468,7 +492,23 @@ runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>&
   return result;
 }
 
+void Coordinator::dropUntrustedMembers() {
+  if (!m_options.isTrusted) return;
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lock(m_mutex);
+    ids = m_memberOrder;
+  }
+  for (const std::string& id : ids) {
+    if (m_options.isTrusted(id)) continue;
+    // Its stages fail at their next use; generation then recovers without it, as from a crash.
+    log("node " + nodeName(id) + " (" + id + ") is no longer trusted: dropped from the pool");
+    removeNode(id);
+  }
+}
+
 PoolSnapshot Coordinator::pollSnapshot() {
+  dropUntrustedMembers();
   std::vector<std::pair<std::shared_ptr<NodeClient>, NodeReport>> polls;
   SnapshotContext context;
   {

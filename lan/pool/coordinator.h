@@ -48,6 +48,11 @@ struct CoordinatorOptions {
   // user keep part of each machine for other work (and tests force a model over several nodes).
   uint64_t maxDeviceMemoryBytes = 0;
   std::function<void(const std::string&)> log;  // progress and recovery lines (may be empty)
+  // Whether a device is still trusted (the app's TrustStore::isTrusted). Asked for every member
+  // at each telemetry poll, so a node forgotten by another process on the same config directory
+  // (`shoal-cli pool forget`) leaves the pool at once, as the node side drops its sessions.
+  // Empty: members stay until removed.
+  std::function<bool(const std::string& deviceId)> isTrusted;
 };
 
 struct DeployProgress {
@@ -114,7 +119,8 @@ class Coordinator {
                                    const runtime::Session::TextCallback& onText = {});
   std::vector<RecoveryEvent> recoveries() const;
 
-  // One telemetry poll of every member (telemetry + ping) now.
+  // One telemetry poll of every member (telemetry + ping) now; first removes the members whose
+  // device options.isTrusted no longer trusts.
   PoolSnapshot pollSnapshot();
   // Polls every `interval` on a thread of its own until stopTelemetry() (or destruction).
   void startTelemetry(std::function<void(const PoolSnapshot&)> onSnapshot,
@@ -139,6 +145,8 @@ class Coordinator {
   void log(const std::string& line) const;
   std::shared_ptr<NodeClient> clientOf(const std::string& nodeId) const;
   std::string nodeName(const std::string& nodeId) const;
+  // removeNode() for every member options.isTrusted no longer trusts (asked without m_mutex).
+  void dropUntrustedMembers();
   void deployStages(const std::vector<StagePlacement>& stages, const DeployCallback& progress);
   // Runs `tokens` at `firstPosition` through the pipeline; the token the last stage samples.
   // Throws StageFailure.

@@ -1,7 +1,9 @@
 #include "lan/transport/listener.h"
 
+#include <algorithm>
 #include <asio.hpp>
 #include <atomic>
+#include <deque>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -16,6 +18,10 @@
 namespace shoal::lan {
 
 namespace {
+
+// How long the listener waits before accepting again after accept failed (out of descriptors,
+// most likely): long enough not to spin, short enough that a coordinator barely notices.
+constexpr std::chrono::milliseconds kAcceptRetryDelay{100};
 
 void sendRefusal(TlsConnection& conn, const std::string& why, std::chrono::milliseconds timeout) {
   Message refused;
@@ -42,7 +48,8 @@ struct Listener::Impl {
         onConnection(std::move(cb)),
         tlsContext(makeTlsContext(id, true)),
         work(asio::make_work_guard(io)),
-        acceptor(io) {}
+        acceptor(io),
+        acceptRetry(io) {}
 
   void startAccept();
   // Admits an accepted socket to vetting, or closes it when the slots are taken (vetting_slots.h).
@@ -58,6 +65,7 @@ struct Listener::Impl {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work;
   asio::ip::tcp::acceptor acceptor;
+  asio::steady_timer acceptRetry;  // the pause after a failed accept
   std::thread ioThread;
   uint16_t port = 0;
   PairingGate pairing;
@@ -65,6 +73,7 @@ struct Listener::Impl {
   std::mutex mutex;  // guards the fields below
   std::list<Vetting> vetting;
   VettingSlots slots;
+  std::deque<std::string> selfProbes;  // newest last, at most kMaxRememberedSelfProbes
   std::string localName = "shoal";
   std::chrono::milliseconds handshakeTimeout{10000};
   bool stopping = false;
@@ -80,7 +89,21 @@ void Listener::Impl::startAccept() {
       std::lock_guard lock(mutex);
       if (stopping) return;
     }
-    startAccept();
+    if (!ec) {
+      startAccept();
+      return;
+    }
+    // Out of descriptors (EMFILE, ENFILE) or the like: accepting again at once fails again at
+    // once, a busy loop at full CPU. Wait a little for descriptors to come back.
+    acceptRetry.expires_after(kAcceptRetryDelay);
+    acceptRetry.async_wait([this](const asio::error_code& waitError) {
+      if (waitError == asio::error::operation_aborted) return;  // stop()
+      {
+        std::lock_guard lock(mutex);
+        if (stopping) return;
+      }
+      startAccept();
+    });
   });
 }
 
@@ -89,10 +112,11 @@ void Listener::Impl::admit(asio::ip::tcp::socket socket) {
   const asio::ip::tcp::endpoint remote = socket.remote_endpoint(ec);
   if (ec) return;  // gone already
   const std::string source = sourceKey(remote.address());
+  const std::string prefix = prefixKey(remote.address());
   std::lock_guard lock(mutex);
   if (stopping) return;
   reapFinished();
-  std::optional<VettingSlots::Slot> slot = slots.admit(source);
+  std::optional<VettingSlots::Slot> slot = slots.admit(source, prefix);
   if (!slot) return;  // `socket` closes here
   auto conn = std::make_unique<TlsConnection>(tlsContext);
   try {
@@ -134,6 +158,16 @@ void Listener::Impl::vet(Vetting& v, std::unique_ptr<TlsConnection> conn) {
     conn->awaitClientHello(std::min(kClientHelloTimeout, timeout));
     conn->serverHandshake(remaining());
     const Message first = conn->receive(remaining());
+    // Our own certificate: a connection from this node to itself (a clash check that a relay led
+    // back here). Recorded before any reply, so the prober can ask once it has one.
+    if (conn->peerDeviceId() == identity.deviceId) {
+      const auto probe = first.control.find("probe");
+      if (probe != first.control.end() && probe->is_string()) {
+        std::lock_guard lock(mutex);
+        selfProbes.push_back(probe->get<std::string>().substr(0, 64));
+        if (selfProbes.size() > kMaxRememberedSelfProbes) selfProbes.pop_front();
+      }
+    }
     const std::string op = first.control["op"].get<std::string>();
     if (op == ops::kHello) {
       if (trust.isTrusted(conn->peerDeviceId())) {
@@ -220,6 +254,12 @@ void Listener::clearPairingCode() { m_impl->pairing.clear(); }
 
 bool Listener::pairingCodeActive() const { return m_impl->pairing.active(); }
 
+bool Listener::sawSelfProbe(const std::string& token) const {
+  std::lock_guard lock(m_impl->mutex);
+  const auto& seen = m_impl->selfProbes;
+  return !token.empty() && std::find(seen.begin(), seen.end(), token) != seen.end();
+}
+
 void Listener::setLocalName(std::string name) {
   std::lock_guard lock(m_impl->mutex);
   m_impl->localName = std::move(name);
@@ -244,6 +284,7 @@ void Listener::stop() {
   asio::post(impl.io, [&impl] {
     asio::error_code ignored;
     impl.acceptor.close(ignored);
+    impl.acceptRetry.cancel();
   });
   impl.work.reset();
   if (impl.ioThread.joinable()) impl.ioThread.join();

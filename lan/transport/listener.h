@@ -8,8 +8,9 @@
 //  - while a pairing code is set (setPairingCode), any client may run the pairing exchange
 //    (pairing.h) instead; success adds it to the TrustStore, and it then connects normally.
 // What an unauthenticated client can hold is bounded (vetting_slots.h, protocol.md "Limits"):
-//  - at most 4 connections per source address are vetted at once, 64 in all, 16 of them kept for
-//    addresses trusted peers connected from before; more are closed on arrival;
+//  - at most 4 connections per source address are vetted at once, 16 per IPv6 /64 from addresses
+//    no trusted peer connected from, 64 in all, 16 of them kept for addresses trusted peers
+//    connected from before; more are closed on arrival;
 //  - a client that sends nothing (no TLS ClientHello) within 3 s is dropped, and one that does not
 //    complete the TLS handshake and its first frame within the handshake timeout (10 s, counted
 //    from the accept) is dropped too, so an idle or slow-loris peer holds a slot only briefly;
@@ -33,6 +34,9 @@ namespace shoal::lan {
 // ClientHello at once; 3 s is generous for a loaded machine, and an idle socket from an attacker
 // gives up its slot after it.
 inline constexpr std::chrono::milliseconds kClientHelloTimeout{3000};
+// Self-probe tokens remembered (sawSelfProbe). A node runs one clash check at a time and asks
+// right after its reply; 16 leaves room for several instances sharing one identity.
+inline constexpr size_t kMaxRememberedSelfProbes = 16;
 
 class Listener {
  public:
@@ -72,6 +76,13 @@ class Listener {
   // included. Default 10 s. Its TLS ClientHello must start within kClientHelloTimeout (or this
   // timeout, if shorter).
   void setHandshakeTimeout(std::chrono::milliseconds timeout);
+
+  // Whether a client presenting this listener's own certificate (our own device ID) sent a first
+  // frame carrying "probe": token (one of the last kMaxRememberedSelfProbes). NodeService's
+  // identity-clash check sends a fresh token and asks this afterwards: seen here means the
+  // claimed endpoint is a TCP relay back to this very node, not a copy of its identity
+  // (node_service.h). Recorded before the reply is sent, so a client that got any reply can ask.
+  bool sawSelfProbe(const std::string& token) const;
 
   // Stops accepting, drops connections still being vetted, and waits for running onConnection
   // calls. Connections already handed out are not affected. Idempotent.

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "engine/error.h"
 
@@ -16,6 +17,10 @@ namespace shoal::lan {
 namespace {
 
 std::string reason() { return std::strerror(errno); }
+
+// How often a bounded lock wait retries: short next to the human-scale waits it bounds (a CLI
+// command), long enough not to spin.
+constexpr std::chrono::milliseconds kLockPollInterval{20};
 
 // Run as root on another user's state (`sudo shoal-cli pool forget --config-dir /var/lib/shoal`),
 // a new file or directory must still belong to that user, or the service running as it could no
@@ -113,17 +118,37 @@ void tightenMode(const std::filesystem::path& path, mode_t mode) {
   if ((now & ~mode) != 0) ::chmod(path.c_str(), now & mode);
 }
 
-ExclusiveLock::ExclusiveLock(const std::filesystem::path& path) {
+ExclusiveLock::ExclusiveLock(const std::filesystem::path& path) { acquire(path, std::nullopt); }
+
+ExclusiveLock::ExclusiveLock(const std::filesystem::path& path, std::chrono::milliseconds maxWait) {
+  acquire(path, maxWait);
+}
+
+void ExclusiveLock::acquire(const std::filesystem::path& path,
+                            std::optional<std::chrono::milliseconds> maxWait) {
   std::error_code ec;
   const bool directory = std::filesystem::is_directory(path, ec);
   m_fd = directory ? ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
                    : ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kPrivateFileMode);
   if (m_fd < 0) throw Error("cannot open " + path.string() + " to lock it: " + reason());
   if (!directory) adoptParentOwner(m_fd, path);
-  while (::flock(m_fd, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    const std::string why = reason();
+  const auto deadline =
+      std::chrono::steady_clock::now() + maxWait.value_or(std::chrono::milliseconds{0});
+  while (::flock(m_fd, maxWait ? LOCK_EX | LOCK_NB : LOCK_EX) != 0) {
+    const int err = errno;
+    if (err == EINTR) continue;
+    const bool held = maxWait && err == EWOULDBLOCK;
+    if (held && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(kLockPollInterval);
+      continue;
+    }
+    const std::string why =
+        held ? "another process (shoal-cli, the app or a node on this config directory?) has "
+               "held it for more than " +
+                   std::to_string(maxWait->count()) + " ms; try again, or end that process"
+             : std::strerror(err);
     ::close(m_fd);
+    m_fd = -1;
     throw Error("cannot lock " + path.string() + ": " + why);
   }
 }

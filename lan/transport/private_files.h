@@ -8,7 +8,9 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -49,11 +51,17 @@ void tightenMode(const std::filesystem::path& path, mode_t mode);
 class ExclusiveLock {
  public:
   explicit ExclusiveLock(const std::filesystem::path& path);
+  // The same, but gives up when another holder keeps it for longer than `maxWait` (a suspended
+  // or hung process must not stall us forever): throws shoal::Error naming it and the wait.
+  ExclusiveLock(const std::filesystem::path& path, std::chrono::milliseconds maxWait);
   ~ExclusiveLock();
   ExclusiveLock(const ExclusiveLock&) = delete;
   ExclusiveLock& operator=(const ExclusiveLock&) = delete;
 
  private:
+  // Opens `path` and locks it: blocking when `maxWait` is empty, polling until it passes if not.
+  void acquire(const std::filesystem::path& path, std::optional<std::chrono::milliseconds> maxWait);
+
   int m_fd = -1;
 };
 

@@ -180,36 +180,54 @@ std::vector<TrustedDevice> TrustStore::list() const {
   return m_devices;
 }
 
+void TrustStore::setLockWait(std::chrono::milliseconds maxWait) {
+  std::lock_guard lock(m_mutex);
+  m_lockWait = maxWait;
+}
+
 template <class Change>
 bool TrustStore::modify(Change change) {
-  std::lock_guard lock(m_mutex);
-  if (m_file.empty()) return change(m_devices);
+  std::filesystem::path file;
+  std::chrono::milliseconds lockWait{};
+  {
+    std::lock_guard lock(m_mutex);
+    if (m_file.empty()) return change(m_devices);
+    file = m_file;
+    lockWait = m_lockWait;
+  }
+  // The file lock, the read, the write and its fsyncs all happen without m_mutex: queries
+  // (isTrusted on the listener's threads, the node's revocation check) never wait for another
+  // process holding the lock, nor for the disk. Writers of this store are serialized by the
+  // file lock itself (each takes its own).
   try {
-    createPrivateDirectories(m_file.parent_path());
+    createPrivateDirectories(file.parent_path());
   } catch (const Error& e) {
     throw Error(std::string("trust store: ") + e.what());
   }
   std::optional<ExclusiveLock> fileLock;
   try {
-    fileLock.emplace(m_file.string() + ".lock");
+    fileLock.emplace(file.string() + ".lock", lockWait);
   } catch (const Error& e) {
     throw Error(std::string("trust store: ") + e.what());
   }
   // What other processes saved since we last looked is the base of this change; a file that
   // does not parse throws here and stays as it is.
   FileStamp stamp;
-  std::vector<TrustedDevice> devices = readFile(m_file, stamp);
-  m_devices = devices;
-  m_stamp = stamp;
-  if (!change(devices)) return false;
-  try {
-    replaceFileDurably(m_file, serialize(devices), kPrivateFileMode);
-  } catch (const Error& e) {
-    throw Error(std::string("trust store: ") + e.what());
+  std::vector<TrustedDevice> devices = readFile(file, stamp);
+  const bool changed = change(devices);
+  if (changed) {
+    try {
+      replaceFileDurably(file, serialize(devices), kPrivateFileMode);
+    } catch (const Error& e) {
+      throw Error(std::string("trust store: ") + e.what());
+    }
+    stamp = stampOf(file);  // still under the file lock: our version
   }
+  // Published while the file lock is still held, so no newer version can be overwritten by it.
+  std::lock_guard lock(m_mutex);
   m_devices = std::move(devices);
-  m_stamp = stampOf(m_file);  // still under the file lock: our version
-  return true;
+  m_stamp = stamp;
+  return changed;
 }
 
 void TrustStore::add(const std::string& deviceId, const std::string& name) {

@@ -8,7 +8,10 @@
 //  - every change (add, remove) takes an exclusive flock on trusted.json.lock beside the file,
 //    re-reads the file, applies the one change and writes the result durably (temporary file,
 //    fsync, rename, fsync of the directory; mode 0600) before unlocking: concurrent writers merge,
-//    none loses another's change;
+//    none loses another's change. It waits at most kDefaultLockWait for the lock, then fails
+//    with an error naming it;
+//  - queries never take the file lock nor wait for a change in progress (writers rename a
+//    complete file into place, so reading without the lock sees the old or the new list);
 //  - every query (isTrusted, nameOf, list) first re-reads the file when it changed on disk
 //    (device, inode, size or mtime differ from the last read: a rename always gives a new inode),
 //    so a device forgotten by another process stops being trusted at its next check;
@@ -21,6 +24,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
@@ -72,6 +76,13 @@ class TrustStore {
   // The file followed (empty for an in-memory store).
   std::filesystem::path file() const;
 
+  // How long add() and remove() wait for another holder of the file lock before they give up
+  // with an error (kDefaultLockWait unless changed; tests shorten it).
+  void setLockWait(std::chrono::milliseconds maxWait);
+  // A CLI command or a pairing waiting longer than this is stuck behind a hung or suspended
+  // process; saying so beats hanging. A real change holds the lock for milliseconds.
+  static constexpr std::chrono::milliseconds kDefaultLockWait{10000};
+
  private:
   // What identifies one version of the file on disk. exists == false: there is no file.
   struct FileStamp {
@@ -91,8 +102,11 @@ class TrustStore {
   template <class Change>
   bool modify(Change change);
 
+  // Guards the members below; held only for memory work and reads of the file, never while
+  // waiting for the file lock or writing (see modify).
   mutable std::mutex m_mutex;
   std::filesystem::path m_file;  // empty: in memory only
+  std::chrono::milliseconds m_lockWait = kDefaultLockWait;
   // The cache of the file, and which version of it it holds.
   mutable std::vector<TrustedDevice> m_devices;
   mutable FileStamp m_stamp;

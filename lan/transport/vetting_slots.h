@@ -10,8 +10,15 @@
 //    from before: an attacker with many addresses (each of which it must claim on the LAN, and
 //    which keep their slots only while they keep sending a handshake) fills at most 48, and a
 //    coordinator that connected before still finds a slot.
-// A source is an IPv4 address, or an IPv6 /64 (a host may use any address of its /64 at no cost);
-// link-local IPv6 addresses, which all share fe80::/64, count one by one.
+// A source is one address: IPv4, or IPv6 (an IPv4-mapped one counts as its IPv4 address). Not an
+// IPv6 /64: a home LAN usually shares one /64, so every host there would fall under one key (one
+// stalled peer would block them all, and one trusted coordinator would make all of them known). But
+// a host may use any address of its /64 at no cost (privacy addresses), so there is a fourth limit:
+//  - kMaxVettingPerPrefix (16) slots for unknown sources per global IPv6 /64, so one host rotating
+//    addresses holds at most 16, not all 48 unreserved ones. Known sources do not count against it
+//    (their number is bounded by the reserved share and the total), so such a host cannot lock a
+//    known coordinator of its own /64 out either. Link-local addresses (all of them share
+//    fe80::/64) have no prefix limit; the unreserved share bounds them.
 //
 // Not thread-safe: the Listener's mutex guards it.
 
@@ -31,24 +38,32 @@ inline constexpr size_t kMaxVettingPerSource = 4;
 inline constexpr size_t kMaxVetting = 64;
 // 16 of the 64 only for known sources: four known coordinators at their full per-source share.
 inline constexpr size_t kReservedForKnownSources = 16;
+// 16 per IPv6 /64 (unknown sources only): four hosts of a shared LAN /64 at their full share while
+// a fifth rotates privacy addresses; one such host holds a third of the unreserved slots, not all.
+inline constexpr size_t kMaxVettingPerPrefix = 16;
 // Sources remembered as known (the least recently trusted one is forgotten first): far more
 // coordinators than a LAN pool has.
 inline constexpr size_t kMaxKnownSources = 256;
 
-// The key a connection from `address` is counted under (see the top).
+// The key a connection from `address` is counted under (see the top): the address itself, an
+// IPv4-mapped IPv6 one as IPv4, a link-local one with its scope.
 std::string sourceKey(const asio::ip::address& address);
+// The global IPv6 /64 `address` belongs to ("2001:db8:1:2::/64"), counted against
+// kMaxVettingPerPrefix; empty for IPv4 (mapped ones included) and link-local addresses.
+std::string prefixKey(const asio::ip::address& address);
 
 class VettingSlots {
  public:
   // A slot admit() granted, to hand back to release().
   struct Slot {
     std::string source;
+    std::string prefix;  // prefixKey(), empty when none
     bool known = false;  // admitted as a known source (may have used a reserved slot)
   };
 
-  // Takes a slot for a new connection from `source`, or nothing when a limit says no (the caller
-  // closes the connection).
-  std::optional<Slot> admit(const std::string& source);
+  // Takes a slot for a new connection from `source` (sourceKey()) in `prefix` (prefixKey(); empty:
+  // none), or nothing when a limit says no (the caller closes the connection).
+  std::optional<Slot> admit(const std::string& source, const std::string& prefix = {});
   void release(const Slot& slot);
 
   // Remembers that a trusted peer opened a session from `source`; later connections from it may use
@@ -59,9 +74,12 @@ class VettingSlots {
   // Connections being vetted: in all, from one source.
   size_t vetting() const { return m_total; }
   size_t vetting(const std::string& source) const;
+  // Slots held by unknown sources of an IPv6 /64.
+  size_t vettingInPrefix(const std::string& prefix) const;
 
  private:
   std::map<std::string, size_t> m_bySource;  // sources with at least one slot
+  std::map<std::string, size_t> m_byPrefix;  // /64s with at least one slot of an unknown source
   size_t m_total = 0;
   size_t m_unknown = 0;                     // slots held by sources not known at admission
   std::map<std::string, uint64_t> m_known;  // source -> when last trusted (m_clock)

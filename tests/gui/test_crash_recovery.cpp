@@ -90,7 +90,10 @@ class TestCrashRecovery : public QObject {
       QVERIFY(store.createConversation("Crash", "", longGreedy) > 0);
     }
 
-    const QString question = "Count from 1 to 300, one number per line.";
+    // A question whose greedy reply is long (about 2,000 tokens, many seconds): the app saves a
+    // partial reply once a second, and the counting question used before got a 122-token reply
+    // that a quiet machine finished within that second, so no partial was ever saved.
+    const QString question = "Write a long story about a fisherman, at least 1000 words.";
     QProcess app;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert("SHOAL_DATA_DIR", dataDir.path());

@@ -8,6 +8,8 @@ every connection goes to 127.0.0.1. Only the standard library is used (no pip, n
 - Error messages do not echo a huge value back.
 - A chunked body that keeps coming, and a POST without a length, are refused before they are
   read: the node's memory stays put (VmRSS) and it keeps serving.
+- Hundreds of idle connections do not cost the node a descriptor each (its open descriptors stay
+  bounded), and once they close /health answers.
 - The API is not served beyond loopback without a key (exit 2, one line); SHOAL_API_KEY sets
   the key; a wrong key is a 401; /health tells nothing but "ok" without the key.
 - On a loopback bind a foreign Host (DNS rebinding) or Origin is a 403; a body that is not
@@ -25,6 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
+import tempfile
 import time
 import traceback
 
@@ -35,6 +38,19 @@ RSS_GROWTH_LIMIT_KB = 64 * 1024
 FLOOD_CONNECTIONS = 8
 FLOOD_BYTES_PER_CONNECTION = 32 << 20
 FLOOD_SECONDS = 20
+# Idle connections opened at once, and the node's open descriptors they may cost: the API holds at
+# most its HTTP threads (64) plus kMaxPendingConnections (64) of them; the rest wait in the kernel's
+# listen backlog. Unbounded, the node would hold one descriptor per connection (400+).
+IDLE_CONNECTIONS = 400
+FD_LIMIT = 200  # 64 + 64 for the API, the rest for the node's own files
+# Connects go one at a time, each with this timeout (past the first SYN retry, 1 s, which a node
+# still starting up may cause); a few timeouts in a row mean the node stopped accepting, and the
+# rest would wait in its listen backlog. The attack ends then, or after IDLE_SECONDS (on a machine
+# so loaded that the node accepts slower than its read timeouts close idle connections, descriptors
+# would not pile up either way).
+IDLE_CONNECT_TIMEOUT = 1.5
+IDLE_CONNECT_MISSES = 3
+IDLE_SECONDS = 12
 
 
 def skip(reason):
@@ -88,8 +104,8 @@ class Node:
 
     def __init__(self, exe, model, extra=(), env=None):
         self.port = free_port()
-        self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"),
-                                     f"shoal-node-hardening-{self.port}.log"), "w+")
+        # An anonymous temporary file: read back on failure, gone when the test ends.
+        self.log = tempfile.TemporaryFile(mode="w+")
         full_env = dict(os.environ)
         full_env.pop("SHOAL_API_KEY", None)
         full_env.update(env or {})
@@ -119,6 +135,9 @@ class Node:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1])
         raise AssertionError("no VmRSS in /proc/<pid>/status")
+
+    def fd_count(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
     def assert_serving(self, headers=None):
         """The node is alive and answers /health and a short completion."""
@@ -298,6 +317,43 @@ def a_content_length_above_the_limit_is_a_413_without_reading_it(node):
     assert got.startswith(b"HTTP/1.1 413"), got[:200]
 
 
+def idle_connections_do_not_pile_up_as_open_descriptors(node):
+    conns = []
+    peak = 0
+    deadline = time.time() + IDLE_SECONDS
+    try:
+        # One at a time, each connected before the next (a burst would mostly be dropped by the
+        # short listen backlog and retried seconds later).
+        misses = 0
+        while (len(conns) < IDLE_CONNECTIONS and misses < IDLE_CONNECT_MISSES
+               and peak < FD_LIMIT and time.time() < deadline):
+            s = socket.socket()
+            conns.append(s)
+            s.settimeout(IDLE_CONNECT_TIMEOUT)
+            try:
+                s.connect(("127.0.0.1", node.port))
+                misses = 0
+            except socket.timeout:
+                misses += 1  # waiting in the listen backlog
+            peak = max(peak, node.fd_count())
+        time.sleep(0.5)  # the node accepts what it will meanwhile
+        peak = max(peak, node.fd_count())
+    finally:
+        for s in conns:
+            s.close()
+    print(f"  open descriptors of the node with {len(conns)} idle connections: {peak}")
+    assert peak < FD_LIMIT, f"the node held {peak} descriptors"
+    deadline = time.time() + 30
+    while True:
+        try:
+            status, _, _ = request(node.port, "GET", "/health", timeout=5)
+            break
+        except OSError:
+            assert time.time() < deadline, "no /health answer within 30 s after the idle flood"
+    assert status == 200, status
+    node.assert_serving()
+
+
 # ---- item 8: exposure ------------------------------------------------------------------------
 
 def binding_beyond_loopback_without_a_key_is_refused(exe, model):
@@ -410,6 +466,7 @@ def main():
         an_endless_request_line_is_cut_off_and_memory_stays_bounded,
         a_body_just_under_the_limit_is_read_whole,
         a_content_length_above_the_limit_is_a_413_without_reading_it,
+        idle_connections_do_not_pile_up_as_open_descriptors,
         a_foreign_host_header_on_a_loopback_bind_is_a_403,
         a_foreign_origin_on_a_loopback_bind_is_a_403,
         a_body_that_is_not_json_is_a_415,

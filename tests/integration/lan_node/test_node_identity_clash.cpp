@@ -5,11 +5,17 @@
 // it (issue 14 item 1). A proven clash is reported (log, node_info "warnings") and the identity
 // kept; with rotateIdentityOnProvenClash the node regenerates its identity: a new device ID
 // served on the same port, the trust store kept, every old identity kept aside, the connections
-// made under the old ID closed; the other node keeps its ID. An unproven claim changes nothing.
+// made under the old ID closed; the other node keeps its ID, and it rotates at most once per run.
+// An unproven claim changes nothing, and so does one whose endpoint is a TCP relay back to the
+// node itself (it presents our certificate, but it is us).
 
 #include <QtTest>
+#include <array>
+#include <asio.hpp>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include "lan/discovery/discovery.h"
@@ -78,6 +84,76 @@ void makeCopiedConfig(const std::filesystem::path& original, const std::filesyst
   std::filesystem::copy(original, copy, std::filesystem::copy_options::recursive);
 }
 
+// What an attacker's relay does: every connection to 127.0.0.1:port() is forwarded to
+// 127.0.0.1:target, bytes both ways, on one io thread of its own.
+class TcpRelay {
+ public:
+  explicit TcpRelay(uint16_t target)
+      : m_target(asio::ip::make_address("127.0.0.1"), target),
+        m_acceptor(m_io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    accept();
+    m_thread = std::thread([this] { m_io.run(); });
+  }
+  ~TcpRelay() {
+    m_io.stop();
+    m_thread.join();
+  }
+  TcpRelay(const TcpRelay&) = delete;
+  TcpRelay& operator=(const TcpRelay&) = delete;
+
+  uint16_t port() const { return m_acceptor.local_endpoint().port(); }
+  int relayed() const { return m_relayed.load(); }  // connections forwarded so far
+
+ private:
+  using Socket = asio::ip::tcp::socket;
+  using Buffer = std::array<char, 16384>;
+  struct Pair {
+    explicit Pair(Socket client) : in(std::move(client)), out(in.get_executor()) {}
+    Socket in;
+    Socket out;
+    Buffer toTarget{};
+    Buffer toClient{};
+  };
+
+  void accept() {
+    m_acceptor.async_accept([this](const asio::error_code& ec, Socket client) {
+      if (ec) return;
+      auto pair = std::make_shared<Pair>(std::move(client));
+      pair->out.async_connect(m_target, [this, pair](const asio::error_code& connectError) {
+        if (connectError) return;
+        ++m_relayed;
+        pump(pair, pair->in, pair->out, pair->toTarget);
+        pump(pair, pair->out, pair->in, pair->toClient);
+      });
+      accept();
+    });
+  }
+
+  // Copies from -> to until either side ends, then closes both.
+  static void pump(std::shared_ptr<Pair> pair, Socket& from, Socket& to, Buffer& buffer) {
+    from.async_read_some(asio::buffer(buffer), [pair, &from, &to, &buffer](
+                                                   const asio::error_code& ec, size_t n) {
+      if (ec) return closeBoth(*pair);
+      asio::async_write(to, asio::buffer(buffer.data(), n),
+                        [pair, &from, &to, &buffer](const asio::error_code& writeError, size_t) {
+                          if (writeError) return closeBoth(*pair);
+                          pump(pair, from, to, buffer);
+                        });
+    });
+  }
+  static void closeBoth(Pair& pair) {
+    asio::error_code ignored;
+    pair.in.close(ignored);
+    pair.out.close(ignored);
+  }
+
+  asio::io_context m_io;
+  asio::ip::tcp::endpoint m_target;
+  asio::ip::tcp::acceptor m_acceptor;
+  std::atomic<int> m_relayed{0};
+  std::thread m_thread;
+};
+
 // Waits (up to 20 s) for the service's clash handling, which runs on its own thread.
 bool waitForRegeneration(const NodeService& s, int count) {
   for (int i = 0; i < 200 && s.identityRegenerations() < count; ++i) {
@@ -135,6 +211,23 @@ class TestNodeIdentityClash : public QObject {
     QVERIFY(waitForChecks(s, 1));
     QCOMPARE(s.deviceId(), id);
     QCOMPARE(s.identityRegenerations(), 0);
+  }
+
+  void aClaimWhoseEndpointRelaysBackToThisNodeIsNotProven() {
+    const auto dir = m_dir / "relay";
+    const std::string id = nodeDeviceId(dir);
+    NodeService s(optionsFor(dir, "s", m_coordinator.deviceId, /*rotate=*/true));
+    // The attacker's beacon names its own endpoint, which forwards to our own port: the probe
+    // meets our own listener, which presents our certificate.
+    TcpRelay relay(s.port());
+    s.reportIdentityClash(claim(id, relay.port()));
+    QVERIFY(waitForChecks(s, 1));
+    QVERIFY(relay.relayed() >= 1);  // the probe did go through the relay
+    QCOMPARE(s.clashesProven(), 0);
+    QCOMPARE(s.deviceId(), id);
+    QCOMPARE(s.identityRegenerations(), 0);
+    QVERIFY(s.warnings().empty());
+    QVERIFY(asideDirs(dir).isEmpty());
   }
 
   void aProvenClashIsReportedAndTheIdentityKept() {
@@ -215,6 +308,32 @@ class TestNodeIdentityClash : public QObject {
     QCOMPARE(test::rawCall(*after, {{"op", "node_info"}}).control.value("device_id", ""), newId);
     // One that still expects the old ID is refused.
     QVERIFY_THROWS_EXCEPTION(TransportError, connectTo("127.0.0.1", port, m_coordinator, oldTrust));
+  }
+
+  void twoProvenClashesRotateOnlyOnce() {
+    const auto original = m_dir / "once-original";
+    const auto copy = m_dir / "once-copy";
+    makeCopiedConfig(original, copy, m_coordinator.deviceId);
+    NodeService a(optionsFor(original, "a", m_coordinator.deviceId));
+    NodeService b(optionsFor(copy, "b", m_coordinator.deviceId, /*rotate=*/true));
+    b.reportIdentityClash(claim(a.deviceId(), a.port(), "n1"));
+    QVERIFY(waitForRegeneration(b, 1));
+    const std::string newId = b.deviceId();
+    // b's new identity gets copied too (a second clone): proven again, reported, kept.
+    const auto again = m_dir / "once-again";
+    std::filesystem::copy(copy, again, std::filesystem::copy_options::recursive);
+    NodeService c(optionsFor(again, "c", m_coordinator.deviceId));
+    QCOMPARE(c.deviceId(), newId);
+    b.reportIdentityClash(claim(newId, c.port(), "n2"));
+    QVERIFY(waitForChecks(b, 2));
+    QCOMPARE(b.clashesProven(), 2);
+    QCOMPARE(b.identityRegenerations(), 1);
+    QCOMPARE(b.deviceId(), newId);
+    QCOMPARE(nodeDeviceId(copy), newId);
+    QCOMPARE(asideDirs(copy).size(), 1);
+    const std::vector<std::string> warnings = b.warnings();
+    QCOMPARE(warnings.size(), size_t(2));
+    QVERIFY(warnings[1].find("already took a new identity") != std::string::npos);
   }
 
   void aClaimForAnIdNoLongerHeldIsIgnored() {

@@ -10,7 +10,9 @@
 #include <filesystem>
 
 #include "engine/error.h"
+#include "engine/gguf/gguf_writer.h"
 #include "engine/model/model.h"
+#include "lan/node/shard_cache.h"
 #include "lan/pool/remote_stage.h"
 #include "lan/pool/sha256.h"
 #include "lan/transport/connect.h"
@@ -99,6 +101,17 @@ class TestNodeProcesses : public QObject {
     const auto d = m_dir / name;
     std::filesystem::create_directories(d);
     return d;
+  }
+
+  // Shard files in the shard cache of the node at `configDir`.
+  static size_t shardFiles(const std::filesystem::path& configDir) {
+    size_t n = 0;
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(configDir / "shards", ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      n += it->path().extension() == ".gguf";
+    }
+    return n;
   }
 
   // Three nodes' config dirs, with the node IDs (from --print-device-id) in `trust`.
@@ -263,20 +276,64 @@ class TestNodeProcesses : public QObject {
     QVERIFY(got.hidden == want.hidden);
   }
 
-  // Issue 14 item 11: --shard-cache-max-gb caps what streams may write.
-  void streamLargerThanTheShardCacheCapIsRefused() {
+  // Issue 14 item 11 and its review: --shard-cache-max-gb caps what the cache keeps, but a
+  // shard is the file its stage runs from, so a stream over the cap loads while the disk has
+  // room, and leaves the cache when its stage unloads.
+  void streamLargerThanTheShardCacheCapLoadsAndIsEvictedAfterUnload() {
     TrustStore trust;
     const auto cfg = configs("cachecap", trust);
     NodeProcess node(cfg[0], "", m_client.deviceId, {"--shard-cache-max-gb", "0.001"});
     std::shared_ptr<Connection> c =
         connectTo("127.0.0.1", node.port(), m_client, trust, std::chrono::seconds(30));
     auto client = std::make_shared<NodeClient>(c, std::chrono::seconds(60));
-    try {
-      deployLayerOne(client, *m_model, m_sha);  // about 2.5 MB of weights over a 1 MiB cap
-      QFAIL("a stream larger than the cache cap was accepted");
-    } catch (const Error& e) {
-      QVERIFY2(std::string(e.what()).find("cap") != std::string::npos, e.what());
-    }
+    auto stage = deployLayerOne(client, *m_model, m_sha);  // about 2.5 MB over a 1 MiB cap
+    QCOMPARE(stage->loaded().source, std::string("streamed"));
+    QCOMPARE(shardFiles(cfg[0]), size_t(1));
+    stage->unload();
+    QCOMPARE(shardFiles(cfg[0]), size_t(0));
+    QCOMPARE(call(*c, {{"op", "ping"}, {"t", 4}}).control.value("op", ""), std::string("pong"));
+  }
+
+  void streamLargerThanTheFreeDiskIsRefused() {
+    TrustStore trust;
+    const auto cfg = configs("diskfull", trust);
+    NodeProcess node(cfg[0], "", m_client.deviceId, {"--shard-cache-max-gb", "0.001"});
+    std::shared_ptr<Connection> c =
+        connectTo("127.0.0.1", node.port(), m_client, trust, std::chrono::seconds(30));
+    gguf::Writer meta;
+    for (const auto& kv : m_model->file().metadata()) meta.set(kv.key, kv.value);
+    const Message need = test::rawCall(*c,
+                                       {{"op", "load_stage"},
+                                        {"stage_id", "s"},
+                                        {"model", {{"sha256", m_sha}}},
+                                        {"device", "cpu0"},
+                                        {"first_layer", 1},
+                                        {"last_layer", 2},
+                                        {"context_length", 16},
+                                        {"max_sequences", 1}},
+                                       meta.toBytes());
+    QCOMPARE(need.control.value("op", ""), std::string("need_weights"));
+    // An f32 tensor of `rows` rows of 1 GiB: more than the disk has room for, within the 1 TiB
+    // a stream may announce.
+    const uint64_t gib = uint64_t{1} << 30;
+    const uint64_t rows = ShardCache::diskRoomBytes(cfg[0]) / gib + 2;
+    if (rows * gib > (uint64_t{1} << 40)) QSKIP("the disk has more room than a stream may use");
+    const Message refused = test::rawCall(*c,
+                                          {{"op", "weights_chunk"},
+                                           {"stage_id", "s"},
+                                           {"tensor", need.control["tensors"][0]},
+                                           {"offset", 0},
+                                           {"total", rows * gib},
+                                           {"type", 0},
+                                           {"dims", {gib / 4, rows}},
+                                           {"sha256", std::string(64, '0')}},
+                                          std::vector<uint8_t>(16));
+    QCOMPARE(refused.control.value("op", ""), std::string("error"));
+    QVERIFY2(refused.control.value("message", "").find("disk") != std::string::npos,
+             refused.control.dump().c_str());
+    const Message done = call(*c, {{"op", "weights_done"}, {"stage_id", "s"}});
+    QCOMPARE(done.control.value("op", ""), std::string("error"));
+    QCOMPARE(shardFiles(cfg[0]), size_t(0));
     QCOMPARE(call(*c, {{"op", "ping"}, {"t", 4}}).control.value("op", ""), std::string("pong"));
   }
 

@@ -10,6 +10,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "lan/transport/connect.h"
@@ -26,6 +29,51 @@ using namespace shoal::lan;
 using namespace std::chrono_literals;
 
 namespace {
+
+// Shuts down the sockets whose writes still block after `limit` (the node neither read nor closed
+// them), so that such a regression fails the test instead of hanging it. A send timeout
+// (SO_SNDTIMEO) cannot bound them: asio's blocking write polls again, without a limit, after the
+// EAGAIN it gives.
+class StalledWriteWatchdog {
+ public:
+  explicit StalledWriteWatchdog(std::chrono::seconds limit)
+      : m_thread([this, limit] { watch(limit); }) {}
+  ~StalledWriteWatchdog() { finish(); }
+
+  void add(int fd) {
+    std::lock_guard lock(m_mutex);
+    m_fds.insert(fd);
+  }
+  void remove(int fd) {  // before the socket closes: its number may be reused
+    std::lock_guard lock(m_mutex);
+    m_fds.erase(fd);
+  }
+  // Stops watching; whether it had to cut writes off.
+  bool finish() {
+    {
+      std::lock_guard lock(m_mutex);
+      m_done = true;
+    }
+    m_wake.notify_all();
+    if (m_thread.joinable()) m_thread.join();
+    return m_fired;
+  }
+
+ private:
+  void watch(std::chrono::seconds limit) {
+    std::unique_lock lock(m_mutex);
+    if (m_wake.wait_for(lock, limit, [&] { return m_done; })) return;
+    m_fired = true;
+    for (const int fd : m_fds) ::shutdown(fd, SHUT_RDWR);
+  }
+
+  std::mutex m_mutex;  // guards the fields below
+  std::condition_variable m_wake;
+  std::set<int> m_fds;
+  bool m_done = false;
+  bool m_fired = false;
+  std::thread m_thread;  // last: starts once the fields above exist
+};
 
 constexpr auto kConnect = 5s;     // a coordinator's connect under attack (bounded wait)
 constexpr auto kAttackFor = 6s;   // how long each flood runs
@@ -176,11 +224,20 @@ class TestNodeTransportAttacks : public QObject {
         std::this_thread::sleep_for(10ms);
       }
     });
+    // The node cuts each stranger off at its first frame; a minute of blocked writes is a node
+    // that neither reads nor closes.
+    StalledWriteWatchdog watchdog(60s);
     std::vector<std::thread> strangers;
     for (int k = 0; k < kStrangers; ++k) {
       strangers.emplace_back([&, k] {
         try {
           test::RawTlsClient raw(node->port(), stranger, numbered("127.0.2.", k / 4 + 1));
+          watchdog.add(raw.fd());
+          struct Unwatch {
+            StalledWriteWatchdog& watchdog;
+            int fd;
+            ~Unwatch() { watchdog.remove(fd); }
+          } unwatch{watchdog, raw.fd()};
           const std::string json = R"({"op":"hello","version":1})";
           const auto h = encodeFrameHeader(static_cast<uint32_t>(json.size()), kMaxBlobBytes);
           std::vector<uint8_t> start(h.begin(), h.end());
@@ -195,8 +252,10 @@ class TestNodeTransportAttacks : public QObject {
       });
     }
     for (auto& t : strangers) t.join();
+    const bool stalled = watchdog.finish();
     attacking = false;
     sampler.join();
+    QVERIFY2(!stalled, "a stranger's write blocked for 60 s: the node neither read nor closed");
     const double grewMiB = double(peak - before) / double(1u << 20);
     qInfo("node RSS %.1f MiB before, peak %.1f MiB during the attack (+%.1f MiB)",
           double(before) / double(1u << 20), double(peak) / double(1u << 20), grewMiB);

@@ -202,6 +202,17 @@ class TestOpenAiProtocol : public QObject {
     QCOMPARE(QString::fromStdString(cut.code()), QString("invalid_json"));
     QVERIFY(std::string(cut.what()).size() < 8 * kMaxEchoBytes);
   }
+  void aParserErrorQuotesAtMostKMaxEchoBytesOfTheInput() {
+    // The parser's own message quotes the token it stopped at ("last read: '...'").
+    const std::string unterminated = json{{"model", std::string(1 << 20, 'x')}}.dump();
+    const std::string cut = chatError(unterminated.substr(0, unterminated.size() - 2)).what();
+    QVERIFY2(cut.find(std::string(kMaxEchoBytes + 1, 'x')) == std::string::npos, cut.c_str());
+    // ... or the number too large for a double ("number overflow parsing '...'").
+    const std::string overflow =
+        chatError(R"({"model":"m","seed":)" + std::string(4096, '9') + "}").what();
+    QVERIFY2(overflow.find(std::string(kMaxEchoBytes + 1, '9')) == std::string::npos,
+             overflow.c_str());
+  }
   void aContainerInAnErrorIsDescribedNotDumped() {
     const ApiError e = chatError(std::string(R"({"model":"m","n":[[1,2],[3]],)") + kHello + "}");
     QCOMPARE(QString::fromStdString(e.param()), QString("n"));

@@ -212,12 +212,57 @@ class TestPeerTable : public QObject {
     table.confirm("AAA", PeerEndpoint{"10.0.0.2", 7000});
     table.expire(t0 + 6s);
     QCOMPARE(table.size(), size_t(0));
-    // Gone quiet; the first beacon heard again is a forgery from elsewhere.
-    Beacon forged = beacon("AAA");
+    // Gone quiet; the first beacon heard again is a forgery from elsewhere, then the real one.
+    Beacon forged = beacon("AAA", "evil");
     forged.tcpPort = 9999;
     table.observe(forged, "10.0.0.66", "eth0", t0 + 7s);
-    QCOMPARE(table.peers()[0].tcpPort, uint16_t(7000));
+    table.observe(beacon("AAA"), "10.0.0.2", "eth0", t0 + 8s);
+    table.observe(forged, "10.0.0.66", "eth0", t0 + 9s);
+    const auto p = table.peers()[0];
+    QVERIFY(p.confirmed == (PeerEndpoint{"10.0.0.2", 7000}));
+    QCOMPARE(p.tcpPort, uint16_t(7000));
+    QCOMPARE(p.name, std::string("node"));
+    QVERIFY(shoal::lan::dialEndpoint(p) == (PeerEndpoint{"10.0.0.2", 7000}));
+  }
+
+  void aConfirmedPeerWhoseAddressWentSilentIsDialledWhereItsNewestBeaconSays() {
+    PeerTable table(5s);
+    table.observe(beacon("AAA"), "10.0.0.2", "eth0", t0);
+    table.confirm("AAA", PeerEndpoint{"10.0.0.2", 7000});
+    // The node moved (a new DHCP lease, another port); its old address stops beaconing.
+    Beacon moved = beacon("AAA");
+    moved.tcpPort = 7001;
+    table.observe(moved, "10.0.0.7", "eth0", t0 + 1s);
+    table.observe(moved, "10.0.0.7", "eth0", t0 + 4s);
+    // While the old address still counts as live, a beacon from elsewhere does not move it.
     QVERIFY(shoal::lan::dialEndpoint(table.peers()[0]) == (PeerEndpoint{"10.0.0.2", 7000}));
+    table.expire(t0 + 6s);  // 10.0.0.2 silent since t0: gone
+    const auto p = table.peers()[0];
+    QCOMPARE(p.addresses.size(), size_t(1));
+    QVERIFY(p.confirmed == (PeerEndpoint{"10.0.0.2", 7000}));  // kept, not dialled
+    QVERIFY(shoal::lan::dialEndpoint(p) == (PeerEndpoint{"10.0.0.7", 7001}));
+  }
+
+  void aConfirmedPeerIsDialledAtItsNewestBeaconAmongSeveral() {
+    PeerTable table(5s);
+    table.observe(beacon("AAA"), "10.0.0.2", "eth0", t0);
+    table.confirm("AAA", PeerEndpoint{"10.0.0.2", 7000});
+    table.expire(t0 + 6s);
+    Beacon older = beacon("AAA");
+    older.tcpPort = 7001;
+    Beacon newer = beacon("AAA");
+    newer.tcpPort = 7002;
+    table.observe(newer, "10.0.0.9", "eth0", t0 + 7s);
+    table.observe(older, "10.0.0.8", "eth0", t0 + 7s);
+    table.observe(newer, "10.0.0.9", "eth0", t0 + 8s);
+    QVERIFY(shoal::lan::dialEndpoint(table.peers()[0]) == (PeerEndpoint{"10.0.0.9", 7002}));
+  }
+
+  void aConfirmedPeerWithNoAddressIsDialledAtItsConfirmation() {
+    shoal::lan::Peer p;
+    p.deviceId = "AAA";
+    p.confirmed = PeerEndpoint{"10.0.0.2", 7000};
+    QVERIFY(shoal::lan::dialEndpoint(p) == (PeerEndpoint{"10.0.0.2", 7000}));
   }
 
   void anUnconfirmedPeerIsDialledWhereItsBeaconsSay() {

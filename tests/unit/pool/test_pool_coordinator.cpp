@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "engine/error.h"
@@ -286,6 +288,30 @@ class TestPoolCoordinator : public QObject {
     QVERIFY(after >= 2);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     QCOMPARE(calls.load(), after);
+  }
+
+  void aMemberNoLongerTrustedIsDroppedAtTheNextPoll() {
+    // `shoal-cli pool forget ID` on the app's config directory: the app's trust store stops
+    // trusting the node, and its telemetry tick drops it.
+    FakePool fakes;
+    std::mutex trustedMutex;
+    std::set<std::string> trusted = {config(0, 0).deviceId, config(1, 0).deviceId};
+    CoordinatorOptions o = options();
+    o.isTrusted = [&](const std::string& id) {
+      std::lock_guard lock(trustedMutex);
+      return trusted.count(id) > 0;
+    };
+    Coordinator c(fakes.connector(), o);
+    c.addNode(fakes.add(config(0, m_fortyPercent), *m_model, m_sha, *m_backend));
+    c.addNode(fakes.add(config(1, m_fortyPercent), *m_model, m_sha, *m_backend));
+    {
+      std::lock_guard lock(trustedMutex);
+      trusted.erase(config(0, 0).deviceId);
+    }
+    const PoolSnapshot s = c.pollSnapshot();
+    QCOMPARE(c.nodes().size(), size_t(1));
+    QCOMPARE(c.nodes().front().deviceId, config(1, 0).deviceId);
+    QCOMPARE(s.devices.size(), size_t(1));
   }
 
   void generateWithoutADeployedPipelineIsRefused() {

@@ -9,12 +9,15 @@
 #include <QTemporaryDir>
 #include <QtTest>
 #include <fstream>
+#include <future>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "engine/error.h"
 #include "lan/transport/identity.h"
+#include "lan/transport/private_files.h"
 #include "lan/transport/trust_store.h"
 
 using namespace shoal::lan;
@@ -24,6 +27,21 @@ namespace {
 // Changes each of two stores makes at once: enough for their read-modify-write windows to
 // overlap many times, few enough to stay well under a second.
 constexpr int kAddsPerStore = 25;
+
+// How long a test waits for something that must not block before it calls it blocked (and lets
+// go of what blocks it, so the test ends either way).
+constexpr std::chrono::seconds kMustAnswerWithin{5};
+// Long enough for a waiting change to still be waiting when kMustAnswerWithin has passed.
+constexpr std::chrono::seconds kPatientLockWait{30};
+// Time for a started change to reach its wait for the lock (it does not count on it: the test
+// holds either way, it only tests less when the change is late).
+constexpr std::chrono::milliseconds kLetItStartWaiting{100};
+
+// The store's file lock. Another process (shoal-cli, the app) holding it is played by a lock of
+// the test's own on it: each lock opens its own file description, so they conflict the same way.
+std::filesystem::path lockFileOf(const std::filesystem::path& dir) {
+  return dir / "trusted.json.lock";
+}
 
 std::filesystem::path dirOf(const QTemporaryDir& d) { return d.path().toStdString(); }
 
@@ -221,6 +239,53 @@ class TestTrustStore : public QObject {
       QCOMPARE(st.st_uid, kServiceUid);
       QCOMPARE(st.st_gid, kServiceGid);
     }
+  }
+
+  void aQueryAnswersWhileAChangeWaitsForAnotherProcessesFileLock() {
+    // A node pairing (its store's add) while shoal-cli holds the lock: the listener's and the
+    // revocation check's isTrusted on that same store must not wait for shoal-cli.
+    QTemporaryDir tmp;
+    TrustStore store;
+    store.load(dirOf(tmp));
+    const std::string known = createIdentity().deviceId, pairing = createIdentity().deviceId;
+    store.add(known, "known");
+    store.setLockWait(kPatientLockWait);
+    std::optional<ExclusiveLock> held;
+    held.emplace(lockFileOf(dirOf(tmp)));
+    auto change = std::async(std::launch::async, [&] { store.add(pairing, "pairing"); });
+    std::this_thread::sleep_for(kLetItStartWaiting);
+    auto query = std::async(std::launch::async, [&] { return store.isTrusted(known); });
+    const bool answeredWhileHeld = query.wait_for(kMustAnswerWithin) == std::future_status::ready;
+    held.reset();
+    change.get();
+    QVERIFY(answeredWhileHeld);
+    QVERIFY(query.get());
+    QVERIFY(store.isTrusted(pairing));
+  }
+
+  void aChangeGivesUpWithAClearErrorWhenTheLockIsHeldTooLong() {
+    QTemporaryDir tmp;
+    TrustStore store;
+    store.load(dirOf(tmp));
+    store.setLockWait(std::chrono::milliseconds(200));
+    std::optional<ExclusiveLock> held;
+    held.emplace(lockFileOf(dirOf(tmp)));
+    const std::string id = createIdentity().deviceId;
+    auto change = std::async(std::launch::async, [&]() -> std::string {
+      try {
+        store.add(id, "x");
+      } catch (const shoal::Error& e) {
+        return e.what();
+      }
+      return {};
+    });
+    const bool gaveUpWhileHeld = change.wait_for(kMustAnswerWithin) == std::future_status::ready;
+    held.reset();
+    const std::string error = change.get();
+    QVERIFY(gaveUpWhileHeld);
+    QVERIFY2(error.find("trusted.json.lock") != std::string::npos, error.c_str());
+    QVERIFY2(error.find("200 ms") != std::string::npos, error.c_str());
+    QVERIFY(!store.isTrusted(id));
   }
 
   void aMissingConfigDirectoryIsCreatedPrivate() {

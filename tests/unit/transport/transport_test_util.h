@@ -127,6 +127,8 @@ class RawTlsClient {
     asio::write(m_stream, asio::buffer(bytes), ec);
     return !ec;
   }
+  // The socket's descriptor, for a watchdog that shuts it down from another thread.
+  int fd() { return m_stream.lowest_layer().native_handle(); }
   // The next whole frame from the server, or nothing when it closes first.
   std::optional<Message> readMessage() {
     for (;;) {
