@@ -1,4 +1,4 @@
-// shoal-synth-model: write a llama-architecture GGUF model with random weights.
+// shoal-synth-model: write a GGUF model of a registered architecture with random weights.
 //
 //   shoal-synth-model --layers 16 --embd 2048 --heads 32 --kv-heads 8 --ff 8192
 //       --vocab-from models/SmolLM2-135M-Instruct.Q4_1.gguf --type q4_0 --out /tmp/1b.gguf
@@ -33,7 +33,9 @@ int main(int argc, char** argv) {
   std::string out;
   std::string type = "q8_0";
   std::string embedType;
-  CLI::App app{"Write a llama-architecture GGUF model with deterministic random weights."};
+  CLI::App app{"Write a GGUF model (llama, qwen2, qwen3, ...) with deterministic random weights."};
+  app.add_option("--arch", spec.architecture, "architecture (its tensor table decides the tensors)")
+      ->capture_default_str();
   app.add_option("--layers", spec.nLayer, "transformer blocks")->capture_default_str();
   app.add_option("--embd", spec.nEmbd, "embedding length")->capture_default_str();
   app.add_option("--heads", spec.nHead, "attention heads")->capture_default_str();

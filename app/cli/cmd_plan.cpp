@@ -60,7 +60,9 @@ void printHuman(const plan::PoolFile& file, const plan::ModelCost& model, const 
       "Pool: %zu devices on %zu nodes; model: %d layers, %s of weights; %lld sequence(s) x "
       "%lld tokens\n",
       file.pool.devices.size(), nodes.size(), model.layers,
-      bytesText(model.layers * model.layerWeightBytes + model.embedBytes + model.headBytes).c_str(),
+      bytesText(plan::rangeCost(model, file.request, 0, model.layers).weightBytes +
+                model.embedBytes + model.headBytes)
+          .c_str(),
       static_cast<long long>(file.request.sequences),
       static_cast<long long>(file.request.contextTokens));
   if (!p.feasible) {
@@ -79,8 +81,8 @@ void printHuman(const plan::PoolFile& file, const plan::ModelCost& model, const 
       const bool first = s == 0, last = s + 1 == pipe.stages.size();
       char range[48];
       std::snprintf(range, sizeof range, "[%d, %d)", st.firstLayer, st.lastLayer);
-      const double memory =
-          plan::stageMemoryBytes(model, file.request, st.lastLayer - st.firstLayer, first, last);
+      const double memory = plan::stageMemoryBytes(model, file.request, st.firstLayer,
+                                                   st.lastLayer - st.firstLayer, first, last);
       std::printf("  %-24s %-12s %10s %8.2f ms%s%s\n", st.deviceId.c_str(), range,
                   bytesText(memory).c_str(), st.stageS * 1e3, first ? "  + embedding" : "",
                   last ? "  + head" : "");

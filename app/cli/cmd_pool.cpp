@@ -36,6 +36,7 @@
 #include "lan/pool/coordinator.h"
 #include "lan/pool/pool_builder.h"
 #include "lan/transport/connect.h"
+#include "lan/transport/host_port.h"
 #include "lan/transport/identity.h"
 #include "lan/transport/listener.h"
 #include "lan/transport/pairing.h"
@@ -78,24 +79,13 @@ std::filesystem::path configDirOf(const PoolOptions& o) {
   throw CliExit{2, "no --config-dir and neither XDG_CONFIG_HOME nor HOME is set"};
 }
 
-// "host:port" or "[v6]:port".
-std::pair<std::string, uint16_t> splitAddress(const std::string& text) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    throw CliExit{2, "node address '" + text + "' is not host:port"};
-  }
-  std::string host = text.substr(0, colon);
-  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
+// A node address given on the command line (lan::splitHostPort's rules); bad input exits 2.
+lan::HostPort nodeAddress(const std::string& text) {
   try {
-    size_t used = 0;
-    port = std::stoi(text.substr(colon + 1), &used);
-    if (used != text.size() - colon - 1) port = -1;
-  } catch (const std::exception&) {
-    port = -1;
+    return lan::splitHostPort(text);
+  } catch (const Error& e) {
+    throw CliExit{2, std::string("node ") + e.what()};
   }
-  if (port < 1 || port > 65535) throw CliExit{2, "node address '" + text + "': bad port"};
-  return {host, static_cast<uint16_t>(port)};
 }
 
 // The coordinator's identity and trust store, loaded once per command.
@@ -138,14 +128,14 @@ std::vector<std::string> nodeList(const PoolOptions& o, Credentials& creds) {
     if (!item.empty()) out.push_back(item);
   }
   if (out.empty()) throw CliExit{2, "--nodes: give at least one host:port"};
-  for (const std::string& a : out) splitAddress(a);  // validates
+  for (const std::string& a : out) nodeAddress(a);  // validates
   return out;
 }
 
 std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials& creds) {
   const std::chrono::milliseconds timeout(o.timeoutMs);
   lan::Connector connector = [&creds, timeout](const std::string& address) {
-    const auto [host, port] = splitAddress(address);
+    const auto [host, port] = lan::splitHostPort(address);
     return lan::connectTo(host, port, creds.identity, creds.trust, timeout);
   };
   lan::CoordinatorOptions co;
@@ -224,8 +214,7 @@ std::vector<lan::Peer> discoverPeers(const PoolOptions& o, Credentials& creds) {
 std::string peerAddress(const lan::Peer& p) {
   const std::optional<lan::PeerEndpoint> e = lan::dialEndpoint(p);
   if (!e) return {};
-  const bool v6 = e->address.find(':') != std::string::npos;
-  return (v6 ? "[" + e->address + "]" : e->address) + ":" + std::to_string(e->port);
+  return lan::joinHostPort(e->address, e->port);
 }
 
 void runDiscover(const PoolOptions& o) {
@@ -257,7 +246,7 @@ void runDiscover(const PoolOptions& o) {
 
 void runPair(const PoolOptions& o) {
   auto creds = loadCredentials(o);
-  const auto [host, port] = splitAddress(o.address);
+  const auto [host, port] = nodeAddress(o.address);
   std::string peer;
   try {
     peer = lan::pairWith(host, port, creds->identity, creds->trust, o.code,

@@ -1,14 +1,11 @@
 #include "app/gui/chat_engine.h"
 
 #include <QFileInfo>
-#include <QRandomGenerator>
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
 
 #include "engine/error.h"
-#include "engine/model/chat_prompt.h"
-#include "engine/model/chat_template.h"
 #include "engine/model/model.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/chain.h"
@@ -19,21 +16,25 @@
 namespace shoal::gui {
 namespace {
 
-std::vector<model::ChatMessage> toMessages(const QList<ChatTurn>& turns) {
-  std::vector<model::ChatMessage> out;
-  out.reserve(static_cast<size_t>(turns.size()));
-  for (const ChatTurn& t : turns) out.push_back({t.role.toStdString(), t.content.toStdString()});
-  return out;
+// A chain of one stage holding every layer of `m` on `device`, with the app's context cap. The
+// chat and the API server each get one (each stage has its own KV cache).
+std::unique_ptr<runtime::Chain> wholeModelChain(runtime::Backend& backend,
+                                                const std::string& device, const model::Model& m) {
+  const model::ModelConfig& c = m.config();
+  runtime::StageSpec spec;
+  spec.firstLayer = 0;
+  spec.lastLayer = c.nLayer;
+  spec.hasEmbedding = spec.hasHead = true;
+  spec.contextLength = std::min<int32_t>(c.nCtxTrain, kMaxChatContext);
+  const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
+  std::vector<std::unique_ptr<runtime::Stage>> stages;
+  stages.push_back(backend.createStage(device, src, spec));
+  return std::make_unique<runtime::Chain>(std::move(stages));
 }
 
 }  // namespace
 
-ChatEngine::ChatEngine(QObject* parent) : QObject(parent) {
-  qRegisterMetaType<GenerationSettings>();
-  qRegisterMetaType<ChatTurn>();
-  qRegisterMetaType<QList<ChatTurn>>();
-  qRegisterMetaType<ReplyStats>();
-}
+ChatEngine::ChatEngine(QObject* parent) : ReplyEngine(parent) {}
 
 // The API server first (it uses the model), then session before chain before backend before
 // model.
@@ -58,19 +59,10 @@ void ChatEngine::setApiServer(bool enabled, const QString& host, int port) {
 
 void ChatEngine::startApi() {
   try {
-    const model::ModelConfig& c = m_model->config();
     kernels::BackendOptions options;
     options.cpuThreads = m_threads;
     m_apiBackend = kernels::createBackend("cpu", options);
-    runtime::StageSpec spec;
-    spec.firstLayer = 0;
-    spec.lastLayer = c.nLayer;
-    spec.hasEmbedding = spec.hasHead = true;
-    spec.contextLength = std::min<int32_t>(c.nCtxTrain, kMaxChatContext);
-    const runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
-    std::vector<std::unique_ptr<runtime::Stage>> stages;
-    stages.push_back(m_apiBackend->createStage(m_apiBackend->devices().front().id, src, spec));
-    m_apiChain = std::make_unique<runtime::Chain>(std::move(stages));
+    m_apiChain = wholeModelChain(*m_apiBackend, m_apiBackend->devices().front().id, *m_model);
     m_apiSession = std::make_unique<runtime::Session>(*m_apiChain, m_model->tokenizer());
     api::ApiServerOptions o;
     o.host = m_apiHost.toStdString();
@@ -101,16 +93,6 @@ void ChatEngine::stopApi() {
   if (wasRunning) emit apiStopped();
 }
 
-void ChatEngine::stop() { m_cancel.store(true); }
-
-void ChatEngine::requestGenerate(qint64 conversationId, const QList<ChatTurn>& turns,
-                                 const GenerationSettings& settings) {
-  m_cancel.store(false);
-  QMetaObject::invokeMethod(
-      this, [this, conversationId, turns, settings] { generate(conversationId, turns, settings); },
-      Qt::QueuedConnection);
-}
-
 void ChatEngine::loadModel(const QString& path) {
   emit loadStarted(path);
   // The API server serves the old model: stop it before the model goes.
@@ -135,16 +117,7 @@ void ChatEngine::loadModel(const QString& path) {
       device.clear();
     }
     if (device.empty()) device = backend->devices().front().id;
-    const model::ModelConfig& c = loaded->config();
-    runtime::StageSpec spec;
-    spec.firstLayer = 0;
-    spec.lastLayer = c.nLayer;
-    spec.hasEmbedding = spec.hasHead = true;
-    spec.contextLength = std::min<int32_t>(c.nCtxTrain, kMaxChatContext);
-    const runtime::ModelSource src{&loaded->file(), &loaded->config(), &loaded->weights()};
-    std::vector<std::unique_ptr<runtime::Stage>> stages;
-    stages.push_back(backend->createStage(device, src, spec));
-    auto chain = std::make_unique<runtime::Chain>(std::move(stages));
+    auto chain = wholeModelChain(*backend, device, *loaded);
     m_session = std::make_unique<runtime::Session>(*chain, loaded->tokenizer());
     m_chain = std::move(chain);
     m_backend = std::move(backend);
@@ -159,63 +132,15 @@ void ChatEngine::loadModel(const QString& path) {
   if (m_apiWanted) startApi();
 }
 
-void ChatEngine::generate(qint64 conversationId, const QList<ChatTurn>& turns,
-                          const GenerationSettings& settings) {
-  if (!m_session) {
-    emit generateFailed(conversationId, tr("No model is loaded."));
-    return;
-  }
-  try {
-    const model::ChatTemplate& tmpl = m_model->chatTemplate();
-    std::vector<model::ChatMessage> messages = toMessages(turns);
-    const int32_t ctx = m_session->contextLength();
-    const model::ChatPrompt chat =
-        model::buildChatPrompt(m_model->tokenizer(), tmpl, messages, ctx, settings.maxTokens);
-    const std::vector<model::TokenId>& prompt = chat.tokens;
-    const int dropped = chat.droppedTurns;
-    if (!chat.fits) {
-      emit generateFailed(conversationId, tr("The message (%1 tokens) does not fit the context of "
-                                             "%2 tokens.")
-                                              .arg(prompt.size())
-                                              .arg(ctx));
-      return;
-    }
+ChatEngine::ReplyTarget ChatEngine::replyTarget() const {
+  if (!m_session) return {nullptr, tr("No model is loaded."), 0, {}};
+  return {m_model.get(), {}, m_session->contextLength(), tr("the context")};
+}
 
-    runtime::GenerateOptions g;
-    g.maxTokens = std::max(settings.maxTokens, 1);
-    g.sampler.temperature = static_cast<float>(settings.temperature);
-    g.sampler.topP = static_cast<float>(settings.topP);
-    g.sampler.topK = settings.topK;
-    g.sampler.seed = settings.seed >= 0 ? static_cast<uint64_t>(settings.seed)
-                                        : QRandomGenerator::global()->generate64();
-    g.stop = model::chatStopStrings(tmpl.format);
-    g.cancel = &m_cancel;
-
-    const runtime::GenerateResult r =
-        m_session->generate(prompt, g, [this, conversationId](std::string_view piece) {
-          emit tokenStreamed(conversationId,
-                             QString::fromUtf8(piece.data(), static_cast<qsizetype>(piece.size())));
-          return true;
-        });
-
-    ReplyStats s;
-    s.promptTokens = r.promptTokens;
-    s.generatedTokens = static_cast<int>(r.tokens.size());
-    s.contextUsed = static_cast<int>(m_session->cachedTokens().size());
-    s.contextLength = ctx;
-    s.droppedTurns = dropped;
-    // The first token comes out of the prefill; decodeSeconds covers the ones after it.
-    s.tokensPerSecond = (r.tokens.size() > 1 && r.decodeSeconds > 0)
-                            ? static_cast<double>(r.tokens.size() - 1) / r.decodeSeconds
-                            : 0.0;
-    s.prefillSeconds = r.prefillSeconds;
-    s.finishReason =
-        QString::fromUtf8(runtime::finishReasonName(r.finish).data(),
-                          static_cast<qsizetype>(runtime::finishReasonName(r.finish).size()));
-    emit replyFinished(conversationId, QString::fromStdString(r.text), s);
-  } catch (const std::exception& e) {
-    emit generateFailed(conversationId, QString::fromStdString(e.what()));
-  }
+runtime::GenerateResult ChatEngine::runReply(const std::vector<int32_t>& prompt,
+                                             const runtime::GenerateOptions& options,
+                                             const std::function<bool(std::string_view)>& onText) {
+  return m_session->generate(prompt, options, onText);
 }
 
 }  // namespace shoal::gui

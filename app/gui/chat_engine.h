@@ -5,17 +5,14 @@
 // ------------------
 // - A ChatEngine lives on its own QThread (ChatEngineThread below creates both). Everything it
 //   owns (model, backend, chain, session) is touched only on that thread.
-// - The GUI talks to it only through queued signals and slots: loadModel() and generate() are
-//   slots invoked with Qt::QueuedConnection (or through the queued requestGenerate()), and every
-//   result comes back as a signal, delivered queued on the GUI thread. The GUI thread therefore
-//   never waits on model loading or inference.
-// - The two exceptions are stop() and requestGenerate(), which are safe to call from any thread:
-//   stop() only sets an atomic flag that the session reads before every token (its cancel
-//   pointer), so a reply ends within one token; requestGenerate() clears that flag and queues
-//   generate(). The caller must not request a new reply before replyFinished (or
-//   generateFailed) of the previous one: requests queue up, they do not preempt.
+// - It is a ReplyEngine (reply_engine.h): replies are requested with requestReply(), stopped with
+//   stop() (both safe from any thread), and answered with ReplyEngine's signals.
+// - Its other slots (loadModel, setCompute, setApiServer) are invoked queued
+//   (QMetaObject::invokeMethod with a lambda, or a queued connection), and every result comes
+//   back as a signal, delivered queued on the GUI thread. The GUI thread therefore never waits
+//   on model loading or inference.
 // - Slots run to completion one at a time (it is one thread), so a loadModel() queued behind a
-//   generate() waits for it; stop() first to make that quick.
+//   reply waits for it; stop() first to make that quick.
 // - The OpenAI-compatible API server (lan/api), when enabled, serves the same loaded model
 //   through its own chain and session (a second stage with its own KV cache, on its own backend
 //   instance and thread pool), so API requests never touch the chat's session. Its HTTP and
@@ -23,11 +20,11 @@
 //   thread, and stops it before the model it uses is replaced.
 
 #include <QObject>
-#include <atomic>
 #include <memory>
 #include <thread>
 
 #include "app/gui/chat_types.h"
+#include "app/gui/reply_engine.h"
 #include "app/gui/worker_thread.h"
 
 namespace shoal::model {
@@ -44,18 +41,14 @@ class ApiServer;
 
 namespace shoal::gui {
 
-class ChatEngine : public QObject {
+// Replies with a chain of one stage on this computer: the model's chat template, the chain's
+// context.
+class ChatEngine : public ReplyEngine {
   Q_OBJECT
 
  public:
   explicit ChatEngine(QObject* parent = nullptr);
   ~ChatEngine() override;
-
-  // Thread-safe: ask the running reply (if any) to stop before its next token.
-  void stop();
-  // Thread-safe: clear the stop flag and queue generate() on the engine thread.
-  void requestGenerate(qint64 conversationId, const QList<ChatTurn>& turns,
-                       const GenerationSettings& settings);
 
  public slots:
   // Load a GGUF file and build a one-stage chain over all its layers on the preferred backend
@@ -70,29 +63,23 @@ class ChatEngine : public QObject {
   // Emits apiStarted (with the bound port), apiStopped or apiFailed. Enabled without a model,
   // it starts once one is loaded.
   void setApiServer(bool enabled, const QString& host, int port);
-  // Render `turns` with the model's chat template, drop the oldest turns while the prompt plus
-  // room for the reply does not fit the context (the system turn stays), and generate. Streams
-  // tokenStreamed and ends with replyFinished (also when stopped) or generateFailed.
-  void generate(qint64 conversationId, const QList<ChatTurn>& turns,
-                const GenerationSettings& settings);
 
  signals:
   void loadStarted(const QString& path);
   // name: the file name; contextLength: tokens the chain holds; architecture: e.g. "llama".
   void modelLoaded(const QString& name, int contextLength, const QString& architecture);
   void loadFailed(const QString& reason);
-  // Whole UTF-8 characters of the reply as they are produced.
-  void tokenStreamed(qint64 conversationId, const QString& text);
-  // The complete reply text (stop strings excluded) and its statistics.
-  void replyFinished(qint64 conversationId, const QString& text,
-                     const shoal::gui::ReplyStats& stats);
-  // Nothing was generated: no model loaded, the message does not fit the context, bad settings.
-  void generateFailed(qint64 conversationId, const QString& reason);
   // Something the user should know that is not a failure (a backend fallback).
   void notice(const QString& text);
   void apiStarted(const QString& host, int port);
   void apiStopped();
   void apiFailed(const QString& reason);
+
+ protected:
+  ReplyTarget replyTarget() const override;
+  runtime::GenerateResult runReply(const std::vector<int32_t>& prompt,
+                                   const runtime::GenerateOptions& options,
+                                   const std::function<bool(std::string_view)>& onText) override;
 
  private:
   void startApi();
@@ -102,7 +89,6 @@ class ChatEngine : public QObject {
   std::unique_ptr<runtime::Backend> m_backend;
   std::unique_ptr<runtime::Chain> m_chain;
   std::unique_ptr<runtime::Session> m_session;
-  std::atomic<bool> m_cancel{false};
   QString m_backendName = "cpu";
   QString m_deviceId;
   int m_threads = 0;

@@ -1,5 +1,5 @@
 #pragma once
-// Plain values that cross the thread boundary between the GUI and the ChatEngine (queued
+// Plain values that cross the thread boundary between the GUI and the reply engines (queued
 // signals copy them) and that the ChatStore persists.
 
 #include <QList>
@@ -31,7 +31,7 @@ struct ChatTurn {
 struct ReplyStats {
   int promptTokens = 0;        // tokens of the rendered prompt
   int generatedTokens = 0;     // tokens of the reply
-  int contextUsed = 0;         // tokens in the KV cache after the reply
+  int contextUsed = 0;         // prompt plus reply: the context the conversation now takes
   int contextLength = 0;       // the chain's context
   int droppedTurns = 0;        // oldest turns left out so the prompt fits (context policy)
   double tokensPerSecond = 0;  // decode speed (0 when fewer than two tokens were generated)

@@ -21,6 +21,7 @@
 #include <QTextBrowser>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <utility>
 
 #include "app/gui/chat_input.h"
@@ -42,6 +43,9 @@ constexpr int kStatusMs = 8000;
 // How often the reply being generated is saved: what a crash can lose, against one small write
 // (and fsync) per interval on the GUI thread.
 constexpr int kPartialSaveMs = 1000;
+// The routes of "Run on", by their index in the box.
+constexpr size_t kThisComputer = 0;
+constexpr size_t kPool = 1;
 
 QString defaultTitle() { return QObject::tr("New chat"); }
 
@@ -62,6 +66,8 @@ ChatWindow::ChatWindow(const QString& modelPath, const QString& dataDirectory, Q
       m_dataDirectory(dataDirectory) {
   setWindowTitle(tr("Shoal"));
   setWindowIcon(QIcon(QStringLiteral(":/icons/shoal.svg")));
+  m_routes[kThisComputer].engine = engine();
+  m_routes[kPool].engine = poolController();
   buildUi();
   connectEngine();
   connectPool();
@@ -259,25 +265,49 @@ void ChatWindow::connectEngine() {
           [this](const QString& name) { m_models->onLoadFinished(true, name); });
   connect(e, &ChatEngine::loadFailed, m_models,
           [this](const QString& reason) { m_models->onLoadFinished(false, reason); });
-  connect(e, &ChatEngine::tokenStreamed, this, &ChatWindow::onTokenStreamed);
-  connect(e, &ChatEngine::replyFinished, this, &ChatWindow::onReplyFinished);
-  connect(e, &ChatEngine::generateFailed, this, &ChatWindow::onGenerateFailed);
+  connectReplyEngine(e);
+}
+
+// Both engines answer a reply the same way; only the running reply's answers count.
+void ChatWindow::connectReplyEngine(ReplyEngine* e) {
+  connect(e, &ReplyEngine::tokenStreamed, this, [this, e](qint64 id, const QString& text) {
+    if (e == m_replyEngine) onTokenStreamed(id, text);
+  });
+  connect(e, &ReplyEngine::replyFinished, this,
+          [this, e](qint64 id, const QString& text, const ReplyStats& stats) {
+            if (e == m_replyEngine) onReplyFinished(id, text, stats);
+          });
+  connect(e, &ReplyEngine::generateFailed, this, [this, e](qint64 id, const QString& reason) {
+    if (e == m_replyEngine) onGenerateFailed(id, reason);
+  });
 }
 
 PoolController* ChatWindow::poolController() const { return m_poolThread->controller(); }
 
-bool ChatWindow::runsOnPool() const { return m_poolDeployed && m_runOn->currentIndex() == 1; }
+bool ChatWindow::isModelLoaded() const { return m_routes[kThisComputer].ready; }
+
+const ChatWindow::ReplyRoute& ChatWindow::currentRoute() const {
+  const int last = static_cast<int>(m_routes.size()) - 1;
+  const int index = std::clamp(m_runOn ? m_runOn->currentIndex() : 0, 0, last);
+  return m_routes[static_cast<size_t>(index)];
+}
 
 void ChatWindow::startPool(qint64 maxDeviceMemoryBytes, bool discovery, bool shareThisComputer) {
   if (m_poolStarted) return;
   m_poolStarted = true;
-  QMetaObject::invokeMethod(poolController(), "start", Qt::QueuedConnection,
-                            Q_ARG(QString, PoolController::configDirOf(m_dataDirectory)),
-                            Q_ARG(QString, m_appSettings.nodeName), Q_ARG(bool, discovery),
-                            Q_ARG(qint64, maxDeviceMemoryBytes));
+  PoolController* c = poolController();
+  const QString configDir = PoolController::configDirOf(m_dataDirectory);
+  const QString nodeName = m_appSettings.nodeName;
+  QMetaObject::invokeMethod(
+      c,
+      [c, configDir, nodeName, discovery, maxDeviceMemoryBytes] {
+        c->start(configDir, nodeName, discovery, maxDeviceMemoryBytes);
+      },
+      Qt::QueuedConnection);
   if (shareThisComputer) {
-    QMetaObject::invokeMethod(poolController(), "shareThisComputer", Qt::QueuedConnection,
-                              Q_ARG(QString, m_appSettings.effectiveModelsDir()));
+    const QString modelsDir = m_appSettings.effectiveModelsDir();
+    QMetaObject::invokeMethod(
+        c, [c, modelsDir] { c->shareThisComputer(modelsDir); }, Qt::QueuedConnection);
   }
 }
 
@@ -286,19 +316,17 @@ void ChatWindow::connectPool() {
   m_pool->attachController(c);
   // Like the engine's, every connection to the controller's thread is queued.
   connect(c, &PoolController::deployed, this, [this] {
-    m_poolDeployed = true;
+    m_routes[kPool].ready = true;
     m_runOn->setVisible(true);
     updateActions();
   });
   connect(m_runOn, &QComboBox::currentIndexChanged, this, [this] { updateActions(); });
-  connect(c, &PoolController::tokenStreamed, this, &ChatWindow::onTokenStreamed);
-  connect(c, &PoolController::replyFinished, this, &ChatWindow::onReplyFinished);
-  connect(c, &PoolController::generateFailed, this, &ChatWindow::onGenerateFailed);
+  connectReplyEngine(c);
 }
 
 void ChatWindow::loadModel(const QString& path) {
   m_pool->setModelPath(path);
-  m_modelLoaded = false;
+  m_routes[kThisComputer].ready = false;
   m_banner->hide();
   m_modelStatus->setText(tr("Loading %1…").arg(QFileInfo(path).fileName()));
   statusBar()->showMessage(tr("Loading model %1…").arg(path));
@@ -341,8 +369,10 @@ void ChatWindow::applySettings(const AppSettings& settings) {
                           settings.apiPort != m_appSettings.apiPort;
   const bool dirChanged = settings.effectiveModelsDir() != m_appSettings.effectiveModelsDir();
   if (m_poolStarted && settings.nodeName != m_appSettings.nodeName) {
-    QMetaObject::invokeMethod(poolController(), "setNodeName", Qt::QueuedConnection,
-                              Q_ARG(QString, settings.nodeName));
+    PoolController* c = poolController();
+    const QString name = settings.nodeName;
+    QMetaObject::invokeMethod(
+        c, [c, name] { c->setNodeName(name); }, Qt::QueuedConnection);
   }
   m_appSettings = settings;
   m_appSettings.save();
@@ -379,7 +409,7 @@ bool ChatWindow::showPage(const QString& name) {
 }
 
 void ChatWindow::onModelLoaded(const QString& name, int contextLength, const QString& arch) {
-  m_modelLoaded = true;
+  m_routes[kThisComputer].ready = true;
   m_modelStatus->setText(tr("%1 · %2 · context %3").arg(name, arch).arg(contextLength));
   statusBar()->showMessage(tr("Model %1 loaded.").arg(name), kStatusMs);
   updateActions();
@@ -387,7 +417,7 @@ void ChatWindow::onModelLoaded(const QString& name, int contextLength, const QSt
 }
 
 void ChatWindow::sendWhenLoaded(const QString& text) {
-  if (!m_modelLoaded) {
+  if (!isModelLoaded()) {
     m_sendWhenLoaded = text;
     return;
   }
@@ -397,7 +427,7 @@ void ChatWindow::sendWhenLoaded(const QString& text) {
 }
 
 void ChatWindow::onLoadFailed(const QString& reason) {
-  m_modelLoaded = false;
+  m_routes[kThisComputer].ready = false;
   m_modelStatus->setText(tr("No model"));
   statusBar()->clearMessage();
   showBanner(tr("The model could not be loaded: %1").arg(reason));
@@ -534,7 +564,7 @@ void ChatWindow::onSettingsChanged() {
 
 void ChatWindow::sendMessage() {
   const QString text = m_input->toPlainText().trimmed();
-  if (text.isEmpty() || !(m_modelLoaded || runsOnPool()) || isGenerating()) return;
+  if (text.isEmpty() || !currentRoute().ready || isGenerating()) return;
   if (m_current < 0) {
     const qint64 id = m_store->createConversation(titleFrom(text), m_settings->systemPrompt(),
                                                   m_settings->settings());
@@ -568,30 +598,19 @@ void ChatWindow::startReply() {
   for (const StoredMessage& m : m_messages) turns.push_back({m.role, m.content});
   m_generatingConversation = m_current;
   m_streamText.clear();
-  m_replyOnPool = runsOnPool();
-  if (m_replyOnPool) {
-    QMetaObject::invokeMethod(poolController(), "generate", Qt::QueuedConnection,
-                              Q_ARG(qint64, m_current), Q_ARG(QList<shoal::gui::ChatTurn>, turns),
-                              Q_ARG(shoal::gui::GenerationSettings, m_settings->settings()));
-  } else {
-    engine()->requestGenerate(m_current, turns, m_settings->settings());
-  }
+  m_replyEngine = replyEngine();
+  m_replyEngine->requestReply(m_current, turns, m_settings->settings());
   statusBar()->showMessage(tr("Generating…"));
   renderTranscript();
   updateActions();
 }
 
 void ChatWindow::stopReply() {
-  if (!isGenerating()) return;
-  if (m_replyOnPool) {
-    poolController()->stop();
-  } else {
-    engine()->stop();
-  }
+  if (m_replyEngine) m_replyEngine->stop();
 }
 
 void ChatWindow::regenerateReply() {
-  if (isGenerating() || !(m_modelLoaded || runsOnPool()) || m_messages.isEmpty()) return;
+  if (isGenerating() || !currentRoute().ready || m_messages.isEmpty()) return;
   if (m_messages.back().role == "assistant") {
     if (!m_store->deleteMessage(m_messages.back().id)) {
       showBanner(m_store->error());
@@ -638,6 +657,7 @@ void ChatWindow::savePartialReply() {
 
 void ChatWindow::onReplyFinished(qint64 conversationId, const QString& text,
                                  const ReplyStats& stats) {
+  m_replyEngine = nullptr;
   m_generatingConversation = -1;
   m_streamText.clear();
   m_partialTimer->stop();
@@ -666,6 +686,7 @@ void ChatWindow::onReplyFinished(qint64 conversationId, const QString& text,
 }
 
 void ChatWindow::onGenerateFailed(qint64 conversationId, const QString& reason) {
+  m_replyEngine = nullptr;
   m_generatingConversation = -1;
   m_streamText.clear();
   m_partialTimer->stop();
@@ -696,7 +717,7 @@ void ChatWindow::renderTranscript() {
 void ChatWindow::updateActions() {
   const bool busy = isGenerating();
   const bool hasText = !m_input->toPlainText().trimmed().isEmpty();
-  const bool ready = runsOnPool() || m_modelLoaded;
+  const bool ready = currentRoute().ready;
   m_runOn->setEnabled(!busy);
   m_send->setEnabled(ready && !busy && hasText);
   m_stop->setEnabled(busy);

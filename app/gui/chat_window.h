@@ -1,11 +1,13 @@
 #pragma once
 // The chat window: conversations on the left (create, rename, delete, filter), the transcript
 // with the message box and Stop/Regenerate/Copy in the middle, the conversation's system prompt
-// and sampling settings on the right. Inference runs in a ChatEngine on its own thread (see
-// chat_engine.h for the contract); messages are saved to the ChatStore as soon as they are
-// complete.
+// and sampling settings on the right. Replies run in a ReplyEngine on its own thread
+// (reply_engine.h for the contract): the ChatEngine on this computer, or the PoolController once a
+// pool is deployed and "Run on: Pool" is picked; the window treats both alike. Messages are saved
+// to the ChatStore as soon as they are complete, and the reply being generated about once a second.
 
 #include <QMainWindow>
+#include <array>
 #include <memory>
 
 #include "app/gui/app_settings.h"
@@ -44,7 +46,7 @@ class ChatWindow : public QMainWindow {
   ChatEngine* engine() const { return m_engineThread->engine(); }
   ChatStore& store() { return *m_store; }
   qint64 currentConversationId() const { return m_current; }
-  bool isModelLoaded() const { return m_modelLoaded; }
+  bool isModelLoaded() const;
   bool isGenerating() const { return m_generatingConversation >= 0; }
   ModelManager* modelManager() const { return m_models; }
   PoolView* poolView() const { return m_pool; }
@@ -62,7 +64,8 @@ class ChatWindow : public QMainWindow {
                  bool shareThisComputer = true);
   // "Run on: This computer | Pool", shown once a pool is deployed.
   QComboBox* runOnBox() const { return m_runOn; }
-  bool runsOnPool() const;
+  // Where the next reply runs: the engine "Run on" picks.
+  ReplyEngine* replyEngine() const { return currentRoute().engine; }
 
  public slots:
   void loadModel(const QString& path);
@@ -92,6 +95,7 @@ class ChatWindow : public QMainWindow {
   void buildUi();
   void connectEngine();
   void connectPool();
+  void connectReplyEngine(ReplyEngine* e);
   void reloadConversationList();
   void applyFilter();
   void startReply();
@@ -111,14 +115,21 @@ class ChatWindow : public QMainWindow {
   void onItemChanged(QListWidgetItem* item);
   QListWidgetItem* itemFor(qint64 id) const;
 
+  // A place a reply can run, as "Run on" lists them.
+  struct ReplyRoute {
+    ReplyEngine* engine = nullptr;
+    bool ready = false;  // it has a model to reply with (loaded here; deployed on the pool)
+  };
+  const ReplyRoute& currentRoute() const;
+
   AppSettings m_appSettings;
   std::unique_ptr<ChatStore> m_store;
   std::unique_ptr<ChatEngineThread> m_engineThread;
   std::unique_ptr<PoolControllerThread> m_poolThread;
   QString m_dataDirectory;
   bool m_poolStarted = false;
-  bool m_poolDeployed = false;
-  bool m_replyOnPool = false;  // the running reply is the pool's
+  std::array<ReplyRoute, 2> m_routes;    // in m_runOn's order: this computer, the pool
+  ReplyEngine* m_replyEngine = nullptr;  // the running reply's; null: none
   QComboBox* m_runOn = nullptr;
 
   QTabWidget* m_pages = nullptr;  // Chat, Models, Devices & pool
@@ -150,9 +161,8 @@ class ChatWindow : public QMainWindow {
   qint64 m_generatingConversation = -1;  // conversation whose reply is running; -1: none
   QString m_streamText;                  // the running reply so far
   qint64 m_partialId = -1;               // its row in the store once saved; -1: not yet
-  bool m_modelLoaded = false;
-  bool m_fillingList = false;  // itemChanged while the list is rebuilt is no rename
-  QString m_sendWhenLoaded;    // sendWhenLoaded()'s text until the model is loaded
+  bool m_fillingList = false;            // itemChanged while the list is rebuilt is no rename
+  QString m_sendWhenLoaded;              // sendWhenLoaded()'s text until the model is loaded
 };
 
 }  // namespace shoal::gui

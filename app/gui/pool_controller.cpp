@@ -2,7 +2,6 @@
 
 #include <QDir>
 #include <QFileInfo>
-#include <QRandomGenerator>
 #include <QSysInfo>
 #include <algorithm>
 #include <chrono>
@@ -10,15 +9,15 @@
 #include <optional>
 
 #include "engine/error.h"
-#include "engine/model/chat_prompt.h"
-#include "engine/model/chat_template.h"
 #include "engine/model/model.h"
 #include "engine/plan/types.h"
+#include "engine/runtime/session.h"
 #include "lan/discovery/discovery.h"
 #include "lan/node/node_service.h"
 #include "lan/pool/coordinator.h"
 #include "lan/pool/pool_builder.h"
 #include "lan/transport/connect.h"
+#include "lan/transport/host_port.h"
 #include "lan/transport/identity.h"
 #include "lan/transport/listener.h"
 #include "lan/transport/pairing.h"
@@ -32,49 +31,24 @@ constexpr int32_t kPoolContext = 2048;
 constexpr std::chrono::milliseconds kConnectTimeout{10000};
 constexpr std::chrono::milliseconds kTelemetryInterval{500};
 
-// "host:port" or "[v6]:port". Throws shoal::Error naming the text.
-std::pair<std::string, uint16_t> splitAddress(const std::string& text) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    throw Error("node address '" + text + "' is not host:port");
-  }
-  std::string host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string portText = text.substr(colon + 1);
-  int port = 0;
-  for (char ch : portText) {
-    if (ch < '0' || ch > '9' || port > 65535) throw Error("node address '" + text + "': bad port");
-    port = port * 10 + (ch - '0');
-  }
-  if (port < 1 || port > 65535) throw Error("node address '" + text + "': bad port");
-  return {host, static_cast<uint16_t>(port)};
-}
-
 // Where to reach a discovered peer: where a pinned connection to it last succeeded, else what its
 // beacons claim (lan::dialEndpoint), as "host:port" or "[v6]:port".
 QString peerAddress(const lan::Peer& p) {
   const std::optional<lan::PeerEndpoint> e = lan::dialEndpoint(p);
   if (!e) return {};
-  const QString host = QString::fromStdString(e->address);
-  return (host.contains(':') ? '[' + host + ']' : host) + ':' + QString::number(e->port);
+  return QString::fromStdString(lan::joinHostPort(e->address, e->port));
 }
 
 QString qs(const std::string& s) { return QString::fromStdString(s); }
 
 }  // namespace
 
-PoolController::PoolController(QObject* parent) : QObject(parent) {
+PoolController::PoolController(QObject* parent) : ReplyEngine(parent) {
   qRegisterMetaType<lan::PoolSnapshot>();
   qRegisterMetaType<DiscoveredNode>();
   qRegisterMetaType<QList<DiscoveredNode>>();
   qRegisterMetaType<PlanPreview>();
   qRegisterMetaType<DeployStatus>();
-  qRegisterMetaType<GenerationSettings>();
-  qRegisterMetaType<ChatTurn>();
-  qRegisterMetaType<QList<ChatTurn>>();
-  qRegisterMetaType<ReplyStats>();
 }
 
 // Telemetry and discovery call back into this object from their threads: stop them first.
@@ -91,8 +65,6 @@ PoolController::~PoolController() {
 QString PoolController::configDirOf(const QString& dataDirectory) {
   return QDir(dataDirectory).filePath("pool");
 }
-
-void PoolController::stop() { m_cancel.store(true); }
 
 void PoolController::start(const QString& configDir, const QString& nodeName, bool discovery,
                            qint64 maxDeviceMemoryBytes) {
@@ -117,7 +89,7 @@ void PoolController::start(const QString& configDir, const QString& nodeName, bo
     co.isTrusted = [trust](const std::string& id) { return trust->isTrusted(id); };
     m_coordinator = std::make_unique<lan::Coordinator>(
         [identity, trust](const std::string& address) {
-          const auto [host, port] = splitAddress(address);
+          const auto [host, port] = lan::splitHostPort(address);
           return lan::connectTo(host, port, *identity, *trust, kConnectTimeout);
         },
         co);
@@ -226,7 +198,7 @@ void PoolController::addNode(const QString& address) {
     // The connection was pinned to `id`: from now on discovery dials it here, and a beacon that
     // claims another endpoint for it is only a candidate (lan/discovery/README.md).
     if (m_discovery) {
-      const auto [host, port] = splitAddress(address.trimmed().toStdString());
+      const auto [host, port] = lan::splitHostPort(address.trimmed().toStdString());
       m_discovery->confirmEndpoint(id, host, port);
     }
     m_coordinator->profileLinks();
@@ -249,7 +221,7 @@ void PoolController::pair(const QString& address, const QString& code) {
     return;
   }
   try {
-    const auto [host, port] = splitAddress(address.trimmed().toStdString());
+    const auto [host, port] = lan::splitHostPort(address.trimmed().toStdString());
     const std::string id = lan::pairWith(host, port, *m_identity, *m_trust, code.toStdString(),
                                          m_nodeName.toStdString(), kConnectTimeout);
     emit paired(qs(id), address.trimmed());
@@ -361,61 +333,17 @@ void PoolController::deploy() {
   }
 }
 
-void PoolController::generate(qint64 conversationId, const QList<ChatTurn>& turns,
-                              const GenerationSettings& settings) {
-  m_cancel.store(false);
+PoolController::ReplyTarget PoolController::replyTarget() const {
   if (!m_coordinator || m_coordinator->deployed().empty()) {
-    emit generateFailed(conversationId, tr("No model is deployed on the pool."));
-    return;
+    return {nullptr, tr("No model is deployed on the pool."), 0, {}};
   }
-  try {
-    const model::Model& m = m_coordinator->model();
-    const model::ChatTemplate& tmpl = m.chatTemplate();
-    std::vector<model::ChatMessage> messages;
-    for (const ChatTurn& t : turns) {
-      messages.push_back({t.role.toStdString(), t.content.toStdString()});
-    }
-    const model::ChatPrompt chat =
-        model::buildChatPrompt(m.tokenizer(), tmpl, messages, kPoolContext, settings.maxTokens);
-    if (!chat.fits) {
-      emit generateFailed(conversationId,
-                          tr("The message (%1 tokens) does not fit the pool's context of %2 "
-                             "tokens.")
-                              .arg(chat.tokens.size())
-                              .arg(kPoolContext));
-      return;
-    }
-    runtime::GenerateOptions g;
-    g.maxTokens = std::max(settings.maxTokens, 1);
-    g.sampler.temperature = static_cast<float>(settings.temperature);
-    g.sampler.topP = static_cast<float>(settings.topP);
-    g.sampler.topK = settings.topK;
-    g.sampler.seed = settings.seed >= 0 ? static_cast<uint64_t>(settings.seed)
-                                        : QRandomGenerator::global()->generate64();
-    g.stop = model::chatStopStrings(tmpl.format);
-    g.cancel = &m_cancel;
-    const runtime::GenerateResult r =
-        m_coordinator->generate(chat.tokens, g, [this, conversationId](std::string_view piece) {
-          emit tokenStreamed(conversationId,
-                             QString::fromUtf8(piece.data(), static_cast<qsizetype>(piece.size())));
-          return !m_cancel.load();
-        });
-    ReplyStats s;
-    s.promptTokens = r.promptTokens;
-    s.generatedTokens = static_cast<int>(r.tokens.size());
-    s.contextUsed = r.promptTokens + static_cast<int>(r.tokens.size());
-    s.contextLength = kPoolContext;
-    s.droppedTurns = chat.droppedTurns;
-    s.tokensPerSecond = (r.tokens.size() > 1 && r.decodeSeconds > 0)
-                            ? static_cast<double>(r.tokens.size() - 1) / r.decodeSeconds
-                            : 0.0;
-    s.prefillSeconds = r.prefillSeconds;
-    const std::string_view finish = runtime::finishReasonName(r.finish);
-    s.finishReason = QString::fromUtf8(finish.data(), static_cast<qsizetype>(finish.size()));
-    emit replyFinished(conversationId, qs(r.text), s);
-  } catch (const std::exception& e) {
-    emit generateFailed(conversationId, qs(e.what()));
-  }
+  return {&m_coordinator->model(), {}, kPoolContext, tr("the pool's context")};
+}
+
+runtime::GenerateResult PoolController::runReply(
+    const std::vector<int32_t>& prompt, const runtime::GenerateOptions& options,
+    const std::function<bool(std::string_view)>& onText) {
+  return m_coordinator->generate(prompt, options, onText);
 }
 
 }  // namespace shoal::gui

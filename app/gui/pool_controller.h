@@ -13,18 +13,17 @@
 // - Every result comes back as a signal. Some are emitted from other threads: peersChanged from
 //   the discovery thread and snapshot from the coordinator's telemetry thread (every 500 ms once
 //   a node is a member). Receivers on the GUI thread therefore get all of them queued.
-// - stop() is the one method safe to call from any thread: it sets the flag the running pool
-//   reply reads before each token.
+// - It is a ReplyEngine (reply_engine.h): once a model is deployed, replies are requested with
+//   requestReply() and stopped with stop(), the two methods safe to call from any thread.
 
 #include <QList>
 #include <QObject>
-#include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "app/gui/chat_types.h"
 #include "app/gui/pool_types.h"
+#include "app/gui/reply_engine.h"
 #include "app/gui/worker_thread.h"
 
 namespace shoal::lan {
@@ -41,7 +40,8 @@ struct Plan;
 
 namespace shoal::gui {
 
-class PoolController : public QObject {
+// Replies with the deployed pipeline: the coordinator's model and chain, the pool's context.
+class PoolController : public ReplyEngine {
   Q_OBJECT
 
  public:
@@ -50,8 +50,6 @@ class PoolController : public QObject {
 
   // The pool's config directory of an app data directory: <dataDir>/pool.
   static QString configDirOf(const QString& dataDirectory);
-  // Thread-safe: ask the running pool reply to stop before its next token.
-  void stop();
 
  public slots:
   // Loads (or creates) the identity and trust store in configDir, opens the listener discovery
@@ -85,10 +83,6 @@ class PoolController : public QObject {
   // Deploys the last previewed plan, reporting weight transfer through deployProgress. Emits
   // deployed or failed.
   void deploy();
-  // Generates a reply on the deployed pipeline to `turns` (the model's chat template), streaming
-  // through tokenStreamed; ends with replyFinished (also when stopped) or generateFailed.
-  void generate(qint64 conversationId, const QList<shoal::gui::ChatTurn>& turns,
-                const shoal::gui::GenerationSettings& settings);
 
  signals:
   void started(const QString& deviceId, int listenPort);
@@ -104,10 +98,12 @@ class PoolController : public QObject {
   void deployProgress(const shoal::gui::DeployStatus& status);
   void deployed(const shoal::gui::PlanPreview& plan);
   void snapshot(const shoal::lan::PoolSnapshot& snapshot);
-  void tokenStreamed(qint64 conversationId, const QString& text);
-  void replyFinished(qint64 conversationId, const QString& text,
-                     const shoal::gui::ReplyStats& stats);
-  void generateFailed(qint64 conversationId, const QString& reason);
+
+ protected:
+  ReplyTarget replyTarget() const override;
+  runtime::GenerateResult runReply(const std::vector<int32_t>& prompt,
+                                   const runtime::GenerateOptions& options,
+                                   const std::function<bool(std::string_view)>& onText) override;
 
  private:
   void ensureTelemetry();
@@ -126,7 +122,6 @@ class PoolController : public QObject {
   QString m_modelPath;                 // the model set on the coordinator
   QString m_nodeName;
   bool m_telemetry = false;
-  std::atomic<bool> m_cancel{false};
 };
 
 // Owns a PoolController and the QThread it runs on. Destroying it stops a running reply, joins

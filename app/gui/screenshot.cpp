@@ -46,7 +46,8 @@ void shootLivePool(ChatWindow& window, const QString& outFile, const ScreenshotO
   QObject::connect(c, &PoolController::failed, &window, &failAndQuit);
   QObject::connect(c, &PoolController::started, &window, [c, o] {
     for (const QString& address : o.poolNodes) {
-      QMetaObject::invokeMethod(c, "addNode", Qt::QueuedConnection, Q_ARG(QString, address));
+      QMetaObject::invokeMethod(
+          c, [c, address] { c->addNode(address); }, Qt::QueuedConnection);
     }
   });
   auto added = std::make_shared<int>(0);

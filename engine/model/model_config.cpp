@@ -1,15 +1,13 @@
 #include "engine/model/model_config.h"
 
-#include <array>
 #include <string_view>
 
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/architecture.h"
 
 namespace shoal::model {
 namespace {
-
-constexpr std::array<std::string_view, 3> kSupportedArchitectures = {"llama", "mistral", "qwen2"};
 
 int32_t positiveInt(const gguf::File& file, const std::string& key, int64_t limit) {
   const int64_t v = file.getInt(key);
@@ -25,11 +23,14 @@ int32_t positiveInt(const gguf::File& file, const std::string& key, int64_t limi
 ModelConfig ModelConfig::fromGguf(const gguf::File& file) {
   ModelConfig c;
   c.architecture = file.getString("general.architecture");
-  bool supported = false;
-  for (auto a : kSupportedArchitectures) supported = supported || a == c.architecture;
-  if (!supported) {
+  c.arch = findArchitecture(c.architecture);
+  if (!c.arch) {
+    std::string names;
+    for (std::string_view n : supportedArchitectureNames()) {
+      names += (names.empty() ? "" : ", ") + std::string(n);
+    }
     throw Error(file.displayName() + ": unsupported architecture '" + c.architecture +
-                "' (supported: llama, mistral, qwen2)");
+                "' (supported: " + names + ")");
   }
   c.name = file.getStringOr("general.name", "");
   const std::string a = c.architecture + ".";
@@ -82,8 +83,6 @@ ModelConfig ModelConfig::fromGguf(const gguf::File& file) {
   } else if (scaling != "none") {
     throw Error(file.displayName() + ": unsupported rope.scaling.type '" + scaling + "'");
   }
-  c.ropeStyle = c.architecture == "qwen2" ? RopeStyle::Neox : RopeStyle::Normal;
-  c.hasQkvBias = c.architecture == "qwen2";
 
   if (file.find(a + "vocab_size")) {
     c.nVocab = positiveInt(file, a + "vocab_size", 1 << 24);
@@ -98,6 +97,7 @@ ModelConfig ModelConfig::fromGguf(const gguf::File& file) {
   }
   c.tiedOutput = file.findTensor("output.weight") == nullptr;
   c.hasRopeFreqs = file.findTensor("rope_freqs.weight") != nullptr;
+  if (c.arch->readConfig) c.arch->readConfig(file, a, c);
   return c;
 }
 

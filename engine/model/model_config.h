@@ -1,7 +1,7 @@
 #pragma once
-// Architecture hyper-parameters of a transformer, read from GGUF metadata (`<arch>.*` keys).
-// Supported: the llama family (llama, mistral, SmolLM2 — GQA, RoPE with optional scaling,
-// RMSNorm, SwiGLU, tied or separate output) and qwen2 (adds Q/K/V biases, NeoX-style RoPE).
+// Hyper-parameters of a transformer, read from GGUF metadata (`<arch>.*` keys): the keys every
+// supported architecture shares are read here, the rest by the architecture's own readConfig
+// (engine/model/arch/). What an architecture computes is its layer program (layer_program.h).
 
 #include <cstdint>
 #include <string>
@@ -11,6 +11,8 @@ class File;
 }
 
 namespace shoal::model {
+
+struct Architecture;
 
 // How RoPE pairs the dimensions of a head: llama GGUFs have Q/K rows permuted so that adjacent
 // dimensions (2i, 2i+1) rotate together ("normal"); qwen2 rotates (i, i + n/2) ("neox").
@@ -34,10 +36,10 @@ struct ModelConfig {
   float ropeFreqBase = 10000.0f;  // rope.freq_base
   float ropeFreqScale = 1.0f;     // 1 / rope.scaling.factor for linear scaling
   RopeScaling ropeScaling = RopeScaling::None;
-  RopeStyle ropeStyle = RopeStyle::Normal;
-  bool hasQkvBias = false;    // qwen2
   bool tiedOutput = false;    // no output.weight: the head reuses token_embd.weight
   bool hasRopeFreqs = false;  // rope_freqs.weight (llama 3.1 frequency factors) present
+
+  const Architecture* arch = nullptr;  // the registered architecture (never null after fromGguf)
 
   int32_t qDim() const { return nHead * headDim; }
   int32_t kvDim() const { return nHeadKv * headDim; }

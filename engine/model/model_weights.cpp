@@ -3,6 +3,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/model/architecture.h"
 
 namespace shoal::model {
 namespace {
@@ -60,34 +61,32 @@ ModelWeights ModelWeights::bindRange(const gguf::File& file, const ModelConfig& 
                 std::to_string(lastLayer) + ") is outside the model's " + std::to_string(c.nLayer) +
                 " layers");
   }
+  const Architecture& arch = architectureOf(c);
   const Binder b(file);
   ModelWeights w;
-  if (embedding || (head && c.tiedOutput)) {
-    w.tokenEmbd = b.get("token_embd.weight", {c.nEmbd, c.nVocab});
+  w.layers.resize(static_cast<size_t>(c.nLayer));
+  for (const StageTensor& st : stageTensors(c, firstLayer, lastLayer, embedding, head)) {
+    const TensorSpec& spec = *findTensorSpec(arch, st.role);  // stageTensors lists table rows
+    std::vector<int64_t> dims = {dimValue(spec.shape[0], c)};
+    if (spec.shape[1] != Dim::One) dims.push_back(dimValue(spec.shape[1], c));
+    const Tensor t = b.get(st.name, dims, st.required, spec.f32);
+    if (st.layer >= 0) {
+      w.layers[static_cast<size_t>(st.layer)].byRole[static_cast<size_t>(st.role)] = t;
+    } else {
+      w.global[static_cast<size_t>(st.role)] = t;
+    }
   }
   if (head) {
-    w.outputNorm = b.get("output_norm.weight", {c.nEmbd}, true, true);
-    w.output = c.tiedOutput ? w.tokenEmbd : b.get("output.weight", {c.nEmbd, c.nVocab});
-  }
-  w.ropeFreqs = b.get("rope_freqs.weight", {c.nRot / 2}, false, true);
-  w.layers.resize(static_cast<size_t>(c.nLayer));
-  for (int32_t i = firstLayer; i < lastLayer; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    LayerWeights& l = w.layers[static_cast<size_t>(i)];
-    l.attnNorm = b.get(p + "attn_norm.weight", {c.nEmbd}, true, true);
-    l.wq = b.get(p + "attn_q.weight", {c.nEmbd, c.qDim()});
-    l.wk = b.get(p + "attn_k.weight", {c.nEmbd, c.kvDim()});
-    l.wv = b.get(p + "attn_v.weight", {c.nEmbd, c.kvDim()});
-    l.wo = b.get(p + "attn_output.weight", {c.qDim(), c.nEmbd});
-    if (c.hasQkvBias) {
-      l.bq = b.get(p + "attn_q.bias", {c.qDim()}, true, true);
-      l.bk = b.get(p + "attn_k.bias", {c.kvDim()}, true, true);
-      l.bv = b.get(p + "attn_v.bias", {c.kvDim()}, true, true);
+    // A tied head reuses the embedding; then the embedding must be there.
+    Tensor& output = w.global[static_cast<size_t>(TensorRole::Output)];
+    const Tensor embd = w[TensorRole::TokenEmbd];
+    if (!output) {
+      if (!embd) throw Error(file.displayName() + ": missing tensor output.weight");
+      output = embd;
     }
-    l.ffnNorm = b.get(p + "ffn_norm.weight", {c.nEmbd}, true, true);
-    l.wGate = b.get(p + "ffn_gate.weight", {c.nEmbd, c.nFf});
-    l.wUp = b.get(p + "ffn_up.weight", {c.nEmbd, c.nFf});
-    l.wDown = b.get(p + "ffn_down.weight", {c.nFf, c.nEmbd});
+  }
+  if (!embedding && !(head && w[TensorRole::Output] == w[TensorRole::TokenEmbd])) {
+    w.global[static_cast<size_t>(TensorRole::TokenEmbd)] = nullptr;  // bound only for the head
   }
   return w;
 }

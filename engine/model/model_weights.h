@@ -1,38 +1,33 @@
 #pragma once
-// Binds the tensors of a GGUF file to their roles in the transformer, checking every shape and
-// type against the ModelConfig. The tensors stay where they are (in the file mapping); a backend
+// Binds the tensors of a GGUF file to their roles in the transformer, as the architecture's
+// tensor table (tensor_table.h) lists them, checking every shape and type against the
+// ModelConfig. The tensors stay where they are (in the file mapping); a backend
 // copies or uploads the ones its stage needs.
 
+#include <array>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/model_config.h"
+#include "engine/model/tensor_table.h"
 
 namespace shoal::model {
 
 using Tensor = const gguf::TensorInfo*;  // nullptr for an optional tensor that is absent
 
+// The tensors of one layer, by role (TensorRole's layer roles; the others stay nullptr).
 struct LayerWeights {
-  Tensor attnNorm = nullptr;  // [nEmbd] f32
-  Tensor wq = nullptr;        // [nEmbd] x qDim rows
-  Tensor wk = nullptr;        // [nEmbd] x kvDim rows
-  Tensor wv = nullptr;        // [nEmbd] x kvDim rows
-  Tensor wo = nullptr;        // [qDim] x nEmbd rows
-  Tensor bq = nullptr;        // qwen2 only: [qDim] f32
-  Tensor bk = nullptr;        // qwen2 only: [kvDim] f32
-  Tensor bv = nullptr;        // qwen2 only: [kvDim] f32
-  Tensor ffnNorm = nullptr;   // [nEmbd] f32
-  Tensor wGate = nullptr;     // [nEmbd] x nFf rows
-  Tensor wUp = nullptr;       // [nEmbd] x nFf rows
-  Tensor wDown = nullptr;     // [nFf] x nEmbd rows
+  std::array<Tensor, kTensorRoleCount> byRole{};
+  Tensor operator[](TensorRole role) const { return byRole[static_cast<size_t>(role)]; }
 };
 
 struct ModelWeights {
-  Tensor tokenEmbd = nullptr;   // [nEmbd] x nVocab rows
-  Tensor outputNorm = nullptr;  // [nEmbd] f32
-  Tensor output = nullptr;      // [nEmbd] x nVocab rows; == tokenEmbd when tied
-  Tensor ropeFreqs = nullptr;   // optional [nRot/2] f32 frequency factors
-  std::vector<LayerWeights> layers;
+  // Global tensors by role (TokenEmbd, OutputNorm, Output, RopeFreqs); Output == TokenEmbd when
+  // the head is tied.
+  std::array<Tensor, kTensorRoleCount> global{};
+  std::vector<LayerWeights> layers;  // config.nLayer entries, by the model's layer index
+
+  Tensor operator[](TensorRole role) const { return global[static_cast<size_t>(role)]; }
 
   // Throws shoal::Error naming the tensor for a missing tensor or a wrong shape or type.
   static ModelWeights bind(const gguf::File& file, const ModelConfig& config);

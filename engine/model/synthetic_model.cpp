@@ -9,6 +9,8 @@
 #include "engine/gguf/dequantize.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/model/architecture.h"
+#include "engine/model/model_config.h"
 
 namespace shoal::model {
 
@@ -61,8 +63,8 @@ int resolveVocabSize(const SyntheticModelSpec& spec) {
 }
 
 void validate(const SyntheticModelSpec& spec) {
-  if (spec.architecture != "llama") {
-    badSpec("architecture \"" + spec.architecture + "\" is not supported (only llama)");
+  if (!findArchitecture(spec.architecture)) {
+    badSpec("architecture \"" + spec.architecture + "\" is not supported");
   }
   auto positive = [](int v, const char* field) {
     if (v <= 0) badSpec(std::string(field) + " must be positive (got " + std::to_string(v) + ")");
@@ -88,10 +90,6 @@ void validate(const SyntheticModelSpec& spec) {
       badSpec("unknown tensor kind \"" + kind + "\" in typeOverrides");
     }
   }
-}
-
-bool isNorm(const std::string& kind) {
-  return kind == "attn_norm" || kind == "ffn_norm" || kind == "output_norm";
 }
 
 // Fills rows [first, first + count) of `t`, quantized, into dst; rows are split over threads.
@@ -156,14 +154,29 @@ void setGeneratedVocab(gguf::Writer& w, int nVocab) {
 
 std::vector<SyntheticTensor> syntheticTensors(const SyntheticModelSpec& spec) {
   validate(spec);
-  const int64_t nVocab = resolveVocabSize(spec);
-  const int64_t nEmbd = spec.nEmbd;
-  const int64_t headDim = spec.nEmbd / spec.nHead;
-  const int64_t nEmbdKv = headDim * spec.nHeadKv;
+  // The architecture's tensor table decides names and shapes, as for a real file of it.
+  ModelConfig c;
+  c.architecture = spec.architecture;
+  c.arch = findArchitecture(spec.architecture);
+  c.nLayer = spec.nLayer;
+  c.nEmbd = spec.nEmbd;
+  c.nFf = spec.nFf;
+  c.nHead = spec.nHead;
+  c.nHeadKv = spec.nHeadKv;
+  c.headDim = spec.nEmbd / spec.nHead;
+  c.nRot = c.headDim;
+  c.nVocab = static_cast<int32_t>(resolveVocabSize(spec));
+  c.tiedOutput = spec.tiedOutput;
   std::vector<SyntheticTensor> out;
-  auto add = [&](std::string name, std::string kind, std::vector<int64_t> dims) {
+  for (const StageTensor& st : stageTensors(c, 0, c.nLayer, true, true)) {
+    const TensorSpec* ts = findTensorSpec(*c.arch, st.role);
+    const bool wanted = st.required || (st.role == TensorRole::Output && !spec.tiedOutput);
+    if (!ts || !wanted) continue;
+    const std::string kind(tensorRoleName(st.role));
+    std::vector<int64_t> dims = {dimValue(ts->shape[0], c)};
+    if (ts->shape[1] != Dim::One) dims.push_back(dimValue(ts->shape[1], c));
     TensorType type = TensorType::F32;
-    if (!isNorm(kind)) {
+    if (!ts->f32) {
       const bool embed = kind == "token_embd" || kind == "output";
       type = embed ? spec.embedType : spec.weightType;
       if (auto it = spec.typeOverrides.find(kind); it != spec.typeOverrides.end()) {
@@ -171,32 +184,16 @@ std::vector<SyntheticTensor> syntheticTensors(const SyntheticModelSpec& spec) {
       }
     }
     if (!gguf::quantizable(type)) {
-      badSpec("tensor " + name + ": type " + gguf::typeName(type) + " cannot be written");
+      badSpec("tensor " + st.name + ": type " + gguf::typeName(type) + " cannot be written");
     }
     const int64_t block = gguf::typeTraits(type).blockSize;
     if (dims[0] % block != 0) {
-      badSpec("tensor " + name + ": row length " + std::to_string(dims[0]) +
+      badSpec("tensor " + st.name + ": row length " + std::to_string(dims[0]) +
               " is not a multiple of the " + gguf::typeName(type) + " block size " +
               std::to_string(block) + "; choose another type for " + kind);
     }
-    out.push_back(SyntheticTensor{std::move(name), std::move(kind), type, std::move(dims)});
-  };
-  // Shapes as llama.cpp's LLM_ARCH_LLAMA loader creates them (ggml order, dims[0] = row length).
-  add("token_embd.weight", "token_embd", {nEmbd, nVocab});
-  for (int i = 0; i < spec.nLayer; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    add(p + "attn_norm.weight", "attn_norm", {nEmbd});
-    add(p + "attn_q.weight", "attn_q", {nEmbd, headDim * spec.nHead});
-    add(p + "attn_k.weight", "attn_k", {nEmbd, nEmbdKv});
-    add(p + "attn_v.weight", "attn_v", {nEmbd, nEmbdKv});
-    add(p + "attn_output.weight", "attn_output", {headDim * spec.nHead, nEmbd});
-    add(p + "ffn_norm.weight", "ffn_norm", {nEmbd});
-    add(p + "ffn_gate.weight", "ffn_gate", {nEmbd, spec.nFf});
-    add(p + "ffn_up.weight", "ffn_up", {nEmbd, spec.nFf});
-    add(p + "ffn_down.weight", "ffn_down", {spec.nFf, nEmbd});
+    out.push_back(SyntheticTensor{st.name, kind, type, std::move(dims)});
   }
-  add("output_norm.weight", "output_norm", {nEmbd});
-  if (!spec.tiedOutput) add("output.weight", "output", {nEmbd, nVocab});
   return out;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// Writes GGUF models with random weights in the exact layout llama.cpp's `llama` architecture
-// loads (tensor names, shapes, `llama.*` metadata), for tests and benchmarks at any size:
+// Writes GGUF models with random weights in the layout of a registered architecture (its tensor
+// table: names and shapes as llama.cpp loads them; `<arch>.*` metadata), for tests and benchmarks
+// at any size:
 // a 1B..8B-shaped model is streamed to disk row by row, never held in memory.
 //
 // Weights are deterministic functions of (seed, tensor name, row): the same spec always gives
@@ -18,7 +19,7 @@
 namespace shoal::model {
 
 struct SyntheticModelSpec {
-  std::string architecture = "llama";  // only "llama" is supported
+  std::string architecture = "llama";  // any registered architecture (llama, qwen2, qwen3, ...)
   std::string name = "shoal-synthetic";
   int nLayer = 2;
   int nEmbd = 256;
@@ -36,7 +37,7 @@ struct SyntheticModelSpec {
   gguf::TensorType weightType = gguf::TensorType::Q8_0;  // attention and FFN matrices
   gguf::TensorType embedType = gguf::TensorType::Q8_0;   // token_embd and output
   // Per-kind overrides, keyed by the tensor kind: "token_embd", "output", "attn_q", "attn_k",
-  // "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down". Norms are always F32.
+  // "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down". Norms and biases are always F32.
   std::map<std::string, gguf::TensorType> typeOverrides;
   uint64_t seed = 1;
   float weightStd = 0.02f;

@@ -11,42 +11,137 @@
 
 namespace shoal::plan {
 
+namespace {
+
+// Layer costs added to running sums: the one summation LayerSums and rangeCost share, so that
+// the search and the evaluation of a plan agree bit for bit.
+void addLayer(RangeCost& sum, const LayerCost& layer, const Request& request) {
+  const double context = static_cast<double>(request.contextTokens);
+  const double positions =
+      layer.window > 0 ? std::min(context, static_cast<double>(layer.window)) : context;
+  sum.residentBytes += layer.weightBytes + positions * static_cast<double>(request.sequences) *
+                                               layer.kvBytesPerPosition;
+  sum.weightBytes += layer.weightBytes;
+  sum.readBytes += layer.readBytesPerToken;
+  sum.flops += layer.flopsPerToken;
+}
+
+RangeCost difference(const RangeCost& upTo, const RangeCost& before) {
+  return {upTo.residentBytes - before.residentBytes, upTo.weightBytes - before.weightBytes,
+          upTo.readBytes - before.readBytes, upTo.flops - before.flops};
+}
+
+// A per-layer list must cover every layer (validateInputs names the field; this guards direct
+// callers of the cost functions).
+void checkPerLayer(const ModelCost& model) {
+  if (!model.perLayer.empty() && model.perLayer.size() != static_cast<size_t>(model.layers)) {
+    throw Error("model costs: " + std::to_string(model.perLayer.size()) +
+                " per-layer entries for " + std::to_string(model.layers) + " layers");
+  }
+}
+
+RangeCost oneUniformLayer(const ModelCost& model, const Request& request) {
+  return {perLayerBytes(model, request), model.layerWeightBytes, model.layerWeightBytes,
+          model.layerFlopsPerToken};
+}
+
+}  // namespace
+
+LayerSums::LayerSums(const ModelCost& model, const Request& request)
+    : m_layers(model.layers), m_uniform(model.uniform()) {
+  checkPerLayer(model);
+  if (m_uniform) {
+    m_one = oneUniformLayer(model, request);
+    return;
+  }
+  m_prefix.assign(static_cast<size_t>(m_layers) + 1, RangeCost{});
+  for (int l = 0; l < m_layers; ++l) {
+    m_prefix[static_cast<size_t>(l) + 1] = m_prefix[static_cast<size_t>(l)];
+    addLayer(m_prefix[static_cast<size_t>(l) + 1], model.perLayer[static_cast<size_t>(l)], request);
+  }
+}
+
+void LayerSums::throwOutside(int first, int count) const {
+  throw Error("layer range [" + std::to_string(first) + ", " + std::to_string(first + count) +
+              ") is outside the model's " + std::to_string(m_layers) + " layers");
+}
+
+RangeCost rangeCost(const ModelCost& model, const Request& request, int first, int count) {
+  if (model.uniform() || first < 0 || count < 0 || first > model.layers - count) {
+    // The same products (and the same range check) as the table.
+    return LayerSums(model, request).range(first, count);
+  }
+  checkPerLayer(model);
+  RangeCost before;
+  for (int l = 0; l < first; ++l) addLayer(before, model.perLayer[static_cast<size_t>(l)], request);
+  RangeCost upTo = before;
+  for (int l = first; l < first + count; ++l)
+    addLayer(upTo, model.perLayer[static_cast<size_t>(l)], request);
+  return difference(upTo, before);
+}
+
 double perLayerBytes(const ModelCost& model, const Request& request) {
+  if (!model.uniform()) {
+    return rangeCost(model, request, 0, model.layers).residentBytes /
+           static_cast<double>(model.layers);
+  }
   return model.layerWeightBytes + static_cast<double>(request.contextTokens) *
                                       static_cast<double>(request.sequences) *
                                       model.kvBytesPerTokenPerLayer;
 }
 
-double stageMemoryBytes(const ModelCost& model, const Request& request, int layers, bool hasEmbed,
-                        bool hasHead) {
-  return static_cast<double>(layers) * perLayerBytes(model, request) +
-         (hasEmbed ? model.embedBytes : 0.0) + (hasHead ? model.headBytes : 0.0);
+double stageMemoryBytes(const ModelCost& model, const Request& request, int firstLayer, int layers,
+                        bool hasEmbed, bool hasHead) {
+  return stageMemoryBytes(model, rangeCost(model, request, firstLayer, layers), hasEmbed, hasHead);
 }
 
-double stageTimeS(const Device& device, const ModelCost& model, int layers, bool hasHead) {
-  const double k = static_cast<double>(layers);
-  const double bytes = k * model.layerWeightBytes + (hasHead ? model.headBytes : 0.0);
-  const double flops = k * model.layerFlopsPerToken + (hasHead ? model.headFlopsPerToken : 0.0);
-  return std::max(bytes / device.bandwidthBytesPerS, flops / device.flopsPerS);
+double stageTimeS(const Device& device, const ModelCost& model, int firstLayer, int layers,
+                  bool hasHead) {
+  // Time does not depend on the KV cache: any request gives the same read bytes and FLOPs.
+  return stageTimeS(device, model, rangeCost(model, Request{}, firstLayer, layers), hasHead);
 }
 
 int layerCapacity(const Device& device, const ModelCost& model, const Request& request,
                   bool hasEmbed, bool hasHead) {
+  return layerCapacity(device, model, LayerSums(model, request), hasEmbed, hasHead);
+}
+
+int layerCapacity(const Device& device, const ModelCost& model, const LayerSums& sums,
+                  bool hasEmbed, bool hasHead) {
   const double fixed = (hasEmbed ? model.embedBytes : 0.0) + (hasHead ? model.headBytes : 0.0);
   if (fixed > device.memoryBytes) return 0;
-  const double per = perLayerBytes(model, request);
-  if (per <= 0) return model.layers;
+  const int layers = model.layers;
+  auto fits = [&](int first, int count) {
+    return stageMemoryBytes(model, sums.range(first, count), hasEmbed, hasHead) <=
+           device.memoryBytes;
+  };
+  if (!sums.uniform()) {
+    int k = 0;
+    if (hasHead && !hasEmbed) {  // ranges ending at L
+      while (k < layers && fits(layers - k - 1, k + 1)) ++k;
+      return k;
+    }
+    if (hasEmbed) {  // ranges starting at 0
+      while (k < layers && fits(0, k + 1)) ++k;
+      return k;
+    }
+    // The longest range anywhere (two pointers: a range that fits still fits without its
+    // first layer).
+    for (int first = 0, end = 0; first < layers; ++first) {
+      end = std::max(end, first);
+      while (end < layers && fits(first, end + 1 - first)) ++end;
+      k = std::max(k, end - first);
+    }
+    return k;
+  }
+  const double per = sums.range(0, 1).residentBytes;
+  if (per <= 0) return layers;
   double guess = std::floor((device.memoryBytes - fixed) / per);
-  int k = static_cast<int>(std::clamp(guess, 0.0, static_cast<double>(model.layers)));
+  int k = static_cast<int>(std::clamp(guess, 0.0, static_cast<double>(layers)));
   // The division can land one off the exact boundary; settle it with the memory formula itself
   // so that capacity and the memory check never disagree.
-  while (k < model.layers &&
-         stageMemoryBytes(model, request, k + 1, hasEmbed, hasHead) <= device.memoryBytes) {
-    ++k;
-  }
-  while (k > 0 && stageMemoryBytes(model, request, k, hasEmbed, hasHead) > device.memoryBytes) {
-    --k;
-  }
+  while (k < layers && fits(0, k + 1)) ++k;
+  while (k > 0 && !fits(0, k)) --k;
   return k;
 }
 
@@ -114,7 +209,8 @@ PipelineMetrics evaluatePipeline(const Pool& pool, const LinkTable& links, const
   for (size_t i = 0; i < stages.size(); ++i) {
     const StageAssignment& s = stages[i];
     const Device& d = pool.devices[static_cast<size_t>(s.device)];
-    const double t = stageTimeS(d, model, s.lastLayer - s.firstLayer, i + 1 == stages.size());
+    const double t =
+        stageTimeS(d, model, s.firstLayer, s.lastLayer - s.firstLayer, i + 1 == stages.size());
     m.stageS.push_back(t);
     m.latencyS += t;
     slowest = std::max(slowest, t);
@@ -183,8 +279,15 @@ std::vector<std::string> planViolations(const Pool& pool, const ModelCost& model
       }
       if (s.lastLayer <= s.firstLayer) out.push_back(at + ": empty layer range");
       expectFirst = s.lastLayer;
-      const double need = stageMemoryBytes(model, request, s.lastLayer - s.firstLayer, i == 0,
-                                           i + 1 == stages.size());
+      if (s.firstLayer < 0 || s.lastLayer > model.layers) {
+        out.push_back(at + ": layers [" + std::to_string(s.firstLayer) + ", " +
+                      std::to_string(s.lastLayer) + ") outside the model's " +
+                      std::to_string(model.layers));
+        continue;
+      }
+      if (s.lastLayer <= s.firstLayer) continue;
+      const double need = stageMemoryBytes(model, request, s.firstLayer, s.lastLayer - s.firstLayer,
+                                           i == 0, i + 1 == stages.size());
       if (need > d.memoryBytes) {
         char buf[160];
         std::snprintf(buf, sizeof buf, ": needs %.0f bytes, device '%s' has %.0f", need,

@@ -2,16 +2,20 @@
 // The cost model of a pipeline plan: the one place where its formulas live. The planner's search,
 // the tests and the simulator all evaluate plans through these functions.
 //
-//   memory of a stage   k·(W + C·S·K) + first·E + last·H  ≤ M
-//   stage time          t = max((k·W + last·H) / B, (k·F + last·FH) / P)
+// A stage holds a contiguous layer range [a, a + k). Sums over the range (Σ, per layer l):
+//   memory of a stage   Σ (W_l + S·min(C, w_l)·K_l) + first·E + last·H  ≤ M
+//   stage time          t = max((Σ R_l + last·H) / B, (Σ F_l + last·FH) / P)
 //   hop between stages  latency + A / bandwidth of the node pair (intra_node on one node)
 //   token return        latency of the pair last → first node (0 on one node)
 //   pipeline latency    T = Σ stage times + Σ hops + token return
 //   pipeline throughput X_p = min(S / T, 1 / max(every stage time, hop and return))
 //   pool throughput     X = Σ X_p
 //
-// k is the stage's layer count, first/last are 1 for the first/last stage of the pipeline.
+// first/last are 1 for the first/last stage of the pipeline; w_l = 0 (no window) counts as C.
+// When the layers are alike (ModelCost::perLayer empty) the sums are k·(W + C·S·K), k·W and k·F,
+// computed as those products.
 
+#include <algorithm>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,19 +24,81 @@
 
 namespace shoal::plan {
 
-// Bytes one layer takes on a device: its weights plus the KV cache of S sequences of C tokens.
+// The sums of the layer costs over one layer range, for one request.
+struct RangeCost {
+  double residentBytes = 0;  // Σ (W_l + S·min(C, w_l)·K_l): weights plus KV cache
+  double weightBytes = 0;    // Σ W_l
+  double readBytes = 0;      // Σ R_l: weight bytes read per decoded token
+  double flops = 0;          // Σ F_l: per decoded token
+};
+
+// Prefix sums over the layers of one model for one request: the costs of any layer range in
+// O(1). The search asks for many ranges; the functions below that take a layer range compute
+// the same sums (bit for bit) without the table.
+class LayerSums {
+ public:
+  LayerSums(const ModelCost& model, const Request& request);
+
+  int layers() const { return m_layers; }
+  bool uniform() const { return m_uniform; }
+  // Layers [first, first + count); throws shoal::Error when that is not inside [0, L]. Inline:
+  // the search asks for millions of ranges.
+  RangeCost range(int first, int count) const {
+    if (first < 0 || count < 0 || first > m_layers - count) throwOutside(first, count);
+    if (m_uniform) {
+      const double k = static_cast<double>(count);
+      return {k * m_one.residentBytes, k * m_one.weightBytes, k * m_one.readBytes, k * m_one.flops};
+    }
+    const RangeCost& a = m_prefix[static_cast<size_t>(first)];
+    const RangeCost& b = m_prefix[static_cast<size_t>(first + count)];
+    return {b.residentBytes - a.residentBytes, b.weightBytes - a.weightBytes,
+            b.readBytes - a.readBytes, b.flops - a.flops};
+  }
+  // Layers whose costs differ only: the sums of layers [0, l), 0 <= l <= L.
+  const RangeCost& prefix(int l) const { return m_prefix[static_cast<size_t>(l)]; }
+
+ private:
+  [[noreturn]] void throwOutside(int first, int count) const;
+
+  int m_layers = 0;
+  bool m_uniform = true;
+  RangeCost m_one;                  // alike layers: the costs of one
+  std::vector<RangeCost> m_prefix;  // otherwise: sums of layers [0, l), L + 1 entries
+};
+
+// The sums of layers [first, first + count) (O(first + count) when the layers differ).
+RangeCost rangeCost(const ModelCost& model, const Request& request, int first, int count);
+
+// Mean bytes one layer takes on a device, weights plus the KV cache of S sequences of C tokens:
+// W + C·S·K when the layers are alike.
 double perLayerBytes(const ModelCost& model, const Request& request);
 
-// Memory a stage of `layers` layers needs.
-double stageMemoryBytes(const ModelCost& model, const Request& request, int layers, bool hasEmbed,
-                        bool hasHead);
+// Memory a stage needs.
+inline double stageMemoryBytes(const ModelCost& model, const RangeCost& layers, bool hasEmbed,
+                               bool hasHead) {
+  return layers.residentBytes + (hasEmbed ? model.embedBytes : 0.0) +
+         (hasHead ? model.headBytes : 0.0);
+}
+double stageMemoryBytes(const ModelCost& model, const Request& request, int firstLayer, int layers,
+                        bool hasEmbed, bool hasHead);
 
-// t_i of a stage of `layers` layers on `device` (the head adds to the last stage).
-double stageTimeS(const Device& device, const ModelCost& model, int layers, bool hasHead);
+// t_i of a stage on `device` (the head adds to the last stage).
+inline double stageTimeS(const Device& device, const ModelCost& model, const RangeCost& layers,
+                         bool hasHead) {
+  const double bytes = layers.readBytes + (hasHead ? model.headBytes : 0.0);
+  const double flops = layers.flops + (hasHead ? model.headFlopsPerToken : 0.0);
+  return std::max(bytes / device.bandwidthBytesPerS, flops / device.flopsPerS);
+}
+double stageTimeS(const Device& device, const ModelCost& model, int firstLayer, int layers,
+                  bool hasHead);
 
 // Most layers `device` can hold in the given role, clipped to [0, L]; 0 when not even the
-// embedding/head fits.
+// embedding/head fits. The first stage's range starts at layer 0 and the last's ends at L, so
+// those roles are exact; for a middle stage (and a stage with both) it is the longest range
+// that fits anywhere, an upper bound when the layers differ.
 int layerCapacity(const Device& device, const ModelCost& model, const Request& request,
+                  bool hasEmbed, bool hasHead);
+int layerCapacity(const Device& device, const ModelCost& model, const LayerSums& sums,
                   bool hasEmbed, bool hasHead);
 
 // Node-pair links of a pool resolved into a dense table over node indices.
@@ -79,7 +145,8 @@ void evaluatePlan(const Pool& pool, const LinkTable& links, const ModelCost& mod
                   const Request& request, Plan& plan);
 
 // Every way the plan breaks the rules: a pipeline's ranges not contiguous from 0 to L, an empty
-// stage, a device used twice or unknown, a stage over its device's memory. Empty when valid.
+// stage or one outside the model, a device used twice or unknown, a stage over its device's memory.
+// Empty when valid.
 std::vector<std::string> planViolations(const Pool& pool, const ModelCost& model,
                                         const Request& request, const Plan& plan);
 

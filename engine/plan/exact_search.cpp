@@ -91,7 +91,7 @@ class ExactSearch {
   }
 
   // Every pipeline over a subset of the devices: a first device, middle devices (those of one
-  // node in index order only, as their order changes nothing), and a last device.
+  // order class in index order only, as their order changes nothing), and a last device.
   void enumerate(std::vector<int>& prefix, unsigned mask) {
     const int n = static_cast<int>(m_usable.size());
     const int layers = m_ctx.layers();
@@ -108,7 +108,7 @@ class ExactSearch {
       const int d = m_usable[static_cast<size_t>(i)];
       bool canonical = true;
       for (size_t j = 1; j < prefix.size(); ++j) {
-        if (m_ctx.node(prefix[j]) == m_ctx.node(d) && prefix[j] > d) canonical = false;
+        if (m_ctx.orderClass(prefix[j]) == m_ctx.orderClass(d) && prefix[j] > d) canonical = false;
       }
       if (!canonical) continue;
       prefix.push_back(d);
@@ -162,14 +162,14 @@ class ExactSearch {
 
 double exactSequenceCount(const SearchContext& ctx, const std::vector<int>& devices) {
   // Sequences the enumeration visits: n one-device pipelines, plus for every (first, last) pair
-  // and every set of middle devices, the orders of the middle that differ in node sequence:
-  // |M|! / Π over nodes of (devices of that node in M)!. Summed with a polynomial product over
-  // nodes, Π_node Σ_m C(avail_node, m) x^m / m!, whose x^j coefficient times j! counts the
-  // middles of size j.
+  // and every set of middle devices, the orders of the middle that differ in class sequence:
+  // |M|! / Π over classes of (devices of that class in M)!. Summed with a polynomial product
+  // over classes, Π_class Σ_m C(avail_class, m) x^m / m!, whose x^j coefficient times j! counts
+  // the middles of size j. (Classes are nodes when the layers are alike, else devices.)
   const size_t n = devices.size();
-  std::vector<int> nodes;
-  for (int d : devices) nodes.push_back(ctx.node(d));
-  std::vector<int> distinct = nodes;
+  std::vector<int> classes;
+  for (int d : devices) classes.push_back(ctx.orderClass(d));
+  std::vector<int> distinct = classes;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   const size_t maxMiddle =
@@ -181,9 +181,9 @@ double exactSequenceCount(const SearchContext& ctx, const std::vector<int>& devi
       if (f == l || ctx.layers() < 2) continue;
       poly.assign(maxMiddle + 1, 0.0);
       poly[0] = 1;
-      for (int node : distinct) {
-        int avail = static_cast<int>(std::count(nodes.begin(), nodes.end(), node));
-        avail -= (nodes[f] == node) + (nodes[l] == node);
+      for (int cls : distinct) {
+        int avail = static_cast<int>(std::count(classes.begin(), classes.end(), cls));
+        avail -= (classes[f] == cls) + (classes[l] == cls);
         next.assign(maxMiddle + 1, 0.0);
         double binomOverFact = 1;  // C(avail, m) / m!
         for (int m = 0; m <= avail && static_cast<size_t>(m) <= maxMiddle; ++m) {

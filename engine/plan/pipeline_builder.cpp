@@ -1,6 +1,7 @@
 #include "engine/plan/pipeline_builder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -9,7 +10,9 @@
 namespace shoal::plan::detail {
 
 SearchContext::SearchContext(const Pool& pool, const ModelCost& model, const Request& request)
-    : m_pool(pool), m_model(model), m_request(request), m_links(pool) {
+    : m_pool(pool), m_model(model), m_request(request), m_links(pool), m_sums(model, request) {
+  static std::atomic<uint64_t> contexts{0};
+  m_id = ++contexts;
   const size_t n = pool.devices.size();
   m_nodes = static_cast<size_t>(m_links.nodeCount());
   // assign() rather than resize(): GCC 12 -O3 warns (falsely) of a null dereference in resize.
@@ -17,14 +20,28 @@ SearchContext::SearchContext(const Pool& pool, const ModelCost& model, const Req
   m_layerTime.assign(n, 0.0);
   m_headTime.assign(n, 0.0);
   m_cap.assign(n * 4, 0);
+  m_bound.assign(n, 0);
   for (size_t d = 0; d < n; ++d) {
     const Device& dev = pool.devices[d];
+    if (!m_sums.uniform()) {
+      bool memory = true, compute = true;
+      for (const LayerCost& c : model.perLayer) {
+        const double byBytes = c.readBytesPerToken / dev.bandwidthBytesPerS;
+        const double byFlops = c.flopsPerToken / dev.flopsPerS;
+        memory = memory && byBytes >= byFlops;
+        compute = compute && byFlops >= byBytes;
+      }
+      m_bound[d] = memory ? 1 : compute ? -1 : 0;
+    }
     m_node[d] = m_links.nodeOfDevice(static_cast<int>(d));
-    m_layerTime[d] = stageTimeS(dev, model, 1, false);
-    m_headTime[d] = stageTimeS(dev, model, 0, true);
+    m_layerTime[d] = m_sums.uniform()
+                         ? stageTimeS(dev, model, m_sums.range(0, 1), false)
+                         : stageTimeS(dev, model, m_sums.range(0, model.layers), false) /
+                               static_cast<double>(model.layers);
+    m_headTime[d] = stageTimeS(dev, model, RangeCost{}, true);
     for (int role = 0; role < 4; ++role) {
       m_cap[d * 4 + static_cast<size_t>(role)] =
-          layerCapacity(dev, model, request, (role & 1) != 0, (role & 2) != 0);
+          layerCapacity(dev, model, m_sums, (role & 1) != 0, (role & 2) != 0);
     }
   }
   m_hop.assign(m_nodes * m_nodes, 0.0);
@@ -288,7 +305,26 @@ double bindingBottleneck(SplitProblem& problem, int n, double tau0, double hi) {
   return std::min(settle(lo), hi);
 }
 
+void scoreSplit(const SearchContext& ctx, double linkSum, double linkMax, PipelineResult& result) {
+  const size_t n = result.order.size();
+  double latency = linkSum;
+  double slowest = linkMax;
+  int first = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double t = ctx.stageS(result.order[i], first, result.layers[i], i + 1 == n);
+    first += result.layers[i];
+    latency += t;
+    slowest = std::max(slowest, t);
+  }
+  result.feasible = true;
+  result.latency = latency;
+  result.throughput = pipelineThroughput(ctx.sequences(), latency, slowest);
+}
+
+// Alike layers: stage times depend on layer counts only and are convex in them, which the
+// greedy below relies on; other models take optimizeRangeSplit.
 PipelineResult optimizeSplit(const SearchContext& ctx, std::span<const int> order) {
+  if (!ctx.uniform()) return optimizeRangeSplit(ctx, order);
   thread_local SplitProblem problem;
   PipelineResult result;
   result.order.assign(order.begin(), order.end());
@@ -318,17 +354,7 @@ PipelineResult optimizeSplit(const SearchContext& ctx, std::span<const int> orde
   }
 
   // Score the split with the cost-model formulas themselves.
-  double latency = problem.linkSum();
-  double slowest = problem.linkMax();
-  for (int i = 0; i < n; ++i) {
-    const Device& d = ctx.pool().devices[static_cast<size_t>(order[static_cast<size_t>(i)])];
-    const double t = stageTimeS(d, ctx.model(), result.layers[static_cast<size_t>(i)], i == n - 1);
-    latency += t;
-    slowest = std::max(slowest, t);
-  }
-  result.feasible = true;
-  result.latency = latency;
-  result.throughput = pipelineThroughput(ctx.sequences(), latency, slowest);
+  scoreSplit(ctx, problem.linkSum(), problem.linkMax(), result);
   return result;
 }
 
@@ -437,7 +463,7 @@ void forEachDistinctOrder(const SearchContext& ctx, std::span<const int> devices
   if (n == 0) return;
   std::vector<int> order;
   std::vector<char> used(n, 0);
-  // Middle devices of one node are interchangeable: only visit them in increasing device index.
+  // Middle devices of one order class are interchangeable: visit them in increasing index only.
   std::function<void(int)> middle = [&](int remaining) {
     if (remaining == 0) {
       for (size_t i = 0; i < n; ++i) {
@@ -453,7 +479,7 @@ void forEachDistinctOrder(const SearchContext& ctx, std::span<const int> devices
       const int d = devices[i];
       bool canonical = true;
       for (size_t j = 1; j < order.size(); ++j) {
-        if (ctx.node(order[j]) == ctx.node(d) && order[j] > d) canonical = false;
+        if (ctx.orderClass(order[j]) == ctx.orderClass(d) && order[j] > d) canonical = false;
       }
       if (!canonical) continue;
       // d must also precede, in index order, every unused same-node device that will follow it

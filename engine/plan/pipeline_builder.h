@@ -2,6 +2,7 @@
 // Internal to the planner: a precomputed view of a pool for the search, the optimal layer split
 // of one ordered pipeline, and the ordering of a set of devices into a pipeline.
 
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <vector>
@@ -17,21 +18,45 @@ class SearchContext {
  public:
   SearchContext(const Pool& pool, const ModelCost& model, const Request& request);
 
+  // Unique per context made (in this process): what a cache of results may be keyed by.
+  uint64_t id() const { return m_id; }
   const Pool& pool() const { return m_pool; }
   const ModelCost& model() const { return m_model; }
   const Request& request() const { return m_request; }
   const LinkTable& links() const { return m_links; }
+  const LayerSums& sums() const { return m_sums; }
   int layers() const { return m_model.layers; }
+  // All layers alike (ModelCost::perLayer empty): a stage's costs depend on its layer count only.
+  bool uniform() const { return m_sums.uniform(); }
   double sequences() const { return static_cast<double>(m_request.sequences); }
   int deviceCount() const { return static_cast<int>(m_pool.devices.size()); }
 
   int node(int device) const { return m_node[static_cast<size_t>(device)]; }
-  // Time per layer of a stage that does not hold the head (stage time is linear in k then).
+  // Devices of one class may swap places in the middle of a pipeline (with their layer counts)
+  // without changing any cost: those of one node when the layers are alike, each device its own
+  // class when the layers differ (a device then costs what the layers at its place cost).
+  int orderClass(int device) const {
+    return uniform() ? node(device) : static_cast<int>(m_nodes) + device;
+  }
+  // Time per layer of a stage that does not hold the head (stage time is linear in k then);
+  // the mean over the layers when they differ (for ordering devices only).
   double layerTimeS(int device) const { return m_layerTime[static_cast<size_t>(device)]; }
   // max(H/B, FH/P): what the head alone costs on the device.
   double headTimeS(int device) const { return m_headTime[static_cast<size_t>(device)]; }
+  // layerCapacity() of the device in the role (an upper bound for a middle stage when the
+  // layers differ; fitsRange() is exact).
   int capacity(int device, bool first, bool last) const {
     return m_cap[static_cast<size_t>(device) * 4 + (first ? 1 : 0) + (last ? 2 : 0)];
+  }
+  // Whether layers [firstLayer, firstLayer + count) fit the device in the role.
+  bool fitsRange(int device, int firstLayer, int count, bool first, bool last) const {
+    return stageMemoryBytes(m_model, m_sums.range(firstLayer, count), first, last) <=
+           m_pool.devices[static_cast<size_t>(device)].memoryBytes;
+  }
+  // t_i of layers [firstLayer, firstLayer + count) on the device.
+  double stageS(int device, int firstLayer, int count, bool last) const {
+    return stageTimeS(m_pool.devices[static_cast<size_t>(device)], m_model,
+                      m_sums.range(firstLayer, count), last);
   }
   double hopS(int fromDevice, int toDevice) const {
     return m_hop[static_cast<size_t>(node(fromDevice)) * m_nodes +
@@ -47,19 +72,26 @@ class SearchContext {
   double nodeReturnS(int nodeA, int nodeB) const {
     return m_return[static_cast<size_t>(nodeA) * m_nodes + static_cast<size_t>(nodeB)];
   }
+  // Layers that differ: 1 when every layer alone is bandwidth-bound on the device (R_l / B ≥
+  // F_l / P, so any range without the head is: t = ΣR / B), -1 when every one is compute-bound
+  // (t = ΣF / P), 0 otherwise. Lets the range split use a sliding-window minimum.
+  int boundKind(int device) const { return m_bound[static_cast<size_t>(device)]; }
   // A device that can hold at least one layer as a middle stage.
   bool usable(int device) const { return capacity(device, false, false) >= 1; }
 
  private:
+  uint64_t m_id = 0;
   const Pool& m_pool;
   const ModelCost& m_model;
   const Request& m_request;
   LinkTable m_links;
+  LayerSums m_sums;
   size_t m_nodes = 0;
   std::vector<int> m_node;
   std::vector<double> m_layerTime;
   std::vector<double> m_headTime;
   std::vector<int> m_cap;        // 4 per device: middle, first, last, first+last
+  std::vector<int> m_bound;      // per device: boundKind()
   std::vector<double> m_hop;     // node × node
   std::vector<double> m_return;  // node × node
 };
@@ -75,12 +107,20 @@ struct PipelineResult {
 
 // Optimal layer counts for devices in the given order: maximizes X_p (equivalently minimizes
 // max(T/S, slowest stage, slowest link)), and among those minimizes T. Infeasible when a device
-// cannot hold one layer in its role or the devices cannot hold L layers together.
+// cannot hold one layer in its role or the devices cannot hold L layers together. Stages take
+// consecutive ranges in order: stage i starts where stage i - 1 ends.
 PipelineResult optimizeSplit(const SearchContext& ctx, std::span<const int> order);
 
+// optimizeSplit for models whose layers differ (range_split.cpp): a DP over the range
+// boundaries, optimal to a relative 1e-12 of X_p.
+PipelineResult optimizeRangeSplit(const SearchContext& ctx, std::span<const int> order);
+
+// Scores a split with the cost-model formulas (stage times of the ranges, links, X_p).
+void scoreSplit(const SearchContext& ctx, double linkSum, double linkMax, PipelineResult& result);
+
 // Calls visit() with every order of `devices` that the cost model can tell apart: devices of one
-// node in middle positions are interchangeable (same links, same role), so one order of them is
-// visited. n! orders at most; for small sets only.
+// order class (SearchContext::orderClass) in middle positions are interchangeable, so one order
+// of them is visited. n! orders at most; for small sets only.
 void forEachDistinctOrder(const SearchContext& ctx, std::span<const int> devices,
                           const std::function<void(std::span<const int>)>& visit);
 

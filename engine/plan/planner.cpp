@@ -28,8 +28,8 @@ std::string gib(double bytes) {
 
 // Why no pipeline fits, and how much memory would make one fit.
 void diagnose(const Pool& pool, const ModelCost& model, const Request& request, Plan& out) {
-  const double per = perLayerBytes(model, request);
-  const double need = model.layers * per + model.embedBytes + model.headBytes;
+  const double per = perLayerBytes(model, request);  // the mean when the layers differ
+  const double need = stageMemoryBytes(model, request, 0, model.layers, true, true);
   double total = 0, largest = 0;
   long layersHeld = 0;
   bool embedFits = false, headFits = false;
@@ -54,9 +54,9 @@ void diagnose(const Pool& pool, const ModelCost& model, const Request& request, 
   } else if (layersHeld < model.layers) {
     out.missingBytes = static_cast<double>(model.layers - layersHeld) * per;
     out.infeasibleReason = "the devices can hold only " + std::to_string(layersHeld) + " of " +
-                           std::to_string(model.layers) + " layers (" + gib(per) +
-                           " each with the " + kv + "): about " + gib(out.missingBytes) +
-                           " missing";
+                           std::to_string(model.layers) + " layers (" +
+                           (model.uniform() ? "" : "on average ") + gib(per) + " each with the " +
+                           kv + "): about " + gib(out.missingBytes) + " missing";
   } else if (!embedFits || !headFits) {
     const double part = embedFits ? model.headBytes : model.embedBytes;
     out.missingBytes = std::max(0.0, part + per - largest);
@@ -79,6 +79,19 @@ void validateInputs(const Pool& pool, const ModelCost& model, const Request& req
   requireFinite(model.layerWeightBytes, "model.layer_weight_bytes", false);
   requireFinite(model.layerFlopsPerToken, "model.layer_flops_per_token", false);
   requireFinite(model.kvBytesPerTokenPerLayer, "model.kv_bytes_per_token_per_layer", false);
+  if (!model.perLayer.empty() && model.perLayer.size() != static_cast<size_t>(model.layers)) {
+    throw Error("model.per_layer: must list " + std::to_string(model.layers) + " layers, got " +
+                std::to_string(model.perLayer.size()));
+  }
+  for (size_t l = 0; l < model.perLayer.size(); ++l) {
+    const LayerCost& c = model.perLayer[l];
+    const std::string at = "model.per_layer[" + std::to_string(l) + "]";
+    requireFinite(c.weightBytes, at + ".weight_bytes", false);
+    requireFinite(c.readBytesPerToken, at + ".read_bytes_per_token", false);
+    requireFinite(c.flopsPerToken, at + ".flops_per_token", false);
+    requireFinite(c.kvBytesPerPosition, at + ".kv_bytes_per_position", false);
+    if (c.window < 0) throw Error(at + ".window: must be >= 0, got " + std::to_string(c.window));
+  }
   requireFinite(model.hiddenBytesPerToken, "model.hidden_bytes_per_token", false);
   requireFinite(model.embedBytes, "model.embed_bytes", false);
   requireFinite(model.headBytes, "model.head_bytes", false);

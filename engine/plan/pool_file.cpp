@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "engine/error.h"
 
@@ -96,18 +97,54 @@ Link link(const Json& j, const std::string& path, bool withNodes) {
   return Link{number(j, path, "latency_s", false), number(j, path, "bandwidth_bytes_per_s", true)};
 }
 
+std::vector<LayerCost> perLayerBlock(const Json& j, int layers) {
+  const std::string path = "model.per_layer";
+  if (!j.is_array()) fail(path, "expected an array, got " + typeName(j));
+  if (j.size() != static_cast<size_t>(layers)) {
+    fail(path, "must list model.layers = " + std::to_string(layers) + " layers, got " +
+                   std::to_string(j.size()));
+  }
+  std::vector<LayerCost> out;
+  for (size_t l = 0; l < j.size(); ++l) {
+    const std::string at = path + "[" + std::to_string(l) + "]";
+    const Json& e = object(j[l], at,
+                           {"weight_bytes", "read_bytes_per_token", "flops_per_token",
+                            "kv_bytes_per_position", "window"});
+    LayerCost c;
+    c.weightBytes = number(e, at, "weight_bytes", false);
+    c.readBytesPerToken = e.contains("read_bytes_per_token")
+                              ? number(e, at, "read_bytes_per_token", false)
+                              : c.weightBytes;
+    c.flopsPerToken = number(e, at, "flops_per_token", false);
+    c.kvBytesPerPosition = number(e, at, "kv_bytes_per_position", false);
+    c.window = e.contains("window") ? integer(e, at, "window", 0) : 0;
+    out.push_back(c);
+  }
+  return out;
+}
+
 ModelCost modelBlock(const Json& j) {
   const std::string path = "model";
-  object(j, path,
-         {"layers", "layer_weight_bytes", "layer_flops_per_token", "kv_bytes_per_token_per_layer",
-          "hidden_bytes_per_token", "embed_bytes", "head_bytes", "head_flops_per_token"});
+  object(
+      j, path,
+      {"layers", "layer_weight_bytes", "layer_flops_per_token", "kv_bytes_per_token_per_layer",
+       "per_layer", "hidden_bytes_per_token", "embed_bytes", "head_bytes", "head_flops_per_token"});
   ModelCost m;
   const int64_t layers = integer(j, path, "layers", 1);
   if (layers > 1'000'000) fail("model.layers", "too large: " + std::to_string(layers));
   m.layers = static_cast<int>(layers);
-  m.layerWeightBytes = number(j, path, "layer_weight_bytes", false);
-  m.layerFlopsPerToken = number(j, path, "layer_flops_per_token", false);
-  m.kvBytesPerTokenPerLayer = number(j, path, "kv_bytes_per_token_per_layer", false);
+  if (j.contains("per_layer")) m.perLayer = perLayerBlock(j["per_layer"], m.layers);
+  // With per_layer the uniform figures are only its means; they may be left out then.
+  auto uniformFigure = [&](const char* key, double LayerCost::*figure) {
+    if (m.perLayer.empty() || j.contains(key)) return number(j, path, key, false);
+    double sum = 0;
+    for (const LayerCost& c : m.perLayer) sum += c.*figure;
+    return sum / static_cast<double>(m.layers);
+  };
+  m.layerWeightBytes = uniformFigure("layer_weight_bytes", &LayerCost::weightBytes);
+  m.layerFlopsPerToken = uniformFigure("layer_flops_per_token", &LayerCost::flopsPerToken);
+  m.kvBytesPerTokenPerLayer =
+      uniformFigure("kv_bytes_per_token_per_layer", &LayerCost::kvBytesPerPosition);
   m.hiddenBytesPerToken = number(j, path, "hidden_bytes_per_token", false);
   m.embedBytes = number(j, path, "embed_bytes", false);
   m.headBytes = number(j, path, "head_bytes", false);
@@ -226,6 +263,17 @@ std::string writePoolFile(const PoolFile& file) {
                      {"embed_bytes", m.embedBytes},
                      {"head_bytes", m.headBytes},
                      {"head_flops_per_token", m.headFlopsPerToken}};
+    if (!m.perLayer.empty()) {
+      Ordered layers = Ordered::array();
+      for (const LayerCost& c : m.perLayer) {
+        layers.push_back({{"weight_bytes", c.weightBytes},
+                          {"read_bytes_per_token", c.readBytesPerToken},
+                          {"flops_per_token", c.flopsPerToken},
+                          {"kv_bytes_per_position", c.kvBytesPerPosition},
+                          {"window", c.window}});
+      }
+      root["model"]["per_layer"] = layers;
+    }
   }
   root["request"] = {{"context_tokens", file.request.contextTokens},
                      {"sequences", file.request.sequences}};

@@ -11,7 +11,14 @@
 //     "hidden_bytes_per_token": 16384,         A
 //     "embed_bytes": 2.9e8,                    E
 //     "head_bytes": 4.3e8,                     H
-//     "head_flops_per_token": 1.05e9           FH
+//     "head_flops_per_token": 1.05e9,          FH
+//     "per_layer": [                           optional: L entries when the layers differ
+//       {"weight_bytes": 1.3e8,                  W_l
+//        "read_bytes_per_token": 4e7,            R_l, optional (default W_l; MoE: less)
+//        "flops_per_token": 8e7,                 F_l
+//        "kv_bytes_per_position": 4096,          K_l
+//        "window": 1024}                         w_l, optional (default 0: the whole context)
+//     ]                                        with per_layer, W, F and K may be left out
 //   },
 //   "request": {"context_tokens": 4096, "sequences": 1},   optional; these are the defaults
 //   "devices": [                             at least one

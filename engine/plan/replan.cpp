@@ -19,19 +19,30 @@ double movedWeightBytes(const Plan& before, const Plan& after, const ModelCost& 
   for (const Pipeline& p : before.pipelines) {
     for (const StageAssignment& s : p.stages) held[s.deviceId] = {s.firstLayer, s.lastLayer};
   }
+  auto weights = [&](int first, int last) {
+    return last > first ? rangeCost(model, Request{}, first, last - first).weightBytes : 0.0;
+  };
   double bytes = 0;
   for (const Pipeline& p : after.pipelines) {
     for (const StageAssignment& s : p.stages) {
-      int kept = 0;
+      // The layers held before: [keptFirst, keptLast) (empty when keptLast <= keptFirst).
+      int keptFirst = 0, keptLast = 0;
       bool hadEmbed = false, hadHead = false;
       auto it = held.find(s.deviceId);
       if (it != held.end()) {
-        kept = std::max(
-            0, std::min(s.lastLayer, it->second.last) - std::max(s.firstLayer, it->second.first));
+        keptFirst = std::max(s.firstLayer, it->second.first);
+        keptLast = std::min(s.lastLayer, it->second.last);
         hadEmbed = it->second.first == 0;
         hadHead = it->second.last == model.layers;
       }
-      bytes += (s.lastLayer - s.firstLayer - kept) * model.layerWeightBytes;
+      if (keptLast <= keptFirst) {
+        bytes += weights(s.firstLayer, s.lastLayer);
+      } else if (model.uniform()) {
+        // (layers new to the device) × W, as one product like every uniform cost.
+        bytes += (s.lastLayer - s.firstLayer - (keptLast - keptFirst)) * model.layerWeightBytes;
+      } else {
+        bytes += weights(s.firstLayer, keptFirst) + weights(keptLast, s.lastLayer);
+      }
       if (s.firstLayer == 0 && !hadEmbed) bytes += model.embedBytes;
       if (s.lastLayer == model.layers && !hadHead) bytes += model.headBytes;
     }
@@ -80,14 +91,19 @@ std::vector<int> freeDevices(const SearchContext& ctx, const std::vector<Pipelin
   return out;
 }
 
+// Whether a previous pipeline still covers the model and fits its devices (a kept pipeline's
+// ranges are contiguous: they come from a plan).
 bool fits(const SearchContext& ctx, const PipelineResult& p) {
   const size_t n = p.order.size();
-  int total = 0;
+  int first = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (p.layers[i] < 1 || p.layers[i] > ctx.capacity(p.order[i], i == 0, i + 1 == n)) return false;
-    total += p.layers[i];
+    if (p.layers[i] < 1 || first + p.layers[i] > ctx.layers() ||
+        !ctx.fitsRange(p.order[i], first, p.layers[i], i == 0, i + 1 == n)) {
+      return false;
+    }
+    first += p.layers[i];
   }
-  return total == ctx.layers();
+  return first == ctx.layers();
 }
 
 }  // namespace

@@ -24,7 +24,8 @@ Layout exactSearch(const SearchContext& ctx, const std::vector<int>& usable, dou
                    int maxPipelines = 0);
 
 // How many ordered device sequences exactSearch would split for these devices (devices of one
-// node are interchangeable in the middle of a pipeline, which shrinks it on few-node pools).
+// order class, i.e. of one node when the layers are alike, are interchangeable in the middle of
+// a pipeline, which shrinks it on few-node pools).
 double exactSequenceCount(const SearchContext& ctx, const std::vector<int>& devices);
 
 // Segment DP over several device orderings (contiguous runs become pipelines), then a local

@@ -1,7 +1,8 @@
 #pragma once
 // The planner's vocabulary: what a pool, a model and a request look like to the cost model, and
 // what a plan is. Every quantity is in bytes, seconds, FLOPs or tokens; the symbols in the
-// comments (W, F, K, ...) are the ones docs/planner.md and cost_model.h use.
+// comments (W, F, K, ...) are the ones docs/planner.md and cost_model.h use; a subscript l
+// (W_l) is layer l's own figure.
 
 #include <cstdint>
 #include <optional>
@@ -39,16 +40,35 @@ struct Pool {
   std::optional<Link> defaultLink;  // for node pairs `links` does not list (large pools)
 };
 
+// The costs of one layer. Layers of one model may differ: a sliding-window layer caches at most
+// `window` positions, an MoE layer reads only its active experts per token, a layer may simply
+// be heavier than the others.
+struct LayerCost {
+  double weightBytes = 0;         // W_l: bytes of its weights (resident on the device)
+  double readBytesPerToken = 0;   // R_l: weight bytes one decoded token reads (MoE: shared
+                                  // tensors plus the active experts; dense: W_l)
+  double flopsPerToken = 0;       // F_l: FLOPs of one token
+  double kvBytesPerPosition = 0;  // K_l: KV-cache bytes of one cached position of one sequence
+  int64_t window = 0;             // w_l: 0 caches the whole context; w > 0 at most w positions
+  bool operator==(const LayerCost&) const = default;
+};
+
 // Per-layer and per-token costs of one model (docs/planner.md "cost model").
 struct ModelCost {
-  int layers = 0;                      // L
-  double layerWeightBytes = 0;         // W: bytes of one layer's weights
-  double layerFlopsPerToken = 0;       // F: FLOPs of one layer for one token
+  int layers = 0;  // L
+  // The figures of every layer when `perLayer` is empty (then R = W and no window). When
+  // `perLayer` is given they are its means, for display; the cost model reads `perLayer`.
+  double layerWeightBytes = 0;         // W
+  double layerFlopsPerToken = 0;       // F
   double kvBytesPerTokenPerLayer = 0;  // K: KV-cache bytes one token adds to one layer
-  double hiddenBytesPerToken = 0;      // A: activation sent from one stage to the next
-  double embedBytes = 0;               // E: token embedding (first stage)
-  double headBytes = 0;                // H: final norm + output head (last stage)
-  double headFlopsPerToken = 0;        // FH: FLOPs of the head for one token
+  // L entries when the layers differ; empty when they are all alike.
+  std::vector<LayerCost> perLayer;
+  double hiddenBytesPerToken = 0;  // A: activation sent from one stage to the next
+  double embedBytes = 0;           // E: token embedding (first stage)
+  double headBytes = 0;            // H: final norm + output head (last stage)
+  double headFlopsPerToken = 0;    // FH: FLOPs of the head for one token
+
+  bool uniform() const { return perLayer.empty(); }
 };
 
 struct Request {

@@ -6,9 +6,27 @@
 #include "engine/error.h"
 
 namespace shoal::runtime {
+namespace {
 
-Chain::Chain(std::vector<std::unique_ptr<Stage>> stages) : m_stages(std::move(stages)) {
+std::vector<std::shared_ptr<Stage>> shared(std::vector<std::unique_ptr<Stage>> stages) {
+  std::vector<std::shared_ptr<Stage>> out;
+  for (auto& s : stages) out.push_back(std::move(s));
+  return out;
+}
+
+}  // namespace
+
+Chain::Chain(std::vector<std::unique_ptr<Stage>> stages) : Chain(shared(std::move(stages))) {}
+
+Chain::Chain(std::vector<std::shared_ptr<Stage>> stages) : m_stages(std::move(stages)) {
+  checkJoins();
+}
+
+void Chain::checkJoins() const {
   if (m_stages.empty()) throw Error("a chain needs at least one stage");
+  for (const auto& s : m_stages) {
+    if (!s) throw Error("a chain's stage is missing");
+  }
   if (!m_stages.front()->spec().hasEmbedding)
     throw Error("the first stage must hold the embedding");
   if (!m_stages.back()->spec().hasHead) throw Error("the last stage must hold the output head");
@@ -39,35 +57,108 @@ int32_t Chain::maxBatch() const {
 }
 
 void Chain::forward(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
-                    std::vector<float>& logits, bool allLogits) {
+                    StageOutput& out, LogitRows logits, const SampleRequest* sample) {
   if (tokens.empty()) throw Error("Chain::forward: no tokens");
-  const size_t batch = static_cast<size_t>(maxBatch());
-  logits.clear();
-  for (size_t start = 0; start < tokens.size(); start += batch) {
-    const size_t count = std::min(batch, tokens.size() - start);
-    const bool lastBatch = start + count == tokens.size();
-    StageInput in;
-    in.sequence = sequence;
-    in.firstPosition = firstPosition + static_cast<int32_t>(start);
-    in.count = static_cast<int32_t>(count);
-    in.tokens = tokens.subspan(start, count);
-    in.allLogits = allLogits;
-    for (size_t i = 0; i < m_stages.size(); ++i) {
-      StageOutput& out = m_scratch[i % 2];
-      if (i > 0) in.hidden = m_scratch[(i - 1) % 2].hidden;
-      m_stages[i]->forward(in, out);
+  const size_t stages = m_stages.size();
+  out.hidden.clear();
+  out.logits.clear();
+  out.tokens.clear();
+  // Two slots per stage: micro-batch k's output of stage s is read by stage s + 1 in the next
+  // wave, while micro-batch k + 1 is written into the other slot.
+  m_outputs.resize(2);
+  for (auto& slot : m_outputs) slot.resize(stages);
+
+  try {
+    runWaves(sequence, firstPosition, tokens, out, logits, sample);
+  } catch (...) {
+    const size_t failed = m_failedStage;
+    for (size_t s = 0; s < stages; ++s) {
+      if (s == failed) continue;
+      try {
+        m_stages[s]->truncate(sequence, firstPosition);
+      } catch (const std::exception&) {
+        // That stage is in trouble too; recovery (or the next truncate) deals with it.
+      }
     }
-    const StageOutput& last = m_scratch[(m_stages.size() - 1) % 2];
-    if (allLogits) {
-      logits.insert(logits.end(), last.logits.begin(), last.logits.end());
-    } else if (lastBatch) {
-      logits = last.logits;
+    m_failedStage = failed;
+    throw;
+  }
+}
+
+void Chain::runWaves(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
+                     StageOutput& out, LogitRows logits, const SampleRequest* sample) {
+  const size_t batch = static_cast<size_t>(maxBatch());
+  const size_t microBatches = (tokens.size() + batch - 1) / batch;
+  const size_t stages = m_stages.size();
+  std::vector<Segment> segments(stages);
+  std::vector<Stage::Ticket> tickets(stages);
+  // Wave t runs micro-batch t - s on stage s: every stage works on a different micro-batch.
+  for (size_t wave = 0; wave + 1 < microBatches + stages; ++wave) {
+    std::vector<size_t> active;
+    for (size_t s = 0; s < stages; ++s) {
+      if (wave < s || wave - s >= microBatches) continue;
+      const size_t k = wave - s;
+      const size_t start = k * batch;
+      const size_t count = std::min(batch, tokens.size() - start);
+      const bool lastMicroBatch = k + 1 == microBatches;
+      Segment& seg = segments[s];
+      seg.sequence = sequence;
+      seg.firstPosition = firstPosition + static_cast<int32_t>(start);
+      seg.count = static_cast<int32_t>(count);
+      seg.logits = logits == LogitRows::All                      ? LogitRows::All
+                   : logits == LogitRows::Last && lastMicroBatch ? LogitRows::Last
+                                                                 : LogitRows::None;
+      Batch b;
+      b.segments = std::span(&seg, 1);
+      if (s == 0) {
+        b.tokens = tokens.subspan(start, count);
+      } else {
+        b.hidden = m_outputs[k % 2][s - 1].hidden;
+      }
+      if (s + 1 == stages && seg.logits != LogitRows::None) b.sample = sample;
+      m_failedStage = s;
+      tickets[s] = m_stages[s]->submit(b, m_outputs[k % 2][s]);
+      active.push_back(s);
+    }
+    for (size_t s : active) {
+      m_failedStage = s;
+      m_stages[s]->wait(tickets[s]);
+      if (s + 1 == stages) {
+        const StageOutput& head = m_outputs[(wave - s) % 2][s];
+        out.logits.insert(out.logits.end(), head.logits.begin(), head.logits.end());
+        out.tokens.insert(out.tokens.end(), head.tokens.begin(), head.tokens.end());
+      }
     }
   }
 }
 
+void Chain::forward(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
+                    std::vector<float>& logits, bool allLogits) {
+  StageOutput out;
+  forward(sequence, firstPosition, tokens, out, allLogits ? LogitRows::All : LogitRows::Last);
+  logits = std::move(out.logits);
+}
+
+void Chain::forwardBatch(const Batch& batch, StageOutput& out) {
+  m_outputs.resize(2);
+  for (auto& slot : m_outputs) slot.resize(m_stages.size());
+  Batch b = batch;
+  for (size_t s = 0; s < m_stages.size(); ++s) {
+    StageOutput& o = s + 1 == m_stages.size() ? out : m_outputs[s % 2][s];
+    if (s > 0) {
+      b.tokens = {};
+      b.hidden = m_outputs[(s - 1) % 2][s - 1].hidden;
+    }
+    m_failedStage = s;
+    m_stages[s]->forward(b, o);
+  }
+}
+
 void Chain::truncate(int32_t sequence, int32_t fromPosition) {
-  for (auto& s : m_stages) s->truncate(sequence, fromPosition);
+  for (size_t s = 0; s < m_stages.size(); ++s) {
+    m_failedStage = s;
+    m_stages[s]->truncate(sequence, fromPosition);
+  }
 }
 
 }  // namespace shoal::runtime

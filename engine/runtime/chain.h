@@ -1,8 +1,14 @@
 #pragma once
 // A chain of stages that together cover a model's layers: token ids go in at the first stage,
-// hidden states pass from stage to stage, logits come out of the last. Single-machine inference
-// is a chain of one stage; a pool is a chain whose middle stages are remote.
+// hidden states pass from stage to stage, logits (or tokens sampled by the head stage) come out
+// of the last. Single-machine inference is a chain of one stage (or several: GPU + CPU); a pool
+// is a chain whose stages are remote (lan/pool/remote_stage.h).
+//
+// A long run of tokens is cut into micro-batches of at most maxBatch rows, and micro-batch k+1
+// enters stage 0 while micro-batch k is in stage 1 (submit/wait), so the stages of a pipeline
+// work at once; the result is the same as running them one after another.
 
+#include <cstddef>
 #include <memory>
 #include <span>
 #include <vector>
@@ -16,12 +22,20 @@ class Chain {
   // The stages must join: the first has the embedding, the last the head, and each starts where
   // the previous one ends. Throws shoal::Error otherwise.
   explicit Chain(std::vector<std::unique_ptr<Stage>> stages);
+  explicit Chain(std::vector<std::shared_ptr<Stage>> stages);
 
-  // Run `tokens` at positions [firstPosition, firstPosition + size) of `sequence` and return the
-  // logits of the last token (or of every token with allLogits), split into batches of at most
-  // the smallest maxBatch of the stages.
+  // Runs `tokens` of `sequence` at positions [firstPosition, firstPosition + size) and returns
+  // what the head produced for the rows `logits` asks for: logits rows, or, when `sample` is
+  // given and the head stage samples, one token per such row (out.tokens). For LogitRows::Last,
+  // only the final micro-batch's last row.
+  void forward(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
+               StageOutput& out, LogitRows logits = LogitRows::Last,
+               const SampleRequest* sample = nullptr);
+  // Convenience for local chains: the logits of the last token (or of every token).
   void forward(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
                std::vector<float>& logits, bool allLogits = false);
+  // One batch of several sequences (at most maxBatch rows) through every stage.
+  void forwardBatch(const Batch& batch, StageOutput& out);
 
   void truncate(int32_t sequence, int32_t fromPosition);
 
@@ -29,10 +43,21 @@ class Chain {
   int32_t maxBatch() const;
   size_t stageCount() const { return m_stages.size(); }
   Stage& stage(size_t i) { return *m_stages[i]; }
+  // The index of the stage whose submit/wait/truncate threw last (for recovery: which node).
+  // When a stage throws in forward(), the other stages are told to forget the run's positions
+  // (truncate, best effort) so that no batch stays in flight on them.
+  size_t failedStage() const { return m_failedStage; }
 
  private:
-  std::vector<std::unique_ptr<Stage>> m_stages;
-  StageOutput m_scratch[2];  // ping-pong buffers between stages, reused across calls
+  void checkJoins() const;
+  // forward()'s waves, without its clean-up on failure.
+  void runWaves(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
+                StageOutput& out, LogitRows logits, const SampleRequest* sample);
+
+  std::vector<std::shared_ptr<Stage>> m_stages;
+  size_t m_failedStage = 0;
+  // Per micro-batch in flight and stage: the stage's output (reused across calls).
+  std::vector<std::vector<StageOutput>> m_outputs;
 };
 
 }  // namespace shoal::runtime

@@ -25,6 +25,7 @@ struct SamplerParams {
   float repeatPenalty = 1.0f;  // 1: off; divides positive logits, multiplies negative ones; > 0
   int32_t repeatLastN = 64;    // how many recent tokens the penalty looks at; >= 0
   uint64_t seed = 0;           // same seed, same output
+  bool operator==(const SamplerParams&) const = default;
 };
 
 class Sampler {

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "engine/error.h"
+#include "engine/runtime/reply_text.h"
 
 namespace shoal::runtime {
 namespace {
@@ -13,55 +14,6 @@ using Clock = std::chrono::steady_clock;
 double secondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-// Holds back the tail of the text that might be the start of a stop string, and finds complete
-// stop strings. Text before a match is final.
-class StopMatcher {
- public:
-  explicit StopMatcher(const std::vector<std::string>& stops) : m_stops(stops) {
-    for (const auto& s : m_stops) m_longest = std::max(m_longest, s.size());
-  }
-
-  // Appends text; returns the text that is now safe to emit. Sets matched when a stop string
-  // completed (the emitted text then ends before it, and nothing more should be emitted).
-  std::string push(std::string_view piece, bool& matched) {
-    m_buffer += piece;
-    matched = false;
-    size_t cut = std::string::npos;
-    for (const auto& s : m_stops) {
-      if (s.empty()) continue;
-      const size_t at = m_buffer.find(s);
-      if (at != std::string::npos) cut = std::min(cut, at);
-    }
-    if (cut != std::string::npos) {
-      matched = true;
-      std::string out = m_buffer.substr(0, cut);
-      m_buffer.clear();
-      return out;
-    }
-    // Keep the longest suffix that is a proper prefix of some stop string.
-    size_t keep = 0;
-    for (const auto& s : m_stops) {
-      for (size_t len = std::min(s.size() - (s.empty() ? 0 : 1), m_buffer.size()); len > keep;
-           --len) {
-        if (m_buffer.compare(m_buffer.size() - len, len, s, 0, len) == 0) {
-          keep = len;
-          break;
-        }
-      }
-    }
-    std::string out = m_buffer.substr(0, m_buffer.size() - keep);
-    m_buffer.erase(0, m_buffer.size() - keep);
-    return out;
-  }
-
-  std::string flush() { return std::exchange(m_buffer, {}); }
-
- private:
-  const std::vector<std::string>& m_stops;
-  size_t m_longest = 0;
-  std::string m_buffer;
-};
 
 }  // namespace
 
@@ -81,12 +33,99 @@ std::string_view finishReasonName(FinishReason reason) {
   return "unknown";
 }
 
-Session::Session(Chain& chain, const model::Tokenizer& tokenizer, int32_t sequence)
-    : m_chain(chain), m_tokenizer(tokenizer), m_sequence(sequence) {}
+Session::Session(Chain& chain, const model::Tokenizer& tokenizer, int32_t sequence,
+                 Recovery recovery)
+    : m_chain(chain),
+      m_tokenizer(tokenizer),
+      m_sequence(sequence),
+      m_recovery(std::move(recovery)) {}
 
 void Session::reset() {
   m_chain.truncate(m_sequence, 0);
   m_cached.clear();
+  m_stepStarts.clear();
+}
+
+model::TokenId Session::compute(size_t from, Sampler& sampler, const GenerateOptions& options) {
+  const std::span<const model::TokenId> tokens(m_cached.data() + from, m_cached.size() - from);
+  SampleRequest sample;
+  sample.temperature = options.sampler.temperature;
+  sample.topP = options.sampler.topP;
+  sample.topK = options.sampler.topK;
+  sample.minP = options.sampler.minP;
+  // The seed follows the position sampled, so a replay draws the same numbers.
+  sample.seed = options.sampler.seed + m_cached.size();
+  m_chain.forward(m_sequence, static_cast<int32_t>(from), tokens, m_out, LogitRows::Last, &sample);
+  if (!m_out.tokens.empty()) {
+    const model::TokenId t = m_out.tokens.back();
+    if (t < 0 || t >= m_tokenizer.size()) throw Error("the head stage sampled an unknown token");
+    return t;
+  }
+  return sampler.sample(m_out.logits);
+}
+
+void Session::replay() {
+  m_chain.truncate(m_sequence, 0);
+  const std::vector<size_t> starts = m_stepStarts;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const size_t end = i + 1 < starts.size() ? starts[i + 1] : m_cached.size();
+    const std::span<const model::TokenId> tokens(m_cached.data() + starts[i], end - starts[i]);
+    // Only the caches are rebuilt: no logits (over a pool, none cross the network).
+    m_chain.forward(m_sequence, static_cast<int32_t>(starts[i]), tokens, m_out, LogitRows::None);
+  }
+}
+
+model::TokenId Session::step(size_t from, Sampler& sampler, const GenerateOptions& options,
+                             GenerateResult& result) {
+  // Forget steps at or after `from` (a shorter prompt rewrote history) and record this one.
+  while (!m_stepStarts.empty() && m_stepStarts.back() >= from) m_stepStarts.pop_back();
+  m_stepStarts.push_back(from);
+  try {
+    for (;;) {
+      std::exception_ptr failure;
+      try {
+        return compute(from, sampler, options);
+      } catch (const std::exception&) {
+        if (!m_recovery) throw;
+        failure = std::current_exception();
+      }
+      // Repair, replay everything before this step, then run the step again. A stage that
+      // fails during the replay is recovered from the same way.
+      while (failure) {
+        try {
+          std::rethrow_exception(failure);
+        } catch (const std::exception& e) {
+          if (!m_recovery(e, m_chain.failedStage())) throw;
+        }
+        ++result.recoveries;
+        failure = nullptr;
+        const std::vector<size_t> starts = m_stepStarts;
+        const std::vector<model::TokenId> all = m_cached;
+        try {
+          m_stepStarts.pop_back();
+          m_cached.resize(from);
+          replay();
+        } catch (const std::exception&) {
+          failure = std::current_exception();
+        }
+        m_stepStarts = starts;
+        m_cached = all;
+      }
+    }
+  } catch (...) {
+    // Not recovered: the step did not happen. The session forgets it and the stages are told to
+    // forget its positions (best effort: a lost stage may refuse), so the next generate() on
+    // this session reuses only what every stage really holds.
+    m_cached.resize(from);
+    m_stepStarts.pop_back();
+    try {
+      m_chain.truncate(m_sequence, static_cast<int32_t>(from));
+    } catch (const std::exception&) {
+      m_cached.clear();
+      m_stepStarts.clear();
+    }
+    throw;
+  }
 }
 
 GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
@@ -110,36 +149,47 @@ GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
     ++common;
   }
   if (common == prompt.size()) --common;
-  m_chain.truncate(m_sequence, static_cast<int32_t>(common));
-  m_cached.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(common));
+  try {
+    m_chain.truncate(m_sequence, static_cast<int32_t>(common));
+  } catch (const std::exception& e) {
+    // A stage lost since the last call (a pool node gone) fails here first: the chain is
+    // repaired as for a failure mid-reply, and its empty caches start from position 0. The
+    // cache is forgotten either way (no reply is under way: cachedTokens() is empty).
+    m_cached.clear();
+    m_stepStarts.clear();
+    if (!m_recovery || !m_recovery(e, m_chain.failedStage())) throw;
+    ++result.recoveries;
+    common = 0;
+  }
+  m_cached = prompt;
   result.reusedTokens = static_cast<int32_t>(common);
 
   Sampler sampler(options.sampler);
   for (model::TokenId t : prompt) sampler.accept(t);
 
   const auto t0 = Clock::now();
-  const std::span<const model::TokenId> fresh(prompt.data() + common, prompt.size() - common);
-  m_chain.forward(m_sequence, static_cast<int32_t>(common), fresh, m_logits);
-  m_cached.insert(m_cached.end(), fresh.begin(), fresh.end());
+  model::TokenId next = step(common, sampler, options, result);
   result.prefillSeconds = secondsSince(t0);
 
-  model::Utf8StreamDecoder utf8;
-  StopMatcher stops(options.stop);
+  ReplyText text(m_tokenizer, options.stop);
   bool stopped = false;
-  auto emit = [&](std::string_view piece) {
+  auto emit = [&](const std::string& piece) {
     if (piece.empty()) return;
     result.text += piece;
     if (onText && !onText(piece)) stopped = true;
   };
 
   const auto tDecode = Clock::now();
-  bool firstToken = true;
+  result.finish = FinishReason::Length;
   for (int32_t i = 0; i < options.maxTokens; ++i) {
     if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
       result.finish = FinishReason::Cancelled;
       break;
     }
-    const model::TokenId next = sampler.sample(m_logits);
+    if (i > 0) {
+      m_cached.push_back(result.tokens.back());
+      next = step(m_cached.size() - 1, sampler, options, result);
+    }
     sampler.accept(next);
     result.tokens.push_back(next);
     if (!options.ignoreEndOfGeneration && m_tokenizer.isEndOfGeneration(next)) {
@@ -147,7 +197,7 @@ GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
       break;
     }
     bool matched = false;
-    emit(stops.push(utf8.push(m_tokenizer.tokenBytes(next)), matched));
+    emit(text.push(next, matched));
     if (matched) {
       result.finish = FinishReason::StopString;
       break;
@@ -156,32 +206,18 @@ GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
       result.finish = FinishReason::Cancelled;
       break;
     }
-    if (i + 1 == options.maxTokens) {
-      result.finish = FinishReason::Length;
-      break;
-    }
+    if (i + 1 == options.maxTokens) break;
     if (static_cast<int32_t>(m_cached.size()) + 1 >= ctx) {
       result.finish = FinishReason::ContextFull;
       break;
     }
-    if (firstToken) {
-      firstToken = false;
-    }
-    m_chain.forward(m_sequence, static_cast<int32_t>(m_cached.size()), std::span(&next, 1),
-                    m_logits);
-    m_cached.push_back(next);
   }
-  if (options.maxTokens <= 0) result.finish = FinishReason::Length;
   result.decodeSeconds = secondsSince(tDecode);
 
   if (result.finish != FinishReason::StopString && result.finish != FinishReason::Cancelled) {
     bool matched = false;
-    emit(stops.push(utf8.flush(), matched));
-    if (matched) {
-      result.finish = FinishReason::StopString;
-    } else {
-      emit(stops.flush());
-    }
+    emit(text.finish(matched));
+    if (matched) result.finish = FinishReason::StopString;
   }
   return result;
 }

@@ -1,6 +1,16 @@
 #pragma once
-// Drives a chain of stages to generate text: prefill, decode loop, streaming callback (whole
-// UTF-8 characters only), stop strings, cancellation, and the context-limit policy.
+// The one generation loop. Drives a chain of stages — local, remote (a pool) or both — to
+// generate text: prefill, decode loop, streaming callback (whole UTF-8 characters only, stop
+// strings: engine/runtime/reply_text.h), cancellation, the context-limit policy, and recovery
+// after a failed stage. The CLI, the API, the desktop app and the pool coordinator all use it.
+//
+// Sampling happens on the head stage when it can (a remote head samples on its node, so logits
+// never cross the network; it does not apply the repetition penalty) and here otherwise.
+//
+// Recovery: when a stage throws during generation and a Recovery hook is set, the hook repairs
+// the chain (e.g. the coordinator re-plans without the failed node and replaces the stages,
+// whose caches start empty); the session then replays the prompt and the reply so far in the
+// same micro-batches as the first time, so a greedy reply continues unchanged.
 //
 // The session remembers which tokens its KV cache holds, so a follow-up prompt that extends the
 // previous one (the next chat turn) only computes the new tokens.
@@ -12,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -42,6 +53,7 @@ struct GenerateResult {
   int32_t reusedTokens = 0;   // prompt tokens whose KV cache was reused
   double prefillSeconds = 0;  // computing the new prompt tokens
   double decodeSeconds = 0;   // generating (after the first token)
+  int32_t recoveries = 0;     // times the chain was repaired during this reply
 };
 
 class Session {
@@ -50,7 +62,16 @@ class Session {
   // held back until they can no longer match; return false from it to stop (Cancelled).
   using TextCallback = std::function<bool(std::string_view piece)>;
 
-  Session(Chain& chain, const model::Tokenizer& tokenizer, int32_t sequence = 0);
+  // Called with an error thrown while a step was computed and the index of the stage that threw
+  // last (Chain::failedStage) — any error, so the hook recovers only from the ones it knows
+  // (the coordinator: transport errors). Return true once the chain is repaired and every
+  // stage's cache of this sequence is empty; false (or a throw) ends generate() with the error,
+  // and the session then forgets the failed step (its next generate() reuses only what the
+  // stages hold).
+  using Recovery = std::function<bool(const std::exception& error, size_t failedStage)>;
+
+  Session(Chain& chain, const model::Tokenizer& tokenizer, int32_t sequence = 0,
+          Recovery recovery = {});
 
   GenerateResult generate(const std::vector<model::TokenId>& prompt, const GenerateOptions& options,
                           const TextCallback& onText = {});
@@ -63,11 +84,23 @@ class Session {
   const std::vector<model::TokenId>& cachedTokens() const { return m_cached; }
 
  private:
+  // Runs tokens[from..) of m_cached through the chain as one step (prompt: micro-batches of
+  // it; reply: one token) and returns the next token, sampled on the head stage or here.
+  // Recovers (and replays) when a stage fails.
+  model::TokenId step(size_t from, Sampler& sampler, const GenerateOptions& options,
+                      GenerateResult& result);
+  // Recomputes m_cached from position 0 after a recovery, step by step as first computed.
+  void replay();
+  model::TokenId compute(size_t from, Sampler& sampler, const GenerateOptions& options);
+
   Chain& m_chain;
   const model::Tokenizer& m_tokenizer;
   int32_t m_sequence;
+  Recovery m_recovery;
   std::vector<model::TokenId> m_cached;
-  std::vector<float> m_logits;
+  // Where each step computed by the chain began in m_cached (so a replay repeats the steps).
+  std::vector<size_t> m_stepStarts;
+  StageOutput m_out;
 };
 
 }  // namespace shoal::runtime

@@ -4,8 +4,14 @@
 // stage). A model is run as a chain of stages (engine/runtime/chain.h); a remote stage on another
 // machine implements this same interface.
 //
+// A batch carries rows (token ids or hidden states) of one or more sequences: segments say which
+// rows belong to which sequence and at which positions, and whether their logits are wanted. A
+// caller may keep several batches in flight on a stage (submit, later wait), in submission order;
+// a local stage computes in submit() and its wait() returns at once, a remote one sends in
+// submit() and receives in wait().
+//
 // Threading: a Stage is used by one thread at a time (the chain's driver); it may use worker
-// threads of its own inside forward().
+// threads of its own inside submit()/wait().
 
 #include <cstdint>
 #include <span>
@@ -20,39 +26,77 @@ struct StageSpec {
   bool hasHead = false;          // final norm + output projection at the end: logits out
   int32_t contextLength = 2048;  // KV-cache capacity in positions, per sequence
   int32_t maxSequences = 1;      // independent sequences (KV slots) the stage holds
-  int32_t maxBatch = 512;        // most tokens one forward() call may carry
+  int32_t maxBatch = 512;        // most rows (tokens) one batch may carry, all segments together
+  bool operator==(const StageSpec&) const = default;
 };
 
-struct StageInput {
-  int32_t sequence = 0;             // KV slot, 0 <= sequence < maxSequences
-  int32_t firstPosition = 0;        // position of the first token; the rest follow on
-  int32_t count = 0;                // tokens in this batch, 1..maxBatch
-  std::span<const int32_t> tokens;  // hasEmbedding: count ids
-  std::span<const float> hidden;    // otherwise: count x nEmbd hidden states
-  bool allLogits = false;           // hasHead: logits for every token, not only the last
+// Which rows of a segment produce logits on the head stage.
+enum class LogitRows : uint8_t { None, Last, All };
+
+// Consecutive rows of a batch that belong to one sequence.
+struct Segment {
+  int32_t sequence = 0;       // KV slot, 0 <= sequence < maxSequences
+  int32_t firstPosition = 0;  // position of the segment's first row; the rest follow on
+  int32_t count = 0;          // rows, >= 1
+  LogitRows logits = LogitRows::Last;
+  bool operator==(const Segment&) const = default;
+};
+
+// Sampling done by the head stage itself, so that logits need not travel (a remote head).
+// Stages that cannot sample ignore it and return logits (StageOutput::tokens stays empty).
+struct SampleRequest {
+  float temperature = 0;  // <= 0: greedy
+  float topP = 1;
+  int32_t topK = 0;
+  float minP = 0;
+  uint64_t seed = 0;  // per draw: the caller derives it from the position, so a replay repeats it
+};
+
+struct Batch {
+  std::span<const int32_t> tokens;        // hasEmbedding: one id per row
+  std::span<const float> hidden;          // otherwise: rows x nEmbd hidden states
+  std::span<const Segment> segments;      // in row order; their counts add up to the rows
+  const SampleRequest* sample = nullptr;  // hasHead: sample a token per logits row if able
+
+  int32_t rows() const {
+    int32_t n = 0;
+    for (const Segment& s : segments) n += s.count;
+    return n;
+  }
 };
 
 struct StageOutput {
-  std::vector<float> hidden;  // !hasHead: count x nEmbd
-  std::vector<float> logits;  // hasHead: nVocab (or count x nVocab with allLogits)
+  std::vector<float> hidden;    // !hasHead: rows x nEmbd
+  std::vector<float> logits;    // hasHead: one nVocab row per logits row, in row order
+  std::vector<int32_t> tokens;  // hasHead and sampled: one per logits row (then logits empty)
 };
 
 class Stage {
  public:
+  using Ticket = uint64_t;
+
   virtual ~Stage() = default;
 
   virtual const StageSpec& spec() const = 0;
 
-  // Run the batch through the stage, appending its keys/values to the sequence's KV cache at
-  // [firstPosition, firstPosition + count). firstPosition must not exceed the number of
-  // positions already cached for the sequence (callers truncate first to rewrite history).
-  // Throws shoal::Error on bad input (positions beyond contextLength, bad sequence).
-  virtual void forward(const StageInput& input, StageOutput& output) = 0;
+  // Starts the batch: its rows' keys/values are appended to each segment's sequence at
+  // [firstPosition, firstPosition + count); firstPosition must not exceed the positions already
+  // cached for the sequence, counting batches submitted before (truncate first to rewrite
+  // history). `output` must stay alive, untouched, until wait() returns for the ticket; the
+  // batch's spans need to live only during submit(). Throws shoal::Error on bad input (positions
+  // beyond contextLength, bad sequence, row counts that do not add up).
+  virtual Ticket submit(const Batch& batch, StageOutput& output) = 0;
+  // Completes a submitted batch. Callers wait in submission order; a ticket never submitted (or
+  // dropped by truncate()) is an error. Throws what the computation threw.
+  virtual void wait(Ticket ticket) = 0;
 
-  // Forget positions >= fromPosition of a sequence (0 clears it).
+  // submit() + wait().
+  void forward(const Batch& batch, StageOutput& output) { wait(submit(batch, output)); }
+
+  // Forget positions >= fromPosition of a sequence (0 clears it). No batch may be in flight.
   virtual void truncate(int32_t sequence, int32_t fromPosition) = 0;
 
-  // Positions currently cached for a sequence.
+  // Positions cached for a sequence, counting submitted batches.
   virtual int32_t cachedPositions(int32_t sequence) const = 0;
 };
 

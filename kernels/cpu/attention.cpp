@@ -40,20 +40,27 @@ void attention(const AttentionShape& s, const float* q, int32_t count, int32_t f
       const int64_t kvHead = h / group;
       const int64_t visible = firstPosition + t + 1;
       const int64_t padded = (visible + pad - 1) / pad * pad;
+      // A sliding window hides positions before `first` (mask -inf: probability 0). The softmax
+      // sums groups of 16 from position 0, so it starts at the group holding `first`: the fully
+      // masked groups before it add exact zeros.
+      const int64_t first = s.window > 0 ? std::max<int64_t>(0, visible - s.window) : 0;
+      const int64_t from = first / 16 * 16;
 
       // kq: the query enters the f16 product rounded to f16 (ggml converts src1 to F16).
       k.floatToHalf(q + t * qDim + h * hd, q16, hd);
       float maxScore = -INFINITY;
-      for (int64_t p = 0; p < visible; ++p) {
+      std::fill(scores + from, scores + first, -INFINITY);
+      for (int64_t p = first; p < visible; ++p) {
         const float dot = k.dotF16(keys + p * kvDim + kvHead * hd, q16, hd, kqOrder);
         scores[p] = dot * s.scale;  // ggml_soft_max_ext: kq * scale + mask (0 where visible)
         maxScore = std::max(maxScore, scores[p]);
       }
-      const double sum = k.softmaxExp(scores, maxScore, scores, visible);
+      const double sum = k.softmaxExp(scores + from, maxScore, scores + from, visible - from);
       const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t p = 0; p < visible; ++p) scores[p] *= inv;
+      for (int64_t p = first; p < visible; ++p) scores[p] *= inv;
       // kqv: probabilities enter as f16; masked and padding positions are exact zeros.
-      k.floatToHalf(scores, probs, visible);
+      std::fill(probs, probs + first, uint16_t{0});
+      k.floatToHalf(scores + first, probs + first, visible - first);
       std::fill(probs + visible, probs + padded, uint16_t{0});
       const uint16_t* vRows = values + kvHead * hd * vStride;
       float* o = out + t * qDim + h * hd;

@@ -19,6 +19,7 @@ struct AttentionShape {
   int32_t headDim = 0;
   int32_t contextLength = 0;  // positions the cache holds
   float scale = 0;            // multiplies K·q before the softmax (1/sqrt(headDim))
+  int32_t window = 0;         // 0: all earlier positions; n: only the last n (sliding window)
 
   int32_t kvDim() const { return nHeadKv * headDim; }
   // Stride of a transposed value row: the context rounded up to 64 positions, so that a row can
@@ -37,7 +38,8 @@ struct AttentionScratch {
 };
 
 // out[t * nHead * headDim + h * headDim + i] for t < count: attention of token t (position
-// firstPosition + t, sees positions 0..firstPosition + t) and head h.
+// firstPosition + t, sees positions 0..firstPosition + t, or with a window the last `window` of
+// them, as llama.cpp's sliding-window mask) and head h.
 //  q:      count x nHead x headDim floats (after RoPE)
 //  keys:   position-major f16 keys, kvDim per position (after RoPE)
 //  values: f16 values transposed: row (kvHead * headDim + i) holds dimension i of every

@@ -13,22 +13,23 @@ void rmsNorm(const float* x, const float* weight, float* y, int64_t n, float eps
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * weight[i];
 }
 
-void ropeAngles(int32_t position, const model::ModelConfig& c, const float* freqFactors,
+void ropeAngles(int32_t position, const model::RopeParams& rope, const float* freqFactors,
                 float* cosOut, float* sinOut) {
-  const float thetaScale = std::pow(c.ropeFreqBase, -2.0f / static_cast<float>(c.nRot));
+  const float thetaScale = std::pow(rope.freqBase, -2.0f / static_cast<float>(rope.nRot));
   float theta = static_cast<float>(position);
-  for (int32_t i = 0; i < c.nRot / 2; ++i) {
+  for (int32_t i = 0; i < rope.nRot / 2; ++i) {
     const float ff = freqFactors ? freqFactors[i] : 1.0f;
-    const float angle = c.ropeFreqScale * (theta / ff);
+    const float angle = rope.freqScale * (theta / ff);
     cosOut[i] = std::cos(angle);
     sinOut[i] = std::sin(angle);
     theta *= thetaScale;
   }
 }
 
-void applyRope(float* x, int32_t heads, int32_t headDim, int32_t nRot, model::RopeStyle style,
+void applyRope(float* x, int32_t heads, int32_t headDim, const model::RopeParams& rope,
                const float* cosv, const float* sinv) {
-  const int32_t half = nRot / 2;
+  const model::RopeStyle style = rope.style;
+  const int32_t half = rope.nRot / 2;
   for (int32_t h = 0; h < heads; ++h) {
     float* v = x + static_cast<int64_t>(h) * headDim;
     for (int32_t i = 0; i < half; ++i) {

@@ -41,23 +41,23 @@ void dequantizeToHalf(gguf::TensorType type, const void* w, int64_t rows, int64_
 void gatherRows(gguf::TensorType type, const void* w, const int32_t* ids, int64_t count, int64_t k,
                 int64_t rowBytes, float* out, cudaStream_t stream);
 
-// y = x / sqrt(mean(x^2) + eps) * weight, per row of n.
+// y = x / sqrt(mean(x^2) + eps) * weight, per row of n. y may be x (in place).
 void rmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, float eps,
              cudaStream_t stream);
 
-struct RopeParams {
+// The shape RoPE rotates: `heads` heads of headDim per token, the first nRot dims of each.
+struct RopeShape {
   int32_t heads = 0;
   int32_t headDim = 0;
   int32_t nRot = 0;
-  bool neox = false;     // rotate (i, i + nRot/2) instead of (2i, 2i+1)
-  float thetaScale = 1;  // freqBase^(-2/nRot), computed on the host as the CPU backend does
-  float freqScale = 1;   // linear scaling
-  const float* freqFactors = nullptr;  // device, nRot/2 values, or nullptr
+  bool neox = false;  // rotate (i, i + nRot/2) instead of (2i, 2i+1)
 };
 // Rotate x (tokens x heads x headDim) in place; token t is at position *firstPosition + t
-// (firstPosition lives on the device so a captured graph can replay with new positions).
-void rope(float* x, int64_t tokens, const RopeParams& p, const int32_t* firstPosition,
-          cudaStream_t stream);
+// (firstPosition lives on the device so a captured graph can replay with new positions). The
+// angles come from tables of nRot/2 cosines (and sines) per position, computed on the host by
+// the CPU backend's ropeAngles, so both backends rotate by the same angles.
+void rope(float* x, int64_t tokens, const RopeShape& shape, const float* cosTable,
+          const float* sinTable, const int32_t* firstPosition, cudaStream_t stream);
 
 void addBias(float* x, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
 void addInPlace(float* x, const float* y, int64_t n, cudaStream_t stream);

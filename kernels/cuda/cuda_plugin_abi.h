@@ -14,7 +14,8 @@
 // C++ objects (Backend, Stage, std::string, std::vector) cross the boundary, so the plugin and
 // the host must be built from the same sources with the same compiler and standard library (they
 // are: one CMake build). Bump kShoalCudaPluginAbi whenever engine/runtime/backend.h, stage.h or
-// the model structs they reference change layout.
+// the model structs they reference change layout (ModelConfig, ModelWeights, Architecture,
+// LayerProgram: the plugin calls the architecture's layerProgram through ModelConfig::arch).
 
 namespace shoal::runtime {
 class Backend;
@@ -22,7 +23,7 @@ class Backend;
 
 namespace shoal::cuda {
 
-inline constexpr int kShoalCudaPluginAbi = 1;
+inline constexpr int kShoalCudaPluginAbi = 2;  // 2: batches of segments, layer programs
 
 inline constexpr const char* kPluginFileName = "libshoal-cuda.so";
 inline constexpr const char* kAbiSymbol = "shoal_cuda_plugin_abi";

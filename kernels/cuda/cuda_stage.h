@@ -1,78 +1,118 @@
 #pragma once
-// A stage that runs its layers on one CUDA device: the layer program of kernels/cpu/cpu_stage.cpp
-// (llama/qwen2: RMSNorm, RoPE normal/neox with frequency factors, GQA attention over an f16 KV
-// cache, SwiGLU, optional tied output) with the kernels of cuda_kernels.h.
+// A stage that runs its layers on one CUDA device. It runs the architecture's layer program
+// (engine/model/layer_program.h, resolved once by cuda_program.h) as a loop over its ops, one
+// small function per op kind, with the kernels of cuda_kernels.h: RMSNorm, projections, biases,
+// per-head norms, RoPE from precomputed angle tables, attention over an f16 KV cache, the gated
+// FFN, residual adds; the embedding before the first layer and the final norm + output head after
+// the last.
 //
-// Decode (one token) runs as a CUDA graph captured on the first decode of each sequence and
-// replayed for every later token: the kernels read the position from device memory, so the
-// graph never changes. Batches of 8 or more tokens multiply through cuBLAS (weights dequantized
-// to f16, f32 accumulation); smaller ones through the quantized mat-vec kernels.
+// Decode (a one-row segment) runs as a CUDA graph recorded by running that same op loop under
+// stream capture on the first decode of each sequence, and replayed for every later token: the
+// kernels read the position from device memory, so the graph never changes. Segments of 8 or
+// more rows multiply through cuBLAS (weights dequantized to f16, f32 accumulation); smaller ones
+// through the quantized mat-vec kernels.
 
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <array>
+#include <span>
 #include <vector>
 
 #include "engine/model/model_config.h"
 #include "engine/runtime/backend.h"
-#include "engine/runtime/stage.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "engine/runtime/stage_sequences.h"
+#include "kernels/cuda/cuda_program.h"
+#include "kernels/cuda/cuda_rope_tables.h"
 #include "kernels/cuda/cuda_weights.h"
 
 namespace shoal::cuda {
 
-class CudaStage final : public runtime::Stage {
+class CudaStage final : public runtime::LocalStage {
  public:
   CudaStage(int device, const runtime::ModelSource& model, const runtime::StageSpec& spec);
   ~CudaStage() override;
+  CudaStage(const CudaStage&) = delete;
+  CudaStage& operator=(const CudaStage&) = delete;
 
   const runtime::StageSpec& spec() const override { return m_spec; }
-  void forward(const runtime::StageInput& input, runtime::StageOutput& output) override;
-  void truncate(int32_t sequence, int32_t fromPosition) override;
-  int32_t cachedPositions(int32_t sequence) const override;
+  void truncate(int32_t sequence, int32_t fromPosition) override {
+    m_book.truncate(sequence, fromPosition);
+  }
+  int32_t cachedPositions(int32_t sequence) const override { return m_book.cached(sequence); }
+
+ protected:
+  // Checks the batch, runs it segment by segment, returns hidden states or logits. A
+  // SampleRequest is ignored: this stage returns logits and leaves StageOutput::tokens empty.
+  void run(const runtime::Batch& batch, runtime::StageOutput& output) override;
 
  private:
-  struct Layer {
-    const float* attnNorm;
-    DeviceMatrix wq, wk, wv, wo;
-    const float* bq;
-    const float* bk;
-    const float* bv;
-    const float* ffnNorm;
-    DeviceMatrix wGate, wUp, wDown;
+  // Segments from this size multiply through cuBLAS (dequantize to f16 + GEMM): below it,
+  // reading the quantized weights once per row with the mat-vec kernels moves fewer bytes than
+  // writing and reading an f16 copy of the matrix.
+  static constexpr int64_t kCublasMinBatch = 8;
+  // Positions per split of the attention kernel: a few blocks per SM for a long decode context.
+  static constexpr int32_t kAttentionChunk = 256;
+
+  struct MatmulOut {
+    const DeviceMatrix* w;
+    float* y;
   };
 
-  void checkInput(const runtime::StageInput& input) const;
-  // The whole program for `count` tokens of `sequence`, inputs already on the device
-  // (m_tokens or m_x, m_position), result in m_x or m_logits. Only enqueues work.
-  void enqueue(int32_t sequence, int64_t count, bool allLogits);
-  void runLayer(const Layer& layer, size_t localLayer, int32_t sequence, int64_t count);
-  void matmul(const DeviceMatrix& w, const float* x, int64_t count, float* y);
-  __half* keyCache(size_t localLayer, int32_t sequence) const;
-  __half* valueCache(size_t localLayer, int32_t sequence) const;
+  void allocate();
+  void release() noexcept;
+  // One segment's rows: inputs to the device, the program (or its decode graph), outputs back.
+  void runSegment(const runtime::Batch& batch, const runtime::Segment& segment, int32_t firstRow,
+                  runtime::StageOutput& output);
+  // The whole program for `count` rows of `sequence`, inputs already on the device (m_tokens or
+  // X, m_position), result in X or m_logits. Only enqueues work, so that under stream capture it
+  // records the decode graph.
+  void enqueue(int32_t sequence, int64_t count, runtime::LogitRows logits);
+  void runOp(const CudaOp& op, const CudaLayer& layer, int32_t sequence);
+
+  // The ops, one function each (layer_program.h says what each computes).
+  void rmsNormOp(const CudaOp& op, const CudaLayer& layer);
+  void projectOp(const CudaOp& op, const CudaLayer& layer);
+  void addBiasOp(const CudaOp& op, const CudaLayer& layer);
+  void headNormOp(const CudaOp& op, const CudaLayer& layer);
+  void ropeOp(const CudaOp& op, const CudaLayer& layer);
+  void attendOp(const CudaOp& op, const CudaLayer& layer, int32_t sequence);
+  void keepOutputRowsOp(const CudaLayer& layer);
+  void addOp(const CudaOp& op, const CudaLayer& layer);
+  void gatedFfnOp(const CudaOp& op, const CudaLayer& layer);
+  // Final norm and output projection of the rows still active.
+  void head();
+
+  // Drops the rows whose logits are not wanted (llama.cpp's inp_out_ids).
+  void keepLogitRows();
+  // Y = W · X for every output, X (the active rows) converted once for all of them.
+  void matmuls(const float* x, std::span<const MatmulOut> outs);
+  // The active rows of a buffer in a layer.
+  float* buffer(model::Buffer b, const CudaLayer& layer) const;
+  __half* keyCache(const CudaLayer& layer, int32_t sequence) const;
+  __half* valueCache(const CudaLayer& layer, int32_t sequence) const;
 
   int m_device = 0;
   model::ModelConfig m_config;
   runtime::StageSpec m_spec;
+  runtime::SequenceBook m_book;
   cudaStream_t m_stream = nullptr;
   cublasHandle_t m_cublas = nullptr;
   DeviceWeights m_weights;
-  std::vector<Layer> m_layers;
+  RopeTables m_ropeTables;
+  std::vector<CudaLayer> m_layers;
   DeviceMatrix m_tokenEmbd, m_output;
   const float* m_outputNorm = nullptr;
-  const float* m_ropeFreqs = nullptr;
-  RopeParams m_rope;
-  AttentionParams m_attn;
+  int32_t m_attentionSplits = 1;
 
-  // Device memory, allocated once: KV cache (per local layer and sequence, contextLength x kvDim
-  // f16, keys and values) and the activations of a batch of up to maxBatch tokens.
+  // Device memory, allocated once: the KV cache (per local layer and sequence, contextLength x
+  // the layer's kvDim f16, keys then values) and the buffers of a batch of up to maxBatch rows.
   std::vector<void*> m_allocations;
   __half* m_kv = nullptr;
-  int64_t m_kvSlot = 0;  // halves per (layer, sequence) cache of keys or values
-  float *m_x = nullptr, *m_norm = nullptr, *m_q = nullptr, *m_k = nullptr, *m_v = nullptr,
-        *m_attnOut = nullptr, *m_gate = nullptr, *m_up = nullptr, *m_tmp = nullptr,
-        *m_logits = nullptr, *m_partial = nullptr;
+  std::vector<int64_t> m_kvBase;  // per local layer: offset of its caches in m_kv, in halves
+  std::array<float*, model::kBufferCount> m_buffers{};
+  float *m_logits = nullptr, *m_partial = nullptr;
   int8_t* m_xq = nullptr;
   float2* m_xds = nullptr;
   __half* m_xHalf = nullptr;
@@ -84,8 +124,15 @@ class CudaStage final : public runtime::Stage {
   int32_t* m_hostInput = nullptr;  // [0] position, [1..] tokens
   float* m_hostOut = nullptr;
 
-  std::vector<int32_t> m_cached;
-  std::vector<cudaGraphExec_t> m_decodeGraphs;  // per sequence, captured on first decode
+  // The segment being enqueued: its active rows are [m_firstRow, m_firstRow + m_rows) of every
+  // buffer (KeepOutputRows moves m_firstRow past the rows whose logits are not wanted).
+  int64_t m_firstRow = 0;
+  int64_t m_rows = 0;
+  bool m_kept = false;
+  runtime::LogitRows m_logitRows = runtime::LogitRows::Last;
+
+  // Per sequence and whether logits are wanted: recorded on the first one-row segment.
+  std::vector<cudaGraphExec_t> m_decodeGraphs;
 };
 
 }  // namespace shoal::cuda

@@ -34,20 +34,17 @@ __global__ void rmsNormKernel(const float* x, const float* weight, float* y, int
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * weight[i];
 }
 
-// One thread per (token, head, pair). The angle follows the CPU backend's ropeAngles: theta
-// starts at the position and is multiplied by thetaScale once per pair, in float.
-__global__ void ropeKernel(float* x, int64_t tokens, RopeParams p, const int32_t* firstPosition) {
+// One thread per (token, head, pair), the angle read from the position's row of the tables.
+__global__ void ropeKernel(float* x, int64_t tokens, RopeShape p, const float* cosTable,
+                           const float* sinTable, const int32_t* firstPosition) {
   const int half = p.nRot / 2;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= tokens * p.heads * half) return;
   const int pair = static_cast<int>(i % half);
   const int64_t th = i / half;  // token * heads + head
   const int64_t t = th / p.heads;
-  float theta = static_cast<float>(*firstPosition + t);
-  for (int j = 0; j < pair; ++j) theta *= p.thetaScale;
-  const float ff = p.freqFactors ? p.freqFactors[pair] : 1.0f;
-  const float angle = p.freqScale * (theta / ff);
-  const float c = cosf(angle), s = sinf(angle);
+  const int64_t at = (static_cast<int64_t>(*firstPosition) + t) * half + pair;
+  const float c = cosTable[at], s = sinTable[at];
   float* v = x + th * p.headDim;
   const int a = p.neox ? pair : 2 * pair;
   const int b = p.neox ? pair + half : 2 * pair + 1;
@@ -122,10 +119,12 @@ void rmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 
-void rope(float* x, int64_t tokens, const RopeParams& p, const int32_t* firstPosition,
-          cudaStream_t stream) {
-  const int64_t n = tokens * p.heads * (p.nRot / 2);
-  ropeKernel<<<gridFor(n, 256), 256, 0, stream>>>(x, tokens, p, firstPosition);
+void rope(float* x, int64_t tokens, const RopeShape& shape, const float* cosTable,
+          const float* sinTable, const int32_t* firstPosition, cudaStream_t stream) {
+  const int64_t n = tokens * shape.heads * (shape.nRot / 2);
+  if (n == 0) return;
+  ropeKernel<<<gridFor(n, 256), 256, 0, stream>>>(x, tokens, shape, cosTable, sinTable,
+                                                  firstPosition);
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "lan/discovery/interfaces.h"
+#include "lan/transport/host_port.h"
 
 namespace shoal::lan {
 
@@ -29,37 +30,21 @@ using udp = asio::ip::udp;
 // (recvmsg's MSG_TRUNC reports the real length anyway).
 constexpr size_t kReceiveBufferBytes = 2048;
 
+// "ip:port" or "[ipv6]:port" (the one host:port parser), and the host must be an IP address.
 udp::endpoint parseTarget(const std::string& text) {
-  std::string host;
-  std::string port;
-  if (!text.empty() && text.front() == '[') {
-    const size_t close = text.find(']');
-    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      throw shoal::Error("discovery unicast target '" + text + "': expected [ipv6]:port");
-    }
-    host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-  } else {
-    const size_t colon = text.rfind(':');
-    if (colon == std::string::npos) {
-      throw shoal::Error("discovery unicast target '" + text + "': expected ip:port");
-    }
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  unsigned long portNumber = 0;
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) ||
-      (portNumber = std::stoul(port)) < 1 || portNumber > 65535) {
-    throw shoal::Error("discovery unicast target '" + text + "': port '" + port +
-                       "' is not in 1..65535");
+  HostPort target;
+  try {
+    target = splitHostPort(text);
+  } catch (const shoal::Error& e) {
+    throw shoal::Error(std::string("discovery unicast target: ") + e.what());
   }
   asio::error_code ec;
-  const asio::ip::address address = asio::ip::make_address(host, ec);
+  const asio::ip::address address = asio::ip::make_address(target.host, ec);
   if (ec) {
-    throw shoal::Error("discovery unicast target '" + text + "': '" + host +
+    throw shoal::Error("discovery unicast target '" + text + "': '" + target.host +
                        "' is not an IP address (" + ec.message() + ")");
   }
-  return udp::endpoint(address, static_cast<uint16_t>(portNumber));
+  return udp::endpoint(address, target.port);
 }
 
 std::string interfaceNameOf(unsigned index) {

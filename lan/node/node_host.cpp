@@ -4,13 +4,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/kv_footprint.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
+#include "engine/model/tensor_table.h"
 #include "engine/runtime/sampler.h"
 #include "lan/node/shard_receiver.h"
+#include "lan/pool/forward_fields.h"
 #include "lan/pool/node_info.h"
 
 namespace shoal::lan {
@@ -68,29 +72,25 @@ bool isHexSha256(const std::string& s) {
   return true;
 }
 
-// The f16 KV cache a stage allocates (and zero-fills) at creation.
+// The KV cache a stage allocates (and zero-fills) at creation: the planner's figure
+// (engine/model/kv_footprint.h), so a plan never meets a refusal the planner did not foresee.
 uint64_t kvCacheBytes(const model::ModelConfig& c, const runtime::StageSpec& spec) {
-  return uint64_t(spec.lastLayer - spec.firstLayer) * uint64_t(spec.maxSequences) *
-         uint64_t(spec.contextLength) * 2 * uint64_t(c.kvDim()) * sizeof(uint16_t);
+  return model::kvCacheBytes(c, spec.firstLayer, spec.lastLayer, spec.contextLength,
+                             spec.maxSequences);
 }
 
-// Bytes a stage occupies: its tensors (where they are mapped) plus its f16 KV cache.
+// Bytes a stage occupies: its tensors (where they are mapped) plus its KV cache.
 uint64_t stageBytes(const model::ModelConfig& c, const model::ModelWeights& w,
                     const runtime::StageSpec& spec) {
-  const auto bytes = [](const gguf::TensorInfo* t) { return t ? uint64_t(t->nbytes) : 0; };
+  // Each tensor once: a tied head's output is the embedding.
+  std::set<const gguf::TensorInfo*> tensors;
+  for (const model::StageTensor& t :
+       model::stageTensors(c, spec.firstLayer, spec.lastLayer, spec.hasEmbedding, spec.hasHead)) {
+    const model::Tensor bound = t.layer >= 0 ? w.layers[size_t(t.layer)][t.role] : w[t.role];
+    if (bound) tensors.insert(bound);
+  }
   uint64_t total = 0;
-  for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
-    const model::LayerWeights& l = w.layers[size_t(i)];
-    for (const auto* t : {l.attnNorm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.ffnNorm, l.wGate,
-                          l.wUp, l.wDown}) {
-      total += bytes(t);
-    }
-  }
-  if (spec.hasEmbedding) total += bytes(w.tokenEmbd);
-  if (spec.hasHead) {
-    total += bytes(w.outputNorm);
-    if (w.output != w.tokenEmbd || !spec.hasEmbedding) total += bytes(w.output);
-  }
+  for (const gguf::TensorInfo* t : tensors) total += t->nbytes;
   return total + kvCacheBytes(c, spec);
 }
 
@@ -640,32 +640,44 @@ Message NodeHost::forward(const Message& request, const Session& session) {
   auto s = findStage(c.value("stage_id", json()), session);
   const runtime::StageSpec& spec = s->stage->spec();
   const int32_t nEmbd = s->model->config.nEmbd;
-  runtime::StageInput in;
-  in.sequence = intField(c, "sequence", 0, spec.maxSequences - 1);
-  in.firstPosition = intField(c, "first_position", 0, spec.contextLength - 1);
-  in.count = intField(c, "count", 1, spec.maxBatch);
-  const size_t elements = spec.hasEmbedding ? size_t(in.count) : size_t(in.count) * size_t(nEmbd);
+  // One segment per request; the stage checks it against the positions it holds.
+  runtime::Segment segment;
+  segment.sequence = intField(c, "sequence", 0, spec.maxSequences - 1);
+  segment.firstPosition = intField(c, "first_position", 0, spec.contextLength - 1);
+  segment.count = intField(c, "count", 1, spec.maxBatch);
+  const json logits = c.value("logits", json("last"));
+  const std::optional<runtime::LogitRows> rows =
+      logits.is_string() ? parseLogitRows(logits.get<std::string>()) : std::nullopt;
+  if (!rows) throw Error("forward: 'logits' must be \"none\", \"last\" or \"all\"");
+  segment.logits = *rows;
+  const size_t elements =
+      spec.hasEmbedding ? size_t(segment.count) : size_t(segment.count) * size_t(nEmbd);
   if (request.blob.size() != elements * 4) {
     throw Error(
         "forward: blob of " + std::to_string(request.blob.size()) + " bytes, expected " +
-        std::to_string(elements * 4) + " (" + std::to_string(in.count) +
+        std::to_string(elements * 4) + " (" + std::to_string(segment.count) +
         (spec.hasEmbedding ? " int32 token ids)" : " x " + std::to_string(nEmbd) + " f32)"));
   }
+  runtime::Batch batch;
+  batch.segments = std::span(&segment, 1);
   // Copied out of the blob: its bytes carry no alignment guarantee for int32/float.
   std::vector<int32_t> tokens;
   std::vector<float> hidden;
   if (spec.hasEmbedding) {
     tokens.resize(elements);
     std::memcpy(tokens.data(), request.blob.data(), request.blob.size());
-    in.tokens = tokens;
+    batch.tokens = tokens;
   } else {
     hidden.resize(elements);
     std::memcpy(hidden.data(), request.blob.data(), request.blob.size());
-    in.hidden = hidden;
+    batch.hidden = hidden;
   }
   const json sample = c.value("sample", json());
   if (!sample.is_null() && !spec.hasHead) {
     throw Error("forward: 'sample' given to a stage without the head");
+  }
+  if (!sample.is_null() && segment.logits != runtime::LogitRows::Last) {
+    throw Error("forward: 'sample' needs the logits of the last row (\"logits\": \"last\")");
   }
   runtime::SamplerParams sp;
   if (sample.is_object()) {
@@ -687,14 +699,14 @@ Message NodeHost::forward(const Message& request, const Session& session) {
     std::lock_guard lock(s->mutex);
     --s->waiting;
     const int64_t t0 = nowNs();
-    s->stage->forward(in, out);
+    // The node samples itself (batch.sample stays null). Its sampler per sequence is rebuilt
+    // whenever the parameters change — and the coordinator's Session seeds each draw with the
+    // base seed plus the position, so in practice a fresh sampler per token: a replay after a
+    // recovery draws the same numbers, and the repetition penalty sees no history.
+    s->stage->forward(batch, out);
     if (sample.is_object()) {
-      auto& [params, sampler] = s->samplers[in.sequence];
-      const bool sameParams = sampler && params.temperature == sp.temperature &&
-                              params.topP == sp.topP && params.topK == sp.topK &&
-                              params.minP == sp.minP && params.repeatPenalty == sp.repeatPenalty &&
-                              params.seed == sp.seed;
-      if (!sameParams || in.firstPosition == 0) {
+      auto& [params, sampler] = s->samplers[segment.sequence];
+      if (!sampler || params != sp || segment.firstPosition == 0) {
         params = sp;
         sampler = std::make_unique<runtime::Sampler>(sp);
       }
@@ -703,13 +715,13 @@ Message NodeHost::forward(const Message& request, const Session& session) {
       m.control["token"] = token;
     }
     s->busyNs += nowNs() - t0;
-    s->tokens += in.count;
+    s->tokens += segment.count;
   }
   if (!sample.is_object()) {
     const std::vector<float>& v = spec.hasHead ? out.logits : out.hidden;
     m.blob.resize(v.size() * sizeof(float));
-    std::memcpy(m.blob.data(), v.data(), m.blob.size());
-    m.control["count"] = in.count;
+    if (!m.blob.empty()) std::memcpy(m.blob.data(), v.data(), m.blob.size());
+    m.control["count"] = segment.count;
   }
   return m;
 }

@@ -19,11 +19,14 @@
 //   weights_chunk {stage_id, tensor, offset, total, type (ggml type id), dims[], sha256 (last
 //     chunk: of the whole tensor)} + blob (<= 8 MiB) -> no reply (an error reply if refused)
 //   weights_done {stage_id} -> stage_ready {source: "streamed"} once the shard is written/loaded
-//   forward {stage_id, sequence, first_position, count, sample: null|{temperature, top_p, top_k,
-//     seed[, min_p, repeat_penalty]}} + blob (int32 ids on the embedding stage, else f32
-//     count x n_embd) -> forward_result {stage_id, count} + blob f32 hidden (count x n_embd) or
-//     f32 logits (n_vocab, of the last token) when the stage has the head and sample is null,
-//     or forward_result {stage_id, token} when the head samples
+//   forward {stage_id, sequence, first_position, count[, logits: "none"|"last"|"all"], sample:
+//     null|{temperature, top_p, top_k, seed[, min_p, repeat_penalty]}} + blob (int32 ids on the
+//     embedding stage, else f32 count x n_embd): one segment of one sequence (a runtime::Batch
+//     of one segment) -> forward_result {stage_id, count} + blob f32 hidden (count x n_embd) or,
+//     when the stage has the head and sample is null, f32 logits of the rows `logits` asks for
+//     (default "last": n_vocab values; "all": count x n_vocab; "none": empty), or
+//     forward_result {stage_id, token} when the head samples (sample needs "last"). Requests
+//     are answered in the order they came, so a coordinator may keep several in flight
 //   truncate {stage_id, sequence, from_position} -> ok;  unload_stage {stage_id} -> ok
 //   (a refused weights_chunk gets one error; the rest of that stream is dropped unanswered and
 //   its weights_done gets an error; node_info's memory_free is what stages left of the device)

@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/model/tensor_table.h"
 #include "lan/pool/sha256.h"
 
 namespace shoal::lan {
@@ -19,26 +20,10 @@ struct ShardReceiver::HashState {
 StageTensorList stageTensorNames(const model::ModelConfig& c, int32_t firstLayer, int32_t lastLayer,
                                  bool embedding, bool head) {
   StageTensorList list;
-  if (embedding) list.required.push_back("token_embd.weight");
-  for (int32_t i = firstLayer; i < lastLayer; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    for (const char* n : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                          "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
-                          "ffn_up.weight", "ffn_down.weight"}) {
-      list.required.push_back(p + n);
-    }
-    if (c.hasQkvBias) {
-      for (const char* n : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
-        list.required.push_back(p + n);
-      }
-    }
+  for (const model::StageTensor& t :
+       model::stageTensors(c, firstLayer, lastLayer, embedding, head)) {
+    (t.required ? list.required : list.optional).push_back(t.name);
   }
-  if (head) {
-    list.required.push_back("output_norm.weight");
-    list.optional.push_back("output.weight");
-    if (!embedding) list.optional.push_back("token_embd.weight");
-  }
-  list.optional.push_back("rope_freqs.weight");
   return list;
 }
 

@@ -25,7 +25,8 @@
 
 namespace shoal::lan {
 
-// What a stage over [firstLayer, lastLayer) needs from the model file, by tensor name.
+// What a stage over [firstLayer, lastLayer) needs from the model file, by tensor name: the
+// architecture's tensor table (model::stageTensors) split by whether a tensor must exist.
 // `optional` lists tensors that only some models have (rope_freqs.weight; output.weight, absent
 // when the output is tied to the embedding; token_embd.weight for a head without the embedding,
 // needed only when the output is tied): the coordinator sends those its file has, except

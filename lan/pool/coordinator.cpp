@@ -1,13 +1,11 @@
 #include "lan/pool/coordinator.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "engine/error.h"
 #include "engine/plan/model_cost.h"
 #include "engine/plan/planner.h"
 #include "engine/plan/replan.h"
-#include "lan/pool/reply_text.h"
 #include "lan/pool/sha256.h"
 #include "lan/pool/snapshot.h"
 
@@ -173,6 +171,10 @@ void Coordinator::deploy(const plan::Plan& plan, const DeployCallback& progress)
   std::lock_guard run(m_runMutex);
   if (!m_model) throw Error("no model set (setModel)");
   const std::vector<StagePlacement> stages = pipelineStages(plan);
+  // The next generation starts over on the new stages (their caches are not the session's).
+  m_session.reset();
+  m_chain.reset();
+  m_chainStages.clear();
   try {
     deployStages(stages, progress);
   } catch (const StageFailure& f) {
@@ -290,36 +292,6 @@ double Coordinator::predictedTokensPerS() const {
   return m_predictedTokensPerS;
 }
 
-model::TokenId Coordinator::runPipeline(std::span<const model::TokenId> tokens,
-                                        int32_t firstPosition, const RemoteSampling& sampling) {
-  LiveStages stages;
-  {
-    std::lock_guard lock(m_mutex);
-    stages = m_stages;
-  }
-  if (stages.empty()) throw Error("no stages deployed");
-  runtime::StageInput in;
-  in.sequence = 0;
-  in.firstPosition = firstPosition;
-  in.count = static_cast<int32_t>(tokens.size());
-  in.tokens = tokens;
-  runtime::StageOutput out;
-  std::vector<float> hidden;  // the previous stage's output, input of the next
-  for (size_t i = 0; i < stages.size(); ++i) {
-    RemoteStage& stage = *stages[i];
-    try {
-      if (i + 1 == stages.size()) return stage.forwardSample(in, sampling);
-      stage.forward(in, out);
-    } catch (const TransportError& e) {
-      throw StageFailure{stage.placement().nodeId, e.what()};
-    }
-    hidden = std::move(out.hidden);
-    in.tokens = {};
-    in.hidden = hidden;
-  }
-  throw Error("no stages deployed");  // unreachable: the last stage returned
-}
-
 void Coordinator::recover(const StageFailure& failure, int32_t generated) {
   const auto t0 = Clock::now();
   RecoveryEvent event;
@@ -362,134 +334,71 @@ std::vector<RecoveryEvent> Coordinator::recoveries() const {
   return m_recoveries;
 }
 
+void Coordinator::rebuildChain() {
+  LiveStages stages;
+  {
+    std::lock_guard lock(m_mutex);
+    stages = m_stages;
+  }
+  if (stages.empty()) throw Error("no pipeline deployed (deploy a plan first)");
+  std::vector<std::shared_ptr<runtime::Stage>> links(stages.begin(), stages.end());
+  // Replaced in place: the session keeps a reference to the chain.
+  if (m_chain) {
+    *m_chain = runtime::Chain(std::move(links));
+  } else {
+    m_chain = std::make_unique<runtime::Chain>(std::move(links));
+  }
+  m_chainStages = std::move(stages);
+}
+
+bool Coordinator::recoverStage(const std::exception& error, size_t failedStage) {
+  // A node that answers with an error is not failing: that error reaches the caller.
+  if (!dynamic_cast<const TransportError*>(&error) || failedStage >= m_chainStages.size()) {
+    return false;
+  }
+  // The session's cache holds the prompt and the reply so far when a stage fails.
+  const auto generated =
+      static_cast<int32_t>(m_session->cachedTokens().size() -
+                           std::min(m_promptTokens, m_session->cachedTokens().size()));
+  StageFailure failure{m_chainStages[failedStage]->placement().nodeId, error.what()};
+  for (;;) {
+    try {
+      recover(failure, generated);
+      rebuildChain();
+      // Stages the new plan kept still hold the sequence; the session replays it from 0.
+      m_chain->truncate(0, 0);
+      return true;
+    } catch (const StageFailure& again) {
+      failure = again;  // a node failed while loading the new plan: drop it too
+    } catch (const TransportError& e) {
+      failure = {m_chainStages[m_chain->failedStage()]->placement().nodeId, e.what()};
+    }
+  }
+}
+
 runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>& prompt,
                                               const runtime::GenerateOptions& options,
                                               const runtime::Session::TextCallback& onText) {
   std::lock_guard run(m_runMutex);
   if (!m_model) throw Error("no model set (setModel)");
-  if (deployed().empty()) throw Error("no pipeline deployed (deploy a plan first)");
-  const model::Tokenizer& tokenizer = m_model->tokenizer();
-  if (prompt.empty()) throw Error("empty prompt");
-  const int32_t ctx = m_options.contextLength;
-  if (static_cast<int64_t>(prompt.size()) >= ctx) {
-    throw Error("prompt of " + std::to_string(prompt.size()) +
-                " tokens does not fit the context of " + std::to_string(ctx) + " tokens");
+  if (!m_chain) rebuildChain();
+  if (!m_session) {
+    m_session = std::make_unique<runtime::Session>(
+        *m_chain, m_model->tokenizer(), 0, [this](const std::exception& e, size_t failedStage) {
+          return recoverStage(e, failedStage);
+        });
   }
-  for (model::TokenId t : prompt) {
-    if (t < 0 || t >= tokenizer.size()) throw Error("prompt token id out of range");
+  m_promptTokens = prompt.size();
+  try {
+    return m_session->generate(prompt, options, onText);
+  } catch (...) {
+    // The caches are in an unknown state (or the pipeline is gone): the next generation
+    // starts over.
+    m_session.reset();
+    m_chain.reset();
+    m_chainStages.clear();
+    throw;
   }
-
-  runtime::GenerateResult result;
-  result.promptTokens = static_cast<int32_t>(prompt.size());
-  std::vector<model::TokenId> history = prompt;  // what the KV cache must hold
-  size_t cached = 0;                             // what it holds now
-  RemoteSampling sampling;
-  sampling.temperature = options.sampler.temperature;
-  sampling.topP = options.sampler.topP;
-  sampling.topK = options.sampler.topK;
-  sampling.minP = options.sampler.minP;
-
-  auto truncateAll = [&] {
-    LiveStages stages;
-    {
-      std::lock_guard lock(m_mutex);
-      stages = m_stages;
-    }
-    for (const auto& s : stages) {
-      try {
-        s->truncate(0, 0);
-      } catch (const TransportError& e) {
-        throw StageFailure{s->placement().nodeId, e.what()};
-      }
-    }
-  };
-  // Brings the KV cache up to `history` and returns the token sampled after it. The prompt
-  // goes in batches from position 0 and the reply one token at a time, exactly as it was
-  // computed the first time, so a replay after a recovery reproduces the same hidden states
-  // (and the same greedy tokens).
-  auto advance = [&]() -> model::TokenId {
-    for (;;) {
-      std::optional<StageFailure> failure;
-      try {
-        if (cached == 0) truncateAll();
-        model::TokenId next = -1;
-        while (cached < history.size()) {
-          const size_t n = cached < prompt.size()
-                               ? std::min(static_cast<size_t>(std::max(1, m_options.maxBatch)),
-                                          prompt.size() - cached)
-                               : 1;
-          // The seed follows the position sampled, so a replay draws the same numbers.
-          sampling.seed = options.sampler.seed + cached + n;
-          next = runPipeline(std::span(history).subspan(cached, n), static_cast<int32_t>(cached),
-                             sampling);
-          cached += n;
-        }
-        return next;
-      } catch (const StageFailure& f) {
-        failure = f;
-      }
-      while (failure) {
-        const StageFailure f = *failure;
-        failure.reset();
-        try {
-          recover(f, static_cast<int32_t>(result.tokens.size()));
-        } catch (const StageFailure& again) {
-          failure = again;  // a node failed while loading the new plan: drop it too
-        }
-      }
-      cached = 0;
-    }
-  };
-
-  const auto t0 = Clock::now();
-  model::TokenId next = advance();
-  result.prefillSeconds = secondsSince(t0);
-
-  ReplyText text(tokenizer, options.stop);
-  bool cancelled = false;
-  auto emit = [&](const std::string& piece) {
-    if (piece.empty()) return;
-    result.text += piece;
-    if (onText && !onText(piece)) cancelled = true;
-  };
-  const auto tDecode = Clock::now();
-  result.finish = runtime::FinishReason::Length;
-  for (int32_t i = 0; i < options.maxTokens; ++i) {
-    if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
-      result.finish = runtime::FinishReason::Cancelled;
-      break;
-    }
-    if (i > 0) next = advance();
-    result.tokens.push_back(next);
-    if (!options.ignoreEndOfGeneration && tokenizer.isEndOfGeneration(next)) {
-      result.finish = runtime::FinishReason::EndOfGeneration;
-      break;
-    }
-    bool stopped = false;
-    emit(text.push(next, stopped));
-    if (stopped) {
-      result.finish = runtime::FinishReason::StopString;
-      break;
-    }
-    if (cancelled) {
-      result.finish = runtime::FinishReason::Cancelled;
-      break;
-    }
-    if (i + 1 == options.maxTokens) break;
-    if (static_cast<int32_t>(history.size()) + 1 >= ctx) {
-      result.finish = runtime::FinishReason::ContextFull;
-      break;
-    }
-    history.push_back(next);
-  }
-  result.decodeSeconds = secondsSince(tDecode);
-  if (result.finish != runtime::FinishReason::StopString &&
-      result.finish != runtime::FinishReason::Cancelled) {
-    bool stopped = false;
-    emit(text.finish(stopped));
-    if (stopped) result.finish = runtime::FinishReason::StopString;
-  }
-  return result;
 }
 
 void Coordinator::dropUntrustedMembers() {

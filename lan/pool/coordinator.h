@@ -109,11 +109,14 @@ class Coordinator {
   std::vector<StagePlacement> deployed() const;
   double predictedTokensPerS() const;
 
-  // Generates a reply to `prompt` on the deployed pipeline. The last stage samples (greedy
-  // when options.sampler.temperature <= 0; the repetition penalty and min-p are not applied
-  // remotely). When a node fails mid-way the coordinator drops it, re-plans over the rest,
-  // loads the missing layers, replays the prompt and the reply so far, and continues: the
-  // greedy reply is unchanged. Throws when no plan is left or the model is not deployed.
+  // Generates a reply to `prompt` on the deployed pipeline: runtime::Session over a Chain of
+  // the RemoteStages. The last stage samples on its node (greedy when
+  // options.sampler.temperature <= 0; the repetition penalty is not applied remotely). A prompt
+  // that extends the previous one computes only its new tokens (the session's cache). When a
+  // node fails mid-way (TransportError) the session's recovery hook drops it, re-plans over the
+  // rest and loads the missing layers; the session replays the prompt and the reply so far and
+  // continues: the greedy reply is unchanged. Throws when no plan is left or the model is not
+  // deployed.
   runtime::GenerateResult generate(const std::vector<model::TokenId>& prompt,
                                    const runtime::GenerateOptions& options,
                                    const runtime::Session::TextCallback& onText = {});
@@ -134,9 +137,9 @@ class Coordinator {
     std::shared_ptr<NodeClient> client;
     NodeLinkProfile link;
   };
-  // The deployed pipeline's stages, in order (shared: runs copy the list and use it unlocked).
+  // The deployed pipeline's stages, in order (shared: the chain and snapshots hold them too).
   using LiveStages = std::vector<std::shared_ptr<RemoteStage>>;
-  // A stage's node failed (TransportError) during generation.
+  // A node failed (TransportError) while loading a stage.
   struct StageFailure {
     std::string nodeId;
     std::string cause;
@@ -148,11 +151,15 @@ class Coordinator {
   // removeNode() for every member options.isTrusted no longer trusts (asked without m_mutex).
   void dropUntrustedMembers();
   void deployStages(const std::vector<StagePlacement>& stages, const DeployCallback& progress);
-  // Runs `tokens` at `firstPosition` through the pipeline; the token the last stage samples.
-  // Throws StageFailure.
-  model::TokenId runPipeline(std::span<const model::TokenId> tokens, int32_t firstPosition,
-                             const RemoteSampling& sampling);
+  // Drops the failed node, re-plans over the rest and deploys the new plan (StageFailure when
+  // another node fails while loading).
   void recover(const StageFailure& failure, int32_t generated);
+  // The session's Recovery hook: recover() from a TransportError of the chain's stage
+  // `failedStage`, then hands the session the repaired chain with empty caches. false for any
+  // other error (it reaches the caller).
+  bool recoverStage(const std::exception& error, size_t failedStage);
+  // m_chain over the deployed stages (replaced in place: the session keeps a reference).
+  void rebuildChain();
 
   Connector m_connector;
   CoordinatorOptions m_options;
@@ -169,6 +176,13 @@ class Coordinator {
   double m_predictedTokensPerS = 0;
   uint64_t m_nextStage = 1;
   std::vector<RecoveryEvent> m_recoveries;
+
+  // Generation (under m_runMutex): the session over a chain of the deployed stages, kept from
+  // one generate() to the next (prompt-prefix reuse) until a deploy or a failure.
+  std::unique_ptr<runtime::Chain> m_chain;
+  LiveStages m_chainStages;  // m_chain's stages, in order
+  std::unique_ptr<runtime::Session> m_session;
+  size_t m_promptTokens = 0;  // of the generation running
 
   std::thread m_telemetryThread;
   std::mutex m_telemetryMutex;

@@ -7,6 +7,7 @@
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
+#include "lan/pool/forward_fields.h"
 #include "lan/pool/sha256.h"
 #include "lan/pool/snapshot.h"
 
@@ -65,47 +66,135 @@ NodeClient::NodeClient(std::shared_ptr<Connection> connection, std::chrono::mill
 
 NodeClient::~NodeClient() = default;
 
-Message NodeClient::awaitReply(int64_t id, std::chrono::milliseconds timeout) {
+NodeClient::RequestId NodeClient::send(Message message, std::chrono::milliseconds timeout,
+                                       bool withId, bool awaitReply) {
+  std::lock_guard sending(m_sendMutex);
+  RequestId id = 0;
+  if (withId) {
+    std::lock_guard lock(m_mutex);
+    id = ++m_lastId;
+    // Registered before it is sent: another thread may read the reply first.
+    if (awaitReply) m_awaited.emplace(id, Awaited{});
+    message.control["id"] = id;
+  }
+  try {
+    m_connection->send(message, timeout);
+  } catch (...) {
+    if (awaitReply) abandon(id);
+    throw;
+  }
+  return id;
+}
+
+void NodeClient::abandon(RequestId id) {
+  std::lock_guard lock(m_mutex);
+  m_awaited.erase(id);
+}
+
+void NodeClient::dispatch(Message message) {
+  // Replies come in request order, so a malformed one stands where the oldest awaited
+  // request's reply would: that request fails with the reason.
+  const auto failOldest = [&](const std::string& why) {
+    for (auto& [id, awaited] : m_awaited) {
+      if (awaited.reply || awaited.error) continue;
+      awaited.error = std::make_exception_ptr(Error(
+          "node " + peerAddress() + ": " + why + " (awaiting request " + std::to_string(id) + ")"));
+      return;
+    }
+  };
+  const auto it = message.control.find("id");
+  if (it == message.control.end() && opOf(message) == "error") {
+    // A refused weights chunk (chunks carry no id): the stream's weights_done is answered
+    // with the reason too, which is where the loading thread sees it.
+    return;
+  }
+  if (it == message.control.end() || !it->is_number_integer()) {
+    failOldest("reply '" + opOf(message) + "' without an integer id");
+    return;
+  }
+  const RequestId got = it->get<int64_t>();
+  if (got > m_lastId) {
+    failOldest("reply id " + std::to_string(got) + " to a request never sent");
+    return;
+  }
+  const auto awaited = m_awaited.find(got);
+  // Nobody waits for it: a request that timed out or was abandoned, unloadStageNoWait.
+  if (awaited == m_awaited.end() || awaited->second.reply || awaited->second.error) return;
+  awaited->second.reply = std::move(message);
+}
+
+Message NodeClient::awaitReply(RequestId id, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  const auto timedOut = [&] {
+    return TransportError(TransportError::Kind::Timeout,
+                          "node " + peerAddress() + ": no reply to request " + std::to_string(id));
+  };
+  std::unique_lock lock(m_mutex);
   for (;;) {
-    Message reply = m_connection->receive(remaining(deadline));
-    const auto it = reply.control.find("id");
-    if (it == reply.control.end() && opOf(reply) == "error") {
-      // A refusal of a message that carries no id (a weights chunk).
-      throw Error("node " + peerAddress() + ": " + reply.control.value("message", "error"));
+    const auto it = m_awaited.find(id);
+    if (it == m_awaited.end()) {
+      throw Error("node " + peerAddress() + ": request " + std::to_string(id) + " is not awaited");
     }
-    if (it == reply.control.end() || !it->is_number_integer()) {
-      throw Error("node " + peerAddress() + ": reply '" + opOf(reply) + "' without an integer id");
-    }
-    const int64_t got = it->get<int64_t>();
-    if (got < id) {
-      if (Clock::now() >= deadline) {
-        throw TransportError(
-            TransportError::Kind::Timeout,
-            "node " + peerAddress() + ": no reply to request " + std::to_string(id));
+    if (it->second.reply || it->second.error) {
+      Awaited done = std::move(it->second);
+      m_awaited.erase(it);
+      lock.unlock();
+      if (done.error) std::rethrow_exception(done.error);
+      const Message& reply = *done.reply;
+      if (opOf(reply) == "error") {
+        const auto msg = reply.control.find("message");
+        throw Error("node " + peerAddress() + ": " +
+                    (msg != reply.control.end() && msg->is_string() ? msg->get<std::string>()
+                                                                    : std::string("error")));
       }
-      continue;  // a late reply to a request that timed out earlier
+      return std::move(*done.reply);
     }
-    if (got != id) {
-      throw Error("node " + peerAddress() + ": reply id " + std::to_string(got) + " to request " +
-                  std::to_string(id));
+    if (Clock::now() >= deadline) {
+      m_awaited.erase(it);
+      throw timedOut();
     }
-    if (opOf(reply) == "error") {
-      const auto msg = reply.control.find("message");
-      throw Error("node " + peerAddress() + ": " +
-                  (msg != reply.control.end() && msg->is_string() ? msg->get<std::string>()
-                                                                  : std::string("error")));
+    if (m_reading) {  // another waiter reads; it files our reply when it comes
+      m_arrived.wait_until(lock, deadline);
+      continue;
     }
-    return reply;
+    m_reading = true;
+    lock.unlock();
+    std::optional<Message> got;
+    std::exception_ptr failure;
+    bool nothingInTime = false;
+    try {
+      got = m_connection->receive(remaining(deadline));
+    } catch (const TransportError& e) {
+      if (e.kind() == TransportError::Kind::Timeout) {
+        nothingInTime = true;
+      } else {
+        failure = std::current_exception();
+      }
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    lock.lock();
+    m_reading = false;
+    if (got) dispatch(std::move(*got));
+    if (failure) {
+      // The connection is gone: every request in flight on it fails the same way.
+      for (auto& [other, awaited] : m_awaited) {
+        if (!awaited.reply && !awaited.error) awaited.error = failure;
+      }
+    }
+    m_arrived.notify_all();
+    if (nothingInTime) {
+      const auto mine = m_awaited.find(id);
+      if (mine != m_awaited.end() && !mine->second.reply && !mine->second.error) {
+        m_awaited.erase(mine);
+        throw timedOut();
+      }
+    }
   }
 }
 
 Message NodeClient::request(Message message, std::chrono::milliseconds timeout) {
-  std::lock_guard lock(m_mutex);
-  const int64_t id = m_nextId++;
-  message.control["id"] = id;
-  m_connection->send(message, timeout);
-  return awaitReply(id, timeout);
+  return awaitReply(send(std::move(message), timeout, true, true), timeout);
 }
 
 NodeInfo NodeClient::info() {
@@ -148,12 +237,11 @@ double NodeClient::probeBandwidth(size_t bytes) {
 LoadStageResult NodeClient::loadStage(const LoadStageRequest& r, const gguf::File& model,
                                       const WeightsProgress& progress,
                                       std::chrono::milliseconds loadTimeout) {
-  std::lock_guard lock(m_mutex);
+  std::lock_guard loading(m_loadMutex);
   const StagePlacement& p = r.placement;
   Message m;
   m.control = {
       {"op", "load_stage"},
-      {"id", m_nextId++},
       {"stage_id", r.stageId},
       {"model", {{"sha256", r.model.sha256}, {"name", r.model.name}, {"size", r.model.size}}},
       {"device", p.deviceId},
@@ -165,8 +253,7 @@ LoadStageResult NodeClient::loadStage(const LoadStageRequest& r, const gguf::Fil
       {"max_sequences", r.maxSequences},
       {"max_batch", r.maxBatch}};
   m.blob = metadataGguf(model);
-  m_connection->send(m, m_timeout);
-  Message reply = awaitReply(m.control["id"].get<int64_t>(), loadTimeout);
+  Message reply = awaitReply(send(std::move(m), m_timeout, true, true), loadTimeout);
 
   LoadStageResult result;
   if (opOf(reply) == "need_weights") {
@@ -200,18 +287,16 @@ LoadStageResult NodeClient::loadStage(const LoadStageRequest& r, const gguf::Fil
                          {"dims", t->dims}};
         if (offset + len == t->nbytes) chunk.control["sha256"] = digest;
         chunk.blob.assign(t->data + offset, t->data + offset + len);
-        m_connection->send(chunk, m_timeout);
+        send(std::move(chunk), m_timeout, false, false);
         offset += len;
         sent += len;
         if (progress) progress(sent, total);
       } while (offset < t->nbytes);
     }
     Message done;
-    const int64_t doneId = m_nextId++;
-    done.control = {{"op", "weights_done"}, {"id", doneId}, {"stage_id", r.stageId}};
-    m_connection->send(done, m_timeout);
+    done.control = {{"op", "weights_done"}, {"stage_id", r.stageId}};
     result.streamedBytes = sent;
-    reply = awaitReply(doneId, loadTimeout);
+    reply = awaitReply(send(std::move(done), m_timeout, true, true), loadTimeout);
   }
   if (opOf(reply) != "stage_ready") {
     throw Error("node " + peerAddress() + ": load_stage " + r.stageId + " answered by '" +
@@ -222,11 +307,12 @@ LoadStageResult NodeClient::loadStage(const LoadStageRequest& r, const gguf::Fil
   return result;
 }
 
-ForwardReply NodeClient::forward(const ForwardRequest& r) {
+NodeClient::RequestId NodeClient::sendForward(const ForwardRequest& r) {
   Message m;
   m.control = {{"op", "forward"},        {"stage_id", r.stageId},
                {"sequence", r.sequence}, {"first_position", r.firstPosition},
-               {"count", r.count},       {"sample", nullptr}};
+               {"count", r.count},       {"logits", logitRowsName(r.logits)},
+               {"sample", nullptr}};
   if (r.sample) {
     m.control["sample"] = {{"temperature", r.sample->temperature},
                            {"top_p", r.sample->topP},
@@ -235,7 +321,11 @@ ForwardReply NodeClient::forward(const ForwardRequest& r) {
                            {"seed", r.sample->seed}};
   }
   m.blob = r.tokens.empty() ? toBlob(r.hidden) : toBlob(r.tokens);
-  const Message reply = request(std::move(m), m_timeout);
+  return send(std::move(m), m_timeout, true, true);
+}
+
+ForwardReply NodeClient::receiveForward(RequestId id) {
+  const Message reply = awaitReply(id, m_timeout);
   if (opOf(reply) != "forward_result") {
     throw Error("node " + peerAddress() + ": forward answered by '" + opOf(reply) + "'");
   }
@@ -272,10 +362,9 @@ void NodeClient::unloadStage(const std::string& stageId) {
 }
 
 void NodeClient::unloadStageNoWait(const std::string& stageId) {
-  std::lock_guard lock(m_mutex);
   Message m;
-  m.control = {{"op", "unload_stage"}, {"id", m_nextId++}, {"stage_id", stageId}};
-  m_connection->send(m, std::chrono::milliseconds(1000));
+  m.control = {{"op", "unload_stage"}, {"stage_id", stageId}};
+  send(std::move(m), std::chrono::milliseconds(1000), true, false);
 }
 
 std::vector<DeviceTelemetry> NodeClient::telemetry() {

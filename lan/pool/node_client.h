@@ -1,21 +1,28 @@
 #pragma once
-// The coordinator's side of the node protocol (the LAN design's "Node protocol"): one
-// request/reply at a time over one Connection, replies matched by "id". Used from the
-// generation thread and the telemetry thread; requests are serialized by a mutex, so a
-// telemetry poll waits for the forward in flight (at most one token's time).
+// The coordinator's side of the node protocol (the LAN design's "Node protocol") over one
+// Connection. A node answers the requests of a connection in the order they came, each reply
+// carrying its request's "id", so several requests may be in flight at once: forwards are sent
+// by sendForward() and received later by receiveForward() (RemoteStage's submit/wait), and the
+// telemetry thread's requests interleave with them. Whichever waiting thread is free reads the
+// connection and hands each reply to the request it answers.
 //
 // Failures: TransportError (lan/transport/connection.h) when the node is unreachable, closed
 // or too slow (recovery keys on it); shoal::Error for an `error` reply or a malformed reply.
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/runtime/stage.h"
 #include "lan/pool/node_info.h"
 #include "lan/pool/pool_builder.h"
 #include "lan/pool/telemetry.h"
@@ -54,23 +61,19 @@ struct LoadStageResult {
 // Weight streaming progress: bytes sent so far of the total this stage needs.
 using WeightsProgress = std::function<void(uint64_t sent, uint64_t total)>;
 
-// "sample" of a forward request; the last stage samples (greedy when temperature <= 0).
-struct RemoteSampling {
-  float temperature = 0;
-  float topP = 1;
-  int32_t topK = 0;
-  float minP = 0;
-  uint64_t seed = 0;
-};
-
+// One forward request: one segment of one sequence (the protocol carries one per request).
 struct ForwardRequest {
   std::string stageId;
   int32_t sequence = 0;
   int32_t firstPosition = 0;
   int32_t count = 0;
-  std::span<const int32_t> tokens;         // first stage: count ids
-  std::span<const float> hidden;           // other stages: count x nEmbd
-  const RemoteSampling* sample = nullptr;  // last stage: sample instead of returning logits
+  // Head stage: which rows' logits come back ("logits": "none" | "last" | "all").
+  runtime::LogitRows logits = runtime::LogitRows::Last;
+  std::span<const int32_t> tokens;  // first stage: count ids
+  std::span<const float> hidden;    // other stages: count x nEmbd
+  // Head stage: the node samples the last row instead of returning logits (greedy when
+  // temperature <= 0).
+  const runtime::SampleRequest* sample = nullptr;
 };
 
 struct ForwardReply {
@@ -103,24 +106,50 @@ class NodeClient {
   // for stage_ready.
   LoadStageResult loadStage(const LoadStageRequest& request, const gguf::File& model,
                             const WeightsProgress& progress, std::chrono::milliseconds loadTimeout);
-  ForwardReply forward(const ForwardRequest& request);
+  // A forward request in flight: sendForward() returns once it is sent, receiveForward() waits
+  // (up to the timeout, counted from its call) for its reply. Requests on one connection are
+  // answered in order, so a caller may send several before receiving the first. A request
+  // sent and never received must be abandoned (its reply is then skipped).
+  using RequestId = int64_t;
+  RequestId sendForward(const ForwardRequest& request);
+  ForwardReply receiveForward(RequestId id);
+  void abandon(RequestId id);
+  ForwardReply forward(const ForwardRequest& request) {
+    return receiveForward(sendForward(request));
+  }
   void truncate(const std::string& stageId, int32_t sequence, int32_t fromPosition);
   void unloadStage(const std::string& stageId);
   // unload_stage sent, the answer not waited for (a destructor's: never blocks on a dead node
-  // beyond a 1 s send); the late reply is skipped like any reply to an older request.
+  // beyond a 1 s send); its reply is skipped like any reply nobody waits for.
   void unloadStageNoWait(const std::string& stageId);
   std::vector<DeviceTelemetry> telemetry();
 
  private:
-  // Sends `message` with a fresh id and returns the reply with that id (older replies, left
-  // over from a request that timed out, are skipped). Throws shoal::Error for an error reply.
+  // A reply awaited: filled by whichever thread reads it.
+  struct Awaited {
+    std::optional<Message> reply;
+    std::exception_ptr error;  // the connection failed, or a malformed reply answered it
+  };
+
+  // Sends `message` with a fresh id (none when !withId: a weights chunk) and, when
+  // `awaitReply`, registers the id so that its reply is kept for awaitReply(). Returns the id.
+  RequestId send(Message message, std::chrono::milliseconds timeout, bool withId, bool awaitReply);
+  // The reply to request `id` (sent with awaitReply). Replies nobody waits for (a request that
+  // timed out, unloadStageNoWait) are skipped. Throws shoal::Error for an error reply.
+  Message awaitReply(RequestId id, std::chrono::milliseconds timeout);
   Message request(Message message, std::chrono::milliseconds timeout);
-  Message awaitReply(int64_t id, std::chrono::milliseconds timeout);
+  // Files one message read from the connection (caller holds m_mutex).
+  void dispatch(Message message);
 
   std::shared_ptr<Connection> m_connection;
   std::chrono::milliseconds m_timeout;
-  std::mutex m_mutex;  // one request in flight
-  int64_t m_nextId = 1;
+  std::mutex m_loadMutex;  // one load_stage (and its weight stream) at a time
+  std::mutex m_sendMutex;  // ids go out in increasing order
+  std::mutex m_mutex;      // guards what follows
+  std::condition_variable m_arrived;
+  std::map<RequestId, Awaited> m_awaited;  // sent, reply not taken yet
+  bool m_reading = false;                  // a thread is in m_connection->receive()
+  RequestId m_lastId = 0;                  // the last id sent
 };
 
 }  // namespace shoal::lan

@@ -9,23 +9,19 @@
 namespace shoal::lan {
 
 RemoteStage::RemoteStage(std::shared_ptr<NodeClient> client, const LoadStageRequest& request,
-                         int32_t nEmbd, int32_t nVocab)
+                         int32_t nLayer, int32_t nEmbd, int32_t nVocab)
     : m_client(std::move(client)),
       m_stageId(request.stageId),
       m_placement(request.placement),
+      m_spec{m_placement.firstLayer, m_placement.lastLayer, m_placement.hasEmbedding,
+             m_placement.hasHead,    request.contextLength, std::max(1, request.maxSequences),
+             request.maxBatch},
       m_nEmbd(nEmbd),
       m_nVocab(nVocab),
-      m_cached(static_cast<size_t>(std::max(1, request.maxSequences)), 0) {
-  m_spec.firstLayer = m_placement.firstLayer;
-  m_spec.lastLayer = m_placement.lastLayer;
-  m_spec.hasEmbedding = m_placement.hasEmbedding;
-  m_spec.hasHead = m_placement.hasHead;
-  m_spec.contextLength = request.contextLength;
-  m_spec.maxSequences = std::max(1, request.maxSequences);
-  m_spec.maxBatch = request.maxBatch;
-}
+      m_book("remote stage " + request.stageId, m_spec, nLayer, nVocab, nEmbd) {}
 
 RemoteStage::~RemoteStage() {
+  abandonAll();
   if (!m_isLoaded || !m_client->isOpen()) return;
   try {
     m_client->unloadStageNoWait(m_stageId);
@@ -42,82 +38,128 @@ std::unique_ptr<RemoteStage> RemoteStage::deploy(std::shared_ptr<NodeClient> cli
   if (!client) throw Error("RemoteStage::deploy " + request.stageId + ": no node client");
   const model::ModelConfig config = model::ModelConfig::fromGguf(model);
   std::unique_ptr<RemoteStage> stage(
-      new RemoteStage(std::move(client), request, config.nEmbd, config.nVocab));
+      new RemoteStage(std::move(client), request, config.nLayer, config.nEmbd, config.nVocab));
   stage->m_loaded = stage->m_client->loadStage(request, model, progress, loadTimeout);
   stage->m_isLoaded = true;
   return stage;
 }
 
-ForwardReply RemoteStage::send(const runtime::StageInput& input, const RemoteSampling* sampling) {
-  if (input.sequence < 0 || input.sequence >= m_spec.maxSequences) {
-    throw Error("remote stage " + m_stageId + ": sequence " + std::to_string(input.sequence) +
-                " outside [0, " + std::to_string(m_spec.maxSequences) + ")");
+runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
+                                           runtime::StageOutput& output) {
+  m_book.check(batch);
+  InFlight f;
+  f.output = &output;
+  f.segments.assign(batch.segments.begin(), batch.segments.end());
+  // The node samples one token per segment from its last row; any other shape of logits rows
+  // comes back as logits (a stage may ignore a SampleRequest).
+  f.sampled = m_spec.hasHead && batch.sample &&
+              std::all_of(f.segments.begin(), f.segments.end(), [](const runtime::Segment& s) {
+                return s.logits == runtime::LogitRows::Last;
+              });
+  size_t row = 0;
+  try {
+    for (const runtime::Segment& s : f.segments) {
+      ForwardRequest r;
+      r.stageId = m_stageId;
+      r.sequence = s.sequence;
+      r.firstPosition = s.firstPosition;
+      r.count = s.count;
+      r.logits = s.logits;
+      const auto rows = static_cast<size_t>(s.count);
+      if (m_spec.hasEmbedding) {
+        r.tokens = batch.tokens.subspan(row, rows);
+      } else {
+        r.hidden = batch.hidden.subspan(row * size_t(m_nEmbd), rows * size_t(m_nEmbd));
+      }
+      if (f.sampled) r.sample = batch.sample;
+      f.requests.push_back(m_client->sendForward(r));
+      row += rows;
+    }
+  } catch (...) {
+    for (NodeClient::RequestId id : f.requests) m_client->abandon(id);
+    throw;
   }
-  if (input.allLogits) {
-    throw Error("remote stage " + m_stageId + ": allLogits is not supported over the network");
-  }
-  const size_t count = static_cast<size_t>(std::max(0, input.count));
-  if (m_spec.hasEmbedding && input.tokens.size() != count) {
-    throw Error("remote stage " + m_stageId + ": " + std::to_string(input.tokens.size()) +
-                " token ids for count " + std::to_string(input.count));
-  }
-  if (!m_spec.hasEmbedding && input.hidden.size() != count * size_t(m_nEmbd)) {
-    throw Error("remote stage " + m_stageId + ": " + std::to_string(input.hidden.size()) +
-                " hidden values for count " + std::to_string(input.count) + " x n_embd " +
-                std::to_string(m_nEmbd));
-  }
-  ForwardRequest r;
-  r.stageId = m_stageId;
-  r.sequence = input.sequence;
-  r.firstPosition = input.firstPosition;
-  r.count = input.count;
-  if (m_spec.hasEmbedding) {
-    r.tokens = input.tokens;
-  } else {
-    r.hidden = input.hidden;
-  }
-  r.sample = sampling;
-  ForwardReply reply = m_client->forward(r);
-  m_cached[static_cast<size_t>(input.sequence)] = input.firstPosition + input.count;
-  return reply;
+  m_book.commit(batch);
+  f.ticket = ++m_submitted;
+  m_inFlight.push_back(std::move(f));
+  return m_submitted;
 }
 
-void RemoteStage::forward(const runtime::StageInput& input, runtime::StageOutput& output) {
-  ForwardReply r = send(input, nullptr);
-  const size_t expected = m_spec.hasHead ? size_t(m_nVocab) : size_t(input.count) * size_t(m_nEmbd);
-  if (r.values.size() != expected) {
-    throw Error("node " + m_client->peerAddress() + ": stage " + m_stageId + " returned " +
-                std::to_string(r.values.size()) + " floats, expected " + std::to_string(expected));
+void RemoteStage::complete(InFlight& f) {
+  runtime::StageOutput& out = *f.output;
+  out.hidden.clear();
+  out.logits.clear();
+  out.tokens.clear();
+  for (size_t i = 0; i < f.requests.size(); ++i) {
+    const runtime::Segment& s = f.segments[i];
+    ForwardReply r = m_client->receiveForward(f.requests[i]);
+    f.requests[i] = 0;  // received
+    if (f.sampled) {
+      if (r.token < 0 || r.token >= m_nVocab) {
+        throw Error("node " + m_client->peerAddress() + ": stage " + m_stageId +
+                    " returned no valid token (got " + std::to_string(r.token) + ", vocabulary " +
+                    std::to_string(m_nVocab) + ")");
+      }
+      out.tokens.push_back(r.token);
+      continue;
+    }
+    size_t expected = size_t(s.count) * size_t(m_nEmbd);
+    if (m_spec.hasHead) {
+      const size_t rows = s.logits == runtime::LogitRows::All    ? size_t(s.count)
+                          : s.logits == runtime::LogitRows::Last ? 1
+                                                                 : 0;
+      expected = rows * size_t(m_nVocab);
+    }
+    if (r.values.size() != expected) {
+      throw Error("node " + m_client->peerAddress() + ": stage " + m_stageId + " returned " +
+                  std::to_string(r.values.size()) + " floats, expected " +
+                  std::to_string(expected));
+    }
+    std::vector<float>& dst = m_spec.hasHead ? out.logits : out.hidden;
+    dst.insert(dst.end(), r.values.begin(), r.values.end());
   }
-  (m_spec.hasHead ? output.logits : output.hidden) = std::move(r.values);
 }
 
-int32_t RemoteStage::forwardSample(const runtime::StageInput& input,
-                                   const RemoteSampling& sampling) {
-  if (!m_spec.hasHead) {
-    throw Error("remote stage " + m_stageId + ": forwardSample on a stage without the head");
+void RemoteStage::wait(Ticket ticket) {
+  if (ticket == 0 || ticket > m_submitted) {
+    throw Error("remote stage " + m_stageId + ": wait for a batch never submitted");
   }
-  const ForwardReply r = send(input, &sampling);
-  if (r.token < 0 || r.token >= m_nVocab) {
-    throw Error("node " + m_client->peerAddress() + ": stage " + m_stageId +
-                " returned no valid token (got " + std::to_string(r.token) + ", vocabulary " +
-                std::to_string(m_nVocab) + ")");
+  if (ticket <= m_completed) {
+    throw Error("remote stage " + m_stageId + ": wait for a batch already completed or dropped");
   }
-  return r.token;
+  // Batches complete in submission order: older ones still in flight complete first.
+  while (!m_inFlight.empty() && m_inFlight.front().ticket <= ticket) {
+    InFlight f = std::move(m_inFlight.front());
+    m_inFlight.pop_front();
+    m_completed = f.ticket;
+    try {
+      complete(f);
+    } catch (...) {
+      for (NodeClient::RequestId id : f.requests) {
+        if (id != 0) m_client->abandon(id);
+      }
+      throw;
+    }
+  }
+}
+
+void RemoteStage::abandonAll() {
+  for (const InFlight& f : m_inFlight) {
+    for (NodeClient::RequestId id : f.requests) {
+      if (id != 0) m_client->abandon(id);
+    }
+  }
+  m_inFlight.clear();
+  m_completed = m_submitted;
 }
 
 void RemoteStage::truncate(int32_t sequence, int32_t fromPosition) {
+  abandonAll();
   m_client->truncate(m_stageId, sequence, fromPosition);
-  if (sequence >= 0 && static_cast<size_t>(sequence) < m_cached.size()) {
-    int32_t& c = m_cached[static_cast<size_t>(sequence)];
-    c = std::min(c, fromPosition);
-  }
+  m_book.truncate(sequence, fromPosition);
 }
 
-int32_t RemoteStage::cachedPositions(int32_t sequence) const {
-  if (sequence < 0 || static_cast<size_t>(sequence) >= m_cached.size()) return 0;
-  return m_cached[static_cast<size_t>(sequence)];
-}
+int32_t RemoteStage::cachedPositions(int32_t sequence) const { return m_book.cached(sequence); }
 
 void RemoteStage::unload() {
   if (!m_isLoaded || !m_client->isOpen()) return;

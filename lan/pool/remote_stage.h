@@ -1,23 +1,30 @@
 #pragma once
 // A stage whose layers run on another node of the pool: the coordinator's proxy for a stage
 // hosted by lan/node's NodeHost. It has the runtime::Stage interface, so it stands wherever a
-// local stage does (a Chain, the Coordinator's pipeline); forward() sends the batch through the
-// node's NodeClient and waits for the result. The protocol itself lives in NodeClient only.
+// local stage does (the Coordinator's Chain): submit() sends the batch through the node's
+// NodeClient, one forward request per segment (the protocol carries one sequence per request),
+// and wait() receives the replies, so several batches may be in flight on one stage. The
+// protocol itself lives in NodeClient only.
+//
+// The head samples on its node when the batch carries a SampleRequest and every segment wants
+// the logits of its last row (StageOutput::tokens, no logits cross the network); otherwise it
+// returns logits.
 //
 // Threading: like every Stage, one thread drives it. Several RemoteStages may share one
-// NodeClient (two stages on one node); NodeClient serializes their requests with the telemetry
-// poller's.
+// NodeClient (two stages on one node); their requests interleave with the telemetry poller's.
 //
 // Errors: a refusal reported by the node throws shoal::Error ("node <addr>: <message>"); network
 // failures (timeout, closed) throw TransportError (lan/transport/connection.h).
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/runtime/stage.h"
+#include "engine/runtime/stage_sequences.h"
 #include "lan/pool/node_client.h"
 #include "lan/pool/pool_builder.h"
 
@@ -43,16 +50,17 @@ class RemoteStage final : public runtime::Stage {
   ~RemoteStage() override;
 
   const runtime::StageSpec& spec() const override { return m_spec; }
-  // Token ids (embedding stage) or hidden states to the node; hidden states, or the logits of
-  // the last token on the head, back. allLogits is not supported remotely (shoal::Error).
-  void forward(const runtime::StageInput& input, runtime::StageOutput& output) override;
+  // Checks the batch (SequenceBook) and sends its segments to the node.
+  Ticket submit(const runtime::Batch& batch, runtime::StageOutput& output) override;
+  // Receives the replies of the batch (and of any older batch still in flight) into its output:
+  // hidden states, logits rows, or the tokens the node sampled (each checked against the
+  // vocabulary).
+  void wait(Ticket ticket) override;
+  // Batches still in flight are abandoned (their replies skipped); the node applies the
+  // truncate after them, as it answers in order.
   void truncate(int32_t sequence, int32_t fromPosition) override;
   // Mirrored from the requests this proxy sent (the node is not asked).
   int32_t cachedPositions(int32_t sequence) const override;
-
-  // Head stage only: run the batch and let the node sample the next token, so logits never
-  // cross the network. Checks the token is in the vocabulary.
-  int32_t forwardSample(const runtime::StageInput& input, const RemoteSampling& sampling);
 
   // Drops the stage on the node and waits for its answer (the destructor then sends nothing).
   void unload();
@@ -63,9 +71,20 @@ class RemoteStage final : public runtime::Stage {
   const std::shared_ptr<NodeClient>& client() const { return m_client; }
 
  private:
-  RemoteStage(std::shared_ptr<NodeClient> client, const LoadStageRequest& request, int32_t nEmbd,
-              int32_t nVocab);
-  ForwardReply send(const runtime::StageInput& input, const RemoteSampling* sampling);
+  // A batch sent and not yet waited for.
+  struct InFlight {
+    Ticket ticket = 0;
+    runtime::StageOutput* output = nullptr;
+    std::vector<runtime::Segment> segments;
+    std::vector<NodeClient::RequestId> requests;  // one per segment
+    bool sampled = false;                         // the node samples: tokens come back
+  };
+
+  RemoteStage(std::shared_ptr<NodeClient> client, const LoadStageRequest& request, int32_t nLayer,
+              int32_t nEmbd, int32_t nVocab);
+  // Receives the replies of the oldest batch in flight into its output.
+  void complete(InFlight& batch);
+  void abandonAll();
 
   std::shared_ptr<NodeClient> m_client;
   std::string m_stageId;
@@ -73,7 +92,10 @@ class RemoteStage final : public runtime::Stage {
   runtime::StageSpec m_spec;
   int32_t m_nEmbd;
   int32_t m_nVocab;
-  std::vector<int32_t> m_cached;  // positions cached per sequence
+  runtime::SequenceBook m_book;  // positions cached per sequence, as sent
+  std::deque<InFlight> m_inFlight;
+  Ticket m_submitted = 0;
+  Ticket m_completed = 0;  // the last ticket waited for (or dropped by truncate)
   LoadStageResult m_loaded;
   bool m_isLoaded = false;
 };

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,18 +76,19 @@ int main(int argc, char** argv) {
 
     // Weight bytes one decoded token reads: every layer matrix and the output head (the
     // embedding reads one row).
-    double weightBytes = static_cast<double>(m->weights().output->nbytes);
+    double weightBytes = static_cast<double>(m->weights()[model::TensorRole::Output]->nbytes);
     for (const auto& l : m->weights().layers)
-      for (auto t : {l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown, l.attnNorm, l.ffnNorm})
-        weightBytes += static_cast<double>(t->nbytes);
+      for (const gguf::TensorInfo* t : l.byRole)
+        if (t) weightBytes += static_cast<double>(t->nbytes);
 
     std::vector<int32_t> prompt(512);
     for (size_t i = 0; i < prompt.size(); ++i)
       prompt[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(c.nVocab));
     runtime::StageOutput out;
-    runtime::StageInput in;
+    runtime::Segment segment{0, 0, 512, runtime::LogitRows::Last};
+    runtime::Batch in;
     in.tokens = prompt;
-    in.count = 512;
+    in.segments = std::span(&segment, 1);
     stage->forward(in, out);  // warm-up (cuBLAS heuristics, first-touch)
     double ppS = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
@@ -95,17 +97,17 @@ int main(int argc, char** argv) {
       stage->forward(in, out);
       ppS = std::min(ppS, seconds(a, Clock::now()));
     }
-    // Decode 128 tokens after the prompt; the first token captures the graph and is not timed.
+    // Decode 128 tokens after the prompt; the first token records the graph and is not timed.
     int32_t token = 1;
-    runtime::StageInput step;
-    step.count = 1;
+    runtime::Segment one{0, 512, 1, runtime::LogitRows::Last};
+    runtime::Batch step;
     step.tokens = std::span<const int32_t>(&token, 1);
-    step.firstPosition = 512;
+    step.segments = std::span(&one, 1);
     stage->forward(step, out);
     const int decodeTokens = 128;
     const auto a = Clock::now();
     for (int i = 0; i < decodeTokens; ++i) {
-      step.firstPosition = 513 + i;
+      one.firstPosition = 513 + i;
       token = (token * 31 + 7) % c.nVocab;
       stage->forward(step, out);
     }

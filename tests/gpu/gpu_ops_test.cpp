@@ -122,6 +122,23 @@ void testRmsNormSwiglu(gpu_test::Tally& tally, std::mt19937& rng) {
   const double e = gpu_test::nmse(dy.get(), want);
   tally.expect(e <= kMaxNmse, "rmsNorm", fmt(e));
 
+  // The HeadNorm op: in place, over rows of one head (64), tokens x heads rows.
+  const int64_t headRows = 3 * 8, hd = 64;
+  const auto hx = randomVector(sz_t(headRows * hd), rng), hw = randomVector(sz_t(hd), rng);
+  std::vector<float> hwant(hx.size());
+  for (int64_t r = 0; r < headRows; ++r) {
+    double s = 0;
+    for (int64_t i = 0; i < hd; ++i) s += static_cast<double>(hx[r * hd + i]) * hx[r * hd + i];
+    const double scale = 1.0 / std::sqrt(s / hd + 1e-6);
+    for (int64_t i = 0; i < hd; ++i)
+      hwant[r * hd + i] = static_cast<float>(hx[r * hd + i] * scale * hw[i]);
+  }
+  Buf<float> dhx(hx), dhw(hw);
+  cuda::rmsNorm(dhx.p, dhw.p, dhx.p, headRows, hd, 1e-6f, nullptr);
+  checkLastError(tally, "rmsNorm in place (head norm)");
+  const double eh = gpu_test::nmse(dhx.get(), hwant);
+  tally.expect(eh <= kMaxNmse, "rmsNorm in place (head norm)", fmt(eh));
+
   const auto up = randomVector(x.size(), rng);
   Buf<float> du(up);
   std::vector<float> sw(x.size());
@@ -132,32 +149,42 @@ void testRmsNormSwiglu(gpu_test::Tally& tally, std::mt19937& rng) {
   tally.expect(e2 <= kMaxNmse, "swiglu", fmt(e2));
 }
 
+// RoPE from angle tables (as the stage builds them with cpu::ropeAngles: one row of hd/2
+// cosines and sines per position), for positions pos0.. of three tokens.
 void testRope(gpu_test::Tally& tally, bool neox, std::mt19937& rng) {
-  const int32_t heads = 4, hd = 64, tokens = 3, pos0 = 17;
+  const int32_t heads = 4, hd = 64, tokens = 3, pos0 = 17, half = hd / 2;
   const float base = 10000.0f;
   auto x = randomVector(sz_t(tokens * heads * hd), rng);
   std::vector<float> want = x;
   const float thetaScale = std::pow(base, -2.0f / hd);
+  std::vector<float> cosTable(sz_t((pos0 + tokens) * half)), sinTable(cosTable.size());
+  for (int32_t p = 0; p < pos0 + tokens; ++p) {
+    float theta = static_cast<float>(p);
+    for (int32_t i = 0; i < half; ++i, theta *= thetaScale) {
+      cosTable[sz_t(p * half + i)] = std::cos(theta);
+      sinTable[sz_t(p * half + i)] = std::sin(theta);
+    }
+  }
   for (int32_t t = 0; t < tokens; ++t)
     for (int32_t h = 0; h < heads; ++h) {
       float* v = &want[sz_t((t * heads + h) * hd)];
-      float theta = static_cast<float>(pos0 + t);
-      for (int32_t i = 0; i < hd / 2; ++i, theta *= thetaScale) {
-        const int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
+      for (int32_t i = 0; i < half; ++i) {
+        const float c = cosTable[sz_t((pos0 + t) * half + i)];
+        const float s = sinTable[sz_t((pos0 + t) * half + i)];
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
-        v[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
       }
     }
-  Buf<float> dx(x);
+  Buf<float> dx(x), dcos(cosTable), dsin(sinTable);
   Buf<int32_t> dpos(std::vector<int32_t>{pos0});
-  cuda::RopeParams p;
-  p.heads = heads;
-  p.headDim = hd;
-  p.nRot = hd;
-  p.neox = neox;
-  p.thetaScale = thetaScale;
-  cuda::rope(dx.p, tokens, p, dpos.p, nullptr);
+  cuda::RopeShape shape;
+  shape.heads = heads;
+  shape.headDim = hd;
+  shape.nRot = hd;
+  shape.neox = neox;
+  cuda::rope(dx.p, tokens, shape, dcos.p, dsin.p, dpos.p, nullptr);
   const std::string name = neox ? "rope neox" : "rope normal";
   checkLastError(tally, name);
   const double e = gpu_test::nmse(dx.get(), want);

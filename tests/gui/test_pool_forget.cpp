@@ -53,10 +53,10 @@ class TestPoolForget : public QObject {
   // Starts the controller (no discovery) on `configDir`, attached to `view`.
   static void start(PoolControllerThread& thread, PoolView& view, const QString& configDir) {
     view.attachController(thread.controller());
-    QSignalSpy started(thread.controller(), &PoolController::started);
-    QMetaObject::invokeMethod(thread.controller(), "start", Qt::QueuedConnection,
-                              Q_ARG(QString, configDir), Q_ARG(QString, "test-app"),
-                              Q_ARG(bool, false), Q_ARG(qint64, 0));
+    PoolController* c = thread.controller();
+    QSignalSpy started(c, &PoolController::started);
+    QMetaObject::invokeMethod(
+        c, [c, configDir] { c->start(configDir, "test-app", false, 0); }, Qt::QueuedConnection);
     QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, kStartMs);
   }
 
@@ -120,7 +120,8 @@ class TestPoolForget : public QObject {
     PoolController* c = thread.controller();
     QSignalSpy added(c, &PoolController::nodeAdded);
     QSignalSpy failed(c, &PoolController::failed);
-    QMetaObject::invokeMethod(c, "addNode", Qt::QueuedConnection, Q_ARG(QString, address));
+    QMetaObject::invokeMethod(
+        c, [c, address] { c->addNode(address); }, Qt::QueuedConnection);
     QTRY_VERIFY_WITH_TIMEOUT(added.count() == 1 || !failed.isEmpty(), kNetworkMs);
     QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
     QTreeWidget* list = view.setupPanel()->nodeList();
@@ -132,7 +133,8 @@ class TestPoolForget : public QObject {
     QVERIFY(!trustedOnDisk(config, nodeId));
     QTRY_VERIFY(rowNamed(list, "node-f") == nullptr);
     // Adding it again is refused: it is no longer trusted.
-    QMetaObject::invokeMethod(c, "addNode", Qt::QueuedConnection, Q_ARG(QString, address));
+    QMetaObject::invokeMethod(
+        c, [c, address] { c->addNode(address); }, Qt::QueuedConnection);
     QTRY_VERIFY_WITH_TIMEOUT(!failed.isEmpty(), kNetworkMs);
     QCOMPARE(added.count(), 1);
 

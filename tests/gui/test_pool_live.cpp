@@ -143,11 +143,12 @@ class TestPoolLive : public QObject {
   void startController(PoolControllerThread& thread, PoolView& view, bool uncapped = false) {
     view.attachController(thread.controller());
     view.setModelPath(modelPath());
-    QSignalSpy started(thread.controller(), &PoolController::started);
-    QMetaObject::invokeMethod(thread.controller(), "start", Qt::QueuedConnection,
-                              Q_ARG(QString, m_appConfig), Q_ARG(QString, "test-app"),
-                              Q_ARG(bool, false),
-                              Q_ARG(qint64, uncapped ? qint64(0) : qint64(m_memoryCap)));
+    PoolController* c = thread.controller();
+    QSignalSpy started(c, &PoolController::started);
+    const QString config = m_appConfig;
+    const qint64 cap = uncapped ? qint64(0) : qint64(m_memoryCap);
+    QMetaObject::invokeMethod(
+        c, [c, config, cap] { c->start(config, "test-app", false, cap); }, Qt::QueuedConnection);
     QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 30000);
     QCOMPARE(started.first().at(0).toString(), m_appId);  // the identity the nodes trust
   }
@@ -159,11 +160,14 @@ class TestPoolLive : public QObject {
     QSignalSpy deployed(c, &PoolController::deployed);
     QSignalSpy failed(c, &PoolController::failed);
     for (int i = 0; i < 2; ++i) {
-      QMetaObject::invokeMethod(c, "addNode", Qt::QueuedConnection,
-                                Q_ARG(QString, m_nodes[static_cast<size_t>(i)].address));
+      const QString address = m_nodes[static_cast<size_t>(i)].address;
+      QMetaObject::invokeMethod(
+          c, [c, address] { c->addNode(address); }, Qt::QueuedConnection);
     }
-    QMetaObject::invokeMethod(c, "previewPlan", Qt::QueuedConnection, Q_ARG(QString, modelPath()));
-    QMetaObject::invokeMethod(c, "deploy", Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        c, [c] { c->previewPlan(modelPath()); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        c, [c] { c->deploy(); }, Qt::QueuedConnection);
     QTRY_VERIFY_WITH_TIMEOUT(deployed.count() == 1 || !failed.isEmpty(), kDeployMs);
     QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
     QCOMPARE(added.count(), 2);
@@ -174,9 +178,7 @@ class TestPoolLive : public QObject {
     g.temperature = 0;
     g.maxTokens = maxTokens;
     QList<ChatTurn> turns{{"user", "Tell me a long story about a lighthouse keeper."}};
-    QMetaObject::invokeMethod(c, "generate", Qt::QueuedConnection, Q_ARG(qint64, 7),
-                              Q_ARG(QList<shoal::gui::ChatTurn>, turns),
-                              Q_ARG(shoal::gui::GenerationSettings, g));
+    c->requestReply(7, turns, g);  // thread-safe: queues the reply on the controller's thread
   }
  private slots:
   void initTestCase() {
@@ -190,7 +192,7 @@ class TestPoolLive : public QObject {
     plan::Request r;
     r.contextTokens = kContext;
     m_memoryCap =
-        static_cast<uint64_t>(0.6 * plan::stageMemoryBytes(cost, r, cost.layers, true, true));
+        static_cast<uint64_t>(0.6 * plan::stageMemoryBytes(cost, r, 0, cost.layers, true, true));
     // node-a and node-b: trusted both ways, shared by the tests (each test connects anew).
     const Node& a = startNode("node-a", false);
     const Node& b = startNode("node-b", false);
@@ -370,8 +372,9 @@ class TestPoolLive : public QObject {
     QSignalSpy started(c, &PoolController::started);
     QSignalSpy failed(c, &PoolController::failed);
     QSignalSpy added(c, &PoolController::nodeAdded);
-    QMetaObject::invokeMethod(c, "start", Qt::QueuedConnection, Q_ARG(QString, m_appConfig),
-                              Q_ARG(QString, "test-app"), Q_ARG(bool, true), Q_ARG(qint64, 0));
+    const QString config = m_appConfig;
+    QMetaObject::invokeMethod(
+        c, [c, config] { c->start(config, "test-app", true, 0); }, Qt::QueuedConnection);
     QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 30000);
     for (const QList<QVariant>& f : failed) {
       if (f.at(0).toString().contains("discovery")) QSKIP("LAN discovery cannot bind here");
@@ -406,8 +409,9 @@ class TestPoolLive : public QObject {
     PoolController* c = thread.controller();
     QSignalSpy started(c, &PoolController::started);
     QSignalSpy failed(c, &PoolController::failed);
-    QMetaObject::invokeMethod(c, "start", Qt::QueuedConnection, Q_ARG(QString, m_appConfig),
-                              Q_ARG(QString, "before-rename"), Q_ARG(bool, true), Q_ARG(qint64, 0));
+    const QString config = m_appConfig;
+    QMetaObject::invokeMethod(
+        c, [c, config] { c->start(config, "before-rename", true, 0); }, Qt::QueuedConnection);
     QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 30000);
     if (!failed.isEmpty()) QSKIP("LAN discovery cannot bind here");
     // A listener of our own on the LAN, as another machine's app would be.
@@ -425,8 +429,8 @@ class TestPoolLive : public QObject {
       return {};
     };
     QTRY_COMPARE_WITH_TIMEOUT(nameHeard(), QString("before-rename"), 15000);
-    QMetaObject::invokeMethod(c, "setNodeName", Qt::QueuedConnection,
-                              Q_ARG(QString, "after-rename"));
+    QMetaObject::invokeMethod(
+        c, [c] { c->setNodeName("after-rename"); }, Qt::QueuedConnection);
     QTRY_COMPARE_WITH_TIMEOUT(nameHeard(), QString("after-rename"), 15000);
   }
 
@@ -440,7 +444,8 @@ class TestPoolLive : public QObject {
     QSignalSpy failed(c, &PoolController::failed);
     const QString models = m_dir.filePath("app-models");
     QDir().mkpath(models);
-    QMetaObject::invokeMethod(c, "shareThisComputer", Qt::QueuedConnection, Q_ARG(QString, models));
+    QMetaObject::invokeMethod(
+        c, [c, models] { c->shareThisComputer(models); }, Qt::QueuedConnection);
     QTRY_VERIFY_WITH_TIMEOUT(added.count() == 1 || !failed.isEmpty(), kNetworkStepMs);
     QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
     // A node of its own (not the coordinator's identity), on this machine, under our name.
@@ -451,13 +456,15 @@ class TestPoolLive : public QObject {
     // It can hold the whole model: a one-stage plan on this computer deploys.
     QSignalSpy planned(c, &PoolController::planReady);
     QSignalSpy deployed(c, &PoolController::deployed);
-    QMetaObject::invokeMethod(c, "previewPlan", Qt::QueuedConnection, Q_ARG(QString, modelPath()));
+    QMetaObject::invokeMethod(
+        c, [c] { c->previewPlan(modelPath()); }, Qt::QueuedConnection);
     QTRY_VERIFY_WITH_TIMEOUT(planned.count() == 1 || !failed.isEmpty(), kNetworkStepMs);
     QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
     const PlanPreview plan = planned.first().at(0).value<PlanPreview>();
     QVERIFY2(plan.feasible, qPrintable(plan.reason));
     QCOMPARE(plan.stages.front().nodeName, QString("test-app"));
-    QMetaObject::invokeMethod(c, "deploy", Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        c, [c] { c->deploy(); }, Qt::QueuedConnection);
     QTRY_VERIFY_WITH_TIMEOUT(deployed.count() == 1 || !failed.isEmpty(), kDeployMs);
     QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
   }

@@ -129,6 +129,26 @@ class TestSettingsDialog : public QObject {
     d->reject();
   }
 
+  void closingTheWindowWhileTheApiServesReturns() {
+    if (!QFile::exists(modelPath())) QSKIP("default model not present");
+    auto w = std::make_unique<ChatWindow>(modelPath(), m_dataDir->path());
+    QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kLoadTimeoutMs);
+    QSignalSpy started(w->engine(), &ChatEngine::apiStarted);
+    SettingsDialog* d = w->openSettings();
+    child<QCheckBox>(d, "apiEnabled")->setChecked(true);
+    child<QLineEdit>(d, "apiHost")->setText("127.0.0.1");
+    child<QSpinBox>(d, "apiPort")->setValue(0);
+    d->accept();
+    QTRY_VERIFY_WITH_TIMEOUT(started.count() > 0, kApiTimeoutMs);
+    const int port = started.at(0).at(1).toInt();
+    QByteArray body;
+    QCOMPARE(httpGet(port, "/health", &body), 200);
+    w.reset();  // must stop the server and return (QtTest's watchdog fails a hang)
+    QTcpSocket socket;
+    socket.connectToHost(QHostAddress::LocalHost, static_cast<quint16>(port));
+    QVERIFY(!socket.waitForConnected(2000));
+  }
+
   void apiToggleServesHealthAndStopsServing() {
     if (!QFile::exists(modelPath())) QSKIP("default model not present");
     ChatWindow w(modelPath(), m_dataDir->path());
@@ -146,7 +166,8 @@ class TestSettingsDialog : public QObject {
     QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.at(0).at(0).toString()));
     const int port = started.at(0).at(1).toInt();
     QVERIFY(port > 0);
-    QVERIFY(w.apiStatus().contains(QString::number(port)));
+    // The window hears of it through a queued signal, after the spy (which listens directly).
+    QTRY_VERIFY_WITH_TIMEOUT(w.apiStatus().contains(QString::number(port)), kApiTimeoutMs);
 
     QByteArray body;
     QCOMPARE(httpGet(port, "/health", &body), 200);
@@ -168,7 +189,7 @@ class TestSettingsDialog : public QObject {
     child<QCheckBox>(d, "apiEnabled")->setChecked(false);
     d->accept();
     QTRY_COMPARE_WITH_TIMEOUT(stopped.count(), 1, kApiTimeoutMs);
-    QVERIFY(w.apiStatus().isEmpty());
+    QTRY_VERIFY_WITH_TIMEOUT(w.apiStatus().isEmpty(), kApiTimeoutMs);
 
     QTcpSocket socket;
     socket.connectToHost(QHostAddress::LocalHost, static_cast<quint16>(port));

@@ -14,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/error.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/model/model.h"
+#include "engine/runtime/chain.h"
 #include "engine/runtime/sampler.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "lan/pool/node_client.h"
@@ -34,6 +36,28 @@ struct GreedyRun {
   std::vector<double> stepCpuMs;
 };
 
+// One batch of sequence 0 through `stage`: token ids (embedding stage) or hidden states (rows x
+// nEmbd), at `firstPosition`; the logits of the last row on a head.
+inline void forwardRows(runtime::Stage& stage, std::span<const int32_t> tokens,
+                        std::span<const float> hidden, int32_t rows, int32_t firstPosition,
+                        runtime::StageOutput& out) {
+  const runtime::Segment segment{0, firstPosition, rows, runtime::LogitRows::Last};
+  runtime::Batch batch;
+  batch.tokens = tokens;
+  batch.hidden = hidden;
+  batch.segments = std::span(&segment, 1);
+  stage.forward(batch, out);
+}
+inline void forwardTokens(runtime::Stage& stage, std::span<const int32_t> tokens,
+                          int32_t firstPosition, runtime::StageOutput& out) {
+  forwardRows(stage, tokens, {}, static_cast<int32_t>(tokens.size()), firstPosition, out);
+}
+// One hidden state (nEmbd values) at `firstPosition`.
+inline void forwardHidden(runtime::Stage& stage, std::span<const float> hidden,
+                          int32_t firstPosition, runtime::StageOutput& out) {
+  forwardRows(stage, {}, hidden, 1, firstPosition, out);
+}
+
 // Greedy decoding on one stage holding the whole model; its KV cache is reset first, so the
 // stage can be reused run after run (as a node's is).
 inline GreedyRun localGreedy(runtime::Stage& stage, std::span<const int32_t> prompt, int steps) {
@@ -43,11 +67,8 @@ inline GreedyRun localGreedy(runtime::Stage& stage, std::span<const int32_t> pro
   runtime::SamplerParams greedy;
   greedy.temperature = 0;
   runtime::Sampler sampler(greedy);
-  runtime::StageInput in;
-  in.count = static_cast<int32_t>(prompt.size());
-  in.tokens = prompt;
   runtime::StageOutput out;
-  stage.forward(in, out);
+  forwardTokens(stage, prompt, 0, out);
   GreedyRun run;
   run.tokens.push_back(sampler.sample(out.logits));
   auto pos = static_cast<int32_t>(prompt.size());
@@ -55,10 +76,7 @@ inline GreedyRun localGreedy(runtime::Stage& stage, std::span<const int32_t> pro
     const auto t0 = Clock::now();
     const double c0 = cpuMs();
     const int32_t one[1] = {run.tokens.back()};
-    in.firstPosition = pos++;
-    in.count = 1;
-    in.tokens = one;
-    stage.forward(in, out);
+    forwardTokens(stage, one, pos++, out);
     run.tokens.push_back(sampler.sample(out.logits));
     run.stepCpuMs.push_back(cpuMs() - c0);
     run.stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -86,26 +104,22 @@ inline GreedyRun localGreedy(const model::Model& m, std::span<const int32_t> pro
   return localGreedy(*stage, prompt, steps);
 }
 
-// The same through remote stages, as the coordinator runs a pool: hidden states node to node
-// through the caller, the last node sampling greedily. The KV caches are reset first.
+// The same through remote stages, as the coordinator runs a pool: a Chain of them (hidden
+// states node to node through the caller), the last node sampling greedily. The KV caches are
+// reset first.
 inline GreedyRun remoteGreedy(std::vector<std::unique_ptr<RemoteStage>>& stages,
                               std::span<const int32_t> prompt, int steps) {
   using Clock = std::chrono::steady_clock;
-  for (auto& s : stages) s->truncate(0, 0);
+  std::vector<std::shared_ptr<runtime::Stage>> links;
+  for (auto& s : stages) links.emplace_back(s.get(), [](runtime::Stage*) {});  // `stages` owns
+  runtime::Chain chain(std::move(links));
+  chain.truncate(0, 0);
+  const runtime::SampleRequest greedy;  // temperature 0
+  runtime::StageOutput out;
   const auto pass = [&](std::span<const int32_t> tokens, int32_t pos) {
-    runtime::StageInput in;
-    in.firstPosition = pos;
-    in.count = static_cast<int32_t>(tokens.size());
-    in.tokens = tokens;
-    runtime::StageOutput out;
-    std::vector<float> hidden;
-    for (size_t k = 0; k + 1 < stages.size(); ++k) {
-      stages[k]->forward(in, out);
-      hidden = std::move(out.hidden);
-      in.tokens = {};
-      in.hidden = hidden;
-    }
-    return stages.back()->forwardSample(in, RemoteSampling{});
+    chain.forward(0, pos, tokens, out, runtime::LogitRows::Last, &greedy);
+    if (out.tokens.size() != 1) throw Error("the remote head sampled no token");
+    return out.tokens.front();
   };
   GreedyRun run;
   run.tokens.push_back(pass(prompt, 0));
@@ -119,12 +133,12 @@ inline GreedyRun remoteGreedy(std::vector<std::unique_ptr<RemoteStage>>& stages,
   return run;
 }
 
-// The model's layers split evenly over clients.size() stages, stage k on clients[k] (cpu0);
-// the stage ids are "<prefix>-<k>".
+// The model's layers split evenly over clients.size() stages, stage k on clients[k] (cpu0),
+// each taking at most maxBatch rows per forward; the stage ids are "<prefix>-<k>".
 inline std::vector<std::unique_ptr<RemoteStage>> deploySplit(
     const std::vector<std::shared_ptr<NodeClient>>& clients, const model::Model& m,
     const std::string& sha256, const std::string& prefix, int32_t contextLength = 256,
-    const WeightsProgress& progress = {}) {
+    const WeightsProgress& progress = {}, int32_t maxBatch = 256) {
   std::vector<std::unique_ptr<RemoteStage>> stages;
   const auto n = static_cast<int32_t>(clients.size());
   const int32_t nLayer = m.config().nLayer;
@@ -139,6 +153,7 @@ inline std::vector<std::unique_ptr<RemoteStage>> deploySplit(
     r.placement.hasEmbedding = k == 0;
     r.placement.hasHead = k == n - 1;
     r.contextLength = contextLength;
+    r.maxBatch = maxBatch;
     stages.push_back(RemoteStage::deploy(clients[size_t(k)], m.file(), r, progress));
   }
   return stages;

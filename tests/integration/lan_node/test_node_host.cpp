@@ -22,6 +22,7 @@
 #include "lan/pool/sha256.h"
 #include "tests/integration/lan_node/memory_connection.h"
 #include "tests/integration/lan_node/node_test_support.h"
+#include "tests/integration/lan_node/test_node.h"
 
 using namespace shoal;
 using namespace shoal::lan;
@@ -63,52 +64,7 @@ class LowMemoryCpu final : public runtime::Backend {
   uint64_t m_free;
 };
 
-// A NodeHost and the threads serving its connections.
-class TestNode {
- public:
-  // shardCacheMaxBytes 0: the default cap; backend null: the CPU backend.
-  TestNode(const std::string& name, const std::filesystem::path& configDir,
-           const std::filesystem::path& modelsDir, uint64_t shardCacheMaxBytes = 0,
-           std::unique_ptr<runtime::Backend> backend = nullptr) {
-    std::vector<std::unique_ptr<runtime::Backend>> backends;
-    backends.push_back(backend ? std::move(backend) : std::make_unique<cpu::CpuBackend>(kThreads));
-    NodeHostOptions o;
-    o.name = name;
-    o.deviceId = "ID-" + name;
-    o.configDir = configDir;
-    o.shardCacheMaxBytes = shardCacheMaxBytes;
-    m_host = std::make_unique<NodeHost>(o, std::move(backends),
-                                        std::make_shared<ModelCatalog>(modelsDir, configDir));
-  }
-  ~TestNode() {
-    m_stop = true;
-    for (auto& t : m_threads) t.join();
-  }
-  // A new connection to this node from the coordinator with device ID `coordinatorId`, served
-  // on a thread of its own.
-  std::shared_ptr<Connection> connect(const std::string& coordinatorId = "coordinator") {
-    auto [client, server] = test::memoryConnectionPair(m_host ? "node" : "", coordinatorId);
-    m_threads.emplace_back([this, server = server] { m_host->serve(*server, m_stop); });
-    return client;
-  }
-  // The same, owned by the caller: what a Coordinator's Connector returns.
-  std::unique_ptr<Connection> connectOwned(const std::string& coordinatorId = "coordinator") {
-    auto shared = std::make_shared<test::MemoryConnection::Shared>();
-    auto server = std::make_shared<test::MemoryConnection>(shared, 1, coordinatorId);
-    m_threads.emplace_back([this, server] { m_host->serve(*server, m_stop); });
-    return std::make_unique<test::MemoryConnection>(shared, 0, m_host->deviceId());
-  }
-  // A coordinator's client on a new connection.
-  std::shared_ptr<NodeClient> client(const std::string& coordinatorId = "coordinator") {
-    return std::make_shared<NodeClient>(connect(coordinatorId), std::chrono::seconds(60));
-  }
-  NodeHost& host() { return *m_host; }
-
- private:
-  std::unique_ptr<NodeHost> m_host;
-  std::atomic<bool> m_stop{false};
-  std::vector<std::thread> m_threads;
-};
+using test::TestNode;
 
 // Greedy continuation of `prompt` by one local stage holding the whole model.
 std::vector<int32_t> localGreedy(const model::Model& m, const std::vector<int32_t>& prompt) {
@@ -557,12 +513,9 @@ class TestNodeHost : public QObject {
     auto reference = deployOne(honest.client(), *m_model, m_sha, "stage-0", 1, 2, 16);
     QCOMPARE(reference->loaded().source, std::string("local-file"));
     std::vector<float> hidden(size_t(m_model->config().nEmbd), 0.01f);
-    runtime::StageInput in;
-    in.count = 1;
-    in.hidden = hidden;
     runtime::StageOutput got, want;
-    stage->forward(in, got);
-    reference->forward(in, want);
+    test::forwardHidden(*stage, hidden, 0, got);
+    test::forwardHidden(*reference, hidden, 0, want);
     QVERIFY(!want.hidden.empty());
     QVERIFY(got.hidden == want.hidden);
   }
@@ -761,10 +714,7 @@ class TestNodeHost : public QObject {
     QVERIFY(std::filesystem::exists(twoPath));
     runtime::StageOutput out;
     std::vector<float> hidden(size_t(m_model->config().nEmbd), 0.01f);
-    runtime::StageInput in;
-    in.count = 1;
-    in.hidden = hidden;
-    one->forward(in, out);
+    test::forwardHidden(*one, hidden, 0, out);
     one->unload();
     QVERIFY(!std::filesystem::exists(onePath));  // evicted: unused, and the cache over its cap
     QVERIFY(std::filesystem::exists(twoPath));   // in use
@@ -777,11 +727,8 @@ class TestNodeHost : public QObject {
     auto stage = deployOne(std::make_shared<NodeClient>(conn, std::chrono::seconds(60)), *m_model,
                            m_sha, "t", 3, 7, 16);
     std::vector<float> hidden(size_t(m_model->config().nEmbd), 0.01f);
-    runtime::StageInput in;
-    in.count = 1;
-    in.hidden = hidden;
     runtime::StageOutput out;
-    stage->forward(in, out);
+    test::forwardHidden(*stage, hidden, 0, out);
     node.host().sampleTelemetry();
     const Message r = call(*conn, {{"op", "telemetry"}});
     const auto devices = r.control["devices"].get<std::vector<DeviceTelemetry>>();

@@ -266,12 +266,9 @@ class TestNodeProcesses : public QObject {
     cpu::CpuBackend cpu(kThreads);
     const runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
     auto reference = cpu.createStage("cpu0", src, stage->spec());
-    runtime::StageInput in;
-    in.count = 1;
-    in.hidden = hidden;
     runtime::StageOutput got, want;
-    stage->forward(in, got);
-    reference->forward(in, want);
+    test::forwardHidden(*stage, hidden, 0, got);
+    test::forwardHidden(*reference, hidden, 0, want);
     QVERIFY(!want.hidden.empty());
     QVERIFY(got.hidden == want.hidden);
   }

@@ -75,7 +75,8 @@ class TestLanPoolNetns : public QObject {
     shoal::plan::Request request;
     request.contextTokens = kContext;
     m_memoryCapMb = QString::number(
-        0.4 * shoal::plan::stageMemoryBytes(cost, request, cost.layers, true, true) / 1e6, 'f', 3);
+        0.4 * shoal::plan::stageMemoryBytes(cost, request, 0, cost.layers, true, true) / 1e6, 'f',
+        3);
 
     QStringList addresses;
     for (int i = 0; i < kNodes; ++i) {

@@ -1,7 +1,9 @@
 // attention(): close to double-precision attention over the same f16 cache, causal, blind to
-// cache positions it must not see, and independent of the thread count.
+// cache positions it must not see (later ones, and with a sliding window earlier ones), and
+// independent of the thread count.
 
 #include <QtTest>
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -43,7 +45,8 @@ struct Setup {
     }
   }
 
-  std::vector<float> run(int32_t count, int32_t first, int threads) {
+  std::vector<float> run(int32_t count, int32_t first, int threads, int32_t window = 0) {
+    shape.window = window;
     ThreadPool pool(threads);
     AttentionScratch scratch;
     scratch.reserve(shape, threads);
@@ -53,16 +56,17 @@ struct Setup {
   }
 
   // Double-precision attention over the same f16 keys and values.
-  std::vector<double> exact(int32_t count, int32_t first) const {
+  std::vector<double> exact(int32_t count, int32_t first, int32_t window = 0) const {
     const int64_t hd = shape.headDim, kv = shape.kvDim(), qd = shape.nHead * hd;
     std::vector<double> out(static_cast<size_t>(count * qd));
     for (int32_t t = 0; t < count; ++t) {
       for (int32_t h = 0; h < shape.nHead; ++h) {
         const int64_t kvh = h / (shape.nHead / shape.nHeadKv);
         const int32_t visible = first + t + 1;
-        std::vector<double> s(static_cast<size_t>(visible));
+        const int32_t from = window > 0 ? std::max(0, visible - window) : 0;
+        std::vector<double> s(static_cast<size_t>(visible), -INFINITY);
         double max = -INFINITY, sum = 0;
-        for (int32_t p = 0; p < visible; ++p) {
+        for (int32_t p = from; p < visible; ++p) {
           double d = 0;
           for (int64_t i = 0; i < hd; ++i) {
             d += static_cast<double>(q[static_cast<size_t>(t * qd + h * hd + i)]) *
@@ -71,7 +75,7 @@ struct Setup {
           s[static_cast<size_t>(p)] = d * shape.scale;
           max = std::max(max, s[static_cast<size_t>(p)]);
         }
-        for (double& e : s) sum += (e = std::exp(e - max));
+        for (double& e : s) sum += (e = std::exp(e - max));  // exp(-inf) = 0 before the window
         for (int64_t i = 0; i < hd; ++i) {
           double o = 0;
           for (int32_t p = 0; p < visible; ++p) {
@@ -138,6 +142,48 @@ class CpuAttentionTest : public QObject {
     }
     const auto stale = s.run(1, 9, 1);
     QVERIFY(test::firstBitDifference(clean.data(), stale.data(), clean.size()) < 0);
+  }
+
+  void slidingWindowMatchesDoublePrecisionAttention_data() {
+    QTest::addColumn<int>("count");
+    QTest::addColumn<int>("first");
+    QTest::addColumn<int>("window");
+    QTest::newRow("decode at 70, window 20") << 1 << 70 << 20;
+    QTest::newRow("decode at 70, window 1") << 1 << 70 << 1;
+    QTest::newRow("batch of 7 at 33, window 5") << 7 << 33 << 5;
+    QTest::newRow("batch of 5 at 40, window 40") << 5 << 40 << 40;
+  }
+  void slidingWindowMatchesDoublePrecisionAttention() {
+    QFETCH(int, count);
+    QFETCH(int, first);
+    QFETCH(int, window);
+    Setup s(count, first + count, 17);
+    const auto got = s.run(count, first, 2, window);
+    const double nmse = test::normalizedMse(got, s.exact(count, first, window));
+    QVERIFY2(nmse < 1e-5, qPrintable(QString("nmse %1").arg(nmse)));
+    // The window really hides something: full attention gives another answer.
+    QVERIFY(test::normalizedMse(got, s.exact(count, first)) > 1e-3);
+  }
+
+  void slidingWindowIgnoresEarlierPositions() {
+    Setup s(1, 50, 23);
+    const auto before = s.run(1, 49, 1, 10);
+    for (int64_t i = 0; i < s.shape.kvDim(); ++i) {
+      for (int64_t p = 0; p < 40; ++p) {
+        s.keys[static_cast<size_t>(p * s.shape.kvDim() + i)] = gguf::floatToHalf(3.0f);
+        s.values[static_cast<size_t>(i * s.shape.valueStride() + p)] = gguf::floatToHalf(-7.0f);
+      }
+    }
+    const auto after = s.run(1, 49, 1, 10);
+    QVERIFY(test::firstBitDifference(before.data(), after.data(), before.size()) < 0);
+  }
+
+  // A window at least as long as the history is full attention, to the bit.
+  void windowCoveringEverythingIsFullAttention() {
+    Setup s(5, 40, 29);
+    const auto full = s.run(5, 35, 2);
+    const auto windowed = s.run(5, 35, 2, 40);
+    QVERIFY(test::firstBitDifference(full.data(), windowed.data(), full.size()) < 0);
   }
 
   void resultDoesNotDependOnThreadCount() {

@@ -1,6 +1,7 @@
 // CpuStage on a small synthetic model: the KV cache can be truncated and rewritten without a
 // trace of what it held, results do not depend on the thread count, a decode step allocates
-// nothing, and the tensor observer sees the layer program.
+// nothing, the tensor observer sees the layer program, and a batch of several sequences
+// computes exactly what each sequence computes alone.
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -10,12 +11,14 @@
 #include <vector>
 
 #include "cpu_test_util.h"
+#include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/runtime/stage.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_layer_program.h"
 #include "kernels/cpu/cpu_stage.h"
 
 using namespace shoal;
@@ -46,14 +49,30 @@ struct Loaded {
         weights(model::ModelWeights::bind(file, config)) {}
 };
 
-std::vector<float> forward(runtime::Stage& stage, int32_t first,
-                           const std::vector<int32_t>& tokens) {
-  runtime::StageInput in;
-  in.firstPosition = first;
-  in.count = static_cast<int32_t>(tokens.size());
-  in.tokens = tokens;
+// Logits of one segment of `tokens` at positions [first, ...) of `sequence`.
+std::vector<float> forward(runtime::Stage& stage, int32_t first, const std::vector<int32_t>& tokens,
+                           int32_t sequence = 0,
+                           runtime::LogitRows logits = runtime::LogitRows::Last) {
+  const runtime::Segment segment{sequence, first, static_cast<int32_t>(tokens.size()), logits};
+  runtime::Batch batch;
+  batch.tokens = tokens;
+  batch.segments = std::span(&segment, 1);
   runtime::StageOutput out;
-  stage.forward(in, out);
+  stage.forward(batch, out);
+  return out.logits;
+}
+
+// Logits of a batch of several segments, the tokens of each segment in turn.
+std::vector<float> forwardBatch(runtime::Stage& stage,
+                                const std::vector<runtime::Segment>& segments,
+                                const std::vector<std::vector<int32_t>>& tokens) {
+  std::vector<int32_t> all;
+  for (const auto& t : tokens) all.insert(all.end(), t.begin(), t.end());
+  runtime::Batch batch;
+  batch.tokens = all;
+  batch.segments = segments;
+  runtime::StageOutput out;
+  stage.forward(batch, out);
   return out.logits;
 }
 
@@ -65,12 +84,13 @@ class CpuStageTest : public QObject {
   QTemporaryDir m_dir;
   std::unique_ptr<Loaded> m_model;
 
-  std::unique_ptr<runtime::Stage> makeStage(cpu::CpuBackend& backend) {
+  std::unique_ptr<runtime::Stage> makeStage(cpu::CpuBackend& backend, int32_t sequences = 1) {
     runtime::StageSpec spec;
     spec.lastLayer = m_model->config.nLayer;
     spec.hasEmbedding = spec.hasHead = true;
     spec.contextLength = 96;
     spec.maxBatch = 32;
+    spec.maxSequences = sequences;
     runtime::ModelSource src{&m_model->file, &m_model->config, &m_model->weights};
     return backend.createStage("cpu0", src, spec);
   }
@@ -126,25 +146,140 @@ class CpuStageTest : public QObject {
   void decodeStepAllocatesNothing() {
     cpu::CpuBackend backend(2);
     auto stage = makeStage(backend);
-    runtime::StageInput in;
     runtime::StageOutput out;
     const std::vector<int32_t> prompt = {4, 5, 6, 7};
-    in.count = 4;
+    runtime::Segment segment{0, 0, 4, runtime::LogitRows::Last};
+    runtime::Batch in;
     in.tokens = prompt;
+    in.segments = std::span(&segment, 1);
     stage->forward(in, out);
     int32_t token = 9;
-    in.count = 1;
+    segment.count = 1;
+    segment.firstPosition = 4;
     in.tokens = std::span(&token, 1);
-    in.firstPosition = 4;
     stage->forward(in, out);  // the first decode step sizes the output
     g_allocations = 0;
     g_counting = true;
     for (int32_t pos = 5; pos < 8; ++pos) {
-      in.firstPosition = pos;
+      segment.firstPosition = pos;
       stage->forward(in, out);
     }
     g_counting = false;
     QCOMPARE(g_allocations.load(), 0);
+  }
+
+  // The weights are Q4_1 (embedding and tied head Q8_0): their dot products do not depend on
+  // how many rows a product has, so batching sequences together must not change a bit.
+  void segmentsOfABatchComputeWhatEachSequenceComputesAlone() {
+    using runtime::LogitRows;
+    cpu::CpuBackend backend(2);
+    auto batched = makeStage(backend, 3);
+    auto alone = makeStage(backend, 3);
+    auto compare = [&](const std::vector<runtime::Segment>& segments,
+                       const std::vector<std::vector<int32_t>>& tokens) {
+      std::vector<float> want;
+      for (size_t i = 0; i < segments.size(); ++i) {
+        const auto& s = segments[i];
+        const auto logits = forward(*alone, s.firstPosition, tokens[i], s.sequence, s.logits);
+        want.insert(want.end(), logits.begin(), logits.end());
+      }
+      const auto got = forwardBatch(*batched, segments, tokens);
+      QCOMPARE(got.size(), want.size());
+      QVERIFY(cpu::test::firstBitDifference(got.data(), want.data(), want.size()) < 0);
+    };
+    // Three prompts: logits of the last row of the first, of every row of the second, none of
+    // the third (1 + 3 + 0 rows, in row order).
+    compare({{0, 0, 5, LogitRows::Last}, {1, 0, 3, LogitRows::All}, {2, 0, 2, LogitRows::None}},
+            {{5, 17, 230, 42, 99}, {3, 44, 200}, {8, 9}});
+    QCOMPARE(batched->cachedPositions(0), 5);
+    QCOMPARE(batched->cachedPositions(1), 3);
+    QCOMPARE(batched->cachedPositions(2), 2);
+    // Decode steps and a prompt continuation at different positions, sequences out of order.
+    compare({{2, 2, 1, LogitRows::Last}, {0, 5, 2, LogitRows::All}, {1, 3, 1, LogitRows::Last}},
+            {{77}, {1, 2}, {250}});
+    // History rewritten in one sequence only.
+    batched->truncate(0, 3);
+    alone->truncate(0, 3);
+    compare({{1, 4, 1, LogitRows::Last}, {0, 3, 4, LogitRows::Last}}, {{6}, {10, 11, 12, 13}});
+    QCOMPARE(batched->cachedPositions(0), 7);
+    QCOMPARE(batched->cachedPositions(2), 3);
+  }
+
+  void batchesThatDoNotAddUpAreRefused() {
+    cpu::CpuBackend backend(1);
+    auto stage = makeStage(backend, 2);
+    // The same sequence twice, a sequence out of range, a gap in positions, rows that do not
+    // match the segments.
+    QVERIFY_THROWS_EXCEPTION(
+        Error, forwardBatch(*stage, {{0, 0, 1, runtime::LogitRows::Last}, {0, 1, 1}}, {{1}, {2}}));
+    QVERIFY_THROWS_EXCEPTION(Error, forwardBatch(*stage, {{2, 0, 1}}, {{1}}));
+    QVERIFY_THROWS_EXCEPTION(Error, forwardBatch(*stage, {{1, 3, 1}}, {{1}}));
+    QVERIFY_THROWS_EXCEPTION(Error, forwardBatch(*stage, {{0, 0, 2}}, {{1}}));
+    QCOMPARE(stage->cachedPositions(0), 0);
+  }
+
+  // Sampling is the session's job on a local chain: a SampleRequest changes nothing.
+  void stageReturnsLogitsEvenWhenAskedToSample() {
+    cpu::CpuBackend backend(1);
+    auto stage = makeStage(backend);
+    const std::vector<int32_t> tokens = {1, 2, 3};
+    const runtime::Segment segment{0, 0, 3, runtime::LogitRows::Last};
+    const runtime::SampleRequest sample;
+    runtime::Batch batch;
+    batch.tokens = tokens;
+    batch.segments = std::span(&segment, 1);
+    batch.sample = &sample;
+    runtime::StageOutput out;
+    stage->forward(batch, out);
+    QVERIFY(out.tokens.empty());
+    QCOMPARE(out.logits.size(), size_t{300});
+  }
+
+  // A program the weights or the backend cannot run is refused when the stage is built, naming
+  // the layer and the op.
+  void unrunnableProgramsAreRefusedAtBinding() {
+    using namespace model;
+    const ModelConfig& c = m_model->config;
+    cpu::LayerBinding b;
+    b.config = &c;
+    b.weights = &m_model->weights.layers[1];
+    b.layer = 1;
+    b.keepOutputRows = true;
+    b.contextLength = 16;
+    b.sequences = 1;
+    auto refusal = [&](std::vector<Op> ops) -> std::string {
+      LayerProgram p;
+      p.kvDim = c.kvDim();
+      p.ops = std::move(ops);
+      std::vector<RopeParams> ropes;
+      try {
+        cpu::bindLayer(p, b, ropes);
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return "";
+    };
+    const Op qkv = project(
+        Buffer::Norm,
+        {{TensorRole::Wq, Buffer::Q}, {TensorRole::Wk, Buffer::K}, {TensorRole::Wv, Buffer::V}});
+    const Op norm = rmsNorm(Buffer::X, Buffer::Norm, TensorRole::AttnNorm, c.rmsEps);
+    const Op attention = attend({0, 0.125f});
+    // This llama model has no per-head query norm.
+    QVERIFY(
+        refusal({norm, qkv, headNorm(Buffer::Q, c.nHead, TensorRole::QNorm, c.rmsEps), attention})
+            .find("attn_q_norm") != std::string::npos);
+    // Q is read before anything wrote it.
+    QVERIFY(refusal({attention}).find("layer 1, op 0 (Attend)") != std::string::npos);
+    // Keys of dropped rows would never reach the cache.
+    QVERIFY(refusal({norm, qkv, keepOutputRows(), attention}).find("KeepOutputRows") !=
+            std::string::npos);
+    // The rotated dimensions must fit a head.
+    RopeParams wide;
+    wide.nRot = c.headDim + 2;
+    QVERIFY(refusal({norm, qkv, rope(Buffer::Q, c.nHead, wide), attention}).find("rotates") !=
+            std::string::npos);
+    // A well-formed program binds.
+    QCOMPARE(refusal({norm, qkv, attention}), std::string());
   }
 
   void observerSeesTheLayerProgram() {

@@ -47,11 +47,12 @@ std::vector<float> middleStageHidden(const std::filesystem::path& path, bool ran
   auto stage = cpu.createStage("cpu0", src, spec);
   std::vector<float> in(static_cast<size_t>(3 * config.nEmbd));
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((i * 37) % 101) / 101.f - 0.5f;
-  runtime::StageInput input;
-  input.count = 3;
-  input.hidden = in;
+  const runtime::Segment segment{0, 0, 3, runtime::LogitRows::None};
+  runtime::Batch batch;
+  batch.hidden = in;
+  batch.segments = std::span(&segment, 1);
   runtime::StageOutput out;
-  stage->forward(input, out);
+  stage->forward(batch, out);
   return out.hidden;
 }
 
@@ -88,9 +89,10 @@ class TestWeightsRange : public QObject {
     const auto config = model::ModelConfig::fromGguf(file);
     const auto w = model::ModelWeights::bindRange(file, config, 1, 3, false, false);
     QCOMPARE(w.layers.size(), size_t(4));
-    QVERIFY(w.layers[1].wq && w.layers[2].wDown);
-    QVERIFY(!w.layers[0].wq && !w.layers[3].wq);
-    QVERIFY(!w.tokenEmbd && !w.output && !w.outputNorm);
+    using model::TensorRole;
+    QVERIFY(w.layers[1][TensorRole::Wq] && w.layers[2][TensorRole::WDown]);
+    QVERIFY(!w.layers[0][TensorRole::Wq] && !w.layers[3][TensorRole::Wq]);
+    QVERIFY(!w[TensorRole::TokenEmbd] && !w[TensorRole::Output] && !w[TensorRole::OutputNorm]);
   }
 
   void wholeModelBindRefusesShard() {

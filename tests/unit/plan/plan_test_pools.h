@@ -1,8 +1,9 @@
 #pragma once
-// Random pools for the planner tests, and an exhaustive reference optimizer written
-// independently of engine/plan's search: it tries every ordered device sequence and every
-// split of the layers into it, scores each with the cost-model functions, and combines
-// disjoint pipelines by brute force over device subsets.
+// Random pools for the planner tests (models with alike or differing layers), and an exhaustive
+// reference optimizer written independently of engine/plan's search: it tries every ordered
+// device sequence and every split of the layers into it (each stage's own layer range), scores
+// each with the cost-model functions, and combines disjoint pipelines by brute force over
+// device subsets.
 
 #include <algorithm>
 #include <cstdint>
@@ -75,6 +76,24 @@ inline Instance randomInstance(std::mt19937_64& rng, int devices, int layers) {
   return in;
 }
 
+// Makes the instance's layers differ, around its uniform figures: each layer heavier or lighter
+// (0.3x to 2.5x), a third MoE-like (reading a fraction of its weights per token), a third with
+// a small attention window, KV per position varying too. The means stay near the old figures.
+inline void varyLayers(std::mt19937_64& rng, Instance& in) {
+  ModelCost& m = in.model;
+  m.perLayer.clear();
+  for (int l = 0; l < m.layers; ++l) {
+    LayerCost c;
+    c.weightBytes = m.layerWeightBytes * uniform(rng, 0.3, 2.5);
+    const int kind = std::uniform_int_distribution<int>(0, 2)(rng);
+    c.readBytesPerToken = kind == 0 ? c.weightBytes * uniform(rng, 0.1, 0.6) : c.weightBytes;
+    c.flopsPerToken = c.readBytesPerToken * uniform(rng, 1.5, 4.0);
+    c.kvBytesPerPosition = m.kvBytesPerTokenPerLayer * uniform(rng, 0.5, 1.5);
+    c.window = kind == 1 ? std::uniform_int_distribution<int64_t>(1, 2048)(rng) : 0;
+    m.perLayer.push_back(c);
+  }
+}
+
 // Best X reachable, by exhaustion (and, in *bestSingle, the best X of one pipeline). Only for a
 // handful of devices and layers.
 inline double exhaustiveBestThroughput(const Instance& in, double* bestSingle = nullptr) {
@@ -90,9 +109,10 @@ inline double exhaustiveBestThroughput(const Instance& in, double* bestSingle = 
   std::function<void(size_t, int, unsigned)> split = [&](size_t stage, int left, unsigned mask) {
     const size_t k = seq.size();
     const bool last = stage + 1 == k;
+    const int first = layers - left;
     for (int take = last ? left : 1; take <= left - static_cast<int>(k - stage - 1); ++take) {
       const Device& d = in.pool.devices[static_cast<size_t>(seq[stage])];
-      if (stageMemoryBytes(in.model, in.request, take, stage == 0, last) > d.memoryBytes) {
+      if (stageMemoryBytes(in.model, in.request, first, take, stage == 0, last) > d.memoryBytes) {
         if (last) return;
         break;  // more layers need more memory
       }
@@ -102,9 +122,9 @@ inline double exhaustiveBestThroughput(const Instance& in, double* bestSingle = 
         continue;
       }
       double latency = 0, slowest = 0;
-      for (size_t i = 0; i < k; ++i) {
+      for (size_t i = 0, at = 0; i < k; at += static_cast<size_t>(parts[i]), ++i) {
         const double t = stageTimeS(in.pool.devices[static_cast<size_t>(seq[i])], in.model,
-                                    parts[i], i + 1 == k);
+                                    static_cast<int>(at), parts[i], i + 1 == k);
         latency += t;
         slowest = std::max(slowest, t);
       }

@@ -49,20 +49,20 @@ class PlanCostModelTest : public QObject {
   void stageMemoryCountsWeightsKvEmbeddingAndHead() {
     const Request r{50, 3};  // KV: 50 × 3 × 2 = 300 bytes per layer
     QCOMPARE(perLayerBytes(model(), r), 1300.0);
-    QCOMPARE(stageMemoryBytes(model(), r, 4, false, false), 5200.0);
-    QCOMPARE(stageMemoryBytes(model(), r, 4, true, false), 5500.0);
-    QCOMPARE(stageMemoryBytes(model(), r, 4, true, true), 6000.0);
+    QCOMPARE(stageMemoryBytes(model(), r, 0, 4, false, false), 5200.0);
+    QCOMPARE(stageMemoryBytes(model(), r, 0, 4, true, false), 5500.0);
+    QCOMPARE(stageMemoryBytes(model(), r, 0, 4, true, true), 6000.0);
   }
 
   void stageTimeIsTheSlowerOfMemoryAndCompute() {
     const Device a{"a", "n", 0, 1000, 1000};
     // 3 layers: bytes 3000 / 1000 = 3 s, flops 12000 / 1000 = 12 s.
-    QCOMPARE(stageTimeS(a, model(), 3, false), 12.0);
+    QCOMPARE(stageTimeS(a, model(), 0, 3, false), 12.0);
     const Device b{"b", "n", 0, 500, 8000};
     // bytes 3000 / 500 = 6 s, flops 12000 / 8000 = 1.5 s.
-    QCOMPARE(stageTimeS(b, model(), 3, false), 6.0);
+    QCOMPARE(stageTimeS(b, model(), 0, 3, false), 6.0);
     // With the head: bytes 3500 / 500 = 7 s, flops 21000 / 8000 = 2.625 s.
-    QCOMPARE(stageTimeS(b, model(), 3, true), 7.0);
+    QCOMPARE(stageTimeS(b, model(), 0, 3, true), 7.0);
   }
 
   void layerCapacityMatchesTheMemoryRule() {
@@ -73,6 +73,72 @@ class PlanCostModelTest : public QObject {
     QCOMPARE(layerCapacity(c, model(), r, true, true), 5);   // 6000 - 800 = 5200
     const Device tiny{"t", "n", 400, 1, 1};
     QCOMPARE(layerCapacity(tiny, model(), r, false, true), 0);  // the head alone does not fit
+  }
+
+  void differingLayersAreSummedOverTheirRange() {
+    // Layer 1 is an MoE layer (reads a quarter of its weights per token), layer 2 attends over a
+    // window of 20 positions, layer 3 is twice as heavy.
+    ModelCost m = model();
+    m.layers = 4;
+    m.perLayer = {{1000, 1000, 4000, 2, 0},
+                  {4000, 1000, 4000, 2, 0},
+                  {1000, 1000, 4000, 2, 20},
+                  {2000, 2000, 8000, 4, 0}};
+    const Request r{50, 3};
+    // Resident: W_l + 3 sequences × min(50, w_l) × K_l.
+    QCOMPARE(rangeCost(m, r, 0, 1).residentBytes, 1000.0 + 3 * 50 * 2);
+    QCOMPARE(rangeCost(m, r, 2, 1).residentBytes, 1000.0 + 3 * 20 * 2);
+    QCOMPARE(rangeCost(m, Request{10, 3}, 2, 1).residentBytes, 1000.0 + 3 * 10 * 2);
+    QCOMPARE(stageMemoryBytes(m, r, 1, 3, false, true),
+             (4000 + 300) + (1000 + 120) + (2000 + 600) + 500.0);
+    QCOMPARE(perLayerBytes(m, r), (1300 + 4300 + 1120 + 2600) / 4.0);
+    // Time reads R_l, not W_l: layers 1-2 read 2000 bytes, compute 8000 FLOPs.
+    const Device a{"a", "n", 0, 1000, 1000};
+    QCOMPARE(stageTimeS(a, m, 1, 2, false), 8.0);
+    const Device b{"b", "n", 0, 500, 8000};
+    QCOMPARE(stageTimeS(b, m, 1, 2, false), 4.0);  // 2000 / 500
+    QCOMPARE(stageTimeS(b, m, 3, 1, true), 5.0);   // (2000 + 500) / 500
+    QCOMPARE(rangeCost(m, r, 1, 2).weightBytes, 5000.0);
+    QVERIFY_THROWS_EXCEPTION(shoal::Error, rangeCost(m, r, 3, 2));
+  }
+
+  void layerSumsAgreeWithTheDirectSums() {
+    ModelCost m = model();
+    m.layers = 7;
+    for (int l = 0; l < 7; ++l) {
+      m.perLayer.push_back({100.1 * (l + 1), 33.3 * l, 0.7 * l * l, 3.3, l % 2 ? 5 : 0});
+    }
+    const Request r{12, 5};
+    const LayerSums sums(m, r);
+    for (int first = 0; first <= 7; ++first) {
+      for (int count = 0; first + count <= 7; ++count) {
+        const RangeCost a = sums.range(first, count);
+        const RangeCost b = rangeCost(m, r, first, count);
+        // Bit for bit: the search and the evaluation of a plan must never disagree on a fit.
+        QCOMPARE(a.residentBytes, b.residentBytes);
+        QCOMPARE(a.weightBytes, b.weightBytes);
+        QCOMPARE(a.readBytes, b.readBytes);
+        QCOMPARE(a.flops, b.flops);
+      }
+    }
+  }
+
+  void capacityOfDifferingLayersDependsOnTheRole() {
+    // Layers of 1000, 1000, 1000, 3000 and 500 bytes (no KV), embedding 300, head 500; a device
+    // of 3500 bytes.
+    ModelCost m = model();
+    m.layers = 5;
+    m.perLayer = {{1000, 1000, 0, 0, 0},
+                  {1000, 1000, 0, 0, 0},
+                  {1000, 1000, 0, 0, 0},
+                  {3000, 3000, 0, 0, 0},
+                  {500, 500, 0, 0, 0}};
+    const Device c{"c", "n", 3500, 1, 1};
+    const Request r{0, 1};
+    QCOMPARE(layerCapacity(c, m, r, true, false), 3);   // [0, 3) + 300 = 3300
+    QCOMPARE(layerCapacity(c, m, r, false, true), 1);   // [4, 5) + 500; [3, 5) + 500 = 4000
+    QCOMPARE(layerCapacity(c, m, r, false, false), 3);  // the longest run anywhere: [0, 3)
+    QCOMPARE(layerCapacity(c, m, r, true, true), 2);    // [0, 2) + 800
   }
 
   void pipelineLatencyAndThroughputFollowTheFormulas() {

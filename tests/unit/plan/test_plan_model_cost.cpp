@@ -1,6 +1,7 @@
-// Model costs from GGUF metadata: the formulas of model_cost.h on hand-built facts, and on the
-// default model (SmolLM2-135M: 30 layers, n_embd 576, 9 heads, 3 KV heads, vocab 49152, tied
-// embeddings; per-layer figures computed with gguf-py from the file).
+// Model costs from GGUF metadata: the formulas of model_cost.h on hand-built facts (layers that
+// differ, windows, experts), the KV footprint of a layer program, and the default model
+// (SmolLM2-135M: 30 layers, n_embd 576, 9 heads, 3 KV heads, vocab 49152, tied embeddings;
+// per-layer figures computed with gguf-py from the file).
 
 #include <QtTest>
 #include <cstdlib>
@@ -8,6 +9,9 @@
 
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/architecture.h"
+#include "engine/model/kv_footprint.h"
+#include "engine/model/model_config.h"
 #include "engine/plan/model_cost.h"
 
 using namespace shoal::plan;
@@ -79,6 +83,76 @@ class PlanModelCostTest : public QObject {
     }
   }
 
+  void differingLayersKeepTheirOwnFigures() {
+    // twoLayerFacts' layers differ in bytes (300 and 500): per-layer figures, means as W, F, K.
+    const ModelCost m = modelCostFromFacts(twoLayerFacts(), 10);
+    QCOMPARE(m.perLayer.size(), size_t{2});
+    QCOMPARE(m.perLayer[0].weightBytes, 300.0);
+    QCOMPARE(m.perLayer[1].weightBytes, 500.0);
+    QCOMPARE(m.perLayer[1].readBytesPerToken, 500.0);
+    QCOMPARE(m.perLayer[1].flopsPerToken, 2.0 * 400 + 4.0 * 2 * 4 * 10);
+    QCOMPARE(m.perLayer[1].kvBytesPerPosition, 16.0);
+    // Alike layers stay uniform (no per-layer list), as before.
+    ModelFacts f = twoLayerFacts();
+    f.tensors[3].bytes = 100;
+    QVERIFY(modelCostFromFacts(f, 10).perLayer.empty());
+  }
+
+  void windowsBoundKvAndAttentionPerLayer() {
+    ModelFacts f = twoLayerFacts();
+    f.tensors[3].bytes = 100;                       // layers alike in weights
+    f.layerKv = {{24, 0}, {24, 4}};                 // layer 1 attends over 4 positions
+    const ModelCost m = modelCostFromFacts(f, 10);  // C = 10
+    QCOMPARE(m.perLayer.size(), size_t{2});
+    QCOMPARE(m.perLayer[0].kvBytesPerPosition, 24.0);
+    QCOMPARE(m.perLayer[1].window, int64_t{4});
+    QCOMPARE(m.perLayer[0].flopsPerToken, 2.0 * 400 + 4.0 * 2 * 4 * 10);
+    QCOMPARE(m.perLayer[1].flopsPerToken, 2.0 * 400 + 4.0 * 2 * 4 * 4);
+    f.layerKv.pop_back();
+    QVERIFY_THROWS_EXCEPTION(shoal::Error, modelCostFromFacts(f, 10));
+  }
+
+  void expertsAreReadInPart() {
+    // Layer 0 with 8 experts of which 2 are used: of its 400 expert bytes a token reads 100.
+    ModelFacts f = twoLayerFacts();
+    f.expertCount = 8;
+    f.expertUsedCount = 2;
+    f.tensors.push_back({"blk.0.ffn_up_exps.weight", 400, 800, 8});
+    const ModelCost m = modelCostFromFacts(f, 0);
+    QCOMPARE(m.perLayer.size(), size_t{2});
+    QCOMPARE(m.perLayer[0].weightBytes, 300.0 + 400);
+    QCOMPARE(m.perLayer[0].readBytesPerToken, 300.0 + 100);
+    QCOMPARE(m.perLayer[0].flopsPerToken, 2.0 * (400 + 200));
+    QCOMPARE(m.perLayer[1].readBytesPerToken, 500.0);
+    f.expertUsedCount = 9;
+    QVERIFY_THROWS_EXCEPTION(shoal::Error, modelCostFromFacts(f, 0));
+  }
+
+  void kvFootprintFollowsTheLayerProgram() {
+    // A test architecture whose odd layers attend over a window of 16 positions.
+    static const auto program = [](const shoal::model::ModelConfig& c, int32_t layer) {
+      shoal::model::LayerProgram p;
+      p.kvDim = c.kvDim();
+      p.window = layer % 2 ? 16 : 0;
+      return p;
+    };
+    static const shoal::model::Architecture arch{{}, nullptr, {}, +program};
+    shoal::model::ModelConfig c;
+    c.nLayer = 4;
+    c.nHead = 8;
+    c.nHeadKv = 2;
+    c.headDim = 32;
+    c.arch = &arch;
+    QCOMPARE(shoal::model::kvBytesPerPosition(c, 0), uint64_t{2 * 2 * 64});
+    QCOMPARE(shoal::model::layerKv(c, 1).window, 16);
+    // Layers 1-3 for 3 sequences of 100 positions: 100 + 16 + 100 positions of 256 bytes each.
+    QCOMPARE(shoal::model::kvCacheBytes(c, 1, 4, 100, 3), uint64_t{256 * 3 * (16 + 100 + 16)});
+    QCOMPARE(shoal::model::kvCacheBytes(c, 0, 4, 10, 1), uint64_t{256 * 4 * 10});
+    QCOMPARE(shoal::model::kvCacheBytes(c, 2, 2, 100, 3), uint64_t{0});
+    QVERIFY_THROWS_EXCEPTION(shoal::Error, shoal::model::kvCacheBytes(c, 0, 5, 10, 1));
+    QVERIFY_THROWS_EXCEPTION(shoal::Error, shoal::model::layerKv(c, 4));
+  }
+
   void defaultModelCosts() {
     if (!std::filesystem::exists(defaultModelPath())) QSKIP("default model not found");
     const shoal::gguf::File file = shoal::gguf::File::open(defaultModelPath());
@@ -91,6 +165,12 @@ class PlanModelCostTest : public QObject {
     QCOMPARE(m.embedBytes, 30081024.0);
     QCOMPARE(m.headBytes, 30081024.0 + 2304);
     QCOMPARE(m.headFlopsPerToken, 2.0 * 576 * 49152);
+    // The planner's KV is the layer program's, as the nodes size their caches.
+    QVERIFY(m.perLayer.empty());
+    const auto config = shoal::model::ModelConfig::fromGguf(file);
+    QCOMPARE(m.kvBytesPerTokenPerLayer,
+             static_cast<double>(shoal::model::kvBytesPerPosition(config, 0)));
+    QCOMPARE(shoal::model::kvCacheBytes(config, 0, 30, 1000, 2), uint64_t{30} * 768 * 1000 * 2);
   }
 };
 

@@ -258,6 +258,140 @@ class PlanPlacementTest : public QObject {
     QVERIFY(p.missingBytes > 0);
   }
 
+  void plansWithDifferingLayersReachTheExhaustiveOptimum() {
+    // Layers of their own weights, reads, FLOPs, KV and windows: the range split (a DP over the
+    // boundaries) and both searches against the reference that tries every split.
+    std::mt19937_64 rng(7);
+    double worstExact = 2, worstHeuristic = 2;
+    int compared = 0;
+    for (int t = 0; t < 150; ++t) {
+      const int devices = std::uniform_int_distribution<int>(1, 5)(rng);
+      const int layers = std::uniform_int_distribution<int>(1, 24)(rng);
+      Instance in = plan_test::randomInstance(rng, devices, layers);
+      plan_test::varyLayers(rng, in);
+      double bestSingle = 0;
+      const double optimum = plan_test::exhaustiveBestThroughput(in, &bestSingle);
+      PlanOptions single;
+      single.maxPipelines = 1;
+      single.latencyTolerance = 0;
+      const Plan one = plan(in.pool, in.model, in.request, single);
+      QVERIFY(planViolations(in.pool, in.model, in.request, one).empty());
+      // G* is found to a relative 1e-9.
+      QVERIFY2(std::abs(one.throughputTokS - bestSingle) <= 1e-8 * bestSingle,
+               qPrintable(QString("pool %1: X %2, best single %3")
+                              .arg(t)
+                              .arg(one.throughputTokS, 0, 'g', 17)
+                              .arg(bestSingle, 0, 'g', 17)));
+      PlanOptions pure;
+      pure.latencyTolerance = 0;
+      const Plan exact = plan(in.pool, in.model, in.request, pure);
+      PlanOptions heuristic = pure;
+      heuristic.exactDeviceLimit = 0;
+      const Plan approx = plan(in.pool, in.model, in.request, heuristic);
+      QVERIFY(planViolations(in.pool, in.model, in.request, exact).empty());
+      QVERIFY(planViolations(in.pool, in.model, in.request, approx).empty());
+      if (optimum == 0) {
+        QVERIFY(!exact.feasible);
+        QVERIFY(!approx.feasible);
+        continue;
+      }
+      ++compared;
+      worstExact = std::min(worstExact, exact.throughputTokS / optimum);
+      worstHeuristic = std::min(worstHeuristic, approx.throughputTokS / optimum);
+      QVERIFY(exact.throughputTokS <= optimum * (1 + 1e-9));
+    }
+    qInfo(
+        "differing layers, %d feasible pools: worst X/optimum %.9f (exact search), %.6f "
+        "(large-pool search)",
+        compared, worstExact, worstHeuristic);
+    QVERIFY(compared > 50);
+    QVERIFY(worstExact >= 1 - 1e-8);
+    QVERIFY(worstHeuristic >= 0.98);
+  }
+
+  void plansWithDifferingLayersSatisfyTheConstraints() {
+    std::mt19937_64 rng(8);
+    int feasible = 0;
+    for (int t = 0; t < 60; ++t) {
+      // Up to 40 devices: the large-pool search (above 24) too.
+      const int devices = t % 10 == 9 ? 40 : std::uniform_int_distribution<int>(1, 12)(rng);
+      Instance in =
+          plan_test::randomInstance(rng, devices, std::uniform_int_distribution<int>(1, 48)(rng));
+      plan_test::varyLayers(rng, in);
+      const Plan p = plan(in.pool, in.model, in.request);
+      const auto violations = planViolations(in.pool, in.model, in.request, p);
+      QVERIFY2(violations.empty(), violations.empty() ? "" : violations.front().c_str());
+      Plan again = p;
+      evaluatePlan(in.pool, in.model, in.request, again);
+      QCOMPARE(again.throughputTokS, p.throughputTokS);
+      feasible += p.feasible;
+    }
+    QVERIFY(feasible > 20);
+  }
+
+  void slidingWindowLayersNeedOnlyTheirWindowOfKv() {
+    // 8 layers of 100 MB; 10 kB of KV per position at 65536 tokens is 655 MB per full layer,
+    // but layers 0-3 attend over a window of 1024 positions: 10 MB each. A 500 MB GPU holds the
+    // four windowed layers (with the embedding) and not one full layer; the 3.1 GB one holds the
+    // four full layers (with the head) and not the whole model. Only that split fits.
+    ModelCost m;
+    m.layers = 8;
+    for (int l = 0; l < 8; ++l) m.perLayer.push_back({1e8, 1e8, 2e8, 1e4, l < 4 ? 1024 : 0});
+    m.layerWeightBytes = 1e8;
+    m.layerFlopsPerToken = 2e8;
+    m.kvBytesPerTokenPerLayer = 1e4;
+    m.hiddenBytesPerToken = 8192;
+    m.embedBytes = 1e7;
+    m.headBytes = 1e7;
+    m.headFlopsPerToken = 2e7;
+    const Request r{65536, 1};
+    QCOMPARE(stageMemoryBytes(m, r, 0, 4, true, false), 4 * (1e8 + 1024 * 1e4) + 1e7);
+    QCOMPARE(stageMemoryBytes(m, r, 4, 4, false, true), 4 * (1e8 + 65536 * 1e4) + 1e7);
+    Pool pool;
+    pool.devices = {device("big", "pc", 3.1e9, 1e12, 1e14), device("small", "pc", 5e8, 1e12, 1e14)};
+    QCOMPARE(layerCapacity(pool.devices[1], m, r, true, false), 4);
+    QCOMPARE(layerCapacity(pool.devices[1], m, r, false, true), 0);
+    const Plan p = plan(pool, m, r);
+    QVERIFY2(p.feasible, p.infeasibleReason.c_str());
+    QVERIFY(planViolations(pool, m, r, p).empty());
+    QCOMPARE(p.pipelines.size(), size_t{1});
+    const auto& stages = p.pipelines[0].stages;
+    QCOMPARE(stages.size(), size_t{2});
+    QCOMPARE(stages[0].deviceId, std::string("small"));
+    QCOMPARE(stages[0].lastLayer, 4);
+    QCOMPARE(stages[1].deviceId, std::string("big"));
+    // Without the windows every layer caches the whole context: nothing fits.
+    for (LayerCost& c : m.perLayer) c.window = 0;
+    QVERIFY(!plan(pool, m, r).feasible);
+  }
+
+  void aHeavierLayerMovesTheSplit() {
+    // Layer 0 is three times as heavy as each of the three others (3 + 1 + 1 + 1 ms on these
+    // GPUs): with 16 sequences the slowest stage sets X, and the balanced split is [0, 1) | [1, 4)
+    // at 3 ms each, where a split by layer count (2 | 2) would take 4 ms for its first stage.
+    ModelCost m;
+    m.layers = 4;
+    m.perLayer = {
+        {3e8, 3e8, 6e8, 0, 0}, {1e8, 1e8, 2e8, 0, 0}, {1e8, 1e8, 2e8, 0, 0}, {1e8, 1e8, 2e8, 0, 0}};
+    m.layerWeightBytes = 1.5e8;
+    m.layerFlopsPerToken = 3e8;
+    m.hiddenBytesPerToken = 8192;
+    Pool pool;
+    pool.devices = {device("a", "pc", 1e10, 1e11, 1e14), device("b", "pc", 1e10, 1e11, 1e14)};
+    pool.intraNode = Link{1e-6, 1e11};
+    PlanOptions onePipeline;
+    onePipeline.maxPipelines = 1;
+    const Plan p = plan(pool, m, Request{0, 16}, onePipeline);
+    QVERIFY(p.feasible);
+    const auto& stages = p.pipelines.at(0).stages;
+    QCOMPARE(stages.size(), size_t{2});
+    QCOMPARE(stages[0].firstLayer, 0);
+    QCOMPARE(stages[0].lastLayer, 1);
+    QVERIFY(qFuzzyCompare(stages[0].stageS, 3e-3));
+    QVERIFY(qFuzzyCompare(stages[1].stageS, 3e-3));
+    QVERIFY(qFuzzyCompare(p.throughputTokS, 1 / 3e-3));
+  }
+
   void isDeterministic() {
     std::mt19937_64 rng(5);
     for (int t = 0; t < 12; ++t) {

@@ -149,6 +149,43 @@ class PlanPoolFileTest : public QObject {
     QVERIFY2(e.find("pool file: not valid JSON") != std::string::npos, e.c_str());
   }
 
+  void perLayerCostsParseWithDefaults() {
+    const PoolFile f = parsePoolFile(
+        with("\"layers\": 32, \"layer_weight_bytes\": 1.3e8, \"layer_flops_per_token\": 4.4e8,\n"
+             "            \"kv_bytes_per_token_per_layer\": 4096,",
+             R"("layers": 2, "per_layer": [
+               {"weight_bytes": 100, "flops_per_token": 300, "kv_bytes_per_position": 8},
+               {"weight_bytes": 300, "read_bytes_per_token": 50, "flops_per_token": 100,
+                "kv_bytes_per_position": 4, "window": 64}],)"),
+        true);
+    QCOMPARE(f.model->perLayer.size(), size_t{2});
+    QCOMPARE(f.model->perLayer[0].readBytesPerToken, 100.0);  // defaults to the weights
+    QCOMPARE(f.model->perLayer[0].window, int64_t{0});
+    QCOMPARE(f.model->perLayer[1].readBytesPerToken, 50.0);
+    QCOMPARE(f.model->perLayer[1].window, int64_t{64});
+    // W, F and K may be left out: they are the means.
+    QCOMPARE(f.model->layerWeightBytes, 200.0);
+    QCOMPARE(f.model->layerFlopsPerToken, 200.0);
+    QCOMPARE(f.model->kvBytesPerTokenPerLayer, 6.0);
+    const PoolFile g = parsePoolFile(writePoolFile(f), true);
+    QCOMPARE(g.model->perLayer, f.model->perLayer);
+  }
+
+  void perLayerCountMustMatchTheLayers() {
+    const std::string e =
+        errorOf(with("\"layers\": 32,",
+                     R"("layers": 32, "per_layer": [{"weight_bytes": 1, "flops_per_token": 1,
+           "kv_bytes_per_position": 1}],)"));
+    QVERIFY2(
+        e.find("model.per_layer: must list model.layers = 32 layers, got 1") != std::string::npos,
+        e.c_str());
+    const std::string w =
+        errorOf(with("\"layers\": 32,",
+                     R"("layers": 1, "per_layer": [{"weight_bytes": 1, "flops_per_token": 1,
+           "kv_bytes_per_position": 1, "window": -2}],)"));
+    QVERIFY2(w.find("model.per_layer[0].window: must be >= 0") != std::string::npos, w.c_str());
+  }
+
   void writeThenParseGivesTheSamePool() {
     const PoolFile f = parsePoolFile(kValid, true);
     const PoolFile g = parsePoolFile(writePoolFile(f), true);

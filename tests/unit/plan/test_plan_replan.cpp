@@ -112,6 +112,32 @@ class PlanReplanTest : public QObject {
     QCOMPARE(movedWeightBytes(after, after, model()), 0.0);
   }
 
+  void bytesToMoveCountEachLayersOwnWeights() {
+    // Layers of 1, 2, 3 and 4 × 100 MB: going from a [0, 4) to a [0, 1) + b [1, 4), b loads
+    // layers 1-3 (900 MB) and the head; a then moving to [0, 3) loads layers 1 and 2 (500 MB).
+    ModelCost m = model();
+    m.layers = 4;
+    m.perLayer = {
+        {1e8, 1e8, 2e8, 0, 0}, {2e8, 2e8, 4e8, 0, 0}, {3e8, 3e8, 6e8, 0, 0}, {4e8, 4e8, 8e8, 0, 0}};
+    Plan whole, split, shifted;
+    whole.pipelines.push_back(Pipeline{{StageAssignment{0, "a", 0, 4, 0}}, 0, 0});
+    split.pipelines.push_back(
+        Pipeline{{StageAssignment{0, "a", 0, 1, 0}, StageAssignment{1, "b", 1, 4, 0}}, 0, 0});
+    shifted.pipelines.push_back(
+        Pipeline{{StageAssignment{0, "a", 0, 3, 0}, StageAssignment{1, "b", 3, 4, 0}}, 0, 0});
+    QCOMPARE(movedWeightBytes(whole, split, m), 9e8 + 1e8);
+    QCOMPARE(movedWeightBytes(split, shifted, m), 5e8);
+    // A device that held a middle range and now holds a wider one loads both sides of it.
+    Plan middle, wider;
+    middle.pipelines.push_back(
+        Pipeline{{StageAssignment{0, "a", 0, 1, 0}, StageAssignment{1, "b", 1, 2, 0},
+                  StageAssignment{2, "c", 2, 4, 0}},
+                 0,
+                 0});
+    wider.pipelines.push_back(Pipeline{{StageAssignment{1, "b", 0, 4, 0}}, 0, 0});
+    QCOMPARE(movedWeightBytes(middle, wider, m), 1e8 + 3e8 + 4e8 + 1e8 + 1e8);
+  }
+
   void prefersFewerMovedBytesWithinFivePercent() {
     // A new GPU joins a pool that already runs well: a fresh plan could reshuffle everything for
     // a sliver of throughput; re-planning must keep the running pipelines when it costs < 5%.

@@ -4,6 +4,7 @@
 
 #include "engine/error.h"
 #include "engine/runtime/sampler.h"
+#include "lan/pool/forward_fields.h"
 #include "lan/pool/sha256.h"
 
 namespace shoal::lan::testing {
@@ -189,23 +190,26 @@ Message FakeNode::forward(const Message& request) {
   ++forwards;
   const json& c = request.control;
   runtime::Stage& stage = *m_stages.at(c.at("stage_id").get<std::string>());
-  runtime::StageInput in;
-  in.sequence = c.at("sequence").get<int32_t>();
-  in.firstPosition = c.at("first_position").get<int32_t>();
-  in.count = c.at("count").get<int32_t>();
+  runtime::Segment segment;
+  segment.sequence = c.at("sequence").get<int32_t>();
+  segment.firstPosition = c.at("first_position").get<int32_t>();
+  segment.count = c.at("count").get<int32_t>();
+  segment.logits = parseLogitRows(c.value("logits", "last")).value();
+  runtime::Batch batch;
+  batch.segments = std::span(&segment, 1);
   std::vector<int32_t> tokens;
   std::vector<float> hidden;
   if (stage.spec().hasEmbedding) {
     tokens.resize(request.blob.size() / 4);
     std::memcpy(tokens.data(), request.blob.data(), request.blob.size());
-    in.tokens = tokens;
+    batch.tokens = tokens;
   } else {
     hidden.resize(request.blob.size() / 4);
     std::memcpy(hidden.data(), request.blob.data(), request.blob.size());
-    in.hidden = hidden;
+    batch.hidden = hidden;
   }
   runtime::StageOutput out;
-  stage.forward(in, out);
+  stage.forward(batch, out);
   if (stage.spec().hasHead && !c.at("sample").is_null()) {
     runtime::SamplerParams params;
     params.temperature = c.at("sample").at("temperature").get<float>();
@@ -218,7 +222,7 @@ Message FakeNode::forward(const Message& request) {
   }
   const std::vector<float>& values = stage.spec().hasHead ? out.logits : out.hidden;
   std::vector<uint8_t> blob(values.size() * 4);
-  std::memcpy(blob.data(), values.data(), blob.size());
+  if (!blob.empty()) std::memcpy(blob.data(), values.data(), blob.size());
   return reply(request, {{"op", "forward_result"}}, std::move(blob));
 }
 

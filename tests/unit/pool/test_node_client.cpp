@@ -1,13 +1,18 @@
-// NodeClient against a scripted peer: replies are matched by id (late replies skipped), and
-// every malformed or hostile reply is a clear error, never a crash or a wrong value.
+// NodeClient against a scripted peer: replies are matched by id (late replies skipped), several
+// requests may be in flight on one connection (each reply reaches its request, whichever thread
+// waits for it), and every malformed or hostile reply is a clear error, never a crash or a
+// wrong value.
 
 #include <QtTest>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <thread>
 
 #include "engine/error.h"
 #include "lan/pool/node_client.h"
+#include "tests/integration/lan_node/memory_connection.h"
 
 using namespace shoal;
 using namespace shoal::lan;
@@ -64,13 +69,52 @@ std::unique_ptr<NodeClient> client(ScriptedConnection::Script script,
   return std::make_unique<NodeClient>(std::move(c), std::chrono::milliseconds(100));
 }
 
-ForwardRequest hiddenRequest(std::vector<float>& hidden) {
+ForwardRequest hiddenRequest(const std::vector<float>& hidden) {
   ForwardRequest r;
   r.stageId = "stage-1";
   r.count = 1;
   r.hidden = hidden;
   return r;
 }
+
+// A forward_result echoing the request's blob (a stage that returns its input).
+std::vector<Message> echoForward(const Message& m) {
+  return std::vector<Message>{reply(m, {{"op", "forward_result"}}, m.blob)};
+}
+
+// Answers the node protocol's forward (echo) and ping on its own thread, in order, until the
+// connection closes.
+class EchoPeer {
+ public:
+  explicit EchoPeer(std::shared_ptr<Connection> c)
+      : m_connection(std::move(c)), m_thread([this] { run(); }) {}
+  ~EchoPeer() {
+    m_connection->close();
+    m_thread.join();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      Message m;
+      try {
+        m = m_connection->receive(std::chrono::seconds(30));
+      } catch (const TransportError&) {
+        return;
+      }
+      const std::string op = m.control.value("op", "");
+      try {
+        m_connection->send(op == "ping" ? reply(m, {{"op", "pong"}}) : echoForward(m).front(),
+                           std::chrono::seconds(30));
+      } catch (const TransportError&) {
+        return;
+      }
+    }
+  }
+
+  std::shared_ptr<Connection> m_connection;
+  std::thread m_thread;
+};
 
 }  // namespace
 
@@ -168,7 +212,7 @@ class TestNodeClient : public QObject {
         },
         &raw);
     std::vector<float> hidden(1, 0.f);
-    RemoteSampling s;
+    runtime::SampleRequest s;
     s.temperature = 0;
     s.seed = 42;
     ForwardRequest r = hiddenRequest(hidden);
@@ -176,6 +220,75 @@ class TestNodeClient : public QObject {
     QCOMPARE(c->forward(r).token, 7);
     QCOMPARE(raw->sent.back().control.at("sample").at("seed").get<uint64_t>(), uint64_t(42));
     QCOMPARE(raw->sent.back().control.at("sample").at("temperature").get<double>(), 0.0);
+    QCOMPARE(raw->sent.back().control.at("logits").get<std::string>(), std::string("last"));
+  }
+
+  void twoForwardsInFlightBothCompleteInOrder() {
+    ScriptedConnection* raw = nullptr;
+    auto c = client(echoForward, &raw);
+    const std::vector<float> a{1.f, 2.f}, b{3.f, 4.f};
+    const NodeClient::RequestId first = c->sendForward(hiddenRequest(a));
+    const NodeClient::RequestId second = c->sendForward(hiddenRequest(b));
+    QVERIFY(second > first);
+    QCOMPARE(raw->sent.size(), size_t(2));  // both sent before either reply was read
+    QCOMPARE(c->receiveForward(first).values, a);
+    QCOMPARE(c->receiveForward(second).values, b);
+  }
+
+  void eachReplyReachesItsRequestWhateverOrderTheyAreAwaitedIn() {
+    auto c = client([](const Message& m) {
+      if (m.control.value("op", "") == "ping") {
+        return std::vector<Message>{reply(m, {{"op", "pong"}})};
+      }
+      return echoForward(m);
+    });
+    const std::vector<float> a{1.f}, b{2.f};
+    const NodeClient::RequestId first = c->sendForward(hiddenRequest(a));
+    const NodeClient::RequestId second = c->sendForward(hiddenRequest(b));
+    QVERIFY(c->ping() >= 0);  // reads past both forward replies, keeping them
+    QCOMPARE(c->receiveForward(second).values, b);
+    QCOMPARE(c->receiveForward(first).values, a);
+  }
+
+  void abandonedRequestsReplyIsSkipped() {
+    auto c = client(echoForward);
+    const std::vector<float> a{1.f}, b{2.f};
+    c->abandon(c->sendForward(hiddenRequest(a)));
+    QCOMPARE(c->forward(hiddenRequest(b)).values, b);
+  }
+
+  void closedConnectionFailsEveryRequestInFlight() {
+    ScriptedConnection* raw = nullptr;
+    auto c = client([](const Message&) { return std::vector<Message>{}; }, &raw);
+    const std::vector<float> a{1.f}, b{2.f};
+    const NodeClient::RequestId first = c->sendForward(hiddenRequest(a));
+    const NodeClient::RequestId second = c->sendForward(hiddenRequest(b));
+    raw->close();
+    QVERIFY_THROWS_EXCEPTION(TransportError, c->receiveForward(first));
+    QVERIFY_THROWS_EXCEPTION(TransportError, c->receiveForward(second));
+  }
+
+  void pingsFromAnotherThreadInterleaveWithPipelinedForwards() {
+    auto [mine, theirs] = test::memoryConnectionPair("PEER");
+    EchoPeer peer(theirs);
+    NodeClient c(mine, std::chrono::seconds(30));
+    std::atomic<int> pongs{0};
+    std::thread poller([&] {
+      for (int i = 0; i < 200; ++i) {
+        if (c.ping() >= 0) ++pongs;
+      }
+    });
+    bool allMatch = true;
+    for (int i = 0; i < 200; ++i) {
+      const std::vector<float> a{float(i)}, b{float(-i)};
+      const NodeClient::RequestId first = c.sendForward(hiddenRequest(a));
+      const NodeClient::RequestId second = c.sendForward(hiddenRequest(b));
+      allMatch = allMatch && c.receiveForward(first).values == a;
+      allMatch = allMatch && c.receiveForward(second).values == b;
+    }
+    poller.join();
+    QVERIFY(allMatch);
+    QCOMPARE(pongs.load(), 200);
   }
 
   void telemetryReplyWithoutDevicesIsRefused() {

@@ -106,9 +106,24 @@ class TestPoolCoordinator : public QObject {
     return g;
   }
 
+  // One CPU stage with the whole model, taking at most maxBatch rows per batch.
+  runtime::Chain localChain(int32_t maxBatch = 512) {
+    runtime::StageSpec spec;
+    spec.lastLayer = m_model->config().nLayer;
+    spec.hasEmbedding = spec.hasHead = true;
+    spec.contextLength = kContext;
+    spec.maxBatch = maxBatch;
+    runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(m_backend->createStage("cpu0", src, spec));
+    return runtime::Chain(std::move(stages));
+  }
+
   // Adds the nodes, profiles, plans and deploys; returns the coordinator.
-  std::unique_ptr<Coordinator> deployed(FakePool& fakes, const std::vector<std::string>& addrs) {
-    auto c = std::make_unique<Coordinator>(fakes.connector(), options());
+  std::unique_ptr<Coordinator> deployed(FakePool& fakes, const std::vector<std::string>& addrs,
+                                        CoordinatorOptions o = {}) {
+    if (o.contextLength != kContext) o = options();
+    auto c = std::make_unique<Coordinator>(fakes.connector(), o);
     for (const std::string& a : addrs) c->addNode(a);
     c->profileLinks();
     c->setModel(modelPath());
@@ -128,17 +143,10 @@ class TestPoolCoordinator : public QObject {
     plan::Request r;
     r.contextTokens = kContext;
     m_fortyPercent =
-        static_cast<uint64_t>(0.4 * plan::stageMemoryBytes(cost, r, cost.layers, true, true));
+        static_cast<uint64_t>(0.4 * plan::stageMemoryBytes(cost, r, 0, cost.layers, true, true));
     m_prompt = m_model->tokenizer().encode(kPrompt, true, false);
 
-    runtime::StageSpec spec;
-    spec.lastLayer = m_model->config().nLayer;
-    spec.hasEmbedding = spec.hasHead = true;
-    spec.contextLength = kContext;
-    runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
-    std::vector<std::unique_ptr<runtime::Stage>> stages;
-    stages.push_back(m_backend->createStage("cpu0", src, spec));
-    runtime::Chain chain(std::move(stages));
+    runtime::Chain chain = localChain();
     runtime::Session session(chain, m_model->tokenizer());
     m_reference = session.generate(m_prompt, greedy());
     QCOMPARE(m_reference.tokens.size(), size_t(kReplyTokens));
@@ -189,6 +197,71 @@ class TestPoolCoordinator : public QObject {
     QCOMPARE(events[0].generatedBefore, dieAt);
     for (const StagePlacement& s : c->deployed()) QVERIFY(s.nodeId != before[1].nodeId);
     QCOMPARE(c->nodes().size(), size_t(3));
+  }
+
+  void promptLongerThanABatchGoesThroughTheNodesInMicroBatches() {
+    // Batches of 2 rows: the prompt is several micro-batches, k + 1 entering the first node
+    // while k is in the second (Chain's wavefront over the RemoteStages).
+    constexpr int32_t kBatch = 2;
+    QVERIFY(m_prompt.size() > size_t(2 * kBatch));
+    runtime::Chain chain = localChain(kBatch);
+    runtime::Session session(chain, m_model->tokenizer());
+    const runtime::GenerateResult want = session.generate(m_prompt, greedy(16));
+
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 3; ++i)
+      addrs.push_back(fakes.add(config(i, m_fortyPercent), *m_model, m_sha, *m_backend));
+    CoordinatorOptions o = options();
+    o.maxBatch = kBatch;
+    auto c = deployed(fakes, addrs, o);
+    const runtime::GenerateResult r = c->generate(m_prompt, greedy(16));
+    QCOMPARE(r.tokens, want.tokens);
+    const size_t microBatches = (m_prompt.size() + kBatch - 1) / kBatch;
+    // The prompt's micro-batches, then one forward per later token.
+    QCOMPARE(size_t(fakes.byId(c->deployed()[1].nodeId).forwards), microBatches + 15);
+  }
+
+  void followUpPromptReusesTheCachedPrefix() {
+    // A chat's next turn: the previous prompt and reply plus new text.
+    const std::vector<model::TokenId> more = m_model->tokenizer().encode(" Why?", false, false);
+    runtime::Chain chain = localChain();
+    runtime::Session session(chain, m_model->tokenizer());
+    const runtime::GenerateResult first = session.generate(m_prompt, greedy(8));
+    std::vector<model::TokenId> next = m_prompt;
+    next.insert(next.end(), first.tokens.begin(), first.tokens.end());
+    next.insert(next.end(), more.begin(), more.end());
+    const runtime::GenerateResult want = session.generate(next, greedy(8));
+
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 3; ++i)
+      addrs.push_back(fakes.add(config(i, m_fortyPercent), *m_model, m_sha, *m_backend));
+    auto c = deployed(fakes, addrs);
+    QCOMPARE(c->generate(m_prompt, greedy(8)).tokens, first.tokens);
+    const runtime::GenerateResult r = c->generate(next, greedy(8));
+    QCOMPARE(r.tokens, want.tokens);
+    // The first prompt and the reply's tokens fed back are not computed again.
+    QCOMPARE(r.reusedTokens, int32_t(m_prompt.size() + first.tokens.size() - 1));
+  }
+
+  void nodeLostBetweenTwoRepliesIsReplacedForTheNext() {
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 4; ++i)
+      addrs.push_back(fakes.add(config(i, m_fortyPercent), *m_model, m_sha, *m_backend));
+    auto c = deployed(fakes, addrs);
+    QCOMPARE(
+        c->generate(m_prompt, greedy(8)).tokens,
+        std::vector<model::TokenId>(m_reference.tokens.begin(), m_reference.tokens.begin() + 8));
+    const std::string lost = c->deployed()[1].nodeId;
+    fakes.byId(lost).dead = true;  // its connection resets before the next request
+    const runtime::GenerateResult r = c->generate(m_prompt, greedy());
+    QCOMPARE(r.tokens, m_reference.tokens);
+    QCOMPARE(c->recoveries().size(), size_t(1));
+    QCOMPARE(c->recoveries()[0].failedNodeId, lost);
+    QCOMPARE(c->recoveries()[0].generatedBefore, 0);
+    QCOMPARE(r.recoveries, 1);
   }
 
   void losingANodeTheRestCannotReplaceIsAnError() {

@@ -19,8 +19,11 @@ class TestChain : public QObject {
   std::unique_ptr<model::Model> m_model;
   std::unique_ptr<cpu::CpuBackend> m_cpu;
 
-  std::unique_ptr<runtime::Stage> cpuStage(int32_t first, int32_t last) {
+  std::unique_ptr<runtime::Stage> cpuStage(int32_t first, int32_t last, int32_t maxBatch = 512,
+                                           int32_t sequences = 1) {
     runtime::StageSpec spec;
+    spec.maxBatch = maxBatch;
+    spec.maxSequences = sequences;
     spec.firstLayer = first;
     spec.lastLayer = last;
     spec.hasEmbedding = first == 0;
@@ -30,9 +33,10 @@ class TestChain : public QObject {
     return m_cpu->createStage("cpu0", src, spec);
   }
 
-  std::unique_ptr<runtime::Chain> chainOf(std::vector<std::pair<int32_t, int32_t>> ranges) {
+  std::unique_ptr<runtime::Chain> chainOf(std::vector<std::pair<int32_t, int32_t>> ranges,
+                                          int32_t maxBatch = 512, int32_t sequences = 1) {
     std::vector<std::unique_ptr<runtime::Stage>> stages;
-    for (auto [a, b] : ranges) stages.push_back(cpuStage(a, b));
+    for (auto [a, b] : ranges) stages.push_back(cpuStage(a, b, maxBatch, sequences));
     return std::make_unique<runtime::Chain>(std::move(stages));
   }
 
@@ -72,6 +76,44 @@ class TestChain : public QObject {
     one->forward(0, static_cast<int32_t>(prompt.size()), std::span(&next, 1), a);
     three->forward(0, static_cast<int32_t>(prompt.size()), std::span(&next, 1), b);
     QVERIFY(a == b);
+  }
+
+  // A prompt longer than maxBatch goes through in micro-batches, several stages working on
+  // different micro-batches at once: the same result as one stage taking them in turn.
+  void microBatchesInFlightAcrossStagesComputeWhatOneStageComputes() {
+    const std::vector<int32_t> prompt = m_model->tokenizer().encode(
+        "A pipeline of stages keeps every stage busy with a different micro-batch.", false, true);
+    QVERIFY(prompt.size() > 12);
+    auto one = chainOf({{0, 30}}, 4);
+    auto three = chainOf({{0, 7}, {7, 22}, {22, 30}}, 4);
+    std::vector<float> a, b;
+    one->forward(0, 0, prompt, a, true);
+    three->forward(0, 0, prompt, b, true);
+    QCOMPARE(a.size(), prompt.size() * static_cast<size_t>(m_model->config().nVocab));
+    QVERIFY(a == b);
+  }
+
+  // Two sequences in one batch through three stages: what one stage computes.
+  void batchOfTwoSequencesThroughThreeStages() {
+    auto& tok = m_model->tokenizer();
+    const auto p0 = tok.encode("The capital of France is", false, true);
+    const auto p1 = tok.encode("Water boils at", false, true);
+    std::vector<int32_t> tokens = p0;
+    tokens.insert(tokens.end(), p1.begin(), p1.end());
+    const runtime::Segment segments[] = {
+        {0, 0, static_cast<int32_t>(p0.size()), runtime::LogitRows::Last},
+        {1, 0, static_cast<int32_t>(p1.size()), runtime::LogitRows::All}};
+    runtime::Batch batch;
+    batch.tokens = tokens;
+    batch.segments = segments;
+    auto one = chainOf({{0, 30}}, 512, 2);
+    auto three = chainOf({{0, 7}, {7, 22}, {22, 30}}, 512, 2);
+    runtime::StageOutput a, b;
+    one->forwardBatch(batch, a);
+    three->forwardBatch(batch, b);
+    QCOMPARE(a.logits.size(), (1 + p1.size()) * static_cast<size_t>(m_model->config().nVocab));
+    QVERIFY(a.logits == b.logits);
+    QVERIFY(a.tokens.empty() && b.tokens.empty());
   }
 
   void tokenOutsideTheVocabularyIsRejected() {

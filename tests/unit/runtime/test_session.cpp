@@ -1,6 +1,6 @@
 // Generation session: stop strings, end of generation, limits, cancellation, UTF-8-safe
-// streaming and KV-cache prefix reuse, driven by a scripted stage and the default model's
-// tokenizer.
+// streaming, KV-cache prefix reuse, recovery after a failed stage and sampling on the head
+// stage, driven by a scripted stage and the default model's tokenizer.
 
 #include <QtTest>
 #include <atomic>
@@ -189,6 +189,60 @@ class TestSession : public QObject {
     });
     for (const auto& p : pieces) QVERIFY2(isCompleteUtf8(p), p.c_str());
     QCOMPARE(QString::fromStdString(r.text), QString::fromStdString(text));
+  }
+
+  // (test_session_recovery covers recovery across stages; here: the replay's exact steps.)
+  void failedStageIsRepairedAndTheHistoryReplayedInTheSameSteps() {
+    const auto reply = encode(" one two three four five six");
+    runtime::GenerateOptions o;
+    o.sampler.temperature = 0;
+    o.maxTokens = static_cast<int32_t>(reply.size());
+    auto reference = chainFor(reply);
+    const auto want = runtime::Session(*reference, *m_tok).generate(m_prompt, o);
+
+    test::ScriptedStage* stage = nullptr;
+    auto chain = chainFor(reply, 256, &stage);
+    const auto p = static_cast<int32_t>(m_prompt.size());
+    stage->failOnceAt(p + 2);  // the third decode step fails
+    std::vector<size_t> failed;
+    runtime::Session session(*chain, *m_tok, 0, [&](const std::exception&, size_t which) {
+      failed.push_back(which);
+      stage->truncate(0, 0);  // a replacement stage starts empty
+      return true;
+    });
+    const auto got = session.generate(m_prompt, o);
+    QVERIFY(got.tokens == want.tokens);
+    QCOMPARE(got.text, want.text);
+    QCOMPARE(got.recoveries, 1);
+    QVERIFY(failed == std::vector<size_t>{0});
+    // Computed: the prompt, two decode steps; then replayed in the same steps, and on.
+    const auto& calls = stage->calls();
+    QVERIFY(calls.size() >= 7);
+    const std::vector<std::pair<int32_t, int32_t>> expected = {
+        {0, p}, {p, 1}, {p + 1, 1}, {0, p}, {p, 1}, {p + 1, 1}, {p + 2, 1}};
+    for (size_t i = 0; i < expected.size(); ++i) {
+      QCOMPARE(calls[i].firstPosition, expected[i].first);
+      QCOMPARE(calls[i].count, expected[i].second);
+    }
+  }
+
+  void headSamplesWithASeedThatFollowsThePosition() {
+    const auto reply = encode(" sampled far away");
+    test::ScriptedStage* stage = nullptr;
+    auto chain = chainFor(reply, 256, &stage);
+    stage->sampleWhenAsked(true);
+    runtime::Session session(*chain, *m_tok);
+    runtime::GenerateOptions o;
+    o.sampler.temperature = 0.7f;
+    o.sampler.seed = 1000;
+    o.maxTokens = static_cast<int32_t>(reply.size());
+    const auto r = session.generate(m_prompt, o);
+    QVERIFY(r.tokens == reply);
+    // Each draw's seed follows the position it samples, so a replay would repeat it.
+    for (const auto& call : stage->calls()) {
+      QVERIFY(call.sampleRequested);
+      QCOMPARE(call.seed, uint64_t{1000} + static_cast<uint64_t>(call.firstPosition + call.count));
+    }
   }
 
   void followUpPromptReusesTheCachedPrefix() {

@@ -294,6 +294,26 @@ class VulkanOpsTest : public QObject {
     QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
   }
 
+  // A layer program's head norm (Qwen3's Q/K norm): RMSNorm in place over each head's slice of
+  // the rows (tokens x heads rows of headDim), as the CPU backend normalizes every head.
+  void headNormInPlaceMatchesCpuBitForBit() {
+    vulkan::MemoryPool pool(*m_device);
+    const int64_t headDim = 128, heads = 5, tokens = 3;
+    const int64_t rows = heads * tokens;
+    const auto x = randomFloats(size_t(headDim * rows), 15), w = randomFloats(size_t(headDim), 16);
+    auto xb = upload(pool, x), wb = upload(pool, w);
+    run([&](vulkan::Recorder& rec) {
+      rec.rmsNorm(xb.address, wb.address, xb.address, uint32_t(headDim), uint32_t(rows), 0, 1e-6f);
+    });
+    const auto got = download(pool, xb, x.size());
+    std::vector<float> want = x;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = &want[size_t(r * headDim)];
+      cpu::rmsNorm(row, w.data(), row, headDim, 1e-6f);
+    }
+    QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
+  }
+
   void swigluMatchesCpuBitForBit() {
     vulkan::MemoryPool pool(*m_device);
     const int64_t n = 1536, rows = 2;
@@ -326,13 +346,14 @@ class VulkanOpsTest : public QObject {
     const int32_t heads = 9, kvHeads = 3, hd = 64, ctx = 128, nRot = 64;
     const int32_t qd = heads * hd, kv = kvHeads * hd, half = nRot / 2;
     vulkan::MemoryPool pool(*m_device);
-    model::ModelConfig c;
-    c.nRot = nRot;
-    c.ropeFreqBase = 10000.0f;
-    c.ropeFreqScale = 1.0f;
+    model::RopeParams rope;
+    rope.nRot = nRot;
+    rope.freqBase = 10000.0f;
+    rope.freqScale = 1.0f;
+    rope.style = model::RopeStyle::Normal;
     std::vector<float> cosv(size_t(ctx * half)), sinv(cosv.size());
     for (int32_t p = 0; p < ctx; ++p)
-      cpu::ropeAngles(p, c, nullptr, &cosv[size_t(p * half)], &sinv[size_t(p * half)]);
+      cpu::ropeAngles(p, rope, nullptr, &cosv[size_t(p * half)], &sinv[size_t(p * half)]);
     // Earlier positions already in both caches; the new tokens' q, k, v before RoPE.
     const int32_t total = firstPosition + count;
     auto q = randomFloats(size_t(count * qd), 12), k = randomFloats(size_t(total * kv), 13),
@@ -345,11 +366,11 @@ class VulkanOpsTest : public QObject {
     for (int32_t p = 0; p < total; ++p) {
       if (p >= firstPosition) {
         const int32_t t = p - firstPosition;
-        cpu::applyRope(&cq[size_t(t * qd)], heads, hd, nRot, model::RopeStyle::Normal,
-                       &cosv[size_t(p * half)], &sinv[size_t(p * half)]);
+        cpu::applyRope(&cq[size_t(t * qd)], heads, hd, rope, &cosv[size_t(p * half)],
+                       &sinv[size_t(p * half)]);
       }
-      cpu::applyRope(&ck[size_t(p * kv)], kvHeads, hd, nRot, model::RopeStyle::Normal,
-                     &cosv[size_t(p * half)], &sinv[size_t(p * half)]);
+      cpu::applyRope(&ck[size_t(p * kv)], kvHeads, hd, rope, &cosv[size_t(p * half)],
+                     &sinv[size_t(p * half)]);
       for (int32_t i = 0; i < kv; ++i) {
         keys[size_t(p * kv + i)] = gguf::floatToHalf(ck[size_t(p * kv + i)]);
         values[size_t(i) * size_t(shape.valueStride()) + size_t(p)] =

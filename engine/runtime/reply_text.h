@@ -1,5 +1,5 @@
 #pragma once
-// Turns generated token ids into the streamed reply text with the same semantics as
+// Turns generated token ids into the streamed reply text — the one implementation, used by
 // runtime::Session (engine/runtime/session.h): whole UTF-8 characters only, stop strings held
 // back until they can no longer match, the text ending before the first stop string.
 
@@ -9,7 +9,7 @@
 
 #include "engine/model/tokenizer.h"
 
-namespace shoal::lan {
+namespace shoal::runtime {
 
 class ReplyText {
  public:
@@ -30,4 +30,4 @@ class ReplyText {
   std::string m_held;  // tail that might start a stop string
 };
 
-}  // namespace shoal::lan
+}  // namespace shoal::runtime

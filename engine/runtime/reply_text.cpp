@@ -1,9 +1,9 @@
-#include "lan/pool/reply_text.h"
+#include "engine/runtime/reply_text.h"
 
 #include <algorithm>
 #include <utility>
 
-namespace shoal::lan {
+namespace shoal::runtime {
 
 ReplyText::ReplyText(const model::Tokenizer& tokenizer, std::vector<std::string> stops)
     : m_tokenizer(tokenizer), m_stops(std::move(stops)) {
@@ -47,4 +47,4 @@ std::string ReplyText::finish(bool& stopped) {
   return out;
 }
 
-}  // namespace shoal::lan
+}  // namespace shoal::runtime

@@ -6,10 +6,10 @@
 
 #include "engine/model/default_model.h"
 #include "engine/model/model.h"
-#include "lan/pool/reply_text.h"
+#include "engine/runtime/reply_text.h"
 
 using namespace shoal;
-using shoal::lan::ReplyText;
+using shoal::runtime::ReplyText;
 
 namespace {
 

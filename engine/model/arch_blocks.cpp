@@ -1,0 +1,36 @@
+#include "engine/model/arch_blocks.h"
+
+#include <cmath>
+
+namespace shoal::model::arch {
+
+RopeParams ropeOf(const ModelConfig& c, RopeStyle style) {
+  RopeParams p;
+  p.nRot = c.nRot;
+  p.freqBase = c.ropeFreqBase;
+  p.freqScale = c.ropeFreqScale;
+  p.style = style;
+  p.freqFactors = c.hasRopeFreqs;
+  return p;
+}
+
+AttendParams fullAttention(const ModelConfig& c) {
+  AttendParams a;
+  a.window = 0;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.headDim));
+  return a;
+}
+
+void appendAttentionOutputAndFfn(std::vector<Op>& ops, const ModelConfig& c) {
+  ops.push_back(project(Buffer::Attn, {{TensorRole::Wo, Buffer::Tmp}}));
+  // After the model's last attention only the rows that produce logits go on (llama.cpp's
+  // inp_out_ids), which also decides the FFN's batch shape.
+  ops.push_back(keepOutputRows());
+  ops.push_back(add(Buffer::Tmp, Buffer::X));
+  ops.push_back(rmsNorm(Buffer::X, Buffer::Norm, TensorRole::FfnNorm, c.rmsEps));
+  ops.push_back(gatedFfn(Buffer::Norm, TensorRole::WGate, TensorRole::WUp, Activation::Silu));
+  ops.push_back(project(Buffer::Gate, {{TensorRole::WDown, Buffer::Tmp}}));
+  ops.push_back(add(Buffer::Tmp, Buffer::X));
+}
+
+}  // namespace shoal::model::arch

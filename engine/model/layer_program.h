@@ -1,0 +1,105 @@
+#pragma once
+// A transformer layer as a short program over named activation buffers, from a small closed set
+// of ops. Each architecture (engine/model/arch/) writes its layers as such programs; backends
+// implement the ops, not the architectures, and run a layer as a loop over its ops. Differences
+// between layers of one model (an attention window, a RoPE base) are fields of the ops, not
+// branches in a backend.
+//
+// Buffers hold one row per token of the batch; their widths follow from the model (ModelConfig):
+//   X     nEmbd   the residual stream (input and output of the layer)
+//   Norm  nEmbd   a normalized copy of X
+//   Q     qDim    queries          K, V  kvDim   keys and values of the batch's tokens
+//   Attn  qDim    attention output
+//   Tmp   max(nEmbd, qDim)   a projection back to the residual width
+//   Gate, Up  nFf  FFN hidden activations
+//
+// A backend may fuse a sequence of ops it recognises (e.g. Norm + Project) as long as the plain
+// ops remain its fallback; the CPU backend runs the ops one by one in ggml's evaluation order,
+// which keeps it bit-identical to llama.cpp.
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/model/tensor_table.h"
+
+namespace shoal::model {
+
+enum class Buffer : uint8_t { X, Norm, Q, K, V, Attn, Tmp, Gate, Up, Count };
+constexpr size_t kBufferCount = static_cast<size_t>(Buffer::Count);
+
+// The ops. Each reads and writes whole rows of the batch.
+enum class OpKind : uint8_t {
+  RmsNorm,         // dst = rmsnorm(src) * weight, per row of the buffer's width
+  Project,         // outs[i].dst = weights[i] · src for each output (src quantized once)
+  AddBias,         // dst += weight (a vector of dst's width), per row
+  HeadNorm,        // dst = rmsnorm(dst) * weight per head: rows of headDim, `heads` heads per token
+  Rope,            // rotate dst's `heads` heads by each token's position (rope parameters below)
+  Attend,          // store K, V in the cache at the tokens' positions; Attn = attention(Q, cache)
+  KeepOutputRows,  // the model's last layer only: from here on keep only the rows whose logits
+                   // are wanted (llama.cpp's inp_out_ids); elsewhere a no-op
+  Add,             // dst += src
+  GatedFfn,        // Gate = act(weights[0] · src) * (weights[1] · src)   (Up is scratch)
+};
+
+enum class Activation : uint8_t { Silu };
+
+// One output of a Project op.
+struct ProjectOut {
+  TensorRole weight;
+  Buffer dst;
+};
+
+struct RopeParams {
+  int32_t nRot = 0;        // rotated dimensions of a head (the rest pass through)
+  float freqBase = 10000;  // theta base
+  float freqScale = 1;     // 1 / linear scaling factor
+  RopeStyle style = RopeStyle::Normal;
+  bool freqFactors = false;  // divide by rope_freqs.weight (TensorRole::RopeFreqs)
+  bool operator==(const RopeParams&) const = default;
+};
+
+struct AttendParams {
+  int32_t window = 0;  // 0: every cached position; n: only the last n positions (sliding)
+  float scale = 1;     // applied to Q·K before the softmax
+  bool operator==(const AttendParams&) const = default;
+};
+
+struct Op {
+  OpKind kind = OpKind::RmsNorm;
+  Buffer src = Buffer::X;
+  Buffer dst = Buffer::X;
+  TensorRole weight = TensorRole::Count;  // RmsNorm, AddBias, HeadNorm (Count: none)
+  std::array<ProjectOut, 3> outs{};       // Project: the first `outCount` are used
+  uint8_t outCount = 0;
+  std::array<TensorRole, 2> ffn{};  // GatedFfn: gate, up
+  Activation activation = Activation::Silu;
+  int32_t heads = 0;      // HeadNorm, Rope: heads per token in dst
+  float eps = 0;          // RmsNorm, HeadNorm
+  RopeParams rope{};      // Rope
+  AttendParams attend{};  // Attend
+};
+
+struct LayerProgram {
+  std::vector<Op> ops;
+  int32_t kvDim = 0;  // width of this layer's cached keys (and values) per position
+  // Positions this layer's KV cache keeps per sequence: 0 = the whole context; n = only the
+  // last n (a ring, for sliding-window layers). kv_footprint.h sizes caches from it for the
+  // planner and the node. No backend implements the ring yet (a windowed Attend masks over a
+  // whole-context cache), so today's architectures set 0 and the backends refuse n > 0.
+  int32_t window = 0;
+};
+
+// Builders, so arch files read like the math.
+Op rmsNorm(Buffer src, Buffer dst, TensorRole weight, float eps);
+Op project(Buffer src, std::initializer_list<ProjectOut> outs);
+Op addBias(Buffer dst, TensorRole bias);
+Op headNorm(Buffer dst, int32_t heads, TensorRole weight, float eps);
+Op rope(Buffer dst, int32_t heads, const RopeParams& params);
+Op attend(const AttendParams& params);
+Op keepOutputRows();
+Op add(Buffer src, Buffer dst);
+Op gatedFfn(Buffer src, TensorRole gate, TensorRole up, Activation activation);
+
+}  // namespace shoal::model

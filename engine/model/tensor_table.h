@@ -1,0 +1,83 @@
+#pragma once
+// The tensors of an architecture, described once as data: which GGUF tensor plays which role,
+// its shape in terms of the model's hyper-parameters, and when it must be present. Weight
+// binding (model_weights.h), the LAN layer's shard lists, size estimates and every backend's
+// upload iterate over this table instead of naming tensors themselves.
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shoal::model {
+
+struct ModelConfig;
+
+// What a tensor is for. Layer roles index LayerWeights; global roles index ModelWeights.
+// Adding a role is how an architecture gets a new kind of weight (and a backend learns it only
+// through the op that reads it).
+enum class TensorRole : uint8_t {
+  // Global (one per model).
+  TokenEmbd,   // embedding rows, one per token id
+  OutputNorm,  // final RMSNorm weight
+  Output,      // output projection (the embedding when tied)
+  RopeFreqs,   // llama 3.1 RoPE frequency factors
+  // Per layer.
+  AttnNorm,  // pre-attention RMSNorm weight
+  Wq,        // query projection
+  Wk,        // key projection
+  Wv,        // value projection
+  Wo,        // attention output projection
+  Bq,        // query bias
+  Bk,        // key bias
+  Bv,        // value bias
+  QNorm,     // per-head RMSNorm weight of the queries (one head's width)
+  KNorm,     // per-head RMSNorm weight of the keys
+  FfnNorm,   // pre-FFN RMSNorm weight
+  WGate,     // FFN gate projection
+  WUp,       // FFN up projection
+  WDown,     // FFN down projection
+  Count
+};
+constexpr size_t kTensorRoleCount = static_cast<size_t>(TensorRole::Count);
+std::string_view tensorRoleName(TensorRole role);  // "attn_q", "ffn_down", ...
+
+// Where a tensor belongs: the stage that needs it.
+enum class TensorScope : uint8_t {
+  Embedding,  // the first stage (token ids in)
+  Head,       // the last stage (logits out)
+  Global,     // every stage (e.g. RoPE frequency factors)
+  Layer,      // the stage holding that layer; the GGUF name gets "blk.<i>." in front
+};
+
+// A dimension of a tensor, as a hyper-parameter of the model (ModelConfig).
+enum class Dim : uint8_t { One, Embd, QDim, KvDim, Ff, Vocab, HeadDim, RotHalf };
+int64_t dimValue(Dim dim, const ModelConfig& config);
+
+struct TensorSpec {
+  TensorRole role;
+  TensorScope scope;
+  std::string_view name;     // GGUF name (after "blk.<i>." for layer tensors)
+  std::array<Dim, 2> shape;  // GGUF dims: {row length, rows}; Dim::One for a vector
+  bool f32 = false;          // must be F32 (norms, biases, factors: every backend reads them so)
+  bool required = true;      // false: bound when present (rope_freqs, a tied model's output)
+};
+
+// A tensor of a stage, resolved: its full GGUF name and whether it must exist.
+struct StageTensor {
+  std::string name;
+  TensorRole role;
+  int32_t layer = -1;  // -1 for global tensors
+  bool required = true;
+};
+
+// The GGUF tensors a stage over layers [firstLayer, lastLayer) needs, in table order, with the
+// embedding when `embedding`, the head when `head` (token_embd.weight too when the output is
+// tied). For shard lists and size estimates; bindRange (model_weights.h) binds the same set.
+// Needs config.arch (set by ModelConfig::fromGguf); throws shoal::Error without it.
+std::vector<StageTensor> stageTensors(const ModelConfig& config, int32_t firstLayer,
+                                      int32_t lastLayer, bool embedding, bool head);
+
+}  // namespace shoal::model

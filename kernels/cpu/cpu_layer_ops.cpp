@@ -1,0 +1,226 @@
+#include "kernels/cpu/cpu_layer_ops.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/error.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/kernel_table.h"
+
+namespace shoal::cpu {
+namespace {
+
+using model::Buffer;
+using model::OpKind;
+
+size_t sz(int64_t v) { return static_cast<size_t>(v); }
+size_t idx(Buffer b) { return static_cast<size_t>(b); }
+
+}  // namespace
+
+LayerRunner::LayerRunner(std::span<const CpuLayer> layers, int64_t nEmbd,
+                         std::vector<model::RopeParams> ropes, const float* ropeFreqs,
+                         int32_t maxBatch, std::shared_ptr<ThreadPool> pool)
+    : m_pool(std::move(pool)), m_ropeFreqs(ropeFreqs) {
+  const size_t rows = sz(maxBatch);
+  BufferWidths widest{};
+  widest[idx(Buffer::X)] = widest[idx(Buffer::Norm)] = nEmbd;  // embedding and head
+  int64_t widestKv = 0;
+  for (const CpuLayer& layer : layers) {
+    for (const BoundOp& op : layer.ops) {
+      for (size_t b = 0; b < model::kBufferCount; ++b) widest[b] = std::max(widest[b], op.width[b]);
+      for (const WeightMatrix& m : op.matrices) {
+        if (m.data) m_matmulScratch.reserve(m, maxBatch);
+      }
+    }
+    widestKv = std::max<int64_t>(widestKv, layer.attention.kvDim());
+  }
+  for (size_t b = 0; b < model::kBufferCount; ++b) m_buffers[b].reset(rows * sz(widest[b]));
+  m_halfRow.resize(sz(widestKv));
+  if (!layers.empty()) m_attnScratch.reserve(layers.front().attention, m_pool->size());
+  for (const model::RopeParams& p : ropes) {
+    const size_t half = sz(p.nRot / 2);
+    m_ropes.push_back({p, std::vector<float>(rows * half), std::vector<float>(rows * half)});
+  }
+  m_positions.resize(rows);
+  m_keep.resize(rows);
+}
+
+void LayerRunner::begin(const runtime::Batch& batch) {
+  m_segments = batch.segments;
+  m_rows = 0;
+  m_keepCount = 0;
+  m_kept = false;
+  for (const runtime::Segment& s : batch.segments) {
+    for (int32_t i = 0; i < s.count; ++i) {
+      const bool kept = s.logits == runtime::LogitRows::All ||
+                        (s.logits == runtime::LogitRows::Last && i + 1 == s.count);
+      if (kept) m_keep[sz(m_keepCount++)] = static_cast<int32_t>(m_rows);
+      m_positions[sz(m_rows++)] = s.firstPosition + i;
+    }
+  }
+  for (RopeTable& r : m_ropes) {
+    const int64_t half = r.params.nRot / 2;
+    const float* factors = r.params.freqFactors ? m_ropeFreqs : nullptr;
+    for (int64_t t = 0; t < m_rows; ++t) {
+      ropeAngles(m_positions[sz(t)], r.params, factors, &r.cos[sz(t * half)], &r.sin[sz(t * half)]);
+    }
+  }
+}
+
+// The layer, op by op. A batch whose rows all went at KeepOutputRows (no logits wanted from
+// it) has nothing left to compute.
+void LayerRunner::run(CpuLayer& layer) {
+  for (const BoundOp& op : layer.ops) {
+    if (m_rows == 0) return;
+    switch (op.op.kind) {
+      case OpKind::RmsNorm:
+        rmsNorm(op);
+        break;
+      case OpKind::Project:
+        project(op);
+        break;
+      case OpKind::AddBias:
+        addBias(op);
+        break;
+      case OpKind::HeadNorm:
+        headNorm(op);
+        break;
+      case OpKind::Rope:
+        rope(op);
+        break;
+      case OpKind::Attend:
+        attend(op, layer);
+        break;
+      case OpKind::KeepOutputRows:
+        keepOutputRows(op.live, op.width);
+        break;
+      case OpKind::Add:
+        add(op);
+        break;
+      case OpKind::GatedFfn:
+        gatedFfn(op);
+        break;
+    }
+    if (!op.observed.empty()) {
+      observe(op.observed, layer.index, buffer(op.op.dst), m_rows, op.width[idx(op.op.dst)]);
+    }
+  }
+}
+
+// dst = rmsnorm(src) * weight, row by row.
+void LayerRunner::rmsNorm(const BoundOp& op) {
+  const int64_t n = op.width[idx(op.op.src)];
+  const float* src = buffer(op.op.src);
+  float* dst = buffer(op.op.dst);
+  for (int64_t t = 0; t < m_rows; ++t) {
+    cpu::rmsNorm(src + t * n, op.vector, dst + t * n, n, op.op.eps);
+  }
+}
+
+// Each output = its weight · src, with src converted once for all of them.
+void LayerRunner::project(const BoundOp& op) {
+  std::array<MatmulJob, 3> jobs{};
+  for (uint8_t i = 0; i < op.op.outCount; ++i) {
+    jobs[i] = {&op.matrices[i], buffer(op.op.outs[i].dst)};
+  }
+  matmul(std::span(jobs.data(), op.op.outCount), buffer(op.op.src), m_rows, *m_pool,
+         m_matmulScratch);
+}
+
+// dst += bias, row by row (qwen2's Q/K/V biases).
+void LayerRunner::addBias(const BoundOp& op) {
+  const int64_t n = op.width[idx(op.op.dst)];
+  float* dst = buffer(op.op.dst);
+  for (int64_t t = 0; t < m_rows; ++t) {
+    for (int64_t i = 0; i < n; ++i) dst[t * n + i] += op.vector[i];
+  }
+}
+
+// rmsnorm over each head's row of headDim values, times the head-wide weight (ggml_rms_norm on
+// the [headDim, heads, rows] view, then ggml_mul): qwen3's Q/K norms.
+void LayerRunner::headNorm(const BoundOp& op) {
+  const int64_t width = op.width[idx(op.op.dst)];
+  const int64_t headDim = width / op.op.heads;
+  float* dst = buffer(op.op.dst);
+  for (int64_t head = 0; head < m_rows * op.op.heads; ++head) {
+    float* v = dst + head * headDim;
+    cpu::rmsNorm(v, op.vector, v, headDim, op.op.eps);
+  }
+}
+
+// Each row's heads turned by the angles of the row's position.
+void LayerRunner::rope(const BoundOp& op) {
+  const RopeTable& table = m_ropes[sz(op.ropeTable)];
+  const int64_t width = op.width[idx(op.op.dst)];
+  const int32_t headDim = static_cast<int32_t>(width / op.op.heads);
+  const int64_t half = table.params.nRot / 2;
+  float* dst = buffer(op.op.dst);
+  for (int64_t t = 0; t < m_rows; ++t) {
+    applyRope(dst + t * width, op.op.heads, headDim, table.params, &table.cos[sz(t * half)],
+              &table.sin[sz(t * half)]);
+  }
+}
+
+// Per segment: its rows' keys and values into its sequence's cache (f16, round to nearest
+// even; values transposed), then causal attention of its rows over that cache.
+void LayerRunner::attend(const BoundOp& op, CpuLayer& layer) {
+  const AttentionShape& shape = layer.attention;
+  const int64_t kv = shape.kvDim(), qd = op.width[idx(Buffer::Q)];
+  const int64_t vStride = shape.valueStride();
+  const float* q = buffer(Buffer::Q);
+  const float* k = buffer(Buffer::K);
+  const float* v = buffer(Buffer::V);
+  float* out = buffer(Buffer::Attn);
+  observe("Qcur", layer.index, q, m_rows, qd);
+  observe("Kcur", layer.index, k, m_rows, kv);
+  observe("Vcur", layer.index, v, m_rows, kv);
+  int64_t row = 0;
+  for (const runtime::Segment& s : m_segments) {
+    uint16_t* keys = layer.keys[sz(s.sequence)].data();
+    uint16_t* values = layer.values[sz(s.sequence)].data();
+    for (int64_t t = row; t < row + s.count; ++t) {
+      const int64_t pos = m_positions[sz(t)];
+      kernels().floatToHalf(k + t * kv, keys + pos * kv, kv);
+      kernels().floatToHalf(v + t * kv, m_halfRow.data(), kv);
+      for (int64_t i = 0; i < kv; ++i) values[i * vStride + pos] = m_halfRow[sz(i)];
+    }
+    attention(shape, q + row * qd, s.count, s.firstPosition, keys, values, out + row * qd, *m_pool,
+              m_attnScratch);
+    row += s.count;
+  }
+}
+
+void LayerRunner::keepOutputRows(const std::array<bool, model::kBufferCount>& live,
+                                 const BufferWidths& width) {
+  if (m_kept) return;
+  m_kept = true;
+  if (m_keepCount == m_rows) return;  // every row goes on
+  for (int64_t k = 0; k < m_keepCount; ++k) {
+    const int64_t from = m_keep[sz(k)];
+    if (from == k) continue;
+    for (size_t b = 0; b < model::kBufferCount; ++b) {
+      if (!live[b]) continue;
+      float* data = m_buffers[b].data();
+      std::memcpy(data + k * width[b], data + from * width[b], sz(width[b]) * sizeof(float));
+    }
+    m_positions[sz(k)] = m_positions[sz(from)];
+  }
+  m_rows = m_keepCount;
+}
+
+// dst += src (the residual adds).
+void LayerRunner::add(const BoundOp& op) {
+  const int64_t n = m_rows * op.width[idx(op.op.dst)];
+  const float* src = buffer(op.op.src);
+  float* dst = buffer(op.op.dst);
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// Gate = silu(Wgate · src) * (Wup · src), fused (matmul.h).
+void LayerRunner::gatedFfn(const BoundOp& op) {
+  cpu::gatedFfn(op.matrices[0], op.matrices[1], buffer(op.op.src), m_rows, buffer(Buffer::Gate),
+                buffer(Buffer::Up), *m_pool, m_matmulScratch);
+}
+
+}  // namespace shoal::cpu

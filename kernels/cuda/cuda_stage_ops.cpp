@@ -1,0 +1,216 @@
+// CudaStage's forward pass: the embedding, then each layer's program as a loop over its ops (one
+// function per op kind below), then the head. Everything here only enqueues work on the stream,
+// so the same code records the decode graph under stream capture.
+
+#include <algorithm>
+#include <string>
+
+#include "engine/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_stage.h"
+
+namespace shoal::cuda {
+namespace {
+
+using model::Buffer;
+using model::OpKind;
+
+size_t sz(int64_t v) { return static_cast<size_t>(v); }
+
+bool isFloat(gguf::TensorType type) {
+  return type == gguf::TensorType::F16 || type == gguf::TensorType::F32;
+}
+
+}  // namespace
+
+void CudaStage::enqueue(int32_t sequence, int64_t count, runtime::LogitRows logits) {
+  const model::ModelConfig& c = m_config;
+  m_firstRow = 0;
+  m_rows = count;
+  m_kept = false;
+  m_logitRows = logits;
+  if (m_spec.hasEmbedding) {
+    gatherRows(m_tokenEmbd.type, m_tokenEmbd.data, m_tokens, count, c.nEmbd, m_tokenEmbd.rowBytes,
+               m_buffers[size_t(Buffer::X)], m_stream);
+  }
+  for (const CudaLayer& layer : m_layers) {
+    for (const CudaOp& op : layer.ops) {
+      if (m_rows == 0) break;  // no row of the model's last layer produces logits
+      runOp(op, layer, sequence);
+    }
+  }
+  if (m_spec.hasHead) head();
+}
+
+void CudaStage::runOp(const CudaOp& op, const CudaLayer& layer, int32_t sequence) {
+  switch (op.op.kind) {
+    case OpKind::RmsNorm:
+      return rmsNormOp(op, layer);
+    case OpKind::Project:
+      return projectOp(op, layer);
+    case OpKind::AddBias:
+      return addBiasOp(op, layer);
+    case OpKind::HeadNorm:
+      return headNormOp(op, layer);
+    case OpKind::Rope:
+      return ropeOp(op, layer);
+    case OpKind::Attend:
+      return attendOp(op, layer, sequence);
+    case OpKind::KeepOutputRows:
+      return keepOutputRowsOp(layer);
+    case OpKind::Add:
+      return addOp(op, layer);
+    case OpKind::GatedFfn:
+      return gatedFfnOp(op, layer);
+  }
+}
+
+void CudaStage::rmsNormOp(const CudaOp& o, const CudaLayer& layer) {
+  rmsNorm(buffer(o.op.src, layer), o.vector, buffer(o.op.dst, layer), m_rows,
+          bufferWidth(o.op.src, m_config, layer.kvDim), o.op.eps, m_stream);
+}
+
+void CudaStage::projectOp(const CudaOp& o, const CudaLayer& layer) {
+  std::array<MatmulOut, 3> outs{};
+  for (size_t i = 0; i < size_t{o.op.outCount}; ++i) {
+    outs[i] = {&o.matrices[i], buffer(o.op.outs[i].dst, layer)};
+  }
+  matmuls(buffer(o.op.src, layer), std::span(outs.data(), o.op.outCount));
+}
+
+void CudaStage::addBiasOp(const CudaOp& o, const CudaLayer& layer) {
+  addBias(buffer(o.op.dst, layer), o.vector, m_rows, bufferWidth(o.op.dst, m_config, layer.kvDim),
+          m_stream);
+}
+
+// RMSNorm over each head: the buffer seen as rows x heads rows of headDim.
+void CudaStage::headNormOp(const CudaOp& o, const CudaLayer& layer) {
+  float* x = buffer(o.op.dst, layer);
+  rmsNorm(x, o.vector, x, m_rows * o.op.heads, m_config.headDim, o.op.eps, m_stream);
+}
+
+void CudaStage::ropeOp(const CudaOp& o, const CudaLayer& layer) {
+  RopeShape shape;
+  shape.heads = o.op.heads;
+  shape.headDim = m_config.headDim;
+  shape.nRot = o.op.rope.nRot;
+  shape.neox = o.op.rope.style == model::RopeStyle::Neox;
+  // Positions are those of the segment's first row: resolveLayers refuses a Rope after
+  // KeepOutputRows, so m_firstRow is 0 here.
+  rope(buffer(o.op.dst, layer), m_rows, shape, o.rope.cos, o.rope.sin, m_position, m_stream);
+}
+
+// Append the rows' keys and values to the sequence's cache, then attend over the cache.
+void CudaStage::attendOp(const CudaOp& o, const CudaLayer& layer, int32_t sequence) {
+  const model::ModelConfig& c = m_config;
+  __half* keys = keyCache(layer, sequence);
+  __half* values = valueCache(layer, sequence);
+  storeKv(buffer(Buffer::K, layer), buffer(Buffer::V, layer), keys, values, m_rows, layer.kvDim,
+          m_position, m_stream);
+  AttentionParams p;
+  p.nHead = c.nHead;
+  p.nHeadKv = layer.kvDim / c.headDim;
+  p.headDim = c.headDim;
+  p.scale = o.op.attend.scale;
+  p.chunk = kAttentionChunk;
+  p.splits = m_attentionSplits;
+  attention(p, buffer(o.op.src, layer), keys, values, m_rows, m_position, m_partial,
+            buffer(o.op.dst, layer), m_stream);
+}
+
+// Only the model's last layer narrows the rows, and only on the head stage: a stage without the
+// head hands every row's hidden state on.
+void CudaStage::keepOutputRowsOp(const CudaLayer& layer) {
+  if (layer.last && m_spec.hasHead) keepLogitRows();
+}
+
+void CudaStage::addOp(const CudaOp& o, const CudaLayer& layer) {
+  addInPlace(buffer(o.op.dst, layer), buffer(o.op.src, layer),
+             m_rows * bufferWidth(o.op.dst, m_config, layer.kvDim), m_stream);
+}
+
+// Gate = act(Wgate · src) * (Wup · src); Up is scratch.
+void CudaStage::gatedFfnOp(const CudaOp& o, const CudaLayer& layer) {
+  float* gate = buffer(Buffer::Gate, layer);
+  float* up = buffer(Buffer::Up, layer);
+  const std::array<MatmulOut, 2> outs{{{&o.matrices[0], gate}, {&o.matrices[1], up}}};
+  matmuls(buffer(o.op.src, layer), outs);
+  swiglu(gate, up, gate, m_rows * m_config.nFf, m_stream);
+}
+
+void CudaStage::head() {
+  if (!m_kept) keepLogitRows();  // a stage without the model's last layer
+  if (m_rows == 0) return;
+  const model::ModelConfig& c = m_config;
+  float* x = m_buffers[size_t(Buffer::X)] + m_firstRow * c.nEmbd;
+  float* norm = m_buffers[size_t(Buffer::Norm)] + m_firstRow * c.nEmbd;
+  rmsNorm(x, m_outputNorm, norm, m_rows, c.nEmbd, c.rmsEps, m_stream);
+  const MatmulOut out{&m_output, m_logits};
+  matmuls(norm, std::span(&out, 1));
+}
+
+void CudaStage::keepLogitRows() {
+  m_kept = true;
+  switch (m_logitRows) {
+    case runtime::LogitRows::None:
+      m_firstRow += m_rows;
+      m_rows = 0;
+      break;
+    case runtime::LogitRows::Last:
+      m_firstRow += m_rows - 1;
+      m_rows = 1;
+      break;
+    case runtime::LogitRows::All:
+      break;
+  }
+}
+
+void CudaStage::matmuls(const float* x, std::span<const MatmulOut> outs) {
+  const int64_t n = m_rows, k = outs.front().w->k;
+  const bool gemm = n >= kCublasMinBatch && m_wHalf;
+  // The input is converted once for every matrix that reads it: to f16 for cuBLAS, to int8
+  // blocks for the quantized mat-vec kernels (F16/F32 matrices read the floats themselves).
+  if (gemm) {
+    floatToHalf(x, m_xHalf, n * k, m_stream);
+  } else if (std::any_of(outs.begin(), outs.end(),
+                         [](const MatmulOut& o) { return !isFloat(o.w->type); })) {
+    quantizeActivations(x, n, k, m_xq, m_xds, m_stream);
+  }
+  for (const MatmulOut& o : outs) {
+    const DeviceMatrix& w = *o.w;
+    if (!gemm) {
+      matvec(w.type, w.data, w.rows, w.k, w.rowBytes, m_xq, m_xds, x, n, o.y, m_stream);
+      continue;
+    }
+    // Y (n x rows, row-major) = X (n x k) · W^T. In cuBLAS's column-major terms: W is k x rows
+    // (lda = k), X is k x n (ldb = k), Y is rows x n (ldc = rows): Y = W^T X.
+    const __half* wHalf = static_cast<const __half*>(w.data);
+    if (w.type != gguf::TensorType::F16) {
+      dequantizeToHalf(w.type, w.data, w.rows, w.k, w.rowBytes, m_wHalf, m_stream);
+      wHalf = m_wHalf;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    SHOAL_CUDA_CHECK(cublasGemmEx(
+        m_cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(n),
+        static_cast<int>(w.k), &alpha, wHalf, CUDA_R_16F, static_cast<int>(w.k), m_xHalf,
+        CUDA_R_16F, static_cast<int>(w.k), &beta, o.y, CUDA_R_32F, static_cast<int>(w.rows),
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+float* CudaStage::buffer(Buffer b, const CudaLayer& layer) const {
+  return m_buffers[size_t(b)] + m_firstRow * bufferWidth(b, m_config, layer.kvDim);
+}
+
+__half* CudaStage::keyCache(const CudaLayer& layer, int32_t sequence) const {
+  const size_t local = sz(layer.index - m_spec.firstLayer);
+  const int64_t slot = int64_t{m_spec.contextLength} * layer.kvDim;
+  return m_kv + m_kvBase[local] + sz(sequence) * 2 * sz(slot);
+}
+
+__half* CudaStage::valueCache(const CudaLayer& layer, int32_t sequence) const {
+  return keyCache(layer, sequence) + int64_t{m_spec.contextLength} * layer.kvDim;
+}
+
+}  // namespace shoal::cuda

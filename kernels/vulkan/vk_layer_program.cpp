@@ -1,0 +1,277 @@
+#include "kernels/vulkan/vk_layer_program.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/error.h"
+#include "engine/model/model_config.h"
+
+namespace shoal::vulkan {
+namespace {
+
+using model::Buffer;
+using model::Op;
+
+uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+
+[[noreturn]] void fail(const std::string& what) { throw Error("Vulkan layer program: " + what); }
+
+}  // namespace
+
+void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t contextLength,
+                  const RoleTensors& tensors) {
+  const std::string where = "layer " + std::to_string(layer) + ": ";
+  // The KV cache is allocated for the whole context (kv_footprint.h must agree).
+  if (program.window != 0 && program.window < contextLength) {
+    fail(where + "sliding-window attention with a windowed KV cache has no Vulkan kernel yet");
+  }
+  auto need = [&](model::TensorRole role) {
+    if (role == model::TensorRole::Count || !tensors[static_cast<size_t>(role)]) {
+      fail(where + "the program reads " +
+           (role == model::TensorRole::Count ? std::string("no weight")
+                                             : std::string(model::tensorRoleName(role))) +
+           ", which the stage does not hold");
+    }
+  };
+  bool kept = false;
+  for (const Op& op : program.ops) {
+    switch (op.kind) {
+      case model::OpKind::RmsNorm:
+      case model::OpKind::AddBias:
+      case model::OpKind::HeadNorm:
+        need(op.weight);
+        break;
+      case model::OpKind::Project:
+        if (op.outCount == 0 || op.outCount > op.outs.size()) {
+          fail(where + "a projection with " + std::to_string(op.outCount) + " outputs");
+        }
+        for (uint8_t i = 0; i < op.outCount; ++i) need(op.outs[i].weight);
+        break;
+      case model::OpKind::GatedFfn:
+        if (op.activation != model::Activation::Silu) fail(where + "an unknown FFN activation");
+        need(op.ffn[0]);
+        need(op.ffn[1]);
+        break;
+      case model::OpKind::Rope:
+      case model::OpKind::Attend:
+        // The kernels take positions from the first row on: all rows must still be in play.
+        if (kept) fail(where + "RoPE or attention after KeepOutputRows");
+        // Every cached position is inside a window as long as the context: nothing to mask.
+        if (op.kind == model::OpKind::Attend && op.attend.window != 0 &&
+            op.attend.window < contextLength) {
+          fail(where + "sliding-window attention (a window of " + std::to_string(op.attend.window) +
+               " positions in a context of " + std::to_string(contextLength) +
+               ") has no Vulkan kernel yet");
+        }
+        break;
+      case model::OpKind::KeepOutputRows:
+        kept = true;
+        break;
+      case model::OpKind::Add:
+        break;
+    }
+  }
+}
+
+std::array<uint32_t, model::kBufferCount> bufferWidths(const model::ModelConfig& c) {
+  std::array<uint32_t, model::kBufferCount> w{};
+  auto set = [&](Buffer b, int64_t floats) { w[static_cast<size_t>(b)] = u32(floats); };
+  set(Buffer::X, c.nEmbd);
+  set(Buffer::Norm, c.nEmbd);
+  set(Buffer::Q, c.qDim());
+  set(Buffer::K, c.kvDim());
+  set(Buffer::V, c.kvDim());
+  set(Buffer::Attn, c.qDim());
+  set(Buffer::Tmp, std::max(c.nEmbd, c.qDim()));
+  set(Buffer::Gate, c.nFf);
+  set(Buffer::Up, c.nFf);
+  return w;
+}
+
+LayerRecorder::LayerRecorder(Recorder& rec, const PassContext& context)
+    : m_rec(rec),
+      m_ctx(context),
+      m_capacity(bufferWidths(*context.config)),
+      m_width(m_capacity),
+      m_rows{0, context.rows} {}
+
+VkDeviceAddress LayerRecorder::at(Buffer buffer, uint32_t row) const {
+  return m_ctx.buffers[static_cast<size_t>(buffer)] + uint64_t{row} * widthOf(buffer) * 4;
+}
+
+const DeviceMatrix& LayerRecorder::weight(model::TensorRole role) const {
+  // checkProgram has made sure at construction that every weight a program reads is present.
+  if (role == model::TensorRole::Count) fail("an op without its weight");
+  const DeviceMatrix* w = (*m_layer->tensors)[static_cast<size_t>(role)];
+  if (!w) fail("an op reads " + std::string(model::tensorRoleName(role)) + ", which is absent");
+  return *w;
+}
+
+void LayerRecorder::record(const LayerPass& layer) {
+  m_layer = &layer;
+  // Every layer starts from the table's widths; projections narrow their outputs.
+  m_width = m_capacity;
+  for (const Op& op : layer.program->ops) {
+    if (m_rows.count == 0) break;  // no logits wanted: nothing left to compute
+    switch (op.kind) {
+      case model::OpKind::RmsNorm:
+        rmsNorm(op);
+        break;
+      case model::OpKind::Project:
+        project(op);
+        break;
+      case model::OpKind::AddBias:
+        addBias(op);
+        break;
+      case model::OpKind::HeadNorm:
+        headNorm(op);
+        break;
+      case model::OpKind::Rope:
+        rope(op);
+        break;
+      case model::OpKind::Attend:
+        attend(op);
+        break;
+      case model::OpKind::KeepOutputRows:
+        keepOutputRows();
+        break;
+      case model::OpKind::Add:
+        add(op);
+        break;
+      case model::OpKind::GatedFfn:
+        gatedFfn(op);
+        break;
+    }
+  }
+}
+
+void LayerRecorder::products(VkDeviceAddress x, uint32_t cols, uint32_t rows,
+                             std::span<const Product> jobs) {
+  bool quantized = false;
+  for (const Product& job : jobs) {
+    if (u32(job.w->cols) != cols) {
+      fail("a " + std::to_string(job.w->cols) + "-column weight applied to rows of " +
+           std::to_string(cols));
+    }
+    if (quantizesActivations(job.w->type)) {
+      if (!quantized) m_rec.quantizeQ8(x, m_ctx.quantized, cols, rows);
+      quantized = true;
+      m_rec.matmulQ8(*job.w, m_ctx.quantized, job.y, rows);
+    } else {
+      m_rec.matmul(*job.w, x, job.y, rows);
+    }
+  }
+}
+
+void LayerRecorder::rmsNorm(const Op& op) {
+  width(op.dst) = widthOf(op.src);
+  m_rec.rmsNorm(at(op.src, m_rows.first), weight(op.weight).memory.address,
+                at(op.dst, m_rows.first), widthOf(op.src), m_rows.count, 0, op.eps);
+}
+
+void LayerRecorder::project(const Op& op) {
+  // Output widths first: they place the rows of the destinations.
+  for (uint8_t i = 0; i < op.outCount; ++i) {
+    const DeviceMatrix& w = weight(op.outs[i].weight);
+    if (w.rows > m_capacity[static_cast<size_t>(op.outs[i].dst)]) {
+      fail(std::string(model::tensorRoleName(op.outs[i].weight)) + " has " +
+           std::to_string(w.rows) + " rows, more than its destination buffer holds");
+    }
+    width(op.outs[i].dst) = u32(w.rows);
+  }
+  std::array<Product, 3> jobs{};
+  for (uint8_t i = 0; i < op.outCount; ++i) {
+    jobs[i] = {&weight(op.outs[i].weight), at(op.outs[i].dst, m_rows.first)};
+  }
+  products(at(op.src, m_rows.first), widthOf(op.src), m_rows.count,
+           std::span(jobs.data(), op.outCount));
+}
+
+void LayerRecorder::addBias(const Op& op) {
+  const DeviceMatrix& bias = weight(op.weight);
+  const uint32_t n = widthOf(op.dst);
+  if (u32(bias.cols) != n) {
+    fail("a bias of " + std::to_string(bias.cols) + " for rows of " + std::to_string(n));
+  }
+  m_rec.add(bias.memory.address, at(op.dst, m_rows.first), m_rows.count * n, n);
+}
+
+void LayerRecorder::headNorm(const Op& op) {
+  // Each head's slice of a row is a row of its own: in place (the kernel reads a row whole
+  // before it writes it).
+  const uint32_t n = widthOf(op.dst), heads = u32(op.heads);
+  if (heads == 0 || n % heads != 0) fail("head norm over " + std::to_string(op.heads) + " heads");
+  const DeviceMatrix& w = weight(op.weight);
+  if (u32(w.cols) != n / heads) fail("a head norm weight of " + std::to_string(w.cols));
+  // One workgroup per head row, in dispatches within Vulkan's guaranteed 65535 groups.
+  const uint32_t headDim = n / heads, total = m_rows.count * heads, most = 65535;
+  for (uint32_t done = 0; done < total; done += most) {
+    const VkDeviceAddress x = at(op.dst, m_rows.first) + uint64_t{done} * headDim * 4;
+    m_rec.rmsNorm(x, w.memory.address, x, headDim, std::min(most, total - done), 0, op.eps);
+  }
+}
+
+void LayerRecorder::rope(const Op& op) {
+  const std::vector<RopeTable>& tables = *m_ctx.ropeTables;
+  const auto table = std::find_if(tables.begin(), tables.end(),
+                                  [&](const RopeTable& t) { return t.params == op.rope; });
+  if (table == tables.end()) fail("no angle table for a RoPE op");  // the stage builds them all
+  const uint32_t width = widthOf(op.dst), heads = u32(op.heads);
+  if (heads == 0 || width % heads != 0) fail("RoPE over " + std::to_string(op.heads) + " heads");
+  const uint32_t headDim = width / heads;
+  if (u32(op.rope.nRot) > headDim) fail("RoPE over more dimensions than a head has");
+  m_rec.rope(at(op.dst, m_rows.first), table->cos.address, table->sin.address, m_ctx.params, heads,
+             headDim, u32(op.rope.nRot), op.rope.style == model::RopeStyle::Neox, m_rows.count);
+}
+
+void LayerRecorder::attend(const Op& op) {
+  // Positions come from params[0] + row: every row of the batch must be in play (checkProgram
+  // refuses attention after KeepOutputRows).
+  if (m_rows.first != 0 || m_rows.count != m_ctx.rows) fail("attention after KeepOutputRows");
+  const uint32_t headDim = u32(m_ctx.config->headDim), kvDim = widthOf(Buffer::K);
+  if (kvDim != u32(m_layer->program->kvDim) || widthOf(Buffer::V) != kvDim) {
+    fail("keys of " + std::to_string(kvDim) + " for a cache of " +
+         std::to_string(m_layer->program->kvDim));
+  }
+  width(Buffer::Attn) = widthOf(Buffer::Q);
+  m_rec.kvStore(at(Buffer::K, 0), at(Buffer::V, 0), m_layer->keys, m_layer->values, m_ctx.params,
+                kvDim, m_rows.count);
+  m_rec.attention(at(Buffer::Q, 0), m_layer->keys, m_layer->values, at(Buffer::Attn, 0),
+                  m_ctx.params, widthOf(Buffer::Q) / headDim, kvDim / headDim, headDim,
+                  op.attend.scale, m_rows.count, m_ctx.contextLength);
+}
+
+void LayerRecorder::keepOutputRows() {
+  // Rows are computed independently, so carrying only the kept rows on changes no value; it
+  // saves the FFN of the rows whose logits nobody reads (llama.cpp's inp_out_ids).
+  if (m_layer->keepsOutputRows) m_rows = m_ctx.kept;
+}
+
+void LayerRecorder::add(const Op& op) {
+  const uint32_t n = m_rows.count * widthOf(op.dst);
+  if (widthOf(op.src) != widthOf(op.dst)) fail("an add of rows of different widths");
+  m_rec.add(at(op.src, m_rows.first), at(op.dst, m_rows.first), n, n);
+}
+
+void LayerRecorder::gatedFfn(const Op& op) {
+  const DeviceMatrix& gate = weight(op.ffn[0]);
+  const DeviceMatrix& up = weight(op.ffn[1]);
+  if (gate.rows != up.rows || gate.rows > m_capacity[static_cast<size_t>(Buffer::Gate)]) {
+    fail("FFN gate and up projections of " + std::to_string(gate.rows) + " and " +
+         std::to_string(up.rows) + " rows");
+  }
+  const uint32_t ff = u32(gate.rows);
+  width(Buffer::Gate) = ff;
+  width(Buffer::Up) = ff;
+  const Product jobs[] = {{&gate, at(Buffer::Gate, m_rows.first)},
+                          {&up, at(Buffer::Up, m_rows.first)}};
+  products(at(op.src, m_rows.first), widthOf(op.src), m_rows.count, jobs);
+  switch (op.activation) {
+    case model::Activation::Silu:
+      m_rec.swiglu(at(Buffer::Gate, m_rows.first), at(Buffer::Up, m_rows.first), m_rows.count * ff,
+                   ff);
+      break;
+  }
+}
+
+}  // namespace shoal::vulkan

@@ -1,0 +1,104 @@
+#pragma once
+// Records a layer program (engine/model/layer_program.h) into a command buffer, one small
+// function per op kind, over a stage's activation buffers. The Vulkan stage knows no
+// architecture: it hands each layer's program, weights and KV cache to LayerRecorder.
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/model/layer_program.h"
+#include "kernels/vulkan/vk_ops.h"
+
+namespace shoal::vulkan {
+
+// The weights of a layer (or the stage's global ones) by role; nullptr where not uploaded.
+using RoleTensors = std::array<const DeviceMatrix*, model::kTensorRoleCount>;
+
+// RoPE cos/sin tables (contextLength x nRot/2) for one set of RoPE parameters.
+struct RopeTable {
+  model::RopeParams params;
+  Allocation cos, sin;
+};
+
+// Rows [first, first + count) of the batch.
+struct RowRange {
+  uint32_t first = 0, count = 0;
+};
+
+// What stays the same across the layers of one recorded pass.
+struct PassContext {
+  const model::ModelConfig* config = nullptr;
+  std::array<VkDeviceAddress, model::kBufferCount> buffers{};  // one row per token each
+  QuantizedActivations quantized;                              // scratch for integer products
+  VkDeviceAddress params = 0;  // host-written: [0] the position of the batch's first row
+  uint32_t contextLength = 0;  // of the KV cache (the attention kernel's shared memory)
+  const std::vector<RopeTable>* ropeTables = nullptr;
+  uint32_t rows = 0;  // rows of the batch
+  RowRange kept;      // the rows KeepOutputRows keeps (the logits rows of a head stage)
+};
+
+// One layer of a pass.
+struct LayerPass {
+  const model::LayerProgram* program = nullptr;
+  const RoleTensors* tensors = nullptr;
+  VkDeviceAddress keys = 0, values = 0;  // this sequence's f16 cache of the layer
+  bool keepsOutputRows = false;  // the model's last layer on a head stage: KeepOutputRows acts
+};
+
+// Records layers one after another; the rows in play shrink to the kept ones at the
+// KeepOutputRows of the model's last layer (the head then reads PassContext::kept).
+class LayerRecorder {
+ public:
+  LayerRecorder(Recorder& rec, const PassContext& context);
+
+  void record(const LayerPass& layer);
+
+  // Address of row `row` of a buffer, rows laid out at the buffer's current width.
+  VkDeviceAddress at(model::Buffer buffer, uint32_t row) const;
+
+  // Products of one input (rows x cols floats) with several weights, into their destinations:
+  // quantized once for the integer kernels when a weight type needs it, as the CPU backend
+  // converts an input once per format.
+  struct Product {
+    const DeviceMatrix* w;
+    VkDeviceAddress y;
+  };
+  void products(VkDeviceAddress x, uint32_t cols, uint32_t rows, std::span<const Product> jobs);
+
+ private:
+  void rmsNorm(const model::Op& op);
+  void project(const model::Op& op);
+  void addBias(const model::Op& op);
+  void headNorm(const model::Op& op);
+  void rope(const model::Op& op);
+  void attend(const model::Op& op);
+  void keepOutputRows();
+  void add(const model::Op& op);
+  void gatedFfn(const model::Op& op);
+
+  const DeviceMatrix& weight(model::TensorRole role) const;
+  uint32_t& width(model::Buffer buffer) { return m_width[static_cast<size_t>(buffer)]; }
+  uint32_t widthOf(model::Buffer buffer) const { return m_width[static_cast<size_t>(buffer)]; }
+
+  Recorder& m_rec;
+  const PassContext& m_ctx;
+  const LayerPass* m_layer = nullptr;
+  // Floats per row of each buffer as last written (a projection sets its output's width, at
+  // most the buffer's capacity).
+  std::array<uint32_t, model::kBufferCount> m_capacity{}, m_width{};
+  RowRange m_rows;  // in play: all rows of the batch, or the kept ones after KeepOutputRows
+};
+
+// Throws shoal::Error when the Vulkan kernels cannot run a layer's program as the stage holds
+// it: a weight it reads is absent, a sliding attention window shorter than the context, RoPE or
+// attention after KeepOutputRows.
+void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t contextLength,
+                  const RoleTensors& tensors);
+
+// The most floats per row each buffer holds (layer_program.h's table): the stage allocates
+// maxBatch rows of these.
+std::array<uint32_t, model::kBufferCount> bufferWidths(const model::ModelConfig& config);
+
+}  // namespace shoal::vulkan
