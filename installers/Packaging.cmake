@@ -7,8 +7,8 @@
 #   cd build-pkg && cpack -G TGZ      # shoal-<v>-Linux.tar.gz, everything under one relocatable tree
 #
 # Packages: `shoal` holds shoal, shoal-cli, shoal-node, the desktop entry and icon, the systemd
-# unit for shoal-node (user `shoal`, created by postinst) and shoal-fetch-default-model; models are
-# not packaged. `shoal-cuda` holds the CUDA plugin (lib/shoal/libshoal-cuda.so, found next to
+# unit for shoal-node (user `shoal`, created by postinst), shoal-fetch-default-model and an empty
+# /usr/share/shoal/models; models are not packaged. `shoal-cuda` holds the CUDA plugin (lib/shoal/libshoal-cuda.so, found next to
 # ../lib/shoal from the executables) and is a Recommends of `shoal`, built only with SHOAL_CUDA.
 
 include(GNUInstallDirs)
@@ -23,6 +23,9 @@ install(FILES ${CMAKE_BINARY_DIR}/installers/shoal-node.service DESTINATION lib/
 install(PROGRAMS ${CMAKE_CURRENT_LIST_DIR}/shoal-fetch-default-model
         DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${CMAKE_CURRENT_LIST_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# The system-wide models folder every program searches (engine/model/default_model.h), shipped
+# empty: an administrator may put GGUF files there for every user of the machine.
+install(DIRECTORY DESTINATION ${CMAKE_INSTALL_DATADIR}/shoal/models)
 if(TARGET shoal_cuda_plugin)
   install(TARGETS shoal_cuda_plugin LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/shoal
           COMPONENT cuda)

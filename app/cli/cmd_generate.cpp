@@ -19,6 +19,8 @@ struct GenerateOptions {
 
 void runGenerate(const GenerateOptions& o) {
   LoadedModel lm = loadModel(o.model);
+  // Which file -m's default picked (engine/model/default_model.h): the packaging test checks it.
+  if (o.verbose) std::fprintf(stderr, "[model %s]\n", lm.model->path().string().c_str());
   const model::Tokenizer& tok = lm.model->tokenizer();
   const auto prompt = o.completion.encodePrompt(tok);
 
@@ -54,7 +56,7 @@ void registerGenerateCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "complete a prompt (no chat template)");
   addModelOptions(*cmd, o->model);
   addCompletionOptions(*cmd, o->completion);
-  cmd->add_flag("-v,--verbose", o->verbose, "print timings to stderr");
+  cmd->add_flag("-v,--verbose", o->verbose, "print the model's path and timings to stderr");
   cmd->callback([o] { runGenerate(*o); });
 }
 

@@ -32,6 +32,7 @@
 #include "app/cli/commands.h"
 #include "engine/error.h"
 #include "engine/plan/plan_json.h"
+#include "engine/plan/pool_file.h"
 #include "lan/discovery/discovery.h"
 #include "lan/pool/coordinator.h"
 #include "lan/pool/pool_builder.h"
@@ -368,6 +369,12 @@ void runPlanCommand(const PoolOptions& o) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   json out = json::parse(plan::planToJson(p, ms));
   if (p.feasible) out["deploy"] = stagesJson(lan::pipelineStages(p), c->nodes());
+  // The pool as the planner saw it (a pool file, `shoal-cli plan --pool` reads it back): what a
+  // fit estimate made elsewhere (before a download) needs to predict this very plan.
+  plan::PoolFile seen;
+  seen.pool = c->pool();
+  seen.request.contextTokens = o.contextLength;
+  out["pool"] = json::parse(plan::writePoolFile(seen));
   std::printf("%s\n", out.dump(2).c_str());
   if (!p.feasible) throw CliExit{1, ""};
 }

@@ -25,6 +25,7 @@ void registerBenchCommand(CLI::App& app);
 void registerInfoCommand(CLI::App& app);
 void registerPlanCommand(CLI::App& app);
 void registerDevicesCommand(CLI::App& app);
-void registerPoolCommand(CLI::App& app);  // only in builds with lan/ (SHOAL_CLI_POOL)
+void registerPoolCommand(CLI::App& app);    // only in builds with lan/ (SHOAL_CLI_POOL)
+void registerModelsCommand(CLI::App& app);  // only in builds with lan/hub (SHOAL_CLI_MODELS)
 
 }  // namespace shoal::cli

@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
 #ifdef SHOAL_CLI_POOL
   shoal::cli::registerPoolCommand(app);
 #endif
+#ifdef SHOAL_CLI_MODELS
+  shoal::cli::registerModelsCommand(app);
+#endif
   // CLI11 reports an unknown first word as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "app/gui/model_path.h"
+#include "engine/model/default_model.h"
 
 namespace shoal::gui {
 namespace {
@@ -51,7 +52,16 @@ void AppSettings::save() const {
 
 QString AppSettings::effectiveModelsDir() const {
   if (!modelsDir.isEmpty()) return modelsDir;
-  return QFileInfo(defaultModelPath()).absolutePath();
+  // The folder the user named for every program first (defaultModelDirs searches it first).
+  if (const QString env = qEnvironmentVariable("SHOAL_MODELS_DIR"); !env.isEmpty()) return env;
+  // Where the default model is, when a searched folder the user may write has it (a source
+  // build's models/); else the user's data dir, which every program searches: so what the app
+  // downloads there is found by shoal-cli and by the app's next start. A system-wide copy
+  // (/usr/share/shoal/models) is read-only: downloads could not land beside it.
+  const QFileInfo found(defaultModelPath());
+  if (found.isFile() && QFileInfo(found.absolutePath()).isWritable()) return found.absolutePath();
+  const QString user = QString::fromStdString(model::userModelsDir());
+  return user.isEmpty() ? found.absolutePath() : user;
 }
 
 }  // namespace shoal::gui

@@ -19,7 +19,10 @@ struct AppSettings {
 
   static AppSettings load();
   void save() const;
-  // The models directory to use: modelsDir, else the default model's directory.
+  // The models directory to use (listing, adding, downloads): modelsDir; else $SHOAL_MODELS_DIR;
+  // else the folder that holds the default model, when the user may write there
+  // (engine/model/default_model.h); else the user's models dir
+  // ($XDG_DATA_HOME/shoal/models), where every program looks.
   QString effectiveModelsDir() const;
 };
 

@@ -4,7 +4,9 @@
 #include <QApplication>
 #include <QClipboard>
 #include <QComboBox>
+#include <QDir>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QHBoxLayout>
 #include <QKeySequence>
 #include <QLabel>
@@ -16,6 +18,7 @@
 #include <QScrollBar>
 #include <QShortcut>
 #include <QSplitter>
+#include <QStackedWidget>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTextBrowser>
@@ -26,12 +29,14 @@
 
 #include "app/gui/chat_input.h"
 #include "app/gui/model_manager.h"
+#include "app/gui/models_page.h"
 #include "app/gui/pool_controller.h"
 #include "app/gui/pool_setup_panel.h"
 #include "app/gui/pool_view.h"
 #include "app/gui/settings_dialog.h"
 #include "app/gui/settings_panel.h"
 #include "app/gui/transcript_markdown.h"
+#include "app/gui/welcome_page.h"
 
 namespace shoal::gui {
 namespace {
@@ -77,7 +82,34 @@ ChatWindow::ChatWindow(const QString& modelPath, const QString& dataDirectory, Q
   if (!all.isEmpty()) selectConversation(all.front().id);
   updateActions();
   pushEngineSettings();  // queued before the load, so the load uses them
-  loadModel(modelPath);
+  const QString modelsDir = m_appSettings.effectiveModelsDir();
+  const bool noModel = !QFileInfo(modelPath).isFile() &&
+                       QDir(modelsDir).entryList({QStringLiteral("*.gguf")}, QDir::Files).isEmpty();
+  if (noModel) {
+    showWelcome();  // a first run: offer a model rather than report a missing one
+  } else {
+    loadModel(modelPath);
+  }
+}
+
+void ChatWindow::showWelcome() {
+  if (!m_welcome) {
+    m_welcome = new WelcomePage(m_appSettings.effectiveModelsDir());
+    m_welcome->setObjectName("welcomePage");
+    m_stack->addWidget(m_welcome);
+    connect(m_welcome, &WelcomePage::findModelRequested, this, [this] { showPage("discover"); });
+    connect(m_welcome, &WelcomePage::modelReady, this, [this](const QString& path) {
+      m_models->refreshAndSelect(QFileInfo(path).fileName());
+      loadModel(path);
+      showPage("chat");
+    });
+  }
+  m_modelStatus->setText(tr("No model"));
+  m_stack->setCurrentWidget(m_welcome);
+}
+
+bool ChatWindow::isWelcomeShown() const {
+  return m_welcome && m_stack->currentWidget() == m_welcome;
 }
 
 ChatWindow::~ChatWindow() {
@@ -164,13 +196,17 @@ void ChatWindow::buildUi() {
   splitter->setStretchFactor(1, 1);
   splitter->setSizes({220, 640, 240});
 
-  m_models = new ModelManager(m_appSettings.effectiveModelsDir());
-  m_models->setObjectName("modelManager");
+  m_modelsPage =
+      new ModelsPage(m_appSettings.effectiveModelsDir(),
+                     QDir(PoolController::configDirOf(m_dataDirectory)).filePath("node"),
+                     // The pool controller lives as long as the window's pages do (~ChatWindow).
+                     [c = poolController()] { return c->currentPool(); });
+  m_models = m_modelsPage->local();
   m_pages = new QTabWidget;
   m_pages->setObjectName("pages");
   m_pages->setDocumentMode(true);
   m_pages->addTab(splitter, tr("Chat"));
-  m_pages->addTab(m_models, tr("Models"));
+  m_pages->addTab(m_modelsPage, tr("Models"));
   m_pool = new PoolView;
   m_pool->setObjectName("poolView");
   m_pages->addTab(m_pool, tr("Devices && pool"));
@@ -183,7 +219,9 @@ void ChatWindow::buildUi() {
     // The pool opens a listener and announces itself on the LAN: only once someone looks.
     if (m_pages->currentWidget() == m_pool) startPool();
   });
-  setCentralWidget(m_pages);
+  m_stack = new QStackedWidget;
+  m_stack->addWidget(m_pages);
+  setCentralWidget(m_stack);
   connect(m_models, &ModelManager::loadRequested, this, &ChatWindow::loadModel);
   resize(1100, 720);
 
@@ -377,6 +415,7 @@ void ChatWindow::applySettings(const AppSettings& settings) {
   m_appSettings = settings;
   m_appSettings.save();
   if (dirChanged) m_models->setModelsDirectory(m_appSettings.effectiveModelsDir());
+  if (dirChanged && m_welcome) m_welcome->setModelsDirectory(m_appSettings.effectiveModelsDir());
   ChatEngine* e = engine();
   const AppSettings a = m_appSettings;
   QMetaObject::invokeMethod(
@@ -396,15 +435,24 @@ void ChatWindow::setApiStatusText(const QString& text) {
 }
 
 bool ChatWindow::showPage(const QString& name) {
+  if (name == "welcome") {
+    showWelcome();
+    return true;
+  }
   if (name == "chat") {
     m_pages->setCurrentIndex(0);
   } else if (name == "models") {
-    m_pages->setCurrentWidget(m_models);
+    m_pages->setCurrentWidget(m_modelsPage);
+    m_modelsPage->showLocal();
+  } else if (name == "discover") {
+    m_pages->setCurrentWidget(m_modelsPage);
+    m_modelsPage->showDiscover();
   } else if (name == "pool") {
     m_pages->setCurrentWidget(m_pool);
   } else {
     return false;
   }
+  m_stack->setCurrentWidget(m_pages);
   return true;
 }
 

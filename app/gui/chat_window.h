@@ -20,6 +20,7 @@ class QLineEdit;
 class QListWidget;
 class QListWidgetItem;
 class QPushButton;
+class QStackedWidget;
 class QTabWidget;
 class QTextBrowser;
 class QTimer;
@@ -28,18 +29,21 @@ namespace shoal::gui {
 
 class ChatInput;
 class ModelManager;
+class ModelsPage;
 class PoolController;
 class PoolControllerThread;
 class PoolView;
 class SettingsDialog;
 class SettingsPanel;
+class WelcomePage;
 
 class ChatWindow : public QMainWindow {
   Q_OBJECT
 
  public:
   // Opens the store in dataDirectory and starts loading modelPath (the status bar says so; a
-  // failure shows in a banner above the transcript).
+  // failure shows in a banner above the transcript). On a first run — modelPath does not exist
+  // and the models directory holds no GGUF file — shows the welcome page instead.
   ChatWindow(const QString& modelPath, const QString& dataDirectory, QWidget* parent = nullptr);
   ~ChatWindow() override;
 
@@ -49,9 +53,14 @@ class ChatWindow : public QMainWindow {
   bool isModelLoaded() const;
   bool isGenerating() const { return m_generatingConversation >= 0; }
   ModelManager* modelManager() const { return m_models; }
+  ModelsPage* modelsPage() const { return m_modelsPage; }
+  // The first-run page; null when the app did not start without a model.
+  WelcomePage* welcomePage() const { return m_welcome; }
+  bool isWelcomeShown() const;
   PoolView* poolView() const { return m_pool; }
   const AppSettings& appSettings() const { return m_appSettings; }
-  // Show a page by name: "chat", "models", "pool" (false for an unknown name).
+  // Show a page by name: "chat", "models" (its Local tab), "discover" (Models → Discover),
+  // "pool", "welcome" (the first-run page, made if needed) (false for an unknown name).
   bool showPage(const QString& name);
   // The API server's state as the engine last reported it, for people ("" when off).
   QString apiStatus() const { return m_apiStatusText; }
@@ -93,6 +102,7 @@ class ChatWindow : public QMainWindow {
 
  private:
   void buildUi();
+  void showWelcome();
   void connectEngine();
   void connectPool();
   void connectReplyEngine(ReplyEngine* e);
@@ -132,8 +142,11 @@ class ChatWindow : public QMainWindow {
   ReplyEngine* m_replyEngine = nullptr;  // the running reply's; null: none
   QComboBox* m_runOn = nullptr;
 
-  QTabWidget* m_pages = nullptr;  // Chat, Models, Devices & pool
-  ModelManager* m_models = nullptr;
+  QStackedWidget* m_stack = nullptr;  // m_pages, or the welcome page on a first run
+  QTabWidget* m_pages = nullptr;      // Chat, Models, Devices & pool
+  ModelsPage* m_modelsPage = nullptr;
+  ModelManager* m_models = nullptr;  // its Local tab
+  WelcomePage* m_welcome = nullptr;
   PoolView* m_pool = nullptr;
   bool m_localDevicesListed = false;  // the pool page lists them when first shown
   QListWidget* m_conversationList = nullptr;

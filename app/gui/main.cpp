@@ -10,6 +10,7 @@
 //                          save a PNG of page P and quit (screenshot.h; scripts/screenshots).
 //   --pool-nodes A,B,...  [--pool-max-device-mb N] [--pool-prompt TEXT]
 //                          with --screenshot-page pool: the live pool to show (screenshot.h).
+//   --hub-search TEXT      with --screenshot-page discover: what to search the Hub for.
 //   --print-pool-device-id print the app's pool device ID (the nodes' --trust) and quit.
 
 #include <QApplication>
@@ -52,15 +53,17 @@ int main(int argc, char** argv) {
   QCommandLineOption sendOnStart("send-on-start", "Send TEXT once the model is loaded.", "TEXT");
   sendOnStart.setFlags(QCommandLineOption::HiddenFromHelp);
   parser.addOption(sendOnStart);
-  QCommandLineOption shotPage("screenshot-page", "Page to save: chat, models, pool.", "PAGE");
+  QCommandLineOption shotPage("screenshot-page",
+                              "Page to save: chat, models, discover, welcome, pool.", "PAGE");
   QCommandLineOption shotOut("screenshot-out", "PNG file for --screenshot-page.", "FILE");
   QCommandLineOption windowSize("window-size", "Window size, e.g. 1280x800.", "WxH");
   QCommandLineOption poolNodes("pool-nodes", "Live pool nodes for the pool screenshot.", "LIST");
   QCommandLineOption poolCap("pool-max-device-mb", "Pool memory cap per device.", "MB");
   QCommandLineOption poolPrompt("pool-prompt", "Message sent to the pool.", "TEXT");
+  QCommandLineOption hubSearch("hub-search", "Hub search for the discover screenshot.", "TEXT");
   QCommandLineOption printPoolId("print-pool-device-id", "Print the pool device ID and quit.");
-  for (QCommandLineOption* o :
-       {&shotPage, &shotOut, &windowSize, &poolNodes, &poolCap, &poolPrompt, &printPoolId}) {
+  for (QCommandLineOption* o : {&shotPage, &shotOut, &windowSize, &poolNodes, &poolCap, &poolPrompt,
+                                &hubSearch, &printPoolId}) {
     o->setFlags(QCommandLineOption::HiddenFromHelp);
     parser.addOption(*o);
   }
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
     so.poolMaxDeviceBytes = static_cast<qint64>(parser.value(poolCap).toDouble() * 1e6);
     so.poolPrompt = parser.isSet(poolPrompt) ? parser.value(poolPrompt)
                                              : QStringLiteral("Tell a short story about a fish.");
+    if (parser.isSet(hubSearch)) so.hubSearch = parser.value(hubSearch);
     shoal::gui::scheduleScreenshot(window, parser.value(shotPage), parser.value(shotOut), so);
   }
 

@@ -11,13 +11,15 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/tensor_type.h"
 #include "engine/model/model_config.h"
+#include "engine/plan/fit.h"
 #include "kernels/backend_registry.h"
+#include "lan/pool/pool_builder.h"
 
 namespace shoal::gui {
 namespace {
 
-// The KV cache holds keys and values as f16 (kernels/cpu/attention.h).
-constexpr quint64 kKvBytesPerElement = 2;
+// Free memory unknown (0): not checked, as before the planner gave the verdict.
+constexpr double kUnknownMemoryBytes = 1e18;
 
 // llama.cpp's `llama_ftype` values as written to general.file_type (llama.h), by their names.
 QString fileTypeName(int64_t fileType) {
@@ -57,32 +59,34 @@ ModelEntry describeModel(const QString& path, quint64 freeMemoryBytes) {
     e.quantization = fileTypeName(file.getIntOr("general.file_type", -1));
     if (e.quantization.isEmpty()) e.quantization = dominantTensorType(file);
     for (const gguf::TensorInfo& t : file.tensors()) e.weightBytes += t.nbytes;
-    // Throws naming the architecture or key when Shoal cannot run this model.
+    // The same verdict the Discover tab gives before a download (plan::estimateFit), on this
+    // computer's free memory; the speed figures do not matter for "runs or not".
+    plan::Pool thisComputer;
+    thisComputer.devices.push_back(
+        {"cpu", "this-computer",
+         freeMemoryBytes > 0 ? static_cast<double>(freeMemoryBytes) : kUnknownMemoryBytes,
+         lan::kFallbackBandwidthBytesPerS, lan::kFallbackFlopsPerS});
+    const plan::FitEstimate fit = plan::estimateFit(file, thisComputer, kMaxChatContext);
+    e.kvCacheBytes = static_cast<quint64>(fit.kvCacheBytes);
+    if (!fit.reason.empty() && fit.missingBytes <= 0) {
+      e.problem = QObject::tr("Cannot run: %1").arg(QString::fromStdString(fit.reason));
+      return e;
+    }
     const model::ModelConfig c = model::ModelConfig::fromGguf(file);
     e.contextLength = c.nCtxTrain;
     e.layers = c.nLayer;
-    const quint64 context = static_cast<quint64>(std::min(c.nCtxTrain, kMaxChatContext));
-    e.kvCacheBytes = 2 * kKvBytesPerElement * static_cast<quint64>(c.nLayer) *
-                     static_cast<quint64>(c.kvDim()) * context;
-    for (const gguf::TensorInfo& t : file.tensors()) {
-      const auto traits = gguf::typeTraits(static_cast<uint32_t>(t.type));
-      if (!traits || !traits->dequantizable) {
-        throw Error("tensor " + t.name + " has type " + gguf::typeName(t.type) +
-                    ", which Shoal cannot compute with");
-      }
+    if (!fit.runs) {
+      const quint64 needed = e.weightBytes + e.kvCacheBytes;
+      e.problem = QObject::tr(
+                      "Does not fit in memory: needs %1 (weights %2 + KV cache %3), %4 "
+                      "free — %5 short")
+                      .arg(formatBytes(needed), formatBytes(e.weightBytes),
+                           formatBytes(e.kvCacheBytes), formatBytes(freeMemoryBytes),
+                           formatBytes(static_cast<quint64>(fit.missingBytes)));
+      return e;
     }
   } catch (const std::exception& ex) {
     e.problem = QObject::tr("Cannot run: %1").arg(QString::fromStdString(ex.what()));
-    return e;
-  }
-  const quint64 needed = e.weightBytes + e.kvCacheBytes;
-  if (freeMemoryBytes > 0 && needed > freeMemoryBytes) {
-    e.problem =
-        QObject::tr(
-            "Does not fit in memory: needs %1 (weights %2 + KV cache %3), %4 "
-            "free — %5 short")
-            .arg(formatBytes(needed), formatBytes(e.weightBytes), formatBytes(e.kvCacheBytes),
-                 formatBytes(freeMemoryBytes), formatBytes(needed - freeMemoryBytes));
     return e;
   }
   e.runnable = true;

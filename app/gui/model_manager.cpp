@@ -1,5 +1,6 @@
 #include "app/gui/model_manager.h"
 
+#include <QDesktopServices>
 #include <QDir>
 #include <QFile>
 #include <QFileDialog>
@@ -7,9 +8,11 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QTableWidget>
+#include <QUrl>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 #include <filesystem>
@@ -17,6 +20,7 @@
 #include <utility>
 
 #include "app/gui/chat_types.h"
+#include "lan/hub/hub_client.h"
 
 namespace shoal::gui {
 namespace {
@@ -64,6 +68,10 @@ ModelManager::ModelManager(const QString& modelsDirectory, QWidget* parent)
   m_add->setObjectName("addModelButton");
   m_refresh = new QPushButton(tr("Refresh"));
   m_refresh->setObjectName("refreshModelsButton");
+  m_delete = new QPushButton(tr("Delete…"));
+  m_delete->setObjectName("deleteModelButton");
+  m_openFolder = new QPushButton(tr("Open folder"));
+  m_openFolder->setObjectName("openModelsFolderButton");
   m_load = new QPushButton(tr("Load"));
   m_load->setObjectName("loadModelButton");
   m_progress = new QProgressBar;
@@ -76,6 +84,8 @@ ModelManager::ModelManager(const QString& modelsDirectory, QWidget* parent)
   m_status->setWordWrap(true);
   buttons->addWidget(m_add);
   buttons->addWidget(m_refresh);
+  buttons->addWidget(m_delete);
+  buttons->addWidget(m_openFolder);
   buttons->addWidget(m_status, 1);
   buttons->addWidget(m_progress);
   buttons->addWidget(m_load);
@@ -85,6 +95,11 @@ ModelManager::ModelManager(const QString& modelsDirectory, QWidget* parent)
   connect(m_table, &QTableWidget::cellDoubleClicked, this, &ModelManager::loadSelected);
   connect(m_refresh, &QPushButton::clicked, this, &ModelManager::refresh);
   connect(m_load, &QPushButton::clicked, this, &ModelManager::loadSelected);
+  connect(m_delete, &QPushButton::clicked, this, &ModelManager::deleteSelected);
+  connect(m_openFolder, &QPushButton::clicked, this, [this] {
+    QDir().mkpath(m_directory);
+    QDesktopServices::openUrl(QUrl::fromLocalFile(m_directory));
+  });
   connect(m_add, &QPushButton::clicked, this, [this] {
     const QString path = QFileDialog::getOpenFileName(this, tr("Add a GGUF model"), QString(),
                                                       tr("GGUF models (*.gguf)"));
@@ -96,6 +111,11 @@ ModelManager::ModelManager(const QString& modelsDirectory, QWidget* parent)
       return;
     }
     showEntries(m_scan.result());
+    if (!m_selectAfterScan.isEmpty()) {
+      const int row = rowOf(m_selectAfterScan);
+      if (row >= 0) selectRow(row);
+      m_selectAfterScan.clear();
+    }
     emit refreshed();
   });
   connect(&m_copy, &QFutureWatcher<QString>::finished, this, [this] {
@@ -161,13 +181,62 @@ void ModelManager::showEntries(const QList<ModelEntry>& entries) {
 
 void ModelManager::selectRow(int row) { m_table->selectRow(row); }
 
+void ModelManager::refreshAndSelect(const QString& fileName) {
+  m_selectAfterScan = fileName;
+  refresh();
+}
+
+QStringList ModelManager::selectedModelFiles() const {
+  const int r = m_table->currentRow();
+  if (r < 0 || r >= m_entries.size()) return {};
+  const QString name = m_entries[r].fileName;
+  const lan::hub::SplitName split = lan::hub::parseSplitName(name.toStdString());
+  if (split.part == 0) return {m_entries[r].path};
+  // Every part of "<base>-0000k-of-0000n.gguf" that is there.
+  QStringList files;
+  for (const ModelEntry& e : m_entries) {
+    const lan::hub::SplitName other = lan::hub::parseSplitName(e.fileName.toStdString());
+    if (other.part > 0 && other.base == split.base && other.count == split.count) {
+      files.push_back(e.path);
+    }
+  }
+  return files;
+}
+
+void ModelManager::deleteSelected() {
+  const QStringList files = selectedModelFiles();
+  if (files.isEmpty()) return;
+  QStringList names;
+  for (const QString& f : files) names.push_back(QFileInfo(f).fileName());
+  auto* box = new QMessageBox(
+      QMessageBox::Question, tr("Delete model"),
+      tr("Delete %1 from %2? This cannot be undone.")
+          .arg(names.join(QStringLiteral(", ")), QDir::toNativeSeparators(m_directory)),
+      QMessageBox::Yes | QMessageBox::Cancel, this);
+  box->setObjectName("deleteModelConfirm");
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  connect(box, &QMessageBox::buttonClicked, this, [this, box, files](QAbstractButton* button) {
+    if (box->standardButton(button) != QMessageBox::Yes) return;
+    QStringList failed;
+    for (const QString& f : files) {
+      if (!QFile::remove(f)) failed.push_back(QFileInfo(f).fileName());
+    }
+    m_status->setText(failed.isEmpty() ? tr("Deleted.")
+                                       : tr("Could not delete %1.").arg(failed.join(", ")));
+    refresh();
+  });
+  box->open();
+}
+
 void ModelManager::showDetails() {
   const int r = m_table->currentRow();
   if (r < 0 || r >= m_entries.size()) {
     m_details->setText(m_entries.isEmpty() ? tr("No GGUF models in this directory.") : QString());
     m_load->setEnabled(false);
+    m_delete->setEnabled(false);
     return;
   }
+  m_delete->setEnabled(true);
   const ModelEntry& e = m_entries[r];
   if (e.runnable) {
     m_details->setText(tr("%1: weights %2, KV cache %3 at context %4.")

@@ -2,8 +2,10 @@
 // The Models page: the GGUF files of the models directory with what their headers say
 // (architecture, quantization, size, context, layers) and whether this machine can run each,
 // with the reason when it cannot. "Add GGUF file…" links (or, across file systems, copies) a file
-// into the directory; "Load" asks the window to load the selected model on the engine thread,
-// and a busy bar runs until the engine answers.
+// into the directory; "Delete…" removes the selected model's file (every part of a split model)
+// after a confirmation; "Open folder" shows the directory in the file manager; "Load" asks the
+// window to load the selected model on the engine thread, and a busy bar runs until the engine
+// answers.
 
 #include <QFutureWatcher>
 #include <QList>
@@ -40,7 +42,14 @@ class ModelManager : public QWidget {
   // refreshes when it is there. Refuses a file whose name is taken.
   void addModelFile(const QString& source);
   void selectRow(int row);
+  // refresh(), then select `fileName` once the table lists it (a model just downloaded).
+  void refreshAndSelect(const QString& fileName);
   void loadSelected();
+  // Asks to confirm (a QMessageBox named "deleteModelConfirm"), then deletes the selected
+  // model's files.
+  void deleteSelected();
+  // The files of the selected model (a split model's every part present in the directory).
+  QStringList selectedModelFiles() const;
   // From the engine, through the window: a load began / ended (ok, or the reason it failed).
   void onLoadStarted(const QString& path);
   void onLoadFinished(bool ok, const QString& message);
@@ -63,6 +72,9 @@ class ModelManager : public QWidget {
   QPushButton* m_add = nullptr;
   QPushButton* m_load = nullptr;
   QPushButton* m_refresh = nullptr;
+  QPushButton* m_delete = nullptr;
+  QPushButton* m_openFolder = nullptr;
+  QString m_selectAfterScan;       // refreshAndSelect()'s file, until the scan lists it
   QFutureWatcher<QString> m_copy;  // the running copy; its result is the error ("" on success)
   QFutureWatcher<QList<ModelEntry>> m_scan;  // the running directory scan
   bool m_rescan = false;                     // refresh() asked for while a scan ran

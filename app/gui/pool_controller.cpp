@@ -1,5 +1,6 @@
 #include "app/gui/pool_controller.h"
 
+#include <QDateTime>
 #include <QDir>
 #include <QFileInfo>
 #include <QSysInfo>
@@ -7,12 +8,14 @@
 #include <chrono>
 #include <exception>
 #include <optional>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/plan/types.h"
 #include "engine/runtime/session.h"
 #include "lan/discovery/discovery.h"
+#include "lan/discovery/interfaces.h"
 #include "lan/node/node_service.h"
 #include "lan/pool/coordinator.h"
 #include "lan/pool/pool_builder.h"
@@ -40,6 +43,19 @@ QString peerAddress(const lan::Peer& p) {
 }
 
 QString qs(const std::string& s) { return QString::fromStdString(s); }
+
+// Where other computers can reach a node listening on `port` on every IPv4 address: the
+// addresses of the interfaces that are up, LAN ones first, loopback last (this machine only).
+QStringList nodeAddresses(uint16_t port) {
+  QStringList onLan, loopback;
+  for (const lan::NetworkInterface& i : lan::listNetworkInterfaces()) {
+    if (!i.up) continue;
+    for (const asio::ip::address_v4& a : i.ipv4) {
+      (i.loopback ? loopback : onLan) << qs(lan::joinHostPort(a.to_string(), port));
+    }
+  }
+  return onLan + loopback;
+}
 
 }  // namespace
 
@@ -163,12 +179,24 @@ void PoolController::shareThisComputer(const QString& modelsDir) {
     emit failed(tr("This computer cannot join the pool: %1").arg(qs(e.what())));
     return;
   }
+  emit sharing(qs(m_localNode->deviceId()), m_localNode->port(),
+               nodeAddresses(m_localNode->port()));
   if (m_discovery) {
     m_discovery->stop();
     m_discovery.reset();
     startDiscovery();
   }
   addNode(QStringLiteral("127.0.0.1:%1").arg(m_localNode->port()));
+}
+
+void PoolController::showPairingCode(int validForSeconds) {
+  if (!m_localNode) {
+    emit failed(tr("This computer is not shared with the pool, so no other computer can use it."));
+    return;
+  }
+  const int seconds = std::max(validForSeconds, 1);
+  const std::string code = m_localNode->startPairing(std::chrono::seconds(seconds));
+  emit pairingCodeReady(qs(code), QDateTime::currentMSecsSinceEpoch() + qint64{seconds} * 1000);
 }
 
 void PoolController::setNodeName(const QString& nodeName) {
@@ -179,6 +207,17 @@ void PoolController::setNodeName(const QString& nodeName) {
   m_discovery->stop();
   m_discovery.reset();
   startDiscovery();
+}
+
+plan::Pool PoolController::currentPool() const {
+  const std::lock_guard lock(m_poolMutex);
+  return m_currentPool;
+}
+
+void PoolController::updateCurrentPool() {
+  plan::Pool pool = m_coordinator ? m_coordinator->pool() : plan::Pool{};
+  const std::lock_guard lock(m_poolMutex);
+  m_currentPool = std::move(pool);
 }
 
 void PoolController::ensureTelemetry() {
@@ -206,6 +245,7 @@ void PoolController::addNode(const QString& address) {
     for (const lan::NodeInfo& n : m_coordinator->nodes()) {
       if (n.deviceId == id) name = qs(n.name);
     }
+    updateCurrentPool();
     emit nodeAdded(qs(id), name, address.trimmed());
     ensureTelemetry();
   } catch (const lan::TransportError& e) {
@@ -257,6 +297,7 @@ void PoolController::forget(const QString& deviceId) {
     for (const lan::NodeInfo& n : m_coordinator->nodes()) {
       if (n.deviceId == id) m_coordinator->removeNode(id);
     }
+    updateCurrentPool();
     emit forgotten(qs(id));
     emitTrustedDevices();
   } catch (const std::exception& e) {

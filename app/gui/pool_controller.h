@@ -18,13 +18,16 @@
 
 #include <QList>
 #include <QObject>
+#include <QStringList>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "app/gui/chat_types.h"
 #include "app/gui/pool_types.h"
 #include "app/gui/reply_engine.h"
 #include "app/gui/worker_thread.h"
+#include "engine/plan/types.h"
 
 namespace shoal::lan {
 class Coordinator;
@@ -50,6 +53,10 @@ class PoolController : public ReplyEngine {
 
   // The pool's config directory of an app data directory: <dataDir>/pool.
   static QString configDirOf(const QString& dataDirectory);
+  // The planner's view of the pool's members as of the last node added or forgotten (no devices
+  // before any): what the Models page's "Pool" fit column plans on. Thread-safe (the GUI thread
+  // reads it while this one works).
+  plan::Pool currentPool() const;
 
  public slots:
   // Loads (or creates) the identity and trust store in configDir, opens the listener discovery
@@ -63,6 +70,12 @@ class PoolController : public ReplyEngine {
   // GGUF files from modelsDir), announces it instead of the coordinator, and adds it. Emits
   // nodeAdded (address 127.0.0.1:port) or failed.
   void shareThisComputer(const QString& modelsDir);
+  // Lets other computers pair with this one ("Let other computers use this one"): a fresh code
+  // for this computer's node (the one shareThisComputer started), valid for validForSeconds; an
+  // earlier code stops working. A coordinator elsewhere (`shoal-cli pool pair HOST:PORT CODE`,
+  // or its app) types it in and is trusted by the node from then on. Emits pairingCodeReady, or
+  // failed when this computer is not shared.
+  void showPairingCode(int validForSeconds);
   // The name discovery announces (Settings' node name; empty: the host name). Takes effect at
   // once when discovery runs: it restarts with the new name.
   void setNodeName(const QString& nodeName);
@@ -94,6 +107,13 @@ class PoolController : public ReplyEngine {
   void trustedDevicesChanged(const QList<shoal::gui::DiscoveredNode>& devices);
   void forgotten(const QString& deviceId);
   void nodeAdded(const QString& deviceId, const QString& name, const QString& address);
+  // This computer's node is up (shareThisComputer): the device ID other coordinators pair with
+  // and pin, the TCP port it listens on (every IPv4 address), and "host:port" for each address
+  // of an interface that is up, LAN ones first, loopback last.
+  void sharing(const QString& nodeDeviceId, int port, const QStringList& addresses);
+  // A pairing code of this computer's node: "ABCD-EFGH", valid until expiresAtMs (milliseconds
+  // since the epoch, QDateTime::currentMSecsSinceEpoch's clock).
+  void pairingCodeReady(const QString& code, qint64 expiresAtMs);
   void planReady(const shoal::gui::PlanPreview& preview);
   void deployProgress(const shoal::gui::DeployStatus& status);
   void deployed(const shoal::gui::PlanPreview& plan);
@@ -110,6 +130,7 @@ class PoolController : public ReplyEngine {
   void emitTrustedDevices();
   void startDiscovery();
   PlanPreview previewOf(const plan::Plan& plan) const;
+  void updateCurrentPool();
 
   std::unique_ptr<lan::Identity> m_identity;
   std::unique_ptr<lan::TrustStore> m_trust;
@@ -122,6 +143,8 @@ class PoolController : public ReplyEngine {
   QString m_modelPath;                 // the model set on the coordinator
   QString m_nodeName;
   bool m_telemetry = false;
+  mutable std::mutex m_poolMutex;  // guards m_currentPool (currentPool() is called from the GUI)
+  plan::Pool m_currentPool;
 };
 
 // Owns a PoolController and the QThread it runs on. Destroying it stops a running reply, joins

@@ -12,6 +12,7 @@
 #include "app/gui/pipeline_diagram.h"
 #include "app/gui/pool_controller.h"
 #include "app/gui/pool_setup_panel.h"
+#include "app/gui/share_panel.h"
 
 namespace shoal::gui {
 namespace {
@@ -34,6 +35,10 @@ PoolView::PoolView(QWidget* parent) : QWidget(parent) {
   m_local->setTextInteractionFlags(Qt::TextSelectableByMouse);
   localLayout->addWidget(m_local);
   layout->addWidget(local);
+
+  m_share = new SharePanel;
+  m_share->setObjectName("sharePanel");
+  layout->addWidget(m_share);
 
   auto* pool = new QGroupBox(tr("Pool"));
   auto* poolLayout = new QVBoxLayout(pool);
@@ -94,6 +99,10 @@ void PoolView::attachController(PoolController* c) {
   connect(c, &PoolController::deployProgress, m_setup, &PoolSetupPanel::showDeployProgress, q);
   connect(c, &PoolController::deployed, m_setup, &PoolSetupPanel::onDeployed, q);
   connect(c, &PoolController::snapshot, this, &PoolView::setSnapshot, q);
+  connect(m_share, &SharePanel::pairingCodeRequested, c, &PoolController::showPairingCode, q);
+  connect(c, &PoolController::sharing, m_share, &SharePanel::onSharing, q);
+  connect(c, &PoolController::pairingCodeReady, m_share, &SharePanel::showPairingCode, q);
+  connect(c, &PoolController::failed, m_share, &SharePanel::onFailed, q);
 }
 
 QString PoolView::planText() const { return m_plan->text(); }

@@ -26,6 +26,7 @@ class DeviceCard;
 class PipelineDiagram;
 class PoolController;
 class PoolSetupPanel;
+class SharePanel;
 
 class PoolView : public QWidget {
   Q_OBJECT
@@ -41,6 +42,8 @@ class PoolView : public QWidget {
   // A note shown with the plan, e.g. that the feed is a demo.
   void setSourceNote(const QString& note);
   PoolSetupPanel* setupPanel() const { return m_setup; }
+  // "Let other computers use this one": this computer's node's ID, address and pairing code.
+  SharePanel* sharePanel() const { return m_share; }
   // Connects the setup panel's requests to `controller` and its answers and telemetry back
   // here, all queued (the controller lives on its own thread).
   void attachController(PoolController* controller);
@@ -57,6 +60,7 @@ class PoolView : public QWidget {
 
  private:
   PoolSetupPanel* m_setup = nullptr;
+  SharePanel* m_share = nullptr;
   QString m_modelPath;
   QLabel* m_local = nullptr;
   QLabel* m_plan = nullptr;

@@ -2,6 +2,7 @@
 
 #include <QApplication>
 #include <QComboBox>
+#include <QLineEdit>
 #include <QPixmap>
 #include <QPushButton>
 #include <QTimer>
@@ -10,7 +11,9 @@
 
 #include "app/gui/chat_window.h"
 #include "app/gui/fake_pool_feed.h"
+#include "app/gui/hub_search_panel.h"
 #include "app/gui/model_manager.h"
+#include "app/gui/models_page.h"
 #include "app/gui/pool_controller.h"
 #include "app/gui/pool_setup_panel.h"
 #include "app/gui/pool_view.h"
@@ -83,6 +86,26 @@ void shootLivePool(ChatWindow& window, const QString& outFile, const ScreenshotO
   window.showPage("pool");
 }
 
+// Search, pick the first repository, wait for its models' fit, then shoot.
+void shootDiscover(ChatWindow& window, const QString& outFile, const ScreenshotOptions& o) {
+  window.showPage("discover");
+  HubSearchPanel* panel = window.modelsPage()->discover();
+  QObject::connect(panel, &HubSearchPanel::searchShown, &window, [panel] {
+    if (panel->repos().empty()) {
+      failAndQuit("the Hub search found nothing");
+      return;
+    }
+    panel->selectRepo(0);
+  });
+  QObject::connect(panel, &HubSearchPanel::fitsShown, &window,
+                   [&window, outFile] { saveAndQuit(window, "discover", outFile); });
+  QObject::connect(panel, &HubSearchPanel::statusChanged, &window, [](const QString& text) {
+    std::fprintf(stderr, "shoal: discover: %s\n", qPrintable(text));
+  });
+  panel->findChild<QLineEdit*>("hubSearchBox")->setText(o.hubSearch);
+  panel->search();
+}
+
 }  // namespace
 
 void scheduleScreenshot(ChatWindow& window, const QString& page, const QString& outFile,
@@ -107,6 +130,10 @@ void scheduleScreenshot(ChatWindow& window, const QString& page, const QString& 
     };
     QObject::connect(e, &ChatEngine::modelLoaded, &window, shoot);
     QObject::connect(e, &ChatEngine::loadFailed, &window, shoot);
+  } else if (page == "discover") {
+    shootDiscover(window, outFile, options);
+  } else if (page == "welcome") {
+    saveAndQuit(window, page, outFile);
   } else if (page == "pool" && !options.poolNodes.isEmpty()) {
     shootLivePool(window, outFile, options);
   } else if (page == "pool") {
@@ -120,7 +147,9 @@ void scheduleScreenshot(ChatWindow& window, const QString& page, const QString& 
     }
     saveAndQuit(window, page, outFile);
   } else {
-    std::fprintf(stderr, "shoal: unknown screenshot page '%s' (chat, models, pool)\n",
+    std::fprintf(stderr,
+                 "shoal: unknown screenshot page '%s' (chat, models, discover, "
+                 "welcome, pool)\n",
                  qPrintable(page));
     QTimer::singleShot(0, [] { QApplication::exit(1); });
   }

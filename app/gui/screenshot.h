@@ -8,6 +8,10 @@
 //           previewed and deployed through the page's buttons, a reply is generated on the pool
 //           through the chat ("Run on: Pool"), and the page is saved after kPoolLiveMs more of
 //           telemetry. Without nodes: 60 s of the fake feed, labelled as demo data.
+//   discover  Models → Discover after searching the Hub (HF_ENDPOINT: scripts/screenshots starts
+//           tests/hub/fake_hub.py) for ScreenshotOptions::hubSearch, once the first result's
+//           models have their fit filled
+//   welcome   the first-run page
 
 #include <QString>
 #include <QStringList>
@@ -20,6 +24,7 @@ struct ScreenshotOptions {
   QStringList poolNodes;          // "host:port" of the live pool's nodes
   qint64 poolMaxDeviceBytes = 0;  // cap per device, so that the plan spreads over the nodes
   QString poolPrompt;             // the message sent to the pool once it is deployed
+  QString hubSearch = "SmolLM2";  // what the discover page searches for
 };
 
 // Arranges for `window` to save `page` to `outFile` and quit the app with 0 (or 1 when the page

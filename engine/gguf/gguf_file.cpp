@@ -89,14 +89,17 @@ uint64_t minEncodedSize(ValueType t) {
 
 bool validValueType(uint32_t raw) { return raw <= static_cast<uint32_t>(ValueType::Float64); }
 
-// Bounds-checked sequential reader over the whole file.
+// Bounds-checked sequential reader over the file. `size` is the whole file's size (what counts
+// and lengths are checked against); `available` <= size bytes of it are in memory (all of them,
+// except for a header prefix): reading past them while the file goes on is HeaderIncomplete.
 class Cursor {
  public:
-  Cursor(const uint8_t* data, size_t size, const std::string& name)
-      : m_data(data), m_size(size), m_name(name) {}
+  Cursor(const uint8_t* data, size_t available, size_t size, const std::string& name)
+      : m_data(data), m_available(available), m_size(size), m_name(name) {}
 
   size_t pos() const { return m_pos; }
   size_t remaining() const { return m_size - m_pos; }
+  size_t available() const { return m_available - m_pos; }  // of remaining(), in memory
 
   [[noreturn]] void fail(const std::string& what) const { throw Error(m_name + ": " + what); }
 
@@ -106,6 +109,7 @@ class Cursor {
       fail(context + field + " truncated at offset " + hex(m_pos) + " (needs " + num(sizeof(T)) +
            " bytes, file size " + num(m_size) + ")");
     }
+    need(sizeof(T), context, field);
     T v;
     std::memcpy(&v, m_data + m_pos, sizeof(T));
     m_pos += sizeof(T);
@@ -121,6 +125,7 @@ class Cursor {
            " runs beyond end of file (" + num(remaining()) + " bytes left, file size " +
            num(m_size) + ")");
     }
+    need(static_cast<size_t>(length), context, field);
     if (length > maxLength) {
       fail(context + field + " at offset " + hex(start) + ": length " + num(length) +
            " exceeds the limit of " + num(maxLength));
@@ -131,7 +136,16 @@ class Cursor {
   }
 
  private:
+  // The next `bytes` lie in the file; throws HeaderIncomplete when they are not in memory.
+  void need(size_t bytes, const std::string& context, const char* field) const {
+    if (m_available - m_pos < bytes) {
+      throw HeaderIncomplete(m_name + ": " + context + field + " at offset " + hex(m_pos) +
+                             " lies beyond the " + num(m_available) + " bytes read of the header");
+    }
+  }
+
   const uint8_t* m_data;
+  size_t m_available;
   size_t m_size;
   size_t m_pos = 0;
   const std::string& m_name;
@@ -204,7 +218,11 @@ class ValueParser {
                     num(m_cursor.remaining()) + " bytes left");
     }
     std::vector<Value> items;
-    items.reserve(static_cast<size_t>(count));
+    // Reserve only what the bytes in memory can hold: a header prefix is checked against the
+    // size the file claims, which a hostile listing may inflate. Parsing past them throws
+    // HeaderIncomplete long before a vector grows that far.
+    items.reserve(static_cast<size_t>(
+        std::min<uint64_t>(count, m_cursor.available() / minEncodedSize(elementType))));
     for (uint64_t i = 0; i < count; ++i) {
       items.push_back(parse(elementType, ctx, depth + 1));
     }
@@ -248,7 +266,9 @@ int64_t TensorInfo::rows() const {
 struct File::Impl {
   std::string displayName;
   const uint8_t* data = nullptr;
-  size_t size = 0;
+  size_t size = 0;          // the whole file's size
+  size_t available = 0;     // bytes of it at `data`: size, or less for a header prefix
+  bool headerOnly = false;  // fromHeader: no tensor data, TensorInfo::data stays nullptr
   void* mapping = nullptr;  // owned when non-null (open); null for fromBuffer
   size_t mappingSize = 0;
   uint32_t version = 0;
@@ -275,7 +295,7 @@ struct File::Impl {
 };
 
 void File::Impl::parse() {
-  Cursor c(data, size, displayName);
+  Cursor c(data, available, size, displayName);
   uint64_t tensorCount = 0;
   uint64_t kvCount = 0;
   parseHeader(c, tensorCount, kvCount);
@@ -293,6 +313,7 @@ void File::Impl::parse() {
 
 void File::Impl::parseHeader(Cursor& c, uint64_t& tensorCount, uint64_t& kvCount) {
   if (size < 4) fail("not a GGUF file (only " + num(size) + " bytes)");
+  if (available < 4) throw HeaderIncomplete(displayName + ": no bytes of the header read");
   const uint32_t magic = c.read<uint32_t>("", "magic");
   if (magic != kMagic) {
     fail("not a GGUF file (magic " + hex(magic) + ", expected " + hex(kMagic) + " \"GGUF\")");
@@ -416,7 +437,7 @@ void File::Impl::placeTensorData(size_t dataStart) {
       fail(ctx + "data [" + hex(begin) + ", " + hex(end) + ") beyond end of file (size " +
            num(size) + ")");
     }
-    t.data = data + begin;
+    t.data = headerOnly ? nullptr : data + begin;
   }
   // Tensors must not share bytes: a writer never does that, and a consumer writing into one
   // (a shard cache) would corrupt another.
@@ -472,6 +493,7 @@ File File::open(const std::filesystem::path& path) {
   impl->mapping = m;
   impl->mappingSize = impl->size;
   impl->data = static_cast<const uint8_t*>(m);
+  impl->available = impl->size;
   impl->parse();
   return File(std::move(impl));
 }
@@ -481,6 +503,23 @@ File File::fromBuffer(std::span<const uint8_t> bytes, std::string displayName) {
   impl->displayName = std::move(displayName);
   impl->data = bytes.data();
   impl->size = bytes.size();
+  impl->available = bytes.size();
+  impl->parse();
+  return File(std::move(impl));
+}
+
+File File::fromHeader(std::span<const uint8_t> prefix, uint64_t wholeFileSize,
+                      std::string displayName) {
+  auto impl = std::make_unique<Impl>();
+  impl->displayName = std::move(displayName);
+  if (wholeFileSize > std::numeric_limits<size_t>::max() / 2 || prefix.size() > wholeFileSize) {
+    impl->fail("header of " + num(prefix.size()) + " bytes for a file of " + num(wholeFileSize) +
+               " bytes");
+  }
+  impl->data = prefix.data();
+  impl->size = static_cast<size_t>(wholeFileSize);
+  impl->available = prefix.size();
+  impl->headerOnly = true;
   impl->parse();
   return File(std::move(impl));
 }

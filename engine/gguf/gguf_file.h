@@ -18,10 +18,17 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/error.h"
 #include "engine/gguf/gguf_value.h"
 #include "engine/gguf/tensor_type.h"
 
 namespace shoal::gguf {
+
+// Thrown by File::fromHeader when the prefix ends inside the header: more bytes are needed.
+class HeaderIncomplete : public Error {
+ public:
+  using Error::Error;
+};
 
 struct KeyValue {
   std::string key;
@@ -49,6 +56,13 @@ class File {
   static File open(const std::filesystem::path& path);
   // Parse a caller-owned buffer (tests, fuzzing). The buffer must outlive the File.
   static File fromBuffer(std::span<const uint8_t> bytes, std::string displayName = "<buffer>");
+  // Parse the first bytes of a file of `wholeFileSize` bytes (a header fetched by a Range
+  // request): metadata and tensor table are read and validated as by open(), tensor extents
+  // against `wholeFileSize`; every TensorInfo::data is nullptr. Throws HeaderIncomplete when
+  // `prefix` ends before the tensor table does (fetch more and try again), shoal::Error for
+  // anything else wrong. The buffer must outlive the File.
+  static File fromHeader(std::span<const uint8_t> prefix, uint64_t wholeFileSize,
+                         std::string displayName = "<header>");
 
   File(File&&) noexcept;
   File& operator=(File&&) noexcept;

@@ -32,6 +32,13 @@ ModelConfig ModelConfig::fromGguf(const gguf::File& file) {
     throw Error(file.displayName() + ": unsupported architecture '" + c.architecture +
                 "' (supported: " + names + ")");
   }
+  // llama.cpp's gguf-split writes split.count into every part, each holding only its own
+  // tensors; a model is one mapped file here, so a split model is refused by name.
+  if (const int64_t parts = file.getIntOr("split.count", 0); parts > 1) {
+    throw Error(file.displayName() + ": the model is split into " + std::to_string(parts) +
+                " files, and Shoal loads single-file GGUF models only (join the parts with "
+                "llama.cpp's gguf-split --merge)");
+  }
   c.name = file.getStringOr("general.name", "");
   const std::string a = c.architecture + ".";
 

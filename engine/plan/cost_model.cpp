@@ -101,6 +101,10 @@ double stageTimeS(const Device& device, const ModelCost& model, int firstLayer, 
   return stageTimeS(device, model, rangeCost(model, Request{}, firstLayer, layers), hasHead);
 }
 
+double splitMemoryBytes(const ModelCost& model, const Request& request) {
+  return stageMemoryBytes(model, request, 0, model.layers, true, false) + model.headBytes;
+}
+
 int layerCapacity(const Device& device, const ModelCost& model, const Request& request,
                   bool hasEmbed, bool hasHead) {
   return layerCapacity(device, model, LayerSums(model, request), hasEmbed, hasHead);
@@ -108,7 +112,7 @@ int layerCapacity(const Device& device, const ModelCost& model, const Request& r
 
 int layerCapacity(const Device& device, const ModelCost& model, const LayerSums& sums,
                   bool hasEmbed, bool hasHead) {
-  const double fixed = (hasEmbed ? model.embedBytes : 0.0) + (hasHead ? model.headBytes : 0.0);
+  const double fixed = embedHeadBytes(model, hasEmbed, hasHead);
   if (fixed > device.memoryBytes) return 0;
   const int layers = model.layers;
   auto fits = [&](int first, int count) {

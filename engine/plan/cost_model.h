@@ -73,12 +73,22 @@ RangeCost rangeCost(const ModelCost& model, const Request& request, int first, i
 // W + C·S·K when the layers are alike.
 double perLayerBytes(const ModelCost& model, const Request& request);
 
+// Memory of the embedding and/or head a stage holds (a tied matrix counted once).
+inline double embedHeadBytes(const ModelCost& model, bool hasEmbed, bool hasHead) {
+  return (hasEmbed ? model.embedBytes : 0.0) + (hasHead ? model.headBytes : 0.0) -
+         (hasEmbed && hasHead ? model.sharedEmbedHeadBytes : 0.0);
+}
+
 // Memory a stage needs.
 inline double stageMemoryBytes(const ModelCost& model, const RangeCost& layers, bool hasEmbed,
                                bool hasHead) {
-  return layers.residentBytes + (hasEmbed ? model.embedBytes : 0.0) +
-         (hasHead ? model.headBytes : 0.0);
+  return layers.residentBytes + embedHeadBytes(model, hasEmbed, hasHead);
 }
+// Memory the whole model takes once split over two or more devices: every layer, the embedding on
+// the first and the head on the last — a tied matrix then lives on both ends (what a one-stage
+// plan, stageMemoryBytes(..., true, true), keeps once).
+double splitMemoryBytes(const ModelCost& model, const Request& request);
+
 double stageMemoryBytes(const ModelCost& model, const Request& request, int firstLayer, int layers,
                         bool hasEmbed, bool hasHead);
 

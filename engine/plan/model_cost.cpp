@@ -147,6 +147,7 @@ ModelCost modelCostFromFacts(const ModelFacts& f, int64_t contextTokens) {
   m.hiddenBytesPerToken = n * 4.0;
   m.embedBytes = static_cast<double>(embed->bytes);
   m.headBytes = static_cast<double>(head->bytes) + (norm ? static_cast<double>(norm->bytes) : 0.0);
+  if (head == embed) m.sharedEmbedHeadBytes = static_cast<double>(embed->bytes);
   m.headFlopsPerToken = 2.0 * n * static_cast<double>(vocab);
   return m;
 }

@@ -95,6 +95,7 @@ void validateInputs(const Pool& pool, const ModelCost& model, const Request& req
   requireFinite(model.hiddenBytesPerToken, "model.hidden_bytes_per_token", false);
   requireFinite(model.embedBytes, "model.embed_bytes", false);
   requireFinite(model.headBytes, "model.head_bytes", false);
+  requireFinite(model.sharedEmbedHeadBytes, "model.shared_embed_head_bytes", false);
   requireFinite(model.headFlopsPerToken, "model.head_flops_per_token", false);
   if (request.contextTokens < 0) throw Error("request.context_tokens: must be >= 0");
   if (request.sequences < 1) throw Error("request.sequences: must be >= 1");

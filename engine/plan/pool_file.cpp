@@ -1,5 +1,6 @@
 #include "engine/plan/pool_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <map>
@@ -125,10 +126,10 @@ std::vector<LayerCost> perLayerBlock(const Json& j, int layers) {
 
 ModelCost modelBlock(const Json& j) {
   const std::string path = "model";
-  object(
-      j, path,
-      {"layers", "layer_weight_bytes", "layer_flops_per_token", "kv_bytes_per_token_per_layer",
-       "per_layer", "hidden_bytes_per_token", "embed_bytes", "head_bytes", "head_flops_per_token"});
+  object(j, path,
+         {"layers", "layer_weight_bytes", "layer_flops_per_token", "kv_bytes_per_token_per_layer",
+          "per_layer", "hidden_bytes_per_token", "embed_bytes", "head_bytes",
+          "head_flops_per_token", "shared_embed_head_bytes"});
   ModelCost m;
   const int64_t layers = integer(j, path, "layers", 1);
   if (layers > 1'000'000) fail("model.layers", "too large: " + std::to_string(layers));
@@ -148,6 +149,13 @@ ModelCost modelBlock(const Json& j) {
   m.hiddenBytesPerToken = number(j, path, "hidden_bytes_per_token", false);
   m.embedBytes = number(j, path, "embed_bytes", false);
   m.headBytes = number(j, path, "head_bytes", false);
+  // Optional (files written before it existed): 0, nothing shared.
+  if (j.contains("shared_embed_head_bytes")) {
+    m.sharedEmbedHeadBytes = number(j, path, "shared_embed_head_bytes", false);
+    if (m.sharedEmbedHeadBytes > std::min(m.embedBytes, m.headBytes)) {
+      fail(join(path, "shared_embed_head_bytes"), "more than embed_bytes or head_bytes");
+    }
+  }
   m.headFlopsPerToken = number(j, path, "head_flops_per_token", false);
   return m;
 }
@@ -262,6 +270,7 @@ std::string writePoolFile(const PoolFile& file) {
                      {"hidden_bytes_per_token", m.hiddenBytesPerToken},
                      {"embed_bytes", m.embedBytes},
                      {"head_bytes", m.headBytes},
+                     {"shared_embed_head_bytes", m.sharedEmbedHeadBytes},
                      {"head_flops_per_token", m.headFlopsPerToken}};
     if (!m.perLayer.empty()) {
       Ordered layers = Ordered::array();

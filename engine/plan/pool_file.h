@@ -11,6 +11,7 @@
 //     "hidden_bytes_per_token": 16384,         A
 //     "embed_bytes": 2.9e8,                    E
 //     "head_bytes": 4.3e8,                     H
+//     "shared_embed_head_bytes": 0,            of E and H (tied output; optional, default 0)
 //     "head_flops_per_token": 1.05e9,          FH
 //     "per_layer": [                           optional: L entries when the layers differ
 //       {"weight_bytes": 1.3e8,                  W_l

@@ -66,7 +66,10 @@ struct ModelCost {
   double hiddenBytesPerToken = 0;  // A: activation sent from one stage to the next
   double embedBytes = 0;           // E: token embedding (first stage)
   double headBytes = 0;            // H: final norm + output head (last stage)
-  double headFlopsPerToken = 0;    // FH: FLOPs of the head for one token
+  // Bytes E and H have in common: with a tied output the head reads token_embd, so a stage that
+  // holds both (a one-stage plan) keeps that matrix once.
+  double sharedEmbedHeadBytes = 0;
+  double headFlopsPerToken = 0;  // FH: FLOPs of the head for one token
 
   bool uniform() const { return perLayer.empty(); }
 };

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "lan/json/json_bounds.h"
+
 namespace shoal::api {
 namespace {
 
@@ -172,48 +174,10 @@ std::string clipForMessage(std::string_view s, size_t maxBytes) {
 }
 
 void checkJsonBounds(std::string_view body) {
-  size_t depth = 0;
-  size_t values = 1;  // the top-level value
-  bool inString = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (inString) {
-      if (c == '\\') {
-        ++i;  // the escaped character (\" or \\) cannot end the string
-      } else if (c == '"') {
-        inString = false;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        inString = true;
-        break;
-      case '[':
-      case '{':
-        if (++depth > kMaxJsonDepth) {
-          throw ApiError(400, "invalid_request_error", "invalid_json",
-                         "the request body nests arrays/objects deeper than " +
-                             std::to_string(kMaxJsonDepth) + " levels (at byte " +
-                             std::to_string(i) + ")");
-        }
-        ++values;  // its first element, if any (an upper bound: "[]" counts one)
-        break;
-      case ']':
-      case '}':
-        if (depth > 0) --depth;
-        break;
-      case ',':
-        ++values;
-        break;
-      default:
-        break;
-    }
-    if (values > kMaxJsonValues) {
-      throw ApiError(
-          400, "invalid_request_error", "invalid_json",
-          "the request body holds more than " + std::to_string(kMaxJsonValues) + " JSON values");
-    }
+  const std::string violation =
+      lan::jsonBoundsViolation(body, lan::JsonBounds{kMaxJsonDepth, kMaxJsonValues});
+  if (!violation.empty()) {
+    throw ApiError(400, "invalid_request_error", "invalid_json", "the request body " + violation);
   }
 }
 

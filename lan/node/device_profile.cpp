@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "engine/gguf/dequantize.h"
@@ -13,6 +16,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
+#include "lan/pool/pool_builder.h"
 
 namespace shoal::lan {
 namespace {
@@ -166,6 +170,37 @@ DeviceProfile cachedProfile(const std::filesystem::path& configDir, const std::s
   }
   std::filesystem::rename(tmp, file, ec);
   return p;
+}
+
+plan::Pool thisComputerPool(const std::filesystem::path& configDir) {
+  static std::mutex mutex;
+  static std::optional<DeviceProfile> profile;
+  plan::Device d;
+  d.id = "this-computer/cpu0";
+  d.node = "this-computer";
+  d.bandwidthBytesPerS = kFallbackBandwidthBytesPerS;
+  d.flopsPerS = kFallbackFlopsPerS;
+  try {
+    // Default threads, as shoal-node runs: the device name (the cache key) names the count.
+    const cpu::CpuBackend backend;
+    const int threads = backend.threads();
+    const auto devices = backend.devices();
+    if (!devices.empty()) {
+      d.memoryBytes = static_cast<double>(devices.front().memoryFree);
+      const std::lock_guard lock(mutex);
+      if (!profile) {
+        profile = cachedProfile(configDir, "cpu: " + devices.front().name, false,
+                                [threads] { return measureCpuProfile(threads); });
+      }
+      d.bandwidthBytesPerS = profile->bandwidthBytesPerS;
+      d.flopsPerS = profile->flopsPerS;
+    }
+  } catch (const std::exception&) {
+    // Unknown figures: the fallbacks (and no memory: a verdict that says so).
+  }
+  plan::Pool pool;
+  pool.devices.push_back(d);
+  return pool;
 }
 
 }  // namespace shoal::lan

@@ -14,6 +14,8 @@
 #include <functional>
 #include <string>
 
+#include "engine/plan/types.h"
+
 namespace shoal::lan {
 
 struct DeviceProfile {
@@ -33,5 +35,12 @@ DeviceProfile measureCpuProfile(int threads);
 // are still returned (and measured again at the next start).
 DeviceProfile cachedProfile(const std::filesystem::path& configDir, const std::string& key,
                             bool remeasure, const std::function<DeviceProfile()>& measure);
+
+// This computer as a one-device pool, for fit estimates (plan::estimateFit) made before a model
+// is downloaded or loaded: the CPU with the memory free now and its profile from configDir's
+// cache under the key shoal-node uses ("cpu: <CPU name>"), so the node, the app and the CLI
+// measure once per machine. Within one process the profile is read (or measured, under 0.5 s)
+// once. Thread-safe; when the CPU cannot be probed the pool builder's fallback figures are used.
+plan::Pool thisComputerPool(const std::filesystem::path& configDir);
 
 }  // namespace shoal::lan

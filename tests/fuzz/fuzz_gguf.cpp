@@ -1,6 +1,8 @@
 // libFuzzer target for the GGUF reader: any byte string either parses or throws shoal::Error;
 // on success every metadata value is read through every accessor and the first row of each
-// dequantizable tensor is decoded. ASan/UBSan turn any over-read or UB into a crash.
+// dequantizable tensor is decoded; the first half of the input is also parsed as a header prefix
+// (File::fromHeader) and estimated (plan::estimateFit). ASan/UBSan turn any over-read or UB into
+// a crash.
 //
 //   ./build-fuzz/tests/fuzz/fuzz_gguf -max_total_time=60 tests/fuzz/corpus/gguf
 
@@ -12,6 +14,7 @@
 #include "engine/error.h"
 #include "engine/gguf/dequantize.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/plan/fit.h"
 
 namespace {
 
@@ -66,6 +69,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)sink;
   } catch (const shoal::Error&) {
     // Malformed input is expected; only crashes and sanitizer reports are findings.
+  }
+  // The same bytes as the first half of a larger file (a header fetched by a Range request):
+  // parses, asks for more (HeaderIncomplete, a shoal::Error) or is malformed; a parsed header goes
+  // through the fit estimate, which must answer with a verdict and never throw.
+  try {
+    const File header =
+        File::fromHeader(std::span<const uint8_t>(data, size / 2), size, "fuzz-header.gguf");
+    shoal::plan::Pool pool;
+    pool.devices.push_back({"cpu", "local", 8e9, 2e10, 1e11});
+    const shoal::plan::FitEstimate fit = shoal::plan::estimateFit(header, pool, 4096);
+    volatile bool sink = fit.runs;
+    (void)sink;
+  } catch (const shoal::Error&) {
   }
   return 0;
 }

@@ -191,8 +191,7 @@ class TestPoolLive : public QObject {
     const plan::ModelCost cost = plan::modelCostFromGguf(m->file(), kContext);
     plan::Request r;
     r.contextTokens = kContext;
-    m_memoryCap =
-        static_cast<uint64_t>(0.6 * plan::stageMemoryBytes(cost, r, 0, cost.layers, true, true));
+    m_memoryCap = static_cast<uint64_t>(0.6 * plan::splitMemoryBytes(cost, r));
     // node-a and node-b: trusted both ways, shared by the tests (each test connects anew).
     const Node& a = startNode("node-a", false);
     const Node& b = startNode("node-b", false);

@@ -33,6 +33,8 @@ class TestPoolView : public QObject {
     feed.start(10);
     QTRY_VERIFY(spy.count() >= 6);
     feed.stop();
+    // Snapshots queued before stop() may still be pending: deliver them before comparing.
+    QCoreApplication::sendPostedEvents();
     QTRY_VERIFY(!view.cards().isEmpty() && view.cards().front()->utilizationSeries()->count() >= 6);
 
     const shoal::lan::PoolSnapshot s = spy.last().at(0).value<shoal::lan::PoolSnapshot>();

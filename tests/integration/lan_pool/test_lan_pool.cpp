@@ -172,8 +172,7 @@ class TestLanPool : public QObject {
     plan::Request r;
     r.contextTokens = kContext;
     // Each node may hold ~40% of the model: three are needed, the fourth is the spare.
-    m_memoryCap =
-        static_cast<uint64_t>(0.4 * plan::stageMemoryBytes(cost, r, 0, cost.layers, true, true));
+    m_memoryCap = static_cast<uint64_t>(0.4 * plan::splitMemoryBytes(cost, r));
     const int basePort = 20000 + static_cast<int>(QCoreApplication::applicationPid() % 20000);
     for (int i = 0; i < 4; ++i) startNode(i, basePort + i, i != 3);
     // Wait until every node accepts (it hashes its model files first).

@@ -1,8 +1,10 @@
 // The pool across a real (namespaced) LAN: four shoal-node hosts and shoal-cli as the
 // coordinator on a fifth (tests/integration/netns). Discovery finds the nodes; a pooled greedy
 // reply of 200 tokens survives a SIGKILL of the middle node and equals `shoal-cli generate` on
-// one machine. Needs root for the namespaces; skips otherwise.
+// one machine; the fit estimate made from a model's header agrees with what the pool does. Needs
+// root for the namespaces; skips otherwise.
 
+#include <QFile>
 #include <QProcess>
 #include <QRegularExpression>
 #include <QTemporaryDir>
@@ -13,9 +15,13 @@
 #include <set>
 #include <thread>
 
+#include "engine/gguf/gguf_file.h"
 #include "engine/model/model.h"
+#include "engine/model/synthetic_model.h"
 #include "engine/plan/cost_model.h"
+#include "engine/plan/fit.h"
 #include "engine/plan/model_cost.h"
+#include "engine/plan/pool_file.h"
 #include "lan/transport/trust_store.h"
 #include "tests/integration/netns/netns_hosts.h"
 
@@ -74,9 +80,8 @@ class TestLanPoolNetns : public QObject {
     const shoal::plan::ModelCost cost = shoal::plan::modelCostFromGguf(model->file(), kContext);
     shoal::plan::Request request;
     request.contextTokens = kContext;
-    m_memoryCapMb = QString::number(
-        0.4 * shoal::plan::stageMemoryBytes(cost, request, 0, cost.layers, true, true) / 1e6, 'f',
-        3);
+    m_memoryCapMb =
+        QString::number(0.4 * shoal::plan::splitMemoryBytes(cost, request) / 1e6, 'f', 3);
 
     QStringList addresses;
     for (int i = 0; i < kNodes; ++i) {
@@ -144,6 +149,81 @@ class TestLanPoolNetns : public QObject {
     QCOMPARE(j.at("stages").size(), size_t(3));
     for (const auto& stage : j.at("stages")) {
       QVERIFY(m_nodeIds.contains(QString::fromStdString(stage.at("node").get<std::string>())));
+    }
+  }
+
+  // Fit before download (the model library): the verdict estimateFit gives from a header
+  // prefix, on the pool as the coordinator sees it, is what the pool then does — the default
+  // model and a small synthetic one run, a synthetic one whose KV cache at a long context needs
+  // more than the devices give is refused.
+  void fitPredictionsAgreeWithWhatThePoolDoes() {
+    shoal::model::SyntheticModelSpec small;
+    small.nLayer = 4;
+    small.nEmbd = 256;
+    small.nHead = 4;
+    small.nHeadKv = 2;
+    small.nFf = 512;
+    small.nVocab = 512;
+    const QString smallPath = m_dir.filePath("synthetic-small.gguf");
+    shoal::model::writeSyntheticModel(small, smallPath.toStdString());
+    // ~22 MB of weights, but 512 KV values per layer and position: ~540 MB at 32k tokens.
+    shoal::model::SyntheticModelSpec longContext = small;
+    longContext.nLayer = 8;
+    longContext.nEmbd = 512;
+    longContext.nHeadKv = 4;
+    longContext.nFf = 1024;
+    longContext.nCtx = 32768;
+    const QString longPath = m_dir.filePath("synthetic-long-context.gguf");
+    shoal::model::writeSyntheticModel(longContext, longPath.toStdString());
+
+    struct Case {
+      QString path;
+      int context;
+      bool expectRuns;
+    };
+    for (const Case& c : {Case{modelPath(), kContext, true}, Case{smallPath, kContext, true},
+                          Case{longPath, 32768, false}}) {
+      const QStringList common = {"--nodes",
+                                  m_nodes,
+                                  "--config-dir",
+                                  m_cliConfig,
+                                  "-m",
+                                  c.path,
+                                  "--ctx",
+                                  QString::number(c.context),
+                                  "--max-device-memory-mb",
+                                  m_memoryCapMb};
+      QByteArray planOut;
+      m_lan->run(1, SHOAL_CLI_BINARY, QStringList{"pool", "plan"} + common, &planOut, 120000);
+      const nlohmann::json planJson =
+          nlohmann::json::parse(planOut.mid(planOut.indexOf('{')).toStdString());
+      const shoal::plan::Pool pool =
+          shoal::plan::parsePoolFile(planJson.at("pool").dump(), false).pool;
+
+      // The prediction, from the first 4 MiB of the file as a Range request would fetch them.
+      QFile file(c.path);
+      QVERIFY(file.open(QIODevice::ReadOnly));
+      const QByteArray prefix = file.read(4 << 20);
+      const auto header = shoal::gguf::File::fromHeader(
+          std::span(reinterpret_cast<const uint8_t*>(prefix.constData()), size_t(prefix.size())),
+          uint64_t(file.size()), c.path.toStdString());
+      const shoal::plan::FitEstimate fit = shoal::plan::estimateFit(header, pool, c.context);
+      QVERIFY2(fit.runs == c.expectRuns, qPrintable(c.path + ": " + fit.reason.c_str()));
+
+      // What happens.
+      QByteArray out;
+      const int rc = m_lan->run(1, SHOAL_CLI_BINARY,
+                                QStringList{"pool", "generate", "-p", "Hello", "-n", "4", "--temp",
+                                            "0", "--ignore-eos", "--json"} +
+                                    common,
+                                &out, 240000);
+      QVERIFY2((rc == 0) == fit.runs, qPrintable(c.path + ": exit " + QString::number(rc) + ", " +
+                                                 QString::fromUtf8(out.right(400))));
+      if (fit.runs) {
+        const nlohmann::json j = nlohmann::json::parse(out.mid(out.indexOf('{')).toStdString());
+        QCOMPARE(j.at("tokens").size(), size_t(4));
+        QCOMPARE(int(j.at("stages").size()), fit.stages);
+      }
     }
   }
 

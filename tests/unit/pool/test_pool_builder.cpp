@@ -55,9 +55,7 @@ plan::Request request() {
 }
 
 // Memory that holds about 40% of the whole model: three such nodes are needed.
-double fortyPercent() {
-  return 0.4 * plan::stageMemoryBytes(modelCost(), request(), 0, 30, true, true);
-}
+double fortyPercent() { return 0.4 * plan::splitMemoryBytes(modelCost(), request()); }
 
 plan::PlanOptions oneChat() {
   plan::PlanOptions o;

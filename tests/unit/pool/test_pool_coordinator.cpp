@@ -142,8 +142,7 @@ class TestPoolCoordinator : public QObject {
     const plan::ModelCost cost = plan::modelCostFromGguf(m_model->file(), kContext);
     plan::Request r;
     r.contextTokens = kContext;
-    m_fortyPercent =
-        static_cast<uint64_t>(0.4 * plan::stageMemoryBytes(cost, r, 0, cost.layers, true, true));
+    m_fortyPercent = static_cast<uint64_t>(0.4 * plan::splitMemoryBytes(cost, r));
     m_prompt = m_model->tokenizer().encode(kPrompt, true, false);
 
     runtime::Chain chain = localChain();
