@@ -4,8 +4,9 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
-#include <regex>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "lan/hub/hub_client.h"
 
@@ -30,31 +31,65 @@ std::string baseName(const std::string& path) {
 }  // namespace
 
 SplitName parseSplitName(const std::string& path) {
-  // "-00001-of-00003.gguf": 5 digits each (llama.cpp's %05d; more digits if a count ever needs
-  // them), the part 1-based and not above the count.
-  static const std::regex kSplit(R"(^(.+)-([0-9]{5,})-of-([0-9]{5,})\.[gG][gG][uU][fF]$)");
-  std::smatch m;
+  // "<base>-00001-of-00003.gguf": 5 digits each (llama.cpp's %05d; more if a count ever needs
+  // them, at most 9 so they fit an int), the part 1-based and not above the count. Parsed by
+  // hand: GCC 12's <regex> trips -Wmaybe-uninitialized in the sanitizer build.
   SplitName name;
-  if (!std::regex_match(path, m, kSplit) || m[2].length() > 9 || m[3].length() > 9) {
-    name.base = endsWithGguf(path) ? path.substr(0, path.size() - 5) : path;
+  name.base = endsWithGguf(path) ? path.substr(0, path.size() - 5) : path;
+  if (!endsWithGguf(path)) return name;
+  const std::string& stem = name.base;
+  const size_t of = stem.rfind("-of-");
+  if (of == std::string::npos) return name;
+  const std::string countDigits = stem.substr(of + 4);
+  size_t partStart = of;
+  while (partStart > 0 && std::isdigit(static_cast<unsigned char>(stem[partStart - 1]))) {
+    --partStart;
+  }
+  const std::string partDigits = stem.substr(partStart, of - partStart);
+  const auto digitsOk = [](const std::string& d) {
+    return d.size() >= 5 && d.size() <= 9 &&
+           std::all_of(d.begin(), d.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+  };
+  // A base of at least one character, then '-', then the part number.
+  if (!digitsOk(partDigits) || !digitsOk(countDigits) || partStart < 2 ||
+      stem[partStart - 1] != '-') {
     return name;
   }
-  const int part = std::stoi(m[2].str());
-  const int count = std::stoi(m[3].str());
-  if (part < 1 || count < 1 || part > count) {
-    name.base = path.substr(0, path.size() - 5);
-    return name;
-  }
-  name.base = m[1].str();
+  const int part = std::stoi(partDigits);
+  const int count = std::stoi(countDigits);
+  if (part < 1 || count < 1 || part > count) return name;
+  name.base = stem.substr(0, partStart - 1);
   name.part = part;
   name.count = count;
   return name;
 }
 
+namespace {
+
+// A ggml type name as uploaders write it: I?Q[1-8](_[0-9A-Z]+)* (Q4_K_M, IQ4_XS, Q8_0, Q4_K_XL),
+// TQ1_0, TQ2_0, F16, BF16, F32, MXFP4. `t` is upper-case.
+bool isQuantToken(const std::string& t) {
+  for (const char* exact : {"TQ1_0", "TQ2_0", "F16", "BF16", "F32", "MXFP4"}) {
+    if (t == exact) return true;
+  }
+  size_t i = t.size() > 0 && t[0] == 'I' ? 1 : 0;
+  if (t.size() < i + 2 || t[i] != 'Q' || t[i + 1] < '1' || t[i + 1] > '8') return false;
+  // Then nothing, or segments "_" + [0-9A-Z]+: a leading '_', no "__", no trailing '_'.
+  const std::string rest = t.substr(i + 2);
+  if (rest.empty()) return true;
+  if (rest.front() != '_' || rest.back() == '_' || rest.find("__") != std::string::npos) {
+    return false;
+  }
+  return std::all_of(rest.begin(), rest.end(), [](unsigned char c) {
+    return c == '_' || std::isdigit(c) != 0 || (c >= 'A' && c <= 'Z');
+  });
+}
+
+}  // namespace
+
 std::string quantizationFromName(const std::string& path) {
-  // The last token of the file name (split at '-' and '.') that looks like a ggml type name:
-  // Q4_K_M, Q8_0, IQ4_XS, IQ2_XXS, TQ1_0, F16, BF16, F32, MXFP4 ("UD-Q4_K_XL" gives Q4_K_XL).
-  static const std::regex kQuant(R"(^(I?Q[1-8](_[0-9A-Z]+)*|TQ[12]_0|B?F16|F32|MXFP4)$)");
+  // The last token of the file name (split at '-' and '.') that looks like a ggml type name
+  // ("UD-Q4_K_XL" gives Q4_K_XL).
   std::string stem = parseSplitName(baseName(path)).base;
   stem = upper(stem);
   std::vector<std::string> tokens;
@@ -69,7 +104,7 @@ std::string quantizationFromName(const std::string& path) {
   }
   tokens.push_back(token);
   for (auto it = tokens.rbegin(); it != tokens.rend(); ++it) {
-    if (std::regex_match(*it, kQuant)) return *it;
+    if (isQuantToken(*it)) return *it;
   }
   return "";
 }
