@@ -2,6 +2,8 @@
 //
 //   shoal-synth-model --layers 16 --embd 2048 --heads 32 --kv-heads 8 --ff 8192
 //       --vocab-from models/SmolLM2-135M-Instruct.Q4_1.gguf --type q4_0 --out /tmp/1b.gguf
+//   shoal-synth-model --truncate-from models/SmolLM2-135M-Instruct.Q4_1.gguf --layers 8
+//       --out /tmp/smollm2-first8.gguf      (a real model's first layers; see truncated_model.h)
 //
 // Exit status: 0 written, 1 the model could not be written, 2 bad command line.
 
@@ -12,6 +14,7 @@
 #include "engine/error.h"
 #include "engine/gguf/tensor_type.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/model/truncated_model.h"
 
 namespace {
 
@@ -33,6 +36,7 @@ int main(int argc, char** argv) {
   std::string out;
   std::string type = "q8_0";
   std::string embedType;
+  std::string truncateFrom;
   CLI::App app{"Write a GGUF model (llama, qwen2, qwen3, ...) with deterministic random weights."};
   app.add_option("--arch", spec.architecture, "architecture (its tensor table decides the tensors)")
       ->capture_default_str();
@@ -55,6 +59,16 @@ int main(int argc, char** argv) {
   app.add_option("--name", spec.name, "general.name")->capture_default_str();
   app.add_flag("--tied", spec.tiedOutput, "no output.weight (reuse token_embd)");
   app.add_option("--out", out, "output file")->required();
+  auto* truncate =
+      app.add_option("--truncate-from", truncateFrom,
+                     "write the first --layers blocks of this real GGUF model instead (all its "
+                     "metadata and non-layer tensors copied)")
+          ->check(CLI::ExistingFile);
+  for (const char* shapeOption :
+       {"--arch", "--embd", "--heads", "--kv-heads", "--ff", "--vocab", "--ctx", "--type",
+        "--embed-type", "--vocab-from", "--seed", "--rope-base", "--rms-eps", "--name", "--tied"}) {
+    truncate->excludes(shapeOption);
+  }
   try {
     app.parse(argc, argv);
     if (std::string err = parseType(type, spec.weightType); !err.empty()) {
@@ -71,7 +85,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    shoal::model::writeSyntheticModel(spec, out);
+    if (!truncateFrom.empty()) {
+      shoal::model::writeTruncatedModel(truncateFrom, spec.nLayer, out);
+    } else {
+      shoal::model::writeSyntheticModel(spec, out);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "shoal-synth-model: %s\n", e.what());
     return 1;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_stage.h"
 
 namespace shoal::cuda {
@@ -26,15 +27,39 @@ CudaBackend::CudaBackend() {
     m_availability = {false, "the NVIDIA driver reports no CUDA device"};
     return;
   }
+  // A device is usable when the plugin holds code it can run (kernel_image.cu); the others are
+  // left out of devices() and named in the reason, so nothing fails mid-generation.
+  std::string refused;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    const bool known = cudaGetDeviceProperties(&prop, i) == cudaSuccess;
+    const cudaError_t image =
+        cudaSetDevice(i) == cudaSuccess ? probeKernelImage() : cudaErrorInvalidDevice;
+    if (known && image == cudaSuccess) {
+      m_usable.push_back(i);
+      continue;
+    }
+    cudaGetLastError();
+    const std::string sm = known ? std::to_string(prop.major) + std::to_string(prop.minor) : "?";
+    refused += (refused.empty() ? "" : "; ") + std::string("cuda") + std::to_string(i) + " (" +
+               (known ? prop.name : "unknown device") + ", sm_" + sm +
+               "): " + cudaGetErrorName(image) + ": this plugin holds code for " +
+               SHOAL_CUDA_ARCHS_BUILT + " only (rebuild with -DSHOAL_CUDA_ARCHS=" + sm + ")";
+  }
+  m_refused = refused;
   m_deviceCount = count;
   m_bandwidth.assign(static_cast<size_t>(count), 0.0);
+  if (m_usable.empty()) {
+    m_availability = {false, "no CUDA device this plugin can run on: " + refused};
+    return;
+  }
   m_availability = {true, {}};
 }
 
 std::vector<runtime::DeviceInfo> CudaBackend::devices() const {
   std::vector<runtime::DeviceInfo> out;
   std::lock_guard lock(m_mutex);
-  for (int i = 0; i < m_deviceCount; ++i) {
+  for (const int i : m_usable) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
     runtime::DeviceInfo d;
@@ -70,6 +95,9 @@ std::unique_ptr<runtime::Stage> CudaBackend::createStage(const std::string& devi
   if (index < 0 || index >= m_deviceCount) {
     throw Error("CUDA backend: unknown device '" + deviceId + "' (" +
                 std::to_string(m_deviceCount) + " devices)");
+  }
+  if (std::find(m_usable.begin(), m_usable.end(), index) == m_usable.end()) {
+    throw Error("CUDA backend: " + deviceId + " cannot run this plugin's code: " + m_refused);
   }
   return std::make_unique<CudaStage>(index, model, spec);
 }

@@ -4,6 +4,7 @@
 // constructor: without a driver or a device it is unavailable with the CUDA runtime's reason.
 
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "engine/runtime/backend.h"
@@ -26,6 +27,8 @@ class CudaBackend final : public runtime::Backend {
  private:
   runtime::Availability m_availability;
   int m_deviceCount = 0;
+  std::vector<int> m_usable;  // devices whose architecture the plugin has code for
+  std::string m_refused;      // why the others are left out ("" when none are)
   mutable std::mutex m_mutex;
   mutable std::vector<double> m_bandwidth;  // bytes/s per device, 0 until measured
 };

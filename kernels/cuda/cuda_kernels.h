@@ -16,6 +16,11 @@
 
 namespace shoal::cuda {
 
+// cudaSuccess when the current device can run these kernels (kernel_image.cu); otherwise the
+// runtime's error, typically cudaErrorNoKernelImageForDevice (the device's architecture was not
+// compiled in: SHOAL_CUDA_ARCHS).
+cudaError_t probeKernelImage();
+
 // Weight formats the mat-vec and dequantization kernels handle.
 bool weightTypeSupported(gguf::TensorType type);
 // Elements per block and bytes per block of a supported type (F32/F16: 1 element).

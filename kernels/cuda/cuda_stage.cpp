@@ -32,6 +32,26 @@ const float* hostFreqFactors(const model::ModelWeights& w) {
   return reinterpret_cast<const float*>(t->data);
 }
 
+std::string mib(uint64_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20) + " MiB"; }
+
+// Refuses, before anything large is allocated, a stage that would not fit in the device's free
+// memory, with the figures a user needs (a cudaMalloc failure halfway through the upload would
+// say only "out of memory"). The working-buffer figure is an upper bound of what allocate()
+// takes; kReserve covers cuBLAS's workspace and the decode graphs.
+void checkFits(int device, uint64_t weights, uint64_t kvCache, uint64_t working) {
+  constexpr uint64_t kReserve = uint64_t{256} << 20;
+  size_t freeBytes = 0, totalBytes = 0;
+  SHOAL_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+  const uint64_t need = weights + kvCache + working + kReserve;
+  if (need > freeBytes) {
+    throw Error("CUDA stage on cuda" + std::to_string(device) + ": needs about " + mib(need) +
+                " (weights " + mib(weights) + ", KV cache " + mib(kvCache) + ", working buffers " +
+                mib(working) + ", reserve " + mib(kReserve) + ") but only " + mib(freeBytes) +
+                " of " + mib(totalBytes) +
+                " is free: give this GPU fewer layers or use a shorter context");
+  }
+}
+
 }  // namespace
 
 CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtime::StageSpec& spec)
@@ -49,8 +69,30 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
     SHOAL_CUDA_CHECK(cublasSetStream(m_cublas, m_stream));
 
     // What the stage holds is what the architecture's tensor table assigns to it.
+    int64_t largestMatrix = 0;  // elements: the f16 copy the cuBLAS path makes of one matrix
     forEachStageTensor(c, w, spec.firstLayer, spec.lastLayer, spec.hasEmbedding, spec.hasHead,
-                       [this](const gguf::TensorInfo* t) { m_weights.add(t); });
+                       [this, &largestMatrix](const gguf::TensorInfo* t) {
+                         m_weights.add(t);
+                         if (!t) return;
+                         // (TensorInfo::elementCount is engine code, which the plugin lacks.)
+                         int64_t elements = 1;
+                         for (const int64_t d : t->dims) elements *= d;
+                         largestMatrix = std::max(largestMatrix, elements);
+                       });
+    const uint64_t layers = static_cast<uint64_t>(spec.lastLayer - spec.firstLayer);
+    const uint64_t kvCache = layers * static_cast<uint64_t>(spec.maxSequences) * 2 *
+                             static_cast<uint64_t>(spec.contextLength) *
+                             static_cast<uint64_t>(c.kvDim()) * sizeof(__half);
+    const int64_t b = spec.maxBatch;
+    const int64_t widest = std::max<int64_t>({c.nEmbd, c.nFf, c.qDim()});
+    const int64_t splits = (spec.contextLength + kAttentionChunk - 1) / kAttentionChunk;
+    const uint64_t working =
+        sizeof(float) *
+            sz(b * (static_cast<int64_t>(model::kBufferCount) * widest +
+                    (spec.hasHead ? c.nVocab : 0) + c.nHead * splits * (c.headDim + 2))) +
+        sz(b * widest) * 4 +  // int8 activations and their scales
+        (b >= kCublasMinBatch ? sizeof(__half) * sz(b * widest + largestMatrix) : 0);
+    checkFits(device, m_weights.bytes(), kvCache, working);
     m_weights.upload(m_stream);
     m_layers = resolveLayers(c, w, m_weights, m_ropeTables, spec.firstLayer, spec.lastLayer);
 

@@ -1,50 +1,76 @@
-// Decode and prefill speed of the CUDA backend, as one JSON object on stdout.
-//   gpu_bench MODEL.gguf                 benchmark a model file
-//   gpu_bench --write-8b PATH            write the synthetic Llama-3-8B-shaped Q4_0 model (hidden
+// Decode and prefill speed of a GPU backend, as one JSON object on stdout.
+//   gpu_bench [--backend cuda] [--peak-Bps B] MODEL.gguf   benchmark a model file
+//   gpu_bench [...] --write-8b PATH      write the synthetic Llama-3-8B-shaped Q4_0 model (hidden
 //                                        4096, 32 layers, 32 heads, 8 KV heads, FFN 14336) with
-//                                        the project's writer, then benchmark it
+//                                        the project's writer, then benchmark it (with
+//                                        --write-only: write it and stop, no backend needed)
 // Reports decode tok/s (128 tokens after a 512-token prompt), prefill tok/s (pp512), the weight
-// bytes read per decoded token, and the fraction of the H200's 4.8 TB/s HBM bandwidth that
-// decode reaches (weight bytes per token x tok/s / 4.8e12; the KV cache is not counted).
+// bytes read per decoded token, and the bandwidth decode reaches (weight bytes per token x
+// tok/s; the KV cache is not counted) as a fraction of the device's measured copy bandwidth and,
+// with --peak-Bps, of the memory's nominal peak (an H200's HBM3e: 4.8e12).
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic_model.h"
 #include "kernels/backend_registry.h"
+#include "tests/gpu/gpu_check.h"
 
 using namespace shoal;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr double kH200Bandwidth = 4.8e12;
-
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: gpu_bench [--backend cuda] [--peak-Bps B] (MODEL.gguf | [--write-only] "
+               "--write-8b PATH)\n");
+  return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: gpu_bench MODEL.gguf | gpu_bench --write-8b PATH\n");
-    return 2;
-  }
-  std::string path = argv[argc - 1];
-  try {
-    auto backend = kernels::createBackend("cuda", {});
-    if (!backend->availability().available) {
-      std::printf("{\"skipped\": \"cuda backend unavailable: %s\"}\n",
-                  backend->availability().reason.c_str());
-      return 0;
+  std::string backendName = "cuda";
+  std::string path;
+  bool write8b = false;
+  bool writeOnly = false;
+  double peakBps = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--backend" || a == "--peak-Bps" || a == "--write-8b") && i + 1 >= argc) {
+      return usage();
     }
-    if (std::strcmp(argv[1], "--write-8b") == 0) {
+    if (a == "--backend") {
+      backendName = argv[++i];
+    } else if (a == "--peak-Bps") {
+      char* end = nullptr;
+      peakBps = std::strtod(argv[++i], &end);
+      if (*end != '\0' || !(peakBps > 0)) return usage();
+    } else if (a == "--write-only") {
+      writeOnly = true;
+    } else if (a == "--write-8b") {
+      write8b = true;
+      path = argv[++i];
+    } else if (!a.empty() && a[0] != '-' && path.empty()) {
+      path = a;
+    } else {
+      return usage();
+    }
+  }
+  if (path.empty() || (writeOnly && !write8b)) return usage();
+  try {
+    if (write8b) {
       model::SyntheticModelSpec spec;
       spec.name = "synthetic-llama3-8b-q4_0";
       spec.nLayer = 32;
@@ -60,10 +86,18 @@ int main(int argc, char** argv) {
       const auto t0 = Clock::now();
       model::writeSyntheticModel(spec, path);
       std::fprintf(stderr, "wrote %s in %.1f s\n", path.c_str(), seconds(t0, Clock::now()));
+      if (writeOnly) return 0;
+    }
+    auto backend = kernels::createBackend(backendName, {});
+    if (!backend->availability().available) {
+      std::printf("{\"skipped\": \"%s backend unavailable: %s\"}\n", backendName.c_str(),
+                  gpu_test::jsonEscape(backend->availability().reason).c_str());
+      return 0;
     }
     const auto m = model::Model::load(path);
     const auto& c = m->config();
     const auto devices = backend->devices();
+    if (devices.empty()) throw Error(backendName + " backend lists no device");
     runtime::ModelSource src{&m->file(), &m->config(), &m->weights()};
     runtime::StageSpec spec;
     spec.lastLayer = c.nLayer;
@@ -71,7 +105,7 @@ int main(int argc, char** argv) {
     spec.contextLength = 1024;
     spec.maxBatch = 512;
     const auto t0 = Clock::now();
-    auto stage = backend->createStage("cuda0", src, spec);
+    auto stage = backend->createStage(devices.front().id, src, spec);
     const double loadS = seconds(t0, Clock::now());
 
     // Weight bytes one decoded token reads: every layer matrix and the output head (the
@@ -113,16 +147,20 @@ int main(int argc, char** argv) {
     }
     const double decodeS = seconds(a, Clock::now());
     const double tgTokS = decodeTokens / decodeS;
+    const double copyBps = devices.front().bandwidthBytesPerS;
+    const double decodeBps = weightBytes * tgTokS;
     std::printf(
-        "{\"model\": \"%s\", \"device\": \"%s\", \"measured_copy_bandwidth_Bps\": %.4g, "
-        "\"load_s\": %.3f, \"pp512_tok_s\": %.1f, \"decode_tok_s\": %.2f, "
-        "\"decode_context\": \"513..640\", \"weight_bytes_per_token\": %.0f, "
-        "\"decode_bytes_per_s\": %.4g, \"fraction_of_4_8TBps\": %.3f}\n",
-        path.c_str(), devices.empty() ? "?" : devices[0].name.c_str(),
-        devices.empty() ? 0.0 : devices[0].bandwidthBytesPerS, loadS, 512.0 / ppS, tgTokS,
-        weightBytes, weightBytes * tgTokS, weightBytes * tgTokS / kH200Bandwidth);
+        "{\"model\": \"%s\", \"backend\": \"%s\", \"device\": \"%s\", "
+        "\"measured_copy_bandwidth_Bps\": %.4g, \"load_s\": %.3f, \"pp512_tok_s\": %.1f, "
+        "\"decode_tok_s\": %.2f, \"decode_context\": \"513..640\", "
+        "\"weight_bytes_per_token\": %.0f, \"decode_bytes_per_s\": %.4g, "
+        "\"fraction_of_copy_bandwidth\": %.3f, \"peak_Bps\": %.4g, \"fraction_of_peak\": %.3f}\n",
+        gpu_test::jsonEscape(path).c_str(), backendName.c_str(),
+        gpu_test::jsonEscape(devices.front().name).c_str(), copyBps, loadS, 512.0 / ppS, tgTokS,
+        weightBytes, decodeBps, copyBps > 0 ? decodeBps / copyBps : 0.0, peakBps,
+        peakBps > 0 ? decodeBps / peakBps : 0.0);
   } catch (const std::exception& e) {
-    std::printf("{\"error\": \"%s\"}\n", e.what());
+    std::printf("{\"error\": \"%s\"}\n", gpu_test::jsonEscape(e.what()).c_str());
     return 1;
   }
   return 0;

@@ -30,6 +30,26 @@ struct Tally {
   }
 };
 
+// A string as a JSON string literal's contents (quotes, backslashes and control characters
+// escaped), for the one-line JSON reports: error texts and device names are arbitrary.
+inline std::string jsonEscape(const std::string& in) {
+  std::string out;
+  for (const char ch : in) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 inline double nmse(const std::vector<float>& got, const std::vector<float>& want) {
   double err = 0, ref = 0;
   for (size_t i = 0; i < want.size() && i < got.size(); ++i) {

@@ -1,10 +1,23 @@
-// End to end on a real model: greedy decoding of 64 tokens with one CPU stage and with one CUDA
-// stage (loaded through the plugin loader, as the app does) must give the same tokens; the
-// prompt's logits are compared with normalized MSE as well, and a batch of two sequences with
-// what they give one at a time. Usage: gpu_model_check MODEL.gguf
+// End to end on a real model, one backend against the CPU backend (the GPU backends' accuracy
+// contract, logit_agreement.h): for each prompt the CPU decodes greedily; then both backends
+// evaluate the prompt as one batch (every row's logits) and the CPU's continuation one token at
+// a time, teacher-forced, and every row's next-token distributions are compared: top-1
+// agreement >= 99%, mean KL <= 0.01 nats. Also: the prompt rows' normalized MSE, and a batch of
+// two sequences against the two one at a time.
+//
+//   gpu_model_check [--backend cuda] [--device ID] [--prompts FILE] [--max-prompts N]
+//                   [--steps N] MODEL.gguf
+//
+// FILE holds prompt texts separated by NUL bytes (tests/gpu/fixture_prompts.py writes the
+// fixture prompts so); without it one built-in prompt is used. Prompts are tokenized with special
+// tokens parsed (the chat prompts carry ChatML markers). Prints PASS/FAIL lines and, last, one
+// JSON line with the figures. Exit 0 all passed (or the backend is unavailable: a SKIP line),
+// 1 a check failed, 2 bad usage.
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
@@ -13,20 +26,53 @@
 #include "engine/model/model.h"
 #include "kernels/backend_registry.h"
 #include "tests/gpu/gpu_check.h"
+#include "tests/gpu/logit_agreement.h"
 
 using namespace shoal;
 
 namespace {
 
-int32_t argmaxOf(const std::vector<float>& v) {
+struct Options {
+  std::string backend = "cuda";
+  std::string device;  // empty: the backend's first device
+  std::string promptsFile;
+  int maxPrompts = 1000;
+  int steps = 64;
+  std::string model;
+};
+
+const char* const kBuiltInPrompt =
+    "The capital of France is Paris. The three largest planets of the solar system are";
+
+int32_t argmaxOf(std::span<const float> v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-// One sequence's tokens at positions [position, position + tokens.size()), logits of the last.
+std::vector<std::string> readPrompts(const Options& o) {
+  if (o.promptsFile.empty()) return {kBuiltInPrompt};
+  std::ifstream in(o.promptsFile, std::ios::binary);
+  if (!in) throw Error("cannot read prompts file " + o.promptsFile);
+  in.seekg(0, std::ios::end);
+  std::string all(static_cast<size_t>(std::max<std::streamoff>(in.tellg(), 0)), '\0');
+  in.seekg(0);
+  in.read(all.data(), static_cast<std::streamsize>(all.size()));
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < all.size() && static_cast<int>(out.size()) < o.maxPrompts) {
+    size_t end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    if (end > start) out.push_back(all.substr(start, end - start));
+    start = end + 1;
+  }
+  if (out.empty()) throw Error(o.promptsFile + " holds no prompts");
+  return out;
+}
+
+// One sequence's tokens at positions [position, position + tokens.size()).
 void forwardTokens(runtime::Stage& stage, int32_t sequence, int32_t position,
-                   std::span<const int32_t> tokens, runtime::StageOutput& out) {
-  const runtime::Segment segment{sequence, position, static_cast<int32_t>(tokens.size()),
-                                 runtime::LogitRows::Last};
+                   std::span<const int32_t> tokens, runtime::LogitRows rows,
+                   runtime::StageOutput& out) {
+  const runtime::Segment segment{sequence, position, static_cast<int32_t>(tokens.size()), rows};
   runtime::Batch batch;
   batch.tokens = tokens;
   batch.segments = std::span(&segment, 1);
@@ -35,61 +81,68 @@ void forwardTokens(runtime::Stage& stage, int32_t sequence, int32_t position,
 
 std::unique_ptr<runtime::Stage> wholeModelStage(runtime::Backend& backend,
                                                 const std::string& device, const model::Model& m,
-                                                int32_t sequences) {
+                                                int32_t sequences, int32_t context) {
   runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
   runtime::StageSpec spec;
   spec.firstLayer = 0;
   spec.lastLayer = m.config().nLayer;
   spec.hasEmbedding = spec.hasHead = true;
-  spec.contextLength = 512;
+  spec.contextLength = context;
   spec.maxSequences = sequences;
   return backend.createStage(device, src, spec);
 }
 
-// Prompt once (a batch), then 64 greedy tokens one at a time. Returns the tokens; firstLogits
-// receives the logits after the prompt.
-std::vector<int32_t> greedy(runtime::Backend& backend, const std::string& device,
-                            const model::Model& m, const std::vector<int32_t>& prompt, int steps,
-                            std::vector<float>& firstLogits) {
-  auto stage = wholeModelStage(backend, device, m, 1);
+// Every logits row of one teacher-forced run: the prompt's rows, then one row per fed token.
+struct Rows {
+  std::vector<float> prompt;               // prompt.size() / vocab rows
+  std::vector<std::vector<float>> decode;  // one per fed token
+};
+
+// Runs the prompt as one batch, then feeds `continuation` one token at a time. With an empty
+// continuation and steps > 0 it decodes greedily instead and returns the tokens it chose.
+Rows teacherForced(runtime::Stage& stage, const std::vector<int32_t>& prompt,
+                   std::vector<int32_t>& continuation, int steps) {
+  Rows rows;
   runtime::StageOutput out;
-  forwardTokens(*stage, 0, 0, prompt, out);
-  firstLogits = out.logits;
-  std::vector<int32_t> tokens;
+  forwardTokens(stage, 0, 0, prompt, runtime::LogitRows::All, out);
+  rows.prompt = out.logits;
+  const bool greedy = continuation.empty();
+  const size_t vocab = out.logits.size() / prompt.size();
+  std::span<const float> last(out.logits.data() + out.logits.size() - vocab, vocab);
   int32_t pos = static_cast<int32_t>(prompt.size());
   for (int i = 0; i < steps; ++i) {
-    const int32_t next = argmaxOf(out.logits);
-    tokens.push_back(next);
-    forwardTokens(*stage, 0, pos++, std::span<const int32_t>(&tokens.back(), 1), out);
+    if (greedy) continuation.push_back(argmaxOf(last));
+    const int32_t token = continuation[static_cast<size_t>(i)];
+    forwardTokens(stage, 0, pos++, std::span(&token, 1), runtime::LogitRows::Last, out);
+    rows.decode.push_back(out.logits);
+    last = rows.decode.back();
   }
-  return tokens;
+  return rows;
 }
 
 // Two sequences in one batch (a prompt and a one-token decode, every prompt row's logits for
-// the first) must give what the two give one at a time: the stage runs segment by segment.
-void checkSegments(gpu_test::Tally& tally, runtime::Backend& backend, const model::Model& m,
-                   const std::vector<int32_t>& prompt) {
+// the first) must give what the two give one at a time.
+void checkSegments(gpu_test::Tally& tally, runtime::Backend& backend, const std::string& device,
+                   const model::Model& m, const std::vector<int32_t>& prompt) {
   const int32_t n = static_cast<int32_t>(prompt.size());
-  auto alone = wholeModelStage(backend, "cuda0", m, 2);
+  const int32_t context = n + 16;
+  auto alone = wholeModelStage(backend, device, m, 2, context);
   runtime::StageOutput a, b;
-  forwardTokens(*alone, 1, 0, prompt, b);  // sequence 1 holds the prompt already
-  runtime::Segment all{0, 0, n, runtime::LogitRows::All};
-  runtime::Batch first;
-  first.tokens = prompt;
-  first.segments = std::span(&all, 1);
-  alone->forward(first, a);
+  forwardTokens(*alone, 1, 0, prompt, runtime::LogitRows::Last, b);
+  forwardTokens(*alone, 0, 0, prompt, runtime::LogitRows::All, a);
   const int32_t next = argmaxOf(b.logits);
   runtime::StageOutput c;
-  forwardTokens(*alone, 1, n, std::span<const int32_t>(&next, 1), c);
+  forwardTokens(*alone, 1, n, std::span(&next, 1), runtime::LogitRows::Last, c);
   std::vector<float> want = a.logits;
   want.insert(want.end(), c.logits.begin(), c.logits.end());
 
-  auto together = wholeModelStage(backend, "cuda0", m, 2);
+  auto together = wholeModelStage(backend, device, m, 2, context);
   runtime::StageOutput ignored, got;
-  forwardTokens(*together, 1, 0, prompt, ignored);
+  forwardTokens(*together, 1, 0, prompt, runtime::LogitRows::Last, ignored);
   std::vector<int32_t> tokens = prompt;
   tokens.push_back(next);
-  const runtime::Segment segments[] = {all, {1, n, 1, runtime::LogitRows::Last}};
+  const runtime::Segment segments[] = {{0, 0, n, runtime::LogitRows::All},
+                                       {1, n, 1, runtime::LogitRows::Last}};
   runtime::Batch batch;
   batch.tokens = tokens;
   batch.segments = segments;
@@ -101,43 +154,120 @@ void checkSegments(gpu_test::Tally& tally, runtime::Backend& backend, const mode
                "cached positions follow the segments", "");
 }
 
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](std::string& dst) {
+      if (i + 1 >= argc) return false;
+      dst = argv[++i];
+      return true;
+    };
+    std::string number;
+    if (a == "--backend") {
+      if (!value(o.backend)) return false;
+    } else if (a == "--device") {
+      if (!value(o.device)) return false;
+    } else if (a == "--prompts") {
+      if (!value(o.promptsFile)) return false;
+    } else if (a == "--max-prompts" || a == "--steps") {
+      if (!value(number)) return false;
+      char* end = nullptr;
+      const long v = std::strtol(number.c_str(), &end, 10);
+      if (*end != '\0' || v < 1 || v > 100000) return false;
+      (a == "--steps" ? o.steps : o.maxPrompts) = static_cast<int>(v);
+    } else if (!a.empty() && a[0] != '-' && o.model.empty()) {
+      o.model = a;
+    } else {
+      return false;
+    }
+  }
+  return !o.model.empty();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: gpu_model_check MODEL.gguf\n");
+  Options o;
+  if (!parse(argc, argv, o)) {
+    std::fprintf(stderr,
+                 "usage: gpu_model_check [--backend cuda] [--device ID] [--prompts FILE] "
+                 "[--max-prompts N] [--steps N] MODEL.gguf\n");
     return 2;
   }
-  auto cudaBackend = kernels::createBackend("cuda", {});
-  if (!cudaBackend->availability().available) {
-    std::printf("SKIP gpu_model_check: cuda backend unavailable: %s\n",
-                cudaBackend->availability().reason.c_str());
-    return 0;
-  }
   gpu_test::Tally tally;
+  gpu_test::LogitAgreement prefill, decode, all;
+  double promptNmseMax = 0;
+  size_t promptCount = 0;
+  std::string deviceName;
   try {
-    const auto m = model::Model::load(argv[1]);
-    const auto prompt = m->tokenizer().encode(
-        "The capital of France is Paris. The three largest planets of the solar system are", true,
-        false);
-    auto cpuBackend = kernels::createBackend("cpu", {});
-    std::vector<float> cpuLogits, cudaLogits;
-    const auto cpuTokens = greedy(*cpuBackend, "cpu0", *m, prompt, 64, cpuLogits);
-    const auto cudaTokens = greedy(*cudaBackend, "cuda0", *m, prompt, 64, cudaLogits);
-    const double e = gpu_test::nmse(cudaLogits, cpuLogits);
-    tally.expect(e <= 5e-4, "prompt logits cuda vs cpu", "nmse=" + std::to_string(e));
-    size_t same = 0;
-    while (same < cpuTokens.size() && cpuTokens[same] == cudaTokens[same]) ++same;
-    tally.expect(same == cpuTokens.size(), "greedy 64 tokens cuda == cpu",
-                 std::to_string(same) + " of 64 equal before the first difference");
-    std::printf("cpu : ");
-    for (int32_t t : cpuTokens) std::printf("%d ", t);
-    std::printf("\ncuda: ");
-    for (int32_t t : cudaTokens) std::printf("%d ", t);
-    std::printf("\n");
-    checkSegments(tally, *cudaBackend, *m, prompt);
+    auto backend = kernels::createBackend(o.backend, {});
+    if (!backend->availability().available) {
+      std::printf("SKIP gpu_model_check: %s backend unavailable: %s\n", o.backend.c_str(),
+                  backend->availability().reason.c_str());
+      return 0;
+    }
+    const auto devices = backend->devices();
+    if (o.device.empty()) {
+      if (devices.empty()) throw Error(o.backend + " backend lists no device");
+      o.device = devices.front().id;
+    }
+    for (const auto& d : devices)
+      if (d.id == o.device) deviceName = d.name;
+    const auto m = model::Model::load(o.model);
+    auto cpu = kernels::createBackend("cpu", {});
+    const auto prompts = readPrompts(o);
+    for (const std::string& text : prompts) {
+      const auto prompt = m->tokenizer().encode(text, true, true);
+      if (prompt.empty()) continue;
+      const int32_t context = static_cast<int32_t>(prompt.size()) + o.steps + 8;
+      std::vector<int32_t> continuation;
+      const Rows want = teacherForced(*wholeModelStage(*cpu, "cpu0", *m, 1, context), prompt,
+                                      continuation, o.steps);
+      const Rows got = teacherForced(*wholeModelStage(*backend, o.device, *m, 1, context), prompt,
+                                     continuation, o.steps);
+      const size_t vocab = static_cast<size_t>(m->config().nVocab);
+      for (size_t r = 0; r < prompt.size(); ++r) {
+        const std::span<const float> ref(want.prompt.data() + r * vocab, vocab);
+        const std::span<const float> cand =
+            got.prompt.size() == want.prompt.size()
+                ? std::span<const float>(got.prompt.data() + r * vocab, vocab)
+                : std::span<const float>();
+        prefill.add(ref, cand);
+        all.add(ref, cand);
+      }
+      for (size_t s = 0; s < want.decode.size(); ++s) {
+        decode.add(want.decode[s], got.decode[s]);
+        all.add(want.decode[s], got.decode[s]);
+      }
+      promptNmseMax = std::max(promptNmseMax, gpu_test::nmse(got.prompt, want.prompt));
+      ++promptCount;
+      std::printf("  prompt %zu (%zu tokens): prompt-rows nmse %.3g\n", promptCount, prompt.size(),
+                  gpu_test::nmse(got.prompt, want.prompt));
+    }
+    char detail[256];
+    std::snprintf(detail, sizeof detail,
+                  "%zu positions: top-1 %.4f (prompt rows %.4f, decode rows %.4f), mean KL %.3g "
+                  "nats (max %.3g)",
+                  all.positions(), all.top1Agreement(), prefill.top1Agreement(),
+                  decode.top1Agreement(), all.meanKl(), all.maxKl());
+    tally.expect(all.meetsContract() && all.positions() > 0,
+                 "teacher-forced top-1 >= 99% and mean KL <= 0.01", detail);
+    tally.expect(promptNmseMax <= 5e-4, "prompt logits nmse <= 5e-4",
+                 "max " + std::to_string(promptNmseMax));
+    checkSegments(tally, *backend, o.device, *m,
+                  m->tokenizer().encode(kBuiltInPrompt, true, false));
   } catch (const std::exception& e) {
     tally.fail("gpu_model_check", e.what());
   }
+  std::printf(
+      "{\"check\": \"model\", \"backend\": \"%s\", \"device\": \"%s\", \"model\": \"%s\", "
+      "\"prompts\": %zu, \"steps\": %d, \"positions\": %zu, \"top1_agreement\": %.5f, "
+      "\"top1_prompt_rows\": %.5f, \"top1_decode_rows\": %.5f, \"mean_kl_nats\": %.4g, "
+      "\"max_kl_nats\": %.4g, \"prompt_logits_nmse_max\": %.4g, \"passed\": %d, "
+      "\"failed\": %d}\n",
+      o.backend.c_str(), gpu_test::jsonEscape(deviceName).c_str(),
+      gpu_test::jsonEscape(o.model).c_str(), promptCount, o.steps, all.positions(),
+      all.top1Agreement(), prefill.top1Agreement(), decode.top1Agreement(), all.meanKl(),
+      all.maxKl(), promptNmseMax, tally.passed, tally.failed);
   return tally.finish();
 }
