@@ -10,22 +10,27 @@ and prints one JSON object: every sample, the median of each measure and the med
 per-pair ratios Shoal/llama.cpp (for tokens/s higher is better; for rss and startup lower is).
 
 The peer is llama.cpp's llama-bench and llama-completion built from the pinned sdist by
-tools/llamacpp/build_llama_bench.sh. Weight repacking is off in the peer (it crashes on AMX CPUs
-in this llama.cpp version, and it keeps the peer on the plain matmul path the fixtures use) and
-flash attention is off, matching the fixtures. Standard library only.
+tools/llamacpp/build_llama_bench.sh, at its defaults: weight repacking on (--peer-repack 1, what
+its users run; on AMX CPUs this llama.cpp crashes with it, llama.cpp issue #20824: use
+--peer-repack 0 there and say so). --peer-repack 0 is the configuration the fixtures and the
+CPU backend's bit-identity refer to (plain matmul path, no extra buffer types). Flash attention
+is off in both, as in the fixtures. The report's "peer" says which ran. Standard library only.
 
-The model is the default one, --model M, or --synthetic-1b q4_0|q8_0: a random-weight model of
+The model is the default one, --model M, or --synthetic-1b TYPE: a random-weight model of
 Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, tied output) with
 SmolLM2's tokenizer copied in so llama.cpp loads it, written by shoal-synth-model into
-<build>/models/ on first use (never committed).
+<build>/models/ on first use (never committed). TYPE is q4_0, q8_0, q4_K, q5_K, q6_K or
+q4_K_m, a Q4_K_M-style mix (Q4_K matrices, attn_v and ffn_down Q6_K in every layer, the tied
+embedding/output Q6_K; llama.cpp's Q4_K_M gives Q6_K to half of the attn_v/ffn_down layers).
 
 Roofline: the bytes one decode step reads (every weight tensor, token_embd only when it is also
 the output) times tg tokens/s, over the DRAM read bandwidth shoal_membw measures with the same
 thread count (or --bandwidth-gibs). It is a DRAM figure only for models much larger than the
 last-level cache; a model that fits in it (SmolLM2-135M in a 480 MiB L3) can exceed 1.
 
-Usage: bench/compare_llamacpp.py [--build build] [--model M | --synthetic-1b q4_0|q8_0]
-                                 [--threads 2] [--runs 5] [-p 128] [-n 64] [--bandwidth-gibs B]
+Usage: bench/compare_llamacpp.py [--build build] [--model M | --synthetic-1b TYPE]
+                                 [--peer-repack 1|0] [--threads 2] [--runs 5] [-p 128] [-n 64]
+                                 [--bandwidth-gibs B]
 """
 import argparse
 import json
@@ -47,15 +52,26 @@ SYNTHETIC_1B = ["--layers", "16", "--embd", "2048", "--heads", "32", "--kv-heads
                 "--ff", "8192", "--rope-base", "500000", "--tied"]
 
 
+SYNTHETIC_TYPES = {
+    "q4_0": ["--type", "q4_0"],
+    "q8_0": ["--type", "q8_0"],
+    "q4_K": ["--type", "q4_K"],
+    "q5_K": ["--type", "q5_K"],
+    "q6_K": ["--type", "q6_K"],
+    "q4_K_m": ["--type", "q4_K", "--embed-type", "q6_K", "--type-of", "attn_v=q6_K",
+               "--type-of", "ffn_down=q6_K"],
+}
+
+
 def synthetic_1b(a, qtype):
     """Path of the synthetic 1B model of type qtype, written on first use."""
     out = Path(a.build) / "models" / f"synthetic-llama-3.2-1b-{qtype}.gguf"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tool = Path(a.build) / "tools/shoal-synth-model"
-        subprocess.run([str(tool), *SYNTHETIC_1B, "--vocab-from", str(DEFAULT_MODEL), "--type",
-                        qtype, "--name", f"synthetic-llama-3.2-1b-{qtype}", "--out", str(out)],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([str(tool), *SYNTHETIC_1B, "--vocab-from", str(DEFAULT_MODEL),
+                        *SYNTHETIC_TYPES[qtype], "--name", f"synthetic-llama-3.2-1b-{qtype}",
+                        "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
     return out
 
 
@@ -169,7 +185,7 @@ def shoal_bench(a):
 def llama_bench(a):
     out, _, _ = run_measured([str(Path(a.llama_bin) / "llama-bench"), "-m", a.model, "-t",
                               str(a.threads), "-p", str(a.p), "-n", str(a.n), "-r", "1",
-                              "--repack", "0", "-fa", "0", "-o", "json"])
+                              "--repack", str(a.peer_repack), "-fa", "0", "-o", "json"])
     res = {}
     for r in json.loads(out):
         res["pp" if r["n_prompt"] else "tg"] = r["avg_ts"]
@@ -184,8 +200,8 @@ def shoal_generate(a, n):
 def llama_generate(a, n):
     return run_measured([str(Path(a.llama_bin) / "llama-completion"), "-m", a.model, "-t",
                          str(a.threads), "-p", PROMPT, "-n", str(n), "--temp", "0",
-                         "--ignore-eos", "-c", "512", "--no-repack", "-fa", "off", "-no-cnv",
-                         "--no-warmup"])
+                         "--ignore-eos", "-c", "512", *(["--no-repack"] if a.peer_repack == 0 else []),
+                         "-fa", "off", "-no-cnv", "--no-warmup"])
 
 
 def main():
@@ -194,10 +210,12 @@ def main():
                     help="build directory holding shoal-cli, shoal-synth-model and shoal_membw")
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--model", default=None, help="GGUF model (default: the default model)")
-    which.add_argument("--synthetic-1b", choices=["q4_0", "q8_0"], default=None,
+    which.add_argument("--synthetic-1b", choices=sorted(SYNTHETIC_TYPES), default=None,
                        help="a random-weight Llama-3.2-1B-shaped model of this type")
     ap.add_argument("--bandwidth-gibs", type=float, default=None,
                     help="DRAM read bandwidth for the roofline (default: run shoal_membw)")
+    ap.add_argument("--peer-repack", type=int, choices=[0, 1], default=1,
+                    help="llama.cpp's weight repacking: 1 (its default) or 0 (the fixtures' path)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("-p", type=int, default=128)
@@ -242,6 +260,8 @@ def main():
         # 1/5/15-minute load averages: timings taken on a busy machine are not figures
         "loadavg_start": load_start,
         "loadavg_end": Path("/proc/loadavg").read_text().split()[:3],
+        "peer": f"llama.cpp (llama-cpp-python 0.3.36), repack {'on' if a.peer_repack else 'off'}, "
+                "flash attention off",
         "threads": a.threads,
         "runs": a.runs,
         "pp_tokens": a.p,

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/gguf/tensor_type.h"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   std::string type = "q8_0";
   std::string embedType;
   std::string truncateFrom;
+  std::vector<std::string> typeOf;
   CLI::App app{"Write a GGUF model (llama, qwen2, qwen3, ...) with deterministic random weights."};
   app.add_option("--arch", spec.architecture, "architecture (its tensor table decides the tensors)")
       ->capture_default_str();
@@ -51,6 +53,11 @@ int main(int argc, char** argv) {
   app.add_option("--ctx", spec.nCtx, "context length")->capture_default_str();
   app.add_option("--type", type, "type of the attention/FFN matrices")->capture_default_str();
   app.add_option("--embed-type", embedType, "type of token_embd/output (default: --type)");
+  app.add_option(
+      "--type-of", typeOf,
+      "KIND=TYPE: another type for one kind of matrix (token_embd output attn_q attn_k "
+      "attn_v attn_output ffn_gate ffn_up ffn_down), repeatable; e.g. a Q4_K_M-style mix: "
+      "--type q4_K --type-of attn_v=q6_K --type-of ffn_down=q6_K");
   app.add_option("--vocab-from", spec.vocabFrom, "GGUF file to copy tokenizer.* metadata from")
       ->check(CLI::ExistingFile);
   app.add_option("--seed", spec.seed, "random seed")->capture_default_str();
@@ -64,15 +71,35 @@ int main(int argc, char** argv) {
                      "write the first --layers blocks of this real GGUF model instead (all its "
                      "metadata and non-layer tensors copied)")
           ->check(CLI::ExistingFile);
-  for (const char* shapeOption :
-       {"--arch", "--embd", "--heads", "--kv-heads", "--ff", "--vocab", "--ctx", "--type",
-        "--embed-type", "--vocab-from", "--seed", "--rope-base", "--rms-eps", "--name", "--tied"}) {
+  for (const char* shapeOption : {"--arch", "--embd", "--heads", "--kv-heads", "--ff", "--vocab",
+                                  "--ctx", "--type", "--embed-type", "--vocab-from", "--seed",
+                                  "--rope-base", "--rms-eps", "--name", "--tied", "--type-of"}) {
     truncate->excludes(shapeOption);
   }
   try {
     app.parse(argc, argv);
     if (std::string err = parseType(type, spec.weightType); !err.empty()) {
       throw CLI::ValidationError("--type", err);
+    }
+    for (const std::string& item : typeOf) {
+      const size_t eq = item.find('=');
+      static const char* const kKinds[] = {"token_embd",  "output",   "attn_q", "attn_k",  "attn_v",
+                                           "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+      const std::string kind = item.substr(0, eq);
+      bool known = false;
+      for (const char* k : kKinds) known = known || kind == k;
+      if (eq == std::string::npos || !known) {
+        throw CLI::ValidationError("--type-of",
+                                   "expected KIND=TYPE with KIND one of token_embd "
+                                   "output attn_q attn_k attn_v attn_output ffn_gate "
+                                   "ffn_up ffn_down, got '" +
+                                       item + "'");
+      }
+      shoal::gguf::TensorType t{};
+      if (std::string err = parseType(item.substr(eq + 1), t); !err.empty()) {
+        throw CLI::ValidationError("--type-of", err);
+      }
+      spec.typeOverrides[kind] = t;
     }
     if (embedType.empty()) embedType = type;
     if (std::string err = parseType(embedType, spec.embedType); !err.empty()) {

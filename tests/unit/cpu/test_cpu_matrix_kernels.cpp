@@ -133,9 +133,10 @@ class CpuMatrixKernelsTest : public QObject {
     const auto t = static_cast<TensorType>(type);
     if (test::simdLevels().empty()) QSKIP("no SIMD level on this CPU");
     uint32_t seed = 100;
-    // Row counts around the tiles (4 and 8 rows; pairs of rows), token counts around 4.
+    // Row counts around the tiles (4 and 8 rows; pairs of rows), token counts around the token
+    // tiles (4 and 8).
     for (int64_t rows : {1, 3, 8, 13}) {
-      for (int64_t tokens : {1, 2, 5}) {
+      for (int64_t tokens : {1, 2, 5, 9}) {
         const Problem p(t, rows, cols, tokens, seed++);
         std::vector<DotOrder> orders = {DotOrder::Vec};
         if (tiledAllowed(t, cols)) orders.push_back(DotOrder::Tiled);
