@@ -486,36 +486,17 @@ void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, in
 float dotQ5_K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
   __m256 acc = _mm256_setzero_ps();
   float summs = 0.0f, tiled = 0.0f;
-  const __m256i low4 = _mm256_set1_epi8(0xF);
   for (int64_t b = 0; b < blocks; ++b) {
     const float d = y[b].d * half(x[b].d);
     const float dmin = -y[b].d * half(x[b].dmin);
-    __m128i scales, mins;
-    scalesAndMins(x[b].scales, scales, mins);
-    const __m128i prod = minProducts(y[b], mins);
+    Q5KTraits::Context c;
+    __m128i mins;
+    Q5KTraits::prepare(x[b], c, mins);
     alignas(16) int32_t p[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(p), prod);
+    _mm_store_si128(reinterpret_cast<__m128i*>(p), minProducts(y[b], mins));
     const int32_t minSum = (p[0] + p[1]) + (p[2] + p[3]);
     summs = fmaSingle(dmin, static_cast<float>(minSum), summs);
-    const __m256i both = _mm256_broadcastsi128_si256(scales);
-    const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
-    __m256i lanes = _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * j));
-      const __m256i one = _mm256_set1_epi8(1);
-      const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(high, 2 * j), one);
-      const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(high, 2 * j + 1), one);
-      const __m256i q0 = _mm256_or_si256(_mm256_and_si256(bits, low4), _mm256_slli_epi16(h0, 4));
-      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), low4),
-                                         _mm256_slli_epi16(h1, 4));
-      const __m256i q8lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 64 * j));
-      const __m256i q8hi =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 64 * j + 32));
-      lanes = _mm256_add_epi32(
-          lanes, _mm256_madd_epi16(broadcastScale(both, 2 * j), _mm256_maddubs_epi16(q0, q8lo)));
-      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(broadcastScale(both, 2 * j + 1),
-                                                        _mm256_maddubs_epi16(q1, q8hi)));
-    }
+    const __m256i lanes = blockLanes<Q5KTraits>(x[b], c, y[b]);
     if (order == DotOrder::Tiled) {
       tiled = tiledStep(tiled, lanes, minSum, half(x[b].d), half(x[b].dmin), y[b].d, true);
     } else {
@@ -528,35 +509,12 @@ float dotQ5_K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder o
 float dotQ6_K(const BlockQ6_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
   __m256 acc = _mm256_setzero_ps();
   float tiled = 0.0f;
-  const __m256i low4 = _mm256_set1_epi8(0xF), low2 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < blocks; ++b) {
     const float d = y[b].d * half(x[b].d);
-    const __m256i scales16 =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales)));
-    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].bsums));
-    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5);
-    __m256i lanes = _mm256_setzero_si256();
-    for (int half128 = 0; half128 < 2; ++half128) {
-      const uint8_t* ql = x[b].ql + 64 * half128;
-      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i qh =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh + 32 * half128));
-      for (int part = 0; part < 4; ++part) {
-        const __m256i src = part % 2 == 0 ? lo : hi;
-        const __m256i nib = part < 2 ? _mm256_and_si256(src, low4)
-                                     : _mm256_and_si256(_mm256_srli_epi16(src, 4), low4);
-        const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * part), low2);
-        const __m256i q = _mm256_or_si256(nib, _mm256_slli_epi16(top, 4));
-        const __m256i q8 = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(y[b].qs + 128 * half128 + 32 * part));
-        const int s = 8 * half128 + 2 * part;
-        const __m256i scale =
-            _mm256_set_m128i(_mm_set1_epi16(x[b].scales[s + 1]), _mm_set1_epi16(x[b].scales[s]));
-        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, q8)));
-      }
-    }
-    lanes = _mm256_sub_epi32(lanes, offset);
+    Q6KTraits::Context c;
+    __m128i unused;
+    Q6KTraits::prepare(x[b], c, unused);
+    const __m256i lanes = blockLanes<Q6KTraits>(x[b], c, y[b]);  // the -32 offset included
     if (order == DotOrder::Tiled) {
       tiled = tiledStep(tiled, lanes, 0, half(x[b].d), 0.0f, y[b].d, false);
     } else {
