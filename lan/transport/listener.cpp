@@ -6,6 +6,7 @@
 #include <deque>
 #include <list>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "engine/error.h"
@@ -118,10 +119,13 @@ void Listener::Impl::admit(asio::ip::tcp::socket socket) {
   reapFinished();
   std::optional<VettingSlots::Slot> slot = slots.admit(source, prefix);
   if (!slot) return;  // `socket` closes here
-  auto conn = std::make_unique<TlsConnection>(tlsContext);
+  std::unique_ptr<TlsConnection> conn;
   try {
+    // The connection's own io_context takes descriptors (epoll, eventfd): a node out of them
+    // right after accept() drops this connection (asio throws), it does not go down.
+    conn = std::make_unique<TlsConnection>(tlsContext);
     conn->adoptAccepted(std::move(socket));
-  } catch (const TransportError&) {
+  } catch (const std::exception&) {
     slots.release(*slot);
     return;
   }
@@ -129,7 +133,14 @@ void Listener::Impl::admit(asio::ip::tcp::socket socket) {
   v.conn = conn.get();
   v.slot = std::move(*slot);
   v.accepted = std::chrono::steady_clock::now();
-  v.thread = std::thread([this, &v, c = std::move(conn)]() mutable { vet(v, std::move(c)); });
+  try {
+    v.thread = std::thread([this, &v, c = std::move(conn)]() mutable { vet(v, std::move(c)); });
+  } catch (const std::system_error&) {
+    // No thread to be had (a process or cgroup limit): the lambda, and the connection it
+    // holds, are gone already; drop the entry.
+    releaseSlot(v);
+    vetting.pop_back();
+  }
 }
 
 void Listener::Impl::releaseSlot(Vetting& v) {
@@ -239,7 +250,16 @@ Listener::Listener(const std::string& bindHost, uint16_t port, const Identity& i
                                                        std::to_string(port) + ": " + ec.message());
   m_impl->port = acceptor.local_endpoint().port();
   m_impl->startAccept();
-  m_impl->ioThread = std::thread([impl = m_impl.get()] { impl->io.run(); });
+  m_impl->ioThread = std::thread([impl = m_impl.get()] {
+    // Handlers catch what they expect; a stray exception must still not take the node down.
+    for (;;) {
+      try {
+        impl->io.run();
+        return;
+      } catch (const std::exception&) {
+      }
+    }
+  });
 }
 
 Listener::~Listener() { stop(); }

@@ -278,6 +278,35 @@ class TestTlsListener : public QObject {
     const std::string why = connectError(listener.port(), client);
     QVERIFY2(why.empty(), why.c_str());
   }
+
+  // accept() succeeds on the last free descriptor, and the connection's own io_context (epoll,
+  // eventfd) finds none: that connection is dropped, the node stays up and accepts again once
+  // descriptors are back. (It once threw out of the accept handler: std::terminate.)
+  void aListenerOutOfDescriptorsAfterAcceptDropsOnlyThatConnection() {
+    Node server, client;
+    server.trust.add(client.identity.deviceId, "client");
+    client.trust.add(server.identity.deviceId, "server");
+    Inbox inbox;
+    Listener listener("127.0.0.1", 0, server.identity, server.trust, inbox.callback());
+    asio::io_context io;
+    asio::ip::tcp::socket late(io);
+    late.open(asio::ip::tcp::v4());
+    late.bind({asio::ip::make_address("127.0.0.4"), 0});
+    rlimit saved{};
+    QVERIFY(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    const int lowestFree = ::dup(0);
+    QVERIFY(lowestFree >= 0);
+    ::close(lowestFree);
+    rlimit tight = saved;
+    tight.rlim_cur = rlim_t(lowestFree + 1);  // room for the accepted socket, nothing more
+    QVERIFY(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+    late.connect({asio::ip::make_address("127.0.0.1"), listener.port()});
+    const bool dropped = closedByServerWithin(late, 5s);
+    QVERIFY(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+    QVERIFY(dropped);
+    const std::string why = connectError(listener.port(), client);
+    QVERIFY2(why.empty(), why.c_str());
+  }
 };
 
 QTEST_APPLESS_MAIN(TestTlsListener)
