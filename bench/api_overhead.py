@@ -25,6 +25,10 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sse import sse_json_events  # noqa: E402
 
 PASSAGE = ("The river runs past the old mill and under the stone bridge, where children stop to "
            "watch the fish that gather in the shade. In autumn the leaves fall into the water and "
@@ -64,27 +68,14 @@ def streamed_run(port, prompt, gen):
         sys.exit(f"API answered {r.status}: {r.read()[:300]!r}")
     first = last = None
     usage = None
-    buf = b""
-    while True:
-        data = r.read1(65536)
-        if not data:
-            break
-        buf += data
-        while b"\n\n" in buf:
-            event, buf = buf.split(b"\n\n", 1)
-            if not event.startswith(b"data: "):
-                continue
-            payload = event[6:]
-            if payload == b"[DONE]":
-                continue
-            j = json.loads(payload)
-            if j.get("usage"):
-                usage = j["usage"]
-            for ch in j.get("choices", []):
-                if ch.get("text"):
-                    now = time.perf_counter()
-                    first = first if first is not None else now
-                    last = now
+    for j in sse_json_events(r):
+        if j.get("usage"):
+            usage = j["usage"]
+        for ch in j.get("choices", []):
+            if ch.get("text"):
+                now = time.perf_counter()
+                first = first if first is not None else now
+                last = now
     c.close()
     if first is None or usage is None:
         sys.exit("the stream carried no text or no usage")

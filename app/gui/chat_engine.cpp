@@ -16,16 +16,19 @@
 namespace shoal::gui {
 namespace {
 
-// A chain of one stage holding every layer of `m` on `device`, with the app's context cap. The
-// chat and the API server each get one (each stage has its own KV cache).
+// A chain of one stage holding every layer of `m` on `device`, with the app's context cap and
+// `sequences` KV slots. The chat and the API server each get one (each stage has its own KV
+// cache).
 std::unique_ptr<runtime::Chain> wholeModelChain(runtime::Backend& backend,
-                                                const std::string& device, const model::Model& m) {
+                                                const std::string& device, const model::Model& m,
+                                                int32_t sequences = 1) {
   const model::ModelConfig& c = m.config();
   runtime::StageSpec spec;
   spec.firstLayer = 0;
   spec.lastLayer = c.nLayer;
   spec.hasEmbedding = spec.hasHead = true;
   spec.contextLength = std::min<int32_t>(c.nCtxTrain, kMaxChatContext);
+  spec.maxSequences = sequences;
   const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
   std::vector<std::unique_ptr<runtime::Stage>> stages;
   stages.push_back(backend.createStage(device, src, spec));
@@ -62,15 +65,15 @@ void ChatEngine::startApi() {
     kernels::BackendOptions options;
     options.cpuThreads = m_threads;
     m_apiBackend = kernels::createBackend("cpu", options);
-    m_apiChain = wholeModelChain(*m_apiBackend, m_apiBackend->devices().front().id, *m_model);
-    m_apiSession = std::make_unique<runtime::Session>(*m_apiChain, m_model->tokenizer());
+    m_apiChain =
+        wholeModelChain(*m_apiBackend, m_apiBackend->devices().front().id, *m_model, kApiParallel);
     api::ApiServerOptions o;
     o.host = m_apiHost.toStdString();
     o.port = m_apiPort;
     // The key comes from the environment, as shoal-node's does (never stored in the settings
     // file); serving beyond loopback needs one, and bind() says so otherwise.
     if (const char* key = std::getenv("SHOAL_API_KEY")) o.apiKey = key;
-    m_api = std::make_unique<api::ApiServer>(*m_model, *m_apiSession, o);
+    m_api = std::make_unique<api::ApiServer>(*m_model, *m_apiChain, o);
     m_api->bind();
   } catch (const std::exception& e) {
     stopApi();
@@ -87,7 +90,6 @@ void ChatEngine::stopApi() {
   if (m_api) m_api->stop();
   if (m_apiThread.joinable()) m_apiThread.join();
   m_api.reset();
-  m_apiSession.reset();
   m_apiChain.reset();
   m_apiBackend.reset();
   if (wasRunning) emit apiStopped();

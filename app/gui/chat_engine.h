@@ -99,7 +99,6 @@ class ChatEngine : public ReplyEngine {
   int m_apiPort = 0;
   std::unique_ptr<runtime::Backend> m_apiBackend;
   std::unique_ptr<runtime::Chain> m_apiChain;
-  std::unique_ptr<runtime::Session> m_apiSession;
   std::unique_ptr<api::ApiServer> m_api;
   std::thread m_apiThread;  // runs m_api->serve()
 };

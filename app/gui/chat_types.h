@@ -11,6 +11,8 @@ namespace shoal::gui {
 // The context the app loads a model with: the model's training context, capped so that a small
 // machine does not reserve a KV cache for 128k tokens (the same cap shoal-cli uses by default).
 inline constexpr int kMaxChatContext = 4096;
+// Requests the app's API server generates at once (each a KV cache of up to kMaxChatContext).
+inline constexpr int kApiParallel = 4;
 
 // Sampling and length settings of one conversation (stored with it, sent with every request).
 struct GenerationSettings {

@@ -31,7 +31,6 @@
 #include "engine/model/default_model.h"
 #include "engine/model/model.h"
 #include "engine/runtime/chain.h"
-#include "engine/runtime/session.h"
 #include "kernels/backend_registry.h"
 #include "lan/api/api_server.h"
 #include "lan/node/node_service.h"
@@ -57,6 +56,7 @@ struct NodeOptions {
   std::string device;
   int threads = 0;
   int contextLength = 0;
+  int parallel = 4;  // API requests generated at once (KV slots of contextLength each)
   bool api = false;  // resolved in main(): serve the OpenAI API
   api::ApiServerOptions apiOptions;
   bool pool = true;
@@ -64,12 +64,12 @@ struct NodeOptions {
   bool pair = false;
 };
 
-// The local model, its one-stage chain and the API server over it.
+// The local model, its one-stage chain (one KV slot per request run at once) and the API server
+// over it.
 struct ApiPart {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<runtime::Backend> backend;
   std::unique_ptr<runtime::Chain> chain;
-  std::unique_ptr<runtime::Session> session;
   std::unique_ptr<api::ApiServer> server;
 };
 
@@ -108,6 +108,7 @@ int startApi(const NodeOptions& o, ApiPart& part) {
   spec.hasEmbedding = spec.hasHead = true;
   spec.contextLength =
       o.contextLength > 0 ? o.contextLength : std::min(c.nCtxTrain, kDefaultMaxContext);
+  spec.maxSequences = o.parallel;
   const runtime::ModelSource src{&part.model->file(), &part.model->config(),
                                  &part.model->weights()};
   const std::string device = o.device.empty() ? part.backend->devices().front().id : o.device;
@@ -119,11 +120,10 @@ int startApi(const NodeOptions& o, ApiPart& part) {
     std::fprintf(stderr, "shoal-node: %s\n", e.what());
     return 2;
   }
-  part.session = std::make_unique<runtime::Session>(*part.chain, part.model->tokenizer());
   const double loadSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  part.server = std::make_unique<api::ApiServer>(*part.model, *part.session, o.apiOptions);
+  part.server = std::make_unique<api::ApiServer>(*part.model, *part.chain, o.apiOptions);
   try {
     part.server->bind();
   } catch (const Error& e) {
@@ -131,12 +131,12 @@ int startApi(const NodeOptions& o, ApiPart& part) {
     return 1;
   }
   std::fprintf(stderr,
-               "shoal-node%s%s: model %s (%s, context %d, %s on %s) loaded in %.2f s; "
-               "API on http://%s:%d/v1%s\n",
+               "shoal-node%s%s: model %s (%s, context %d x %d parallel, %s on %s) loaded in %.2f "
+               "s; API on http://%s:%d/v1%s\n",
                o.name.empty() ? "" : " ", o.name.c_str(), part.server->modelId().c_str(),
-               c.architecture.c_str(), part.session->contextLength(), part.backend->name().c_str(),
-               device.c_str(), loadSeconds, o.apiOptions.host.c_str(), part.server->port(),
-               o.apiOptions.apiKey.empty() ? "" : " (API key required)");
+               c.architecture.c_str(), part.chain->contextLength(), o.parallel,
+               part.backend->name().c_str(), device.c_str(), loadSeconds, o.apiOptions.host.c_str(),
+               part.server->port(), o.apiOptions.apiKey.empty() ? "" : " (API key required)");
   return 0;
 }
 
@@ -255,6 +255,11 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "device id of the API's model (see shoal-cli devices)");
   app.add_option("--ctx", o.contextLength, "context length in tokens (default: min(model, 4096))")
       ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--parallel", o.parallel,
+                 "API requests generated at once, batched together (each holds a KV cache of "
+                 "--ctx tokens); more wait in the queue")
+      ->capture_default_str()
+      ->check(CLI::Range(1, static_cast<int>(api::kMaxParallel)));
   app.add_flag("--api", o.api, "serve the OpenAI-compatible API over the model");
   auto* apiHost = app.add_option("--api-host", o.apiOptions.host, "address the API listens on")
                       ->capture_default_str();
@@ -268,7 +273,7 @@ int main(int argc, char** argv) {
                                 "SHOAL_API_KEY; command lines show in ps); needed beyond loopback")
                      ->envname("SHOAL_API_KEY");
   app.add_option("--max-queue", o.apiOptions.maxQueued,
-                 "requests that may wait behind the running one before 429")
+                 "requests that may wait for a free slot (--parallel) before 429")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, api::kMaxQueuedRequests));
   app.add_option("--port", port, "TCP port coordinators connect to (0: any free port)")

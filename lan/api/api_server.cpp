@@ -69,18 +69,19 @@ std::string randomHex() {
 
 }  // namespace
 
-ApiServer::ApiServer(const model::Model& model, runtime::Session& session, ApiServerOptions options)
+ApiServer::ApiServer(const model::Model& model, runtime::Chain& chain, ApiServerOptions options)
     : m_model(model),
       m_options(std::move(options)),
       m_modelId(m_options.modelId.empty() ? model.path().stem().string() : m_options.modelId),
       m_created(static_cast<int64_t>(std::time(nullptr))),
       m_loopbackBind(isLoopbackHost(m_options.host)),
-      m_contextLength(session.contextLength()),
-      m_queue(session, m_options.maxQueued),
-      m_http(std::make_unique<BoundedHttpServer>(
-          kMaxHeadBytes, kMaxBodyBytes,
-          std::min(m_options.maxQueued + kSpareHttpThreads, kMaxHttpThreads),
-          kMaxPendingConnections)) {
+      m_contextLength(chain.contextLength()),
+      m_queue(chain, model.tokenizer(), m_options.maxQueued),
+      m_http(std::make_unique<BoundedHttpServer>(kMaxHeadBytes, kMaxBodyBytes,
+                                                 std::min(m_options.maxQueued, kMaxQueuedRequests) +
+                                                     std::min(m_queue.slotCount(), kMaxParallel) +
+                                                     kSpareHttpThreads,
+                                                 kMaxPendingConnections)) {
   if (const std::string why = unsafeOptions(m_options); !why.empty()) {
     throw Error("API server: " + why);
   }
@@ -178,6 +179,7 @@ void ApiServer::installRoutes() {
                        {"queue",
                         {{"waiting", s.waiting},
                          {"running", s.running},
+                         {"slots", s.slotCount},
                          {"max_waiting", m_queue.maxWaiting()},
                          {"completed", s.completed},
                          {"cancelled", s.cancelled},

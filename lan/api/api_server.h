@@ -6,8 +6,10 @@
 //
 // Requests are validated and tokenized on the HTTP thread (the tokenizer is immutable), so a bad
 // request or a prompt that cannot fit is answered 400 before it takes a place in the queue.
-// Generation happens on the queue's single worker, first come first served; a full queue answers
-// 429 with Retry-After. A streaming client that disconnects cancels its job.
+// Generation happens on the queue's single worker, which batches every running request into each
+// step (continuous batching: as many at once as the chain has KV slots, the rest first come first
+// served); a full queue answers 429 with Retry-After. A streaming client that disconnects cancels
+// its job.
 //
 // Before any body byte is read, request_guard.h checks the request's head (Host/Origin on
 // loopback, API key, method, Content-Length, Content-Type); see lan/api/README.md for the threat
@@ -20,7 +22,7 @@
 #include <string>
 
 #include "engine/model/model.h"
-#include "engine/runtime/session.h"
+#include "engine/runtime/chain.h"
 #include "lan/api/generation_queue.h"
 
 namespace httplib {
@@ -35,11 +37,15 @@ class BoundedHttpServer;
 
 // HTTP threads: cpp-httplib serves each connection on a pool thread, and a request waiting in the
 // queue (or streaming) holds its thread. The cap bounds what a flood of connections can hold:
-// threads × (kMaxBodyBytes + its parsed JSON) of memory, about 64 × 18 MB worst case.
+// threads × (kMaxBodyBytes + its parsed JSON) of memory. The waiting requests and the spare
+// threads share this cap; the running streams add at most kMaxParallel more.
 inline constexpr size_t kMaxHttpThreads = 64;
-// Threads beyond the queue: the running job's stream plus room for /health, /v1/models and
-// requests that are answered with an error without queueing.
+// Threads beyond the queue and the running streams: room for /health, /v1/models and requests
+// that are answered with an error without queueing.
 inline constexpr size_t kSpareHttpThreads = 16;
+// Streams that run at once (the chain's KV slots) each hold a thread too; the pool grows by at
+// most this many for them: at most 80 threads in all, about 80 × 18 MB of bodies worst case.
+inline constexpr size_t kMaxParallel = 16;
 // Accepted connections waiting for an HTTP thread: each is an open descriptor, and cpp-httplib's
 // own pool queues them without limit (idle connections would pile up until EMFILE, which the pool
 // listener of the same process would hit too). 64 more than the threads keeps the API under 128
@@ -53,7 +59,7 @@ struct ApiServerOptions {
   std::string host = "127.0.0.1";  // loopback unless the user asks for more (then a key is due)
   int port = 8080;                 // 0: pick a free port (see ApiServer::port())
   std::string apiKey;              // non-empty: everything but /health needs "Bearer <key>"
-  size_t maxQueued = kMaxQueuedRequests;  // jobs waiting behind the running one before 429
+  size_t maxQueued = kMaxQueuedRequests;  // jobs waiting for a KV slot before 429
   std::string modelId;                    // empty: the model file's name without ".gguf"
   int32_t defaultTopK = 40;               // top-k/min-p are not OpenAI parameters; Shoal's defaults
   float defaultMinP = 0.05f;
@@ -67,9 +73,10 @@ std::string unsafeOptions(const ApiServerOptions& options);
 
 class ApiServer {
  public:
-  // `model` and `session` must outlive the server; from construction on the session belongs to
-  // the server's worker thread.
-  ApiServer(const model::Model& model, runtime::Session& session, ApiServerOptions options);
+  // `model` and `chain` must outlive the server; from construction on the chain belongs to the
+  // server's worker thread. Requests run at once up to the chain's KV slots (its stages'
+  // maxSequences).
+  ApiServer(const model::Model& model, runtime::Chain& chain, ApiServerOptions options);
   ~ApiServer();  // stop()
 
   ApiServer(const ApiServer&) = delete;
@@ -101,7 +108,7 @@ class ApiServer {
   std::string m_modelId;
   int64_t m_created = 0;        // model "created" timestamp: when the server started
   bool m_loopbackBind = true;   // the host is loopback: the guard checks Host and Origin
-  int32_t m_contextLength = 0;  // the session's, read once: the worker owns the session
+  int32_t m_contextLength = 0;  // the chain's, read once: the worker owns the chain
   int m_port = 0;
   std::atomic<uint64_t> m_nextId{1};
   GenerationQueue m_queue;

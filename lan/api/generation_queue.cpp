@@ -46,8 +46,12 @@ void GenerationJob::finish(runtime::GenerateResult result, std::string error) {
   m_changed.notify_all();
 }
 
-GenerationQueue::GenerationQueue(runtime::Session& session, size_t maxWaiting)
-    : m_session(session), m_maxWaiting(maxWaiting), m_worker([this] { workerLoop(); }) {}
+GenerationQueue::GenerationQueue(runtime::Chain& chain, const model::Tokenizer& tokenizer,
+                                 size_t maxWaiting, runtime::SchedulerOptions options)
+    : m_scheduler(chain, tokenizer, options),
+      m_slots(m_scheduler.slotCount()),
+      m_maxWaiting(maxWaiting),
+      m_worker([this] { workerLoop(); }) {}
 
 GenerationQueue::~GenerationQueue() { shutdown(); }
 
@@ -55,7 +59,7 @@ GenerationQueue::Submit GenerationQueue::submit(const std::shared_ptr<Generation
   {
     std::lock_guard lock(m_mutex);
     if (m_stopping) return Submit::ShuttingDown;
-    if (m_jobs.size() >= m_maxWaiting) {
+    if (m_jobs.size() + m_schedulerWaiting >= m_maxWaiting) {
       ++m_stats.rejected;
       return Submit::Full;
     }
@@ -71,69 +75,93 @@ void GenerationQueue::shutdown() {
     std::lock_guard lock(m_mutex);
     if (m_stopping && !m_worker.joinable()) return;
     m_stopping = true;
-    if (m_running) m_running->cancel();
     dropped.swap(m_jobs);
     m_stats.cancelled += dropped.size();
   }
   m_wake.notify_all();
-  // Queued jobs never started: finish them so their readers stop waiting.
+  // Jobs never handed to the scheduler: finish them so their readers stop waiting.
   for (const auto& job : dropped) {
     job->cancel();
     runtime::GenerateResult r;
     r.finish = runtime::FinishReason::Cancelled;
     job->finish(std::move(r), "the server is shutting down");
   }
+  // The worker cancels what the scheduler holds before it returns.
   if (m_worker.joinable()) m_worker.join();
 }
 
 QueueStats GenerationQueue::stats() const {
   std::lock_guard lock(m_mutex);
   QueueStats s = m_stats;
-  s.waiting = m_jobs.size();
-  s.running = m_running != nullptr;
+  s.waiting = m_jobs.size() + m_schedulerWaiting;
+  s.running = m_schedulerRunning;
+  s.slotCount = m_slots;
   return s;
 }
 
-void GenerationQueue::workerLoop() {
-  for (;;) {
-    std::shared_ptr<GenerationJob> job;
-    {
-      std::unique_lock lock(m_mutex);
-      m_wake.wait(lock, [&] { return m_stopping || !m_jobs.empty(); });
-      if (m_stopping) return;
-      job = std::move(m_jobs.front());
-      m_jobs.pop_front();
-      m_running = job;
-    }
-
-    runtime::GenerateResult result;
-    std::string error;
-    if (job->cancelled()) {
-      // The client left while it waited: nothing to compute.
-      result.finish = runtime::FinishReason::Cancelled;
-    } else {
-      try {
-        result = m_session.generate(job->m_prompt, job->m_options, [&job](std::string_view piece) {
-          job->push(piece);
-          return !job->cancelled();
-        });
-      } catch (const std::exception& e) {
-        error = e.what();
-        // A failed generation may leave the cache in any state; start the next one clean.
-        m_session.reset();
-      }
-    }
-
+void GenerationQueue::start(const std::shared_ptr<GenerationJob>& job) {
+  runtime::Scheduler::Request r;
+  r.prompt = job->m_prompt;
+  r.options = job->m_options;  // its cancel flag is the job's
+  r.onText = [job](std::string_view piece) {
+    job->push(piece);
+    return !job->cancelled();
+  };
+  r.onFinish = [this, job](const runtime::GenerateResult& result, std::string_view error) {
     {
       std::lock_guard lock(m_mutex);
-      m_running.reset();
       if (result.finish == runtime::FinishReason::Cancelled) {
         ++m_stats.cancelled;
       } else if (error.empty()) {
         ++m_stats.completed;
       }
     }
-    job->finish(std::move(result), std::move(error));
+    job->finish(result, std::string(error));
+  };
+  try {
+    m_scheduler.add(std::move(r));
+  } catch (const std::exception& e) {
+    // The server validated the prompt; this is a last line of defence, not a crash.
+    job->finish({}, e.what());
+  }
+}
+
+void GenerationQueue::workerLoop() {
+  std::deque<std::shared_ptr<GenerationJob>> incoming;
+  for (;;) {
+    {
+      std::unique_lock lock(m_mutex);
+      const runtime::SchedulerStats st = m_scheduler.stats();
+      m_schedulerWaiting = st.waiting;
+      m_schedulerRunning = st.active;
+      m_wake.wait(lock, [&] { return m_stopping || !m_jobs.empty() || !m_scheduler.idle(); });
+      if (m_stopping) break;
+      incoming.swap(m_jobs);
+      // Counted as the scheduler's from now on, before it sees them.
+      m_schedulerWaiting += incoming.size();
+    }
+    for (const auto& job : incoming) {
+      if (job->cancelled()) {
+        // The client left while it waited: nothing to compute.
+        runtime::GenerateResult r;
+        r.finish = runtime::FinishReason::Cancelled;
+        {
+          std::lock_guard lock(m_mutex);
+          ++m_stats.cancelled;
+        }
+        job->finish(std::move(r), {});
+      } else {
+        start(job);
+      }
+    }
+    incoming.clear();
+    m_scheduler.step();
+  }
+  // Shutting down: every job the scheduler holds ends as Cancelled (their readers stop waiting).
+  m_scheduler.cancelAll();
+  {
+    std::lock_guard lock(m_mutex);
+    m_schedulerWaiting = m_schedulerRunning = 0;
   }
 }
 

@@ -1,15 +1,16 @@
 #pragma once
-// One inference worker and a bounded FIFO of generation jobs in front of it.
+// One inference worker running a continuous-batching scheduler (engine/runtime/scheduler.h), and
+// a bounded queue of generation jobs in front of it.
 //
-// Threading contract: the worker thread is the only one that touches the Session (and so the
+// Threading contract: the worker thread is the only one that touches the Scheduler (and so the
 // chain and its KV cache). HTTP threads submit a GenerationJob and then read what it produces
 // through the job itself (pieces of text, then the result), so a slow client never stalls the
 // worker and the worker never touches a socket. A job is cancelled by its own flag (set by the
-// HTTP thread when the client has gone); the worker checks it before every token and moves on to
-// the next job.
+// HTTP thread when the client has gone); the scheduler checks it before every step and frees the
+// job's KV slot at once.
 //
-// Fairness: first come, first served, one job at a time. Batching several sequences through the
-// chain at once is a later optimisation; the queue is where it would go.
+// Fairness: as many jobs run at once as the chain has KV slots, each step one token for every
+// running job; the rest wait first come, first served.
 
 #include <atomic>
 #include <chrono>
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/runtime/scheduler.h"
 #include "engine/runtime/session.h"
 
 namespace shoal::api {
@@ -65,8 +67,9 @@ class GenerationJob {
 };
 
 struct QueueStats {
-  size_t waiting = 0;      // jobs queued, not started
-  bool running = false;    // a job is being generated
+  size_t waiting = 0;      // jobs queued for a KV slot
+  size_t running = 0;      // jobs holding a slot (reading their prompt or generating)
+  size_t slotCount = 0;    // jobs that can run at once (the chain's KV slots)
   uint64_t completed = 0;  // jobs that ran to a finish reason other than Cancelled
   uint64_t cancelled = 0;  // jobs cancelled (client gone, or shutdown)
   uint64_t rejected = 0;   // submissions refused because the queue was full
@@ -74,9 +77,11 @@ struct QueueStats {
 
 class GenerationQueue {
  public:
-  // `session` is used only by the worker thread from now on. maxWaiting bounds the jobs that wait
-  // behind the running one; a submission beyond it is refused (the server answers 429).
-  GenerationQueue(runtime::Session& session, size_t maxWaiting);
+  // `chain` is used only by the worker thread from now on; it and `tokenizer` must outlive the
+  // queue. maxWaiting bounds the jobs that wait for a slot; a submission beyond it is refused
+  // (the server answers 429).
+  GenerationQueue(runtime::Chain& chain, const model::Tokenizer& tokenizer, size_t maxWaiting,
+                  runtime::SchedulerOptions options = {});
   ~GenerationQueue();  // shutdown()
 
   GenerationQueue(const GenerationQueue&) = delete;
@@ -85,22 +90,29 @@ class GenerationQueue {
   enum class Submit { Accepted, Full, ShuttingDown };
   Submit submit(const std::shared_ptr<GenerationJob>& job);
 
-  // Cancel the running job and every queued one (they finish as Cancelled) and join the worker.
+  // Cancel the running jobs and every queued one (they finish as Cancelled) and join the worker.
   void shutdown();
 
   QueueStats stats() const;
   size_t maxWaiting() const { return m_maxWaiting; }
+  size_t slotCount() const { return m_slots; }  // jobs that run at once
 
  private:
   void workerLoop();
+  // Hands a job to the scheduler (worker thread).
+  void start(const std::shared_ptr<GenerationJob>& job);
 
-  runtime::Session& m_session;
+  runtime::Scheduler m_scheduler;  // the worker's alone
+  const size_t m_slots;            // m_scheduler.slots(), for any thread
   const size_t m_maxWaiting;
 
   mutable std::mutex m_mutex;
   std::condition_variable m_wake;
-  std::deque<std::shared_ptr<GenerationJob>> m_jobs;
-  std::shared_ptr<GenerationJob> m_running;
+  std::deque<std::shared_ptr<GenerationJob>> m_jobs;  // submitted, not yet given to the scheduler
+  // Jobs the scheduler holds, waiting for a slot or running: an upper bound between its steps
+  // (admission only lowers the first), so the queue bound is never exceeded.
+  size_t m_schedulerWaiting = 0;
+  size_t m_schedulerRunning = 0;
   bool m_stopping = false;
   QueueStats m_stats;
   std::thread m_worker;  // last: started once everything above exists

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench (and llama-completion, the classic command-line generator) from
-# the llama.cpp vendored in the pinned llama-cpp-python sdist, i.e. the same llama.cpp the
-# fixtures come from, and prints the directory holding the binaries. Benchmarks use llama-bench
-# as the speed peer on the same model and thread count.
+# Builds llama.cpp's llama-bench, llama-completion (the classic command-line generator) and
+# llama-server (its OpenAI-compatible server with continuous batching) from the llama.cpp
+# vendored in the pinned llama-cpp-python sdist, i.e. the same llama.cpp the fixtures come from,
+# and prints the directory holding the binaries. Benchmarks use llama-bench as the speed peer on
+# the same model and thread count, and llama-server as bench/serve.py's peer.
 #
 #   SHOAL_LLAMACPP_DIR    where to build (default: $HOME/.cache/shoal/llama.cpp-0.3.36)
 #   SHOAL_LLAMACPP_JOBS   parallel compile jobs (default: nproc)
@@ -15,14 +16,14 @@
 set -euo pipefail
 
 readonly kVersion="0.3.36"
-readonly kTargets=(llama-bench llama-completion)
+readonly kTargets=(llama-bench llama-completion llama-server)
 dir="${SHOAL_LLAMACPP_DIR:-$HOME/.cache/shoal/llama.cpp-$kVersion}"
 stamp="$dir/.built-$kVersion"
 bin="$dir/build/bin"
 
 log() { printf 'build_llama_bench: %s\n' "$*" >&2; }
 
-if [[ -f "$stamp" && -x "$bin/llama-bench" ]]; then
+if [[ -f "$stamp" && -x "$bin/llama-bench" && -x "$bin/llama-server" ]]; then
     echo "$bin"
     exit 0
 fi
@@ -57,12 +58,13 @@ cmake -S "$src/vendor/llama.cpp" -B "$dir/build" "${generator[@]}" \
     -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_TOOLS=ON >&2
 log "building ${kTargets[*]}"
 cmake --build "$dir/build" --target "${kTargets[@]}" -j "${SHOAL_LLAMACPP_JOBS:-$(nproc)}" >&2
 
 "$bin/llama-bench" --help >/dev/null
+"$bin/llama-server" --help >/dev/null
 touch "$stamp"
 echo "$bin"

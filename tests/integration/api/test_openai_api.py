@@ -5,8 +5,8 @@ and with curl, as a user's program would.
 Checks: models list; non-streamed and streamed chat completions with the default model (usage
 counts, finish reasons); errors in OpenAI's shape (unknown model 404, bad parameter 400, malformed
 JSON 400 via curl, context overflow 400, missing API key 401, full queue 429 with Retry-After);
-16 concurrent streamed requests all complete; a client that disconnects mid-stream cancels its
-generation.
+16 concurrent streamed requests (batched together, 4 at a time) each stream exactly the text the
+same request gets alone; a client that disconnects mid-stream cancels its generation.
 
 Run by CTest (tests/integration/api/CMakeLists.txt). Exit 77 = skipped (no model, no network for
 pip): CTest reports it as skipped, with the reason on stderr.
@@ -223,17 +223,22 @@ def check_malformed_json_with_curl(port):
 
 
 def check_concurrent_streams(client, model, node, count=16):
+    def ask(i, stream):
+        return client.chat.completions.create(
+            model=model, temperature=0, max_tokens=12 + i % 5, stream=stream,
+            messages=[{"role": "user", "content": f"Count from {i} to {i + 5}."}])
+
+    # Each request alone first: the reference for its batched run (batch invariance).
+    solo = [ask(i, False).choices[0].message.content for i in range(count)]
     before = node.health()["queue"]["completed"]
     results = [None] * count
     errors = []
+    most_running = [0]
 
     def worker(i):
         try:
-            stream = client.chat.completions.create(
-                model=model, temperature=0, max_tokens=10, stream=True,
-                messages=[{"role": "user", "content": f"Count from {i} to {i + 5}."}])
             pieces, finish = [], None
-            for chunk in stream:
+            for chunk in ask(i, True):
                 for c in chunk.choices:
                     if c.delta.content:
                         pieces.append(c.delta.content)
@@ -246,6 +251,9 @@ def check_concurrent_streams(client, model, node, count=16):
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
     for t in threads:
         t.start()
+    while any(t.is_alive() for t in threads):
+        most_running[0] = max(most_running[0], node.health()["queue"]["running"])
+        time.sleep(0.02)
     for t in threads:
         t.join(timeout=300)
     assert not errors, errors
@@ -253,8 +261,11 @@ def check_concurrent_streams(client, model, node, count=16):
         assert r is not None, f"stream {i} did not finish"
         text, finish = r
         assert text.strip() and finish in ("stop", "length"), (i, text, finish)
+        assert text == solo[i], f"stream {i}: batched {text!r} != alone {solo[i]!r}"
     q = node.health()["queue"]
     assert q["completed"] - before == count, q
+    # They really ran together: as many at once as the node has slots.
+    assert most_running[0] == q["slots"] == 4, (most_running[0], q)
 
 
 def check_disconnect_cancels(node, model):
@@ -281,7 +292,8 @@ def check_disconnect_cancels(node, model):
 
 def check_auth_overflow_and_queue(exe, model_path):
     key = "test-key-123"
-    node = Node(exe, model_path, ["--max-queue", "1", "--ctx", "256"], {"SHOAL_API_KEY": key})
+    node = Node(exe, model_path, ["--max-queue", "1", "--parallel", "1", "--ctx", "256"],
+                {"SHOAL_API_KEY": key})
     try:
         auth = {"Authorization": "Bearer " + key}
         status, _, body = post(node.port, "/v1/completions",

@@ -1,0 +1,311 @@
+// Continuous batching on the CPU backend with the default model: many generations share each
+// batch, yet every one of them produces exactly what it produces alone (batch invariance), with
+// the same finish rules as Session; slots are admitted, reused, freed on cancellation.
+
+#include <QtTest>
+#include <filesystem>
+#include <memory>
+
+#include "engine/error.h"
+#include "engine/model/model.h"
+#include "engine/runtime/chain.h"
+#include "engine/runtime/scheduler.h"
+#include "engine/runtime/session.h"
+#include "kernels/cpu/cpu_backend.h"
+
+using namespace shoal;
+using runtime::FinishReason;
+using runtime::GenerateOptions;
+using runtime::GenerateResult;
+
+namespace {
+
+struct Outcome {
+  GenerateResult result;
+  std::string streamed;  // what onText received, concatenated
+  std::string error;
+  bool finished = false;
+};
+
+GenerateOptions greedy(int32_t maxTokens) {
+  GenerateOptions o;
+  o.maxTokens = maxTokens;
+  o.sampler.temperature = 0;
+  return o;
+}
+
+}  // namespace
+
+class TestScheduler : public QObject {
+  Q_OBJECT
+
+  std::unique_ptr<model::Model> m_model;
+  std::unique_ptr<cpu::CpuBackend> m_cpu;
+
+  std::unique_ptr<runtime::Chain> chain(int32_t sequences, int32_t context = 256,
+                                        int32_t maxBatch = 64) {
+    runtime::StageSpec spec;
+    spec.firstLayer = 0;
+    spec.lastLayer = m_model->config().nLayer;
+    spec.hasEmbedding = spec.hasHead = true;
+    spec.contextLength = context;
+    spec.maxSequences = sequences;
+    spec.maxBatch = maxBatch;
+    runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(m_cpu->createStage("cpu0", src, spec));
+    return std::make_unique<runtime::Chain>(std::move(stages));
+  }
+
+  std::vector<model::TokenId> chatPrompt(const std::string& user) const {
+    const std::string text = "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
+    return m_model->tokenizer().encode(text, false, true);
+  }
+
+  // The reference: Session::generate alone on a fresh one-slot chain.
+  GenerateResult solo(const std::vector<model::TokenId>& prompt, const GenerateOptions& o,
+                      int32_t context = 256) {
+    auto c = chain(1, context);
+    runtime::Session s(*c, m_model->tokenizer());
+    return s.generate(prompt, o);
+  }
+
+  static runtime::Scheduler::Request request(const std::vector<model::TokenId>& prompt,
+                                             const GenerateOptions& o, Outcome& out) {
+    runtime::Scheduler::Request r;
+    r.prompt = prompt;
+    r.options = o;
+    r.onText = [&out](std::string_view piece) {
+      out.streamed += piece;
+      return true;
+    };
+    r.onFinish = [&out](const GenerateResult& result, std::string_view error) {
+      QVERIFY(!out.finished);  // exactly once
+      out.result = result;
+      out.error = std::string(error);
+      out.finished = true;
+    };
+    return r;
+  }
+
+  static void compareWithSolo(const Outcome& got, const GenerateResult& want) {
+    QVERIFY(got.finished);
+    QVERIFY2(got.error.empty(), got.error.c_str());
+    QCOMPARE(got.result.tokens, want.tokens);
+    QCOMPARE(got.result.text, want.text);
+    QCOMPARE(got.streamed, want.text);
+    QCOMPARE(got.result.finish, want.finish);
+    QCOMPARE(got.result.promptTokens, want.promptTokens);
+  }
+
+  const std::vector<std::string> m_questions = {
+      "What is the capital of France?",
+      "Write a haiku about the sea.",
+      "List three prime numbers.",
+      "Explain what a GPU is in one sentence.",
+      "Hi",
+      "Translate 'good morning' into Spanish, and explain when people say it.",
+      "What is 12 times 7?",
+      "Name a famous painter.",
+  };
+
+ private slots:
+  void initTestCase() {
+    const auto path = std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (!std::filesystem::exists(path)) QSKIP("default model absent (run scripts/setup)");
+    m_model = model::Model::load(path);
+    m_cpu = std::make_unique<cpu::CpuBackend>(2);
+  }
+
+  // The promise: 8 concurrent greedy requests, some arriving while others decode, prompts read
+  // in chunks that share batches with other sequences' decode rows — each reply byte for byte
+  // what it is alone.
+  void eightConcurrentRepliesEqualTheirSoloRuns() {
+    const size_t n = m_questions.size();
+    std::vector<std::vector<model::TokenId>> prompts;
+    std::vector<GenerateResult> want;
+    for (size_t i = 0; i < n; ++i) {
+      prompts.push_back(chatPrompt(m_questions[i]));
+      want.push_back(solo(prompts[i], greedy(24 + static_cast<int32_t>(i))));
+    }
+    auto c = chain(8);
+    // A budget of 16 rows: prompts (15-30 tokens) are cut into chunks and mixed with decodes.
+    runtime::Scheduler sched(*c, m_model->tokenizer(), {16});
+    QCOMPARE(sched.slotCount(), size_t{8});
+    std::vector<Outcome> got(n);
+    for (size_t i = 0; i < n / 2; ++i) {
+      sched.add(request(prompts[i], greedy(24 + static_cast<int32_t>(i)), got[i]));
+    }
+    for (int k = 0; k < 5; ++k) QVERIFY(sched.step());
+    for (size_t i = n / 2; i < n; ++i) {
+      sched.add(request(prompts[i], greedy(24 + static_cast<int32_t>(i)), got[i]));
+    }
+    QCOMPARE(sched.stats().waiting, n - n / 2);
+    sched.runUntilIdle();
+    for (size_t i = 0; i < n; ++i) compareWithSolo(got[i], want[i]);
+    const runtime::SchedulerStats st = sched.stats();
+    QCOMPARE(st.completed, uint64_t{n});
+    QCOMPARE(st.active, size_t{0});
+    // Batched for real: far fewer steps than rows.
+    QVERIFY2(st.rowsRun > 3 * st.steps,
+             qPrintable(QString("%1 rows in %2 steps").arg(st.rowsRun).arg(st.steps)));
+  }
+
+  // Finish rules are Session's: stop strings, end of generation, the context filling up, and
+  // seeded sampling (the sampler draws per sequence, so a batch does not change the draws).
+  void finishRulesAndSamplingMatchSession() {
+    const auto p0 = chatPrompt(m_questions[0]);
+    const auto p1 = chatPrompt(m_questions[3]);
+    const auto p2 = chatPrompt(m_questions[5]);
+    const GenerateResult free0 = solo(p0, greedy(40));
+    QVERIFY(free0.text.size() > 8);
+    GenerateOptions stop = greedy(40);
+    stop.stop = {free0.text.substr(free0.text.size() / 2, 3)};
+    GenerateOptions sampled;
+    sampled.maxTokens = 30;
+    sampled.sampler.temperature = 0.9f;
+    sampled.sampler.seed = 1234;
+    sampled.sampler.repeatPenalty = 1.1f;
+    GenerateOptions eog = greedy(200);  // a short question: the model ends its reply itself
+
+    const int32_t ctx = 64;  // p2 + its reply overrun this context
+    const std::vector<std::pair<std::vector<model::TokenId>, GenerateOptions>> cases = {
+        {p0, stop}, {p1, sampled}, {p0, eog}, {p2, greedy(200)}};
+    std::vector<GenerateResult> want;
+    for (const auto& [p, o] : cases) want.push_back(solo(p, o, ctx));
+    QCOMPARE(want[0].finish, FinishReason::StopString);
+    QCOMPARE(want[2].finish, FinishReason::EndOfGeneration);
+    QCOMPARE(want[3].finish, FinishReason::ContextFull);
+
+    auto c = chain(4, ctx);
+    runtime::Scheduler sched(*c, m_model->tokenizer(), {8});
+    std::vector<Outcome> got(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      sched.add(request(cases[i].first, cases[i].second, got[i]));
+    }
+    sched.runUntilIdle();
+    for (size_t i = 0; i < cases.size(); ++i) compareWithSolo(got[i], want[i]);
+  }
+
+  // More requests than slots: the rest wait (never more active than slots), and each still
+  // equals its solo run.
+  void requestsBeyondTheSlotsWaitTheirTurn() {
+    auto c = chain(3);
+    runtime::Scheduler sched(*c, m_model->tokenizer());
+    std::vector<Outcome> got(6);
+    std::vector<GenerateResult> want;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto p = chatPrompt(m_questions[i]);
+      want.push_back(solo(p, greedy(12)));
+      sched.add(request(p, greedy(12), got[i]));
+    }
+    size_t mostActive = 0;
+    while (sched.step()) mostActive = std::max(mostActive, sched.stats().active);
+    QCOMPARE(mostActive, size_t{3});
+    for (size_t i = 0; i < got.size(); ++i) compareWithSolo(got[i], want[i]);
+  }
+
+  // Cancelling a running generation frees its slot at the next step for the one waiting.
+  void cancellationFreesTheSlotAtOnce() {
+    auto c = chain(1);
+    runtime::Scheduler sched(*c, m_model->tokenizer());
+    Outcome first, second, never;
+    const auto p1 = chatPrompt(m_questions[2]);
+    const auto id = sched.add(request(chatPrompt(m_questions[1]), greedy(100), first));
+    sched.add(request(p1, greedy(10), second));
+    const auto idNever = sched.add(request(chatPrompt(m_questions[4]), greedy(10), never));
+    for (int k = 0; k < 4; ++k) QVERIFY(sched.step());
+    QCOMPARE(sched.stats().waiting, size_t{2});
+    sched.cancel(id);
+    sched.cancel(idNever);
+    QVERIFY(sched.step());
+    QVERIFY(first.finished);
+    QCOMPARE(first.result.finish, FinishReason::Cancelled);
+    QVERIFY(first.result.tokens.size() >= 3 && first.result.tokens.size() <= 4);
+    QVERIFY(never.finished);
+    QCOMPARE(never.result.finish, FinishReason::Cancelled);
+    QCOMPARE(sched.stats().active, size_t{1});  // the second one took the slot
+    sched.runUntilIdle();
+    compareWithSolo(second, solo(p1, greedy(10)));
+    QCOMPARE(sched.stats().cancelled, uint64_t{2});
+  }
+
+  // A follow-up turn that extends the previous prompt and reply reuses that slot's cache.
+  void aSharedPrefixIsNotComputedAgain() {
+    auto c = chain(2);
+    runtime::Scheduler sched(*c, m_model->tokenizer());
+    const auto p = chatPrompt(m_questions[0]);
+    Outcome turn1, other, turn2;
+    sched.add(request(p, greedy(16), turn1));
+    sched.add(request(chatPrompt(m_questions[6]), greedy(16), other));
+    sched.runUntilIdle();
+    QCOMPARE(turn1.result.reusedTokens, 0);
+    std::vector<model::TokenId> next = p;
+    next.insert(next.end(), turn1.result.tokens.begin(), turn1.result.tokens.end());
+    const auto more = m_model->tokenizer().encode(
+        "\n<|im_start|>user\nAnd of Spain?<|im_end|>\n"
+        "<|im_start|>assistant\n",
+        false, true);
+    next.insert(next.end(), more.begin(), more.end());
+    sched.add(request(next, greedy(16), turn2));
+    sched.runUntilIdle();
+    // Every token the first turn fed back is cached (the last sampled one never was).
+    QCOMPARE(turn2.result.reusedTokens,
+             static_cast<int32_t>(p.size() + turn1.result.tokens.size() - 1));
+    compareWithSolo(turn2, solo(next, greedy(16)));
+  }
+
+  void requestsThatCanNeverRunAreRefused() {
+    auto c = chain(1, 32);
+    runtime::Scheduler sched(*c, m_model->tokenizer());
+    Outcome o;
+    QVERIFY_THROWS_EXCEPTION(Error, sched.add(request({}, greedy(4), o)));
+    QVERIFY_THROWS_EXCEPTION(Error,
+                             sched.add(request(std::vector<model::TokenId>(32, 1), greedy(4), o)));
+    QVERIFY_THROWS_EXCEPTION(Error, sched.add(request({1, -3}, greedy(4), o)));
+    QVERIFY_THROWS_EXCEPTION(Error,
+                             sched.add(request({1, m_model->tokenizer().size()}, greedy(4), o)));
+    GenerateOptions bad = greedy(4);
+    bad.sampler.repeatPenalty = 0;
+    QVERIFY_THROWS_EXCEPTION(Error, sched.add(request({1, 2}, bad, o)));
+    QVERIFY(sched.idle());
+    QVERIFY(!sched.step());
+  }
+
+  // A callback that returns false stops its generation only.
+  void aReaderThatStopsEndsOnlyItsOwnReply() {
+    auto c = chain(2);
+    runtime::Scheduler sched(*c, m_model->tokenizer());
+    const auto p = chatPrompt(m_questions[3]);
+    Outcome stopper, other;
+    auto r = request(chatPrompt(m_questions[1]), greedy(40), stopper);
+    int pieces = 0;
+    r.onText = [&](std::string_view piece) {
+      stopper.streamed += piece;
+      return ++pieces < 3;
+    };
+    sched.add(std::move(r));
+    sched.add(request(p, greedy(20), other));
+    sched.runUntilIdle();
+    QCOMPARE(stopper.result.finish, FinishReason::Cancelled);
+    QCOMPARE(pieces, 3);
+    compareWithSolo(other, solo(p, greedy(20)));
+  }
+
+  void cancelAllEndsEverything() {
+    auto c = chain(1);
+    runtime::Scheduler sched(*c, m_model->tokenizer());
+    Outcome a, b;
+    sched.add(request(chatPrompt(m_questions[0]), greedy(50), a));
+    sched.add(request(chatPrompt(m_questions[1]), greedy(50), b));
+    QVERIFY(sched.step());
+    sched.cancelAll();
+    QVERIFY(a.finished && b.finished);
+    QCOMPARE(a.result.finish, FinishReason::Cancelled);
+    QCOMPARE(b.result.finish, FinishReason::Cancelled);
+    QVERIFY(sched.idle());
+  }
+};
+
+QTEST_GUILESS_MAIN(TestScheduler)
+#include "test_scheduler.moc"
