@@ -2,6 +2,7 @@
 
 #include <QFileInfo>
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 
@@ -12,13 +13,13 @@
 #include "engine/runtime/session.h"
 #include "kernels/backend_registry.h"
 #include "lan/api/api_server.h"
+#include "lan/api/generation_queue.h"
 
 namespace shoal::gui {
 namespace {
 
 // A chain of one stage holding every layer of `m` on `device`, with the app's context cap and
-// `sequences` KV slots. The chat and the API server each get one (each stage has its own KV
-// cache).
+// `sequences` KV slots (the chat's and, with the API on, the API's requests).
 std::unique_ptr<runtime::Chain> wholeModelChain(runtime::Backend& backend,
                                                 const std::string& device, const model::Model& m,
                                                 int32_t sequences = 1) {
@@ -39,11 +40,11 @@ std::unique_ptr<runtime::Chain> wholeModelChain(runtime::Backend& backend,
 
 ChatEngine::ChatEngine(QObject* parent) : ReplyEngine(parent) {}
 
-// The API server first (it uses the model), then session before chain before backend before
-// model.
+// The API server first (it uses the queue), then the queue (its worker uses the chain) before
+// chain before backend before model.
 ChatEngine::~ChatEngine() {
   blockSignals(true);  // the window is being torn down: nobody to tell
-  stopApi();
+  unload();
 }
 
 void ChatEngine::setCompute(const QString& backend, const QString& device, int threads) {
@@ -57,23 +58,26 @@ void ChatEngine::setApiServer(bool enabled, const QString& host, int port) {
   m_apiWanted = enabled;
   m_apiHost = host;
   m_apiPort = port;
-  if (enabled && m_model) startApi();
+  if (!enabled || !m_model) return;
+  // The chain was made with one KV slot (the chat's): reload it with room for the API's requests.
+  if (m_queue && m_queue->slotCount() < static_cast<size_t>(1 + kApiParallel)) {
+    loadModel(m_modelPath);  // starts the API once loaded
+    return;
+  }
+  startApi();
 }
 
 void ChatEngine::startApi() {
   try {
-    kernels::BackendOptions options;
-    options.cpuThreads = m_threads;
-    m_apiBackend = kernels::createBackend("cpu", options);
-    m_apiChain =
-        wholeModelChain(*m_apiBackend, m_apiBackend->devices().front().id, *m_model, kApiParallel);
+    if (!m_queue) throw Error("no model is loaded");
     api::ApiServerOptions o;
     o.host = m_apiHost.toStdString();
     o.port = m_apiPort;
+    o.maxQueued = m_queue->maxWaiting();
     // The key comes from the environment, as shoal-node's does (never stored in the settings
     // file); serving beyond loopback needs one, and bind() says so otherwise.
     if (const char* key = std::getenv("SHOAL_API_KEY")) o.apiKey = key;
-    m_api = std::make_unique<api::ApiServer>(*m_model, *m_apiChain, o);
+    m_api = std::make_unique<api::ApiServer>(*m_model, *m_queue, o);
     m_api->bind();
   } catch (const std::exception& e) {
     stopApi();
@@ -90,20 +94,22 @@ void ChatEngine::stopApi() {
   if (m_api) m_api->stop();
   if (m_apiThread.joinable()) m_apiThread.join();
   m_api.reset();
-  m_apiChain.reset();
-  m_apiBackend.reset();
   if (wasRunning) emit apiStopped();
+}
+
+void ChatEngine::unload() {
+  stopApi();
+  m_queue.reset();  // joins its worker: nothing touches the chain after this
+  m_chain.reset();
+  m_backend.reset();
+  m_model.reset();
 }
 
 void ChatEngine::loadModel(const QString& path) {
   emit loadStarted(path);
-  // The API server serves the old model: stop it before the model goes.
-  stopApi();
-  // Release the old model first: two models at once may not fit in memory.
-  m_session.reset();
-  m_chain.reset();
-  m_backend.reset();
-  m_model.reset();
+  // The API server serves the old model: stop it before the model goes. Release the old model
+  // first: two models at once may not fit in memory.
+  unload();
   try {
     auto loaded = model::Model::load(path.toStdString());
     kernels::BackendOptions options;
@@ -119,30 +125,55 @@ void ChatEngine::loadModel(const QString& path) {
       device.clear();
     }
     if (device.empty()) device = backend->devices().front().id;
-    auto chain = wholeModelChain(*backend, device, *loaded);
-    m_session = std::make_unique<runtime::Session>(*chain, loaded->tokenizer());
-    m_chain = std::move(chain);
-    m_backend = std::move(backend);
+    // Members first, the queue last: its worker uses the chain, the chain the backend and model,
+    // and unload() takes them down in the reverse order whatever threw.
     m_model = std::move(loaded);
+    m_backend = std::move(backend);
+    m_chain = wholeModelChain(*m_backend, device, *m_model, m_apiWanted ? 1 + kApiParallel : 1);
+    m_queue = std::make_unique<api::GenerationQueue>(*m_chain, m_model->tokenizer(),
+                                                     api::kMaxQueuedRequests);
+    m_modelPath = path;
   } catch (const std::exception& e) {
-    m_session.reset();
+    unload();
     emit loadFailed(QString::fromStdString(e.what()));
     return;
   }
-  emit modelLoaded(QFileInfo(path).fileName(), m_session->contextLength(),
+  emit modelLoaded(QFileInfo(path).fileName(), m_queue->contextLength(),
                    QString::fromStdString(m_model->config().architecture));
   if (m_apiWanted) startApi();
 }
 
 ChatEngine::ReplyTarget ChatEngine::replyTarget() const {
-  if (!m_session) return {nullptr, tr("No model is loaded."), 0, {}};
-  return {m_model.get(), {}, m_session->contextLength(), tr("the context")};
+  if (!m_queue) return {nullptr, tr("No model is loaded."), 0, {}};
+  return {m_model.get(), {}, m_queue->contextLength(), tr("the context")};
 }
 
+// A chat reply is a job on the shared queue, batched with whatever the API is generating.
 runtime::GenerateResult ChatEngine::runReply(const std::vector<int32_t>& prompt,
                                              const runtime::GenerateOptions& options,
                                              const std::function<bool(std::string_view)>& onText) {
-  return m_session->generate(prompt, options, onText);
+  if (!m_queue) throw Error("no model is loaded");
+  auto job = std::make_shared<api::GenerationJob>(prompt, options);
+  switch (m_queue->submit(job)) {
+    case api::GenerationQueue::Submit::Accepted:
+      break;
+    case api::GenerationQueue::Submit::Full:
+      throw Error("the model is busy with " + std::to_string(m_queue->maxWaiting()) +
+                  " waiting API requests; try again in a moment");
+    case api::GenerationQueue::Submit::ShuttingDown:
+      throw Error("the model is being unloaded");
+  }
+  // The stop flag is read here, between pieces, and handed on as the job's cancellation.
+  constexpr std::chrono::milliseconds kPoll{20};
+  std::string text;
+  for (;;) {
+    if (options.cancel && options.cancel->load(std::memory_order_relaxed)) job->cancel();
+    const api::GenerationJob::Event ev = job->next(text, kPoll);
+    if (ev == api::GenerationJob::Event::Finished) break;
+    if (ev == api::GenerationJob::Event::Text && onText && !onText(text)) job->cancel();
+  }
+  if (!job->error().empty()) throw Error(job->error());
+  return job->result();
 }
 
 }  // namespace shoal::gui

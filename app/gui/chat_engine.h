@@ -3,8 +3,9 @@
 //
 // Threading contract
 // ------------------
-// - A ChatEngine lives on its own QThread (ChatEngineThread below creates both). Everything it
-//   owns (model, backend, chain, session) is touched only on that thread.
+// - A ChatEngine lives on its own QThread (ChatEngineThread below creates both). What it owns
+//   (model, backend, generation queue) is touched only on that thread, except the chain, which
+//   belongs to the queue's worker.
 // - It is a ReplyEngine (reply_engine.h): replies are requested with requestReply(), stopped with
 //   stop() (both safe from any thread), and answered with ReplyEngine's signals.
 // - Its other slots (loadModel, setCompute, setApiServer) are invoked queued
@@ -13,11 +14,14 @@
 //   on model loading or inference.
 // - Slots run to completion one at a time (it is one thread), so a loadModel() queued behind a
 //   reply waits for it; stop() first to make that quick.
-// - The OpenAI-compatible API server (lan/api), when enabled, serves the same loaded model
-//   through its own chain and session (a second stage with its own KV cache, on its own backend
-//   instance and thread pool), so API requests never touch the chat's session. Its HTTP and
-//   worker threads belong to the ApiServer; this object starts and stops it on the engine
-//   thread, and stops it before the model it uses is replaced.
+// - One engine per process: the chat and the OpenAI-compatible API server (lan/api), when
+//   enabled, generate through the same GenerationQueue — one chain on the chosen backend, one
+//   copy of the weights, its worker thread running the continuous-batching scheduler. A chat
+//   reply is a job like an API request; this thread waits for its pieces (and turns the stop
+//   flag into the job's cancellation). With the API on, the chain holds 1 + kApiParallel KV
+//   slots, otherwise one (a GPU reserves each slot's memory up front), so turning the API on
+//   reloads the model's stage. The ApiServer's HTTP threads are its own; this object starts and
+//   stops it on the engine thread, and stops it before the queue or model it uses goes.
 
 #include <QObject>
 #include <memory>
@@ -33,11 +37,11 @@ class Model;
 namespace shoal::runtime {
 class Backend;
 class Chain;
-class Session;
 }  // namespace shoal::runtime
 namespace shoal::api {
 class ApiServer;
-}
+class GenerationQueue;
+}  // namespace shoal::api
 
 namespace shoal::gui {
 
@@ -84,21 +88,22 @@ class ChatEngine : public ReplyEngine {
  private:
   void startApi();
   void stopApi();
+  // Destroys the queue, chain, backend and model (API stopped first), in that order.
+  void unload();
 
   std::unique_ptr<model::Model> m_model;
+  QString m_modelPath;  // the loaded file, to reload it with more KV slots
   std::unique_ptr<runtime::Backend> m_backend;
-  std::unique_ptr<runtime::Chain> m_chain;
-  std::unique_ptr<runtime::Session> m_session;
+  std::unique_ptr<runtime::Chain> m_chain;        // used by m_queue's worker only
+  std::unique_ptr<api::GenerationQueue> m_queue;  // the chat's and the API's generations
   QString m_backendName = "cpu";
   QString m_deviceId;
   int m_threads = 0;
 
-  // The API server and what it owns (destroyed in reverse order by stopApi()).
+  // The API server over m_queue.
   bool m_apiWanted = false;
   QString m_apiHost;
   int m_apiPort = 0;
-  std::unique_ptr<runtime::Backend> m_apiBackend;
-  std::unique_ptr<runtime::Chain> m_apiChain;
   std::unique_ptr<api::ApiServer> m_api;
   std::thread m_apiThread;  // runs m_api->serve()
 };

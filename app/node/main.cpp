@@ -70,6 +70,7 @@ struct ApiPart {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<runtime::Backend> backend;
   std::unique_ptr<runtime::Chain> chain;
+  std::unique_ptr<api::GenerationQueue> queue;  // its worker owns the chain
   std::unique_ptr<api::ApiServer> server;
 };
 
@@ -123,7 +124,9 @@ int startApi(const NodeOptions& o, ApiPart& part) {
   const double loadSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  part.server = std::make_unique<api::ApiServer>(*part.model, *part.chain, o.apiOptions);
+  part.queue = std::make_unique<api::GenerationQueue>(*part.chain, part.model->tokenizer(),
+                                                      o.apiOptions.maxQueued);
+  part.server = std::make_unique<api::ApiServer>(*part.model, *part.queue, o.apiOptions);
   try {
     part.server->bind();
   } catch (const Error& e) {
@@ -134,7 +137,7 @@ int startApi(const NodeOptions& o, ApiPart& part) {
                "shoal-node%s%s: model %s (%s, context %d x %d parallel, %s on %s) loaded in %.2f "
                "s; API on http://%s:%d/v1%s\n",
                o.name.empty() ? "" : " ", o.name.c_str(), part.server->modelId().c_str(),
-               c.architecture.c_str(), part.chain->contextLength(), o.parallel,
+               c.architecture.c_str(), part.queue->contextLength(), o.parallel,
                part.backend->name().c_str(), device.c_str(), loadSeconds, o.apiOptions.host.c_str(),
                part.server->port(), o.apiOptions.apiKey.empty() ? "" : " (API key required)");
   return 0;

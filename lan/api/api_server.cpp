@@ -69,14 +69,14 @@ std::string randomHex() {
 
 }  // namespace
 
-ApiServer::ApiServer(const model::Model& model, runtime::Chain& chain, ApiServerOptions options)
+ApiServer::ApiServer(const model::Model& model, GenerationQueue& queue, ApiServerOptions options)
     : m_model(model),
       m_options(std::move(options)),
       m_modelId(m_options.modelId.empty() ? model.path().stem().string() : m_options.modelId),
       m_created(static_cast<int64_t>(std::time(nullptr))),
       m_loopbackBind(isLoopbackHost(m_options.host)),
-      m_contextLength(chain.contextLength()),
-      m_queue(chain, model.tokenizer(), m_options.maxQueued),
+      m_contextLength(queue.contextLength()),
+      m_queue(queue),
       m_http(std::make_unique<BoundedHttpServer>(kMaxHeadBytes, kMaxBodyBytes,
                                                  std::min(m_options.maxQueued, kMaxQueuedRequests) +
                                                      std::min(m_queue.slotCount(), kMaxParallel) +
@@ -125,10 +125,25 @@ void ApiServer::bind() {
 void ApiServer::serve() { m_http->listen_after_bind(); }
 
 void ApiServer::stop() {
-  // Jobs first: a streaming reader then sees its job end and frees its HTTP thread, which the
-  // HTTP server's stop waits for.
-  m_queue.shutdown();
+  // Jobs first: a streaming reader then sees its job end (the worker finishes a cancelled job
+  // at its next step) and frees its HTTP thread, which the HTTP server's stop waits for.
+  {
+    std::lock_guard lock(m_jobsMutex);
+    m_stopping = true;
+    for (const auto& weak : m_jobs) {
+      if (const auto job = weak.lock()) job->cancel();
+    }
+    m_jobs.clear();
+  }
   m_http->stopServing();
+}
+
+bool ApiServer::track(const std::shared_ptr<GenerationJob>& job) {
+  std::lock_guard lock(m_jobsMutex);
+  if (m_stopping) return false;
+  std::erase_if(m_jobs, [](const auto& weak) { return weak.expired(); });
+  m_jobs.push_back(job);
+  return true;
 }
 
 void ApiServer::installRoutes() {
@@ -249,6 +264,8 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
     }
   }
   auto job = std::make_shared<GenerationJob>(std::move(prompt), std::move(g));
+  if (!track(job))
+    throw ApiError(503, "server_error", "shutting_down", "the server is shutting down");
   switch (m_queue.submit(job)) {
     case GenerationQueue::Submit::Accepted:
       break;

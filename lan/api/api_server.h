@@ -6,9 +6,10 @@
 //
 // Requests are validated and tokenized on the HTTP thread (the tokenizer is immutable), so a bad
 // request or a prompt that cannot fit is answered 400 before it takes a place in the queue.
-// Generation happens on the queue's single worker, which batches every running request into each
-// step (continuous batching: as many at once as the chain has KV slots, the rest first come first
-// served); a full queue answers 429 with Retry-After. A streaming client that disconnects cancels
+// Generation happens on the queue's single worker (generation_queue.h, shared with the desktop
+// app's chat), which batches every running request into each step (continuous batching: as many
+// at once as the chain has KV slots, the rest first come first served); a full queue answers 429
+// with Retry-After. A streaming client that disconnects cancels
 // its job.
 //
 // Before any body byte is read, request_guard.h checks the request's head (Host/Origin on
@@ -19,10 +20,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "engine/model/model.h"
-#include "engine/runtime/chain.h"
 #include "lan/api/generation_queue.h"
 
 namespace httplib {
@@ -73,10 +75,10 @@ std::string unsafeOptions(const ApiServerOptions& options);
 
 class ApiServer {
  public:
-  // `model` and `chain` must outlive the server; from construction on the chain belongs to the
-  // server's worker thread. Requests run at once up to the chain's KV slots (its stages'
-  // maxSequences).
-  ApiServer(const model::Model& model, runtime::Chain& chain, ApiServerOptions options);
+  // `model` and `queue` (the generation worker over the model's chain; the desktop app's chat
+  // submits to the same one) must outlive the server. Requests run at once up to the queue's
+  // slots; options.maxQueued is for the HTTP threads and should be the queue's maxWaiting.
+  ApiServer(const model::Model& model, GenerationQueue& queue, ApiServerOptions options);
   ~ApiServer();  // stop()
 
   ApiServer(const ApiServer&) = delete;
@@ -87,8 +89,9 @@ class ApiServer {
   void bind();
   // Serve until stop() (blocks; call from the thread that should run the accept loop).
   void serve();
-  // Stop accepting, cancel the running and queued generations, and make serve() return. Safe
-  // from any thread (not from a signal handler: use a flag and a watcher thread there).
+  // Stop accepting, cancel this server's running and queued generations (not the queue's other
+  // users'), and make serve() return. Safe from any thread (not from a signal handler: use a
+  // flag and a watcher thread there).
   void stop();
 
   int port() const { return m_port; }  // the bound port (after bind())
@@ -102,6 +105,8 @@ class ApiServer {
   // "default").
   void checkModel(const std::string& requested) const;
   void reportFinished(const GenerationJob& job) const;  // logs a failed generation to stderr
+  // Remembers a job so that stop() can cancel it; false once stopping (then it must not run).
+  bool track(const std::shared_ptr<GenerationJob>& job);
 
   const model::Model& m_model;
   ApiServerOptions m_options;
@@ -111,7 +116,10 @@ class ApiServer {
   int32_t m_contextLength = 0;  // the chain's, read once: the worker owns the chain
   int m_port = 0;
   std::atomic<uint64_t> m_nextId{1};
-  GenerationQueue m_queue;
+  GenerationQueue& m_queue;
+  std::mutex m_jobsMutex;                            // guards the two below
+  std::vector<std::weak_ptr<GenerationJob>> m_jobs;  // submitted by this server, maybe finished
+  bool m_stopping = false;
   std::unique_ptr<BoundedHttpServer> m_http;
 };
 

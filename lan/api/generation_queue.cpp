@@ -50,6 +50,7 @@ GenerationQueue::GenerationQueue(runtime::Chain& chain, const model::Tokenizer& 
                                  size_t maxWaiting, runtime::SchedulerOptions options)
     : m_scheduler(chain, tokenizer, options),
       m_slots(m_scheduler.slotCount()),
+      m_contextLength(m_scheduler.contextLength()),
       m_maxWaiting(maxWaiting),
       m_worker([this] { workerLoop(); }) {}
 

@@ -3,11 +3,12 @@
 // a bounded queue of generation jobs in front of it.
 //
 // Threading contract: the worker thread is the only one that touches the Scheduler (and so the
-// chain and its KV cache). HTTP threads submit a GenerationJob and then read what it produces
-// through the job itself (pieces of text, then the result), so a slow client never stalls the
-// worker and the worker never touches a socket. A job is cancelled by its own flag (set by the
-// HTTP thread when the client has gone); the scheduler checks it before every step and frees the
-// job's KV slot at once.
+// chain and its KV cache). Producers — the API's HTTP threads, the desktop app's chat thread —
+// submit a GenerationJob and then read what it produces through the job itself (pieces of text,
+// then the result), so a slow client never stalls the worker and the worker never touches a
+// socket. One queue per loaded model serves them all: one copy of the weights, one chain. A job is
+// cancelled by its own flag (set by the HTTP thread when the client has gone); the scheduler checks
+// it before every step and frees the job's KV slot at once.
 //
 // Fairness: as many jobs run at once as the chain has KV slots, each step one token for every
 // running job; the rest wait first come, first served.
@@ -95,7 +96,8 @@ class GenerationQueue {
 
   QueueStats stats() const;
   size_t maxWaiting() const { return m_maxWaiting; }
-  size_t slotCount() const { return m_slots; }  // jobs that run at once
+  size_t slotCount() const { return m_slots; }               // jobs that run at once
+  int32_t contextLength() const { return m_contextLength; }  // per job: prompt + reply
 
  private:
   void workerLoop();
@@ -103,7 +105,8 @@ class GenerationQueue {
   void start(const std::shared_ptr<GenerationJob>& job);
 
   runtime::Scheduler m_scheduler;  // the worker's alone
-  const size_t m_slots;            // m_scheduler.slots(), for any thread
+  const size_t m_slots;            // m_scheduler.slotCount(), for any thread
+  const int32_t m_contextLength;   // m_scheduler.contextLength(), for any thread
   const size_t m_maxWaiting;
 
   mutable std::mutex m_mutex;

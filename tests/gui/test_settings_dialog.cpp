@@ -7,6 +7,8 @@
 #include <QDir>
 #include <QEventLoop>
 #include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QNetworkAccessManager>
@@ -171,10 +173,14 @@ class TestSettingsDialog : public QObject {
 
     QByteArray body;
     QCOMPARE(httpGet(port, "/health", &body), 200);
+    // One engine: the API's requests and the chat's replies share the chain's slots (the chat's
+    // one and kApiParallel more, reloaded with them when the API was turned on).
+    const QJsonObject queue = QJsonDocument::fromJson(body).object().value("queue").toObject();
+    QCOMPARE(queue.value("slots").toInt(), 1 + kApiParallel);
     QByteArray models;
     QCOMPARE(httpGet(port, "/v1/models", &models), 200);
     QVERIFY2(models.contains("SmolLM2"), models.constData());
-    // The server generates with the loaded model (its own session, beside the chat's).
+    // The server generates with the loaded model, on the chat's engine.
     QByteArray completion;
     QCOMPARE(
         httpPost(port, "/v1/chat/completions",
