@@ -53,6 +53,7 @@ struct PoolOptions {
   std::string nodes;  // comma-separated host:port
   std::string model;
   int contextLength = 2048;
+  int parallel = 1;  // generations at once (KV slots per stage)
   int timeoutMs = 10000;
   double maxDeviceMemoryMb = 0;
   bool json = false;
@@ -141,6 +142,7 @@ std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials&
   };
   lan::CoordinatorOptions co;
   co.contextLength = o.contextLength;
+  co.maxSequences = o.parallel;
   co.maxDeviceMemoryBytes = static_cast<uint64_t>(o.maxDeviceMemoryMb * 1e6);
   co.requestTimeout = std::max(timeout, std::chrono::milliseconds(30000));
   if (o.verbose) {
@@ -374,9 +376,76 @@ void runPlanCommand(const PoolOptions& o) {
   plan::PoolFile seen;
   seen.pool = c->pool();
   seen.request.contextTokens = o.contextLength;
+  seen.request.sequences = o.parallel;
   out["pool"] = json::parse(plan::writePoolFile(seen));
   std::printf("%s\n", out.dump(2).c_str());
   if (!p.feasible) throw CliExit{1, ""};
+}
+
+json recoveriesJson(const lan::Coordinator& c) {
+  json recoveries = json::array();
+  for (const lan::RecoveryEvent& e : c.recoveries()) {
+    recoveries.push_back({{"failed_node", e.failedNodeId},
+                          {"cause", e.cause},
+                          {"after_tokens", e.generatedBefore},
+                          {"seconds", e.seconds},
+                          {"moved_bytes", e.movedBytes}});
+  }
+  return recoveries;
+}
+
+// --parallel N: the prompt as N generations at once (continuous batching over the pool), for
+// aggregate throughput; each reply printed after all have finished.
+void runConcurrently(lan::Coordinator& c, const PoolOptions& o,
+                     const std::vector<model::TokenId>& prompt, const runtime::GenerateOptions& g,
+                     double deploySeconds) {
+  std::vector<lan::Coordinator::PoolRequest> requests(static_cast<size_t>(o.parallel));
+  for (auto& r : requests) {
+    r.prompt = prompt;
+    r.options = g;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<lan::Coordinator::PoolReply> replies;
+  try {
+    replies = c.generateConcurrently(requests);
+  } catch (const std::exception& e) {
+    throw CliExit{1, std::string("generation failed: ") + e.what()};
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  size_t tokens = 0;
+  json out = json::array();
+  std::string firstError;
+  for (const auto& r : replies) {
+    tokens += r.result.tokens.size();
+    if (!r.error.empty() && firstError.empty()) firstError = r.error;
+    out.push_back({{"text", r.result.text},
+                   {"tokens", r.result.tokens},
+                   {"finish", std::string(runtime::finishReasonName(r.result.finish))},
+                   {"error", r.error},
+                   {"prefill_s", r.result.prefillSeconds},
+                   {"decode_s", r.result.decodeSeconds},
+                   {"recoveries", r.result.recoveries}});
+  }
+  const double aggregate = wall > 0 ? static_cast<double>(tokens) / wall : 0;
+  if (o.json) {
+    const json summary = {{"replies", out},
+                          {"parallel", o.parallel},
+                          {"deploy_s", deploySeconds},
+                          {"wall_s", wall},
+                          {"aggregate_tokens_per_s", aggregate},
+                          {"predicted_tokens_per_s", c.predictedTokensPerS()},
+                          {"stages", stagesJson(c.deployed(), c.nodes())},
+                          {"recoveries", recoveriesJson(c)}};
+    std::printf("%s\n", summary.dump().c_str());
+  } else {
+    for (size_t i = 0; i < replies.size(); ++i) {
+      std::printf("--- reply %zu ---\n%s\n", i + 1, replies[i].result.text.c_str());
+    }
+    std::fprintf(stderr, "[%d replies, %zu tokens in %.2f s: %.1f tokens/s, %zu stage(s)%s]\n",
+                 o.parallel, tokens, wall, aggregate, c.deployed().size(),
+                 c.recoveries().empty() ? "" : ", recovered from a node failure");
+  }
+  if (!firstError.empty()) throw CliExit{1, "generation failed: " + firstError};
 }
 
 void runPoolGenerate(const PoolOptions& o) {
@@ -401,6 +470,7 @@ void runPoolGenerate(const PoolOptions& o) {
   const model::Tokenizer& tok = c->model().tokenizer();
   const auto prompt = o.completion.encodePrompt(tok);
   const runtime::GenerateOptions g = o.completion.generateOptions();
+  if (o.parallel > 1) return runConcurrently(*c, o, prompt, g, deploySeconds);
   runtime::GenerateResult r;
   try {
     r = c->generate(prompt, g, [&](std::string_view piece) {
@@ -416,14 +486,7 @@ void runPoolGenerate(const PoolOptions& o) {
   const double tokS =
       r.decodeSeconds > 0 && r.tokens.size() > 1 ? (r.tokens.size() - 1) / r.decodeSeconds : 0;
   if (o.json) {
-    json recoveries = json::array();
-    for (const lan::RecoveryEvent& e : c->recoveries()) {
-      recoveries.push_back({{"failed_node", e.failedNodeId},
-                            {"cause", e.cause},
-                            {"after_tokens", e.generatedBefore},
-                            {"seconds", e.seconds},
-                            {"moved_bytes", e.movedBytes}});
-    }
+    const json recoveries = recoveriesJson(*c);
     json out = {{"text", r.text},
                 {"tokens", r.tokens},
                 {"finish", std::string(runtime::finishReasonName(r.finish))},
@@ -463,6 +526,11 @@ void addPoolNodes(CLI::App& cmd, PoolOptions& o) {
   cmd.add_option("--ctx", o.contextLength, "context length of every stage")
       ->capture_default_str()
       ->check(CLI::Range(16, 1 << 20));
+  cmd.add_option("--parallel", o.parallel,
+                 "sequences every stage holds (the planner's S); generate runs the prompt as "
+                 "this many generations at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd.add_option("--max-device-memory-mb", o.maxDeviceMemoryMb,
                  "use at most this much memory of any device (default: all it has free)")
       ->check(CLI::Range(0.0, 1e9));

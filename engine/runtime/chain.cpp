@@ -154,6 +154,38 @@ void Chain::forwardBatch(const Batch& batch, StageOutput& out) {
   }
 }
 
+void Chain::forwardBatches(std::span<const Batch> batches, std::span<StageOutput> outs) {
+  if (batches.size() != outs.size()) throw Error("Chain::forwardBatches: one output per batch");
+  if (batches.size() == 1) return forwardBatch(batches[0], outs[0]);
+  const size_t stages = m_stages.size();
+  const size_t n = batches.size();
+  m_outputs.resize(2);
+  for (auto& slot : m_outputs) slot.resize(stages);
+  std::vector<Stage::Ticket> tickets(stages);
+  // Wave t runs batch t - s on stage s; batch k's stage-s output (slot k % 2) is read by stage
+  // s + 1 in the next wave while stage s writes batch k + 1 into the other slot.
+  for (size_t wave = 0; wave + 1 < n + stages; ++wave) {
+    std::vector<size_t> active;
+    for (size_t s = 0; s < stages; ++s) {
+      if (wave < s || wave - s >= n) continue;
+      const size_t k = wave - s;
+      Batch b = batches[k];
+      if (s > 0) {
+        b.tokens = {};
+        b.hidden = m_outputs[(k % 2)][s - 1].hidden;
+      }
+      StageOutput& o = s + 1 == stages ? outs[k] : m_outputs[k % 2][s];
+      m_failedStage = s;
+      tickets[s] = m_stages[s]->submit(b, o);
+      active.push_back(s);
+    }
+    for (size_t s : active) {
+      m_failedStage = s;
+      m_stages[s]->wait(tickets[s]);
+    }
+  }
+}
+
 void Chain::truncate(int32_t sequence, int32_t fromPosition) {
   for (size_t s = 0; s < m_stages.size(); ++s) {
     m_failedStage = s;

@@ -36,6 +36,11 @@ class Chain {
                std::vector<float>& logits, bool allLogits = false);
   // One batch of several sequences (at most maxBatch rows) through every stage.
   void forwardBatch(const Batch& batch, StageOutput& out);
+  // Several batches (of different sequences, each at most maxBatch rows) through every stage as
+  // a wavefront: batch k + 1 enters stage 0 while batch k is in stage 1, so on a chain of remote
+  // stages every node works at once; outs[k] receives batch k's head output. The result is the
+  // same as running them one after another. The batches' spans must live during the call.
+  void forwardBatches(std::span<const Batch> batches, std::span<StageOutput> outs);
 
   void truncate(int32_t sequence, int32_t fromPosition);
 

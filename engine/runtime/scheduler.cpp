@@ -34,7 +34,10 @@ Scheduler::Active::Active(Id id_, int32_t slot_, Request r, const model::Tokeniz
 }
 
 Scheduler::Scheduler(Chain& chain, const model::Tokenizer& tokenizer, SchedulerOptions options)
-    : m_chain(chain), m_tokenizer(tokenizer), m_contextLength(chain.contextLength()) {
+    : m_chain(chain),
+      m_tokenizer(tokenizer),
+      m_contextLength(chain.contextLength()),
+      m_recovery(std::move(options.recovery)) {
   int32_t slots = chain.stage(0).spec().maxSequences;
   for (size_t i = 1; i < chain.stageCount(); ++i) {
     slots = std::min(slots, chain.stage(i).spec().maxSequences);
@@ -43,6 +46,18 @@ Scheduler::Scheduler(Chain& chain, const model::Tokenizer& tokenizer, SchedulerO
   m_slots.resize(static_cast<size_t>(slots));
   m_budget = chain.maxBatch();
   if (options.tokenBudget > 0) m_budget = std::min(m_budget, options.tokenBudget);
+  if (m_budget <= slots) {
+    throw Error("scheduler: a step of " + std::to_string(m_budget) + " rows cannot serve " +
+                std::to_string(slots) + " sequences (it must have room for one more)");
+  }
+  // With every other slot decoding one row, a whole chunk still fits: chunks never wait forever.
+  m_chunk = static_cast<size_t>(m_budget - slots + 1);
+}
+
+size_t Scheduler::pieceEnd(const Active& a) const {
+  const auto it = std::upper_bound(a.replayEnds.begin(), a.replayEnds.end(), a.computed);
+  if (it != a.replayEnds.end()) return *it;
+  return a.computed + std::min(a.unread(), m_chunk);
 }
 
 Scheduler::Id Scheduler::add(Request request) {
@@ -145,8 +160,12 @@ void Scheduler::admit() {
       continue;
     }
     slot.busy = true;
-    slot.cached.clear();
     auto a = std::make_unique<Active>(w.id, best, std::move(w.request), m_tokenizer);
+    for (size_t start : slot.starts) {
+      if (start < common) a->starts.push_back(start);
+    }
+    slot.cached.clear();
+    slot.starts.clear();
     a->computed = common;
     a->result.reusedTokens = static_cast<int32_t>(common);
     a->started = Clock::now();
@@ -158,6 +177,7 @@ void Scheduler::release(Active& a) {
   Slot& slot = m_slots[static_cast<size_t>(a.slot)];
   slot.busy = false;
   slot.cached.assign(a.tokens.begin(), a.tokens.begin() + static_cast<ptrdiff_t>(a.computed));
+  slot.starts = a.starts;
   slot.lastUsed = m_stats.steps;
 }
 
@@ -245,6 +265,7 @@ void Scheduler::failBatch(const std::vector<size_t>& members, const std::string&
       // A stage in trouble; the next admission's truncate tries again.
     }
     a.computed = 0;
+    a.starts.clear();
     a.done = true;
     release(a);  // computed is 0: the slot remembers nothing
     ++m_stats.failed;
@@ -268,71 +289,152 @@ bool Scheduler::step() {
   admit();
   if (m_active.empty()) return false;
 
-  // Rows: one per decoding sequence (rotating who goes first when they exceed the budget), then
-  // prompt chunks in admission order with what is left.
-  m_rows.clear();
-  m_segments.clear();
-  std::vector<size_t> members;  // m_active index of each segment
+  // Pieces: one row per decoding sequence (rotating who goes first when they exceed the
+  // budget), then chunks of what the others still have to read (a prompt, or everything after
+  // a recovery emptied the caches) with what is left.
+  struct Piece {
+    size_t member;  // m_active index
+    int32_t count;
+    bool logits;  // the piece ends what the sequence had to read: sample from its last row
+  };
+  std::vector<Piece> pieces;
   int32_t budget = m_budget;
   const size_t n = m_active.size();
   for (size_t k = 0; k < n && budget > 0; ++k) {
     const size_t i = (m_decodeStart + k) % n;
-    Active& a = *m_active[i];
-    if (a.readingPrompt()) continue;
-    m_rows.push_back(a.tokens[a.computed]);
-    m_segments.push_back({a.slot, static_cast<int32_t>(a.computed), 1, LogitRows::Last});
-    members.push_back(i);
+    const Active& a = *m_active[i];
+    if (a.unread() != 1 || pieceEnd(a) != a.tokens.size()) continue;
+    pieces.push_back({i, 1, true});
     --budget;
   }
   m_decodeStart = n ? (m_decodeStart + 1) % n : 0;
+  // Then the pieces of the sequences reading (a prompt, or a replay): each one whole or not at
+  // all this step, so that its shape never depends on what else is in the batch.
   for (size_t i = 0; i < n && budget > 0; ++i) {
-    Active& a = *m_active[i];
-    if (!a.readingPrompt()) continue;
-    const size_t left = a.request.prompt.size() - a.computed;
-    const int32_t count = static_cast<int32_t>(std::min<size_t>(left, static_cast<size_t>(budget)));
-    const bool last = static_cast<size_t>(count) == left;
-    m_rows.insert(m_rows.end(), a.tokens.begin() + static_cast<ptrdiff_t>(a.computed),
-                  a.tokens.begin() + static_cast<ptrdiff_t>(a.computed) + count);
-    m_segments.push_back({a.slot, static_cast<int32_t>(a.computed), count,
-                          last ? LogitRows::Last : LogitRows::None});
-    members.push_back(i);
+    const Active& a = *m_active[i];
+    const size_t end = pieceEnd(a);
+    const auto count = static_cast<int32_t>(end - a.computed);
+    if (a.unread() == 1 && end == a.tokens.size()) continue;  // decoding: above
+    if (count > budget) continue;
+    pieces.push_back({i, count, end == a.tokens.size()});
     budget -= count;
   }
 
-  Batch batch;
-  batch.tokens = m_rows;
-  batch.segments = m_segments;
+  // Groups: on a chain of several stages the pieces go into as many batches as there are stages,
+  // in flight at once (a wavefront: every stage busy on a different group).
+  const size_t groups = std::max<size_t>(1, std::min(m_chain.stageCount(), pieces.size()));
+  m_groups.resize(groups);
+  for (Group& g : m_groups) {
+    g.rows.clear();
+    g.segments.clear();
+    g.members.clear();
+  }
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Piece& p = pieces[k];
+    Group& g = m_groups[k % groups];
+    const Active& a = *m_active[p.member];
+    const auto from = a.tokens.begin() + static_cast<ptrdiff_t>(a.computed);
+    g.rows.insert(g.rows.end(), from, from + p.count);
+    g.segments.push_back({a.slot, static_cast<int32_t>(a.computed), p.count,
+                          p.logits ? LogitRows::Last : LogitRows::None});
+    g.members.push_back(p.member);
+  }
+  // A head that samples (a pool's last node) answers greedy rows with tokens, so their logits
+  // need not cross the network; it has no history for a repetition penalty.
+  static const SampleRequest kGreedy{};
+  std::vector<Batch> batches(groups);
+  std::vector<size_t> members;
+  for (size_t gi = 0; gi < groups; ++gi) {
+    Group& g = m_groups[gi];
+    bool greedy = true;
+    for (size_t k = 0; k < g.segments.size(); ++k) {
+      const SamplerParams& sp = m_active[g.members[k]]->request.options.sampler;
+      if (g.segments[k].logits == LogitRows::Last &&
+          (sp.temperature > 0 || sp.repeatPenalty != 1)) {
+        greedy = false;
+      }
+    }
+    batches[gi].tokens = g.rows;
+    batches[gi].segments = g.segments;
+    batches[gi].sample = greedy ? &kGreedy : nullptr;
+    members.insert(members.end(), g.members.begin(), g.members.end());
+  }
+  m_outs.resize(groups);
   try {
-    m_chain.forwardBatch(batch, m_out);
+    m_chain.forwardBatches(batches, m_outs);
   } catch (const std::exception& e) {
-    failBatch(members, e.what());
-    std::erase_if(m_active, [](const auto& a) { return a->done; });
     ++m_stats.steps;
+    recoverOrFail(e, members);
+    std::erase_if(m_active, [](const auto& a) { return a->done; });
     return true;
   }
   ++m_stats.steps;
-  m_stats.rowsRun += m_rows.size();
+  for (const Group& g : m_groups) m_stats.rowsRun += g.rows.size();
 
-  size_t logitRows = 0;
-  for (const Segment& s : m_segments) logitRows += s.logits == LogitRows::Last ? 1 : 0;
-  if (logitRows > 0 && (m_out.logits.empty() || m_out.logits.size() % logitRows != 0)) {
-    failBatch(members, "the head stage returned " + std::to_string(m_out.logits.size()) +
-                           " logits for " + std::to_string(logitRows) + " rows");
-    std::erase_if(m_active, [](const auto& a) { return a->done; });
-    return true;
-  }
-  const size_t vocab = logitRows ? m_out.logits.size() / logitRows : 0;
-  size_t row = 0;
-  for (size_t k = 0; k < m_segments.size(); ++k) {
-    Active& a = *m_active[members[k]];
-    a.computed += static_cast<size_t>(m_segments[k].count);
-    if (m_segments[k].logits != LogitRows::Last) continue;
-    const std::span<const float> logits(m_out.logits.data() + row * vocab, vocab);
-    ++row;
-    accept(a, a.sampler.sample(logits));
+  for (size_t gi = 0; gi < groups; ++gi) {
+    const Group& g = m_groups[gi];
+    const StageOutput& out = m_outs[gi];
+    size_t logitRows = 0;
+    for (const Segment& seg : g.segments) logitRows += seg.logits == LogitRows::Last ? 1 : 0;
+    const bool sampled = !out.tokens.empty();
+    if (logitRows > 0 && (sampled ? out.tokens.size() != logitRows
+                                  : out.logits.empty() || out.logits.size() % logitRows != 0)) {
+      failBatch(g.members, "the head stage returned " + std::to_string(out.tokens.size()) +
+                               " tokens and " + std::to_string(out.logits.size()) + " logits for " +
+                               std::to_string(logitRows) + " rows");
+      continue;
+    }
+    const size_t vocab = logitRows && !sampled ? out.logits.size() / logitRows : 0;
+    size_t row = 0;
+    for (size_t k = 0; k < g.segments.size(); ++k) {
+      Active& a = *m_active[g.members[k]];
+      a.starts.push_back(a.computed);
+      a.computed += static_cast<size_t>(g.segments[k].count);
+      if (g.segments[k].logits != LogitRows::Last) continue;
+      model::TokenId next;
+      if (sampled) {
+        next = out.tokens[row];
+        if (next < 0 || next >= m_tokenizer.size()) {
+          failBatch({g.members[k]}, "the head stage sampled an unknown token");
+          ++row;
+          continue;
+        }
+      } else {
+        next = a.sampler.sample(std::span<const float>(out.logits.data() + row * vocab, vocab));
+      }
+      ++row;
+      accept(a, next);
+    }
   }
   std::erase_if(m_active, [](const auto& a) { return a->done; });
   return true;
+}
+
+void Scheduler::recoverOrFail(const std::exception& error, const std::vector<size_t>& members) {
+  if (m_recovery) {
+    try {
+      if (m_recovery(error, m_chain.failedStage())) {
+        // Every slot of the repaired chain is empty: each generation reads its tokens again
+        // (prompt and reply so far) in the next steps and continues where it was.
+        for (auto& a : m_active) {
+          a->replayEnds.assign(a->starts.begin() + (a->starts.empty() ? 0 : 1), a->starts.end());
+          if (a->computed > 0) a->replayEnds.push_back(a->computed);
+          a->starts.clear();
+          a->computed = 0;
+          ++a->result.recoveries;
+        }
+        for (Slot& slot : m_slots) {
+          slot.cached.clear();
+          slot.starts.clear();
+        }
+        return;
+      }
+    } catch (const std::exception& again) {
+      failBatch(members, again.what());
+      return;
+    }
+  }
+  failBatch(members, error.what());
 }
 
 void Scheduler::runUntilIdle() {

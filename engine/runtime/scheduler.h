@@ -14,13 +14,19 @@
 // computed again.
 //
 // Batch invariance: a sequence's rows are computed by the same kernels in the same order whatever
-// else shares the batch (the CPU backend's matmul computes each (row, token) dot alone and
-// attention runs per sequence over its own slot), so on the CPU backend a greedy reply equals the
-// one Session::generate produces alone, byte for byte (tests/unit/runtime/test_scheduler.cpp).
+// else shares the batch — the CPU backend picks each segment's dot order from that segment's own
+// rows (kernels/cpu/cpu_layer_ops.h RowRun) and attends per sequence over its own slot — and a
+// prompt is always cut into the same pieces: chunks of exactly min(rest, chunk) rows from where
+// its cache ends, a chunk waiting for the next step rather than being cut to fit. So on the CPU
+// backend a reply equals, byte for byte, the same request run alone, and Session::generate's reply
+// when the prompt fits one chunk (tests/unit/runtime/test_scheduler.cpp). A recovery replays
+// each sequence in its original pieces.
 //
-// What a Session does and this does not (yet): recovery from a failed stage (a failed step ends
-// every generation that was in its batch with the error and clears their slots) and sampling on
-// a remote head (logits of every sampled row come back to the caller's machine).
+// Over a chain of several stages (a pool) a step's sequences are split into as many batches as
+// there are stages, in flight at once (Chain::forwardBatches), so every node works on a
+// different group. A head stage that samples answers a batch of greedy rows with tokens; rows of
+// sampled sequences bring their logits back (the sampler runs here, per sequence). Recovery from
+// a failed stage: SchedulerOptions::recovery.
 //
 // Threading: one thread calls everything (the API's worker); the callbacks run on it, inside
 // step() and cancelAll(), and may call cancel() but not add().
@@ -44,10 +50,16 @@
 namespace shoal::runtime {
 
 struct SchedulerOptions {
-  // Most rows one step may carry, decode and prefill together; 0: the chain's maxBatch. Decode
-  // rows come first, so a long prompt slows the replies under way by at most one budget's worth
-  // of prefill per token.
+  // Most rows one step may carry, decode and prefill together; 0: the chain's maxBatch. It must
+  // exceed the slots. Decode rows come first; a prompt is read in chunks of (budget - slots + 1)
+  // rows, so a long prompt slows the replies under way by at most one chunk per token.
   int32_t tokenBudget = 0;
+  // Called when a step throws, with the error and the index of the stage that threw last
+  // (Chain::failedStage), as Session's hook: return true once the chain is repaired and every
+  // stage's cache of every slot is empty (the pool coordinator re-plans without a lost node);
+  // each generation then reads its prompt and reply so far again and continues — a greedy
+  // reply is unchanged. False, a throw, or no hook: the step's generations end with the error.
+  std::function<bool(const std::exception& error, size_t failedStage)> recovery;
 };
 
 struct SchedulerStats {
@@ -69,6 +81,7 @@ class Scheduler {
   using TextCallback = std::function<bool(std::string_view piece)>;
   // Called once at the end; `error` is empty unless the generation failed.
   using FinishCallback = std::function<void(const GenerateResult& result, std::string_view error)>;
+  using Recovery = std::function<bool(const std::exception& error, size_t failedStage)>;
 
   struct Request {
     std::vector<model::TokenId> prompt;
@@ -114,13 +127,20 @@ class Scheduler {
     // generated token once it is fed back. computed counts those already run.
     std::vector<model::TokenId> tokens;
     size_t computed = 0;
+    // Where each computed piece (a prompt chunk, a decode row) began: a replay after a recovery
+    // repeats those pieces exactly (the same segment shapes give the same bits). replayEnds:
+    // during such a replay, where the original pieces ended.
+    std::vector<size_t> starts;
+    std::vector<size_t> replayEnds;
     bool cancelled = false;     // cancel() was called
     bool done = false;          // finished: the step removes it
     Clock::time_point started;  // admission: prefill time counts from here
     Clock::time_point firstToken;
 
     Active(Id id_, int32_t slot_, Request r, const model::Tokenizer& tok);
-    bool readingPrompt() const { return computed < request.prompt.size(); }
+    // Tokens still to run: 1 while decoding, more while reading the prompt (or replaying it and
+    // the reply after a recovery).
+    size_t unread() const { return tokens.size() - computed; }
   };
   struct Waiting {
     Id id = 0;
@@ -131,21 +151,28 @@ class Scheduler {
   struct Slot {
     bool busy = false;
     std::vector<model::TokenId> cached;
+    std::vector<size_t> starts;  // the pieces `cached` was computed in (Active::starts)
     uint64_t lastUsed = 0;  // step it was last freed: among equal prefixes the oldest is reused
   };
 
   void admit();
+  // Where the next piece of `a` ends: its original piece's end while replaying; otherwise one
+  // row while decoding, a chunk of at most m_chunk rows while reading.
+  size_t pieceEnd(const Active& a) const;
   void finishWaiting(Waiting& w);  // a queued request ends as Cancelled
   // Feeds a sampled token to its generation; returns true when the generation has ended.
   bool accept(Active& a, model::TokenId token);
   void finish(Active& a, FinishReason reason);
   void release(Active& a);  // frees the slot, remembering what it caches
   void failBatch(const std::vector<size_t>& members, const std::string& error);
+  // A step threw: recovery (SchedulerOptions::recovery) or failBatch of its members.
+  void recoverOrFail(const std::exception& error, const std::vector<size_t>& members);
 
   Chain& m_chain;
   const model::Tokenizer& m_tokenizer;
   int32_t m_contextLength = 0;
   int32_t m_budget = 0;
+  size_t m_chunk = 0;  // prompt rows per piece: the budget less one decode row per other slot
   std::vector<Slot> m_slots;
   std::deque<Waiting> m_waiting;
   std::vector<std::unique_ptr<Active>> m_active;  // in admission order
@@ -153,10 +180,16 @@ class Scheduler {
   size_t m_decodeStart = 0;  // rotates which decoding sequences go first when over budget
   SchedulerStats m_stats;
 
+  // One batch of a step (several on a chain of several stages, in flight at once).
+  struct Group {
+    std::vector<int32_t> rows;
+    std::vector<Segment> segments;
+    std::vector<size_t> members;  // m_active index of each segment
+  };
+  Recovery m_recovery;
   // Scratch reused by every step.
-  std::vector<int32_t> m_rows;
-  std::vector<Segment> m_segments;
-  StageOutput m_out;
+  std::vector<Group> m_groups;
+  std::vector<StageOutput> m_outs;
 };
 
 }  // namespace shoal::runtime

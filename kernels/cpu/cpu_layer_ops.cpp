@@ -59,6 +59,7 @@ void LayerRunner::begin(const runtime::Batch& batch) {
       m_positions[sz(m_rows++)] = s.firstPosition + i;
     }
   }
+  buildRuns(false);
   for (RopeTable& r : m_ropes) {
     const int64_t half = r.params.nRot / 2;
     const float* factors = r.params.freqFactors ? m_ropeFreqs : nullptr;
@@ -124,8 +125,13 @@ void LayerRunner::project(const BoundOp& op) {
   for (uint8_t i = 0; i < op.op.outCount; ++i) {
     jobs[i] = {&op.matrices[i], buffer(op.op.outs[i].dst)};
   }
-  matmul(std::span(jobs.data(), op.op.outCount), buffer(op.op.src), m_rows, *m_pool,
-         m_matmulScratch);
+  const int64_t in = op.matrices[0].cols;
+  for (const RowRun& run : m_runs) {
+    std::array<MatmulJob, 3> part = jobs;
+    for (uint8_t i = 0; i < op.op.outCount; ++i) part[i].y += run.first * op.matrices[i].rows;
+    matmul(std::span(part.data(), op.op.outCount), buffer(op.op.src) + run.first * in, run.rows,
+           *m_pool, m_matmulScratch, run.orderTokens);
+  }
 }
 
 // dst += bias, row by row (qwen2's Q/K/V biases).
@@ -191,10 +197,31 @@ void LayerRunner::attend(const BoundOp& op, CpuLayer& layer) {
   }
 }
 
+void LayerRunner::buildRuns(bool kept) {
+  m_runs.clear();
+  int64_t first = 0;
+  for (const runtime::Segment& s : m_segments) {
+    const int64_t rows = !kept                                  ? s.count
+                         : s.logits == runtime::LogitRows::All  ? s.count
+                         : s.logits == runtime::LogitRows::Last ? 1
+                                                                : 0;
+    if (rows == 0) continue;
+    // dotOrder's thresholds: 2+ tokens (tinyBLAS) and 8+ (the K-quant tiled kernel).
+    const int64_t order = rows >= 8 ? 8 : rows >= 2 ? 2 : 1;
+    if (!m_runs.empty() && m_runs.back().orderTokens == order) {
+      m_runs.back().rows += rows;
+    } else {
+      m_runs.push_back({first, rows, order});
+    }
+    first += rows;
+  }
+}
+
 void LayerRunner::keepOutputRows(const std::array<bool, model::kBufferCount>& live,
                                  const BufferWidths& width) {
   if (m_kept) return;
   m_kept = true;
+  buildRuns(true);
   if (m_keepCount == m_rows) return;  // every row goes on
   for (int64_t k = 0; k < m_keepCount; ++k) {
     const int64_t from = m_keep[sz(k)];
@@ -219,8 +246,12 @@ void LayerRunner::add(const BoundOp& op) {
 
 // Gate = silu(Wgate · src) * (Wup · src), fused (matmul.h).
 void LayerRunner::gatedFfn(const BoundOp& op) {
-  cpu::gatedFfn(op.matrices[0], op.matrices[1], buffer(op.op.src), m_rows, buffer(Buffer::Gate),
-                buffer(Buffer::Up), *m_pool, m_matmulScratch);
+  const int64_t in = op.matrices[0].cols, n = op.matrices[0].rows;
+  for (const RowRun& run : m_runs) {
+    cpu::gatedFfn(op.matrices[0], op.matrices[1], buffer(op.op.src) + run.first * in, run.rows,
+                  buffer(Buffer::Gate) + run.first * n, buffer(Buffer::Up) + run.first * n, *m_pool,
+                  m_matmulScratch, run.orderTokens);
+  }
 }
 
 }  // namespace shoal::cpu

@@ -49,6 +49,16 @@ class LayerRunner {
   bool keptOutputRows() const { return m_kept; }
 
   int64_t rows() const { return m_rows; }  // live rows
+  // Live rows in runs of consecutive segments that get the same dot order. llama.cpp picks a
+  // matmul's order from its token count; Shoal picks it per segment (from that segment's rows),
+  // so a sequence's results do not depend on the other sequences in its batch (batch
+  // invariance); a batch of one segment is one run, as llama.cpp computes it.
+  struct RowRun {
+    int64_t first = 0;        // first live row
+    int64_t rows = 0;         // rows of the run
+    int64_t orderTokens = 1;  // the order of a product of this many tokens (1, 2 or 8: dotOrder)
+  };
+  std::span<const RowRun> runs() const { return m_runs; }
   float* buffer(model::Buffer b) { return m_buffers[static_cast<size_t>(b)].data(); }
   ThreadPool& pool() { return *m_pool; }
   MatmulScratch& matmulScratch() { return m_matmulScratch; }
@@ -92,6 +102,9 @@ class LayerRunner {
   std::vector<int32_t> m_positions;  // per live row
   std::vector<int32_t> m_keep;       // rows KeepOutputRows keeps, ascending
   int64_t m_keepCount = 0;
+  std::vector<RowRun> m_runs;  // of the live rows
+  // m_runs from the rows each segment has live now (all of them, or the kept ones).
+  void buildRuns(bool kept);
 };
 
 }  // namespace shoal::cpu

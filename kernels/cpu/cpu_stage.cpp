@@ -115,7 +115,11 @@ void CpuStage::head(runtime::StageOutput& out) {
     rmsNorm(x + t * d, m_outputNorm, norm + t * d, d, m_config.rmsEps);
   }
   r.observe("result_norm", -1, norm, rows, d);
-  matmul(m_output, norm, rows, out.logits.data(), r.pool(), r.matmulScratch());
+  const int64_t vocab = m_config.nVocab;
+  for (const LayerRunner::RowRun& run : r.runs()) {
+    matmul(m_output, norm + run.first * d, run.rows, out.logits.data() + run.first * vocab,
+           r.pool(), r.matmulScratch(), run.orderTokens);
+  }
   r.observe("result_output", -1, out.logits.data(), rows, m_config.nVocab);
 }
 

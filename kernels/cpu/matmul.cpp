@@ -58,8 +58,8 @@ constexpr size_t kMaxJobs = 4;
 
 // Converts x into each activation format the jobs need (once per format); returns the args of
 // each job.
-void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, ThreadPool& pool,
-             MatmulScratch& scratch, GemmArgs* args) {
+void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, int64_t orderTokens,
+             ThreadPool& pool, MatmulScratch& scratch, GemmArgs* args) {
   const KernelTable& k = kernels();
   bool needed[static_cast<int>(ActKind::Count)] = {};
   for (const MatmulJob& j : jobs) {
@@ -97,26 +97,26 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, Th
     g.cols = w.cols;
     g.y = jobs[i].y;
     g.ldy = w.rows;
-    g.order = dotOrder(w, tokens);
+    g.order = dotOrder(w, orderTokens > 0 ? orderTokens : tokens);
   }
 }
 
 }  // namespace
 
 void matmul(const WeightMatrix& w, const float* x, int64_t tokens, float* y, ThreadPool& pool,
-            MatmulScratch& scratch) {
+            MatmulScratch& scratch, int64_t orderTokens) {
   const MatmulJob job{&w, y};
-  matmul(std::span(&job, 1), x, tokens, pool, scratch);
+  matmul(std::span(&job, 1), x, tokens, pool, scratch, orderTokens);
 }
 
 void matmul(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, ThreadPool& pool,
-            MatmulScratch& scratch) {
+            MatmulScratch& scratch, int64_t orderTokens) {
   if (jobs.empty() || jobs.size() > kMaxJobs) {
     throw Error("matmul: " + std::to_string(jobs.size()) + " products of one input (1 to " +
                 std::to_string(kMaxJobs) + ")");
   }
   GemmArgs args[kMaxJobs];
-  prepare(jobs, x, tokens, pool, scratch, args);
+  prepare(jobs, x, tokens, orderTokens, pool, scratch, args);
   const KernelTable& k = kernels();
   GemmFn fns[kMaxJobs];
   int64_t firstRow[kMaxJobs + 1] = {0};
@@ -138,14 +138,15 @@ void matmul(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, Thr
 }
 
 void gatedFfn(const WeightMatrix& wGate, const WeightMatrix& wUp, const float* x, int64_t tokens,
-              float* gate, float* up, ThreadPool& pool, MatmulScratch& scratch) {
+              float* gate, float* up, ThreadPool& pool, MatmulScratch& scratch,
+              int64_t orderTokens) {
   if (wGate.rows != wUp.rows) {
     throw Error("gated FFN: gate and up have " + std::to_string(wGate.rows) + " and " +
                 std::to_string(wUp.rows) + " rows");
   }
   const MatmulJob jobs[2] = {{&wGate, gate}, {&wUp, up}};
   GemmArgs args[2];
-  prepare(jobs, x, tokens, pool, scratch, args);
+  prepare(jobs, x, tokens, orderTokens, pool, scratch, args);
   const KernelTable& k = kernels();
   const GemmFn gateFn = k.gemm[static_cast<int>(wGate.kind)];
   const GemmFn upFn = k.gemm[static_cast<int>(wUp.kind)];

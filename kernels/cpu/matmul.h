@@ -49,21 +49,24 @@ struct MatmulJob {
 // vector step, rows of 4); K-quant matmuls of 8+ tokens through its tiled kernel.
 DotOrder dotOrder(const WeightMatrix& w, int64_t tokens);
 
-// y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t in [0, tokens).
+// y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t in [0, tokens). orderTokens (0:
+// tokens) picks the dot order (dotOrder) as for a product of that many tokens, so that rows of a
+// batch that belong to different sequences can each get the order of their own segment.
 void matmul(const WeightMatrix& w, const float* x, int64_t tokens, float* y, ThreadPool& pool,
-            MatmulScratch& scratch);
+            MatmulScratch& scratch, int64_t orderTokens = 0);
 
 // Several products of the same input (Q, K and V): x is converted once per activation format
 // and all the rows are shared out in one pass of the thread pool. The matrices must have x's
 // row length; at most 4 jobs.
 void matmul(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, ThreadPool& pool,
-            MatmulScratch& scratch);
+            MatmulScratch& scratch, int64_t orderTokens = 0);
 
 // The gated feed-forward input, fused: gate[t * n + i] = silu(Wgate x)[i] * (Wup x)[i]
 // (SwiGLU, as ggml_vec_swiglu_f32 rounds it per row of n = Wgate.rows), computed in one pass
 // of the thread pool: each thread takes the same rows of both matrices and finishes them.
 // up receives Wup x; both buffers hold tokens x n floats.
 void gatedFfn(const WeightMatrix& wGate, const WeightMatrix& wUp, const float* x, int64_t tokens,
-              float* gate, float* up, ThreadPool& pool, MatmulScratch& scratch);
+              float* gate, float* up, ThreadPool& pool, MatmulScratch& scratch,
+              int64_t orderTokens = 0);
 
 }  // namespace shoal::cpu

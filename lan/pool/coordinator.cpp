@@ -6,6 +6,7 @@
 #include "engine/plan/model_cost.h"
 #include "engine/plan/planner.h"
 #include "engine/plan/replan.h"
+#include "engine/runtime/scheduler.h"
 #include "lan/pool/sha256.h"
 #include "lan/pool/snapshot.h"
 
@@ -163,7 +164,7 @@ plan::Plan Coordinator::makePlan() const {
   if (p.devices.empty()) throw Error("the pool has no devices (add nodes first)");
   plan::Request request;
   request.contextTokens = m_options.contextLength;
-  request.sequences = 1;
+  request.sequences = m_options.maxSequences;
   return plan::plan(p, m_modelCost, request, singleChatOptions());
 }
 
@@ -240,7 +241,7 @@ void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
         r.model = m_modelIdentity;
         r.placement = want;
         r.contextLength = m_options.contextLength;
-        r.maxSequences = 1;
+        r.maxSequences = m_options.maxSequences;
         r.maxBatch = m_options.maxBatch;
         WeightsProgress onBytes = [&](uint64_t sent, uint64_t total) {
           dp.bytesSent = sent;
@@ -308,7 +309,7 @@ void Coordinator::recover(const StageFailure& failure, int32_t generated) {
     throw Error("node " + event.failedNodeName + " failed and no node is left");
   plan::Request request;
   request.contextTokens = m_options.contextLength;
-  request.sequences = 1;
+  request.sequences = m_options.maxSequences;
   const plan::Plan previous = planOfStages(deployed(), p);
   const plan::Replan next = plan::replan(previous, p, m_modelCost, request, singleChatOptions());
   if (!next.plan.feasible) {
@@ -351,22 +352,19 @@ void Coordinator::rebuildChain() {
   m_chainStages = std::move(stages);
 }
 
-bool Coordinator::recoverStage(const std::exception& error, size_t failedStage) {
+bool Coordinator::repairChain(const std::exception& error, size_t failedStage, int32_t generated,
+                              int32_t slots) {
   // A node that answers with an error is not failing: that error reaches the caller.
   if (!dynamic_cast<const TransportError*>(&error) || failedStage >= m_chainStages.size()) {
     return false;
   }
-  // The session's cache holds the prompt and the reply so far when a stage fails.
-  const auto generated =
-      static_cast<int32_t>(m_session->cachedTokens().size() -
-                           std::min(m_promptTokens, m_session->cachedTokens().size()));
   StageFailure failure{m_chainStages[failedStage]->placement().nodeId, error.what()};
   for (;;) {
     try {
       recover(failure, generated);
       rebuildChain();
-      // Stages the new plan kept still hold the sequence; the session replays it from 0.
-      m_chain->truncate(0, 0);
+      // Stages the new plan kept still hold the sequences; they are replayed from 0.
+      for (int32_t s = 0; s < slots; ++s) m_chain->truncate(s, 0);
       return true;
     } catch (const StageFailure& again) {
       failure = again;  // a node failed while loading the new plan: drop it too
@@ -374,6 +372,62 @@ bool Coordinator::recoverStage(const std::exception& error, size_t failedStage) 
       failure = {m_chainStages[m_chain->failedStage()]->placement().nodeId, e.what()};
     }
   }
+}
+
+bool Coordinator::recoverStage(const std::exception& error, size_t failedStage) {
+  // The session's cache holds the prompt and the reply so far when a stage fails.
+  const auto generated =
+      static_cast<int32_t>(m_session->cachedTokens().size() -
+                           std::min(m_promptTokens, m_session->cachedTokens().size()));
+  return repairChain(error, failedStage, generated, 1);
+}
+
+std::vector<Coordinator::PoolReply> Coordinator::generateConcurrently(
+    const std::vector<PoolRequest>& requests) {
+  std::lock_guard run(m_runMutex);
+  if (!m_model) throw Error("no model set (setModel)");
+  if (!m_chain) rebuildChain();
+  // The scheduler uses the slots as it sees fit: the session's idea of slot 0 is stale after it.
+  m_session.reset();
+  std::vector<PoolReply> replies(requests.size());
+  std::vector<int32_t> generated(requests.size(), 0);
+  runtime::SchedulerOptions o;
+  o.recovery = [this, &generated](const std::exception& e, size_t failedStage) {
+    // The event counts the reply furthest along (in streamed pieces, about one per token).
+    const int32_t most = *std::max_element(generated.begin(), generated.end());
+    return repairChain(e, failedStage, most, m_options.maxSequences);
+  };
+  try {
+    runtime::Scheduler scheduler(*m_chain, m_model->tokenizer(), std::move(o));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      runtime::Scheduler::Request r;
+      r.prompt = requests[i].prompt;
+      r.options = requests[i].options;
+      r.onText = [&, i](std::string_view piece) {
+        ++generated[i];
+        return requests[i].onText ? requests[i].onText(piece) : true;
+      };
+      r.onFinish = [&replies, i](const runtime::GenerateResult& result, std::string_view error) {
+        replies[i].result = result;
+        replies[i].error = std::string(error);
+      };
+      scheduler.add(std::move(r));
+    }
+    scheduler.runUntilIdle();
+  } catch (...) {
+    m_chain.reset();
+    m_chainStages.clear();
+    throw;
+  }
+  // A failed generation leaves its slot in an unknown state: the next run starts over.
+  for (const PoolReply& r : replies) {
+    if (!r.error.empty()) {
+      m_chain.reset();
+      m_chainStages.clear();
+      break;
+    }
+  }
+  return replies;
 }
 
 runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>& prompt,

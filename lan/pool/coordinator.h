@@ -42,7 +42,10 @@ struct CoordinatorOptions {
   std::chrono::milliseconds loadTimeout{600000};    // a stage load, weights streamed included
   int pingSamples = 5;                              // RTT = median of this many pings
   size_t bandwidthProbeBytes = 1u << 20;            // 0: do not probe bandwidth
-  int32_t contextLength = 2048;                     // KV capacity of every stage
+  int32_t contextLength = 2048;                     // KV capacity of every stage, per sequence
+  // Sequences every stage holds KV caches for (the planner's S): how many generations
+  // generateConcurrently() runs at once; more wait for a slot.
+  int32_t maxSequences = 1;
   int32_t maxBatch = 256;  // prompt tokens per forward (bounds a hidden-state frame)
   // Most memory the pool may use on any one device (0: what the node reports free). Lets a
   // user keep part of each machine for other work (and tests force a model over several nodes).
@@ -122,6 +125,24 @@ class Coordinator {
                                    const runtime::Session::TextCallback& onText = {});
   std::vector<RecoveryEvent> recoveries() const;
 
+  // Several generations at once on the deployed pipeline (continuous batching,
+  // engine/runtime/scheduler.h): up to options.maxSequences share each step, split into as many
+  // batches as there are stages so that every node works at once; the rest wait for a slot.
+  // Greedy rows are sampled on the last node; others bring their logits back. A node that fails
+  // mid-way is recovered from as in generate() and every generation replays only its own
+  // tokens: greedy replies are unchanged. Blocks until all have finished; onText callbacks run
+  // on the calling thread.
+  struct PoolRequest {
+    std::vector<model::TokenId> prompt;
+    runtime::GenerateOptions options;
+    runtime::Session::TextCallback onText;
+  };
+  struct PoolReply {
+    runtime::GenerateResult result;
+    std::string error;  // non-empty when this generation failed
+  };
+  std::vector<PoolReply> generateConcurrently(const std::vector<PoolRequest>& requests);
+
   // One telemetry poll of every member (telemetry + ping) now; first removes the members whose
   // device options.isTrusted no longer trusts.
   PoolSnapshot pollSnapshot();
@@ -160,6 +181,10 @@ class Coordinator {
   bool recoverStage(const std::exception& error, size_t failedStage);
   // m_chain over the deployed stages (replaced in place: the session keeps a reference).
   void rebuildChain();
+  // recover() from a TransportError of stage `failedStage`, rebuildChain(), and empty `slots`
+  // sequences of every stage (those the new plan kept still hold them). false for other errors.
+  bool repairChain(const std::exception& error, size_t failedStage, int32_t generated,
+                   int32_t slots);
 
   Connector m_connector;
   CoordinatorOptions m_options;

@@ -54,6 +54,7 @@ class TestLanPool : public QObject {
   std::vector<std::unique_ptr<QProcess>> m_nodes;
   std::vector<std::string> m_addresses;
   std::vector<std::string> m_nodeIds;
+  int m_basePort = 0;
   uint64_t m_memoryCap = 0;
   std::vector<model::TokenId> m_prompt;
 
@@ -89,6 +90,19 @@ class TestLanPool : public QObject {
     m_nodes.push_back(std::move(p));
     m_nodeIds.push_back(id);
     m_addresses.push_back("127.0.0.1:" + std::to_string(port));
+  }
+
+  // Waits until a node accepts (it hashes its model files first).
+  bool accepting(const std::string& address) {
+    for (int attempt = 0; attempt < 300; ++attempt) {
+      try {
+        connector()(address)->close();
+        return true;
+      } catch (const TransportError&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    return false;
   }
 
   Connector connector() {
@@ -145,6 +159,10 @@ class TestLanPool : public QObject {
 
   // The same reply from one CPU chain in this process.
   runtime::GenerateResult singleChain(const model::Model& m, int32_t tokens) {
+    return singleChain(m, m_prompt, tokens);
+  }
+  runtime::GenerateResult singleChain(const model::Model& m,
+                                      const std::vector<model::TokenId>& prompt, int32_t tokens) {
     kernels::BackendOptions bo;
     bo.cpuThreads = 1;
     auto backend = kernels::createBackend("cpu", bo);
@@ -157,7 +175,7 @@ class TestLanPool : public QObject {
     stages.push_back(backend->createStage("cpu0", src, spec));
     runtime::Chain chain(std::move(stages));
     runtime::Session session(chain, m.tokenizer());
-    return session.generate(m_prompt, greedy(tokens));
+    return session.generate(prompt, greedy(tokens));
   }
 
  private slots:
@@ -173,21 +191,9 @@ class TestLanPool : public QObject {
     r.contextTokens = kContext;
     // Each node may hold ~40% of the model: three are needed, the fourth is the spare.
     m_memoryCap = static_cast<uint64_t>(0.4 * plan::splitMemoryBytes(cost, r));
-    const int basePort = 20000 + static_cast<int>(QCoreApplication::applicationPid() % 20000);
-    for (int i = 0; i < 4; ++i) startNode(i, basePort + i, i != 3);
-    // Wait until every node accepts (it hashes its model files first).
-    for (const std::string& address : m_addresses) {
-      bool up = false;
-      for (int attempt = 0; attempt < 300 && !up; ++attempt) {
-        try {
-          connector()(address)->close();
-          up = true;
-        } catch (const TransportError&) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
-      }
-      QVERIFY2(up, address.c_str());
-    }
+    m_basePort = 20000 + static_cast<int>(QCoreApplication::applicationPid() % 20000);
+    for (int i = 0; i < 4; ++i) startNode(i, m_basePort + i, i != 3);
+    for (const std::string& address : m_addresses) QVERIFY2(accepting(address), address.c_str());
   }
 
   void cleanupTestCase() {
@@ -254,6 +260,81 @@ class TestLanPool : public QObject {
     QCOMPARE(failures, 0);
     QVERIFY(c.recoveries().empty());
     QCOMPARE(openFds(), fdsAfterWarmup);
+  }
+
+  // Issue 18's failover test: four replies in flight (continuous batching over the pool, three
+  // batches in flight at once), the middle node killed with SIGKILL mid-way; every reply
+  // completes and equals its solo greedy run.
+  void killedMiddleNodeWithFourRepliesInFlightLeavesEveryReplyUnchanged() {
+    // Two nodes with the model join, so that five run: the stages and at least one spare.
+    for (int k = 0; k < 2; ++k) {
+      const int next = static_cast<int>(m_nodes.size());
+      startNode(next, m_basePort + next, true);
+      QVERIFY(accepting(m_addresses.back()));
+    }
+    const std::vector<size_t> alive = runningNodes();
+    QVERIFY(alive.size() >= 5);
+    const auto m = model::Model::load(modelPath());
+    const char* prompts[] = {"Write a short story about a lighthouse keeper.",
+                             "List the planets of the solar system.", "Why is the sky blue?",
+                             "Describe a walk in the forest."};
+    std::vector<Coordinator::PoolRequest> requests;
+    std::vector<runtime::GenerateResult> want;
+    for (const char* p : prompts) {
+      Coordinator::PoolRequest r;
+      r.prompt = m->tokenizer().encode(p, true, false);
+      r.options = greedy(100);
+      want.push_back(singleChain(*m, r.prompt, 100));
+      requests.push_back(std::move(r));
+    }
+    CoordinatorOptions o;
+    o.contextLength = kContext;
+    o.maxSequences = 4;
+    {
+      // ~40% of the model with four sequences' caches per node: three stages or more.
+      const plan::ModelCost cost = plan::modelCostFromGguf(m->file(), kContext);
+      plan::Request r;
+      r.contextTokens = kContext;
+      r.sequences = 4;
+      o.maxDeviceMemoryBytes = static_cast<uint64_t>(0.4 * plan::splitMemoryBytes(cost, r));
+    }
+    o.pingSamples = 3;
+    o.log = [](const std::string& line) { qInfo("pool: %s", line.c_str()); };
+    Coordinator c(connector(), o);
+    for (size_t i : alive) c.addNode(m_addresses[i]);
+    c.profileLinks();
+    c.setModel(modelPath());
+    c.deploy(c.makePlan());
+    const std::vector<StagePlacement> before = c.deployed();
+    QVERIFY(before.size() >= 3 && before.size() < alive.size());
+    size_t victim = 0;
+    for (size_t i = 0; i < m_nodeIds.size(); ++i) {
+      if (m_nodeIds[i] == before[1].nodeId) victim = i;
+    }
+    std::vector<std::string> streamed(requests.size());
+    int pieces = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      requests[i].onText = [&, i](std::string_view piece) {
+        streamed[i] += piece;
+        if (i == 0 && ++pieces == 40) {
+          ::kill(static_cast<pid_t>(m_nodes[victim]->processId()), SIGKILL);
+        }
+        return true;
+      };
+    }
+    const std::vector<Coordinator::PoolReply> got = c.generateConcurrently(requests);
+    for (size_t i = 0; i < got.size(); ++i) {
+      QVERIFY2(got[i].error.empty(), got[i].error.c_str());
+      QCOMPARE(got[i].result.tokens, want[i].tokens);
+      QCOMPARE(got[i].result.text, want[i].text);
+      QCOMPARE(streamed[i], want[i].text);
+      QCOMPARE(got[i].result.recoveries, 1);
+    }
+    QVERIFY(m_nodes[victim]->waitForFinished(10000));
+    const std::vector<RecoveryEvent> events = c.recoveries();
+    QCOMPARE(events.size(), size_t(1));
+    QCOMPARE(events[0].failedNodeId, m_nodeIds[victim]);
+    qInfo("4 replies in flight: recovered in %.3f s", events[0].seconds);
   }
 
   void telemetryPolledDuringAReplyLeavesTheReplyUnchanged() {

@@ -205,6 +205,59 @@ class CpuStageTest : public QObject {
     QCOMPARE(batched->cachedPositions(2), 3);
   }
 
+  // Batch invariance (issue 18): decode rows of nine sequences share a batch with a nine-row
+  // prompt chunk of a tenth. llama.cpp would switch every K-quant product of that 18-row batch to
+  // its tiled order (8+ tokens) and the F16 head to tinyBLAS (2+); the CPU stage picks each
+  // segment's order from its own rows, so every sequence gets, bit for bit, what it gets alone.
+  void eachSequenceComputesWhatItComputesAloneWhateverSharesItsBatch() {
+    model::SyntheticModelSpec spec;
+    spec.nLayer = 2;
+    spec.nEmbd = 256;  // K-quant rows: a multiple of 256
+    spec.nHead = 4;
+    spec.nHeadKv = 2;
+    spec.nFf = 512;
+    spec.nVocab = 300;
+    spec.weightType = gguf::TensorType::Q4_K;
+    spec.typeOverrides = {{"ffn_down", gguf::TensorType::Q6_K}, {"output", gguf::TensorType::F16}};
+    const std::string path = m_dir.filePath("kquant.gguf").toStdString();
+    model::writeSyntheticModel(spec, path);
+    Loaded m(path);
+    cpu::CpuBackend backend(2);
+    auto make = [&] {
+      runtime::StageSpec s;
+      s.lastLayer = m.config.nLayer;
+      s.hasEmbedding = s.hasHead = true;
+      s.contextLength = 64;
+      s.maxBatch = 32;
+      s.maxSequences = 10;
+      runtime::ModelSource src{&m.file, &m.config, &m.weights};
+      return backend.createStage("cpu0", src, s);
+    };
+    auto batched = make();
+    auto alone = make();
+    for (int32_t seq = 0; seq < 10; ++seq) {
+      const std::vector<int32_t> prompt = {5 + seq, 17, 230};
+      forward(*batched, 0, prompt, seq);
+      forward(*alone, 0, prompt, seq);
+    }
+    std::vector<runtime::Segment> segments;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<float> want;
+    for (int32_t seq = 0; seq < 9; ++seq) {
+      segments.push_back({seq, 3, 1, runtime::LogitRows::Last});
+      tokens.push_back({40 + seq});
+    }
+    segments.push_back({9, 3, 9, runtime::LogitRows::All});
+    tokens.push_back({1, 2, 3, 4, 5, 6, 7, 8, 9});
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const auto l = forward(*alone, 3, tokens[i], segments[i].sequence, segments[i].logits);
+      want.insert(want.end(), l.begin(), l.end());
+    }
+    const auto got = forwardBatch(*batched, segments, tokens);
+    QCOMPARE(got.size(), want.size());
+    QVERIFY(cpu::test::firstBitDifference(got.data(), want.data(), want.size()) < 0);
+  }
+
   void batchesThatDoNotAddUpAreRefused() {
     cpu::CpuBackend backend(1);
     auto stage = makeStage(backend, 2);

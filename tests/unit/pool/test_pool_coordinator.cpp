@@ -198,6 +198,60 @@ class TestPoolCoordinator : public QObject {
     QCOMPARE(c->nodes().size(), size_t(3));
   }
 
+  // Four generations at once over three nodes (continuous batching, three batches in flight);
+  // the middle node dies mid-way: the pool re-plans and every generation replays its own tokens.
+  // Each reply equals its solo greedy run on one local chain.
+  void fourGenerationsInFlightSurviveTheMiddleNodeDying() {
+    const char* prompts[] = {"The three primary colors are", "Water boils at",
+                             "The capital of Italy is", "A haiku about autumn:"};
+    std::vector<Coordinator::PoolRequest> requests;
+    std::vector<runtime::GenerateResult> want;
+    for (const char* p : prompts) {
+      Coordinator::PoolRequest r;
+      r.prompt = m_model->tokenizer().encode(p, true, false);
+      r.options = greedy(24);
+      runtime::Chain chain = localChain();
+      runtime::Session session(chain, m_model->tokenizer());
+      want.push_back(session.generate(r.prompt, r.options));
+      requests.push_back(std::move(r));
+    }
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 5; ++i) {
+      addrs.push_back(fakes.add(config(i, m_fortyPercent), *m_model, m_sha, *m_backend));
+    }
+    CoordinatorOptions o = options();
+    o.maxSequences = 4;
+    auto c = deployed(fakes, addrs, o);
+    const std::vector<StagePlacement> before = c->deployed();
+    QVERIFY(before.size() >= 3);  // four KV slots need more room than one
+    FakeNode& middle = fakes.byId(before[1].nodeId);
+    middle.dieAfterForwards(30);  // one forward per segment: a few steps into the replies
+
+    std::vector<std::string> streamed(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      requests[i].onText = [&streamed, i](std::string_view piece) {
+        streamed[i] += piece;
+        return true;
+      };
+    }
+    const std::vector<Coordinator::PoolReply> got = c->generateConcurrently(requests);
+    QVERIFY(middle.dead);
+    QCOMPARE(got.size(), requests.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      QVERIFY2(got[i].error.empty(), got[i].error.c_str());
+      QCOMPARE(got[i].result.tokens, want[i].tokens);
+      QCOMPARE(got[i].result.text, want[i].text);
+      QCOMPARE(streamed[i], want[i].text);
+      QCOMPARE(got[i].result.recoveries, 1);
+    }
+    QCOMPARE(c->recoveries().size(), size_t(1));
+    for (const StagePlacement& s : c->deployed()) QVERIFY(s.nodeId != before[1].nodeId);
+    // The single-sequence path still works on the same deployment afterwards.
+    const runtime::GenerateResult again = c->generate(requests[0].prompt, greedy(24));
+    QCOMPARE(again.tokens, want[0].tokens);
+  }
+
   void promptLongerThanABatchGoesThroughTheNodesInMicroBatches() {
     // Batches of 2 rows: the prompt is several micro-batches, k + 1 entering the first node
     // while k is in the second (Chain's wavefront over the RemoteStages).

@@ -5,6 +5,7 @@
 #include <QtTest>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 
 #include "engine/error.h"
 #include "engine/model/model.h"
@@ -27,12 +28,44 @@ struct Outcome {
   bool finished = false;
 };
 
+runtime::SchedulerOptions budget(int32_t rows) {
+  runtime::SchedulerOptions o;
+  o.tokenBudget = rows;
+  return o;
+}
+
 GenerateOptions greedy(int32_t maxTokens) {
   GenerateOptions o;
   o.maxTokens = maxTokens;
   o.sampler.temperature = 0;
   return o;
 }
+
+// A stage that passes everything to the one it wraps, except that its n-th submit() throws (once),
+// as a pool node that dies would.
+class FailingStage final : public runtime::Stage {
+ public:
+  FailingStage(std::unique_ptr<runtime::Stage> inner, int failAtSubmit)
+      : m_inner(std::move(inner)), m_failAt(failAtSubmit) {}
+  const runtime::StageSpec& spec() const override { return m_inner->spec(); }
+  Ticket submit(const runtime::Batch& batch, runtime::StageOutput& output) override {
+    if (++m_submits == m_failAt) throw std::runtime_error("stage lost");
+    return m_inner->submit(batch, output);
+  }
+  void wait(Ticket ticket) override { m_inner->wait(ticket); }
+  void truncate(int32_t sequence, int32_t fromPosition) override {
+    m_inner->truncate(sequence, fromPosition);
+  }
+  int32_t cachedPositions(int32_t sequence) const override {
+    return m_inner->cachedPositions(sequence);
+  }
+  bool failed() const { return m_submits >= m_failAt; }
+
+ private:
+  std::unique_ptr<runtime::Stage> m_inner;
+  int m_failAt;
+  int m_submits = 0;
+};
 
 }  // namespace
 
@@ -42,18 +75,24 @@ class TestScheduler : public QObject {
   std::unique_ptr<model::Model> m_model;
   std::unique_ptr<cpu::CpuBackend> m_cpu;
 
-  std::unique_ptr<runtime::Chain> chain(int32_t sequences, int32_t context = 256,
-                                        int32_t maxBatch = 64) {
+  std::unique_ptr<runtime::Stage> stage(int32_t first, int32_t last, int32_t sequences,
+                                        int32_t context, int32_t maxBatch = 64) {
     runtime::StageSpec spec;
-    spec.firstLayer = 0;
-    spec.lastLayer = m_model->config().nLayer;
-    spec.hasEmbedding = spec.hasHead = true;
+    spec.firstLayer = first;
+    spec.lastLayer = last;
+    spec.hasEmbedding = first == 0;
+    spec.hasHead = last == m_model->config().nLayer;
     spec.contextLength = context;
     spec.maxSequences = sequences;
     spec.maxBatch = maxBatch;
     runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
+    return m_cpu->createStage("cpu0", src, spec);
+  }
+
+  std::unique_ptr<runtime::Chain> chain(int32_t sequences, int32_t context = 256,
+                                        int32_t maxBatch = 64) {
     std::vector<std::unique_ptr<runtime::Stage>> stages;
-    stages.push_back(m_cpu->createStage("cpu0", src, spec));
+    stages.push_back(stage(0, m_model->config().nLayer, sequences, context, maxBatch));
     return std::make_unique<runtime::Chain>(std::move(stages));
   }
 
@@ -68,6 +107,19 @@ class TestScheduler : public QObject {
     auto c = chain(1, context);
     runtime::Session s(*c, m_model->tokenizer());
     return s.generate(prompt, o);
+  }
+
+  // The same request alone through a scheduler of the same shape: the reference when prompts are
+  // longer than one chunk (Session reads a prompt in pieces of maxBatch rows, the scheduler in
+  // chunks of budget - slots + 1).
+  GenerateResult alone(const std::vector<model::TokenId>& prompt, const GenerateOptions& o,
+                       int32_t sequences, int32_t tokenBudget) {
+    auto c = chain(sequences);
+    runtime::Scheduler sched(*c, m_model->tokenizer(), budget(tokenBudget));
+    Outcome out;
+    sched.add(request(prompt, o, out));
+    sched.runUntilIdle();
+    return out.result;
   }
 
   static runtime::Scheduler::Request request(const std::vector<model::TokenId>& prompt,
@@ -126,11 +178,12 @@ class TestScheduler : public QObject {
     std::vector<GenerateResult> want;
     for (size_t i = 0; i < n; ++i) {
       prompts.push_back(chatPrompt(m_questions[i]));
-      want.push_back(solo(prompts[i], greedy(24 + static_cast<int32_t>(i))));
+      want.push_back(alone(prompts[i], greedy(24 + static_cast<int32_t>(i)), 8, 16));
     }
     auto c = chain(8);
-    // A budget of 16 rows: prompts (15-30 tokens) are cut into chunks and mixed with decodes.
-    runtime::Scheduler sched(*c, m_model->tokenizer(), {16});
+    // A budget of 16 rows: prompts (15-30 tokens) are cut into chunks of 9 and mixed with
+    // decodes.
+    runtime::Scheduler sched(*c, m_model->tokenizer(), budget(16));
     QCOMPARE(sched.slotCount(), size_t{8});
     std::vector<Outcome> got(n);
     for (size_t i = 0; i < n / 2; ++i) {
@@ -178,7 +231,7 @@ class TestScheduler : public QObject {
     QCOMPARE(want[3].finish, FinishReason::ContextFull);
 
     auto c = chain(4, ctx);
-    runtime::Scheduler sched(*c, m_model->tokenizer(), {8});
+    runtime::Scheduler sched(*c, m_model->tokenizer(), budget(8));
     std::vector<Outcome> got(cases.size());
     for (size_t i = 0; i < cases.size(); ++i) {
       sched.add(request(cases[i].first, cases[i].second, got[i]));
@@ -290,6 +343,83 @@ class TestScheduler : public QObject {
     QCOMPARE(stopper.result.finish, FinishReason::Cancelled);
     QCOMPARE(pieces, 3);
     compareWithSolo(other, solo(p, greedy(20)));
+  }
+
+  // Three stages, as a pool's nodes: each step's sequences go through in three batches at once
+  // (a wavefront), and each reply still equals its solo run.
+  void threeStagesRunThreeBatchesInFlight() {
+    const int32_t layers = m_model->config().nLayer;
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(stage(0, 9, 6, 256));
+    stages.push_back(stage(9, 21, 6, 256));
+    stages.push_back(stage(21, layers, 6, 256));
+    runtime::Chain c(std::move(stages));
+    runtime::Scheduler sched(c, m_model->tokenizer(), budget(24));
+    std::vector<Outcome> got(6);
+    std::vector<GenerateResult> want;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto p = chatPrompt(m_questions[i]);
+      want.push_back(solo(p, greedy(14)));
+      sched.add(request(p, greedy(14), got[i]));
+    }
+    sched.runUntilIdle();
+    for (size_t i = 0; i < got.size(); ++i) compareWithSolo(got[i], want[i]);
+  }
+
+  // A stage fails mid-reply with 4 generations in flight; the recovery hook repairs the chain
+  // (here: empties every slot, as a re-plan onto fresh stages does) and every generation reads
+  // its prompt and reply so far again: each reply equals its solo run.
+  void aStageLostMidReplyIsRecoveredForEveryGeneration() {
+    const int32_t layers = m_model->config().nLayer;
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(stage(0, 15, 4, 256));
+    auto failing = std::make_unique<FailingStage>(stage(15, layers, 4, 256), 12);
+    FailingStage* middle = failing.get();
+    stages.push_back(std::move(failing));
+    runtime::Chain c(std::move(stages));
+    int recoveries = 0;
+    runtime::SchedulerOptions o;
+    o.recovery = [&](const std::exception& e, size_t failedStage) {
+      if (std::string_view(e.what()) != "stage lost" || failedStage != 1) return false;
+      ++recoveries;
+      for (int32_t s = 0; s < 4; ++s) c.truncate(s, 0);
+      return true;
+    };
+    runtime::Scheduler sched(c, m_model->tokenizer(), o);
+    std::vector<Outcome> got(4);
+    std::vector<GenerateResult> want;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto p = chatPrompt(m_questions[i + 2]);
+      want.push_back(solo(p, greedy(16)));
+      sched.add(request(p, greedy(16), got[i]));
+    }
+    sched.runUntilIdle();
+    QVERIFY(middle->failed());
+    QCOMPARE(recoveries, 1);
+    for (size_t i = 0; i < got.size(); ++i) {
+      compareWithSolo(got[i], want[i]);
+      QCOMPARE(got[i].result.recoveries, 1);
+    }
+  }
+
+  // Without a hook (or when it gives up) the generations of the failed step end with the error.
+  void aStageLostWithoutRecoveryEndsTheStepsGenerations() {
+    const int32_t layers = m_model->config().nLayer;
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(stage(0, 15, 2, 256));
+    stages.push_back(std::make_unique<FailingStage>(stage(15, layers, 2, 256), 5));
+    runtime::Chain c(std::move(stages));
+    runtime::Scheduler sched(c, m_model->tokenizer());
+    std::vector<Outcome> got(2);
+    for (size_t i = 0; i < got.size(); ++i) {
+      sched.add(request(chatPrompt(m_questions[i]), greedy(16), got[i]));
+    }
+    sched.runUntilIdle();
+    for (const Outcome& o : got) {
+      QVERIFY(o.finished);
+      QCOMPARE(o.error, std::string("stage lost"));
+    }
+    QCOMPARE(sched.stats().failed, uint64_t{2});
   }
 
   void cancelAllEndsEverything() {
