@@ -54,6 +54,7 @@ struct PoolOptions {
   std::string model;
   int contextLength = 2048;
   int parallel = 1;  // generations at once (KV slots per stage)
+  int replies = 0;   // generate: copies of the prompt run at once (0: parallel)
   int timeoutMs = 10000;
   double maxDeviceMemoryMb = 0;
   bool json = false;
@@ -399,7 +400,8 @@ json recoveriesJson(const lan::Coordinator& c) {
 void runConcurrently(lan::Coordinator& c, const PoolOptions& o,
                      const std::vector<model::TokenId>& prompt, const runtime::GenerateOptions& g,
                      double deploySeconds) {
-  std::vector<lan::Coordinator::PoolRequest> requests(static_cast<size_t>(o.parallel));
+  const int count = o.replies > 0 ? o.replies : o.parallel;
+  std::vector<lan::Coordinator::PoolRequest> requests(static_cast<size_t>(count));
   for (auto& r : requests) {
     r.prompt = prompt;
     r.options = g;
@@ -430,6 +432,7 @@ void runConcurrently(lan::Coordinator& c, const PoolOptions& o,
   if (o.json) {
     const json summary = {{"replies", out},
                           {"parallel", o.parallel},
+                          {"replies", count},
                           {"deploy_s", deploySeconds},
                           {"wall_s", wall},
                           {"aggregate_tokens_per_s", aggregate},
@@ -442,7 +445,7 @@ void runConcurrently(lan::Coordinator& c, const PoolOptions& o,
       std::printf("--- reply %zu ---\n%s\n", i + 1, replies[i].result.text.c_str());
     }
     std::fprintf(stderr, "[%d replies, %zu tokens in %.2f s: %.1f tokens/s, %zu stage(s)%s]\n",
-                 o.parallel, tokens, wall, aggregate, c.deployed().size(),
+                 count, tokens, wall, aggregate, c.deployed().size(),
                  c.recoveries().empty() ? "" : ", recovered from a node failure");
   }
   if (!firstError.empty()) throw CliExit{1, "generation failed: " + firstError};
@@ -470,7 +473,7 @@ void runPoolGenerate(const PoolOptions& o) {
   const model::Tokenizer& tok = c->model().tokenizer();
   const auto prompt = o.completion.encodePrompt(tok);
   const runtime::GenerateOptions g = o.completion.generateOptions();
-  if (o.parallel > 1) return runConcurrently(*c, o, prompt, g, deploySeconds);
+  if (o.parallel > 1 || o.replies > 0) return runConcurrently(*c, o, prompt, g, deploySeconds);
   runtime::GenerateResult r;
   try {
     r = c->generate(prompt, g, [&](std::string_view piece) {
@@ -582,6 +585,10 @@ void registerPoolCommand(CLI::App& app) {
   addCommon(*gen, *opt);
   addPoolNodes(*gen, *opt);
   addCompletionOptions(*gen, opt->completion);
+  gen->add_option("--replies", opt->replies,
+                  "copies of the prompt generated at once (default: --parallel); e.g. 1 to "
+                  "measure one stream on the deployment that --parallel plans")
+      ->check(CLI::Range(1, 256));
   gen->callback([opt] { runPoolGenerate(*opt); });
 }
 
