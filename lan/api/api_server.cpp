@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/model/chat_prompt.h"
+#include "engine/model/kv_footprint.h"
 #include "lan/api/bounded_http_server.h"
 #include "lan/api/openai_protocol.h"
 #include "lan/api/request_guard.h"
@@ -76,6 +77,9 @@ ApiServer::ApiServer(const model::Model& model, GenerationQueue& queue, ApiServe
       m_created(static_cast<int64_t>(std::time(nullptr))),
       m_loopbackBind(isLoopbackHost(m_options.host)),
       m_contextLength(queue.contextLength()),
+      m_kvCacheBytes(model::kvCacheBytes(model.config(), 0, model.config().nLayer,
+                                         queue.contextLength(),
+                                         static_cast<int32_t>(queue.slotCount()))),
       m_queue(queue),
       m_http(std::make_unique<BoundedHttpServer>(kMaxHeadBytes, kMaxBodyBytes,
                                                  std::min(m_options.maxQueued, kMaxQueuedRequests) +
@@ -195,6 +199,7 @@ void ApiServer::installRoutes() {
                         {{"waiting", s.waiting},
                          {"running", s.running},
                          {"slots", s.slotCount},
+                         {"kv_cache_bytes", m_kvCacheBytes},
                          {"max_waiting", m_queue.maxWaiting()},
                          {"completed", s.completed},
                          {"cancelled", s.cancelled},

@@ -114,6 +114,7 @@ class ApiServer {
   int64_t m_created = 0;        // model "created" timestamp: when the server started
   bool m_loopbackBind = true;   // the host is loopback: the guard checks Host and Origin
   int32_t m_contextLength = 0;  // the chain's, read once: the worker owns the chain
+  uint64_t m_kvCacheBytes = 0;  // the KV budget of every slot (kv_footprint.h, as the planner)
   int m_port = 0;
   std::atomic<uint64_t> m_nextId{1};
   GenerationQueue& m_queue;

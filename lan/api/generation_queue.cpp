@@ -60,7 +60,8 @@ GenerationQueue::Submit GenerationQueue::submit(const std::shared_ptr<Generation
   {
     std::lock_guard lock(m_mutex);
     if (m_stopping) return Submit::ShuttingDown;
-    if (m_jobs.size() + m_schedulerWaiting >= m_maxWaiting) {
+    // Everything accepted and not finished: what runs (up to the slots) and what waits.
+    if (m_jobs.size() + m_schedulerWaiting + m_schedulerRunning >= m_slots + m_maxWaiting) {
       ++m_stats.rejected;
       return Submit::Full;
     }
@@ -94,7 +95,10 @@ void GenerationQueue::shutdown() {
 QueueStats GenerationQueue::stats() const {
   std::lock_guard lock(m_mutex);
   QueueStats s = m_stats;
-  s.waiting = m_jobs.size() + m_schedulerWaiting;
+  // Jobs not yet handed to the scheduler take a free slot first.
+  const size_t pending = m_jobs.size() + m_schedulerWaiting;
+  const size_t free = m_slots > m_schedulerRunning ? m_slots - m_schedulerRunning : 0;
+  s.waiting = pending > free ? pending - free : 0;
   s.running = m_schedulerRunning;
   s.slotCount = m_slots;
   return s;

@@ -79,8 +79,8 @@ struct QueueStats {
 class GenerationQueue {
  public:
   // `chain` is used only by the worker thread from now on; it and `tokenizer` must outlive the
-  // queue. maxWaiting bounds the jobs that wait for a slot; a submission beyond it is refused
-  // (the server answers 429).
+  // queue. maxWaiting bounds the jobs that wait for a slot (a burst first fills the free
+  // slots); a submission beyond it is refused (the server answers 429).
   GenerationQueue(runtime::Chain& chain, const model::Tokenizer& tokenizer, size_t maxWaiting,
                   runtime::SchedulerOptions options = {});
   ~GenerationQueue();  // shutdown()

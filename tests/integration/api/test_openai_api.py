@@ -6,7 +6,8 @@ Checks: models list; non-streamed and streamed chat completions with the default
 counts, finish reasons); errors in OpenAI's shape (unknown model 404, bad parameter 400, malformed
 JSON 400 via curl, context overflow 400, missing API key 401, full queue 429 with Retry-After);
 16 concurrent streamed requests (batched together, 4 at a time) each stream exactly the text the
-same request gets alone; a client that disconnects mid-stream cancels its generation.
+same request gets alone; a client that disconnects mid-stream cancels its generation; 16 sequences
+of ~512 tokens fill 16 slots within the KV budget while a 17th waits and an 18th gets 429.
 
 Run by CTest (tests/integration/api/CMakeLists.txt). Exit 77 = skipped (no model, no network for
 pip): CTest reports it as skipped, with the reason on stderr.
@@ -332,6 +333,65 @@ def check_auth_overflow_and_queue(exe, model_path):
         node.stop()
 
 
+# ---- checks against a node with 16 slots of 512 tokens ------------------------------------
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def check_sixteen_full_slots_and_the_rest_wait(exe, model_path):
+    """16 sequences of ~512 tokens fill the 16 slots within the KV budget; a 17th waits for a
+    slot, an 18th (queue of 1 full) gets 429; every one completes, nothing crashes."""
+    node = Node(exe, model_path, ["--parallel", "16", "--ctx", "512", "--max-queue", "1"])
+    try:
+        q = node.health()["queue"]
+        assert q["slots"] == 16, q
+        budget_kb = q["kv_cache_bytes"] / 1024
+        # One short request first, so that the weights (mapped from the file) are resident.
+        assert post(node.port, "/v1/completions",
+                    {"model": "default", "prompt": "Hi", "max_tokens": 2})[0] == 200
+        rss_before = rss_kb(node.proc.pid)
+        # ~190 prompt tokens + 300 new ones: each sequence ends near 500 of its 512 positions.
+        prompt = "The river runs past the old mill and under the stone bridge. " * 15
+        job = {"model": "default", "prompt": prompt, "max_tokens": 300, "ignore_eos": True,
+               "temperature": 0}
+        statuses, lock = [], threading.Lock()
+
+        def one():
+            status, _, body = post(node.port, "/v1/completions", job)
+            with lock:
+                statuses.append((status, body.get("usage", {}).get("completion_tokens")))
+
+        threads = [threading.Thread(target=one) for _ in range(16)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: node.health()["queue"]["running"] == 16, "16 sequences to run", 60)
+        seventeenth = threading.Thread(target=one)
+        seventeenth.start()
+        wait_for(lambda: node.health()["queue"]["waiting"] == 1, "the 17th to wait", 60)
+        status, headers, body = post(node.port, "/v1/completions", job)
+        assert status == 429 and headers.get("Retry-After"), (status, body)
+        peak = 0
+        while any(t.is_alive() for t in threads):
+            peak = max(peak, rss_kb(node.proc.pid))
+            time.sleep(0.05)
+        for t in threads + [seventeenth]:
+            t.join(300)
+        assert sorted(statuses) == [(200, 300)] * 17, statuses
+        growth_kb = peak - rss_before
+        # The caches (f16 K and V of 16 x 512 positions) plus the batch's activations and the
+        # HTTP threads: well within the budget and a little room.
+        assert growth_kb <= budget_kb * 1.25 + 64 * 1024, (growth_kb, budget_kb)
+        print(f"  16 x 512 positions: RSS grew {growth_kb / 1024:.1f} MiB, "
+              f"KV budget {budget_kb / 1024:.1f} MiB")
+    finally:
+        node.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--node", required=True, help="shoal-node executable")
@@ -367,6 +427,9 @@ def main():
         t0 = time.time()
         check_auth_overflow_and_queue(args.node, args.model)
         print(f"PASS api key, context overflow, full queue ({time.time() - t0:.1f} s)")
+        t0 = time.time()
+        check_sixteen_full_slots_and_the_rest_wait(args.node, args.model)
+        print(f"PASS 16 full slots, a 17th waits, an 18th is refused ({time.time() - t0:.1f} s)")
     except Exception:
         traceback.print_exc()
         if node:
