@@ -283,6 +283,11 @@ class TestTlsListener : public QObject {
   // eventfd) finds none: that connection is dropped, the node stays up and accepts again once
   // descriptors are back. (It once threw out of the accept handler: std::terminate.)
   void aListenerOutOfDescriptorsAfterAcceptDropsOnlyThatConnection() {
+#if defined(__SANITIZE_ADDRESS__)
+    // UBSan's vptr check probes memory through a pipe of its own: with no descriptor left it
+    // reports every polymorphic call as an invalid vptr. The release build runs this case.
+    QSKIP("the sanitizers' runtime needs descriptors of its own");
+#endif
     Node server, client;
     server.trust.add(client.identity.deviceId, "client");
     client.trust.add(server.identity.deviceId, "server");
