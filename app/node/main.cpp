@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -56,8 +57,9 @@ struct NodeOptions {
   std::string device;
   int threads = 0;
   int contextLength = 0;
-  int parallel = 4;  // API requests generated at once (KV slots of contextLength each)
-  bool api = false;  // resolved in main(): serve the OpenAI API
+  int parallel = 4;      // API requests generated at once (KV slots of contextLength each)
+  int stepTokens = 128;  // most rows one batch of the API's scheduler carries
+  bool api = false;      // resolved in main(): serve the OpenAI API
   api::ApiServerOptions apiOptions;
   bool pool = true;
   lan::NodeServiceOptions service;
@@ -124,8 +126,10 @@ int startApi(const NodeOptions& o, ApiPart& part) {
   const double loadSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
+  runtime::SchedulerOptions schedule;
+  schedule.tokenBudget = std::max(o.stepTokens, o.parallel + 1);
   part.queue = std::make_unique<api::GenerationQueue>(*part.chain, part.model->tokenizer(),
-                                                      o.apiOptions.maxQueued);
+                                                      o.apiOptions.maxQueued, schedule);
   part.server = std::make_unique<api::ApiServer>(*part.model, *part.queue, o.apiOptions);
   try {
     part.server->bind();
@@ -263,6 +267,12 @@ int main(int argc, char** argv) {
                  "--ctx tokens); more wait in the queue")
       ->capture_default_str()
       ->check(CLI::Range(1, static_cast<int>(api::kMaxParallel)));
+  app.add_option("--step-tokens", o.stepTokens,
+                 "most tokens one batch carries (decode rows first, then prompt chunks): lower "
+                 "keeps replies under way smooth while a long prompt is read, higher reads "
+                 "prompts faster")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 4096));
   app.add_flag("--api", o.api, "serve the OpenAI-compatible API over the model");
   auto* apiHost = app.add_option("--api-host", o.apiOptions.host, "address the API listens on")
                       ->capture_default_str();
