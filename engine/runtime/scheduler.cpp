@@ -148,16 +148,32 @@ void Scheduler::admit() {
     m_waiting.pop_front();
     Slot& slot = m_slots[static_cast<size_t>(best)];
     // At least the last prompt token is computed again, for its logits.
-    const size_t common = std::min(bestCommon, w.request.prompt.size() - 1);
+    size_t common = std::min(bestCommon, w.request.prompt.size() - 1);
     try {
       m_chain.truncate(best, static_cast<int32_t>(common));
     } catch (const std::exception& e) {
-      slot.cached.clear();
-      GenerateResult r;
-      r.promptTokens = static_cast<int32_t>(w.request.prompt.size());
-      ++m_stats.failed;
-      if (w.request.onFinish) w.request.onFinish(r, e.what());
-      continue;
+      // A stage lost since the last step (a pool node gone) fails here first: repaired as a
+      // failure mid-step is, the caches start empty.
+      std::string why = e.what();
+      bool repaired = false;
+      if (m_recovery) {
+        try {
+          repaired = m_recovery(e, m_chain.failedStage());
+        } catch (const std::exception& again) {
+          why = again.what();
+        }
+      }
+      if (!repaired) {
+        slot.cached.clear();
+        slot.starts.clear();
+        GenerateResult r;
+        r.promptTokens = static_cast<int32_t>(w.request.prompt.size());
+        ++m_stats.failed;
+        if (w.request.onFinish) w.request.onFinish(r, why);
+        continue;
+      }
+      replayEverything();
+      common = 0;
     }
     slot.busy = true;
     auto a = std::make_unique<Active>(w.id, best, std::move(w.request), m_tokenizer);
@@ -410,23 +426,27 @@ bool Scheduler::step() {
   return true;
 }
 
+void Scheduler::replayEverything() {
+  // Every slot of the repaired chain is empty: each generation reads its tokens again (prompt
+  // and reply so far) in its original pieces in the next steps, and continues where it was.
+  for (auto& a : m_active) {
+    a->replayEnds.assign(a->starts.begin() + (a->starts.empty() ? 0 : 1), a->starts.end());
+    if (a->computed > 0) a->replayEnds.push_back(a->computed);
+    a->starts.clear();
+    a->computed = 0;
+    ++a->result.recoveries;
+  }
+  for (Slot& slot : m_slots) {
+    slot.cached.clear();
+    slot.starts.clear();
+  }
+}
+
 void Scheduler::recoverOrFail(const std::exception& error, const std::vector<size_t>& members) {
   if (m_recovery) {
     try {
       if (m_recovery(error, m_chain.failedStage())) {
-        // Every slot of the repaired chain is empty: each generation reads its tokens again
-        // (prompt and reply so far) in the next steps and continues where it was.
-        for (auto& a : m_active) {
-          a->replayEnds.assign(a->starts.begin() + (a->starts.empty() ? 0 : 1), a->starts.end());
-          if (a->computed > 0) a->replayEnds.push_back(a->computed);
-          a->starts.clear();
-          a->computed = 0;
-          ++a->result.recoveries;
-        }
-        for (Slot& slot : m_slots) {
-          slot.cached.clear();
-          slot.starts.clear();
-        }
+        replayEverything();
         return;
       }
     } catch (const std::exception& again) {

@@ -165,6 +165,8 @@ class Scheduler {
   void finish(Active& a, FinishReason reason);
   void release(Active& a);  // frees the slot, remembering what it caches
   void failBatch(const std::vector<size_t>& members, const std::string& error);
+  // After a recovery emptied every cache: each active generation replays its pieces.
+  void replayEverything();
   // A step threw: recovery (SchedulerOptions::recovery) or failBatch of its members.
   void recoverOrFail(const std::exception& error, const std::vector<size_t>& members);
 

@@ -54,8 +54,13 @@ class FailingStage final : public runtime::Stage {
   }
   void wait(Ticket ticket) override { m_inner->wait(ticket); }
   void truncate(int32_t sequence, int32_t fromPosition) override {
+    if (m_failNextTruncate) {
+      m_failNextTruncate = false;
+      throw std::runtime_error("stage lost");
+    }
     m_inner->truncate(sequence, fromPosition);
   }
+  void failNextTruncate() { m_failNextTruncate = true; }
   int32_t cachedPositions(int32_t sequence) const override {
     return m_inner->cachedPositions(sequence);
   }
@@ -65,6 +70,7 @@ class FailingStage final : public runtime::Stage {
   std::unique_ptr<runtime::Stage> m_inner;
   int m_failAt;
   int m_submits = 0;
+  bool m_failNextTruncate = false;
 };
 
 }  // namespace
@@ -400,6 +406,36 @@ class TestScheduler : public QObject {
       compareWithSolo(got[i], want[i]);
       QCOMPARE(got[i].result.recoveries, 1);
     }
+  }
+
+  // A stage lost between two requests fails the next admission's truncate first: recovered the
+  // same way, and the new request's reply is its solo run.
+  void aStageLostBetweenRequestsIsRecoveredAtAdmission() {
+    const int32_t layers = m_model->config().nLayer;
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(stage(0, 15, 2, 256));
+    auto failing = std::make_unique<FailingStage>(stage(15, layers, 2, 256), 1 << 30);
+    FailingStage* second = failing.get();
+    stages.push_back(std::move(failing));
+    runtime::Chain c(std::move(stages));
+    int recoveries = 0;
+    runtime::SchedulerOptions o;
+    o.recovery = [&](const std::exception&, size_t) {
+      ++recoveries;
+      for (int32_t s = 0; s < 2; ++s) c.truncate(s, 0);
+      return true;
+    };
+    runtime::Scheduler sched(c, m_model->tokenizer(), o);
+    Outcome first, next;
+    sched.add(request(chatPrompt(m_questions[0]), greedy(8), first));
+    sched.runUntilIdle();
+    QVERIFY(first.error.empty());
+    second->failNextTruncate();
+    const auto p = chatPrompt(m_questions[1]);
+    sched.add(request(p, greedy(12), next));
+    sched.runUntilIdle();
+    QCOMPARE(recoveries, 1);
+    compareWithSolo(next, solo(p, greedy(12)));
   }
 
   // Without a hook (or when it gives up) the generations of the failed step end with the error.
