@@ -192,11 +192,24 @@ void tile(const GemmArgs& g, int64_t r0, int64_t t0) {
   }
 }
 
+// Tokens four at a time, the last 1-3 in one tile too (one weight unpack per tile).
 template <class Q, int R>
 void rowTile(const GemmArgs& g, int64_t r0) {
   int64_t t = 0;
   for (; t + 4 <= g.tokens; t += 4) tile<Q, R, 4>(g, r0, t);
-  for (; t < g.tokens; ++t) tile<Q, R, 1>(g, r0, t);
+  switch (g.tokens - t) {
+    case 3:
+      tile<Q, R, 3>(g, r0, t);
+      break;
+    case 2:
+      tile<Q, R, 2>(g, r0, t);
+      break;
+    case 1:
+      tile<Q, R, 1>(g, r0, t);
+      break;
+    default:
+      break;
+  }
 }
 
 template <class Q>

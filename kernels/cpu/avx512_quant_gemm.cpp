@@ -234,11 +234,25 @@ void tile(const GemmArgs& g, int64_t r0, int64_t t0, bool single) {
   }
 }
 
+// Tokens four at a time, the last 1-3 in one tile too: each weight block is unpacked once per
+// tile, so a batch of 2 or 3 decode rows reads the weights once, not once per token.
 template <class Q, int P>
 void rowTile(const GemmArgs& g, int64_t r0, bool single) {
   int64_t t = 0;
   for (; t + 4 <= g.tokens; t += 4) tile<Q, P, 4>(g, r0, t, single);
-  for (; t < g.tokens; ++t) tile<Q, P, 1>(g, r0, t, single);
+  switch (g.tokens - t) {
+    case 3:
+      tile<Q, P, 3>(g, r0, t, single);
+      break;
+    case 2:
+      tile<Q, P, 2>(g, r0, t, single);
+      break;
+    case 1:
+      tile<Q, P, 1>(g, r0, t, single);
+      break;
+    default:
+      break;
+  }
 }
 
 template <class Q>

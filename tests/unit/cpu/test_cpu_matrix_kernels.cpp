@@ -136,7 +136,7 @@ class CpuMatrixKernelsTest : public QObject {
     // Row counts around the tiles (4 and 8 rows; pairs of rows), token counts around the token
     // tiles (4 and 8).
     for (int64_t rows : {1, 3, 8, 13}) {
-      for (int64_t tokens : {1, 2, 5, 9}) {
+      for (int64_t tokens : {1, 2, 3, 5, 7, 9}) {
         const Problem p(t, rows, cols, tokens, seed++);
         std::vector<DotOrder> orders = {DotOrder::Vec};
         if (tiledAllowed(t, cols)) orders.push_back(DotOrder::Tiled);
