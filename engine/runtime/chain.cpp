@@ -63,10 +63,6 @@ void Chain::forward(int32_t sequence, int32_t firstPosition, std::span<const int
   out.hidden.clear();
   out.logits.clear();
   out.tokens.clear();
-  // Two slots per stage: micro-batch k's output of stage s is read by stage s + 1 in the next
-  // wave, while micro-batch k + 1 is written into the other slot.
-  m_outputs.resize(2);
-  for (auto& slot : m_outputs) slot.resize(stages);
 
   try {
     runWaves(sequence, firstPosition, tokens, out, logits, sample);
@@ -88,47 +84,31 @@ void Chain::forward(int32_t sequence, int32_t firstPosition, std::span<const int
 void Chain::runWaves(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
                      StageOutput& out, LogitRows logits, const SampleRequest* sample) {
   const size_t batch = static_cast<size_t>(maxBatch());
-  const size_t microBatches = (tokens.size() + batch - 1) / batch;
-  const size_t stages = m_stages.size();
-  std::vector<Segment> segments(stages);
-  std::vector<Stage::Ticket> tickets(stages);
-  // Wave t runs micro-batch t - s on stage s: every stage works on a different micro-batch.
-  for (size_t wave = 0; wave + 1 < microBatches + stages; ++wave) {
-    std::vector<size_t> active;
-    for (size_t s = 0; s < stages; ++s) {
-      if (wave < s || wave - s >= microBatches) continue;
-      const size_t k = wave - s;
-      const size_t start = k * batch;
-      const size_t count = std::min(batch, tokens.size() - start);
-      const bool lastMicroBatch = k + 1 == microBatches;
-      Segment& seg = segments[s];
-      seg.sequence = sequence;
-      seg.firstPosition = firstPosition + static_cast<int32_t>(start);
-      seg.count = static_cast<int32_t>(count);
-      seg.logits = logits == LogitRows::All                      ? LogitRows::All
-                   : logits == LogitRows::Last && lastMicroBatch ? LogitRows::Last
-                                                                 : LogitRows::None;
-      Batch b;
-      b.segments = std::span(&seg, 1);
-      if (s == 0) {
-        b.tokens = tokens.subspan(start, count);
-      } else {
-        b.hidden = m_outputs[k % 2][s - 1].hidden;
-      }
-      if (s + 1 == stages && seg.logits != LogitRows::None) b.sample = sample;
-      m_failedStage = s;
-      tickets[s] = m_stages[s]->submit(b, m_outputs[k % 2][s]);
-      active.push_back(s);
-    }
-    for (size_t s : active) {
-      m_failedStage = s;
-      m_stages[s]->wait(tickets[s]);
-      if (s + 1 == stages) {
-        const StageOutput& head = m_outputs[(wave - s) % 2][s];
-        out.logits.insert(out.logits.end(), head.logits.begin(), head.logits.end());
-        out.tokens.insert(out.tokens.end(), head.tokens.begin(), head.tokens.end());
-      }
-    }
+  const size_t n = (tokens.size() + batch - 1) / batch;
+  // The micro-batches, one segment each; kept as members so that a decode step allocates nothing.
+  m_microSegments.resize(n);
+  m_microBatches.resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t start = k * batch;
+    const size_t count = std::min(batch, tokens.size() - start);
+    Segment& seg = m_microSegments[k];
+    seg.sequence = sequence;
+    seg.firstPosition = firstPosition + static_cast<int32_t>(start);
+    seg.count = static_cast<int32_t>(count);
+    seg.logits = logits == LogitRows::All                  ? LogitRows::All
+                 : logits == LogitRows::Last && k + 1 == n ? LogitRows::Last
+                                                           : LogitRows::None;
+    Batch& b = m_microBatches[k];
+    b.segments = std::span(&seg, 1);
+    b.tokens = tokens.subspan(start, count);
+    b.sample = seg.logits != LogitRows::None ? sample : nullptr;
+  }
+  if (n == 1) return forwardBatches(m_microBatches, std::span(&out, 1));
+  m_microOuts.resize(n);
+  forwardBatches(m_microBatches, m_microOuts);
+  for (const StageOutput& head : m_microOuts) {
+    out.logits.insert(out.logits.end(), head.logits.begin(), head.logits.end());
+    out.tokens.insert(out.tokens.end(), head.tokens.begin(), head.tokens.end());
   }
 }
 

@@ -55,7 +55,7 @@ class Chain {
 
  private:
   void checkJoins() const;
-  // forward()'s waves, without its clean-up on failure.
+  // forward()'s micro-batches through forwardBatches, without its clean-up on failure.
   void runWaves(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
                 StageOutput& out, LogitRows logits, const SampleRequest* sample);
 
@@ -63,6 +63,10 @@ class Chain {
   size_t m_failedStage = 0;
   // Per micro-batch in flight and stage: the stage's output (reused across calls).
   std::vector<std::vector<StageOutput>> m_outputs;
+  // forward()'s micro-batches and their head outputs (reused across calls).
+  std::vector<Segment> m_microSegments;
+  std::vector<Batch> m_microBatches;
+  std::vector<StageOutput> m_microOuts;
 };
 
 }  // namespace shoal::runtime

@@ -54,6 +54,33 @@ std::string connectError(uint16_t port, const Node& client) {
 }
 
 // CPU time this process used so far, user and system.
+// The soft descriptor limit lowered to the lowest free descriptor number + `spare` (so that
+// only `spare` more descriptors fit), and put back by restore() or at the end of the scope.
+class DescriptorLimit {
+ public:
+  DescriptorLimit() { m_ok = ::getrlimit(RLIMIT_NOFILE, &m_saved) == 0; }
+  ~DescriptorLimit() { restore(); }
+  bool allowOnly(int spare) {
+    const int lowestFree = ::dup(0);
+    if (!m_ok || lowestFree < 0) return false;
+    ::close(lowestFree);
+    rlimit tight = m_saved;
+    tight.rlim_cur = rlim_t(lowestFree + spare);
+    m_lowered = ::setrlimit(RLIMIT_NOFILE, &tight) == 0;
+    return m_lowered;
+  }
+  bool restore() {
+    if (!m_lowered) return true;
+    m_lowered = false;
+    return ::setrlimit(RLIMIT_NOFILE, &m_saved) == 0;
+  }
+
+ private:
+  rlimit m_saved{};
+  bool m_ok = false;
+  bool m_lowered = false;
+};
+
 double cpuSeconds() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
@@ -258,20 +285,14 @@ class TestTlsListener : public QObject {
     asio::io_context io;
     asio::ip::tcp::socket waiting(io);
     connectFrom(waiting, "127.0.0.3", listener.port());
-    rlimit saved{};
-    QVERIFY(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-    const int lowestFree = ::dup(0);
-    QVERIFY(lowestFree >= 0);
-    ::close(lowestFree);
-    rlimit tight = saved;
-    tight.rlim_cur = rlim_t(lowestFree);
-    QVERIFY(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+    DescriptorLimit limit;
+    QVERIFY(limit.allowOnly(0));
     // A second of failing accepts: retried at once they keep a core busy (about a second of CPU);
     // with the pause between them they cost next to none.
     const double before = cpuSeconds();
     std::this_thread::sleep_for(1s);
     const double used = cpuSeconds() - before;
-    QVERIFY(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+    QVERIFY(limit.restore());
     qInfo("CPU while accept() failed: %.3f s in 1 s", used);
     QVERIFY2(used < 0.25, qPrintable(QString("%1 s of CPU in 1 s").arg(used)));
     // Descriptors back: the listener accepts again.
@@ -297,17 +318,11 @@ class TestTlsListener : public QObject {
     asio::ip::tcp::socket late(io);
     late.open(asio::ip::tcp::v4());
     late.bind({asio::ip::make_address("127.0.0.4"), 0});
-    rlimit saved{};
-    QVERIFY(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-    const int lowestFree = ::dup(0);
-    QVERIFY(lowestFree >= 0);
-    ::close(lowestFree);
-    rlimit tight = saved;
-    tight.rlim_cur = rlim_t(lowestFree + 1);  // room for the accepted socket, nothing more
-    QVERIFY(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+    DescriptorLimit limit;
+    QVERIFY(limit.allowOnly(1));  // room for the accepted socket, nothing more
     late.connect({asio::ip::make_address("127.0.0.1"), listener.port()});
     const bool dropped = closedByServerWithin(late, 5s);
-    QVERIFY(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+    QVERIFY(limit.restore());
     QVERIFY(dropped);
     const std::string why = connectError(listener.port(), client);
     QVERIFY2(why.empty(), why.c_str());
