@@ -47,6 +47,13 @@ int main(int argc, char** argv) {
   app.add_option("--heads", spec.nHead, "attention heads")->capture_default_str();
   app.add_option("--kv-heads", spec.nHeadKv, "key/value heads (GQA)")->capture_default_str();
   app.add_option("--ff", spec.nFf, "feed-forward length")->capture_default_str();
+  app.add_option("--experts", spec.nExpert, "experts per layer (0: a dense FFN)")
+      ->capture_default_str();
+  app.add_option("--experts-used", spec.nExpertUsed, "experts each token is routed to (top-k)")
+      ->capture_default_str();
+  app.add_option("--ff-expert", spec.nFfExp,
+                 "one expert's FFN width (0: no key; llama uses --ff, qwen3moe --ff / top-k)")
+      ->capture_default_str();
   app.add_option("--vocab", spec.nVocab,
                  "vocabulary size (0: from --vocab-from; generated vocab needs >= 259)")
       ->capture_default_str();
@@ -56,7 +63,8 @@ int main(int argc, char** argv) {
   app.add_option(
       "--type-of", typeOf,
       "KIND=TYPE: another type for one kind of matrix (token_embd output attn_q attn_k "
-      "attn_v attn_output ffn_gate ffn_up ffn_down), repeatable; e.g. a Q4_K_M-style mix: "
+      "attn_v attn_output ffn_gate ffn_up ffn_down ffn_gate_exps ffn_up_exps ffn_down_exps), "
+      "repeatable; e.g. a Q4_K_M-style mix: "
       "--type q4_K --type-of attn_v=q6_K --type-of ffn_down=q6_K");
   app.add_option("--vocab-from", spec.vocabFrom, "GGUF file to copy tokenizer.* metadata from")
       ->check(CLI::ExistingFile);
@@ -71,9 +79,10 @@ int main(int argc, char** argv) {
                      "write the first --layers blocks of this real GGUF model instead (all its "
                      "metadata and non-layer tensors copied)")
           ->check(CLI::ExistingFile);
-  for (const char* shapeOption : {"--arch", "--embd", "--heads", "--kv-heads", "--ff", "--vocab",
-                                  "--ctx", "--type", "--embed-type", "--vocab-from", "--seed",
-                                  "--rope-base", "--rms-eps", "--name", "--tied", "--type-of"}) {
+  for (const char* shapeOption :
+       {"--arch", "--embd", "--heads", "--kv-heads", "--ff", "--experts", "--experts-used",
+        "--ff-expert", "--vocab", "--ctx", "--type", "--embed-type", "--vocab-from", "--seed",
+        "--rope-base", "--rms-eps", "--name", "--tied", "--type-of"}) {
     truncate->excludes(shapeOption);
   }
   try {
@@ -83,17 +92,16 @@ int main(int argc, char** argv) {
     }
     for (const std::string& item : typeOf) {
       const size_t eq = item.find('=');
-      static const char* const kKinds[] = {"token_embd",  "output",   "attn_q", "attn_k",  "attn_v",
-                                           "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
       const std::string kind = item.substr(0, eq);
+      std::string kindList;
       bool known = false;
-      for (const char* k : kKinds) known = known || kind == k;
+      for (std::string_view k : shoal::model::syntheticTensorKinds()) {
+        known = known || kind == k;
+        kindList += (kindList.empty() ? "" : " ") + std::string(k);
+      }
       if (eq == std::string::npos || !known) {
-        throw CLI::ValidationError("--type-of",
-                                   "expected KIND=TYPE with KIND one of token_embd "
-                                   "output attn_q attn_k attn_v attn_output ffn_gate "
-                                   "ffn_up ffn_down, got '" +
-                                       item + "'");
+        throw CLI::ValidationError("--type-of", "expected KIND=TYPE with KIND one of " + kindList +
+                                                    ", got '" + item + "'");
       }
       shoal::gguf::TensorType t{};
       if (std::string err = parseType(item.substr(eq + 1), t); !err.empty()) {

@@ -28,9 +28,36 @@ void appendAttentionOutputAndFfn(std::vector<Op>& ops, const ModelConfig& c) {
   ops.push_back(keepOutputRows());
   ops.push_back(add(Buffer::Tmp, Buffer::X));
   ops.push_back(rmsNorm(Buffer::X, Buffer::Norm, TensorRole::FfnNorm, c.rmsEps));
-  ops.push_back(gatedFfn(Buffer::Norm, TensorRole::WGate, TensorRole::WUp, Activation::Silu));
-  ops.push_back(project(Buffer::Gate, {{TensorRole::WDown, Buffer::Tmp}}));
+  if (c.nExpert > 0) {
+    MoeParams moe;
+    moe.experts = c.nExpert;
+    moe.used = c.nExpertUsed;
+    moe.normalizeWeights = true;  // llama and qwen3moe both pass norm_w = true
+    ops.push_back(moeFfn(Buffer::Norm, Buffer::Tmp, moe));
+  } else {
+    ops.push_back(gatedFfn(Buffer::Norm, TensorRole::WGate, TensorRole::WUp, Activation::Silu));
+    ops.push_back(project(Buffer::Gate, {{TensorRole::WDown, Buffer::Tmp}}));
+  }
   ops.push_back(add(Buffer::Tmp, Buffer::X));
+}
+
+LayerProgram headNormedProgram(const ModelConfig& c) {
+  LayerProgram p;
+  p.kvDim = c.kvDim();
+  const RopeParams rp = ropeOf(c, RopeStyle::Neox);
+  p.ops = {
+      rmsNorm(Buffer::X, Buffer::Norm, TensorRole::AttnNorm, c.rmsEps),
+      project(
+          Buffer::Norm,
+          {{TensorRole::Wq, Buffer::Q}, {TensorRole::Wk, Buffer::K}, {TensorRole::Wv, Buffer::V}}),
+      headNorm(Buffer::Q, c.nHead, TensorRole::QNorm, c.rmsEps),
+      headNorm(Buffer::K, c.nHeadKv, TensorRole::KNorm, c.rmsEps),
+      rope(Buffer::Q, c.nHead, rp),
+      rope(Buffer::K, c.nHeadKv, rp),
+      attend(fullAttention(c)),
+  };
+  appendAttentionOutputAndFfn(p.ops, c);
+  return p;
 }
 
 }  // namespace shoal::model::arch

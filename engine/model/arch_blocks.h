@@ -14,7 +14,8 @@
 
 namespace shoal::model::arch {
 
-// The tensors every llama-like architecture has: the global ones and the block's weights.
+// The tensors every llama-like architecture has: the global ones and the block's weights (the
+// dense FFN's only in models without experts).
 inline constexpr TensorSpec kLlamaGlobalTensors[] = {
     {TensorRole::TokenEmbd, TensorScope::Embedding, "token_embd.weight", {Dim::Embd, Dim::Vocab}},
     {TensorRole::OutputNorm, TensorScope::Head, "output_norm.weight", {Dim::Embd, Dim::One}, true},
@@ -28,6 +29,9 @@ inline constexpr TensorSpec kLlamaGlobalTensors[] = {
      true,
      false},
 };
+
+// One tensor per line.
+// clang-format off
 inline constexpr TensorSpec kLlamaLayerTensors[] = {
     {TensorRole::AttnNorm, TensorScope::Layer, "attn_norm.weight", {Dim::Embd, Dim::One}, true},
     {TensorRole::Wq, TensorScope::Layer, "attn_q.weight", {Dim::Embd, Dim::QDim}},
@@ -35,10 +39,20 @@ inline constexpr TensorSpec kLlamaLayerTensors[] = {
     {TensorRole::Wv, TensorScope::Layer, "attn_v.weight", {Dim::Embd, Dim::KvDim}},
     {TensorRole::Wo, TensorScope::Layer, "attn_output.weight", {Dim::QDim, Dim::Embd}},
     {TensorRole::FfnNorm, TensorScope::Layer, "ffn_norm.weight", {Dim::Embd, Dim::One}, true},
-    {TensorRole::WGate, TensorScope::Layer, "ffn_gate.weight", {Dim::Embd, Dim::Ff}},
-    {TensorRole::WUp, TensorScope::Layer, "ffn_up.weight", {Dim::Embd, Dim::Ff}},
-    {TensorRole::WDown, TensorScope::Layer, "ffn_down.weight", {Dim::Ff, Dim::Embd}},
+    {TensorRole::WGate, TensorScope::Layer, "ffn_gate.weight", {Dim::Embd, Dim::Ff}, false, true, FfnForm::Dense},
+    {TensorRole::WUp, TensorScope::Layer, "ffn_up.weight", {Dim::Embd, Dim::Ff}, false, true, FfnForm::Dense},
+    {TensorRole::WDown, TensorScope::Layer, "ffn_down.weight", {Dim::Ff, Dim::Embd}, false, true, FfnForm::Dense},
 };
+
+// The FFN of a mixture-of-experts layer (llama.cpp's ffn_gate_inp and ffn_*_exps), for Mixtral-
+// style llama models and qwen3moe: the router is F32 in every GGUF converter's output.
+inline constexpr TensorSpec kMoeLayerTensors[] = {
+    {TensorRole::GateInp, TensorScope::Layer, "ffn_gate_inp.weight", {Dim::Embd, Dim::Experts, Dim::One}, true, true, FfnForm::Experts},
+    {TensorRole::GateExps, TensorScope::Layer, "ffn_gate_exps.weight", {Dim::Embd, Dim::FfExp, Dim::Experts}, false, true, FfnForm::Experts},
+    {TensorRole::UpExps, TensorScope::Layer, "ffn_up_exps.weight", {Dim::Embd, Dim::FfExp, Dim::Experts}, false, true, FfnForm::Experts},
+    {TensorRole::DownExps, TensorScope::Layer, "ffn_down_exps.weight", {Dim::FfExp, Dim::Embd, Dim::Experts}, false, true, FfnForm::Experts},
+};
+// clang-format on
 
 // One table from several lists of rows (at compile time), so an architecture names only what it
 // adds: joinTensors(kLlamaGlobalTensors, kLlamaLayerTensors, kMyExtras).
@@ -50,13 +64,24 @@ constexpr std::array<TensorSpec, (N + ...)> joinTensors(const TensorSpec (&... p
   return out;
 }
 
+// Qwen3's per-head RMSNorm weights of the queries and keys (one head wide).
+inline constexpr TensorSpec kHeadNormTensors[] = {
+    {TensorRole::QNorm, TensorScope::Layer, "attn_q_norm.weight", {Dim::HeadDim, Dim::One}, true},
+    {TensorRole::KNorm, TensorScope::Layer, "attn_k_norm.weight", {Dim::HeadDim, Dim::One}, true},
+};
+
+// Qwen3's block (qwen3, qwen3moe): the llama block without Q/K/V biases, with HeadNorm over the
+// queries and keys before NeoX RoPE; its FFN as appendAttentionOutputAndFfn decides.
+LayerProgram headNormedProgram(const ModelConfig& c);
+
 // RoPE as the config's rope.* keys describe it, rotating pairs in `style`.
 RopeParams ropeOf(const ModelConfig& c, RopeStyle style);
 
 // llama.cpp's kq_scale for these families: 1 / sqrt(head size).
 AttendParams fullAttention(const ModelConfig& c);
 
-// ops: Attn -> Wo -> Tmp; keep output rows; X += Tmp; FFN norm; SwiGLU FFN; X += Wdown · Gate.
+// ops: Attn -> Wo -> Tmp; keep output rows; X += Tmp; FFN norm; then X += Wdown · SwiGLU for a
+// dense model, X += the routed experts (MoeFfn, weights normalized) for one with experts.
 void appendAttentionOutputAndFfn(std::vector<Op>& ops, const ModelConfig& c);
 
 }  // namespace shoal::model::arch

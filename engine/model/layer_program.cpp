@@ -1,5 +1,7 @@
 #include "engine/model/layer_program.h"
 
+#include <string>
+
 #include "engine/error.h"
 
 namespace shoal::model {
@@ -84,6 +86,20 @@ Op gatedFfn(Buffer src, TensorRole gate, TensorRole up, Activation activation) {
   op.dst = Buffer::Gate;
   op.ffn = {gate, up};
   op.activation = activation;
+  return op;
+}
+
+Op moeFfn(Buffer src, Buffer dst, const MoeParams& params) {
+  if (params.experts <= 0 || params.used <= 0 || params.used > params.experts) {
+    throw Error("a MoeFfn op routes each token to 1.." + std::to_string(params.experts) +
+                " experts (got " + std::to_string(params.used) + ")");
+  }
+  Op op;
+  op.kind = OpKind::MoeFfn;
+  op.src = src;
+  op.dst = dst;
+  op.activation = Activation::Silu;
+  op.moe = params;
   return op;
 }
 

@@ -11,7 +11,7 @@
 //   Q     qDim    queries          K, V  kvDim   keys and values of the batch's tokens
 //   Attn  qDim    attention output
 //   Tmp   max(nEmbd, qDim)   a projection back to the residual width
-//   Gate, Up  nFf  FFN hidden activations
+//   Gate, Up  nFf  FFN hidden activations (MoeFfn keeps its per-expert activations itself)
 //
 // A backend may fuse a sequence of ops it recognises (e.g. Norm + Project) as long as the plain
 // ops remain its fallback; the CPU backend runs the ops one by one in ggml's evaluation order,
@@ -41,6 +41,7 @@ enum class OpKind : uint8_t {
                    // are wanted (llama.cpp's inp_out_ids); elsewhere a no-op
   Add,             // dst += src
   GatedFfn,        // Gate = act(weights[0] · src) * (weights[1] · src)   (Up is scratch)
+  MoeFfn,          // dst = the routed experts' gated FFNs of src, weighted and summed (MoeParams)
 };
 
 enum class Activation : uint8_t { Silu };
@@ -66,6 +67,18 @@ struct AttendParams {
   bool operator==(const AttendParams&) const = default;
 };
 
+// A mixture-of-experts FFN (llama.cpp's build_moe_ffn with softmax gating): per token,
+//   p = softmax(router · x); E = the top `used` experts by p, most probable first;
+//   w_e = p_e (divided by the sum of the chosen p_e when normalizeWeights);
+//   dst = sum over E, in that order, of w_e * (down_e · (silu(gate_e · x) * (up_e · x))).
+// The weights are the roles GateInp (router), GateExps, UpExps and DownExps.
+struct MoeParams {
+  int32_t experts = 0;  // experts in the layer
+  int32_t used = 0;     // experts per token (top-k)
+  bool normalizeWeights = true;
+  bool operator==(const MoeParams&) const = default;
+};
+
 struct Op {
   OpKind kind = OpKind::RmsNorm;
   Buffer src = Buffer::X;
@@ -79,6 +92,7 @@ struct Op {
   float eps = 0;          // RmsNorm, HeadNorm
   RopeParams rope{};      // Rope
   AttendParams attend{};  // Attend
+  MoeParams moe{};        // MoeFfn
 };
 
 struct LayerProgram {
@@ -101,5 +115,6 @@ Op attend(const AttendParams& params);
 Op keepOutputRows();
 Op add(Buffer src, Buffer dst);
 Op gatedFfn(Buffer src, TensorRole gate, TensorRole up, Activation activation);
+Op moeFfn(Buffer src, Buffer dst, const MoeParams& params);
 
 }  // namespace shoal::model

@@ -102,6 +102,15 @@ ModelConfig ModelConfig::fromGguf(const gguf::File& file) {
     }
     c.nVocab = static_cast<int32_t>(embd->dims[1]);
   }
+  // Experts (llama.cpp reads these keys for every architecture; the tensor table decides which
+  // tensors a model with experts has).
+  if (file.find(a + "expert_count") && file.getInt(a + "expert_count") != 0) {
+    c.nExpert = positiveInt(file, a + "expert_count", 1024);
+    c.nExpertUsed = positiveInt(file, a + "expert_used_count", c.nExpert);
+    c.nFfExp = file.find(a + "expert_feed_forward_length")
+                   ? positiveInt(file, a + "expert_feed_forward_length", 1 << 18)
+                   : c.nFf;
+  }
   c.tiedOutput = file.findTensor("output.weight") == nullptr;
   c.hasRopeFreqs = file.findTensor("rope_freqs.weight") != nullptr;
   if (c.arch->readConfig) c.arch->readConfig(file, a, c);

@@ -36,6 +36,10 @@ struct ModelConfig {
   float ropeFreqBase = 10000.0f;  // rope.freq_base
   float ropeFreqScale = 1.0f;     // 1 / rope.scaling.factor for linear scaling
   RopeScaling ropeScaling = RopeScaling::None;
+  // Mixture of experts: 0 experts for a dense model.
+  int32_t nExpert = 0;        // expert_count
+  int32_t nExpertUsed = 0;    // expert_used_count: experts each token is routed to (top-k)
+  int32_t nFfExp = 0;         // expert_feed_forward_length: one expert's FFN width (default nFf)
   bool tiedOutput = false;    // no output.weight: the head reuses token_embd.weight
   bool hasRopeFreqs = false;  // rope_freqs.weight (llama 3.1 frequency factors) present
 

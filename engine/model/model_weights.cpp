@@ -67,8 +67,7 @@ ModelWeights ModelWeights::bindRange(const gguf::File& file, const ModelConfig& 
   w.layers.resize(static_cast<size_t>(c.nLayer));
   for (const StageTensor& st : stageTensors(c, firstLayer, lastLayer, embedding, head)) {
     const TensorSpec& spec = *findTensorSpec(arch, st.role);  // stageTensors lists table rows
-    std::vector<int64_t> dims = {dimValue(spec.shape[0], c)};
-    if (spec.shape[1] != Dim::One) dims.push_back(dimValue(spec.shape[1], c));
+    const std::vector<int64_t> dims = specDims(spec, c);
     const Tensor t = b.get(st.name, dims, st.required, spec.f32);
     if (st.layer >= 0) {
       w.layers[static_cast<size_t>(st.layer)].byRole[static_cast<size_t>(st.role)] = t;

@@ -83,10 +83,19 @@ void validate(const SyntheticModelSpec& spec) {
     badSpec("nHead " + std::to_string(spec.nHead) + " is not a multiple of nHeadKv " +
             std::to_string(spec.nHeadKv));
   }
-  static const char* const kKinds[] = {"token_embd",  "output",   "attn_q", "attn_k",  "attn_v",
-                                       "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  if (spec.nExpert < 0 || spec.nExpertUsed < 0 || spec.nFfExp < 0) {
+    badSpec("expert counts and widths must not be negative");
+  }
+  if (spec.nExpert > 0 && (spec.nExpertUsed < 1 || spec.nExpertUsed > spec.nExpert)) {
+    badSpec("nExpertUsed " + std::to_string(spec.nExpertUsed) + " must be 1.." +
+            std::to_string(spec.nExpert));
+  }
+  if (spec.nExpert == 0 && (spec.nExpertUsed != 0 || spec.nFfExp != 0)) {
+    badSpec("nExpertUsed and nFfExp need nExpert > 0");
+  }
+  const auto kinds = syntheticTensorKinds();
   for (const auto& [kind, type] : spec.typeOverrides) {
-    if (std::find(std::begin(kKinds), std::end(kKinds), kind) == std::end(kKinds)) {
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
       badSpec("unknown tensor kind \"" + kind + "\" in typeOverrides");
     }
   }
@@ -152,6 +161,13 @@ void setGeneratedVocab(gguf::Writer& w, int nVocab) {
 
 }  // namespace
 
+std::span<const std::string_view> syntheticTensorKinds() {
+  static constexpr std::string_view kKinds[] = {
+      "token_embd", "output", "attn_q",   "attn_k",        "attn_v",      "attn_output",
+      "ffn_gate",   "ffn_up", "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+  return kKinds;
+}
+
 std::vector<SyntheticTensor> syntheticTensors(const SyntheticModelSpec& spec) {
   validate(spec);
   // The architecture's tensor table decides names and shapes, as for a real file of it.
@@ -167,14 +183,19 @@ std::vector<SyntheticTensor> syntheticTensors(const SyntheticModelSpec& spec) {
   c.nRot = c.headDim;
   c.nVocab = static_cast<int32_t>(resolveVocabSize(spec));
   c.tiedOutput = spec.tiedOutput;
+  c.nExpert = spec.nExpert;
+  c.nExpertUsed = spec.nExpertUsed;
+  // The width a reader will take: the key when written, else the architecture's default.
+  c.nFfExp = spec.nFfExp > 0                                           ? spec.nFfExp
+             : spec.architecture == "qwen3moe" && spec.nExpertUsed > 0 ? spec.nFf / spec.nExpertUsed
+                                                                       : spec.nFf;
   std::vector<SyntheticTensor> out;
   for (const StageTensor& st : stageTensors(c, 0, c.nLayer, true, true)) {
     const TensorSpec* ts = findTensorSpec(*c.arch, st.role);
     const bool wanted = st.required || (st.role == TensorRole::Output && !spec.tiedOutput);
     if (!ts || !wanted) continue;
     const std::string kind(tensorRoleName(st.role));
-    std::vector<int64_t> dims = {dimValue(ts->shape[0], c)};
-    if (ts->shape[1] != Dim::One) dims.push_back(dimValue(ts->shape[1], c));
+    std::vector<int64_t> dims = specDims(*ts, c);
     TensorType type = TensorType::F32;
     if (!ts->f32) {
       const bool embed = kind == "token_embd" || kind == "output";
@@ -227,6 +248,13 @@ void writeSyntheticModel(const SyntheticModelSpec& spec, const std::filesystem::
   w.set(a + ".embedding_length", Value::u32(static_cast<uint32_t>(spec.nEmbd)));
   w.set(a + ".block_count", Value::u32(static_cast<uint32_t>(spec.nLayer)));
   w.set(a + ".feed_forward_length", Value::u32(static_cast<uint32_t>(spec.nFf)));
+  if (spec.nExpert > 0) {
+    w.set(a + ".expert_count", Value::u32(static_cast<uint32_t>(spec.nExpert)));
+    w.set(a + ".expert_used_count", Value::u32(static_cast<uint32_t>(spec.nExpertUsed)));
+    if (spec.nFfExp > 0) {
+      w.set(a + ".expert_feed_forward_length", Value::u32(static_cast<uint32_t>(spec.nFfExp)));
+    }
+  }
   w.set(a + ".attention.head_count", Value::u32(static_cast<uint32_t>(spec.nHead)));
   w.set(a + ".attention.head_count_kv", Value::u32(static_cast<uint32_t>(spec.nHeadKv)));
   w.set(a + ".rope.freq_base", Value::f32(spec.ropeFreqBase));

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/gguf/tensor_type.h"
@@ -26,6 +28,11 @@ struct SyntheticModelSpec {
   int nHead = 4;
   int nHeadKv = 4;
   int nFf = 512;
+  // Mixture of experts (0 experts: a dense model). nFfExp 0: written as no key, so the
+  // architecture's default width applies (llama: nFf; qwen3moe: nFf / nExpertUsed).
+  int nExpert = 0;
+  int nExpertUsed = 0;
+  int nFfExp = 0;
   // Vocabulary size. 0 with vocabFrom: take it from the copied tokenizer. Without vocabFrom a
   // SentencePiece-style vocabulary (<unk>, <s>, </s>, 256 byte tokens, fillers) of this size is
   // generated, so it must be at least 259.
@@ -37,7 +44,8 @@ struct SyntheticModelSpec {
   gguf::TensorType weightType = gguf::TensorType::Q8_0;  // attention and FFN matrices
   gguf::TensorType embedType = gguf::TensorType::Q8_0;   // token_embd and output
   // Per-kind overrides, keyed by the tensor kind: "token_embd", "output", "attn_q", "attn_k",
-  // "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down". Norms and biases are always F32.
+  // "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "ffn_gate_exps", "ffn_up_exps",
+  // "ffn_down_exps". Norms, biases and routers (ffn_gate_inp) are always F32.
   std::map<std::string, gguf::TensorType> typeOverrides;
   uint64_t seed = 1;
   float weightStd = 0.02f;
@@ -45,6 +53,9 @@ struct SyntheticModelSpec {
   // copied, so llama.cpp and Shoal's tokenizer can load the result. Empty: generated vocabulary.
   std::string vocabFrom;
 };
+
+// The tensor kinds typeOverrides takes, in table order.
+std::span<const std::string_view> syntheticTensorKinds();
 
 // One tensor of the model, as written.
 struct SyntheticTensor {

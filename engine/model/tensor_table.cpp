@@ -44,6 +44,14 @@ std::string_view tensorRoleName(TensorRole role) {
       return "ffn_up";
     case TensorRole::WDown:
       return "ffn_down";
+    case TensorRole::GateInp:
+      return "ffn_gate_inp";
+    case TensorRole::GateExps:
+      return "ffn_gate_exps";
+    case TensorRole::UpExps:
+      return "ffn_up_exps";
+    case TensorRole::DownExps:
+      return "ffn_down_exps";
     case TensorRole::Count:
       break;
   }
@@ -68,9 +76,37 @@ int64_t dimValue(Dim dim, const ModelConfig& c) {
       return c.headDim;
     case Dim::RotHalf:
       return c.nRot / 2;
+    case Dim::FfExp:
+      return c.nFfExp;
+    case Dim::Experts:
+      return c.nExpert;
   }
   return 0;
 }
+
+std::vector<int64_t> specDims(const TensorSpec& spec, const ModelConfig& config) {
+  size_t n = spec.shape.size();
+  while (n > 1 && spec.shape[n - 1] == Dim::One) --n;
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < n; ++i) dims.push_back(dimValue(spec.shape[i], config));
+  return dims;
+}
+
+namespace {
+
+bool formMatches(FfnForm form, const ModelConfig& c) {
+  switch (form) {
+    case FfnForm::Any:
+      return true;
+    case FfnForm::Dense:
+      return c.nExpert == 0;
+    case FfnForm::Experts:
+      return c.nExpert > 0;
+  }
+  return false;
+}
+
+}  // namespace
 
 std::vector<StageTensor> stageTensors(const ModelConfig& config, int32_t firstLayer,
                                       int32_t lastLayer, bool embedding, bool head) {
@@ -80,6 +116,7 @@ std::vector<StageTensor> stageTensors(const ModelConfig& config, int32_t firstLa
   const Architecture& arch = *config.arch;
   std::vector<StageTensor> out;
   for (const TensorSpec& t : arch.tensors) {
+    if (!formMatches(t.form, config)) continue;
     switch (t.scope) {
       case TensorScope::Embedding:
         // A head without the embedding may need token_embd.weight (a tied output): it is
@@ -101,7 +138,7 @@ std::vector<StageTensor> stageTensors(const ModelConfig& config, int32_t firstLa
   for (int32_t i = firstLayer; i < lastLayer; ++i) {
     const std::string prefix = "blk." + std::to_string(i) + ".";
     for (const TensorSpec& t : arch.tensors) {
-      if (t.scope == TensorScope::Layer) {
+      if (t.scope == TensorScope::Layer && formMatches(t.form, config)) {
         out.push_back({prefix + std::string(t.name), t.role, i, t.required});
       }
     }

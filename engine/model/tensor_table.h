@@ -39,6 +39,12 @@ enum class TensorRole : uint8_t {
   WGate,     // FFN gate projection
   WUp,       // FFN up projection
   WDown,     // FFN down projection
+  // Mixture of experts (per layer): the router and the experts' stacked matrices, one matrix
+  // per expert along the third dimension (llama.cpp's ffn_*_exps).
+  GateInp,   // router: one row of logits weights per expert
+  GateExps,  // experts' gate projections
+  UpExps,    // experts' up projections
+  DownExps,  // experts' down projections
   Count
 };
 constexpr size_t kTensorRoleCount = static_cast<size_t>(TensorRole::Count);
@@ -53,17 +59,32 @@ enum class TensorScope : uint8_t {
 };
 
 // A dimension of a tensor, as a hyper-parameter of the model (ModelConfig).
-enum class Dim : uint8_t { One, Embd, QDim, KvDim, Ff, Vocab, HeadDim, RotHalf };
+// FfExp is one expert's FFN width, Experts the number of experts.
+enum class Dim : uint8_t { One, Embd, QDim, KvDim, Ff, Vocab, HeadDim, RotHalf, FfExp, Experts };
 int64_t dimValue(Dim dim, const ModelConfig& config);
+
+// Which models of an architecture have a tensor: the llama family has dense and
+// mixture-of-experts members (Mixtral) that share everything but the FFN.
+enum class FfnForm : uint8_t {
+  Any,      // every model
+  Dense,    // models without experts (ModelConfig::nExpert == 0)
+  Experts,  // models with experts
+};
 
 struct TensorSpec {
   TensorRole role;
   TensorScope scope;
-  std::string_view name;     // GGUF name (after "blk.<i>." for layer tensors)
-  std::array<Dim, 2> shape;  // GGUF dims: {row length, rows}; Dim::One for a vector
-  bool f32 = false;          // must be F32 (norms, biases, factors: every backend reads them so)
-  bool required = true;      // false: bound when present (rope_freqs, a tied model's output)
+  std::string_view name;  // GGUF name (after "blk.<i>." for layer tensors)
+  // GGUF dims: {row length, rows, matrices}; trailing Dim::One are absent (a vector, a matrix).
+  std::array<Dim, 3> shape;
+  bool f32 = false;  // must be F32 (norms, biases, factors, routers: every backend reads them so)
+  bool required = true;         // false: bound when present (rope_freqs, a tied model's output)
+  FfnForm form = FfnForm::Any;  // the models that have it (the others never bind it)
 };
+
+// The GGUF dims of a tensor of this spec in a model of this config (shape without its trailing
+// Dim::One).
+std::vector<int64_t> specDims(const TensorSpec& spec, const ModelConfig& config);
 
 // A tensor of a stage, resolved: its full GGUF name and whether it must exist.
 struct StageTensor {

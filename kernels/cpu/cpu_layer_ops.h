@@ -78,6 +78,7 @@ class LayerRunner {
   void attend(const BoundOp& op, CpuLayer& layer);
   void add(const BoundOp& op);
   void gatedFfn(const BoundOp& op);
+  void moeFfn(const BoundOp& op, int32_t layer);  // cpu_layer_moe.cpp
 
   struct RopeTable {
     model::RopeParams params;
@@ -93,6 +94,21 @@ class LayerRunner {
   std::vector<uint16_t> m_halfRow;  // one row of values as f16, before the transposed store
   AttentionScratch m_attnScratch;
   MatmulScratch m_matmulScratch;
+  // MoeFfn's working rows, sized for the stage's widest MoE layer.
+  struct MoeScratch {
+    ZeroedBuffer<float> probs;          // rows x experts: router logits, then probabilities
+    std::vector<int32_t> ranking;       // experts: one row's argsort
+    std::vector<int32_t> chosen;        // rows x used: expert ids, most probable first
+    std::vector<float> weights;         // rows x used: their weights
+    std::vector<int32_t> routed;        // (row * used + k) entries, grouped by expert and order
+    std::vector<int32_t> groupOrder;    // per entry of `routed`: its order tokens (1 or 8)
+    std::vector<int32_t> perExpert;     // experts + 1: counts, then group offsets into `routed`
+    std::vector<int32_t> segmentCount;  // experts: one segment's rows per expert
+    ZeroedBuffer<float> input;          // rows x in: one group's input rows, gathered
+    ZeroedBuffer<float> gate, up;       // rows x expert width
+    ZeroedBuffer<float> down;           // rows x out: one group's expert outputs
+    ZeroedBuffer<float> outputs;        // rows x used x out: every (row, k)'s expert output
+  } m_moe;
   TensorObserver m_observer;
 
   // The batch being run.
@@ -105,6 +121,8 @@ class LayerRunner {
   std::vector<RowRun> m_runs;  // of the live rows
   // m_runs from the rows each segment has live now (all of them, or the kept ones).
   void buildRuns(bool kept);
+  // The rows of segment s live now.
+  int64_t liveRows(const runtime::Segment& s) const;
 };
 
 }  // namespace shoal::cpu

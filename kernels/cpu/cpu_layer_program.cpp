@@ -34,6 +34,8 @@ std::string_view kindName(OpKind kind) {
       return "Add";
     case OpKind::GatedFfn:
       return "GatedFfn";
+    case OpKind::MoeFfn:
+      return "MoeFfn";
   }
   return "?";
 }
@@ -70,6 +72,9 @@ Access accessOf(const model::Op& op) {
     case OpKind::GatedFfn:
       a.reads[idx(op.src)] = a.writes[idx(Buffer::Gate)] = a.writes[idx(Buffer::Up)] = true;
       break;
+    case OpKind::MoeFfn:
+      a.reads[idx(op.src)] = a.writes[idx(op.dst)] = true;
+      break;
   }
   return a;
 }
@@ -77,7 +82,8 @@ Access accessOf(const model::Op& op) {
 // What llama.cpp's graph callbacks call the same tensors of a pre-norm block, so that op-by-op
 // comparisons line up: the first RmsNorm of a layer writes attn_norm and the second ffn_norm,
 // the projection of the attention output attn_out, Attend kqv_out, the first Add (residual)
-// ffn_inp and the second l_out, the gated FFN ffn_swiglu. Other ops are not reported.
+// ffn_inp and the second l_out, the gated FFN ffn_swiglu, the experts' sum ffn_moe_out. Other
+// ops are not reported.
 std::string_view observedName(const model::Op& op, int rmsNormsBefore, int addsBefore) {
   switch (op.kind) {
     case OpKind::RmsNorm:
@@ -90,6 +96,8 @@ std::string_view observedName(const model::Op& op, int rmsNormsBefore, int addsB
       return addsBefore == 0 ? "ffn_inp" : addsBefore == 1 ? "l_out" : "";
     case OpKind::GatedFfn:
       return "ffn_swiglu";
+    case OpKind::MoeFfn:
+      return "ffn_moe_out";
     default:
       return "";
   }
@@ -163,6 +171,10 @@ class Binder {
           if (bound.matrices[0].rows != bound.matrices[1].rows) fail("has gate/up of two sizes");
           width[idx(Buffer::Gate)] = width[idx(Buffer::Up)] = bound.matrices[0].rows;
           break;
+        case OpKind::MoeFfn:
+          bindExperts(op, width[idx(op.src)], bound);
+          width[idx(op.dst)] = bound.experts[2].first.rows;
+          break;
       }
       bound.width = width;
       m_layer.ops.push_back(bound);
@@ -203,6 +215,44 @@ class Binder {
            "-wide " + std::string(model::tensorRoleName(role)));
     }
     return m;
+  }
+
+  // The router and the stacked experts of a MoeFfn op over rows of `in` values.
+  void bindExperts(const model::Op& op, int64_t in, BoundOp& bound) const {
+    if (op.activation != model::Activation::Silu) fail("uses an unknown activation");
+    if (op.src == op.dst) fail("writes the buffer it reads");
+    bound.matrices[0] = matrix(TensorRole::GateInp, in);
+    if (bound.matrices[0].rows != op.moe.experts) {
+      fail("routes to " + std::to_string(op.moe.experts) + " experts with a router of " +
+           std::to_string(bound.matrices[0].rows));
+    }
+    const TensorRole roles[3] = {TensorRole::GateExps, TensorRole::UpExps, TensorRole::DownExps};
+    for (int i = 0; i < 3; ++i) {
+      const model::Tensor t = tensor(roles[i]);
+      try {
+        bound.experts[static_cast<size_t>(i)] = ExpertMatrices::from(*t);
+      } catch (const Error& e) {
+        fail(e.what());
+      }
+      if (bound.experts[static_cast<size_t>(i)].count != op.moe.experts) {
+        fail("needs " + std::to_string(op.moe.experts) + " experts in " + t->name);
+      }
+    }
+    const WeightMatrix &gate = bound.experts[0].first, &up = bound.experts[1].first,
+                       &down = bound.experts[2].first;
+    if (gate.cols != in || up.cols != in || gate.rows != up.rows || down.cols != gate.rows) {
+      fail("has expert matrices of mismatched shapes");
+    }
+    // llama.cpp's expert products take a float weight's vec_dot order at any batch size and a
+    // K-quant's tiled order at 8+ tokens per expert; one order is chosen for gate and up, so
+    // they must not mix the two families.
+    if (isFloatKind(gate.kind) != isFloatKind(up.kind)) {
+      fail("mixes float and quantized gate/up expert matrices");
+    }
+  }
+
+  static bool isFloatKind(WeightKind k) {
+    return k == WeightKind::F32 || k == WeightKind::F16 || k == WeightKind::BF16;
   }
 
   // The width of one head of a HeadNorm/Rope op's buffer.

@@ -22,8 +22,10 @@ using BufferWidths = std::array<int64_t, model::kBufferCount>;
 
 struct BoundOp {
   model::Op op;
-  // Project: the weight of each output (op.outs); GatedFfn: gate, up.
+  // Project: the weight of each output (op.outs); GatedFfn: gate, up; MoeFfn: the router.
   std::array<WeightMatrix, 3> matrices{};
+  // MoeFfn: the experts' gate, up and down matrices.
+  std::array<ExpertMatrices, 3> experts{};
   const float* vector = nullptr;  // RmsNorm, AddBias, HeadNorm: op.weight (f32)
   // Floats per row of each buffer once the op has run (0: not written yet in this layer).
   BufferWidths width{};

@@ -22,6 +22,24 @@ WeightMatrix WeightMatrix::from(const gguf::TensorInfo& tensor) {
   return w;
 }
 
+ExpertMatrices ExpertMatrices::from(const gguf::TensorInfo& tensor) {
+  if (tensor.dims.size() != 3) {
+    throw Error("tensor " + tensor.name + ": stacked expert matrices must have 3 dimensions");
+  }
+  ExpertMatrices e;
+  WeightMatrix& w = e.first;
+  w.type = tensor.type;
+  w.kind = weightKind(tensor.type);
+  w.activation = activationKind(w.kind);
+  w.cols = tensor.dims[0];
+  w.rows = tensor.dims[1];
+  w.data = tensor.data;
+  w.rowBytes = gguf::rowBytes(tensor.type, w.cols);
+  e.count = tensor.dims[2];
+  e.expertBytes = w.rowBytes * static_cast<size_t>(w.rows);
+  return e;
+}
+
 size_t WeightMatrix::activationBytes() const {
   return gguf::rowBytes(activationTensorType(activation), cols);
 }

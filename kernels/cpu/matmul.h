@@ -30,6 +30,21 @@ struct WeightMatrix {
   size_t activationBytes() const;
 };
 
+// The experts of a stacked mixture-of-experts tensor (ggml dims {cols, rows, experts}: one
+// matrix per expert, one after the other), as matrices of their own.
+struct ExpertMatrices {
+  WeightMatrix first;      // expert 0
+  size_t expertBytes = 0;  // bytes from one expert's matrix to the next
+  int64_t count = 0;       // experts
+  // Throws shoal::Error for a tensor that is not 3-D or of a type without a kernel.
+  static ExpertMatrices from(const gguf::TensorInfo& tensor);
+  WeightMatrix expert(int64_t e) const {
+    WeightMatrix m = first;
+    m.data += static_cast<size_t>(e) * expertBytes;
+    return m;
+  }
+};
+
 // Scratch reused across calls so the decode path does not allocate: converted activations, one
 // buffer per activation format.
 struct MatmulScratch {

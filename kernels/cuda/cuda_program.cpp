@@ -65,6 +65,8 @@ class Resolver {
         out.matrices[0] = matrix(op.ffn[0], src, m_c.nFf);
         out.matrices[1] = matrix(op.ffn[1], src, m_c.nFf);
         break;
+      case OpKind::MoeFfn:
+        fail("a mixture-of-experts FFN, which has no CUDA kernels yet (the CPU backend runs it)");
     }
     return out;
   }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/model/architecture.h"
 #include "engine/model/model_weights.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -67,6 +68,17 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
     SHOAL_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     SHOAL_CUDA_CHECK(cublasCreate(&m_cublas));
     SHOAL_CUDA_CHECK(cublasSetStream(m_cublas, m_stream));
+
+    // Refused before any weight is uploaded (resolveLayers says the same per op).
+    for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
+      for (const model::Op& op : c.arch->layerProgram(c, i).ops) {
+        if (op.kind == model::OpKind::MoeFfn) {
+          throw Error("CUDA stage: layer " + std::to_string(i) +
+                      " is a mixture of experts, which has no CUDA kernels yet (the CPU backend "
+                      "runs it)");
+        }
+      }
+    }
 
     // What the stage holds is what the architecture's tensor table assigns to it.
     int64_t largestMatrix = 0;  // elements: the f16 copy the cuBLAS path makes of one matrix

@@ -63,6 +63,8 @@ void CudaStage::runOp(const CudaOp& op, const CudaLayer& layer, int32_t sequence
       return addOp(op, layer);
     case OpKind::GatedFfn:
       return gatedFfnOp(op, layer);
+    case OpKind::MoeFfn:
+      break;  // refused when the program was resolved (cuda_program.cpp)
   }
 }
 

@@ -52,6 +52,9 @@ void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t con
         need(op.ffn[0]);
         need(op.ffn[1]);
         break;
+      case model::OpKind::MoeFfn:
+        fail(where + "a mixture-of-experts FFN, which has no Vulkan kernels yet (the CPU " +
+             "backend runs it)");
       case model::OpKind::Rope:
       case model::OpKind::Attend:
         // The kernels take positions from the first row on: all rows must still be in play.
@@ -141,6 +144,8 @@ void LayerRecorder::record(const LayerPass& layer) {
       case model::OpKind::GatedFfn:
         gatedFfn(op);
         break;
+      case model::OpKind::MoeFfn:
+        break;  // refused by checkProgram
     }
   }
 }

@@ -45,6 +45,14 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
   const model::Architecture& arch = model::architectureOf(c);
   for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
     m_layers.push_back(Layer{arch.layerProgram(c, i), {}, {}, {}});
+    // Refused before any weight is uploaded (checkProgram below says the same per op).
+    for (const model::Op& op : m_layers.back().program.ops) {
+      if (op.kind == model::OpKind::MoeFfn) {
+        throw Error("Vulkan stage: layer " + std::to_string(i) +
+                    " is a mixture of experts, which has no Vulkan kernels yet (the CPU "
+                    "backend runs it)");
+      }
+    }
   }
   upload(*model.weights);
   for (size_t l = 0; l < m_layers.size(); ++l) {

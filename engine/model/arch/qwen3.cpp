@@ -9,32 +9,12 @@
 namespace shoal::model::arch {
 namespace {
 
-using R = TensorRole;
-
 constexpr std::string_view kNames[] = {"qwen3"};
 
-// One head wide: the same weights normalize every head.
-constexpr TensorSpec kHeadNorms[] = {
-    {R::QNorm, TensorScope::Layer, "attn_q_norm.weight", {Dim::HeadDim, Dim::One}, true},
-    {R::KNorm, TensorScope::Layer, "attn_k_norm.weight", {Dim::HeadDim, Dim::One}, true},
-};
-constexpr auto kTensors = joinTensors(kLlamaGlobalTensors, kLlamaLayerTensors, kHeadNorms);
+constexpr auto kTensors = joinTensors(kLlamaGlobalTensors, kLlamaLayerTensors, kHeadNormTensors);
 
 LayerProgram program(const ModelConfig& c, int32_t /*layer: all alike*/) {
-  LayerProgram p;
-  p.kvDim = c.kvDim();
-  const RopeParams rp = ropeOf(c, RopeStyle::Neox);
-  p.ops = {
-      rmsNorm(Buffer::X, Buffer::Norm, R::AttnNorm, c.rmsEps),
-      project(Buffer::Norm, {{R::Wq, Buffer::Q}, {R::Wk, Buffer::K}, {R::Wv, Buffer::V}}),
-      headNorm(Buffer::Q, c.nHead, R::QNorm, c.rmsEps),
-      headNorm(Buffer::K, c.nHeadKv, R::KNorm, c.rmsEps),
-      rope(Buffer::Q, c.nHead, rp),
-      rope(Buffer::K, c.nHeadKv, rp),
-      attend(fullAttention(c)),
-  };
-  appendAttentionOutputAndFfn(p.ops, c);
-  return p;
+  return headNormedProgram(c);
 }
 
 }  // namespace

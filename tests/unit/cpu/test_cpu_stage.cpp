@@ -95,6 +95,51 @@ class CpuStageTest : public QObject {
     return backend.createStage("cpu0", src, spec);
   }
 
+  // `decoders` + 1 sequences with a 3-token history each; then one batch of a decode row of
+  // each of the first and a chunk of `chunkRows` prompt rows of the last must give what each
+  // segment gives alone.
+  void checkBatchInvariance(const model::SyntheticModelSpec& spec, const char* file,
+                            int32_t decoders, int32_t chunkRows) {
+    const std::string path = m_dir.filePath(file).toStdString();
+    model::writeSyntheticModel(spec, path);
+    Loaded m(path);
+    cpu::CpuBackend backend(2);
+    auto make = [&] {
+      runtime::StageSpec s;
+      s.lastLayer = m.config.nLayer;
+      s.hasEmbedding = s.hasHead = true;
+      s.contextLength = 64;
+      s.maxBatch = decoders + chunkRows;
+      s.maxSequences = decoders + 1;
+      runtime::ModelSource src{&m.file, &m.config, &m.weights};
+      return backend.createStage("cpu0", src, s);
+    };
+    auto batched = make();
+    auto alone = make();
+    for (int32_t seq = 0; seq <= decoders; ++seq) {
+      const std::vector<int32_t> prompt = {5 + seq, 17, 230};
+      forward(*batched, 0, prompt, seq);
+      forward(*alone, 0, prompt, seq);
+    }
+    std::vector<runtime::Segment> segments;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<float> want;
+    for (int32_t seq = 0; seq < decoders; ++seq) {
+      segments.push_back({seq, 3, 1, runtime::LogitRows::Last});
+      tokens.push_back({40 + seq});
+    }
+    segments.push_back({decoders, 3, chunkRows, runtime::LogitRows::All});
+    tokens.emplace_back();
+    for (int32_t i = 0; i < chunkRows; ++i) tokens.back().push_back(1 + (i * 37) % 290);
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const auto l = forward(*alone, 3, tokens[i], segments[i].sequence, segments[i].logits);
+      want.insert(want.end(), l.begin(), l.end());
+    }
+    const auto got = forwardBatch(*batched, segments, tokens);
+    QCOMPARE(got.size(), want.size());
+    QVERIFY(cpu::test::firstBitDifference(got.data(), want.data(), want.size()) < 0);
+  }
+
  private slots:
   void initTestCase() {
     QVERIFY(m_dir.isValid());
@@ -219,43 +264,29 @@ class CpuStageTest : public QObject {
     spec.nVocab = 300;
     spec.weightType = gguf::TensorType::Q4_K;
     spec.typeOverrides = {{"ffn_down", gguf::TensorType::Q6_K}, {"output", gguf::TensorType::F16}};
-    const std::string path = m_dir.filePath("kquant.gguf").toStdString();
-    model::writeSyntheticModel(spec, path);
-    Loaded m(path);
-    cpu::CpuBackend backend(2);
-    auto make = [&] {
-      runtime::StageSpec s;
-      s.lastLayer = m.config.nLayer;
-      s.hasEmbedding = s.hasHead = true;
-      s.contextLength = 64;
-      s.maxBatch = 32;
-      s.maxSequences = 10;
-      runtime::ModelSource src{&m.file, &m.config, &m.weights};
-      return backend.createStage("cpu0", src, s);
-    };
-    auto batched = make();
-    auto alone = make();
-    for (int32_t seq = 0; seq < 10; ++seq) {
-      const std::vector<int32_t> prompt = {5 + seq, 17, 230};
-      forward(*batched, 0, prompt, seq);
-      forward(*alone, 0, prompt, seq);
-    }
-    std::vector<runtime::Segment> segments;
-    std::vector<std::vector<int32_t>> tokens;
-    std::vector<float> want;
-    for (int32_t seq = 0; seq < 9; ++seq) {
-      segments.push_back({seq, 3, 1, runtime::LogitRows::Last});
-      tokens.push_back({40 + seq});
-    }
-    segments.push_back({9, 3, 9, runtime::LogitRows::All});
-    tokens.push_back({1, 2, 3, 4, 5, 6, 7, 8, 9});
-    for (size_t i = 0; i < segments.size(); ++i) {
-      const auto l = forward(*alone, 3, tokens[i], segments[i].sequence, segments[i].logits);
-      want.insert(want.end(), l.begin(), l.end());
-    }
-    const auto got = forwardBatch(*batched, segments, tokens);
-    QCOMPARE(got.size(), want.size());
-    QVERIFY(cpu::test::firstBitDifference(got.data(), want.data(), want.size()) < 0);
+    checkBatchInvariance(spec, "kquant.gguf", 9, 9);
+  }
+
+  // The same for a mixture of experts (qwen3moe, 4 experts, top 2, K-quant experts): llama.cpp
+  // takes an expert's tiled order when 8+ rows of the batch go to it, which 16 decode rows
+  // together do for at least one expert (32 routes over 4 experts) while each sends it one; the
+  // CPU stage counts per segment. The 20-row chunk sends 8+ rows to some expert on its own (40
+  // routes), so both orders are in play.
+  void eachSequenceComputesWhatItComputesAloneThroughRoutedExperts() {
+    model::SyntheticModelSpec spec;
+    spec.architecture = "qwen3moe";
+    spec.nLayer = 2;
+    spec.nEmbd = 256;
+    spec.nHead = 4;
+    spec.nHeadKv = 2;
+    spec.nFf = 512;
+    spec.nExpert = 4;
+    spec.nExpertUsed = 2;
+    spec.nFfExp = 256;
+    spec.nVocab = 300;
+    spec.weightType = gguf::TensorType::Q4_K;
+    spec.typeOverrides = {{"ffn_down_exps", gguf::TensorType::Q6_K}};
+    checkBatchInvariance(spec, "moe.gguf", 16, 20);
   }
 
   void batchesThatDoNotAddUpAreRefused() {

@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
 #include "engine/model/architecture.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
@@ -25,11 +26,20 @@ std::set<TensorRole> rolesRead(const model::LayerProgram& p) {
     if (op.weight != TensorRole::Count) roles.insert(op.weight);
     for (uint8_t i = 0; i < op.outCount; ++i) roles.insert(op.outs[i].weight);
     if (op.kind == model::OpKind::GatedFfn) roles.insert(op.ffn.begin(), op.ffn.end());
+    if (op.kind == model::OpKind::MoeFfn) {
+      roles.insert(
+          {TensorRole::GateInp, TensorRole::GateExps, TensorRole::UpExps, TensorRole::DownExps});
+    }
   }
   return roles;
 }
 
-model::ModelConfig configFor(std::string_view name) {
+// Whether the table's entry applies to a model of this config.
+bool applies(const model::TensorSpec& t, const model::ModelConfig& c) {
+  return t.form == model::FfnForm::Any || (t.form == model::FfnForm::Experts) == (c.nExpert > 0);
+}
+
+model::ModelConfig configFor(std::string_view name, int32_t experts = 0) {
   model::ModelConfig c;
   c.architecture = std::string(name);
   c.arch = model::findArchitecture(name);
@@ -41,7 +51,17 @@ model::ModelConfig configFor(std::string_view name) {
   c.headDim = 16;
   c.nRot = 16;
   c.nVocab = 300;
+  c.nExpert = experts;
+  c.nExpertUsed = experts > 0 ? 2 : 0;
+  c.nFfExp = experts > 0 ? 64 : 0;
   return c;
+}
+
+// The configs each architecture serves: dense, with experts, or both (llama: Mixtral).
+std::vector<model::ModelConfig> configsOf(std::string_view name) {
+  if (name == "qwen3moe") return {configFor(name, 8)};
+  if (name == "llama" || name == "mistral") return {configFor(name), configFor(name, 8)};
+  return {configFor(name)};
 }
 
 }  // namespace
@@ -51,7 +71,7 @@ class TestArchitectures : public QObject {
 
  private slots:
   void registryKnowsTheFamilies() {
-    for (const char* name : {"llama", "mistral", "qwen2", "qwen3"}) {
+    for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "qwen3moe"}) {
       QVERIFY2(model::findArchitecture(name) != nullptr, name);
     }
     QVERIFY(model::findArchitecture("gpt-neox") == nullptr);
@@ -59,25 +79,32 @@ class TestArchitectures : public QObject {
 
   void programsReadOnlyTheirTables() {
     for (std::string_view name : model::supportedArchitectureNames()) {
-      const model::ModelConfig c = configFor(name);
-      std::set<TensorRole> layerRoles;
-      for (const model::TensorSpec& t : c.arch->tensors) {
-        if (t.scope == model::TensorScope::Layer) layerRoles.insert(t.role);
-      }
-      for (int32_t l = 0; l < c.nLayer; ++l) {
-        const model::LayerProgram p = c.arch->layerProgram(c, l);
-        QCOMPARE(p.kvDim, c.kvDim());
-        const std::set<TensorRole> read = rolesRead(p);
-        // Every role read is a layer tensor of the table, and every layer tensor is read.
-        QVERIFY2(read == layerRoles, std::string(name).c_str());
-        // Exactly one attention, and the output rows are narrowed after it.
-        int attends = 0, keeps = 0;
-        for (const model::Op& op : p.ops) {
-          attends += op.kind == model::OpKind::Attend;
-          keeps += op.kind == model::OpKind::KeepOutputRows;
+      for (const model::ModelConfig& c : configsOf(name)) {
+        std::set<TensorRole> layerRoles;
+        for (const model::TensorSpec& t : c.arch->tensors) {
+          if (t.scope == model::TensorScope::Layer && applies(t, c)) layerRoles.insert(t.role);
         }
-        QCOMPARE(attends, 1);
-        QCOMPARE(keeps, 1);
+        // The shard list of a layer is the same set.
+        std::set<TensorRole> listed;
+        for (const auto& st : model::stageTensors(c, 1, 2, false, false)) {
+          if (st.layer == 1) listed.insert(st.role);
+        }
+        QVERIFY2(listed == layerRoles, std::string(name).c_str());
+        for (int32_t l = 0; l < c.nLayer; ++l) {
+          const model::LayerProgram p = c.arch->layerProgram(c, l);
+          QCOMPARE(p.kvDim, c.kvDim());
+          const std::set<TensorRole> read = rolesRead(p);
+          // Every role read is a layer tensor of the table, and every layer tensor is read.
+          QVERIFY2(read == layerRoles, std::string(name).c_str());
+          // Exactly one attention, and the output rows are narrowed after it.
+          int attends = 0, keeps = 0;
+          for (const model::Op& op : p.ops) {
+            attends += op.kind == model::OpKind::Attend;
+            keeps += op.kind == model::OpKind::KeepOutputRows;
+          }
+          QCOMPARE(attends, 1);
+          QCOMPARE(keeps, 1);
+        }
       }
     }
   }
@@ -108,26 +135,41 @@ class TestArchitectures : public QObject {
 
   void syntheticModelsOfEveryArchitectureBind() {
     QTemporaryDir dir;
-    for (const char* name : {"llama", "qwen2", "qwen3"}) {
+    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3moe", "llama-moe"}) {
+      const bool moe = std::string(name).ends_with("moe");
       model::SyntheticModelSpec spec;
-      spec.architecture = name;
+      spec.architecture = std::string(name) == "llama-moe" ? "llama" : name;
       spec.nVocab = 300;
       spec.nEmbd = 64;
       spec.nFf = 128;
+      spec.nExpert = moe ? 4 : 0;
+      spec.nExpertUsed = moe ? 2 : 0;
       spec.tiedOutput = std::string(name) == "qwen3";
       const std::filesystem::path path = dir.filePath(QString(name) + ".gguf").toStdString();
       model::writeSyntheticModel(spec, path);
       const auto file = gguf::File::open(path);
       const auto config = model::ModelConfig::fromGguf(file);
-      QCOMPARE(QString::fromStdString(config.architecture), QString(name));
+      QCOMPARE(config.architecture, spec.architecture);
+      QCOMPARE(config.nExpert, spec.nExpert);
+      QCOMPARE(config.nExpertUsed, spec.nExpertUsed);
+      // Without expert_feed_forward_length: llama's experts are ff wide, qwen3moe's ff / top-k.
+      if (moe) QCOMPARE(config.nFfExp, spec.architecture == "qwen3moe" ? 64 : 128);
       const auto w = model::ModelWeights::bind(file, config);
       QVERIFY(w[TensorRole::TokenEmbd] != nullptr);
       QVERIFY(w[TensorRole::Output] != nullptr);
       QCOMPARE(w[TensorRole::Output] == w[TensorRole::TokenEmbd], spec.tiedOutput);
       const bool biases = std::string(name) == "qwen2";
-      const bool headNorms = std::string(name) == "qwen3";
+      const bool headNorms = spec.architecture.starts_with("qwen3");
       for (const auto& layer : w.layers) {
-        QVERIFY(layer[TensorRole::Wq] && layer[TensorRole::WDown]);
+        QVERIFY(layer[TensorRole::Wq]);
+        QCOMPARE(layer[TensorRole::WDown] != nullptr, !moe);
+        QCOMPARE(layer[TensorRole::GateInp] != nullptr, moe);
+        QCOMPARE(layer[TensorRole::DownExps] != nullptr, moe);
+        if (moe) {
+          QCOMPARE(layer[TensorRole::UpExps]->dims,
+                   (std::vector<int64_t>{64, config.nFfExp, spec.nExpert}));
+          QCOMPARE(layer[TensorRole::GateInp]->type, gguf::TensorType::F32);
+        }
         QCOMPARE(layer[TensorRole::Bq] != nullptr, biases);
         QCOMPARE(layer[TensorRole::QNorm] != nullptr, headNorms);
       }
@@ -137,6 +179,53 @@ class TestArchitectures : public QObject {
       QVERIFY(ranged.layers[1][TensorRole::Wq] != nullptr);
       QVERIFY(ranged[TensorRole::TokenEmbd] == nullptr);
     }
+  }
+
+  // A qwen3moe file without experts, and expert counts that cannot route, are refused by key.
+  void expertMetadataIsChecked() {
+    QTemporaryDir dir;
+    model::SyntheticModelSpec spec;
+    spec.architecture = "qwen3";  // qwen3's tensors, relabelled qwen3moe below: no experts
+    spec.nVocab = 300;
+    spec.nEmbd = 64;
+    spec.nFf = 128;
+    const std::string dense = dir.filePath("dense.gguf").toStdString();
+    model::writeSyntheticModel(spec, dense);
+    const auto file = gguf::File::open(dense);
+    gguf::Writer w;
+    for (const auto& kv : file.metadata()) {
+      std::string key = kv.key;
+      if (key.starts_with("qwen3.")) key = "qwen3moe." + key.substr(6);
+      w.set(key, key == "general.architecture" ? gguf::Value::string("qwen3moe") : kv.value);
+    }
+    const std::string relabelled = dir.filePath("relabelled.gguf").toStdString();
+    w.write(relabelled);
+    try {
+      model::ModelConfig::fromGguf(gguf::File::open(relabelled));
+      QFAIL("a qwen3moe file without experts loaded");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("expert_count") != std::string::npos, e.what());
+    }
+    // More experts per token than there are.
+    gguf::Writer w2;
+    for (const auto& kv : file.metadata()) w2.set(kv.key, kv.value);
+    w2.set("qwen3.expert_count", gguf::Value::u32(4));
+    w2.set("qwen3.expert_used_count", gguf::Value::u32(5));
+    const std::string tooMany = dir.filePath("too_many.gguf").toStdString();
+    w2.write(tooMany);
+    try {
+      model::ModelConfig::fromGguf(gguf::File::open(tooMany));
+      QFAIL("5 of 4 experts loaded");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("expert_used_count") != std::string::npos, e.what());
+    }
+    QVERIFY_THROWS_EXCEPTION(Error, [] {
+      model::SyntheticModelSpec bad;
+      bad.nVocab = 300;
+      bad.nExpert = 4;
+      bad.nExpertUsed = 0;
+      model::syntheticTensors(bad);
+    }());
   }
 
   void unknownArchitectureIsNamed() {

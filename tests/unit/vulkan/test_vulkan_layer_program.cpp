@@ -120,6 +120,10 @@ class VulkanLayerProgramTest : public QObject {
     spec.nFf = 512;
     spec.nVocab = 320;
     spec.tiedOutput = architecture == "qwen3";
+    if (architecture == "qwen3moe") {
+      spec.nExpert = 4;
+      spec.nExpertUsed = 2;
+    }
     spec.seed = 7;
     const std::filesystem::path path =
         m_dir.filePath(QString::fromStdString(architecture) + ".gguf").toStdString();
@@ -327,6 +331,19 @@ class VulkanLayerProgramTest : public QObject {
     plain->forward(runtime::Batch{kPromptA, {}, segment}, want);
     QVERIFY(!want.logits.empty());
     QVERIFY(got.logits == want.logits);
+  }
+
+  // A mixture-of-experts layer has no Vulkan kernels yet: the stage says so, by layer, before
+  // it uploads anything (the CPU backend runs such models).
+  void mixtureOfExpertsIsRefusedByName() {
+    const auto m = loadModel(writeModel("qwen3moe"));
+    QString refusal;
+    try {
+      vulkanStage(*m, 0, m->config.nLayer);
+    } catch (const Error& e) {
+      refusal = e.what();
+    }
+    QVERIFY2(refusal.contains("layer 0 is a mixture of experts"), qPrintable(refusal));
   }
 
   void validationLayerReportedNoErrors() { QCOMPARE(vulkan::validationErrorCount(), 0); }

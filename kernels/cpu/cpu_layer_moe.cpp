@@ -1,0 +1,170 @@
+// The mixture-of-experts FFN on the CPU (LayerRunner::moeFfn), as llama.cpp's build_moe_ffn
+// evaluates it on ggml-cpu, so that logits stay bit-identical:
+//  * router logits: a plain matmul of the F32 router (tinyBLAS order for 2+ tokens, as for any
+//    F32 product);
+//  * probabilities: ggml_soft_max per row (the exp of whole groups of 16 vectorized, the rest
+//    libm's expf, summed in double, then scaled by 1/sum);
+//  * experts: ggml_argsort (std::sort, descending) and its first `used` entries;
+//  * weights: the chosen probabilities, divided by their sum (ggml_sum_rows in double, clamped
+//    below at 2^-14, ggml_div) when normalizeWeights;
+//  * each expert's products: ggml's mul_mat_id quantizes each input row once and takes a
+//    K-quant's tiled order when 8+ rows go to that expert, vec_dot otherwise (float weights:
+//    always vec_dot); SwiGLU per row of the expert's width;
+//  * output: each expert output times its weight (ggml_mul), then summed in rank order
+//    (ggml_add, one rounding each).
+// Only the chosen experts' weights are read. Rows are grouped per expert so that each expert's
+// matrices are read once per batch. Batch invariance: the tiled/vec choice counts the rows of
+// each segment (sequence) separately, so a sequence's results do not depend on the others.
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/cpu_layer_ops.h"
+#include "kernels/cpu/kernel_table.h"
+
+namespace shoal::cpu {
+namespace {
+
+size_t sz(int64_t v) { return static_cast<size_t>(v); }
+
+constexpr int64_t kTiledRows = 8;  // ggml_tiled_min_batch
+
+bool isKQuant(WeightKind k) {
+  return k == WeightKind::Q4_K || k == WeightKind::Q5_K || k == WeightKind::Q6_K;
+}
+
+// The dot order of one expert product over a group of rows: `tiled` when its rows come from
+// segments that route 8+ rows to the expert.
+int64_t orderTokens(const WeightMatrix& w, bool tiled) {
+  return isKQuant(w.kind) && tiled ? kTiledRows : 1;
+}
+
+// ggml_soft_max of one row in place (no mask, scale 1).
+void softmaxRow(float* p, int64_t n) {
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = max > p[i] ? max : p[i];  // ggml's MAX
+  const int64_t full = n - n % 16;
+  double sum = full > 0 ? kernels().softmaxExp(p, max, p, full) : 0.0;
+  for (int64_t i = full; i < n; ++i) {
+    const float v = std::exp(p[i] - max);  // expf, as ggml_vec_soft_max_f32's scalar tail
+    sum += static_cast<double>(v);
+    p[i] = v;
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) p[i] *= inv;
+}
+
+}  // namespace
+
+void LayerRunner::moeFfn(const BoundOp& op, int32_t layer) {
+  const model::MoeParams& moe = op.op.moe;
+  const int64_t experts = moe.experts, used = moe.used;
+  const WeightMatrix& router = op.matrices[0];
+  const int64_t in = router.cols, out = op.experts[2].first.rows;
+  const float* src = buffer(op.op.src);
+  float* dst = buffer(op.op.dst);
+  MoeScratch& s = m_moe;
+
+  // Router logits, then probabilities, per row.
+  float* probs = s.probs.data();
+  for (const RowRun& run : m_runs) {
+    matmul(router, src + run.first * in, run.rows, probs + run.first * experts, *m_pool,
+           m_matmulScratch, run.orderTokens);
+  }
+  observe("ffn_moe_logits", layer, probs, m_rows, experts);
+  for (int64_t t = 0; t < m_rows; ++t) softmaxRow(probs + t * experts, experts);
+  observe("ffn_moe_probs", layer, probs, m_rows, experts);
+
+  // The chosen experts and their weights.
+  for (int64_t t = 0; t < m_rows; ++t) {
+    const float* p = probs + t * experts;
+    for (int64_t e = 0; e < experts; ++e) s.ranking[sz(e)] = static_cast<int32_t>(e);
+    std::sort(s.ranking.begin(), s.ranking.begin() + experts,
+              [p](int32_t a, int32_t b) { return p[a] > p[b]; });
+    int32_t* chosen = &s.chosen[sz(t * used)];
+    float* w = &s.weights[sz(t * used)];
+    for (int64_t k = 0; k < used; ++k) {
+      chosen[k] = s.ranking[sz(k)];
+      w[k] = p[chosen[k]];
+    }
+    if (moe.normalizeWeights) {
+      double total = 0;
+      for (int64_t k = 0; k < used; ++k) total += static_cast<double>(w[k]);
+      const float sum = std::max(static_cast<float>(total), 6.103515625e-5f);  // ggml_clamp
+      for (int64_t k = 0; k < used; ++k) w[k] = w[k] / sum;
+    }
+  }
+
+  observe(moe.normalizeWeights ? "ffn_moe_weights_norm" : "ffn_moe_weights", layer,
+          s.weights.data(), m_rows, used);
+
+  // Group the (row, k) entries by expert and dot order: group 2e holds the rows of segments
+  // that send 8+ rows to expert e, group 2e + 1 the others; rows ascending within a group.
+  const int64_t groups = experts * 2;
+  int32_t* offset = s.perExpert.data();  // groups + 1
+  std::fill(offset, offset + groups + 1, 0);
+  auto forEachEntry = [&](auto&& visit) {
+    int64_t row = 0;
+    for (const runtime::Segment& seg : m_segments) {
+      const int64_t rows = liveRows(seg);
+      std::fill(s.segmentCount.begin(), s.segmentCount.end(), 0);
+      for (int64_t i = row * used; i < (row + rows) * used; ++i)
+        ++s.segmentCount[sz(s.chosen[sz(i)])];
+      for (int64_t i = row * used; i < (row + rows) * used; ++i) {
+        const int32_t e = s.chosen[sz(i)];
+        visit(i, e * 2 + (s.segmentCount[sz(e)] >= kTiledRows ? 0 : 1));
+      }
+      row += rows;
+    }
+  };
+  forEachEntry([&](int64_t, int64_t g) { ++offset[g + 1]; });
+  for (int64_t g = 0; g < groups; ++g) offset[g + 1] += offset[g];
+  {
+    std::vector<int32_t>& fill = s.groupOrder;  // next free place per group
+    std::copy(offset, offset + groups, fill.begin());
+    forEachEntry([&](int64_t entry, int64_t g) {
+      s.routed[sz(fill[sz(g)]++)] = static_cast<int32_t>(entry);
+    });
+  }
+
+  // Each group through its expert: gather, SwiGLU of gate and up, down, scatter.
+  float* outputs = s.outputs.data();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t first = offset[g], n = offset[g + 1] - first;
+    if (n == 0) continue;
+    const int64_t e = g / 2;
+    const bool tiled = g % 2 == 0;
+    const WeightMatrix gate = op.experts[0].expert(e), up = op.experts[1].expert(e),
+                       down = op.experts[2].expert(e);
+    float* input = s.input.data();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = s.routed[sz(first + i)] / used;
+      std::copy(src + row * in, src + (row + 1) * in, input + i * in);
+    }
+    cpu::gatedFfn(gate, up, input, n, s.gate.data(), s.up.data(), *m_pool, m_matmulScratch,
+                  std::max(orderTokens(gate, tiled), orderTokens(up, tiled)));
+    matmul(down, s.gate.data(), n, s.down.data(), *m_pool, m_matmulScratch,
+           orderTokens(down, tiled));
+    for (int64_t i = 0; i < n; ++i) {
+      const float* o = s.down.data() + i * out;
+      std::copy(o, o + out, outputs + s.routed[sz(first + i)] * out);
+    }
+  }
+
+  // dst = sum over k of output(row, k) * w_k: each product rounded, then added in rank order.
+  for (int64_t t = 0; t < m_rows; ++t) {
+    float* d = dst + t * out;
+    const float* w = &s.weights[sz(t * used)];
+    const float* o = outputs + t * used * out;
+    for (int64_t i = 0; i < out; ++i) d[i] = o[i] * w[0];
+    for (int64_t k = 1; k < used; ++k) {
+      const float* ok = o + k * out;
+      for (int64_t i = 0; i < out; ++i) {
+        const float weighted = ok[i] * w[k];
+        d[i] = d[i] + weighted;
+      }
+    }
+  }
+}
+
+}  // namespace shoal::cpu

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Generates tests/fixtures/llamacpp_arch.json: what llama.cpp (through the pinned
+llama-cpp-python) computes on small synthetic models of each architecture Shoal loads beyond the
+default model's llama, for the CPU backend's bit-identity tests (test_cpu_arch_parity).
+
+Each model is written by Shoal's own writer (shoal-synth-model, deterministic for a spec) with
+the default model's tokenizer copied in; the fixture records the spec, the file's sha256 (a test
+whose writer output differs says so before comparing anything), and per prompt:
+
+  prompt_ids     token ids (random, seeded: the parity is about the layers, not the tokenizer)
+  tokens         64 greedy steps (argmax of the raw logits, ties to the lowest id)
+  logits_fnv1a   per step, FNV-1a 64 of the whole logits row as little-endian float32 bytes
+                 (step 0: after the prompt, evaluated as one batch): equal only if bit-identical
+  top2_margin    logit(top1) - logit(top2) per step
+  top            the 10 largest (id, logit) after the prompt, for diagnosis
+
+Run with the venv made by venv.sh, after building shoal-synth-model:
+  "$(tools/llamacpp/venv.sh)/bin/python" tools/llamacpp/gen_arch_fixtures.py \
+      [--synth build/tools/shoal-synth-model] [--vocab-from models/SmolLM2-135M-Instruct.Q4_1.gguf]
+"""
+
+import argparse
+import hashlib
+import json
+import pathlib
+import random
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+import llama_cpp
+from llama_cpp import Llama
+
+from gen_fixtures import (DEFAULT_MODEL, FIXTURES, N_THREADS, PINNED_VERSION,
+                          disable_extra_buffer_types, last_logits, sha256_of, top2, top_k)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = FIXTURES / "llamacpp_arch.json"
+N_CTX = 512
+N_BATCH = 512
+N_GREEDY_STEPS = 64
+PROMPT_LENGTHS = (1, 7, 300)
+PROMPT_SEED = 20261202
+
+# The models: small (fast in CI) but with each architecture's real tensor names, metadata and
+# routing, and types that take each of llama.cpp's product orders (Q8_0 vec_dot; K-quants tiled
+# at 8+ rows per matrix or per expert, vec_dot below). Field names are SyntheticModelSpec's.
+MODELS = [
+    {"name": "qwen3-q8_0", "arch": "qwen3", "layers": 4, "embd": 256, "heads": 4, "kv_heads": 2,
+     "ff": 512, "type": "q8_0", "seed": 31},
+    {"name": "qwen3moe-8x2-q8_0", "arch": "qwen3moe", "layers": 4, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "experts": 8, "experts_used": 2, "ff_expert": 256, "type": "q8_0",
+     "seed": 32},
+    {"name": "qwen3moe-8x2-q4_K", "arch": "qwen3moe", "layers": 3, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "experts": 8, "experts_used": 2, "ff_expert": 256, "type": "q4_K",
+     "type_of": {"ffn_down_exps": "q6_K", "attn_v": "q6_K"}, "seed": 33},
+    # Qwen3-30B-A3B's routing (128 experts, top 8; the softmax over whole vectors of 16), scaled.
+    {"name": "qwen3moe-128x8-q4_K", "arch": "qwen3moe", "layers": 2, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 768, "experts": 128, "experts_used": 8, "ff_expert": 256,
+     "type": "q4_K", "seed": 34},
+    # Mixtral-style: a llama model with experts (no expert_feed_forward_length: experts are ff
+    # wide), 5 of 8 experts in Q5_K.
+    {"name": "llama-moe-8x2-q5_K", "arch": "llama", "layers": 3, "embd": 256, "heads": 8,
+     "kv_heads": 2, "ff": 512, "experts": 8, "experts_used": 2, "type": "q5_K",
+     "type_of": {"ffn_gate_exps": "q4_K"}, "seed": 35},
+]
+
+
+def synth_args(spec, vocab_from, out):
+    args = ["--arch", spec["arch"], "--layers", str(spec["layers"]), "--embd", str(spec["embd"]),
+            "--heads", str(spec["heads"]), "--kv-heads", str(spec["kv_heads"]),
+            "--ff", str(spec["ff"]), "--type", spec["type"], "--seed", str(spec["seed"]),
+            "--ctx", str(N_CTX), "--vocab-from", str(vocab_from), "--out", str(out)]
+    for key, flag in (("experts", "--experts"), ("experts_used", "--experts-used"),
+                      ("ff_expert", "--ff-expert")):
+        if key in spec:
+            args += [flag, str(spec[key])]
+    for kind, t in sorted(spec.get("type_of", {}).items()):
+        args += ["--type-of", f"{kind}={t}"]
+    return args
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for b in data:
+        h ^= b
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def logits_hash(logits):
+    return fnv1a64(np.asarray(logits, dtype="<f4").tobytes())
+
+
+def run_model(path, n_vocab_expected, prompts):
+    llm = Llama(model_path=str(path), n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_BATCH,
+                n_threads=N_THREADS, n_threads_batch=N_THREADS, n_gpu_layers=0, logits_all=False,
+                flash_attn=False, verbose=False)
+    if llm.model_params.use_extra_bufts:
+        sys.exit("gen_arch_fixtures: could not disable extra buffer types")
+    if llm.n_vocab() != n_vocab_expected:
+        sys.exit(f"gen_arch_fixtures: {path.name} has {llm.n_vocab()} tokens")
+    runs = []
+    for ids in prompts:
+        llm.reset()
+        llm.eval(ids)
+        logits = last_logits(llm)
+        top = top_k(logits, 10)
+        tokens, hashes, margins = [], [], []
+        for step in range(N_GREEDY_STEPS):
+            hashes.append(logits_hash(logits))
+            best, margin = top2(logits)
+            tokens.append(best)
+            margins.append(round(margin, 6))
+            if step + 1 < N_GREEDY_STEPS:
+                llm.eval([best])
+                logits = last_logits(llm)
+        runs.append({"prompt_ids": ids, "tokens": tokens, "logits_fnv1a": hashes,
+                     "top2_margin": margins, "top": top})
+    del llm
+    return runs
+
+
+def main():
+    if llama_cpp.__version__ != PINNED_VERSION:
+        sys.exit(f"gen_arch_fixtures: llama_cpp {llama_cpp.__version__} found, {PINNED_VERSION} "
+                 "pinned; use the venv from tools/llamacpp/venv.sh")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--synth", type=pathlib.Path,
+                        default=ROOT / "build" / "tools" / "shoal-synth-model")
+    parser.add_argument("--vocab-from", type=pathlib.Path, default=DEFAULT_MODEL)
+    parser.add_argument("--out", type=pathlib.Path, default=OUT)
+    args = parser.parse_args()
+
+    rng = random.Random(PROMPT_SEED)
+    disable_extra_buffer_types()
+    models = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in MODELS:
+            path = pathlib.Path(tmp) / (spec["name"] + ".gguf")
+            subprocess.run([str(args.synth)] + synth_args(spec, args.vocab_from, path), check=True,
+                           stdout=subprocess.DEVNULL)
+            n_vocab = 49152  # the default model's vocabulary, copied in
+            prompts = [[rng.randrange(n_vocab) for _ in range(n)] for n in PROMPT_LENGTHS]
+            runs = run_model(path, n_vocab, prompts)
+            models.append({"spec": spec, "sha256": sha256_of(path), "runs": runs})
+            small = sum(1 for r in runs for m in r["top2_margin"] if m < 0.05)
+            print(f"{spec['name']}: {path.stat().st_size / 2**20:.1f} MiB, "
+                  f"{small} steps with top-2 margin < 0.05")
+
+    doc = {
+        "meta": {
+            "llama_cpp_python": llama_cpp.__version__,
+            "vocab_from": args.vocab_from.name,
+            "vocab_from_sha256": sha256_of(args.vocab_from),
+            "n_ctx": N_CTX, "n_threads": N_THREADS, "n_batch": N_BATCH, "n_ubatch": N_BATCH,
+            "flash_attn": False, "type_k": "f16", "type_v": "f16", "use_extra_bufts": False,
+            "greedy_steps": N_GREEDY_STEPS,
+            "system_info": llama_cpp.llama_print_system_info().decode().strip(),
+            "notes": (
+                "Models written by shoal-synth-model from each spec (plus --ctx n_ctx and "
+                "--vocab-from the default model). CPU only, extra buffer types off (as "
+                "llamacpp_smollm2.json). Each prompt is evaluated as one batch from an empty KV "
+                "cache, then one token per decode call, argmax fed back; EOS does not stop. "
+                "logits_fnv1a[i] hashes the logits row that step i's token was chosen from."
+            ),
+        },
+        "models": models,
+    }
+    args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
