@@ -16,7 +16,9 @@ its users run; on AMX CPUs this llama.cpp crashes with it, llama.cpp issue #2082
 CPU backend's bit-identity refer to (plain matmul path, no extra buffer types). Flash attention
 is off in both, as in the fixtures. The report's "peer" says which ran. Standard library only.
 
-The model is the default one, --model M, or --synthetic-1b TYPE: a random-weight model of
+The model is the default one, --model M, --synthetic a3b-moe|a3b-dense (a Qwen3-30B-A3B-shaped
+mixture of experts cut to 8 layers, or the same with a dense FFN of its active width: see
+SYNTHETIC_SHAPES), or --synthetic-1b TYPE: a random-weight model of
 Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, tied output) with
 SmolLM2's tokenizer copied in so llama.cpp loads it, written by shoal-synth-model into
 <build>/models/ on first use (never committed). TYPE is q4_0, q8_0, q4_K, q5_K, q6_K or
@@ -24,7 +26,7 @@ q4_K_m, a Q4_K_M-style mix (Q4_K matrices, attn_v and ffn_down Q6_K in every lay
 embedding/output Q6_K; llama.cpp's Q4_K_M gives Q6_K to half of the attn_v/ffn_down layers).
 
 Roofline: the bytes one decode step reads (every weight tensor, token_embd only when it is also
-the output) times tg tokens/s, over the DRAM read bandwidth shoal_membw measures with the same
+the output, of stacked experts only the routed top-k share) times tg tokens/s, over the DRAM read bandwidth shoal_membw measures with the same
 thread count (or --bandwidth-gibs). It is a DRAM figure only for models much larger than the
 last-level cache; a model that fits in it (SmolLM2-135M in a 480 MiB L3) can exceed 1.
 
@@ -63,21 +65,41 @@ SYNTHETIC_TYPES = {
 }
 
 
-def synthetic_1b(a, qtype):
-    """Path of the synthetic 1B model of type qtype, written on first use."""
-    out = Path(a.build) / "models" / f"synthetic-llama-3.2-1b-{qtype}.gguf"
+# Qwen3-30B-A3B's routing and widths (config.json: hidden_size 2048, num_experts 128,
+# num_experts_per_tok 8, moe_intermediate_size 768, 4 KV heads), scaled to fit a small machine:
+# 8 of its 48 layers, and 16 heads of 128 (it has 32 query heads of 128, a wider Q than the
+# writer makes). "a3b-dense" is the same model with one dense FFN as wide as the 8 active
+# experts together (8 x 768), so both read the same weight bytes per token.
+SYNTHETIC_A3B = ["--layers", "8", "--embd", "2048", "--heads", "16", "--kv-heads", "4",
+                 "--rope-base", "1000000", "--type", "q4_K", "--embed-type", "q6_K"]
+SYNTHETIC_SHAPES = {
+    "a3b-moe": ["--arch", "qwen3moe", *SYNTHETIC_A3B, "--ff", "6144", "--experts", "128",
+                "--experts-used", "8", "--ff-expert", "768"],
+    "a3b-dense": ["--arch", "qwen3", *SYNTHETIC_A3B, "--ff", "6144"],
+}
+
+
+def write_synthetic(a, name, args):
+    """Path of <build>/models/<name>.gguf, written by shoal-synth-model on first use."""
+    out = Path(a.build) / "models" / f"{name}.gguf"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tool = Path(a.build) / "tools/shoal-synth-model"
-        subprocess.run([str(tool), *SYNTHETIC_1B, "--vocab-from", str(DEFAULT_MODEL),
-                        *SYNTHETIC_TYPES[qtype], "--name", f"synthetic-llama-3.2-1b-{qtype}",
+        subprocess.run([str(tool), *args, "--vocab-from", str(DEFAULT_MODEL), "--name", name,
                         "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
     return out
 
 
-def gguf_tensor_bytes(path):
+def synthetic_1b(a, qtype):
+    """Path of the synthetic 1B model of type qtype, written on first use."""
+    return write_synthetic(a, f"synthetic-llama-3.2-1b-{qtype}",
+                           [*SYNTHETIC_1B, *SYNTHETIC_TYPES[qtype]])
+
+
+def gguf_tensor_bytes(path, meta=None):
     """{tensor name: bytes in the file} from a GGUF v2/v3 header (each tensor's size is the gap
-    to the next tensor's offset, the last one's to the end of the file; padding <= alignment)."""
+    to the next tensor's offset, the last one's to the end of the file; padding <= alignment).
+    When meta is a dict, the scalar metadata values are stored in it by key."""
     scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
               12: "d"}
     with open(path, "rb") as f:
@@ -125,6 +147,8 @@ def gguf_tensor_bytes(path):
         v = value(take("I"))
         if key == "general.alignment":
             alignment = v
+        if meta is not None and not isinstance(v, list):
+            meta[key] = v
     infos = []
     for _ in range(n_tensors):
         name = string()
@@ -143,12 +167,19 @@ def gguf_tensor_bytes(path):
 
 def decode_bytes_per_token(path):
     """Weight bytes one decode step reads: all tensors, but of token_embd only one row unless it
-    is also the output matrix (no output.weight)."""
-    sizes = gguf_tensor_bytes(path)
-    total = sum(sizes.values())
+    is also the output matrix (no output.weight), and of each stacked expert tensor (*_exps)
+    only the expert_used_count of expert_count experts a token is routed to."""
+    meta = {}
+    sizes = gguf_tensor_bytes(path, meta)
+    arch = meta.get("general.architecture", "")
+    experts = meta.get(f"{arch}.expert_count", 0)
+    used = meta.get(f"{arch}.expert_used_count", 0)
+    total = 0
+    for name, size in sizes.items():
+        total += size * used / experts if experts and "_exps." in name else size
     if "output.weight" in sizes and "token_embd.weight" in sizes:
         total -= sizes["token_embd.weight"]
-    return total
+    return int(total)
 
 
 def membw(a):
@@ -212,6 +243,9 @@ def main():
     which.add_argument("--model", default=None, help="GGUF model (default: the default model)")
     which.add_argument("--synthetic-1b", choices=sorted(SYNTHETIC_TYPES), default=None,
                        help="a random-weight Llama-3.2-1B-shaped model of this type")
+    which.add_argument("--synthetic", choices=sorted(SYNTHETIC_SHAPES), default=None,
+                       help="a3b-moe: a Qwen3-30B-A3B-shaped MoE (8 layers); a3b-dense: the same "
+                            "with a dense FFN of the active experts' width")
     ap.add_argument("--bandwidth-gibs", type=float, default=None,
                     help="DRAM read bandwidth for the roofline (default: run shoal_membw)")
     ap.add_argument("--peer-repack", type=int, choices=[0, 1], default=1,
@@ -228,6 +262,8 @@ def main():
         a.shoal = str(Path(a.build) / "app/cli/shoal-cli")
     if a.synthetic_1b:
         a.model = str(synthetic_1b(a, a.synthetic_1b))
+    elif a.synthetic:
+        a.model = str(write_synthetic(a, f"synthetic-{a.synthetic}", SYNTHETIC_SHAPES[a.synthetic]))
     elif a.model is None:
         a.model = str(DEFAULT_MODEL)
     if a.llama_bin is None:

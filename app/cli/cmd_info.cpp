@@ -7,6 +7,7 @@
 
 #include "app/cli/cli_support.h"
 #include "app/cli/commands.h"
+#include "engine/model/parameter_count.h"
 
 namespace shoal::cli {
 namespace {
@@ -23,13 +24,12 @@ void runInfo(const InfoOptions& o) {
   const model::Model& m = *lm.model;
   const model::ModelConfig& c = m.config();
   std::map<std::string, int> typeCounts;
-  int64_t params = 0;
   uint64_t bytes = 0;
   for (const auto& t : m.file().tensors()) {
     ++typeCounts[std::string(gguf::typeTraits(t.type).name)];
-    params += t.elementCount();
     bytes += t.nbytes;
   }
+  const model::ParameterCount params = model::countParameters(m.file(), c);
   const model::Vocab& v = m.tokenizer().vocab();
   nlohmann::json j = {
       {"file", m.path().string()},
@@ -37,7 +37,11 @@ void runInfo(const InfoOptions& o) {
       {"gguf_version", m.file().version()},
       {"name", c.name},
       {"architecture", c.architecture},
-      {"parameters", params},
+      {"parameters", params.total},
+      {"active_parameters", params.active},
+      {"experts", c.nExpert},
+      {"experts_used", c.nExpertUsed},
+      {"expert_feed_forward", c.nFfExp},
       {"tensor_bytes", bytes},
       {"layers", c.nLayer},
       {"embedding", c.nEmbd},
@@ -62,8 +66,16 @@ void runInfo(const InfoOptions& o) {
   std::printf("model          %s\n", c.name.c_str());
   std::printf("architecture   %s, %d layers, embedding %d, FFN %d, heads %d (kv %d, dim %d)\n",
               c.architecture.c_str(), c.nLayer, c.nEmbd, c.nFf, c.nHead, c.nHeadKv, c.headDim);
-  std::printf("parameters     %.1f M in %zu tensors\n", static_cast<double>(params) / 1e6,
+  if (c.nExpert > 0) {
+    std::printf("experts        %d per layer, %d per token, FFN %d each\n", c.nExpert,
+                c.nExpertUsed, c.nFfExp);
+  }
+  std::printf("parameters     %.1f M in %zu tensors", static_cast<double>(params.total) / 1e6,
               m.file().tensors().size());
+  if (params.active != params.total) {
+    std::printf(", %.1f M active per token", static_cast<double>(params.active) / 1e6);
+  }
+  std::printf("\n");
   std::printf("context        %d (RoPE base %.0f)\n", c.nCtxTrain, c.ropeFreqBase);
   std::string types;
   for (const auto& [name, n] : typeCounts) types += name + "×" + std::to_string(n) + " ";

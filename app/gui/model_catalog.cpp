@@ -11,6 +11,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/tensor_type.h"
 #include "engine/model/model_config.h"
+#include "engine/model/parameter_count.h"
 #include "engine/plan/fit.h"
 #include "kernels/backend_registry.h"
 #include "lan/pool/pool_builder.h"
@@ -75,6 +76,11 @@ ModelEntry describeModel(const QString& path, quint64 freeMemoryBytes) {
     const model::ModelConfig c = model::ModelConfig::fromGguf(file);
     e.contextLength = c.nCtxTrain;
     e.layers = c.nLayer;
+    e.experts = c.nExpert;
+    e.expertsUsed = c.nExpertUsed;
+    const model::ParameterCount params = model::countParameters(file, c);
+    e.parameters = params.total;
+    e.activeParameters = params.active;
     if (!fit.runs) {
       const quint64 needed = e.weightBytes + e.kvCacheBytes;
       e.problem = QObject::tr(

@@ -10,14 +10,18 @@ namespace shoal::gui {
 struct ModelEntry {
   QString path;
   QString fileName;
-  qint64 fileBytes = 0;      // size on disk
-  QString architecture;      // general.architecture; empty when the header cannot be read
-  QString quantization;      // general.file_type by llama.cpp's name ("Q4_1"), else the main
-                             // tensor type
-  int contextLength = 0;     // the model's training context
-  int layers = 0;            // transformer blocks
-  quint64 weightBytes = 0;   // sum of the tensors' sizes
-  quint64 kvCacheBytes = 0;  // K and V (f16) of every layer at the context the app loads with
+  qint64 fileBytes = 0;   // size on disk
+  QString architecture;   // general.architecture; empty when the header cannot be read
+  QString quantization;   // general.file_type by llama.cpp's name ("Q4_1"), else the main
+                          // tensor type
+  int contextLength = 0;  // the model's training context
+  int layers = 0;         // transformer blocks
+  int experts = 0;        // experts per layer (0: dense) and experts per token
+  int expertsUsed = 0;
+  qint64 parameters = 0;        // weights in all
+  qint64 activeParameters = 0;  // weights one token uses (< parameters for experts)
+  quint64 weightBytes = 0;      // sum of the tensors' sizes
+  quint64 kvCacheBytes = 0;     // K and V (f16) of every layer at the context the app loads with
   bool runnable = false;
   QString problem;  // why it cannot run (unreadable, unsupported, does not fit); empty if runnable
 };

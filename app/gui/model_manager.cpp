@@ -25,7 +25,13 @@
 namespace shoal::gui {
 namespace {
 
-enum Column { kName, kArch, kQuant, kSize, kContext, kLayers, kStatus, kColumnCount };
+enum Column { kName, kArch, kQuant, kSize, kContext, kLayers, kParams, kStatus, kColumnCount };
+
+// "135 M", "5.1 B".
+QString formatCount(qint64 n) {
+  return n >= 1000000000 ? QString::number(static_cast<double>(n) / 1e9, 'f', 1) + " B"
+                         : QString::number(static_cast<double>(n) / 1e6, 'f', 0) + " M";
+}
 
 QTableWidgetItem* cell(const QString& text, Qt::Alignment align = Qt::AlignLeft) {
   auto* item = new QTableWidgetItem(text);
@@ -47,7 +53,8 @@ ModelManager::ModelManager(const QString& modelsDirectory, QWidget* parent)
   m_table = new QTableWidget(0, kColumnCount);
   m_table->setObjectName("modelTable");
   m_table->setHorizontalHeaderLabels({tr("Model"), tr("Architecture"), tr("Quantization"),
-                                      tr("Size"), tr("Context"), tr("Layers"), tr("Status")});
+                                      tr("Size"), tr("Context"), tr("Layers"), tr("Parameters"),
+                                      tr("Status")});
   m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
   m_table->setSelectionMode(QAbstractItemView::SingleSelection);
   m_table->verticalHeader()->hide();
@@ -160,7 +167,12 @@ void ModelManager::showEntries(const QList<ModelEntry>& entries) {
   for (int r = 0; r < m_entries.size(); ++r) {
     const ModelEntry& e = m_entries[r];
     m_table->setItem(r, kName, cell(e.fileName));
-    m_table->setItem(r, kArch, cell(e.architecture));
+    m_table->setItem(r, kArch,
+                     cell(e.experts > 0 ? tr("%1, %2 experts (%3 per token)")
+                                              .arg(e.architecture)
+                                              .arg(e.experts)
+                                              .arg(e.expertsUsed)
+                                        : e.architecture));
     m_table->setItem(r, kQuant, cell(e.quantization));
     m_table->setItem(r, kSize,
                      cell(formatBytes(static_cast<quint64>(e.fileBytes)), Qt::AlignRight));
@@ -169,6 +181,11 @@ void ModelManager::showEntries(const QList<ModelEntry>& entries) {
         cell(e.contextLength > 0 ? QString::number(e.contextLength) : QString(), Qt::AlignRight));
     m_table->setItem(r, kLayers,
                      cell(e.layers > 0 ? QString::number(e.layers) : QString(), Qt::AlignRight));
+    QString params = e.parameters > 0 ? formatCount(e.parameters) : QString();
+    if (e.activeParameters > 0 && e.activeParameters < e.parameters) {
+      params = tr("%1 (%2 active)").arg(params, formatCount(e.activeParameters));
+    }
+    m_table->setItem(r, kParams, cell(params, Qt::AlignRight));
     QTableWidgetItem* status = cell(e.runnable ? tr("Ready") : tr("Cannot run"));
     status->setToolTip(e.problem);
     if (!e.runnable) status->setForeground(QColor(0xc6, 0x28, 0x28));

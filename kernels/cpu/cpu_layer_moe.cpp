@@ -28,6 +28,7 @@ namespace {
 size_t sz(int64_t v) { return static_cast<size_t>(v); }
 
 constexpr int64_t kTiledRows = 8;  // ggml_tiled_min_batch
+constexpr int64_t kTileRows = 16;  // rows of an expert matrix per work item
 
 bool isKQuant(WeightKind k) {
   return k == WeightKind::Q4_K || k == WeightKind::Q5_K || k == WeightKind::Q6_K;
@@ -120,51 +121,134 @@ void LayerRunner::moeFfn(const BoundOp& op, int32_t layer) {
   forEachEntry([&](int64_t, int64_t g) { ++offset[g + 1]; });
   for (int64_t g = 0; g < groups; ++g) offset[g + 1] += offset[g];
   {
-    std::vector<int32_t>& fill = s.groupOrder;  // next free place per group
+    std::vector<int32_t>& fill = s.nextFree;
     std::copy(offset, offset + groups, fill.begin());
     forEachEntry([&](int64_t entry, int64_t g) {
       s.routed[sz(fill[sz(g)]++)] = static_cast<int32_t>(entry);
     });
   }
 
-  // Each group through its expert: gather, SwiGLU of gate and up, down, scatter.
-  float* outputs = s.outputs.data();
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t first = offset[g], n = offset[g + 1] - first;
-    if (n == 0) continue;
-    const int64_t e = g / 2;
-    const bool tiled = g % 2 == 0;
-    const WeightMatrix gate = op.experts[0].expert(e), up = op.experts[1].expert(e),
-                       down = op.experts[2].expert(e);
-    float* input = s.input.data();
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = s.routed[sz(first + i)] / used;
-      std::copy(src + row * in, src + (row + 1) * in, input + i * in);
-    }
-    cpu::gatedFfn(gate, up, input, n, s.gate.data(), s.up.data(), *m_pool, m_matmulScratch,
-                  std::max(orderTokens(gate, tiled), orderTokens(up, tiled)));
-    matmul(down, s.gate.data(), n, s.down.data(), *m_pool, m_matmulScratch,
-           orderTokens(down, tiled));
-    for (int64_t i = 0; i < n; ++i) {
-      const float* o = s.down.data() + i * out;
-      std::copy(o, o + out, outputs + s.routed[sz(first + i)] * out);
-    }
-  }
+  runExperts(op, src, groups);
 
   // dst = sum over k of output(row, k) * w_k: each product rounded, then added in rank order.
   for (int64_t t = 0; t < m_rows; ++t) {
     float* d = dst + t * out;
     const float* w = &s.weights[sz(t * used)];
-    const float* o = outputs + t * used * out;
+    const int32_t* at = &s.placeOf[sz(t * used)];
+    const float* o = s.down.data() + at[0] * out;
     for (int64_t i = 0; i < out; ++i) d[i] = o[i] * w[0];
     for (int64_t k = 1; k < used; ++k) {
-      const float* ok = o + k * out;
+      const float* ok = s.down.data() + at[k] * out;
       for (int64_t i = 0; i < out; ++i) {
         const float weighted = ok[i] * w[k];
         d[i] = d[i] + weighted;
       }
     }
   }
+}
+
+// Every group through its expert, in three passes of the thread pool for the whole batch (not
+// three per expert: a decode step routes each token to `used` experts, and per-expert
+// dispatches would cost more than the products of one row):
+//  1. each routed entry's input row converted to the gate/up activation formats, in group order;
+//  2. gate and up of every group, by tiles of 16 rows (SwiGLU rounds vectors of 16 from each row's
+//     start, so tiles start on multiples of 16 of a group's rows and the last one ends it);
+//  3. the SwiGLU rows converted for down, then down of every group, by tiles of 16 rows.
+// Results stay in group order (s.down); s.placeOf says where each (row, k) went.
+void LayerRunner::runExperts(const BoundOp& op, const float* src, int64_t groups) {
+  MoeScratch& s = m_moe;
+  const KernelTable& k = kernels();
+  const int64_t used = op.op.moe.used;
+  const ExpertMatrices &gates = op.experts[0], &ups = op.experts[1], &downs = op.experts[2];
+  const int64_t in = gates.first.cols, width = gates.first.rows, out = downs.first.rows;
+  const int32_t* offset = s.perExpert.data();
+  const int64_t entries = offset[groups];
+  for (int64_t i = 0; i < entries; ++i) s.placeOf[sz(s.routed[sz(i)])] = static_cast<int32_t>(i);
+
+  // Tiles of 16 rows of every non-empty group, for a matrix of `rows` rows.
+  auto tilesOf = [&](int64_t rows) {
+    s.tiles.clear();
+    for (int64_t g = 0; g < groups; ++g) {
+      if (offset[g + 1] == offset[g]) continue;
+      for (int64_t r = 0; r < rows; r += kTileRows) {
+        s.tiles.push_back({static_cast<int32_t>(g), static_cast<int32_t>(r),
+                           static_cast<int32_t>(std::min(rows, r + kTileRows))});
+      }
+    }
+  };
+  auto argsOf = [&](const WeightMatrix& w, const uint8_t* act, int64_t g, float* y, int64_t ldy) {
+    const int64_t first = offset[g], n = offset[g + 1] - first;
+    GemmArgs a;
+    a.weights = w.data;
+    a.weightStride = w.rowBytes;
+    a.actStride = w.activationBytes();
+    a.act = act + static_cast<size_t>(first) * a.actStride;
+    a.tokens = n;
+    a.cols = w.cols;
+    a.y = y + first * ldy;
+    a.ldy = ldy;
+    a.order = dotOrder(w, orderTokens(w, g % 2 == 0));
+    return a;
+  };
+
+  // 1. Inputs, converted once per format.
+  m_matmulScratch.reserve(gates.first, entries);
+  m_matmulScratch.reserve(ups.first, entries);
+  uint8_t* gateAct = m_matmulScratch.activations[static_cast<int>(gates.first.activation)].data();
+  uint8_t* upAct = m_matmulScratch.activations[static_cast<int>(ups.first.activation)].data();
+  const bool sameAct = gates.first.activation == ups.first.activation;
+  m_pool->parallelFor(entries, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* x = src + (s.routed[sz(i)] / used) * in;
+      k.convert[static_cast<int>(gates.first.activation)](
+          x, gateAct + static_cast<size_t>(i) * gates.first.activationBytes(), in);
+      if (!sameAct) {
+        k.convert[static_cast<int>(ups.first.activation)](
+            x, upAct + static_cast<size_t>(i) * ups.first.activationBytes(), in);
+      }
+    }
+  });
+
+  // 2. Gate, up and SwiGLU.
+  float* gate = s.gate.data();
+  float* up = s.up.data();
+  tilesOf(width);
+  m_pool->parallelFor(static_cast<int64_t>(s.tiles.size()), [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const MoeScratch::Tile& tile = s.tiles[sz(t)];
+      const int64_t e = tile.group / 2;
+      const WeightMatrix wg = gates.expert(e), wu = ups.expert(e);
+      k.gemm[static_cast<int>(wg.kind)](argsOf(wg, gateAct, tile.group, gate, width), tile.begin,
+                                        tile.end);
+      k.gemm[static_cast<int>(wu.kind)](argsOf(wu, upAct, tile.group, up, width), tile.begin,
+                                        tile.end);
+      for (int64_t i = offset[tile.group]; i < offset[tile.group + 1]; ++i) {
+        float* g = gate + i * width + tile.begin;
+        k.swiglu(g, up + i * width + tile.begin, g, tile.end - tile.begin);
+      }
+    }
+  });
+
+  // 3. Down.
+  m_matmulScratch.reserve(downs.first, entries);
+  uint8_t* downAct = m_matmulScratch.activations[static_cast<int>(downs.first.activation)].data();
+  m_pool->parallelFor(entries, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      k.convert[static_cast<int>(downs.first.activation)](
+          gate + i * width, downAct + static_cast<size_t>(i) * downs.first.activationBytes(),
+          width);
+    }
+  });
+  float* down = s.down.data();
+  tilesOf(out);
+  m_pool->parallelFor(static_cast<int64_t>(s.tiles.size()), [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const MoeScratch::Tile& tile = s.tiles[sz(t)];
+      const WeightMatrix wd = downs.expert(tile.group / 2);
+      k.gemm[static_cast<int>(wd.kind)](argsOf(wd, downAct, tile.group, down, out), tile.begin,
+                                        tile.end);
+    }
+  });
 }
 
 }  // namespace shoal::cpu

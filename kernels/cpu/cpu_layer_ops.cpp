@@ -38,16 +38,17 @@ LayerRunner::LayerRunner(std::span<const CpuLayer> layers, int64_t nEmbd,
   for (size_t b = 0; b < model::kBufferCount; ++b) m_buffers[b].reset(rows * sz(widest[b]));
   m_halfRow.resize(sz(widestKv));
   // MoE layers: the router's rows, each (row, expert)'s output, and one expert group's rows.
-  int64_t experts = 0, used = 0, in = 0, width = 0, out = 0;
+  int64_t experts = 0, used = 0, width = 0, out = 0;
   for (const CpuLayer& layer : layers) {
     for (const BoundOp& op : layer.ops) {
       if (op.op.kind != model::OpKind::MoeFfn) continue;
       experts = std::max<int64_t>(experts, op.op.moe.experts);
       used = std::max<int64_t>(used, op.op.moe.used);
-      in = std::max(in, op.matrices[0].cols);
       width = std::max(width, op.experts[0].first.rows);
       out = std::max(out, op.experts[2].first.rows);
-      for (const ExpertMatrices& e : op.experts) m_matmulScratch.reserve(e.first, maxBatch);
+      for (const ExpertMatrices& e : op.experts) {
+        m_matmulScratch.reserve(e.first, maxBatch * op.op.moe.used);
+      }
     }
   }
   if (experts > 0) {
@@ -56,14 +57,14 @@ LayerRunner::LayerRunner(std::span<const CpuLayer> layers, int64_t nEmbd,
     m_moe.chosen.resize(rows * sz(used));
     m_moe.weights.resize(rows * sz(used));
     m_moe.routed.resize(rows * sz(used));
-    m_moe.groupOrder.resize(rows * sz(used));
+    m_moe.placeOf.resize(rows * sz(used));
+    m_moe.nextFree.resize(sz(experts) * 2);
     m_moe.perExpert.resize(sz(experts) * 2 + 1);
     m_moe.segmentCount.resize(sz(experts));
-    m_moe.input.reset(rows * sz(in));
-    m_moe.gate.reset(rows * sz(width));
-    m_moe.up.reset(rows * sz(width));
-    m_moe.down.reset(rows * sz(out));
-    m_moe.outputs.reset(rows * sz(used) * sz(out));
+    m_moe.tiles.reserve(sz(experts) * 2 * sz((std::max(width, out) + 15) / 16));
+    m_moe.gate.reset(rows * sz(used) * sz(width));
+    m_moe.up.reset(rows * sz(used) * sz(width));
+    m_moe.down.reset(rows * sz(used) * sz(out));
   }
   if (!layers.empty()) m_attnScratch.reserve(layers.front().attention, m_pool->size());
   for (const model::RopeParams& p : ropes) {

@@ -79,6 +79,7 @@ class LayerRunner {
   void add(const BoundOp& op);
   void gatedFfn(const BoundOp& op);
   void moeFfn(const BoundOp& op, int32_t layer);  // cpu_layer_moe.cpp
+  void runExperts(const BoundOp& op, const float* src, int64_t groups);
 
   struct RopeTable {
     model::RopeParams params;
@@ -96,18 +97,23 @@ class LayerRunner {
   MatmulScratch m_matmulScratch;
   // MoeFfn's working rows, sized for the stage's widest MoE layer.
   struct MoeScratch {
-    ZeroedBuffer<float> probs;          // rows x experts: router logits, then probabilities
-    std::vector<int32_t> ranking;       // experts: one row's argsort
-    std::vector<int32_t> chosen;        // rows x used: expert ids, most probable first
-    std::vector<float> weights;         // rows x used: their weights
-    std::vector<int32_t> routed;        // (row * used + k) entries, grouped by expert and order
-    std::vector<int32_t> groupOrder;    // per entry of `routed`: its order tokens (1 or 8)
-    std::vector<int32_t> perExpert;     // experts + 1: counts, then group offsets into `routed`
+    ZeroedBuffer<float> probs;     // rows x experts: router logits, then probabilities
+    std::vector<int32_t> ranking;  // experts: one row's argsort
+    std::vector<int32_t> chosen;   // rows x used: expert ids, most probable first
+    std::vector<float> weights;    // rows x used: their weights
+    // The (row * used + k) entries grouped by (expert, dot order): group 2e holds the rows that
+    // take expert e's tiled order, 2e + 1 the others, rows ascending within a group.
+    std::vector<int32_t> routed;
+    std::vector<int32_t> placeOf;       // per (row * used + k): its index in `routed`
+    std::vector<int32_t> nextFree;      // per group: the next free index while filling
+    std::vector<int32_t> perExpert;     // groups + 1: offsets of the groups in `routed`
     std::vector<int32_t> segmentCount;  // experts: one segment's rows per expert
-    ZeroedBuffer<float> input;          // rows x in: one group's input rows, gathered
-    ZeroedBuffer<float> gate, up;       // rows x expert width
-    ZeroedBuffer<float> down;           // rows x out: one group's expert outputs
-    ZeroedBuffer<float> outputs;        // rows x used x out: every (row, k)'s expert output
+    struct Tile {
+      int32_t group, begin, end;  // rows [begin, end) of the group's expert matrix
+    };
+    std::vector<Tile> tiles;
+    // Per routed entry, in `routed` order: SwiGLU input/output (gate), up, expert output.
+    ZeroedBuffer<float> gate, up, down;
   } m_moe;
   TensorObserver m_observer;
 

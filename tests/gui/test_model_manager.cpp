@@ -21,6 +21,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/model/model_config.h"
+#include "engine/model/synthetic_model.h"
 
 using namespace shoal::gui;
 
@@ -92,7 +93,34 @@ class TestModelManager : public QObject {
     QVERIFY2(details.contains(reason), qPrintable(details));
     QVERIFY(!m.findChild<QPushButton*>("loadModelButton")->isEnabled());
     auto* table = m.findChild<QTableWidget*>("modelTable");
-    QCOMPARE(table->item(row, 6)->text(), QString("Cannot run"));
+    QCOMPARE(table->item(row, 7)->text(), QString("Cannot run"));
+  }
+
+  // A mixture of experts is listed with its expert counts and its active parameters.
+  void aMixtureOfExpertsShowsItsExpertsAndActiveParameters() {
+    QTemporaryDir dir;
+    shoal::model::SyntheticModelSpec spec;
+    spec.architecture = "qwen3moe";
+    spec.nVocab = 300;
+    spec.nEmbd = 64;
+    spec.nFf = 128;
+    spec.nExpert = 8;
+    spec.nExpertUsed = 2;
+    shoal::model::writeSyntheticModel(spec, QDir(dir.path()).filePath("moe.gguf").toStdString());
+    ModelManager m(dir.path());
+    QVERIFY(scanned(m));
+    const int row = m.rowOf("moe.gguf");
+    QVERIFY(row >= 0);
+    const ModelEntry& e = m.entries()[row];
+    QVERIFY2(e.runnable, qPrintable(e.problem));
+    QCOMPARE(e.experts, 8);
+    QCOMPARE(e.expertsUsed, 2);
+    // 2 layers x 3 expert tensors x 8 experts x 64 x 64 (qwen3moe's expert width: ff / top-k).
+    const qint64 expertWeights = 2 * 3 * 8 * 64 * 64;
+    QCOMPARE(e.parameters - e.activeParameters, expertWeights / 8 * 6);
+    auto* table = m.findChild<QTableWidget*>("modelTable");
+    QVERIFY(table->item(row, 1)->text().contains("8 experts (2 per token)"));
+    QVERIFY(table->item(row, 6)->text().contains("active"));
   }
 
   void aMalformedFileIsListedWithTheReadersError() {
