@@ -1,7 +1,8 @@
 // The pool across a real (namespaced) LAN: four shoal-node hosts and shoal-cli as the
 // coordinator on a fifth (tests/integration/netns). Discovery finds the nodes; a pooled greedy
 // reply of 200 tokens survives a SIGKILL of the middle node and equals `shoal-cli generate` on
-// one machine; the fit estimate made from a model's header agrees with what the pool does. Needs
+// one machine, and so does a mixture of experts over three nodes; the fit estimate made from a
+// model's header agrees with what the pool does. Needs
 // root for the namespaces; skips otherwise.
 
 #include <QFile>
@@ -225,6 +226,58 @@ class TestLanPoolNetns : public QObject {
         QCOMPARE(int(j.at("stages").size()), fit.stages);
       }
     }
+  }
+
+  // A mixture of experts (qwen3moe, 8 experts, top 2) over three nodes, its weights streamed to
+  // them as shards, generates greedily what one machine generates.
+  void aMixtureOfExpertsOverThreeNodesGeneratesWhatOneMachineDoes() {
+    shoal::model::SyntheticModelSpec spec;
+    spec.architecture = "qwen3moe";
+    spec.nLayer = 8;
+    spec.nEmbd = 512;
+    spec.nHead = 8;
+    spec.nHeadKv = 4;
+    spec.nFf = 1024;
+    spec.nExpert = 8;
+    spec.nExpertUsed = 2;
+    spec.nFfExp = 512;  // layers of ~4.5 MB next to a 14 MB embedding and head: 3 stages
+    spec.weightType = spec.embedType = shoal::gguf::TensorType::Q4_K;
+    spec.vocabFrom = modelPath().toStdString();
+    const QString path = m_dir.filePath("synthetic-qwen3moe.gguf");
+    shoal::model::writeSyntheticModel(spec, path.toStdString());
+    const auto model = shoal::model::Model::load(path.toStdString());
+    shoal::plan::Request request;
+    request.contextTokens = kContext;
+    const QString capMb =
+        QString::number(0.4 *
+                            shoal::plan::splitMemoryBytes(
+                                shoal::plan::modelCostFromGguf(model->file(), kContext), request) /
+                            1e6,
+                        'f', 3);
+    const QStringList generate = {"-m",
+                                  path,
+                                  "-p",
+                                  kPrompt,
+                                  "-n",
+                                  "48",
+                                  "--temp",
+                                  "0",
+                                  "--ignore-eos",
+                                  "--ctx",
+                                  QString::number(kContext)};
+    const QByteArray reference =
+        runLocal(SHOAL_CLI_BINARY, QStringList{"generate", "--threads", "1"} + generate);
+    QVERIFY(!reference.isEmpty());
+    QByteArray out;
+    const int rc = m_lan->run(1, SHOAL_CLI_BINARY,
+                              QStringList{"pool", "generate", "--nodes", m_nodes, "--config-dir",
+                                          m_cliConfig, "--max-device-memory-mb", capMb, "--json"} +
+                                  generate,
+                              &out, 240000);
+    QVERIFY2(rc == 0, out.right(400).constData());
+    const nlohmann::json j = nlohmann::json::parse(out.mid(out.indexOf('{')).toStdString());
+    QCOMPARE(int(j.at("stages").size()), 3);
+    QCOMPARE(QString::fromStdString(j.at("text").get<std::string>()), QString::fromUtf8(reference));
   }
 
   void killedMiddleNodeDuringA200TokenReplyLeavesTheReplyUnchanged() {
