@@ -70,6 +70,13 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--seed", spec.seed, "random seed")->capture_default_str();
   app.add_option("--rope-base", spec.ropeFreqBase, "RoPE frequency base")->capture_default_str();
+  app.add_option("--rope-scaling", spec.ropeScaling, "RoPE scaling: linear or yarn (default none)")
+      ->check(CLI::IsMember({"linear", "yarn"}));
+  app.add_option("--rope-scale", spec.ropeScalingFactor, "RoPE scaling factor")
+      ->capture_default_str();
+  app.add_option("--rope-orig-ctx", spec.ropeOrigCtx,
+                 "YaRN's original context length (0: no key, the context length)")
+      ->capture_default_str();
   app.add_option("--rms-eps", spec.rmsEps, "RMSNorm epsilon")->capture_default_str();
   app.add_option("--name", spec.name, "general.name")->capture_default_str();
   app.add_flag("--tied", spec.tiedOutput, "no output.weight (reuse token_embd)");
@@ -80,9 +87,11 @@ int main(int argc, char** argv) {
                      "metadata and non-layer tensors copied)")
           ->check(CLI::ExistingFile);
   for (const char* shapeOption :
-       {"--arch", "--embd", "--heads", "--kv-heads", "--ff", "--experts", "--experts-used",
-        "--ff-expert", "--vocab", "--ctx", "--type", "--embed-type", "--vocab-from", "--seed",
-        "--rope-base", "--rms-eps", "--name", "--tied", "--type-of"}) {
+       {"--arch",         "--embd",         "--heads",         "--kv-heads", "--ff",
+        "--experts",      "--experts-used", "--ff-expert",     "--vocab",    "--ctx",
+        "--type",         "--embed-type",   "--vocab-from",    "--seed",     "--rope-base",
+        "--rope-scaling", "--rope-scale",   "--rope-orig-ctx", "--rms-eps",  "--name",
+        "--tied",         "--type-of"}) {
     truncate->excludes(shapeOption);
   }
   try {

@@ -11,6 +11,18 @@ RopeParams ropeOf(const ModelConfig& c, RopeStyle style) {
   p.freqScale = c.ropeFreqScale;
   p.style = style;
   p.freqFactors = c.hasRopeFreqs;
+  p.nCtxOrig = c.ropeOrigCtx;
+  p.attnFactor = c.ropeAttnFactor;
+  if (c.ropeScaling == RopeScaling::Yarn) {
+    // llama.cpp's context setup (llama-context.cpp): ext_factor 1 and an attention factor
+    // get_mscale(factor) that cancels rope_yarn's own magnitude correction, times
+    // rope.scaling.attn_factor; in float, in its order.
+    p.extFactor = 1.0f;
+    const float factor = 1.0f / c.ropeFreqScale;
+    float attn = factor <= 1.0f ? 1.0f : 0.1f * std::log(factor) + 1.0f;
+    attn *= 1.0f / (1.0f + 0.1f * std::log(factor));
+    p.attnFactor = attn * c.ropeAttnFactor;
+  }
   return p;
 }
 

@@ -58,6 +58,15 @@ struct RopeParams {
   float freqScale = 1;     // 1 / linear scaling factor
   RopeStyle style = RopeStyle::Normal;
   bool freqFactors = false;  // divide by rope_freqs.weight (TensorRole::RopeFreqs)
+  // YaRN (ggml's rope_yarn): with extFactor 1 each pair's angle blends the interpolated
+  // (freqScale) and the original one by a ramp between the correction dimensions that
+  // betaFast/betaSlow give for nCtxOrig; cos and sin are scaled by attnFactor. extFactor 0 is
+  // plain (linear) RoPE.
+  float extFactor = 0;
+  float attnFactor = 1;
+  float betaFast = 32;
+  float betaSlow = 1;
+  int32_t nCtxOrig = 0;
   bool operator==(const RopeParams&) const = default;
 };
 

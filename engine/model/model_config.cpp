@@ -79,16 +79,26 @@ ModelConfig ModelConfig::fromGguf(const gguf::File& file) {
   c.ropeFreqBase = static_cast<float>(file.getFloatOr(a + "rope.freq_base", 10000.0));
   if (!(c.ropeFreqBase > 1.0f)) throw Error(file.displayName() + ": rope.freq_base out of range");
 
-  const std::string scaling = file.getStringOr(a + "rope.scaling.type", "none");
-  if (scaling == "linear") {
-    const double factor = file.getFloatOr(a + "rope.scaling.factor", 1.0);
-    if (!(factor >= 1.0 && factor <= 1024.0)) {
+  // llama.cpp: rope_freq_scale = 1.0f / factor in float; the type defaults to linear when a
+  // factor is given without one.
+  const double factor = file.getFloatOr(a + "rope.scaling.factor", 0.0);
+  const std::string scaling =
+      file.getStringOr(a + "rope.scaling.type", factor != 0.0 ? "linear" : "none");
+  if (scaling == "linear" || scaling == "yarn") {
+    if (!(factor == 0.0 || (factor >= 1.0 && factor <= 1024.0))) {
       throw Error(file.displayName() + ": rope.scaling.factor out of range");
     }
-    c.ropeScaling = RopeScaling::Linear;
-    c.ropeFreqScale = static_cast<float>(1.0 / factor);
+    c.ropeScaling = scaling == "yarn" ? RopeScaling::Yarn : RopeScaling::Linear;
+    c.ropeFreqScale = factor == 0.0 ? 1.0f : 1.0f / static_cast<float>(factor);
   } else if (scaling != "none") {
     throw Error(file.displayName() + ": unsupported rope.scaling.type '" + scaling + "'");
+  }
+  c.ropeOrigCtx = file.find(a + "rope.scaling.original_context_length")
+                      ? positiveInt(file, a + "rope.scaling.original_context_length", 1 << 24)
+                      : c.nCtxTrain;
+  c.ropeAttnFactor = static_cast<float>(file.getFloatOr(a + "rope.scaling.attn_factor", 1.0));
+  if (!(c.ropeAttnFactor > 0.0f && c.ropeAttnFactor < 100.0f)) {
+    throw Error(file.displayName() + ": rope.scaling.attn_factor out of range");
   }
 
   if (file.find(a + "vocab_size")) {

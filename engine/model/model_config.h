@@ -18,7 +18,7 @@ struct Architecture;
 // dimensions (2i, 2i+1) rotate together ("normal"); qwen2 rotates (i, i + n/2) ("neox").
 enum class RopeStyle { Normal, Neox };
 
-enum class RopeScaling { None, Linear };
+enum class RopeScaling { None, Linear, Yarn };
 
 struct ModelConfig {
   std::string architecture;       // general.architecture
@@ -34,8 +34,10 @@ struct ModelConfig {
   float rmsEps = 1e-5f;           // attention.layer_norm_rms_epsilon
   int32_t nRot = 0;               // rope.dimension_count (= headDim when absent)
   float ropeFreqBase = 10000.0f;  // rope.freq_base
-  float ropeFreqScale = 1.0f;     // 1 / rope.scaling.factor for linear scaling
+  float ropeFreqScale = 1.0f;     // 1 / rope.scaling.factor (linear or YaRN scaling)
   RopeScaling ropeScaling = RopeScaling::None;
+  int32_t ropeOrigCtx = 0;      // rope.scaling.original_context_length (YaRN; nCtxTrain)
+  float ropeAttnFactor = 1.0f;  // rope.scaling.attn_factor (scales RoPE's cos and sin)
   // Mixture of experts: 0 experts for a dense model.
   int32_t nExpert = 0;        // expert_count
   int32_t nExpertUsed = 0;    // expert_used_count: experts each token is routed to (top-k)

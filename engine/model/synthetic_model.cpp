@@ -83,6 +83,9 @@ void validate(const SyntheticModelSpec& spec) {
     badSpec("nHead " + std::to_string(spec.nHead) + " is not a multiple of nHeadKv " +
             std::to_string(spec.nHeadKv));
   }
+  if (!spec.ropeScaling.empty() && spec.ropeScaling != "linear" && spec.ropeScaling != "yarn") {
+    badSpec("ropeScaling must be empty, \"linear\" or \"yarn\"");
+  }
   if (spec.nExpert < 0 || spec.nExpertUsed < 0 || spec.nFfExp < 0) {
     badSpec("expert counts and widths must not be negative");
   }
@@ -258,6 +261,14 @@ void writeSyntheticModel(const SyntheticModelSpec& spec, const std::filesystem::
   w.set(a + ".attention.head_count", Value::u32(static_cast<uint32_t>(spec.nHead)));
   w.set(a + ".attention.head_count_kv", Value::u32(static_cast<uint32_t>(spec.nHeadKv)));
   w.set(a + ".rope.freq_base", Value::f32(spec.ropeFreqBase));
+  if (!spec.ropeScaling.empty()) {
+    w.set(a + ".rope.scaling.type", Value::string(spec.ropeScaling));
+    w.set(a + ".rope.scaling.factor", Value::f32(spec.ropeScalingFactor));
+    if (spec.ropeOrigCtx > 0) {
+      w.set(a + ".rope.scaling.original_context_length",
+            Value::u32(static_cast<uint32_t>(spec.ropeOrigCtx)));
+    }
+  }
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(spec.rmsEps));
   w.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(spec.nEmbd / spec.nHead)));
   w.set(a + ".vocab_size", Value::u32(static_cast<uint32_t>(nVocab)));

@@ -39,6 +39,11 @@ struct SyntheticModelSpec {
   int nVocab = 0;
   int nCtx = 2048;
   float ropeFreqBase = 10000.f;
+  // rope.scaling.*: type "" writes no scaling keys; "linear" or "yarn" with this factor (and,
+  // for yarn, original_context_length when ropeOrigCtx > 0).
+  std::string ropeScaling;
+  float ropeScalingFactor = 1.f;
+  int ropeOrigCtx = 0;
   float rmsEps = 1e-5f;
   bool tiedOutput = false;  // no output.weight: llama.cpp reuses token_embd.weight
   gguf::TensorType weightType = gguf::TensorType::Q8_0;  // attention and FFN matrices

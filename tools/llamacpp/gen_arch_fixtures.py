@@ -60,6 +60,15 @@ MODELS = [
     {"name": "qwen3moe-128x8-q4_K", "arch": "qwen3moe", "layers": 2, "embd": 256, "heads": 4,
      "kv_heads": 2, "ff": 768, "experts": 128, "experts_used": 8, "ff_expert": 256,
      "type": "q4_K", "seed": 34},
+    # YaRN RoPE (Qwen3's long-context setting: factor 4 over a 32k original context, here 128
+    # so the positions of a 300-token prompt reach past it), on qwen3 (NeoX pairs) and on llama
+    # (adjacent pairs, with an attention factor).
+    {"name": "qwen3-yarn-q8_0", "arch": "qwen3", "layers": 2, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "type": "q8_0", "rope_scaling": "yarn", "rope_scale": 4.0,
+     "rope_orig_ctx": 128, "seed": 36},
+    {"name": "llama-yarn-q8_0", "arch": "llama", "layers": 2, "embd": 256, "heads": 4,
+     "kv_heads": 4, "ff": 512, "type": "q8_0", "rope_scaling": "yarn", "rope_scale": 8.0,
+     "rope_orig_ctx": 64, "seed": 37},
     # Mixtral-style: a llama model with experts (no expert_feed_forward_length: experts are ff
     # wide), 5 of 8 experts in Q5_K.
     {"name": "llama-moe-8x2-q5_K", "arch": "llama", "layers": 3, "embd": 256, "heads": 8,
@@ -74,7 +83,8 @@ def synth_args(spec, vocab_from, out):
             "--ff", str(spec["ff"]), "--type", spec["type"], "--seed", str(spec["seed"]),
             "--ctx", str(N_CTX), "--vocab-from", str(vocab_from), "--out", str(out)]
     for key, flag in (("experts", "--experts"), ("experts_used", "--experts-used"),
-                      ("ff_expert", "--ff-expert")):
+                      ("ff_expert", "--ff-expert"), ("rope_scaling", "--rope-scaling"),
+                      ("rope_scale", "--rope-scale"), ("rope_orig_ctx", "--rope-orig-ctx")):
         if key in spec:
             args += [flag, str(spec[key])]
     for kind, t in sorted(spec.get("type_of", {}).items()):

@@ -1,6 +1,7 @@
 // The CPU backend is bit-identical to llama.cpp on every architecture it loads beyond the
 // default model's llama: small synthetic models of qwen3, qwen3moe (8 experts top-2; 128
-// experts top-8, Qwen3-30B-A3B's routing) and Mixtral-style llama with experts, in Q8_0 and
+// experts top-8, Qwen3-30B-A3B's routing), Mixtral-style llama with experts, and qwen3 and llama
+// with YaRN RoPE, in Q8_0 and
 // K-quant types (tests/fixtures/llamacpp_arch.json, written by tools/llamacpp/gen_arch_fixtures.py
 // with llama-cpp-python 0.3.36, CPU, 2 threads, f16 KV cache, no flash attention).
 //
@@ -65,6 +66,9 @@ model::SyntheticModelSpec specOf(const nlohmann::json& j, int nCtx) {
   s.nExpert = j.value("experts", 0);
   s.nExpertUsed = j.value("experts_used", 0);
   s.nFfExp = j.value("ff_expert", 0);
+  s.ropeScaling = j.value("rope_scaling", std::string());
+  s.ropeScalingFactor = j.value("rope_scale", 1.0f);
+  s.ropeOrigCtx = j.value("rope_orig_ctx", 0);
   s.weightType = s.embedType = typeOf(j["type"].get<std::string>());
   const nlohmann::json typeOverrides = j.value("type_of", nlohmann::json::object());
   for (const auto& [kind, type] : typeOverrides.items()) {

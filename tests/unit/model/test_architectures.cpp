@@ -3,6 +3,8 @@
 // lists follow the table, binding is by role, and a synthetic model of each architecture binds.
 
 #include <QtTest>
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -226,6 +228,63 @@ class TestArchitectures : public QObject {
       bad.nExpertUsed = 0;
       model::syntheticTensors(bad);
     }());
+  }
+
+  // rope.scaling.*: linear and YaRN are read as llama.cpp reads them (factor as 1 / factor in
+  // float, YaRN's original context defaulting to the training context); other types are refused
+  // by name.
+  void ropeScalingIsReadAsLlamaCppReadsIt() {
+    QTemporaryDir dir;
+    auto configWith = [&](const std::string& type, float factor, int origCtx) {
+      model::SyntheticModelSpec spec;
+      spec.nVocab = 300;
+      spec.nEmbd = 64;
+      spec.nFf = 128;
+      spec.nCtx = 1024;
+      spec.ropeScaling = type;
+      spec.ropeScalingFactor = factor;
+      spec.ropeOrigCtx = origCtx;
+      const std::string path = dir.filePath("rope.gguf").toStdString();
+      model::writeSyntheticModel(spec, path);
+      return model::ModelConfig::fromGguf(gguf::File::open(path));
+    };
+    const model::ModelConfig yarn = configWith("yarn", 4.0f, 256);
+    QCOMPARE(yarn.ropeScaling, model::RopeScaling::Yarn);
+    QCOMPARE(yarn.ropeFreqScale, 0.25f);
+    QCOMPARE(yarn.ropeOrigCtx, 256);
+    const model::LayerProgram p = yarn.arch->layerProgram(yarn, 0);
+    const auto rope = std::find_if(p.ops.begin(), p.ops.end(), [](const model::Op& op) {
+      return op.kind == model::OpKind::Rope;
+    });
+    QVERIFY(rope != p.ops.end());
+    QCOMPARE(rope->rope.extFactor, 1.0f);
+    QCOMPARE(rope->rope.nCtxOrig, 256);
+    // get_mscale(4) times the cancelling 1 / (1 + 0.1 ln 4): 1 up to rounding.
+    QVERIFY(std::fabs(rope->rope.attnFactor - 1.0f) < 1e-6f);
+    QCOMPARE(configWith("yarn", 4.0f, 0).ropeOrigCtx, 1024);
+    const model::ModelConfig linear = configWith("linear", 2.0f, 0);
+    QCOMPARE(linear.ropeScaling, model::RopeScaling::Linear);
+    QCOMPARE(linear.ropeFreqScale, 0.5f);
+    QCOMPARE(linear.arch->layerProgram(linear, 0).ops[2].rope.extFactor, 0.0f);
+
+    model::SyntheticModelSpec spec;
+    spec.nVocab = 300;
+    spec.nEmbd = 64;
+    spec.nFf = 128;
+    const std::string path = dir.filePath("plain.gguf").toStdString();
+    model::writeSyntheticModel(spec, path);
+    const auto file = gguf::File::open(path);
+    gguf::Writer w;
+    for (const auto& kv : file.metadata()) w.set(kv.key, kv.value);
+    w.set("llama.rope.scaling.type", gguf::Value::string("longrope"));
+    const std::string longrope = dir.filePath("longrope.gguf").toStdString();
+    w.write(longrope);
+    try {
+      model::ModelConfig::fromGguf(gguf::File::open(longrope));
+      QFAIL("an unknown RoPE scaling loaded");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("'longrope'") != std::string::npos, e.what());
+    }
   }
 
   void unknownArchitectureIsNamed() {
