@@ -70,6 +70,11 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--seed", spec.seed, "random seed")->capture_default_str();
   app.add_option("--rope-base", spec.ropeFreqBase, "RoPE frequency base")->capture_default_str();
+  app.add_option("--sliding-window", spec.slidingWindow, "attention.sliding_window (0: no key)")
+      ->capture_default_str();
+  app.add_option("--sliding-window-pattern", spec.slidingWindowPattern,
+                 "attention.sliding_window_pattern (0: no key)")
+      ->capture_default_str();
   app.add_option("--rope-scaling", spec.ropeScaling, "RoPE scaling: linear or yarn (default none)")
       ->check(CLI::IsMember({"linear", "yarn"}));
   app.add_option("--rope-scale", spec.ropeScalingFactor, "RoPE scaling factor")

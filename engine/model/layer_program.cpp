@@ -103,4 +103,13 @@ Op moeFfn(Buffer src, Buffer dst, const MoeParams& params) {
   return op;
 }
 
+Op scale(Buffer dst, float factor) {
+  Op op;
+  op.kind = OpKind::Scale;
+  op.src = dst;
+  op.dst = dst;
+  op.factor = factor;
+  return op;
+}
+
 }  // namespace shoal::model

@@ -42,9 +42,11 @@ enum class OpKind : uint8_t {
   Add,             // dst += src
   GatedFfn,        // Gate = act(weights[0] · src) * (weights[1] · src)   (Up is scratch)
   MoeFfn,          // dst = the routed experts' gated FFNs of src, weighted and summed (MoeParams)
+  Scale,           // dst *= factor (gemma: the embedding by sqrt(nEmbd), the queries)
 };
 
-enum class Activation : uint8_t { Silu };
+// GatedFfn's activation of the gate: SiLU (SwiGLU) or tanh-approximated GELU (GeGLU, gemma).
+enum class Activation : uint8_t { Silu, GeluTanh };
 
 // One output of a Project op.
 struct ProjectOut {
@@ -99,6 +101,7 @@ struct Op {
   Activation activation = Activation::Silu;
   int32_t heads = 0;      // HeadNorm, Rope: heads per token in dst
   float eps = 0;          // RmsNorm, HeadNorm
+  float factor = 1;       // Scale
   RopeParams rope{};      // Rope
   AttendParams attend{};  // Attend
   MoeParams moe{};        // MoeFfn
@@ -125,5 +128,6 @@ Op keepOutputRows();
 Op add(Buffer src, Buffer dst);
 Op gatedFfn(Buffer src, TensorRole gate, TensorRole up, Activation activation);
 Op moeFfn(Buffer src, Buffer dst, const MoeParams& params);
+Op scale(Buffer dst, float factor);
 
 }  // namespace shoal::model

@@ -39,11 +39,16 @@ struct ModelConfig {
   int32_t ropeOrigCtx = 0;      // rope.scaling.original_context_length (YaRN; nCtxTrain)
   float ropeAttnFactor = 1.0f;  // rope.scaling.attn_factor (scales RoPE's cos and sin)
   // Mixture of experts: 0 experts for a dense model.
-  int32_t nExpert = 0;        // expert_count
-  int32_t nExpertUsed = 0;    // expert_used_count: experts each token is routed to (top-k)
-  int32_t nFfExp = 0;         // expert_feed_forward_length: one expert's FFN width (default nFf)
-  bool tiedOutput = false;    // no output.weight: the head reuses token_embd.weight
-  bool hasRopeFreqs = false;  // rope_freqs.weight (llama 3.1 frequency factors) present
+  int32_t nExpert = 0;      // expert_count
+  int32_t nExpertUsed = 0;  // expert_used_count: experts each token is routed to (top-k)
+  int32_t nFfExp = 0;       // expert_feed_forward_length: one expert's FFN width (default nFf)
+  // Interleaved sliding-window attention (gemma3): layers with i % pattern < pattern - 1 see
+  // only the last slidingWindow positions and turn by RoPE base ropeFreqBaseSwa.
+  int32_t slidingWindow = 0;         // attention.sliding_window (0: none)
+  int32_t slidingWindowPattern = 0;  // attention.sliding_window_pattern
+  float ropeFreqBaseSwa = 10000.0f;  // rope.freq_base_swa
+  bool tiedOutput = false;           // no output.weight: the head reuses token_embd.weight
+  bool hasRopeFreqs = false;         // rope_freqs.weight (llama 3.1 frequency factors) present
 
   const Architecture* arch = nullptr;  // the registered architecture (never null after fromGguf)
 

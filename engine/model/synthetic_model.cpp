@@ -261,6 +261,13 @@ void writeSyntheticModel(const SyntheticModelSpec& spec, const std::filesystem::
   w.set(a + ".attention.head_count", Value::u32(static_cast<uint32_t>(spec.nHead)));
   w.set(a + ".attention.head_count_kv", Value::u32(static_cast<uint32_t>(spec.nHeadKv)));
   w.set(a + ".rope.freq_base", Value::f32(spec.ropeFreqBase));
+  if (spec.slidingWindow > 0) {
+    w.set(a + ".attention.sliding_window", Value::u32(static_cast<uint32_t>(spec.slidingWindow)));
+  }
+  if (spec.slidingWindowPattern > 0) {
+    w.set(a + ".attention.sliding_window_pattern",
+          Value::u32(static_cast<uint32_t>(spec.slidingWindowPattern)));
+  }
   if (!spec.ropeScaling.empty()) {
     w.set(a + ".rope.scaling.type", Value::string(spec.ropeScaling));
     w.set(a + ".rope.scaling.factor", Value::f32(spec.ropeScalingFactor));

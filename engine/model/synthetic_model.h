@@ -42,6 +42,9 @@ struct SyntheticModelSpec {
   // rope.scaling.*: type "" writes no scaling keys; "linear" or "yarn" with this factor (and,
   // for yarn, original_context_length when ropeOrigCtx > 0).
   std::string ropeScaling;
+  // attention.sliding_window / sliding_window_pattern (0: no key).
+  int slidingWindow = 0;
+  int slidingWindowPattern = 0;
   float ropeScalingFactor = 1.f;
   int ropeOrigCtx = 0;
   float rmsEps = 1e-5f;

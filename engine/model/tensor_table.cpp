@@ -38,6 +38,10 @@ std::string_view tensorRoleName(TensorRole role) {
       return "attn_k_norm";
     case TensorRole::FfnNorm:
       return "ffn_norm";
+    case TensorRole::AttnPostNorm:
+      return "attn_post_norm";
+    case TensorRole::FfnPostNorm:
+      return "ffn_post_norm";
     case TensorRole::WGate:
       return "ffn_gate";
     case TensorRole::WUp:

@@ -25,20 +25,22 @@ enum class TensorRole : uint8_t {
   Output,      // output projection (the embedding when tied)
   RopeFreqs,   // llama 3.1 RoPE frequency factors
   // Per layer.
-  AttnNorm,  // pre-attention RMSNorm weight
-  Wq,        // query projection
-  Wk,        // key projection
-  Wv,        // value projection
-  Wo,        // attention output projection
-  Bq,        // query bias
-  Bk,        // key bias
-  Bv,        // value bias
-  QNorm,     // per-head RMSNorm weight of the queries (one head's width)
-  KNorm,     // per-head RMSNorm weight of the keys
-  FfnNorm,   // pre-FFN RMSNorm weight
-  WGate,     // FFN gate projection
-  WUp,       // FFN up projection
-  WDown,     // FFN down projection
+  AttnNorm,      // pre-attention RMSNorm weight
+  Wq,            // query projection
+  Wk,            // key projection
+  Wv,            // value projection
+  Wo,            // attention output projection
+  Bq,            // query bias
+  Bk,            // key bias
+  Bv,            // value bias
+  QNorm,         // per-head RMSNorm weight of the queries (one head's width)
+  KNorm,         // per-head RMSNorm weight of the keys
+  FfnNorm,       // pre-FFN RMSNorm weight
+  AttnPostNorm,  // RMSNorm weight of the attention output (gemma)
+  FfnPostNorm,   // RMSNorm weight of the FFN output (gemma)
+  WGate,         // FFN gate projection
+  WUp,           // FFN up projection
+  WDown,         // FFN down projection
   // Mixture of experts (per layer): the router and the experts' stacked matrices, one matrix
   // per expert along the third dimension (llama.cpp's ffn_*_exps).
   GateInp,   // router: one row of logits weights per expert

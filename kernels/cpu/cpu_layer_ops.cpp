@@ -134,6 +134,9 @@ void LayerRunner::run(CpuLayer& layer) {
       case OpKind::MoeFfn:
         moeFfn(op, layer.index);
         break;
+      case OpKind::Scale:
+        scale(op);
+        break;
     }
     if (!op.observed.empty()) {
       observe(op.observed, layer.index, buffer(op.op.dst), m_rows, op.width[idx(op.op.dst)]);
@@ -283,13 +286,20 @@ void LayerRunner::add(const BoundOp& op) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-// Gate = silu(Wgate · src) * (Wup · src), fused (matmul.h).
+// dst *= factor (ggml_scale: one multiply per value).
+void LayerRunner::scale(const BoundOp& op) {
+  const int64_t n = m_rows * op.width[idx(op.op.dst)];
+  float* dst = buffer(op.op.dst);
+  for (int64_t i = 0; i < n; ++i) dst[i] *= op.op.factor;
+}
+
+// Gate = act(Wgate · src) * (Wup · src), fused (matmul.h).
 void LayerRunner::gatedFfn(const BoundOp& op) {
   const int64_t in = op.matrices[0].cols, n = op.matrices[0].rows;
   for (const RowRun& run : m_runs) {
     cpu::gatedFfn(op.matrices[0], op.matrices[1], buffer(op.op.src) + run.first * in, run.rows,
                   buffer(Buffer::Gate) + run.first * n, buffer(Buffer::Up) + run.first * n, *m_pool,
-                  m_matmulScratch, run.orderTokens);
+                  m_matmulScratch, run.orderTokens, op.op.activation);
   }
 }
 

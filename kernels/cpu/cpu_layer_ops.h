@@ -78,6 +78,7 @@ class LayerRunner {
   void attend(const BoundOp& op, CpuLayer& layer);
   void add(const BoundOp& op);
   void gatedFfn(const BoundOp& op);
+  void scale(const BoundOp& op);
   void moeFfn(const BoundOp& op, int32_t layer);  // cpu_layer_moe.cpp
   void runExperts(const BoundOp& op, const float* src, int64_t groups);
 

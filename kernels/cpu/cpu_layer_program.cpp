@@ -1,6 +1,7 @@
 #include "kernels/cpu/cpu_layer_program.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "engine/error.h"
@@ -36,6 +37,8 @@ std::string_view kindName(OpKind kind) {
       return "GatedFfn";
     case OpKind::MoeFfn:
       return "MoeFfn";
+    case OpKind::Scale:
+      return "Scale";
   }
   return "?";
 }
@@ -58,6 +61,7 @@ Access accessOf(const model::Op& op) {
     case OpKind::AddBias:
     case OpKind::HeadNorm:
     case OpKind::Rope:
+    case OpKind::Scale:
       a.reads[idx(op.dst)] = a.writes[idx(op.dst)] = true;
       break;
     case OpKind::Attend:
@@ -87,6 +91,12 @@ Access accessOf(const model::Op& op) {
 std::string_view observedName(const model::Op& op, int rmsNormsBefore, int addsBefore) {
   switch (op.kind) {
     case OpKind::RmsNorm:
+      // The pre- and post-norms by their weights (llama.cpp names them so: attn_norm,
+      // attn_post_norm, ffn_norm, ffn_post_norm); otherwise by position.
+      if (op.weight == TensorRole::AttnNorm || op.weight == TensorRole::FfnNorm ||
+          op.weight == TensorRole::AttnPostNorm || op.weight == TensorRole::FfnPostNorm) {
+        return model::tensorRoleName(op.weight);
+      }
       return rmsNormsBefore == 0 ? "attn_norm" : rmsNormsBefore == 1 ? "ffn_norm" : "";
     case OpKind::Project:
       return op.src == Buffer::Attn ? "attn_out" : "";
@@ -95,7 +105,7 @@ std::string_view observedName(const model::Op& op, int rmsNormsBefore, int addsB
     case OpKind::Add:
       return addsBefore == 0 ? "ffn_inp" : addsBefore == 1 ? "l_out" : "";
     case OpKind::GatedFfn:
-      return "ffn_swiglu";
+      return op.activation == model::Activation::GeluTanh ? "ffn_geglu" : "ffn_swiglu";
     case OpKind::MoeFfn:
       return "ffn_moe_out";
     default:
@@ -164,7 +174,10 @@ class Binder {
           if (width[idx(op.src)] != width[idx(op.dst)]) fail("adds rows of different widths");
           break;
         case OpKind::GatedFfn:
-          if (op.activation != model::Activation::Silu) fail("uses an unknown activation");
+          if (op.activation != model::Activation::Silu &&
+              op.activation != model::Activation::GeluTanh) {
+            fail("uses an unknown activation");
+          }
           if (op.src == Buffer::Gate || op.src == Buffer::Up) fail("reads its own output");
           bound.matrices[0] = matrix(op.ffn[0], width[idx(op.src)]);
           bound.matrices[1] = matrix(op.ffn[1], width[idx(op.src)]);
@@ -174,6 +187,9 @@ class Binder {
         case OpKind::MoeFfn:
           bindExperts(op, width[idx(op.src)], bound);
           width[idx(op.dst)] = bound.experts[2].first.rows;
+          break;
+        case OpKind::Scale:
+          if (!std::isfinite(op.factor)) fail("scales by a factor that is not finite");
           break;
       }
       bound.width = width;

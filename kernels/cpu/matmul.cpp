@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "kernels/cpu/geglu.h"
 
 namespace shoal::cpu {
 
@@ -156,8 +157,8 @@ void matmul(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, Thr
 }
 
 void gatedFfn(const WeightMatrix& wGate, const WeightMatrix& wUp, const float* x, int64_t tokens,
-              float* gate, float* up, ThreadPool& pool, MatmulScratch& scratch,
-              int64_t orderTokens) {
+              float* gate, float* up, ThreadPool& pool, MatmulScratch& scratch, int64_t orderTokens,
+              model::Activation activation) {
   if (wGate.rows != wUp.rows) {
     throw Error("gated FFN: gate and up have " + std::to_string(wGate.rows) + " and " +
                 std::to_string(wUp.rows) + " rows");
@@ -178,7 +179,11 @@ void gatedFfn(const WeightMatrix& wGate, const WeightMatrix& wUp, const float* x
         // the vector or scalar SiLU that a whole-row call would give it.
         for (int64_t t = 0; t < tokens; ++t) {
           float* g = gate + t * n;
-          k.swiglu(g + begin, up + t * n + begin, g + begin, end - begin);
+          if (activation == model::Activation::GeluTanh) {
+            geglu(g + begin, up + t * n + begin, g + begin, end - begin);
+          } else {
+            k.swiglu(g + begin, up + t * n + begin, g + begin, end - begin);
+          }
         }
       },
       kRowGrain);

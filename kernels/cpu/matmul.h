@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/layer_program.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/zeroed_buffer.h"
@@ -76,12 +77,13 @@ void matmul(const WeightMatrix& w, const float* x, int64_t tokens, float* y, Thr
 void matmul(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, ThreadPool& pool,
             MatmulScratch& scratch, int64_t orderTokens = 0);
 
-// The gated feed-forward input, fused: gate[t * n + i] = silu(Wgate x)[i] * (Wup x)[i]
-// (SwiGLU, as ggml_vec_swiglu_f32 rounds it per row of n = Wgate.rows), computed in one pass
-// of the thread pool: each thread takes the same rows of both matrices and finishes them.
-// up receives Wup x; both buffers hold tokens x n floats.
+// The gated feed-forward input, fused: gate[t * n + i] = act(Wgate x)[i] * (Wup x)[i]
+// (SwiGLU as ggml_vec_swiglu_f32 rounds it per row of n = Wgate.rows; GeGLU as
+// ggml_vec_geglu_f32, cpu_ops.h), computed in one pass of the thread pool: each thread takes
+// the same rows of both matrices and finishes them. up receives Wup x; both buffers hold
+// tokens x n floats.
 void gatedFfn(const WeightMatrix& wGate, const WeightMatrix& wUp, const float* x, int64_t tokens,
               float* gate, float* up, ThreadPool& pool, MatmulScratch& scratch,
-              int64_t orderTokens = 0);
+              int64_t orderTokens = 0, model::Activation activation = model::Activation::Silu);
 
 }  // namespace shoal::cpu

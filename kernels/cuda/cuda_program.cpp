@@ -67,6 +67,8 @@ class Resolver {
         break;
       case OpKind::MoeFfn:
         fail("a mixture-of-experts FFN, which has no CUDA kernels yet (the CPU backend runs it)");
+      case OpKind::Scale:
+        fail("a Scale op, which has no CUDA kernel yet (the CPU backend runs it)");
     }
     return out;
   }

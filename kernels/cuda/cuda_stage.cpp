@@ -8,6 +8,7 @@
 #include "engine/model/architecture.h"
 #include "engine/model/model_weights.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/gpu_op_gaps.h"
 
 namespace shoal::cuda {
 namespace {
@@ -72,10 +73,10 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
     // Refused before any weight is uploaded (resolveLayers says the same per op).
     for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
       for (const model::Op& op : c.arch->layerProgram(c, i).ops) {
-        if (op.kind == model::OpKind::MoeFfn) {
-          throw Error("CUDA stage: layer " + std::to_string(i) +
-                      " is a mixture of experts, which has no CUDA kernels yet (the CPU backend "
-                      "runs it)");
+        const char* missing = kernels::gpuOpGap(op);
+        if (missing) {
+          throw Error("CUDA stage: layer " + std::to_string(i) + " has " + missing +
+                      ", which has no CUDA kernels yet (the CPU backend runs it)");
         }
       }
     }

@@ -64,6 +64,7 @@ void CudaStage::runOp(const CudaOp& op, const CudaLayer& layer, int32_t sequence
     case OpKind::GatedFfn:
       return gatedFfnOp(op, layer);
     case OpKind::MoeFfn:
+    case OpKind::Scale:
       break;  // refused when the program was resolved (cuda_program.cpp)
   }
 }

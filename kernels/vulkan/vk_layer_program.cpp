@@ -55,6 +55,8 @@ void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t con
       case model::OpKind::MoeFfn:
         fail(where + "a mixture-of-experts FFN, which has no Vulkan kernels yet (the CPU " +
              "backend runs it)");
+      case model::OpKind::Scale:
+        fail(where + "a Scale op, which has no Vulkan kernel yet (the CPU backend runs it)");
       case model::OpKind::Rope:
       case model::OpKind::Attend:
         // The kernels take positions from the first row on: all rows must still be in play.
@@ -145,6 +147,7 @@ void LayerRecorder::record(const LayerPass& layer) {
         gatedFfn(op);
         break;
       case model::OpKind::MoeFfn:
+      case model::OpKind::Scale:
         break;  // refused by checkProgram
     }
   }
@@ -276,6 +279,8 @@ void LayerRecorder::gatedFfn(const Op& op) {
       m_rec.swiglu(at(Buffer::Gate, m_rows.first), at(Buffer::Up, m_rows.first), m_rows.count * ff,
                    ff);
       break;
+    case model::Activation::GeluTanh:
+      break;  // refused by checkProgram
   }
 }
 

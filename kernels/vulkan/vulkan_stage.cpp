@@ -7,6 +7,7 @@
 #include "engine/error.h"
 #include "engine/model/architecture.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/gpu_op_gaps.h"
 
 namespace shoal::vulkan {
 namespace {
@@ -47,10 +48,10 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
     m_layers.push_back(Layer{arch.layerProgram(c, i), {}, {}, {}});
     // Refused before any weight is uploaded (checkProgram below says the same per op).
     for (const model::Op& op : m_layers.back().program.ops) {
-      if (op.kind == model::OpKind::MoeFfn) {
-        throw Error("Vulkan stage: layer " + std::to_string(i) +
-                    " is a mixture of experts, which has no Vulkan kernels yet (the CPU "
-                    "backend runs it)");
+      const char* missing = kernels::gpuOpGap(op);
+      if (missing) {
+        throw Error("Vulkan stage: layer " + std::to_string(i) + " has " + missing +
+                    ", which has no Vulkan kernels yet (the CPU backend runs it)");
       }
     }
   }

@@ -69,6 +69,12 @@ MODELS = [
     {"name": "llama-yarn-q8_0", "arch": "llama", "layers": 2, "embd": 256, "heads": 4,
      "kv_heads": 4, "ff": 512, "type": "q8_0", "rope_scaling": "yarn", "rope_scale": 8.0,
      "rope_orig_ctx": 64, "seed": 37},
+    # Gemma 3: scaled embedding, GeGLU, post norms, per-head Q/K norms, sliding-window layers
+    # (window 48, pattern 3: layers 0 and 1 local with RoPE base 10000, layer 2 global with the
+    # model's base) and a tied output.
+    {"name": "gemma3-swa-q8_0", "arch": "gemma3", "layers": 3, "embd": 256, "heads": 4,
+     "kv_heads": 1, "ff": 512, "type": "q8_0", "sliding_window": 48, "sliding_window_pattern": 3,
+     "rope_base": 1000000.0, "tied": True, "seed": 38},
     # Mixtral-style: a llama model with experts (no expert_feed_forward_length: experts are ff
     # wide), 5 of 8 experts in Q5_K.
     {"name": "llama-moe-8x2-q5_K", "arch": "llama", "layers": 3, "embd": 256, "heads": 8,
@@ -84,9 +90,14 @@ def synth_args(spec, vocab_from, out):
             "--ctx", str(N_CTX), "--vocab-from", str(vocab_from), "--out", str(out)]
     for key, flag in (("experts", "--experts"), ("experts_used", "--experts-used"),
                       ("ff_expert", "--ff-expert"), ("rope_scaling", "--rope-scaling"),
-                      ("rope_scale", "--rope-scale"), ("rope_orig_ctx", "--rope-orig-ctx")):
+                      ("rope_scale", "--rope-scale"), ("rope_orig_ctx", "--rope-orig-ctx"),
+                      ("sliding_window", "--sliding-window"),
+                      ("sliding_window_pattern", "--sliding-window-pattern"),
+                      ("rope_base", "--rope-base")):
         if key in spec:
             args += [flag, str(spec[key])]
+    if spec.get("tied"):
+        args.append("--tied")
     for kind, t in sorted(spec.get("type_of", {}).items()):
         args += ["--type-of", f"{kind}={t}"]
     return args

@@ -1,7 +1,7 @@
 // The CPU backend is bit-identical to llama.cpp on every architecture it loads beyond the
 // default model's llama: small synthetic models of qwen3, qwen3moe (8 experts top-2; 128
 // experts top-8, Qwen3-30B-A3B's routing), Mixtral-style llama with experts, and qwen3 and llama
-// with YaRN RoPE, in Q8_0 and
+// with YaRN RoPE, gemma3 (GeGLU, post norms, sliding-window layers), in Q8_0 and
 // K-quant types (tests/fixtures/llamacpp_arch.json, written by tools/llamacpp/gen_arch_fixtures.py
 // with llama-cpp-python 0.3.36, CPU, 2 threads, f16 KV cache, no flash attention).
 //
@@ -69,6 +69,10 @@ model::SyntheticModelSpec specOf(const nlohmann::json& j, int nCtx) {
   s.ropeScaling = j.value("rope_scaling", std::string());
   s.ropeScalingFactor = j.value("rope_scale", 1.0f);
   s.ropeOrigCtx = j.value("rope_orig_ctx", 0);
+  s.slidingWindow = j.value("sliding_window", 0);
+  s.slidingWindowPattern = j.value("sliding_window_pattern", 0);
+  s.ropeFreqBase = j.value("rope_base", s.ropeFreqBase);
+  s.tiedOutput = j.value("tied", false);
   s.weightType = s.embedType = typeOf(j["type"].get<std::string>());
   const nlohmann::json typeOverrides = j.value("type_of", nlohmann::json::object());
   for (const auto& [kind, type] : typeOverrides.items()) {

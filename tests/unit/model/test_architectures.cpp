@@ -73,7 +73,7 @@ class TestArchitectures : public QObject {
 
  private slots:
   void registryKnowsTheFamilies() {
-    for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "qwen3moe"}) {
+    for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3"}) {
       QVERIFY2(model::findArchitecture(name) != nullptr, name);
     }
     QVERIFY(model::findArchitecture("gpt-neox") == nullptr);
@@ -137,7 +137,7 @@ class TestArchitectures : public QObject {
 
   void syntheticModelsOfEveryArchitectureBind() {
     QTemporaryDir dir;
-    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3moe", "llama-moe"}) {
+    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3moe", "llama-moe", "gemma3"}) {
       const bool moe = std::string(name).ends_with("moe");
       model::SyntheticModelSpec spec;
       spec.architecture = std::string(name) == "llama-moe" ? "llama" : name;
@@ -146,7 +146,7 @@ class TestArchitectures : public QObject {
       spec.nFf = 128;
       spec.nExpert = moe ? 4 : 0;
       spec.nExpertUsed = moe ? 2 : 0;
-      spec.tiedOutput = std::string(name) == "qwen3";
+      spec.tiedOutput = std::string(name) == "qwen3" || std::string(name) == "gemma3";
       const std::filesystem::path path = dir.filePath(QString(name) + ".gguf").toStdString();
       model::writeSyntheticModel(spec, path);
       const auto file = gguf::File::open(path);
@@ -161,7 +161,8 @@ class TestArchitectures : public QObject {
       QVERIFY(w[TensorRole::Output] != nullptr);
       QCOMPARE(w[TensorRole::Output] == w[TensorRole::TokenEmbd], spec.tiedOutput);
       const bool biases = std::string(name) == "qwen2";
-      const bool headNorms = spec.architecture.starts_with("qwen3");
+      const bool headNorms =
+          spec.architecture.starts_with("qwen3") || spec.architecture == "gemma3";
       for (const auto& layer : w.layers) {
         QVERIFY(layer[TensorRole::Wq]);
         QCOMPARE(layer[TensorRole::WDown] != nullptr, !moe);
@@ -284,6 +285,56 @@ class TestArchitectures : public QObject {
       QFAIL("an unknown RoPE scaling loaded");
     } catch (const Error& e) {
       QVERIFY2(std::string(e.what()).find("'longrope'") != std::string::npos, e.what());
+    }
+  }
+
+  // gemma3: five of every six layers (here two of three: sliding_window_pattern 3) attend over
+  // the window with the local RoPE base; the embedding is scaled once, in layer 0; final logit
+  // soft-capping is refused by key.
+  void gemma3LayersAlternateSlidingAndGlobalAttention() {
+    QTemporaryDir dir;
+    model::SyntheticModelSpec spec;
+    spec.architecture = "gemma3";
+    spec.nLayer = 6;
+    spec.nVocab = 300;
+    spec.nEmbd = 64;
+    spec.nFf = 128;
+    spec.tiedOutput = true;
+    spec.ropeFreqBase = 1e6f;
+    spec.slidingWindow = 48;
+    spec.slidingWindowPattern = 3;
+    const std::string path = dir.filePath("gemma3.gguf").toStdString();
+    model::writeSyntheticModel(spec, path);
+    const auto file = gguf::File::open(path);
+    const model::ModelConfig c = model::ModelConfig::fromGguf(file);
+    for (int32_t l = 0; l < c.nLayer; ++l) {
+      const model::LayerProgram p = c.arch->layerProgram(c, l);
+      const bool sliding = l % 3 < 2;
+      int scales = 0;
+      for (const model::Op& op : p.ops) {
+        if (op.kind == model::OpKind::Attend) QCOMPARE(op.attend.window, sliding ? 48 : 0);
+        if (op.kind == model::OpKind::Rope) QCOMPARE(op.rope.freqBase, sliding ? 1e4f : 1e6f);
+        if (op.kind == model::OpKind::Scale && op.dst == model::Buffer::X) {
+          QCOMPARE(op.factor, 8.0f);  // sqrt(64)
+          ++scales;
+        }
+        if (op.kind == model::OpKind::GatedFfn) {
+          QVERIFY(op.activation == model::Activation::GeluTanh);
+        }
+      }
+      QCOMPARE(scales, l == 0 ? 1 : 0);
+    }
+    gguf::Writer w;
+    for (const auto& kv : file.metadata()) w.set(kv.key, kv.value);
+    w.set("gemma3.final_logit_softcapping", gguf::Value::f32(30.0f));
+    const std::string capped = dir.filePath("capped.gguf").toStdString();
+    w.write(capped);
+    try {
+      model::ModelConfig::fromGguf(gguf::File::open(capped));
+      QFAIL("soft-capping loaded");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("final_logit_softcapping") != std::string::npos,
+               e.what());
     }
   }
 

@@ -333,17 +333,21 @@ class VulkanLayerProgramTest : public QObject {
     QVERIFY(got.logits == want.logits);
   }
 
-  // A mixture-of-experts layer has no Vulkan kernels yet: the stage says so, by layer, before
-  // it uploads anything (the CPU backend runs such models).
-  void mixtureOfExpertsIsRefusedByName() {
-    const auto m = loadModel(writeModel("qwen3moe"));
-    QString refusal;
-    try {
-      vulkanStage(*m, 0, m->config.nLayer);
-    } catch (const Error& e) {
-      refusal = e.what();
+  // Mixture-of-experts layers and gemma3's ops (Scale, GeGLU) have no Vulkan kernels yet: the
+  // stage says so, by layer, before it uploads anything (the CPU backend runs such models).
+  void opsWithoutKernelsAreRefusedByName() {
+    for (const auto& [architecture, what] :
+         {std::pair{"qwen3moe", "layer 0 has a mixture of experts"},
+          std::pair{"gemma3", "layer 0 has a Scale op"}}) {
+      const auto m = loadModel(writeModel(architecture));
+      QString refusal;
+      try {
+        vulkanStage(*m, 0, m->config.nLayer);
+      } catch (const Error& e) {
+        refusal = e.what();
+      }
+      QVERIFY2(refusal.contains(what), qPrintable(refusal));
     }
-    QVERIFY2(refusal.contains("layer 0 is a mixture of experts"), qPrintable(refusal));
   }
 
   void validationLayerReportedNoErrors() { QCOMPARE(vulkan::validationErrorCount(), 0); }

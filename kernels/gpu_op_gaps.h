@@ -1,0 +1,20 @@
+#pragma once
+// The layer-program ops the GPU backends (Vulkan, CUDA) have no kernels for yet, named for the
+// refusal a stage gives before it uploads anything: the CPU backend runs them. Header-only: the
+// CUDA plugin does not link the engine.
+
+#include "engine/model/layer_program.h"
+
+namespace shoal::kernels {
+
+// What `op` needs that the GPU backends lack ("a mixture of experts", ...), or nullptr.
+inline const char* gpuOpGap(const model::Op& op) {
+  if (op.kind == model::OpKind::MoeFfn) return "a mixture of experts";
+  if (op.kind == model::OpKind::Scale) return "a Scale op";
+  if (op.kind == model::OpKind::GatedFfn && op.activation != model::Activation::Silu) {
+    return "a GeGLU FFN";
+  }
+  return nullptr;
+}
+
+}  // namespace shoal::kernels
