@@ -1,7 +1,9 @@
 // shoal-cli chat: an interactive, streaming conversation with the model's chat template.
 // Reads one user message per line (a terminal or a pipe); /reset starts over, /quit ends.
 // When the conversation outgrows the context, the oldest turns are dropped (the policy of
-// engine/model/chat_prompt.h) and the user is told so on stderr.
+// engine/model/chat_prompt.h) and the user is told so on stderr. A reply's reasoning (a leading
+// <think> block: Qwen3, QwQ, DeepSeek-R1) is printed dimmed on a terminal, plainly between
+// "[thinking]" lines in a pipe, or not at all with --hide-reasoning.
 
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include "app/cli/cli_support.h"
 #include "app/cli/commands.h"
 #include "engine/model/chat_prompt.h"
+#include "engine/runtime/reasoning_split.h"
 #include "engine/runtime/session.h"
 
 namespace shoal::cli {
@@ -23,6 +26,7 @@ struct ChatOptions {
   std::string system;
   std::string templateName;
   int maxTokens = 512;
+  bool hideReasoning = false;
   runtime::SamplerParams sampler;
 };
 
@@ -63,11 +67,28 @@ class ChatLoop {
     g.maxTokens = m_options.maxTokens;
     g.sampler = m_options.sampler;
     g.stop = model::chatStopStrings(m_template.format);
-    const auto r = m_session.generate(prompt, g, [](std::string_view piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    runtime::ReasoningSplit split;
+    bool inReasoning = false;
+    const bool terminal = isatty(STDOUT_FILENO);
+    auto print = [&](const runtime::ReasoningSplit::Parts& p) {
+      if (!p.reasoning.empty() && !m_options.hideReasoning) {
+        if (!inReasoning) std::fputs(terminal ? "\x1b[2m" : "[thinking]\n", stdout);
+        inReasoning = true;
+        std::fwrite(p.reasoning.data(), 1, p.reasoning.size(), stdout);
+      }
+      if (!p.content.empty()) {
+        if (inReasoning) std::fputs(terminal ? "\x1b[0m\n\n" : "\n[/thinking]\n", stdout);
+        inReasoning = false;
+        std::fwrite(p.content.data(), 1, p.content.size(), stdout);
+      }
       std::fflush(stdout);
+    };
+    const auto r = m_session.generate(prompt, g, [&](std::string_view piece) {
+      print(split.push(piece));
       return true;
     });
+    print(split.finish());
+    if (inReasoning) std::fputs(terminal ? "\x1b[0m" : "\n[/thinking]", stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);
     if (r.finish == runtime::FinishReason::ContextFull) {
@@ -119,7 +140,10 @@ void registerChatCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("chat", "interactive chat (stdin lines, streaming replies)");
   addModelOptions(*cmd, o->model);
   cmd->add_option("--system", o->system, "system prompt");
-  cmd->add_option("--template", o->templateName, "chat format: chatml, llama3, llama2, gemma");
+  cmd->add_option("--template", o->templateName,
+                  "chat format: chatml, qwen3, llama3, llama2, gemma, mistral");
+  cmd->add_flag("--hide-reasoning", o->hideReasoning,
+                "do not print a reply's <think> reasoning (it is shown dimmed otherwise)");
   cmd->add_option("-n,--n-predict", o->maxTokens, "most tokens per reply")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

@@ -4,6 +4,7 @@
 #include <QApplication>
 #include <QClipboard>
 #include <QComboBox>
+#include <QDesktopServices>
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -157,7 +158,17 @@ void ChatWindow::buildUi() {
   m_banner->hide();
   m_transcript = new QTextBrowser;
   m_transcript->setObjectName("transcript");
-  m_transcript->setOpenExternalLinks(true);
+  // Links open in the browser, except the reasoning toggles (transcript_markdown.h).
+  m_transcript->setOpenLinks(false);
+  connect(m_transcript, &QTextBrowser::anchorClicked, this, [this](const QUrl& link) {
+    qint64 id = 0;
+    if (!reasoningLinkTarget(link, id)) {
+      QDesktopServices::openUrl(link);
+      return;
+    }
+    if (!m_expandedReasoning.remove(id)) m_expandedReasoning.insert(id);
+    renderTranscript();
+  });
   m_input = new ChatInput;
   m_input->setObjectName("input");
   m_input->setMaximumHeight(110);
@@ -758,7 +769,8 @@ void ChatWindow::renderTranscript() {
   QScrollBar* bar = m_transcript->verticalScrollBar();
   const bool atBottom = bar->value() >= bar->maximum() - 4;
   const bool streaming = isGenerating() && m_generatingConversation == m_current;
-  m_transcript->document()->setMarkdown(transcriptMarkdown(m_messages, m_streamText, streaming));
+  m_transcript->document()->setMarkdown(
+      transcriptMarkdown(m_messages, m_streamText, streaming, m_expandedReasoning));
   if (atBottom || streaming) bar->setValue(bar->maximum());
 }
 

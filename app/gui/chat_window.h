@@ -7,6 +7,7 @@
 // to the ChatStore as soon as they are complete, and the reply being generated about once a second.
 
 #include <QMainWindow>
+#include <QSet>
 #include <array>
 #include <memory>
 
@@ -171,6 +172,7 @@ class ChatWindow : public QMainWindow {
 
   qint64 m_current = -1;                 // shown conversation; -1: none
   QList<StoredMessage> m_messages;       // of m_current, as stored
+  QSet<qint64> m_expandedReasoning;      // message ids whose reasoning is shown
   qint64 m_generatingConversation = -1;  // conversation whose reply is running; -1: none
   QString m_streamText;                  // the running reply so far
   qint64 m_partialId = -1;               // its row in the store once saved; -1: not yet

@@ -1,6 +1,9 @@
 #include "app/gui/transcript_markdown.h"
 
 #include <QObject>
+#include <QStringList>
+
+#include "engine/runtime/reasoning_split.h"
 
 namespace shoal::gui {
 namespace {
@@ -20,7 +23,42 @@ QString finishText(const QString& reason) {
   return reason;
 }
 
+constexpr const char* kReasoningScheme = "shoal-reasoning";
+
+// A reply's text with its reasoning collapsed or quoted (see transcriptMarkdown).
+QString replyMarkdown(const QString& text, qint64 id, bool expanded, bool streaming) {
+  shoal::runtime::ReasoningSplit split;
+  shoal::runtime::ReasoningSplit::Parts parts = split.push(text.toStdString());
+  const shoal::runtime::ReasoningSplit::Parts rest = split.finish();
+  parts.reasoning += rest.reasoning;
+  parts.content += rest.content;
+  const QString reasoning = QString::fromStdString(parts.reasoning).trimmed();
+  const QString content = QString::fromStdString(parts.content);
+  if (reasoning.isEmpty()) return closedFences(content);
+  const QString link = QString("%1:%2").arg(kReasoningScheme).arg(id);
+  const int words = static_cast<int>(reasoning.split(' ', Qt::SkipEmptyParts).size());
+  QString md;
+  if (expanded) {
+    md = QString("[%1](%2)\n\n").arg(QObject::tr("▾ Hide reasoning"), link);
+    for (const QString& line : closedFences(reasoning).split('\n')) md += "> " + line + "\n";
+    md += "\n";
+  } else {
+    const QString label = streaming && content.isEmpty()
+                              ? QObject::tr("▸ Thinking… (%n words)", nullptr, words)
+                              : QObject::tr("▸ Show reasoning (%n words)", nullptr, words);
+    md = QString("[%1](%2)\n\n").arg(label, link);
+  }
+  return md + closedFences(content);
+}
+
 }  // namespace
+
+bool reasoningLinkTarget(const QUrl& link, qint64& messageId) {
+  if (link.scheme() != kReasoningScheme) return false;
+  bool ok = false;
+  messageId = link.path().toLongLong(&ok);
+  return ok;
+}
 
 QString replyStatsLine(const ReplyStats& s) {
   QString line = QObject::tr("%1 tokens/s · %2 tokens · prompt %3 · context %4/%5 · %6")
@@ -38,11 +76,15 @@ QString replyStatsLine(const ReplyStats& s) {
 }
 
 QString transcriptMarkdown(const QList<StoredMessage>& messages, const QString& streaming,
-                           bool streamingActive) {
+                           bool streamingActive, const QSet<qint64>& expandedReasoning) {
   QString md;
   for (const StoredMessage& m : messages) {
     md += m.role == "user" ? QObject::tr("#### You") : QObject::tr("#### Assistant");
-    md += "\n\n" + closedFences(m.content) + "\n\n";
+    md += "\n\n" +
+          (m.role == "assistant"
+               ? replyMarkdown(m.content, m.id, expandedReasoning.contains(m.id), false)
+               : closedFences(m.content)) +
+          "\n\n";
     if (m.hasStats) {
       md += "*" + replyStatsLine(m.stats) + "*\n\n";
     } else if (m.role == "assistant") {
@@ -51,7 +93,9 @@ QString transcriptMarkdown(const QList<StoredMessage>& messages, const QString& 
     }
   }
   if (streamingActive) {
-    md += QObject::tr("#### Assistant") + "\n\n" + closedFences(streaming);
+    md += QObject::tr("#### Assistant") + "\n\n" +
+          replyMarkdown(streaming, kStreamingMessageId,
+                        expandedReasoning.contains(kStreamingMessageId), true);
     md += streaming.isEmpty() ? QObject::tr("*…thinking*") : QStringLiteral(" ▍");
     md += "\n\n";
   }

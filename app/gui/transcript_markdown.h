@@ -3,7 +3,9 @@
 // headings, emphasis, lists and fenced code blocks).
 
 #include <QList>
+#include <QSet>
 #include <QString>
+#include <QUrl>
 
 #include "app/gui/chat_store.h"
 
@@ -13,8 +15,14 @@ namespace shoal::gui {
 QString replyStatsLine(const ReplyStats& stats);
 
 // Every message with a heading per speaker; `streaming` (when `streamingActive`) is the reply
-// being generated, shown last.
+// being generated, shown last. A reply's reasoning (a leading <think> block) is collapsed into a
+// "Show reasoning" link, or shown as a quote under a "Hide reasoning" link when its message id
+// is in `expandedReasoning` (kStreamingMessageId for the reply being generated).
+inline constexpr qint64 kStreamingMessageId = -1;
 QString transcriptMarkdown(const QList<StoredMessage>& messages, const QString& streaming,
-                           bool streamingActive);
+                           bool streamingActive, const QSet<qint64>& expandedReasoning = {});
+
+// The message id a reasoning link toggles, or nullopt-like false for any other link.
+bool reasoningLinkTarget(const QUrl& link, qint64& messageId);
 
 }  // namespace shoal::gui

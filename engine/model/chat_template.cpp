@@ -18,8 +18,9 @@ struct FormatName {
   std::string_view name;
 };
 
-constexpr std::array<FormatName, 5> kFormatNames = {{
+constexpr std::array<FormatName, 6> kFormatNames = {{
     {ChatFormat::ChatML, "chatml"},
+    {ChatFormat::Qwen3, "qwen3"},
     {ChatFormat::Llama3, "llama3"},
     {ChatFormat::Llama2, "llama2"},
     {ChatFormat::Gemma, "gemma"},
@@ -76,6 +77,20 @@ std::string renderChatMl(const std::vector<ChatMessage>& messages, bool addAssis
   }
   if (addAssistantPrefix) out += "<|im_start|>assistant\n";
   return out;
+}
+
+// Qwen3's template: ChatML, with an assistant turn's reasoning dropped from the history (the
+// content after its last "</think>", newlines after it stripped).
+std::string renderQwen3(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
+  std::vector<ChatMessage> history = messages;
+  for (ChatMessage& m : history) {
+    if (m.role != "assistant") continue;
+    const size_t close = m.content.rfind("</think>");
+    if (close == std::string::npos) continue;
+    const size_t start = m.content.find_first_not_of('\n', close + 8);
+    m.content = start == std::string::npos ? std::string() : m.content.substr(start);
+  }
+  return renderChatMl(history, addAssistantPrefix);
 }
 
 // Meta-Llama-3-*-Instruct: <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
@@ -311,7 +326,7 @@ ChatTemplate detectChatTemplate(std::string_view jinjaTemplate) {
   };
   ChatTemplate result;
   if (contains("<|im_start|>")) {
-    result.format = ChatFormat::ChatML;
+    result.format = contains("<think>") ? ChatFormat::Qwen3 : ChatFormat::ChatML;
     result.defaultSystemPrompt =
         literalSystemTurn(jinjaTemplate, "<|im_start|>system", 1, "<|im_end|>");
   } else if (contains("<|start_header_id|>") && contains("<|end_header_id|>")) {
@@ -335,6 +350,8 @@ std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messag
   switch (format) {
     case ChatFormat::ChatML:
       return renderChatMl(messages, addAssistantPrefix);
+    case ChatFormat::Qwen3:
+      return renderQwen3(messages, addAssistantPrefix);
     case ChatFormat::Llama3:
       return renderLlama3(messages, addAssistantPrefix);
     case ChatFormat::Llama2:
@@ -365,6 +382,7 @@ std::string renderChat(const ChatTemplate& chatTemplate, const std::vector<ChatM
 std::vector<std::string> chatStopStrings(ChatFormat format) {
   switch (format) {
     case ChatFormat::ChatML:
+    case ChatFormat::Qwen3:
       return {"<|im_end|>"};
     case ChatFormat::Llama3:
       return {"<|eot_id|>"};

@@ -18,7 +18,11 @@ struct ChatMessage {
 // The formats Shoal renders. Each follows the model family's published template (the Jinja that
 // ships with the model on Hugging Face); chat_template.cpp spells out each one's text.
 enum class ChatFormat {
-  ChatML,   // <|im_start|>role\n...<|im_end|>\n (Qwen, SmolLM, many fine-tunes)
+  ChatML,  // <|im_start|>role\n...<|im_end|>\n (Qwen, SmolLM, many fine-tunes)
+  // ChatML for models that think first (Qwen3, QwQ, DeepSeek-R1 distills): earlier assistant
+  // turns are written without their <think> block, as their templates do. Thinking is steered
+  // by the model's own soft switches ("/think", "/no_think" in a user message).
+  Qwen3,
   Llama3,   // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
   Llama2,   // [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s><s>[INST] ...
   Gemma,    // <start_of_turn>user\n...<end_of_turn>\n, assistant is "model", no system role

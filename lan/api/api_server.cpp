@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/model/chat_prompt.h"
 #include "engine/model/kv_footprint.h"
+#include "engine/runtime/reasoning_split.h"
 #include "lan/api/bounded_http_server.h"
 #include "lan/api/openai_protocol.h"
 #include "lan/api/request_guard.h"
@@ -231,9 +232,11 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
   SamplingRequest sampling;
   std::vector<model::TokenId> prompt;
   int droppedTurns = 0;
+  bool splitReasoning = false;
   if (chat) {
     ChatRequest r = parseChatRequest(req.body);
     sampling = std::move(r.sampling);
+    splitReasoning = r.splitReasoning;
     checkModel(sampling.model);
     const model::ChatPrompt p = model::buildChatPrompt(
         tokenizer, m_model.chatTemplate(), r.messages, ctx, sampling.maxTokens.value_or(ctx));
@@ -298,10 +301,18 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
     }
     const Usage usage{r.promptTokens, static_cast<int32_t>(r.tokens.size())};
     const std::string reason = finishReasonFor(runtime::finishReasonName(r.finish));
-    res.set_content(
-        dumpJson(chat ? chatCompletionJson(id, created, m_modelId, r.text, reason, usage)
-                      : completionJson(id, created, m_modelId, r.text, reason, usage)),
-        "application/json");
+    runtime::ReasoningSplit::Parts reply{{}, r.text};
+    if (splitReasoning) {
+      runtime::ReasoningSplit split;
+      reply = split.push(r.text);
+      const runtime::ReasoningSplit::Parts rest = split.finish();
+      reply.reasoning += rest.reasoning;
+      reply.content += rest.content;
+    }
+    res.set_content(dumpJson(chat ? chatCompletionJson(id, created, m_modelId, reply.content,
+                                                       reason, usage, reply.reasoning)
+                                  : completionJson(id, created, m_modelId, r.text, reason, usage)),
+                    "application/json");
     return;
   }
 
@@ -309,9 +320,20 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
   const bool includeUsage = sampling.includeUsageInStream;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job, id, created, chat, includeUsage](size_t, httplib::DataSink& sink) {
+      [this, job, id, created, chat, includeUsage, splitReasoning](size_t,
+                                                                   httplib::DataSink& sink) {
         auto send = [&sink](const std::string& event) {
           return sink.write(event.data(), event.size());
+        };
+        // Chat text as deltas: the reasoning block's part as reasoning_content, the rest as
+        // content; nothing is sent while a possible tag is held back.
+        runtime::ReasoningSplit split;
+        auto sendChat = [&](const runtime::ReasoningSplit::Parts& p) {
+          if (p.reasoning.empty() && p.content.empty()) return true;
+          return send(sseEvent(chatChunkJson(
+              id, created, m_modelId, std::nullopt,
+              p.content.empty() ? std::nullopt : std::optional<std::string>(p.content), "", nullptr,
+              p.reasoning.empty() ? std::nullopt : std::optional(p.reasoning))));
         };
         if (chat && !send(sseEvent(chatChunkJson(id, created, m_modelId, "assistant", "", "")))) {
           job->cancel();
@@ -329,9 +351,11 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
             }
             continue;
           }
-          const json chunk = chat ? chatChunkJson(id, created, m_modelId, std::nullopt, text, "")
-                                  : completionChunkJson(id, created, m_modelId, text, "");
-          if (!send(sseEvent(chunk))) {
+          const bool sent =
+              !chat ? send(sseEvent(completionChunkJson(id, created, m_modelId, text, "")))
+              : splitReasoning ? sendChat(split.push(text))
+                               : sendChat({{}, text});
+          if (!sent) {
             job->cancel();  // the client has gone: stop generating for it
             return false;
           }
@@ -347,6 +371,7 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
           return true;
         }
         const std::string reason = finishReasonFor(runtime::finishReasonName(r.finish));
+        if (chat && splitReasoning) sendChat(split.finish());
         send(sseEvent(
             chat ? chatChunkJson(id, created, m_modelId, std::nullopt, std::nullopt, reason)
                  : completionChunkJson(id, created, m_modelId, "", reason)));

@@ -217,6 +217,14 @@ ChatRequest parseChatRequest(const std::string& body) {
   if (r.messages.back().role == "assistant") {
     badParam("messages", "the last message must not be the assistant's (nothing to reply to)");
   }
+  if (const json* format = field(j, "reasoning_format")) {
+    const std::string name = format->is_string() ? format->get<std::string>() : std::string();
+    if (name == "none") {
+      r.splitReasoning = false;
+    } else if (name != "auto" && name != "deepseek") {
+      badParam("reasoning_format", "'reasoning_format' must be \"auto\", \"deepseek\" or \"none\"");
+    }
+  }
   return r;
 }
 
@@ -250,13 +258,15 @@ std::string finishReasonFor(std::string_view name) {
 
 json chatCompletionJson(const std::string& id, int64_t created, const std::string& model,
                         const std::string& text, const std::string& finishReason,
-                        const Usage& usage) {
+                        const Usage& usage, const std::string& reasoning) {
+  json message = {{"role", "assistant"}, {"content", text}};
+  if (!reasoning.empty()) message["reasoning_content"] = reasoning;
   return {{"id", id},
           {"object", "chat.completion"},
           {"created", created},
           {"model", model},
           {"choices", json::array({{{"index", 0},
-                                    {"message", {{"role", "assistant"}, {"content", text}}},
+                                    {"message", message},
                                     {"logprobs", nullptr},
                                     {"finish_reason", finishReason}}})},
           {"usage", usage.toJson()}};
@@ -278,7 +288,7 @@ json completionJson(const std::string& id, int64_t created, const std::string& m
 json chatChunkJson(const std::string& id, int64_t created, const std::string& model,
                    const std::optional<std::string>& role,
                    const std::optional<std::string>& content, const std::string& finishReason,
-                   const Usage* usage) {
+                   const Usage* usage, const std::optional<std::string>& reasoning) {
   json out = {
       {"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}};
   if (usage) {
@@ -289,6 +299,7 @@ json chatChunkJson(const std::string& id, int64_t created, const std::string& mo
   json delta = json::object();
   if (role) delta["role"] = *role;
   if (content) delta["content"] = *content;
+  if (reasoning) delta["reasoning_content"] = *reasoning;
   out["choices"] =
       json::array({{{"index", 0},
                     {"delta", delta},

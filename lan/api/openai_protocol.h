@@ -63,6 +63,10 @@ struct SamplingRequest {
 struct ChatRequest {
   SamplingRequest sampling;
   std::vector<model::ChatMessage> messages;  // at least one; roles system/user/assistant
+  // "reasoning_format": "auto" (default; "deepseek" too) returns a leading <think> block as
+  // message.reasoning_content (delta.reasoning_content when streaming), as llama-server and
+  // DeepSeek's API do; "none" leaves it in the content.
+  bool splitReasoning = true;
 };
 
 struct CompletionRequest {
@@ -108,9 +112,10 @@ struct Usage {
 std::string finishReasonFor(std::string_view shoalFinishName);
 
 // Whole responses (stream = false).
+// reasoning: the reply's reasoning_content (omitted when empty).
 nlohmann::json chatCompletionJson(const std::string& id, int64_t created, const std::string& model,
                                   const std::string& text, const std::string& finishReason,
-                                  const Usage& usage);
+                                  const Usage& usage, const std::string& reasoning = {});
 nlohmann::json completionJson(const std::string& id, int64_t created, const std::string& model,
                               const std::string& text, const std::string& finishReason,
                               const Usage& usage);
@@ -118,10 +123,12 @@ nlohmann::json completionJson(const std::string& id, int64_t created, const std:
 // One stream chunk. For chat: the first chunk carries the role, later ones content, the last one
 // an empty delta with the finish reason; `finishReason` empty means null. `usage` set: the
 // trailing usage chunk (empty choices), sent when stream_options.include_usage asked for it.
+// `reasoning` set: delta.reasoning_content.
 nlohmann::json chatChunkJson(const std::string& id, int64_t created, const std::string& model,
                              const std::optional<std::string>& role,
                              const std::optional<std::string>& content,
-                             const std::string& finishReason, const Usage* usage = nullptr);
+                             const std::string& finishReason, const Usage* usage = nullptr,
+                             const std::optional<std::string>& reasoning = std::nullopt);
 nlohmann::json completionChunkJson(const std::string& id, int64_t created, const std::string& model,
                                    const std::string& text, const std::string& finishReason,
                                    const Usage* usage = nullptr);

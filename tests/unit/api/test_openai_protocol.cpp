@@ -147,6 +147,32 @@ class TestOpenAiProtocol : public QObject {
     QVERIFY(last["choices"][0]["delta"].empty());
   }
 
+  // reasoning_format: auto (default) and deepseek split a <think> block off as
+  // reasoning_content, none keeps it in the content, anything else is a 400 naming the field.
+  void reasoningFormatIsParsedAndItsFieldsWritten() {
+    const std::string hello = kHello;
+    QVERIFY(parseChatRequest(R"({"model":"m",)" + hello + "}").splitReasoning);
+    QVERIFY(parseChatRequest(R"({"model":"m","reasoning_format":"deepseek",)" + hello + "}")
+                .splitReasoning);
+    QVERIFY(!parseChatRequest(R"({"model":"m","reasoning_format":"none",)" + hello + "}")
+                 .splitReasoning);
+    const ApiError e = chatError(R"({"model":"m","reasoning_format":"think-tags",)" + hello + "}");
+    QCOMPARE(e.status(), 400);
+    QCOMPARE(QString::fromStdString(e.toJson()["error"]["param"].get<std::string>()),
+             QString("reasoning_format"));
+
+    const json whole = chatCompletionJson("id", 1, "m", "4", "stop", Usage{3, 9}, "Simple sum.");
+    QCOMPARE(whole["choices"][0]["message"]["reasoning_content"].get<std::string>(),
+             std::string("Simple sum."));
+    QCOMPARE(whole["choices"][0]["message"]["content"].get<std::string>(), std::string("4"));
+    QVERIFY(!chatCompletionJson("id", 1, "m", "4", "stop", Usage{3, 1})["choices"][0]["message"]
+                 .contains("reasoning_content"));
+    const json delta = chatChunkJson("id", 1, "m", std::nullopt, std::nullopt, "", nullptr,
+                                     std::string("hmm"))["choices"][0]["delta"];
+    QCOMPARE(delta["reasoning_content"].get<std::string>(), std::string("hmm"));
+    QVERIFY(!delta.contains("content"));
+  }
+
   void usageCountsAddUp() {
     const Usage u{10, 5};
     QCOMPARE(u.toJson()["total_tokens"].get<int>(), 15);

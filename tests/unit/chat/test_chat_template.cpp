@@ -138,6 +138,29 @@ class TestChatTemplate : public QObject {
     QCOMPARE(shoal::model::detectChatFormat(kPlainChatMlTemplate), ChatFormat::ChatML);
   }
 
+  // Qwen3's template (the part that matters here, as Qwen/Qwen3-8B ships it): ChatML whose
+  // assistant turns split off "</think>"; detected as qwen3, and earlier replies are written
+  // without their reasoning.
+  void detectsQwen3AndDropsReasoningFromTheHistory() {
+    const char* qwen3 =
+        "{%- for message in messages %}{%- if message.role == \"assistant\" %}"
+        "{%- if '</think>' in content %}{%- set reasoning_content = content.split('</think>')[0]"
+        ".rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}{%- endif %}"
+        "{{- '<|im_start|>' + message.role + '\\n' + content }}{%- endif %}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+        "{%- if enable_thinking is defined and enable_thinking is false %}"
+        "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}";
+    QCOMPARE(shoal::model::detectChatFormat(qwen3), ChatFormat::Qwen3);
+    const std::vector<shoal::model::ChatMessage> messages = {
+        {"user", "2+2?"},
+        {"assistant", "<think>\nSimple sum.\n</think>\n\n4"},
+        {"user", "And 3+3? /no_think"}};
+    QCOMPARE(q(renderChat(ChatFormat::Qwen3, messages, true)),
+             q("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+               "<|im_start|>user\nAnd 3+3? /no_think<|im_end|>\n<|im_start|>assistant\n"));
+    QCOMPARE(shoal::model::chatStopStrings(ChatFormat::Qwen3).front(), std::string("<|im_end|>"));
+  }
+
   void detectsLlama3FromHeaderTokens() {
     QCOMPARE(shoal::model::detectChatFormat(kLlama3Template), ChatFormat::Llama3);
   }
@@ -221,7 +244,7 @@ class TestChatTemplate : public QObject {
       QCOMPARE(shoal::model::chatFormatName(*format), name);
     }
     QCOMPARE(shoal::model::chatFormatFromName("ChatML"), std::optional(ChatFormat::ChatML));
-    QCOMPARE(shoal::model::chatFormatNames().size(), size_t{5});
+    QCOMPARE(shoal::model::chatFormatNames().size(), size_t{6});
   }
 
   void unknownNamesAreRefused() {

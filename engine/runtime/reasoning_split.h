@@ -1,0 +1,44 @@
+#pragma once
+// Splits a streamed reply into its reasoning and its answer: models that think before they
+// answer (Qwen3, QwQ, DeepSeek-R1 and their distills) open the reply with a <think> ... </think>
+// block. The reasoning is the text inside it (without the tags and the newlines around it), the
+// answer what follows (without the newlines right after </think>). A reply that does not begin
+// with <think> (leading whitespace aside) is all answer. Tags may arrive split across pushes:
+// text that might still turn into a tag is held back until it cannot.
+
+#include <string>
+#include <string_view>
+
+namespace shoal::runtime {
+
+class ReasoningSplit {
+ public:
+  struct Parts {
+    std::string reasoning;
+    std::string content;
+  };
+
+  // startsInReasoning: the prompt already opened the block (its template ends the assistant
+  // prefix with "<think>\n"), so the reply begins inside it.
+  explicit ReasoningSplit(bool startsInReasoning = false);
+
+  // The parts that became final with this text (either may be empty).
+  Parts push(std::string_view text);
+  // End of the reply: what was held back (an unterminated block is reasoning).
+  Parts finish();
+
+ private:
+  enum class State {
+    Start,       // nothing but whitespace yet: a <think> may still open
+    Reasoning,   // inside the block
+    AfterThink,  // right after </think>: newlines are dropped
+    Content,     // the answer, passed through
+  };
+  void run(Parts& out);
+
+  State m_state;
+  std::string m_held;               // text not yet given out
+  bool m_reasoningStarted = false;  // a non-newline character of reasoning was given out
+};
+
+}  // namespace shoal::runtime

@@ -1,0 +1,100 @@
+// ReasoningSplit: a leading <think> block becomes the reasoning, the rest the answer, however
+// the text is cut into pushes (tags split across tokens, newlines around the block).
+
+#include <QtTest>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/reasoning_split.h"
+
+using shoal::runtime::ReasoningSplit;
+
+namespace {
+
+struct Split {
+  std::string reasoning, content;
+};
+
+// Push `pieces` one by one, then finish; the concatenated parts.
+Split run(const std::vector<std::string>& pieces, bool startsInReasoning = false) {
+  ReasoningSplit s(startsInReasoning);
+  Split out;
+  for (const std::string& p : pieces) {
+    const ReasoningSplit::Parts parts = s.push(p);
+    out.reasoning += parts.reasoning;
+    out.content += parts.content;
+  }
+  const ReasoningSplit::Parts last = s.finish();
+  out.reasoning += last.reasoning;
+  out.content += last.content;
+  return out;
+}
+
+// Every way of cutting `text` in two and in single characters gives the same split.
+void checkAllCuts(const std::string& text, const std::string& reasoning,
+                  const std::string& content) {
+  std::vector<std::string> chars;
+  for (char c : text) chars.emplace_back(1, c);
+  Split byChar = run(chars);
+  QCOMPARE(byChar.reasoning, reasoning);
+  QCOMPARE(byChar.content, content);
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    const Split s = run({text.substr(0, cut), text.substr(cut)});
+    QVERIFY2(s.reasoning == reasoning && s.content == content,
+             qPrintable(
+                 QString("cut at %1: [%2] [%3]")
+                     .arg(cut)
+                     .arg(QString::fromStdString(s.reasoning), QString::fromStdString(s.content))));
+  }
+}
+
+}  // namespace
+
+class TestReasoningSplit : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void aThinkBlockIsTheReasoningAndTheRestTheAnswer() {
+    checkAllCuts("<think>\nThe user greets me.\nBe brief.\n</think>\n\nHello!",
+                 "The user greets me.\nBe brief.", "Hello!");
+  }
+
+  void anEmptyBlockGivesNoReasoning() {
+    // Qwen3 with /no_think writes an empty block.
+    checkAllCuts("<think>\n\n</think>\n\nHi there.", "", "Hi there.");
+  }
+
+  void aReplyWithoutABlockIsAllAnswer() {
+    checkAllCuts("Hello <think> is just text here", "", "Hello <think> is just text here");
+    checkAllCuts("<thinking>no</thinking>", "", "<thinking>no</thinking>");
+    checkAllCuts("  \n<b>bold</b>", "", "  \n<b>bold</b>");
+  }
+
+  void aLaterBlockIsPartOfTheAnswer() {
+    checkAllCuts("Answer first. <think>x</think> more", "", "Answer first. <think>x</think> more");
+  }
+
+  void anUnterminatedBlockIsReasoning() {
+    checkAllCuts("<think>\nstill thinking when the tokens ran out\n",
+                 "still thinking when the tokens ran out", "");
+  }
+
+  void aPromptThatOpenedTheBlockStartsInReasoning() {
+    const Split s = run({"I should ", "answer.\n</th", "ink>\n\nYes."}, true);
+    QCOMPARE(s.reasoning, std::string("I should answer."));
+    QCOMPARE(s.content, std::string("Yes."));
+  }
+
+  void textIsGivenOutAsSoonAsItCannotBeATag() {
+    ReasoningSplit s;
+    QCOMPARE(s.push("<thi").content, std::string());
+    QCOMPARE(s.push("nk>step one").reasoning, std::string("step one"));
+    QCOMPARE(s.push(" </").reasoning, std::string(" "));
+    const ReasoningSplit::Parts p = s.push("think>\n\nDone");
+    QCOMPARE(p.reasoning, std::string());
+    QCOMPARE(p.content, std::string("Done"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestReasoningSplit)
+#include "test_reasoning_split.moc"
