@@ -14,6 +14,12 @@ inline const char* gpuOpGap(const model::Op& op) {
   if (op.kind == model::OpKind::GatedFfn && op.activation != model::Activation::Silu) {
     return "a GeGLU FFN";
   }
+  if (op.kind == model::OpKind::GatedFfn && op.fusedGateUp) return "a fused gate/up FFN";
+  if (op.kind == model::OpKind::Project) {
+    for (uint8_t i = 0; i < op.outCount; ++i) {
+      if (op.outs[i].firstRow != 0 || op.outs[i].rows != 0) return "a fused Q/K/V projection";
+    }
+  }
   return nullptr;
 }
 

@@ -141,7 +141,7 @@ void registerChatCommand(CLI::App& app) {
   addModelOptions(*cmd, o->model);
   cmd->add_option("--system", o->system, "system prompt");
   cmd->add_option("--template", o->templateName,
-                  "chat format: chatml, qwen3, llama3, llama2, gemma, mistral");
+                  "chat format: chatml, qwen3, llama3, llama2, gemma, mistral, phi3");
   cmd->add_flag("--hide-reasoning", o->hideReasoning,
                 "do not print a reply's <think> reasoning (it is shown dimmed otherwise)");
   cmd->add_option("-n,--n-predict", o->maxTokens, "most tokens per reply")

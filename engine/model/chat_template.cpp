@@ -18,13 +18,14 @@ struct FormatName {
   std::string_view name;
 };
 
-constexpr std::array<FormatName, 6> kFormatNames = {{
+constexpr std::array<FormatName, 7> kFormatNames = {{
     {ChatFormat::ChatML, "chatml"},
     {ChatFormat::Qwen3, "qwen3"},
     {ChatFormat::Llama3, "llama3"},
     {ChatFormat::Llama2, "llama2"},
     {ChatFormat::Gemma, "gemma"},
     {ChatFormat::Mistral, "mistral"},
+    {ChatFormat::Phi3, "phi3"},
 }};
 
 bool isJinjaSpace(char c) {
@@ -91,6 +92,15 @@ std::string renderQwen3(const std::vector<ChatMessage>& messages, bool addAssist
     m.content = start == std::string::npos ? std::string() : m.content.substr(start);
   }
   return renderChatMl(history, addAssistantPrefix);
+}
+
+// Phi-3: <|role|>\n{content}<|end|>\n per message, then <|assistant|>\n (llama.cpp's
+// LLM_CHAT_TEMPLATE_PHI_3); any role passes through.
+std::string renderPhi3(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
+  std::string out;
+  for (const ChatMessage& m : messages) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+  if (addAssistantPrefix) out += "<|assistant|>\n";
+  return out;
 }
 
 // Meta-Llama-3-*-Instruct: <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
@@ -333,6 +343,8 @@ ChatTemplate detectChatTemplate(std::string_view jinjaTemplate) {
     result.format = ChatFormat::Llama3;
     result.defaultSystemPrompt = literalSystemTurn(
         jinjaTemplate, "<|start_header_id|>system<|end_header_id|>", 2, "<|eot_id|>");
+  } else if (contains("<|assistant|>") && contains("<|end|>")) {
+    result.format = ChatFormat::Phi3;
   } else if (contains("<start_of_turn>")) {
     result.format = ChatFormat::Gemma;
   } else if (contains("[INST]")) {
@@ -360,6 +372,8 @@ std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messag
       return renderGemma(messages, addAssistantPrefix);
     case ChatFormat::Mistral:
       return renderMistral(messages);
+    case ChatFormat::Phi3:
+      return renderPhi3(messages, addAssistantPrefix);
   }
   throw Error("chat format: unknown enum value " + std::to_string(static_cast<int>(format)));
 }
@@ -388,6 +402,8 @@ std::vector<std::string> chatStopStrings(ChatFormat format) {
       return {"<|eot_id|>"};
     case ChatFormat::Gemma:
       return {"<end_of_turn>"};
+    case ChatFormat::Phi3:
+      return {"<|end|>", "<|endoftext|>"};
     // "</s>" is EOS; "[INST]" catches a model that runs on into writing the next user turn.
     case ChatFormat::Llama2:
     case ChatFormat::Mistral:

@@ -27,6 +27,7 @@ enum class ChatFormat {
   Llama2,   // [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s><s>[INST] ...
   Gemma,    // <start_of_turn>user\n...<end_of_turn>\n, assistant is "model", no system role
   Mistral,  // [INST] ...[/INST] ...</s> (v3), system prompt folded into the last user turn
+  Phi3,     // <|role|>\n...<|end|>\n (Phi-3, Phi-3.5)
 };
 
 // A recognised template: its format plus what the template adds on its own.

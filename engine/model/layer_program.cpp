@@ -89,6 +89,12 @@ Op gatedFfn(Buffer src, TensorRole gate, TensorRole up, Activation activation) {
   return op;
 }
 
+Op fusedGatedFfn(Buffer src, TensorRole gateUp, Activation activation) {
+  Op op = gatedFfn(src, gateUp, gateUp, activation);
+  op.fusedGateUp = true;
+  return op;
+}
+
 Op moeFfn(Buffer src, Buffer dst, const MoeParams& params) {
   if (params.experts <= 0 || params.used <= 0 || params.used > params.experts) {
     throw Error("a MoeFfn op routes each token to 1.." + std::to_string(params.experts) +

@@ -49,9 +49,13 @@ enum class OpKind : uint8_t {
 enum class Activation : uint8_t { Silu, GeluTanh };
 
 // One output of a Project op.
+// One output of a Project op: the weight's rows [firstRow, firstRow + rows) (rows 0: all of
+// them), so one fused matrix (phi3's attn_qkv) can feed several buffers.
 struct ProjectOut {
   TensorRole weight;
   Buffer dst;
+  int32_t firstRow = 0;
+  int32_t rows = 0;
 };
 
 struct RopeParams {
@@ -98,6 +102,8 @@ struct Op {
   std::array<ProjectOut, 3> outs{};       // Project: the first `outCount` are used
   uint8_t outCount = 0;
   std::array<TensorRole, 2> ffn{};  // GatedFfn: gate, up
+  // GatedFfn: ffn[0] is gate and up in one matrix, the gate's rows first (phi3's ffn_up).
+  bool fusedGateUp = false;
   Activation activation = Activation::Silu;
   int32_t heads = 0;      // HeadNorm, Rope: heads per token in dst
   float eps = 0;          // RmsNorm, HeadNorm
@@ -127,6 +133,7 @@ Op attend(const AttendParams& params);
 Op keepOutputRows();
 Op add(Buffer src, Buffer dst);
 Op gatedFfn(Buffer src, TensorRole gate, TensorRole up, Activation activation);
+Op fusedGatedFfn(Buffer src, TensorRole gateUp, Activation activation);
 Op moeFfn(Buffer src, Buffer dst, const MoeParams& params);
 Op scale(Buffer dst, float factor);
 

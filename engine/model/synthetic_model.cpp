@@ -166,8 +166,9 @@ void setGeneratedVocab(gguf::Writer& w, int nVocab) {
 
 std::span<const std::string_view> syntheticTensorKinds() {
   static constexpr std::string_view kKinds[] = {
-      "token_embd", "output", "attn_q",   "attn_k",        "attn_v",      "attn_output",
-      "ffn_gate",   "ffn_up", "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+      "token_embd",    "output",      "attn_q",       "attn_k", "attn_v",
+      "attn_qkv",      "attn_output", "ffn_gate",     "ffn_up", "ffn_down",
+      "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
   return kKinds;
 }
 

@@ -24,6 +24,8 @@ std::string_view tensorRoleName(TensorRole role) {
       return "attn_k";
     case TensorRole::Wv:
       return "attn_v";
+    case TensorRole::Wqkv:
+      return "attn_qkv";
     case TensorRole::Wo:
       return "attn_output";
     case TensorRole::Bq:
@@ -84,6 +86,10 @@ int64_t dimValue(Dim dim, const ModelConfig& c) {
       return c.nFfExp;
     case Dim::Experts:
       return c.nExpert;
+    case Dim::QkvDim:
+      return c.qDim() + 2 * c.kvDim();
+    case Dim::Ff2:
+      return 2 * c.nFf;
   }
   return 0;
 }

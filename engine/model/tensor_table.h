@@ -29,6 +29,7 @@ enum class TensorRole : uint8_t {
   Wq,            // query projection
   Wk,            // key projection
   Wv,            // value projection
+  Wqkv,          // query, key and value projections in one matrix (phi3)
   Wo,            // attention output projection
   Bq,            // query bias
   Bk,            // key bias
@@ -62,7 +63,21 @@ enum class TensorScope : uint8_t {
 
 // A dimension of a tensor, as a hyper-parameter of the model (ModelConfig).
 // FfExp is one expert's FFN width, Experts the number of experts.
-enum class Dim : uint8_t { One, Embd, QDim, KvDim, Ff, Vocab, HeadDim, RotHalf, FfExp, Experts };
+// QkvDim is QDim + 2 KvDim (a fused Q/K/V matrix), Ff2 twice Ff (a fused gate/up matrix).
+enum class Dim : uint8_t {
+  One,
+  Embd,
+  QDim,
+  KvDim,
+  Ff,
+  Vocab,
+  HeadDim,
+  RotHalf,
+  FfExp,
+  Experts,
+  QkvDim,
+  Ff2
+};
 int64_t dimValue(Dim dim, const ModelConfig& config);
 
 // Which models of an architecture have a tensor: the llama family has dense and

@@ -146,7 +146,8 @@ class Binder {
         case OpKind::Project:
           for (uint8_t i = 0; i < op.outCount; ++i) {
             if (op.outs[i].dst == op.src) fail("projects a buffer into itself");
-            bound.matrices[i] = matrix(op.outs[i].weight, width[idx(op.src)]);
+            bound.matrices[i] = rowsOf(matrix(op.outs[i].weight, width[idx(op.src)]),
+                                       op.outs[i].firstRow, op.outs[i].rows);
             width[idx(op.outs[i].dst)] = bound.matrices[i].rows;
           }
           break;
@@ -179,8 +180,16 @@ class Binder {
             fail("uses an unknown activation");
           }
           if (op.src == Buffer::Gate || op.src == Buffer::Up) fail("reads its own output");
-          bound.matrices[0] = matrix(op.ffn[0], width[idx(op.src)]);
-          bound.matrices[1] = matrix(op.ffn[1], width[idx(op.src)]);
+          if (op.fusedGateUp) {
+            const WeightMatrix both = matrix(op.ffn[0], width[idx(op.src)]);
+            if (both.rows % 2 != 0) fail("splits an odd number of rows into gate and up");
+            bound.matrices[0] = rowsOf(both, 0, static_cast<int32_t>(both.rows / 2));
+            bound.matrices[1] = rowsOf(both, static_cast<int32_t>(both.rows / 2),
+                                       static_cast<int32_t>(both.rows / 2));
+          } else {
+            bound.matrices[0] = matrix(op.ffn[0], width[idx(op.src)]);
+            bound.matrices[1] = matrix(op.ffn[1], width[idx(op.src)]);
+          }
           if (bound.matrices[0].rows != bound.matrices[1].rows) fail("has gate/up of two sizes");
           width[idx(Buffer::Gate)] = width[idx(Buffer::Up)] = bound.matrices[0].rows;
           break;
@@ -230,6 +239,18 @@ class Binder {
       fail("multiplies rows of " + std::to_string(cols) + " by " + std::to_string(m.cols) +
            "-wide " + std::string(model::tensorRoleName(role)));
     }
+    return m;
+  }
+
+  // Rows [first, first + rows) of m (rows 0: all of them).
+  WeightMatrix rowsOf(WeightMatrix m, int32_t first, int32_t rows) const {
+    if (rows == 0 && first == 0) return m;
+    if (first < 0 || rows <= 0 || first + rows > m.rows) {
+      fail("takes rows [" + std::to_string(first) + ", " + std::to_string(first + rows) +
+           ") of a matrix of " + std::to_string(m.rows));
+    }
+    m.data += static_cast<size_t>(first) * m.rowBytes;
+    m.rows = rows;
     return m;
   }
 

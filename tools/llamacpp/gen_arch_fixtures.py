@@ -75,6 +75,9 @@ MODELS = [
     {"name": "gemma3-swa-q8_0", "arch": "gemma3", "layers": 3, "embd": 256, "heads": 4,
      "kv_heads": 1, "ff": 512, "type": "q8_0", "sliding_window": 48, "sliding_window_pattern": 3,
      "rope_base": 1000000.0, "tied": True, "seed": 38},
+    # Phi-3: fused attn_qkv and gate/up matrices, queries scaled before attention.
+    {"name": "phi3-q8_0", "arch": "phi3", "layers": 3, "embd": 256, "heads": 4, "kv_heads": 2,
+     "ff": 512, "type": "q8_0", "seed": 39},
     # Mixtral-style: a llama model with experts (no expert_feed_forward_length: experts are ff
     # wide), 5 of 8 experts in Q5_K.
     {"name": "llama-moe-8x2-q5_K", "arch": "llama", "layers": 3, "embd": 256, "heads": 8,

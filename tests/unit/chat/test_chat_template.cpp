@@ -161,6 +161,22 @@ class TestChatTemplate : public QObject {
     QCOMPARE(shoal::model::chatStopStrings(ChatFormat::Qwen3).front(), std::string("<|im_end|>"));
   }
 
+  void detectsAndRendersPhi3() {
+    const char* phi3 =
+        "{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' "
+        "%}"
+        "{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}";
+    QCOMPARE(shoal::model::detectChatFormat(phi3), ChatFormat::Phi3);
+    const std::vector<shoal::model::ChatMessage> messages = {
+        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+    QCOMPARE(q(renderChat(ChatFormat::Phi3, messages, true)),
+             q("<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n"
+               "<|user|>\nBye<|end|>\n<|assistant|>\n"));
+    QCOMPARE(shoal::model::chatStopStrings(ChatFormat::Phi3).front(), std::string("<|end|>"));
+  }
+
   void detectsLlama3FromHeaderTokens() {
     QCOMPARE(shoal::model::detectChatFormat(kLlama3Template), ChatFormat::Llama3);
   }
@@ -244,7 +260,7 @@ class TestChatTemplate : public QObject {
       QCOMPARE(shoal::model::chatFormatName(*format), name);
     }
     QCOMPARE(shoal::model::chatFormatFromName("ChatML"), std::optional(ChatFormat::ChatML));
-    QCOMPARE(shoal::model::chatFormatNames().size(), size_t{6});
+    QCOMPARE(shoal::model::chatFormatNames().size(), size_t{7});
   }
 
   void unknownNamesAreRefused() {

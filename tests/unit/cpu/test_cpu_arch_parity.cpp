@@ -1,7 +1,8 @@
 // The CPU backend is bit-identical to llama.cpp on every architecture it loads beyond the
 // default model's llama: small synthetic models of qwen3, qwen3moe (8 experts top-2; 128
 // experts top-8, Qwen3-30B-A3B's routing), Mixtral-style llama with experts, and qwen3 and llama
-// with YaRN RoPE, gemma3 (GeGLU, post norms, sliding-window layers), in Q8_0 and
+// with YaRN RoPE, gemma3 (GeGLU, post norms, sliding-window layers), phi3 (fused Q/K/V and
+// gate/up matrices), in Q8_0 and
 // K-quant types (tests/fixtures/llamacpp_arch.json, written by tools/llamacpp/gen_arch_fixtures.py
 // with llama-cpp-python 0.3.36, CPU, 2 threads, f16 KV cache, no flash attention).
 //

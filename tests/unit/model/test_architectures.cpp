@@ -73,7 +73,7 @@ class TestArchitectures : public QObject {
 
  private slots:
   void registryKnowsTheFamilies() {
-    for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3"}) {
+    for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"}) {
       QVERIFY2(model::findArchitecture(name) != nullptr, name);
     }
     QVERIFY(model::findArchitecture("gpt-neox") == nullptr);
@@ -137,7 +137,8 @@ class TestArchitectures : public QObject {
 
   void syntheticModelsOfEveryArchitectureBind() {
     QTemporaryDir dir;
-    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3moe", "llama-moe", "gemma3"}) {
+    for (const char* name :
+         {"llama", "qwen2", "qwen3", "qwen3moe", "llama-moe", "gemma3", "phi3"}) {
       const bool moe = std::string(name).ends_with("moe");
       model::SyntheticModelSpec spec;
       spec.architecture = std::string(name) == "llama-moe" ? "llama" : name;
@@ -164,7 +165,13 @@ class TestArchitectures : public QObject {
       const bool headNorms =
           spec.architecture.starts_with("qwen3") || spec.architecture == "gemma3";
       for (const auto& layer : w.layers) {
-        QVERIFY(layer[TensorRole::Wq]);
+        // phi3 holds Q, K and V in one matrix (attn_qkv: qDim + 2 kvDim rows).
+        if (spec.architecture == "phi3") {
+          QCOMPARE(layer[TensorRole::Wqkv]->dims, (std::vector<int64_t>{64, 64 + 2 * 64}));
+          QCOMPARE(layer[TensorRole::WUp]->dims, (std::vector<int64_t>{64, 2 * 128}));
+        } else {
+          QVERIFY(layer[TensorRole::Wq]);
+        }
         QCOMPARE(layer[TensorRole::WDown] != nullptr, !moe);
         QCOMPARE(layer[TensorRole::GateInp] != nullptr, moe);
         QCOMPARE(layer[TensorRole::DownExps] != nullptr, moe);
@@ -178,8 +185,8 @@ class TestArchitectures : public QObject {
       }
       // A middle range binds only its layers.
       const auto ranged = model::ModelWeights::bindRange(file, config, 1, 2, false, false);
-      QVERIFY(ranged.layers[0][TensorRole::Wq] == nullptr);
-      QVERIFY(ranged.layers[1][TensorRole::Wq] != nullptr);
+      QVERIFY(ranged.layers[0][TensorRole::AttnNorm] == nullptr);
+      QVERIFY(ranged.layers[1][TensorRole::AttnNorm] != nullptr);
       QVERIFY(ranged[TensorRole::TokenEmbd] == nullptr);
     }
   }

@@ -338,7 +338,8 @@ class VulkanLayerProgramTest : public QObject {
   void opsWithoutKernelsAreRefusedByName() {
     for (const auto& [architecture, what] :
          {std::pair{"qwen3moe", "layer 0 has a mixture of experts"},
-          std::pair{"gemma3", "layer 0 has a Scale op"}}) {
+          std::pair{"gemma3", "layer 0 has a Scale op"},
+          std::pair{"phi3", "layer 0 has a fused Q/K/V projection"}}) {
       const auto m = loadModel(writeModel(architecture));
       QString refusal;
       try {

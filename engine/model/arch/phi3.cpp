@@ -1,0 +1,80 @@
+// Phi-3 / Phi-3.5 / Phi-4-mini dense (llama.cpp's phi3 graph): RMSNorm; one fused attn_qkv
+// matrix whose rows are Q, then K, then V; NeoX RoPE; the queries scaled by 1/sqrt(head size)
+// with kq scale 1; the output projection and residual; RMSNorm; one fused ffn_up matrix whose
+// first half of rows is the gate and the second the up projection (llama.cpp's ggml_swiglu of
+// the whole row); ffn_down; residual. llama.cpp ignores phi3's attention.sliding_window (its
+// SWA is disabled for this architecture), and so does Shoal.
+//
+// Not supported (refused): LongRoPE ("su"/"longrope": rope_factors_long/short tensors, the
+// 128k-context models), the MoE variant (phimoe is another architecture name anyway).
+
+#include <cmath>
+
+#include "engine/error.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/arch_blocks.h"
+#include "engine/model/architecture.h"
+
+namespace shoal::model::arch {
+namespace {
+
+using R = TensorRole;
+
+constexpr std::string_view kNames[] = {"phi3"};
+
+// One tensor per line.
+// clang-format off
+constexpr TensorSpec kLayerTensors[] = {
+    {R::AttnNorm, TensorScope::Layer, "attn_norm.weight", {Dim::Embd, Dim::One}, true},
+    {R::Wqkv, TensorScope::Layer, "attn_qkv.weight", {Dim::Embd, Dim::QkvDim}},
+    {R::Wo, TensorScope::Layer, "attn_output.weight", {Dim::QDim, Dim::Embd}},
+    {R::FfnNorm, TensorScope::Layer, "ffn_norm.weight", {Dim::Embd, Dim::One}, true},
+    {R::WUp, TensorScope::Layer, "ffn_up.weight", {Dim::Embd, Dim::Ff2}},
+    {R::WDown, TensorScope::Layer, "ffn_down.weight", {Dim::Ff, Dim::Embd}},
+};
+// clang-format on
+constexpr auto kTensors = joinTensors(kLlamaGlobalTensors, kLayerTensors);
+
+void readConfig(const gguf::File& file, const std::string& /*prefix*/, ModelConfig& c) {
+  if (file.findTensor("rope_factors_long.weight") || file.findTensor("rope_factors_short.weight")) {
+    throw Error(file.displayName() +
+                ": phi3 with LongRoPE (rope_factors_long/short) is not supported yet");
+  }
+  if (c.nExpert > 0) throw Error(file.displayName() + ": phi3 with experts is not supported");
+}
+
+LayerProgram program(const ModelConfig& c, int32_t /*layer: all alike*/) {
+  const int32_t q = c.qDim(), kv = c.kvDim();
+  LayerProgram p;
+  p.kvDim = kv;
+  const RopeParams rp = ropeOf(c, RopeStyle::Neox);
+  AttendParams attention = fullAttention(c);
+  attention.scale = 1.0f;  // the queries are scaled instead
+  p.ops = {
+      rmsNorm(Buffer::X, Buffer::Norm, R::AttnNorm, c.rmsEps),
+      project(Buffer::Norm, {{R::Wqkv, Buffer::Q, 0, q},
+                             {R::Wqkv, Buffer::K, q, kv},
+                             {R::Wqkv, Buffer::V, q + kv, kv}}),
+      rope(Buffer::Q, c.nHead, rp),
+      rope(Buffer::K, c.nHeadKv, rp),
+      scale(Buffer::Q, 1.0f / std::sqrt(static_cast<float>(c.headDim))),
+      attend(attention),
+      project(Buffer::Attn, {{R::Wo, Buffer::Tmp}}),
+      keepOutputRows(),
+      add(Buffer::Tmp, Buffer::X),
+      rmsNorm(Buffer::X, Buffer::Norm, R::FfnNorm, c.rmsEps),
+      fusedGatedFfn(Buffer::Norm, R::WUp, Activation::Silu),
+      project(Buffer::Gate, {{R::WDown, Buffer::Tmp}}),
+      add(Buffer::Tmp, Buffer::X),
+  };
+  return p;
+}
+
+}  // namespace
+
+const Architecture& architecture_phi3() {
+  static const Architecture a{kNames, readConfig, kTensors, program};
+  return a;
+}
+
+}  // namespace shoal::model::arch
