@@ -182,6 +182,12 @@ void Listener::Impl::vet(Vetting& v, std::unique_ptr<TlsConnection> conn) {
     const std::string op = first.control["op"].get<std::string>();
     if (op == ops::kHello) {
       if (trust.isTrusted(conn->peerDeviceId())) {
+        // Known from here on, before the welcome: once the peer holds it, its next connection
+        // must find the reserved slots (it may open one at once, before this thread runs on).
+        {
+          std::lock_guard lock(mutex);
+          slots.rememberTrusted(v.slot.source);
+        }
         conn->enterSession();  // before the welcome: the peer's next frame is a session frame
         Message welcome;
         welcome.control = {{"op", ops::kWelcome}, {"device_id", identity.deviceId}};
@@ -189,7 +195,6 @@ void Listener::Impl::vet(Vetting& v, std::unique_ptr<TlsConnection> conn) {
         {
           std::lock_guard lock(mutex);
           v.conn = nullptr;
-          slots.rememberTrusted(v.slot.source);
           releaseSlot(v);
         }
         onConnection(std::move(conn));
