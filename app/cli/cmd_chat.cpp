@@ -27,6 +27,7 @@ struct ChatOptions {
   std::string templateName;
   int maxTokens = 512;
   bool hideReasoning = false;
+  bool noThink = false;
   runtime::SamplerParams sampler;
 };
 
@@ -40,6 +41,7 @@ class ChatLoop {
       if (!f) throw CliExit{2, "unknown chat template '" + o.templateName + "'"};
       m_template.format = *f;
     }
+    m_template.thinking = !o.noThink;
     reset();
   }
 
@@ -141,7 +143,9 @@ void registerChatCommand(CLI::App& app) {
   addModelOptions(*cmd, o->model);
   cmd->add_option("--system", o->system, "system prompt");
   cmd->add_option("--template", o->templateName,
-                  "chat format: chatml, qwen3, llama3, llama2, gemma, mistral, phi3");
+                  "chat format: chatml, qwen3, llama3, llama2, gemma, mistral, mistral-v7, phi3");
+  cmd->add_flag("--no-think", o->noThink,
+                "ask a thinking model (qwen3 format) to answer without reasoning");
   cmd->add_flag("--hide-reasoning", o->hideReasoning,
                 "do not print a reply's <think> reasoning (it is shown dimmed otherwise)");
   cmd->add_option("-n,--n-predict", o->maxTokens, "most tokens per reply")

@@ -18,7 +18,7 @@ struct FormatName {
   std::string_view name;
 };
 
-constexpr std::array<FormatName, 7> kFormatNames = {{
+constexpr std::array<FormatName, 8> kFormatNames = {{
     {ChatFormat::ChatML, "chatml"},
     {ChatFormat::Qwen3, "qwen3"},
     {ChatFormat::Llama3, "llama3"},
@@ -26,6 +26,7 @@ constexpr std::array<FormatName, 7> kFormatNames = {{
     {ChatFormat::Gemma, "gemma"},
     {ChatFormat::Mistral, "mistral"},
     {ChatFormat::Phi3, "phi3"},
+    {ChatFormat::MistralV7, "mistral-v7"},
 }};
 
 bool isJinjaSpace(char c) {
@@ -100,6 +101,25 @@ std::string renderPhi3(const std::vector<ChatMessage>& messages, bool addAssista
   std::string out;
   for (const ChatMessage& m : messages) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
   if (addAssistantPrefix) out += "<|assistant|>\n";
+  return out;
+}
+
+// Mistral v7-tekken (Mistral-Small-3.1-24B-Instruct-2503's template, as llama.cpp's
+// LLM_CHAT_TEMPLATE_MISTRAL_V7_TEKKEN writes it): no spaces around the contents; an assistant
+// turn ends with </s>, and the reply begins right after the last [/INST].
+std::string renderMistralV7(const std::vector<ChatMessage>& messages) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      out += "[SYSTEM_PROMPT]" + m.content + "[/SYSTEM_PROMPT]";
+    } else if (m.role == "user") {
+      out += "[INST]" + m.content + "[/INST]";
+    } else if (m.role == "assistant") {
+      out += m.content + "</s>";
+    } else {
+      throw Error("chat format mistral-v7: role '" + m.role + "' cannot be written");
+    }
+  }
   return out;
 }
 
@@ -347,6 +367,8 @@ ChatTemplate detectChatTemplate(std::string_view jinjaTemplate) {
     result.format = ChatFormat::Phi3;
   } else if (contains("<start_of_turn>")) {
     result.format = ChatFormat::Gemma;
+  } else if (contains("[SYSTEM_PROMPT]")) {
+    result.format = ChatFormat::MistralV7;
   } else if (contains("[INST]")) {
     result.format = contains("<<SYS>>") ? ChatFormat::Llama2 : ChatFormat::Mistral;
   }
@@ -374,12 +396,17 @@ std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messag
       return renderMistral(messages);
     case ChatFormat::Phi3:
       return renderPhi3(messages, addAssistantPrefix);
+    case ChatFormat::MistralV7:
+      return renderMistralV7(messages);
   }
   throw Error("chat format: unknown enum value " + std::to_string(static_cast<int>(format)));
 }
 
-std::string renderChat(const ChatTemplate& chatTemplate, const std::vector<ChatMessage>& messages,
-                       bool addAssistantPrefix) {
+namespace {
+
+std::string renderWithDefaultSystem(const ChatTemplate& chatTemplate,
+                                    const std::vector<ChatMessage>& messages,
+                                    bool addAssistantPrefix) {
   // Like SmolLM2's template ("if loop.first and messages[0]['role'] != 'system'"): only a
   // conversation that has messages, and does not open with a system one, gets the default.
   if (chatTemplate.defaultSystemPrompt.empty() || messages.empty() ||
@@ -391,6 +418,18 @@ std::string renderChat(const ChatTemplate& chatTemplate, const std::vector<ChatM
   withSystem.push_back({"system", chatTemplate.defaultSystemPrompt});
   withSystem.insert(withSystem.end(), messages.begin(), messages.end());
   return renderChat(chatTemplate.format, withSystem, addAssistantPrefix);
+}
+
+}  // namespace
+
+std::string renderChat(const ChatTemplate& chatTemplate, const std::vector<ChatMessage>& messages,
+                       bool addAssistantPrefix) {
+  std::string out = renderWithDefaultSystem(chatTemplate, messages, addAssistantPrefix);
+  // Qwen3's template with enable_thinking=false.
+  if (!chatTemplate.thinking && chatTemplate.format == ChatFormat::Qwen3 && addAssistantPrefix) {
+    out += "<think>\n\n</think>\n\n";
+  }
+  return out;
 }
 
 std::vector<std::string> chatStopStrings(ChatFormat format) {
@@ -407,6 +446,7 @@ std::vector<std::string> chatStopStrings(ChatFormat format) {
     // "</s>" is EOS; "[INST]" catches a model that runs on into writing the next user turn.
     case ChatFormat::Llama2:
     case ChatFormat::Mistral:
+    case ChatFormat::MistralV7:
       return {"</s>", "[INST]"};
   }
   throw Error("chat format: unknown enum value " + std::to_string(static_cast<int>(format)));

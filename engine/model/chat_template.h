@@ -28,6 +28,9 @@ enum class ChatFormat {
   Gemma,    // <start_of_turn>user\n...<end_of_turn>\n, assistant is "model", no system role
   Mistral,  // [INST] ...[/INST] ...</s> (v3), system prompt folded into the last user turn
   Phi3,     // <|role|>\n...<|end|>\n (Phi-3, Phi-3.5)
+  // Mistral's v7 (tekken) format, Mistral Small 3.x, Magistral, Devstral:
+  // [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST]...</s>
+  MistralV7,
 };
 
 // A recognised template: its format plus what the template adds on its own.
@@ -36,6 +39,10 @@ struct ChatTemplate {
   // System prompt the template writes when the conversation does not start with a system
   // message (e.g. SmolLM2's "You are a helpful AI assistant named SmolLM, ..."); empty if none.
   std::string defaultSystemPrompt;
+  // A render option rather than part of the template: false asks a thinking model (Qwen3) to
+  // answer without reasoning, as its template's enable_thinking=false does (an empty <think>
+  // block after the assistant prefix). Other formats ignore it.
+  bool thinking = true;
 };
 
 std::string_view chatFormatName(ChatFormat format);  // "chatml", "llama3", "llama2", ...

@@ -238,8 +238,10 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
     sampling = std::move(r.sampling);
     splitReasoning = r.splitReasoning;
     checkModel(sampling.model);
-    const model::ChatPrompt p = model::buildChatPrompt(
-        tokenizer, m_model.chatTemplate(), r.messages, ctx, sampling.maxTokens.value_or(ctx));
+    model::ChatTemplate chatTemplate = m_model.chatTemplate();
+    chatTemplate.thinking = r.thinking;
+    const model::ChatPrompt p = model::buildChatPrompt(tokenizer, chatTemplate, r.messages, ctx,
+                                                       sampling.maxTokens.value_or(ctx));
     if (!p.fits) {
       throw ApiError(400, "invalid_request_error", "context_length_exceeded",
                      "the newest message alone (" + std::to_string(p.tokens.size()) +

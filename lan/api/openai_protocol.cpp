@@ -217,6 +217,17 @@ ChatRequest parseChatRequest(const std::string& body) {
   if (r.messages.back().role == "assistant") {
     badParam("messages", "the last message must not be the assistant's (nothing to reply to)");
   }
+  if (const json* kwargs = field(j, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) {
+      badParam("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    }
+    if (const json* thinking = field(*kwargs, "enable_thinking")) {
+      if (!thinking->is_boolean()) {
+        badParam("chat_template_kwargs.enable_thinking", "'enable_thinking' must be true or false");
+      }
+      r.thinking = thinking->get<bool>();
+    }
+  }
   if (const json* format = field(j, "reasoning_format")) {
     const std::string name = format->is_string() ? format->get<std::string>() : std::string();
     if (name == "none") {

@@ -67,6 +67,9 @@ struct ChatRequest {
   // message.reasoning_content (delta.reasoning_content when streaming), as llama-server and
   // DeepSeek's API do; "none" leaves it in the content.
   bool splitReasoning = true;
+  // "chat_template_kwargs": {"enable_thinking": false} (as llama-server and vLLM take it): a
+  // thinking model (Qwen3) answers without reasoning.
+  bool thinking = true;
 };
 
 struct CompletionRequest {

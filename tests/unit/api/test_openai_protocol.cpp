@@ -161,6 +161,15 @@ class TestOpenAiProtocol : public QObject {
     QCOMPARE(QString::fromStdString(e.toJson()["error"]["param"].get<std::string>()),
              QString("reasoning_format"));
 
+    QVERIFY(parseChatRequest(R"({"model":"m",)" + hello + "}").thinking);
+    QVERIFY(!parseChatRequest(R"({"model":"m","chat_template_kwargs":{"enable_thinking":false},)" +
+                              hello + "}")
+                 .thinking);
+    QCOMPARE(
+        chatError(R"({"model":"m","chat_template_kwargs":{"enable_thinking":"no"},)" + hello + "}")
+            .status(),
+        400);
+
     const json whole = chatCompletionJson("id", 1, "m", "4", "stop", Usage{3, 9}, "Simple sum.");
     QCOMPARE(whole["choices"][0]["message"]["reasoning_content"].get<std::string>(),
              std::string("Simple sum."));

@@ -159,6 +159,31 @@ class TestChatTemplate : public QObject {
              q("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
                "<|im_start|>user\nAnd 3+3? /no_think<|im_end|>\n<|im_start|>assistant\n"));
     QCOMPARE(shoal::model::chatStopStrings(ChatFormat::Qwen3).front(), std::string("<|im_end|>"));
+    // enable_thinking=false: an empty block after the assistant prefix; other formats ignore it.
+    shoal::model::ChatTemplate noThink;
+    noThink.format = ChatFormat::Qwen3;
+    noThink.thinking = false;
+    QVERIFY(q(renderChat(noThink, messages, true))
+                .endsWith(q("<|im_start|>assistant\n<think>\n\n</think>\n\n")));
+    noThink.format = ChatFormat::ChatML;
+    QVERIFY(q(renderChat(noThink, messages, true)).endsWith(q("<|im_start|>assistant\n")));
+  }
+
+  // Mistral Small 3.x (v7-tekken): system and user turns in their own brackets, no spaces.
+  void detectsAndRendersMistralV7() {
+    const char* v7 =
+        "{%- if messages[0]['role'] == 'system' %}{{- '[SYSTEM_PROMPT]' + messages[0]['content'] "
+        "+ '[/SYSTEM_PROMPT]' }}{%- endif %}{%- for message in loop_messages %}"
+        "{%- if message['role'] == 'user' %}{{- '[INST]' + message['content'] + '[/INST]' }}"
+        "{%- elif message['role'] == 'assistant' %}{{- message['content'] + eos_token }}"
+        "{%- endif %}{%- endfor %}";
+    QCOMPARE(shoal::model::detectChatFormat(v7), ChatFormat::MistralV7);
+    const std::vector<shoal::model::ChatMessage> messages = {
+        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+    QCOMPARE(
+        q(renderChat(ChatFormat::MistralV7, messages, true)),
+        q("[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]Hi[/INST]Hello.</s>[INST]Bye[/INST]"));
+    QCOMPARE(shoal::model::chatStopStrings(ChatFormat::MistralV7).front(), std::string("</s>"));
   }
 
   void detectsAndRendersPhi3() {
@@ -260,7 +285,7 @@ class TestChatTemplate : public QObject {
       QCOMPARE(shoal::model::chatFormatName(*format), name);
     }
     QCOMPARE(shoal::model::chatFormatFromName("ChatML"), std::optional(ChatFormat::ChatML));
-    QCOMPARE(shoal::model::chatFormatNames().size(), size_t{7});
+    QCOMPARE(shoal::model::chatFormatNames().size(), size_t{8});
   }
 
   void unknownNamesAreRefused() {
