@@ -3,6 +3,7 @@
 // (SmolLM2-135M: 30 layers, n_embd 576, 9 heads, 3 KV heads, vocab 49152, tied embeddings;
 // per-layer figures computed with gguf-py from the file).
 
+#include <QTemporaryDir>
 #include <QtTest>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "engine/model/architecture.h"
 #include "engine/model/kv_footprint.h"
 #include "engine/model/model_config.h"
+#include "engine/model/synthetic_model.h"
 #include "engine/plan/model_cost.h"
 
 using namespace shoal::plan;
@@ -126,6 +128,35 @@ class PlanModelCostTest : public QObject {
     QCOMPARE(m.perLayer[1].readBytesPerToken, 500.0);
     f.expertUsedCount = 9;
     QVERIFY_THROWS_EXCEPTION(shoal::Error, modelCostFromFacts(f, 0));
+  }
+
+  // The same from a real file: a synthetic qwen3moe (8 experts, 2 per token) as the writer
+  // lays it out. Each layer's memory counts every expert; a token reads and computes with the
+  // shared tensors and a quarter of the experts.
+  void aMixtureOfExpertsFileIsCostedByItsActiveExperts() {
+    QTemporaryDir dir;
+    shoal::model::SyntheticModelSpec spec;
+    spec.architecture = "qwen3moe";
+    spec.nLayer = 2;
+    spec.nEmbd = 64;
+    spec.nFf = 128;
+    spec.nVocab = 300;
+    spec.nExpert = 8;
+    spec.nExpertUsed = 2;
+    const std::string path = dir.filePath("moe.gguf").toStdString();
+    shoal::model::writeSyntheticModel(spec, path);
+    const auto file = shoal::gguf::File::open(path);
+    double experts = 0, layer0 = 0;
+    for (const auto& t : file.tensors()) {
+      if (t.name.rfind("blk.0.", 0) != 0) continue;
+      layer0 += static_cast<double>(t.nbytes);
+      if (t.name.find("_exps.") != std::string::npos) experts += static_cast<double>(t.nbytes);
+    }
+    QVERIFY(experts > 0);
+    const ModelCost m = modelCostFromGguf(file, 512);
+    QCOMPARE(m.perLayer.size(), size_t{2});
+    QCOMPARE(m.perLayer[0].weightBytes, layer0);
+    QCOMPARE(m.perLayer[0].readBytesPerToken, layer0 - experts + experts * 2 / 8);
   }
 
   void kvFootprintFollowsTheLayerProgram() {
