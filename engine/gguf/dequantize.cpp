@@ -114,6 +114,19 @@ void dequantQ4_0(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// IQ4_NL (18 bytes): f16 d | u8 qs[16], nibbles as Q4_0, each an index into kIq4NlValues;
+// x = d * value.
+void dequantIQ4_NL(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
+    const float d = loadHalf(b);
+    const uint8_t* qs = b + 2;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * static_cast<float>(kIq4NlValues[qs[j] & 0x0f]);
+      y[j + 16] = d * static_cast<float>(kIq4NlValues[qs[j] >> 4]);
+    }
+  }
+}
+
 // Q4_1 (20 bytes): f16 d | f16 m | u8 qs[16]. Nibble order as Q4_0; x = q * d + m.
 void dequantQ4_1(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 20, y += 32) {
@@ -368,6 +381,8 @@ void dequantizeRow(TensorType type, const void* src, float* dst, int64_t n) {
       return dequantQ6_K(bytes, dst, nb);
     case TensorType::Q8_K:
       return dequantQ8_K(bytes, dst, nb);
+    case TensorType::IQ4_NL:
+      return dequantIQ4_NL(bytes, dst, nb);
     default:
       throw Error("dequantizeRow: type " + std::string(traits.name) + " is not supported");
   }

@@ -40,6 +40,10 @@ inline float loadF32(const uint8_t* p) {
   return v;
 }
 
+// IQ4_NL's 16 non-linear levels (ggml-common.h kvalues_iq4nl), indexed by a block's nibbles.
+inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
 inline float loadHalf(const uint8_t* p) { return halfToFloat(loadU16(p)); }
 
 inline void storeU16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }

@@ -57,6 +57,61 @@ void quantQ4_0(const float* x, uint8_t* b, int64_t nb) {
   }
 }
 
+// ggml's best_index_int8: the level nearest to x (ties to the lower one).
+int bestIq4NlIndex(float x) {
+  const int8_t* val = kIq4NlValues;
+  if (x <= val[0]) return 0;
+  if (x >= val[15]) return 15;
+  int ml = 0, mu = 15;
+  while (mu - ml > 1) {
+    const int mav = (ml + mu) / 2;
+    if (x < val[mav]) {
+      mu = mav;
+    } else {
+      ml = mav;
+    }
+  }
+  return x - static_cast<float>(val[mu - 1]) < static_cast<float>(val[mu]) - x ? mu - 1 : mu;
+}
+
+// quantize_row_iq4_nl_ref (quantize_row_iq4_nl_impl with one 32-element block, no importance
+// weights, ntry -1): the scale that maps the extreme value to the first level, the levels nearest
+// to x / d, then d refit by weighted least squares (weights x^2). Unlike the other types here,
+// its bytes have not been checked against ggml's (the CPU kernels and the llama.cpp parity
+// fixtures do not depend on that: they compute with whatever valid blocks the file holds).
+void quantIQ4_NL(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32, b += 18) {
+    uint8_t* qs = b + 2;
+    std::memset(qs, 0, 16);
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j) {
+      const float ax = std::fabs(x[j]);
+      if (ax > amax) {
+        amax = ax;
+        max = x[j];
+      }
+    }
+    if (amax < 1e-15f) {  // GROUP_MAX_EPS: all zero
+      storeHalf(b, 0.0f);
+      continue;
+    }
+    const float d0 = max / static_cast<float>(kIq4NlValues[0]);
+    const float id = 1 / d0;
+    uint8_t levels[32];
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int l = bestIq4NlIndex(id * x[j]);
+      levels[j] = static_cast<uint8_t>(l);
+      const float q = static_cast<float>(kIq4NlValues[l]);
+      const float w = x[j] * x[j];
+      sumqx += w * q * x[j];
+      sumq2 += w * q * q;
+    }
+    storeHalf(b, sumq2 > 0 ? sumqx / sumq2 : 0.0f);
+    for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(levels[j] | (levels[j + 16] << 4));
+  }
+}
+
 void minMax(const float* x, int n, float& min, float& max) {
   min = FLT_MAX;
   max = -FLT_MAX;
@@ -675,6 +730,8 @@ void quantizeRow(TensorType type, const float* src, void* dst, int64_t n) {
       return quantQ6_K(src, out, nb);
     case TensorType::Q8_K:
       return quantQ8_K(src, out, nb);
+    case TensorType::IQ4_NL:
+      return quantIQ4_NL(src, out, nb);
     default:
       throw Error("quantizeRow: type " + std::string(traits.name) + " is not supported");
   }

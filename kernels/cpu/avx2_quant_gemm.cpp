@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "engine/gguf/quant_common.h"
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/simd_kernels.h"
 
@@ -95,6 +96,18 @@ struct Q8_0 {
   static constexpr bool kSigned = true, kMin = false;
   static __m256i load(const W& b) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  }
+};
+
+// IQ4_NL: the nibbles index a 16-level table (vpshufb), signed. Its block has Q4_0's layout.
+struct IQ4NL {
+  using W = BlockQ4_0;
+  using A = BlockQ8_0;
+  static constexpr bool kSigned = true, kMin = false;
+  static __m256i load(const W& b) {
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
+    return _mm256_shuffle_epi8(table, nibbles(b.qs));
   }
 };
 
@@ -221,6 +234,50 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     for (; r + 2 <= rowEnd; r += 2) rowTile<Q, 2>(g, r);
   }
   for (; r < rowEnd; ++r) rowTile<Q, 1>(g, r);
+}
+
+// ggml_vec_dot_iq4_nl_q8_0 (AVX2): even and odd blocks in two accumulators, added before the
+// horizontal sum; an odd last block fused into the total in scalar.
+float dotIQ4NLVec(const BlockQ4_0* x, const BlockQ8_0* y, int64_t blocks) {
+  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+  int64_t b = 0;
+  auto step = [&](int64_t i, __m256 acc) {
+    const __m256i q = IQ4NL::load(x[i]);
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+    const __m256i lanes = dotUnsigned(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
+    return _mm256_fmadd_ps(_mm256_set1_ps(half(y[i].d) * half(x[i].d)), _mm256_cvtepi32_ps(lanes),
+                           acc);
+  };
+  for (; b + 1 < blocks; b += 2) {
+    even = step(b, even);
+    odd = step(b + 1, odd);
+  }
+  float sum = hsum8(_mm256_add_ps(even, odd));
+  for (; b < blocks; ++b) {
+    int32_t s = 0;
+    for (int j = 0; j < 16; ++j) {
+      s += y[b].qs[j] * gguf::kIq4NlValues[x[b].qs[j] & 0xF];
+      s += y[b].qs[j + 16] * gguf::kIq4NlValues[x[b].qs[j] >> 4];
+    }
+    sum = fmaSingle(half(y[b].d) * half(x[b].d), static_cast<float>(s), sum);
+  }
+  return sum;
+}
+
+// IQ4_NL: the tiles (tinyBLAS's one accumulator) for DotOrder::Tiled, the two-accumulator vec
+// order row by row otherwise.
+void gemmIQ4NL(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  if (g.order == DotOrder::Tiled) return gemm<IQ4NL>(g, rowBegin, rowEnd);
+  const int64_t blocks = g.cols / kQK;
+  for (int64_t r = rowBegin; r < rowEnd; ++r) {
+    const auto* x =
+        reinterpret_cast<const BlockQ4_0*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+    for (int64_t t = 0; t < g.tokens; ++t) {
+      const auto* y =
+          reinterpret_cast<const BlockQ8_0*>(g.act + static_cast<size_t>(t) * g.actStride);
+      g.y[t * g.ldy + r] = dotIQ4NLVec(x, y, blocks);
+    }
+  }
 }
 
 // ---- K-quants (ggml_vec_dot_q{4,5,6}_K_q8_K, AVX2) -------------------------------------------
@@ -618,5 +675,6 @@ void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q8_0>(g, b, e); }
 void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q4KTraits, dotQ4_K>(g, b, e); }
 void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q5KTraits, dotQ5_K>(g, b, e); }
 void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q6KTraits, dotQ6_K>(g, b, e); }
+void gemmIQ4_NL(const GemmArgs& g, int64_t b, int64_t e) { gemmIQ4NL(g, b, e); }
 
 }  // namespace shoal::cpu::avx2

@@ -36,6 +36,7 @@ KernelTable makeReferenceTable() {
   set(WeightKind::Q4_K, referenceGemm<WeightKind::Q4_K>);
   set(WeightKind::Q5_K, referenceGemm<WeightKind::Q5_K>);
   set(WeightKind::Q6_K, referenceGemm<WeightKind::Q6_K>);
+  set(WeightKind::IQ4_NL, referenceGemm<WeightKind::IQ4_NL>);
   auto conv = [&t](ActKind k, ConvertFn fn) { t.convert[static_cast<int>(k)] = fn; };
   conv(ActKind::F32, ref::convertF32);
   conv(ActKind::F16, ref::convertF16);
@@ -77,6 +78,8 @@ WeightKind weightKind(gguf::TensorType type) {
       return WeightKind::Q5_K;
     case TensorType::Q6_K:
       return WeightKind::Q6_K;
+    case TensorType::IQ4_NL:
+      return WeightKind::IQ4_NL;
     default:
       break;
   }
@@ -94,6 +97,7 @@ ActKind activationKind(WeightKind kind) {
     case WeightKind::Q4_0:
     case WeightKind::Q5_0:
     case WeightKind::Q8_0:
+    case WeightKind::IQ4_NL:
       return ActKind::Q8_0;
     case WeightKind::Q4_1:
     case WeightKind::Q5_1:

@@ -19,6 +19,11 @@
 //    (tinyBLAS also takes Q8_0/Q4_0/Q5_0 batches, but its tinyBLAS_Q0_AVX accumulates exactly
 //    like the vec_dot kernels, so the quantized types need only one order.)
 //
+//  * IQ4_NL (levels from a 16-entry table, Q8_0 activations) has two orders: DotOrder::Vec as
+//    ggml_vec_dot_iq4_nl_q8_0 (AVX2): two accumulators, even and odd blocks, added before the
+//    horizontal sum, an odd last block fused into the total in scalar; DotOrder::Tiled as
+//    tinyBLAS_Q0_AVX, which runs it for 2+ tokens: one accumulator, like Q4_0.
+//
 //  * K-quant dots have two orders too: DotOrder::Vec as above, DotOrder::Tiled as llama.cpp's
 //    tiled matmul (ggml-cpu/tiled) rounds, which it runs for batches of 8+ tokens: per
 //    super-block exact integer totals, then r = s1 * d_w, r = fma(-dmin_w, s2, r),
@@ -35,7 +40,21 @@ namespace shoal::cpu {
 enum class DotOrder { Vec, Tiled };
 
 // Weight types with a matrix kernel, as table indices.
-enum class WeightKind { F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Count };
+enum class WeightKind {
+  F32,
+  F16,
+  BF16,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q8_0,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+  IQ4_NL,
+  Count
+};
 
 // Formats activations are converted to before a matrix product.
 enum class ActKind { F32, F16, BF16, Q8_0, Q8_1, Q8_K, Count };

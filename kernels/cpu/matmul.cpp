@@ -50,6 +50,8 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
   if (w.kind == WeightKind::Q4_K || w.kind == WeightKind::Q5_K || w.kind == WeightKind::Q6_K) {
     return tokens >= 8 ? DotOrder::Tiled : DotOrder::Vec;
   }
+  // IQ4_NL: tinyBLAS_Q0_AVX takes 2+ tokens, whatever the shape.
+  if (w.kind == WeightKind::IQ4_NL) return tokens >= 2 ? DotOrder::Tiled : DotOrder::Vec;
   if (tokens < 2 || w.rows % 4 != 0) return DotOrder::Vec;
   // tinyBLAS steps: 16 floats (F32, F16 as f32 after vcvtph2ps), 32 bf16 (vdpbf16ps).
   switch (w.kind) {

@@ -7,6 +7,7 @@
 
 #include "engine/error.h"
 #include "engine/gguf/dequantize.h"
+#include "engine/gguf/quant_common.h"
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/ggml_order.h"
 #include "kernels/cpu/reference_kernels.h"
@@ -162,6 +163,44 @@ float dotQ4_0(const void* w, const void* a, int64_t n) {
     accumulateBlock(q, y[b].qs, halfToFloat(x[b].d) * halfToFloat(y[b].d), acc);
   }
   return order::hsum8(acc);
+}
+
+float dotIQ4_NL(const void* w, const void* a, int64_t n, DotOrder order) {
+  const auto* x = static_cast<const BlockQ4_0*>(w);  // same layout: f16 d + 16 B of nibbles
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const int64_t blocks = n / kQK;
+  int32_t q[32];
+  auto unpack = [&](int64_t b) {
+    nibbles(x[b].qs, q);
+    for (int32_t& v : q) v = gguf::kIq4NlValues[v];
+  };
+  auto scale = [&](int64_t b) { return halfToFloat(y[b].d) * halfToFloat(x[b].d); };
+  if (order == DotOrder::Tiled) {
+    float acc[8] = {};
+    for (int64_t b = 0; b < blocks; ++b) {
+      unpack(b);
+      accumulateBlock(q, y[b].qs, scale(b), acc);
+    }
+    return order::hsum8(acc);
+  }
+  float even[8] = {}, odd[8] = {};
+  int64_t b = 0;
+  for (; b + 1 < blocks; b += 2) {
+    unpack(b);
+    accumulateBlock(q, y[b].qs, scale(b), even);
+    unpack(b + 1);
+    accumulateBlock(q, y[b + 1].qs, scale(b + 1), odd);
+  }
+  float both[8];
+  for (int k = 0; k < 8; ++k) both[k] = even[k] + odd[k];
+  float sum = order::hsum8(both);
+  for (; b < blocks; ++b) {  // ggml's scalar tail: sumf += d * (sumi1 + sumi2), fused
+    unpack(b);
+    int32_t s = 0;
+    for (int e = 0; e < 32; ++e) s += q[e] * y[b].qs[e];
+    sum = std::fma(scale(b), static_cast<float>(s), sum);
+  }
+  return sum;
 }
 
 float dotQ4_1(const void* w, const void* a, int64_t n) {
@@ -367,6 +406,8 @@ float dot(WeightKind kind, const void* w, const void* a, int64_t n, DotOrder ord
       return dotQ5_K(w, a, n, order);
     case WeightKind::Q6_K:
       return dotQ6_K(w, a, n, order);
+    case WeightKind::IQ4_NL:
+      return dotIQ4_NL(w, a, n, order);
     case WeightKind::Count:
       break;
   }

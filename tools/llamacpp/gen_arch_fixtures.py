@@ -78,6 +78,10 @@ MODELS = [
     # Phi-3: fused attn_qkv and gate/up matrices, queries scaled before attention.
     {"name": "phi3-q8_0", "arch": "phi3", "layers": 3, "embd": 256, "heads": 4, "kv_heads": 2,
      "ff": 512, "type": "q8_0", "seed": 39},
+    # IQ4_NL everywhere (embedding and head too); ffn_down rows of 480 = 15 blocks, so the
+    # one-token order's odd last block is taken.
+    {"name": "llama-iq4_nl", "arch": "llama", "layers": 2, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 480, "type": "iq4_nl", "seed": 40},
     # Mixtral-style: a llama model with experts (no expert_feed_forward_length: experts are ff
     # wide), 5 of 8 experts in Q5_K.
     {"name": "llama-moe-8x2-q5_K", "arch": "llama", "layers": 3, "embd": 256, "heads": 8,

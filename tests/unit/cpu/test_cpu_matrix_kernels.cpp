@@ -68,7 +68,8 @@ struct Problem {
 bool tiledAllowed(TensorType t, int64_t cols) {
   if (t == TensorType::F32 || t == TensorType::F16) return cols % 16 == 0;
   if (t == TensorType::BF16) return cols % 32 == 0;
-  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
+  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K ||
+         t == TensorType::IQ4_NL;
 }
 
 void addTypeRows(bool withThreshold) {
@@ -86,6 +87,8 @@ void addTypeRows(bool withThreshold) {
       {TensorType::Q5_0, {32, 96, 576}, 5e-4},
       {TensorType::Q5_1, {32, 96, 576}, 5e-4},
       {TensorType::Q8_0, {32, 96, 576}, 5e-4},
+      // 32 and 96: one and three blocks, the vec order's odd tail.
+      {TensorType::IQ4_NL, {32, 96, 576}, 5e-4},
       {TensorType::Q4_K, {256, 512}, 5e-4},
       {TensorType::Q5_K, {256, 512}, 5e-4},
       {TensorType::Q6_K, {256, 512}, 5e-4},
@@ -262,7 +265,8 @@ class CpuMatrixKernelsTest : public QObject {
     QCOMPARE(activationKind(weightKind(TensorType::F16)), ActKind::F16);
     QCOMPARE(activationKind(weightKind(TensorType::BF16)), ActKind::BF16);
     QCOMPARE(activationKind(weightKind(TensorType::F32)), ActKind::F32);
-    QVERIFY_THROWS_EXCEPTION(shoal::Error, weightKind(TensorType::IQ4_NL));
+    QCOMPARE(activationKind(weightKind(TensorType::IQ4_NL)), ActKind::Q8_0);
+    QVERIFY_THROWS_EXCEPTION(shoal::Error, weightKind(TensorType::IQ4_XS));
   }
 };
 
