@@ -27,11 +27,8 @@ constexpr const char* kReasoningScheme = "shoal-reasoning";
 
 // A reply's text with its reasoning collapsed or quoted (see transcriptMarkdown).
 QString replyMarkdown(const QString& text, qint64 id, bool expanded, bool streaming) {
-  shoal::runtime::ReasoningSplit split;
-  shoal::runtime::ReasoningSplit::Parts parts = split.push(text.toStdString());
-  const shoal::runtime::ReasoningSplit::Parts rest = split.finish();
-  parts.reasoning += rest.reasoning;
-  parts.content += rest.content;
+  const shoal::runtime::ReasoningSplit::Parts parts =
+      shoal::runtime::ReasoningSplit::split(text.toStdString());
   const QString reasoning = QString::fromStdString(parts.reasoning).trimmed();
   const QString content = QString::fromStdString(parts.content);
   if (reasoning.isEmpty()) return closedFences(content);

@@ -107,4 +107,13 @@ ReasoningSplit::Parts ReasoningSplit::finish() {
   return out;
 }
 
+ReasoningSplit::Parts ReasoningSplit::split(std::string_view reply, bool startsInReasoning) {
+  ReasoningSplit s(startsInReasoning);
+  Parts out = s.push(reply);
+  const Parts rest = s.finish();
+  out.reasoning += rest.reasoning;
+  out.content += rest.content;
+  return out;
+}
+
 }  // namespace shoal::runtime

@@ -27,6 +27,9 @@ class ReasoningSplit {
   // End of the reply: what was held back (an unterminated block is reasoning).
   Parts finish();
 
+  // A whole reply at once (push then finish).
+  static Parts split(std::string_view reply, bool startsInReasoning = false);
+
  private:
   enum class State {
     Start,       // nothing but whitespace yet: a <think> may still open

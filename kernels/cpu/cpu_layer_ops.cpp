@@ -88,7 +88,7 @@ void LayerRunner::begin(const runtime::Batch& batch) {
       m_positions[sz(m_rows++)] = s.firstPosition + i;
     }
   }
-  buildRuns(false);
+  buildRuns();
   for (RopeTable& r : m_ropes) {
     const int64_t half = r.params.nRot / 2;
     const float* factors = r.params.freqFactors ? m_ropeFreqs : nullptr;
@@ -239,14 +239,11 @@ int64_t LayerRunner::liveRows(const runtime::Segment& s) const {
                                                 : 0;
 }
 
-void LayerRunner::buildRuns(bool kept) {
+void LayerRunner::buildRuns() {
   m_runs.clear();
   int64_t first = 0;
   for (const runtime::Segment& s : m_segments) {
-    const int64_t rows = !kept                                  ? s.count
-                         : s.logits == runtime::LogitRows::All  ? s.count
-                         : s.logits == runtime::LogitRows::Last ? 1
-                                                                : 0;
+    const int64_t rows = liveRows(s);
     if (rows == 0) continue;
     // dotOrder's thresholds: 2+ tokens (tinyBLAS) and 8+ (the K-quant tiled kernel).
     const int64_t order = rows >= 8 ? 8 : rows >= 2 ? 2 : 1;
@@ -263,7 +260,7 @@ void LayerRunner::keepOutputRows(const std::array<bool, model::kBufferCount>& li
                                  const BufferWidths& width) {
   if (m_kept) return;
   m_kept = true;
-  buildRuns(true);
+  buildRuns();
   if (m_keepCount == m_rows) return;  // every row goes on
   for (int64_t k = 0; k < m_keepCount; ++k) {
     const int64_t from = m_keep[sz(k)];

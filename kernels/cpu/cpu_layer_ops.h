@@ -127,7 +127,7 @@ class LayerRunner {
   int64_t m_keepCount = 0;
   std::vector<RowRun> m_runs;  // of the live rows
   // m_runs from the rows each segment has live now (all of them, or the kept ones).
-  void buildRuns(bool kept);
+  void buildRuns();
   // The rows of segment s live now.
   int64_t liveRows(const runtime::Segment& s) const;
 };

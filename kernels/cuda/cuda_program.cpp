@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "engine/error.h"
+#include "kernels/gpu_op_gaps.h"
 
 namespace shoal::cuda {
 namespace {
@@ -26,6 +27,9 @@ class Resolver {
     CudaOp out;
     out.op = op;
     if (op.src >= Buffer::Count || op.dst >= Buffer::Count) fail("an op on an unknown buffer");
+    if (const char* gap = kernels::gpuOpGap(op)) {
+      fail(std::string(gap) + ", which has no CUDA kernels yet (the CPU backend runs it)");
+    }
     const int64_t src = width(op.src), dst = width(op.dst);
     switch (op.kind) {
       case OpKind::RmsNorm:
@@ -66,9 +70,8 @@ class Resolver {
         out.matrices[1] = matrix(op.ffn[1], src, m_c.nFf);
         break;
       case OpKind::MoeFfn:
-        fail("a mixture-of-experts FFN, which has no CUDA kernels yet (the CPU backend runs it)");
       case OpKind::Scale:
-        fail("a Scale op, which has no CUDA kernel yet (the CPU backend runs it)");
+        break;  // refused above
     }
     return out;
   }

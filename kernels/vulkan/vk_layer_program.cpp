@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "engine/model/model_config.h"
+#include "kernels/gpu_op_gaps.h"
 
 namespace shoal::vulkan {
 namespace {
@@ -35,6 +36,9 @@ void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t con
   };
   bool kept = false;
   for (const Op& op : program.ops) {
+    if (const char* gap = kernels::gpuOpGap(op)) {
+      fail(where + gap + ", which has no Vulkan kernels yet (the CPU backend runs it)");
+    }
     switch (op.kind) {
       case model::OpKind::RmsNorm:
       case model::OpKind::AddBias:
@@ -53,10 +57,8 @@ void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t con
         need(op.ffn[1]);
         break;
       case model::OpKind::MoeFfn:
-        fail(where + "a mixture-of-experts FFN, which has no Vulkan kernels yet (the CPU " +
-             "backend runs it)");
       case model::OpKind::Scale:
-        fail(where + "a Scale op, which has no Vulkan kernel yet (the CPU backend runs it)");
+        break;  // refused above
       case model::OpKind::Rope:
       case model::OpKind::Attend:
         // The kernels take positions from the first row on: all rows must still be in play.

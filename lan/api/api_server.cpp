@@ -303,14 +303,9 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
     }
     const Usage usage{r.promptTokens, static_cast<int32_t>(r.tokens.size())};
     const std::string reason = finishReasonFor(runtime::finishReasonName(r.finish));
-    runtime::ReasoningSplit::Parts reply{{}, r.text};
-    if (splitReasoning) {
-      runtime::ReasoningSplit split;
-      reply = split.push(r.text);
-      const runtime::ReasoningSplit::Parts rest = split.finish();
-      reply.reasoning += rest.reasoning;
-      reply.content += rest.content;
-    }
+    const runtime::ReasoningSplit::Parts reply = splitReasoning
+                                                     ? runtime::ReasoningSplit::split(r.text)
+                                                     : runtime::ReasoningSplit::Parts{{}, r.text};
     res.set_content(dumpJson(chat ? chatCompletionJson(id, created, m_modelId, reply.content,
                                                        reason, usage, reply.reasoning)
                                   : completionJson(id, created, m_modelId, r.text, reason, usage)),

@@ -31,10 +31,9 @@ import tempfile
 import numpy as np
 
 import llama_cpp
-from llama_cpp import Llama
-
 from gen_fixtures import (DEFAULT_MODEL, FIXTURES, N_THREADS, PINNED_VERSION,
-                          disable_extra_buffer_types, last_logits, sha256_of, top2, top_k)
+                          disable_extra_buffer_types, last_logits, load_llama, sha256_of, top2,
+                          top_k)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = FIXTURES / "llamacpp_arch.json"
@@ -123,11 +122,7 @@ def logits_hash(logits):
 
 
 def run_model(path, n_vocab_expected, prompts):
-    llm = Llama(model_path=str(path), n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_BATCH,
-                n_threads=N_THREADS, n_threads_batch=N_THREADS, n_gpu_layers=0, logits_all=False,
-                flash_attn=False, verbose=False)
-    if llm.model_params.use_extra_bufts:
-        sys.exit("gen_arch_fixtures: could not disable extra buffer types")
+    llm = load_llama(path, N_CTX, N_BATCH)
     if llm.n_vocab() != n_vocab_expected:
         sys.exit(f"gen_arch_fixtures: {path.name} has {llm.n_vocab()} tokens")
     runs = []

@@ -64,6 +64,17 @@ def disable_extra_buffer_types():
     llama_capi.llama_model_default_params = patched
 
 
+def load_llama(path, n_ctx, n_batch):
+    """The model on the CPU as the fixtures need it: N_THREADS threads, one ubatch of n_batch,
+    no flash attention, extra buffer types off (call disable_extra_buffer_types first)."""
+    llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                n_threads=N_THREADS, n_threads_batch=N_THREADS, n_gpu_layers=0,
+                logits_all=False, flash_attn=False, verbose=False)
+    if llm.model_params.use_extra_bufts:
+        sys.exit("could not disable extra buffer types (see disable_extra_buffer_types)")
+    return llm
+
+
 def sha256_of(path):
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -172,20 +183,7 @@ def main():
     prompts = json.loads((FIXTURES / "greedy_prompts.json").read_text(encoding="utf-8"))["prompts"]
 
     disable_extra_buffer_types()
-    llm = Llama(
-        model_path=str(args.model),
-        n_ctx=N_CTX,
-        n_batch=N_BATCH,
-        n_ubatch=N_BATCH,
-        n_threads=N_THREADS,
-        n_threads_batch=N_THREADS,
-        n_gpu_layers=0,
-        logits_all=False,
-        flash_attn=False,
-        verbose=False,
-    )
-    if llm.model_params.use_extra_bufts:
-        sys.exit("gen_fixtures: could not disable extra buffer types (see disable_extra_buffer_types)")
+    llm = load_llama(args.model, N_CTX, N_BATCH)
     vocab = llm._model.vocab
     cparams = llm.context_params
     type_names = {0: "f32", 1: "f16", 8: "q8_0"}
