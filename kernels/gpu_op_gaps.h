@@ -11,6 +11,7 @@ namespace shoal::kernels {
 inline const char* gpuOpGap(const model::Op& op) {
   if (op.kind == model::OpKind::MoeFfn) return "a mixture of experts";
   if (op.kind == model::OpKind::Scale) return "a Scale op";
+  if (op.kind == model::OpKind::Attend && op.attend.sinks) return "attention sinks";
   if (op.kind == model::OpKind::GatedFfn && op.activation != model::Activation::Silu) {
     return "a GeGLU FFN";
   }

@@ -127,6 +127,19 @@ void dequantIQ4_NL(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// MXFP4 (17 bytes, OCP microscaling FP4): u8 e (E8M0 scale) | u8 qs[16], nibbles as Q4_0, each
+// an index into kMxfp4Values; x = e8m0Half(e) * value.
+void dequantMXFP4(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 17, y += 32) {
+    const float d = e8m0Half(b[0]);
+    const uint8_t* qs = b + 1;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>(kMxfp4Values[qs[j] & 0x0f]) * d;
+      y[j + 16] = static_cast<float>(kMxfp4Values[qs[j] >> 4]) * d;
+    }
+  }
+}
+
 // Q4_1 (20 bytes): f16 d | f16 m | u8 qs[16]. Nibble order as Q4_0; x = q * d + m.
 void dequantQ4_1(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 20, y += 32) {
@@ -383,6 +396,8 @@ void dequantizeRow(TensorType type, const void* src, float* dst, int64_t n) {
       return dequantQ8_K(bytes, dst, nb);
     case TensorType::IQ4_NL:
       return dequantIQ4_NL(bytes, dst, nb);
+    case TensorType::MXFP4:
+      return dequantMXFP4(bytes, dst, nb);
     default:
       throw Error("dequantizeRow: type " + std::string(traits.name) + " is not supported");
   }

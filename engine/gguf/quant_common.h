@@ -44,6 +44,17 @@ inline float loadF32(const uint8_t* p) {
 inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 
+// MXFP4's E2M1 levels doubled (ggml-common.h kvalues_mxfp4: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+// negatives, times 2), indexed by a block's nibbles; the scale below halves them back.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
+// An MXFP4 block's E8M0 scale byte e as 2^(e - 127) / 2 (ggml_e8m0_to_fp32_half): the float
+// with exponent field e - 1, or the subnormals 2^-128 and 2^-127 for e = 0 and 1.
+inline float e8m0Half(uint8_t e) {
+  return bitsToFloat(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+
 inline float loadHalf(const uint8_t* p) { return halfToFloat(loadU16(p)); }
 
 inline void storeU16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }

@@ -112,6 +112,35 @@ void quantIQ4_NL(const float* x, uint8_t* b, int64_t nb) {
   }
 }
 
+// quantize_row_mxfp4_ref: the shared exponent floor(log2(amax)) - 2 (so the largest level, 6,
+// covers amax), then for each value the level nearest to it (the first on ties). The exponent is
+// clamped to E8M0's finite range, where ggml's cast would be undefined.
+void quantMXFP4(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32, b += 17) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float biased = amax > 0 ? std::floor(std::log2(amax)) - 2 + 127 : 0.0f;
+    const auto e = static_cast<uint8_t>(std::clamp(biased, 0.0f, 254.0f));
+    const float d = e8m0Half(e);
+    auto nearest = [d](float v) {
+      int best = 0;
+      float bestErr = std::fabs(static_cast<float>(kMxfp4Values[0]) * d - v);
+      for (int l = 1; l < 16; ++l) {
+        const float err = std::fabs(static_cast<float>(kMxfp4Values[l]) * d - v);
+        if (err < bestErr) {
+          best = l;
+          bestErr = err;
+        }
+      }
+      return static_cast<uint8_t>(best);
+    };
+    b[0] = e;
+    for (int j = 0; j < 16; ++j) {
+      b[1 + j] = static_cast<uint8_t>(nearest(x[j]) | (nearest(x[j + 16]) << 4));
+    }
+  }
+}
+
 void minMax(const float* x, int n, float& min, float& max) {
   min = FLT_MAX;
   max = -FLT_MAX;
@@ -732,6 +761,8 @@ void quantizeRow(TensorType type, const float* src, void* dst, int64_t n) {
       return quantQ8_K(src, out, nb);
     case TensorType::IQ4_NL:
       return quantIQ4_NL(src, out, nb);
+    case TensorType::MXFP4:
+      return quantMXFP4(src, out, nb);
     default:
       throw Error("quantizeRow: type " + std::string(traits.name) + " is not supported");
   }

@@ -40,7 +40,7 @@ constexpr std::array kTypes = {
     Entry{26, {"i32", 1, 4, false}},         Entry{27, {"i64", 1, 8, false}},
     Entry{28, {"f64", 1, 8, true}},          Entry{29, {"iq1_m", kQkK, 56, false}},
     Entry{30, {"bf16", 1, 2, true}},         Entry{34, {"tq1_0", kQkK, 54, false}},
-    Entry{35, {"tq2_0", kQkK, 66, false}},   Entry{39, {"mxfp4", 32, 17, false}},
+    Entry{35, {"tq2_0", kQkK, 66, false}},   Entry{39, {"mxfp4", 32, 17, true}},
 };
 
 }  // namespace
@@ -91,6 +91,7 @@ std::optional<TensorType> typeFromName(std::string_view name) {
 bool quantizable(TensorType type) {
   switch (type) {
     case TensorType::IQ4_NL:
+    case TensorType::MXFP4:
     case TensorType::F32:
     case TensorType::F16:
     case TensorType::BF16:

@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "engine/error.h"
+#include "engine/gguf/gguf_file.h"
+
 namespace shoal::model::arch {
 
 RopeParams ropeOf(const ModelConfig& c, RopeStyle style) {
@@ -24,6 +27,24 @@ RopeParams ropeOf(const ModelConfig& c, RopeStyle style) {
     p.attnFactor = attn * c.ropeAttnFactor;
   }
   return p;
+}
+
+bool slidingLayer(const ModelConfig& c, int32_t layer) {
+  if (c.slidingWindow <= 0) return false;
+  const int32_t n = c.slidingWindowPattern;
+  return n == 0 || layer % n < n - 1;
+}
+
+void readSlidingWindowPattern(const gguf::File& file, const std::string& prefix, ModelConfig& c,
+                              int32_t fallback) {
+  const std::string key = prefix + "attention.sliding_window_pattern";
+  if (const gguf::Value* v = file.find(key); v && v->asArray()) {
+    throw Error(file.displayName() + ": " + key + " as a per-layer array is not supported yet");
+  }
+  c.slidingWindowPattern = static_cast<int32_t>(file.getIntOr(key, fallback));
+  if (c.slidingWindowPattern < 0 || c.slidingWindowPattern > 1024) {
+    throw Error(file.displayName() + ": " + key + " out of range");
+  }
 }
 
 AttendParams fullAttention(const ModelConfig& c) {

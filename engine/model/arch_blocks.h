@@ -7,10 +7,15 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "engine/model/layer_program.h"
 #include "engine/model/model_config.h"
+
+namespace shoal::gguf {
+class File;
+}
 
 namespace shoal::model::arch {
 
@@ -64,6 +69,13 @@ constexpr std::array<TensorSpec, (N + ...)> joinTensors(const TensorSpec (&... p
   return out;
 }
 
+// Biases of the Q, K and V projections (qwen2, gpt-oss).
+inline constexpr TensorSpec kQkvBiasTensors[] = {
+    {TensorRole::Bq, TensorScope::Layer, "attn_q.bias", {Dim::QDim, Dim::One}, true},
+    {TensorRole::Bk, TensorScope::Layer, "attn_k.bias", {Dim::KvDim, Dim::One}, true},
+    {TensorRole::Bv, TensorScope::Layer, "attn_v.bias", {Dim::KvDim, Dim::One}, true},
+};
+
 // Qwen3's per-head RMSNorm weights of the queries and keys (one head wide).
 inline constexpr TensorSpec kHeadNormTensors[] = {
     {TensorRole::QNorm, TensorScope::Layer, "attn_q_norm.weight", {Dim::HeadDim, Dim::One}, true},
@@ -76,6 +88,16 @@ LayerProgram headNormedProgram(const ModelConfig& c);
 
 // RoPE as the config's rope.* keys describe it, rotating pairs in `style`.
 RopeParams ropeOf(const ModelConfig& c, RopeStyle style);
+
+// Whether `layer` attends over a sliding window (llama_hparams::set_swa_pattern without
+// dense_first): with c.slidingWindow > 0, layers with layer % pattern < pattern - 1; pattern 0
+// makes every layer sliding.
+bool slidingLayer(const ModelConfig& c, int32_t layer);
+
+// attention.sliding_window_pattern (default `fallback` when absent) into c.slidingWindowPattern;
+// a per-layer array is refused, as is a pattern out of range.
+void readSlidingWindowPattern(const gguf::File& file, const std::string& prefix, ModelConfig& c,
+                              int32_t fallback);
 
 // llama.cpp's kq_scale for these families: 1 / sqrt(head size).
 AttendParams fullAttention(const ModelConfig& c);

@@ -95,7 +95,7 @@ Op fusedGatedFfn(Buffer src, TensorRole gateUp, Activation activation) {
   return op;
 }
 
-Op moeFfn(Buffer src, Buffer dst, const MoeParams& params) {
+Op moeFfn(Buffer src, Buffer dst, const MoeParams& params, Activation activation) {
   if (params.experts <= 0 || params.used <= 0 || params.used > params.experts) {
     throw Error("a MoeFfn op routes each token to 1.." + std::to_string(params.experts) +
                 " experts (got " + std::to_string(params.used) + ")");
@@ -104,7 +104,7 @@ Op moeFfn(Buffer src, Buffer dst, const MoeParams& params) {
   op.kind = OpKind::MoeFfn;
   op.src = src;
   op.dst = dst;
-  op.activation = Activation::Silu;
+  op.activation = activation;
   op.moe = params;
   return op;
 }

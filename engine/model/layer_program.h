@@ -45,8 +45,10 @@ enum class OpKind : uint8_t {
   Scale,           // dst *= factor (gemma: the embedding by sqrt(nEmbd), the queries)
 };
 
-// GatedFfn's activation of the gate: SiLU (SwiGLU) or tanh-approximated GELU (GeGLU, gemma).
-enum class Activation : uint8_t { Silu, GeluTanh };
+// How a gated FFN combines gate g and up u: SiLU (SwiGLU, g * sigmoid(g) * u), tanh-approximated
+// GELU (GeGLU, gemma), or gpt-oss's clamped SwiGLU (ggml_swiglu_oai with llama.cpp's alpha 1.702
+// and limit 7: g' = min(g, 7), u' = clamp(u, -7, 7), g' * sigmoid(1.702 g') * (u' + 1)).
+enum class Activation : uint8_t { Silu, GeluTanh, SwigluOai };
 
 // One output of a Project op.
 // One output of a Project op: the weight's rows [firstRow, firstRow + rows) (rows 0: all of
@@ -79,18 +81,30 @@ struct RopeParams {
 struct AttendParams {
   int32_t window = 0;  // 0: every cached position; n: only the last n positions (sliding)
   float scale = 1;     // applied to Q·K before the softmax
+  // Attention sinks (gpt-oss): each head's softmax also counts exp(sink - max) from the head's
+  // value in TensorRole::AttnSinks, which attends to nothing (ggml_soft_max_add_sinks).
+  bool sinks = false;
   bool operator==(const AttendParams&) const = default;
 };
 
-// A mixture-of-experts FFN (llama.cpp's build_moe_ffn with softmax gating): per token,
-//   p = softmax(router · x); E = the top `used` experts by p, most probable first;
-//   w_e = p_e (divided by the sum of the chosen p_e when normalizeWeights);
-//   dst = sum over E, in that order, of w_e * (down_e · (silu(gate_e · x) * (up_e · x))).
-// The weights are the roles GateInp (router), GateExps, UpExps and DownExps.
+// How the router's logits become expert choices and weights (llama.cpp's gating functions).
+//   Softmax:       p = softmax(logits); E = the top `used` by p; w_e = p_e (qwen3moe, Mixtral)
+//   SoftmaxWeight: E = the top `used` by logit; w = softmax over E's logits (gpt-oss)
+enum class MoeGating : uint8_t { Softmax, SoftmaxWeight };
+
+// A mixture-of-experts FFN (llama.cpp's build_moe_ffn): per token,
+//   logits = router · x (+ its bias); E and w as `gating` says, E most probable first;
+//   w_e divided by the sum of the chosen w when normalizeWeights;
+//   dst = sum over E, in that order, of w_e * (down_e · act(gate_e · x, up_e · x)), with each
+//   expert's biases added to its gate, up and down products when `biases`.
+// The weights are the roles GateInp (router), GateExps, UpExps and DownExps, and with `biases`
+// GateInpBias, GateExpsBias, UpExpsBias and DownExpsBias; act is the op's `activation`.
 struct MoeParams {
   int32_t experts = 0;  // experts in the layer
   int32_t used = 0;     // experts per token (top-k)
   bool normalizeWeights = true;
+  MoeGating gating = MoeGating::Softmax;
+  bool biases = false;
   bool operator==(const MoeParams&) const = default;
 };
 
@@ -104,13 +118,13 @@ struct Op {
   std::array<TensorRole, 2> ffn{};  // GatedFfn: gate, up
   // GatedFfn: ffn[0] is gate and up in one matrix, the gate's rows first (phi3's ffn_up).
   bool fusedGateUp = false;
-  Activation activation = Activation::Silu;
-  int32_t heads = 0;      // HeadNorm, Rope: heads per token in dst
-  float eps = 0;          // RmsNorm, HeadNorm
-  float factor = 1;       // Scale
-  RopeParams rope{};      // Rope
-  AttendParams attend{};  // Attend
-  MoeParams moe{};        // MoeFfn
+  Activation activation = Activation::Silu;  // GatedFfn, MoeFfn
+  int32_t heads = 0;                         // HeadNorm, Rope: heads per token in dst
+  float eps = 0;                             // RmsNorm, HeadNorm
+  float factor = 1;                          // Scale
+  RopeParams rope{};                         // Rope
+  AttendParams attend{};                     // Attend
+  MoeParams moe{};                           // MoeFfn
 };
 
 struct LayerProgram {
@@ -134,7 +148,8 @@ Op keepOutputRows();
 Op add(Buffer src, Buffer dst);
 Op gatedFfn(Buffer src, TensorRole gate, TensorRole up, Activation activation);
 Op fusedGatedFfn(Buffer src, TensorRole gateUp, Activation activation);
-Op moeFfn(Buffer src, Buffer dst, const MoeParams& params);
+Op moeFfn(Buffer src, Buffer dst, const MoeParams& params,
+          Activation activation = Activation::Silu);
 Op scale(Buffer dst, float factor);
 
 }  // namespace shoal::model

@@ -34,6 +34,10 @@ std::string_view tensorRoleName(TensorRole role) {
       return "attn_k.bias";
     case TensorRole::Bv:
       return "attn_v.bias";
+    case TensorRole::Bo:
+      return "attn_output.bias";
+    case TensorRole::AttnSinks:
+      return "attn_sinks";
     case TensorRole::QNorm:
       return "attn_q_norm";
     case TensorRole::KNorm:
@@ -58,6 +62,14 @@ std::string_view tensorRoleName(TensorRole role) {
       return "ffn_up_exps";
     case TensorRole::DownExps:
       return "ffn_down_exps";
+    case TensorRole::GateInpBias:
+      return "ffn_gate_inp.bias";
+    case TensorRole::GateExpsBias:
+      return "ffn_gate_exps.bias";
+    case TensorRole::UpExpsBias:
+      return "ffn_up_exps.bias";
+    case TensorRole::DownExpsBias:
+      return "ffn_down_exps.bias";
     case TensorRole::Count:
       break;
   }
@@ -90,6 +102,8 @@ int64_t dimValue(Dim dim, const ModelConfig& c) {
       return c.qDim() + 2 * c.kvDim();
     case Dim::Ff2:
       return 2 * c.nFf;
+    case Dim::Heads:
+      return c.nHead;
   }
   return 0;
 }

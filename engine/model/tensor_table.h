@@ -34,6 +34,8 @@ enum class TensorRole : uint8_t {
   Bq,            // query bias
   Bk,            // key bias
   Bv,            // value bias
+  Bo,            // attention output bias (gpt-oss)
+  AttnSinks,     // per query head, a logit that joins each softmax and takes no value (gpt-oss)
   QNorm,         // per-head RMSNorm weight of the queries (one head's width)
   KNorm,         // per-head RMSNorm weight of the keys
   FfnNorm,       // pre-FFN RMSNorm weight
@@ -48,6 +50,11 @@ enum class TensorRole : uint8_t {
   GateExps,  // experts' gate projections
   UpExps,    // experts' up projections
   DownExps,  // experts' down projections
+  // Their biases (gpt-oss): the router's one per expert, the experts' one row per expert.
+  GateInpBias,
+  GateExpsBias,
+  UpExpsBias,
+  DownExpsBias,
   Count
 };
 constexpr size_t kTensorRoleCount = static_cast<size_t>(TensorRole::Count);
@@ -62,7 +69,7 @@ enum class TensorScope : uint8_t {
 };
 
 // A dimension of a tensor, as a hyper-parameter of the model (ModelConfig).
-// FfExp is one expert's FFN width, Experts the number of experts.
+// FfExp is one expert's FFN width, Experts the number of experts, Heads the query heads.
 // QkvDim is QDim + 2 KvDim (a fused Q/K/V matrix), Ff2 twice Ff (a fused gate/up matrix).
 enum class Dim : uint8_t {
   One,
@@ -76,7 +83,8 @@ enum class Dim : uint8_t {
   FfExp,
   Experts,
   QkvDim,
-  Ff2
+  Ff2,
+  Heads
 };
 int64_t dimValue(Dim dim, const ModelConfig& config);
 

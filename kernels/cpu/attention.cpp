@@ -55,7 +55,9 @@ void attention(const AttentionShape& s, const float* q, int32_t count, int32_t f
         scores[p] = dot * s.scale;  // ggml_soft_max_ext: kq * scale + mask (0 where visible)
         maxScore = std::max(maxScore, scores[p]);
       }
-      const double sum = k.softmaxExp(scores + from, maxScore, scores + from, visible - from);
+      if (s.sinks) maxScore = std::max(maxScore, s.sinks[h]);
+      double sum = k.softmaxExp(scores + from, maxScore, scores + from, visible - from);
+      if (s.sinks) sum += static_cast<double>(std::exp(s.sinks[h] - maxScore));
       const float inv = static_cast<float>(1.0 / sum);
       for (int64_t p = first; p < visible; ++p) scores[p] *= inv;
       // kqv: probabilities enter as f16; masked and padding positions are exact zeros.

@@ -20,6 +20,9 @@ struct AttentionShape {
   int32_t contextLength = 0;  // positions the cache holds
   float scale = 0;            // multiplies K·q before the softmax (1/sqrt(headDim))
   int32_t window = 0;         // 0: all earlier positions; n: only the last n (sliding window)
+  // nHead sink logits (gpt-oss's attn_sinks), or nullptr: head h's softmax also counts
+  // exp(sinks[h] - max), with the max taken over the scores and the sink (ggml_soft_max's sinks).
+  const float* sinks = nullptr;
 
   int32_t kvDim() const { return nHeadKv * headDim; }
   // Stride of a transposed value row: the context rounded up to 64 positions, so that a row can

@@ -236,16 +236,46 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   for (; r < rowEnd; ++r) rowTile<Q, 1>(g, r);
 }
 
-// ggml_vec_dot_iq4_nl_q8_0 (AVX2): even and odd blocks in two accumulators, added before the
-// horizontal sum; an odd last block fused into the total in scalar.
-float dotIQ4NLVec(const BlockQ4_0* x, const BlockQ8_0* y, int64_t blocks) {
+// MXFP4: the nibbles index the doubled E2M1 levels (vpshufb), signed; the block's scale is an
+// E8M0 exponent.
+struct MXFP4 {
+  using W = BlockMXFP4;
+  static __m256i load(const W& b) {
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    return _mm256_shuffle_epi8(table, nibbles(b.qs));
+  }
+  // gguf::e8m0Half's bits, here: an inline function from a header compiled for AVX2 could be
+  // the copy the linker keeps for every caller.
+  static float scale(const W& b) {
+    const uint32_t bits = b.e < 2 ? 0x00200000u << b.e : static_cast<uint32_t>(b.e - 1) << 23;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  static int8_t level(int nibble) { return gguf::kMxfp4Values[nibble]; }
+};
+
+// IQ4_NL's table-level view for the vec order below (the tiles use IQ4NL above).
+struct IQ4NLVec {
+  using W = BlockQ4_0;
+  static __m256i load(const W& b) { return IQ4NL::load(b); }
+  static float scale(const W& b) { return half(b.d); }
+  static int8_t level(int nibble) { return gguf::kIq4NlValues[nibble]; }
+};
+
+// ggml_vec_dot_iq4_nl_q8_0 and ggml_vec_dot_mxfp4_q8_0 (AVX2): even and odd blocks in two
+// accumulators, added before the horizontal sum; an odd last block fused into the total in
+// scalar.
+template <typename T>
+float dotTableVec(const typename T::W* x, const BlockQ8_0* y, int64_t blocks) {
   __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
   int64_t b = 0;
   auto step = [&](int64_t i, __m256 acc) {
-    const __m256i q = IQ4NL::load(x[i]);
+    const __m256i q = T::load(x[i]);
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
     const __m256i lanes = dotUnsigned(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
-    return _mm256_fmadd_ps(_mm256_set1_ps(half(y[i].d) * half(x[i].d)), _mm256_cvtepi32_ps(lanes),
+    return _mm256_fmadd_ps(_mm256_set1_ps(half(y[i].d) * T::scale(x[i])), _mm256_cvtepi32_ps(lanes),
                            acc);
   };
   for (; b + 1 < blocks; b += 2) {
@@ -256,28 +286,34 @@ float dotIQ4NLVec(const BlockQ4_0* x, const BlockQ8_0* y, int64_t blocks) {
   for (; b < blocks; ++b) {
     int32_t s = 0;
     for (int j = 0; j < 16; ++j) {
-      s += y[b].qs[j] * gguf::kIq4NlValues[x[b].qs[j] & 0xF];
-      s += y[b].qs[j + 16] * gguf::kIq4NlValues[x[b].qs[j] >> 4];
+      s += y[b].qs[j] * T::level(x[b].qs[j] & 0xF);
+      s += y[b].qs[j + 16] * T::level(x[b].qs[j] >> 4);
     }
-    sum = fmaSingle(half(y[b].d) * half(x[b].d), static_cast<float>(s), sum);
+    sum = fmaSingle(half(y[b].d) * T::scale(x[b]), static_cast<float>(s), sum);
   }
   return sum;
+}
+
+// The vec order row by row, for every token.
+template <typename T>
+void gemmTableVec(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  const int64_t blocks = g.cols / kQK;
+  for (int64_t r = rowBegin; r < rowEnd; ++r) {
+    const auto* x =
+        reinterpret_cast<const typename T::W*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+    for (int64_t t = 0; t < g.tokens; ++t) {
+      const auto* y =
+          reinterpret_cast<const BlockQ8_0*>(g.act + static_cast<size_t>(t) * g.actStride);
+      g.y[t * g.ldy + r] = dotTableVec<T>(x, y, blocks);
+    }
+  }
 }
 
 // IQ4_NL: the tiles (tinyBLAS's one accumulator) for DotOrder::Tiled, the two-accumulator vec
 // order row by row otherwise.
 void gemmIQ4NL(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   if (g.order == DotOrder::Tiled) return gemm<IQ4NL>(g, rowBegin, rowEnd);
-  const int64_t blocks = g.cols / kQK;
-  for (int64_t r = rowBegin; r < rowEnd; ++r) {
-    const auto* x =
-        reinterpret_cast<const BlockQ4_0*>(g.weights + static_cast<size_t>(r) * g.weightStride);
-    for (int64_t t = 0; t < g.tokens; ++t) {
-      const auto* y =
-          reinterpret_cast<const BlockQ8_0*>(g.act + static_cast<size_t>(t) * g.actStride);
-      g.y[t * g.ldy + r] = dotIQ4NLVec(x, y, blocks);
-    }
-  }
+  gemmTableVec<IQ4NLVec>(g, rowBegin, rowEnd);
 }
 
 // ---- K-quants (ggml_vec_dot_q{4,5,6}_K_q8_K, AVX2) -------------------------------------------
@@ -676,5 +712,6 @@ void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q4KTraits, d
 void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q5KTraits, dotQ5_K>(g, b, e); }
 void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q6KTraits, dotQ6_K>(g, b, e); }
 void gemmIQ4_NL(const GemmArgs& g, int64_t b, int64_t e) { gemmIQ4NL(g, b, e); }
+void gemmMXFP4(const GemmArgs& g, int64_t b, int64_t e) { gemmTableVec<MXFP4>(g, b, e); }
 
 }  // namespace shoal::cpu::avx2

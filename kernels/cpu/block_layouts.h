@@ -14,6 +14,10 @@ struct BlockQ4_0 {
   uint16_t d;      // f16 scale
   uint8_t qs[16];  // low nibbles: elements 0..15, high nibbles: 16..31; value = q - 8
 };
+struct BlockMXFP4 {
+  uint8_t e;       // E8M0 shared exponent; scale = 2^(e - 128) (levels are stored doubled)
+  uint8_t qs[16];  // nibbles as Q4_0, each an index into the E2M1 levels (kMxfp4Values)
+};
 struct BlockQ4_1 {
   uint16_t d, m;  // f16 scale and minimum; value = d * q + m
   uint8_t qs[16];

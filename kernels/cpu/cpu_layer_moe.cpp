@@ -1,15 +1,18 @@
 // The mixture-of-experts FFN on the CPU (LayerRunner::moeFfn), as llama.cpp's build_moe_ffn
 // evaluates it on ggml-cpu, so that logits stay bit-identical:
 //  * router logits: a plain matmul of the F32 router (tinyBLAS order for 2+ tokens, as for any
-//    F32 product);
-//  * probabilities: ggml_soft_max per row (the exp of whole groups of 16 vectorized, the rest
-//    libm's expf, summed in double, then scaled by 1/sum);
+//    F32 product), plus its bias (ggml_add) when the layer has biases;
+//  * Softmax gating: probabilities by ggml_soft_max per row (the exp of whole groups of 16
+//    vectorized, the rest libm's expf, summed in double, then scaled by 1/sum); SoftmaxWeight
+//    gating ranks the logits themselves;
 //  * experts: ggml_argsort (std::sort, descending) and its first `used` entries;
-//  * weights: the chosen probabilities, divided by their sum (ggml_sum_rows in double, clamped
-//    below at 2^-14, ggml_div) when normalizeWeights;
+//  * weights: the chosen probabilities (SoftmaxWeight: ggml_soft_max over the chosen logits),
+//    divided by their sum (ggml_sum_rows in double, clamped below at 2^-14, ggml_div) when
+//    normalizeWeights;
 //  * each expert's products: ggml's mul_mat_id quantizes each input row once and takes a
 //    K-quant's tiled order when 8+ rows go to that expert, vec_dot otherwise (float weights:
-//    always vec_dot); SwiGLU per row of the expert's width;
+//    always vec_dot); the experts' biases (ggml_add_id) after each product; SwiGLU (or the
+//    clamped SwiGLU) per row of the expert's width;
 //  * output: each expert output times its weight (ggml_mul), then summed in rank order
 //    (ggml_add, one rounding each).
 // Only the chosen experts' weights are read. Rows are grouped per expert so that each expert's
@@ -21,6 +24,7 @@
 
 #include "kernels/cpu/cpu_layer_ops.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/swiglu_oai.h"
 
 namespace shoal::cpu {
 namespace {
@@ -73,8 +77,17 @@ void LayerRunner::moeFfn(const BoundOp& op, int32_t layer) {
            m_matmulScratch, run.orderTokens);
   }
   observe("ffn_moe_logits", layer, probs, m_rows, experts);
-  for (int64_t t = 0; t < m_rows; ++t) softmaxRow(probs + t * experts, experts);
-  observe("ffn_moe_probs", layer, probs, m_rows, experts);
+  if (moe.biases) {
+    const float* bias = op.moeBiases[0];
+    for (int64_t t = 0; t < m_rows; ++t) {
+      for (int64_t e = 0; e < experts; ++e) probs[t * experts + e] += bias[e];
+    }
+    observe("ffn_moe_logits_biased", layer, probs, m_rows, experts);
+  }
+  if (moe.gating == model::MoeGating::Softmax) {
+    for (int64_t t = 0; t < m_rows; ++t) softmaxRow(probs + t * experts, experts);
+    observe("ffn_moe_probs", layer, probs, m_rows, experts);
+  }
 
   // The chosen experts and their weights.
   for (int64_t t = 0; t < m_rows; ++t) {
@@ -88,6 +101,7 @@ void LayerRunner::moeFfn(const BoundOp& op, int32_t layer) {
       chosen[k] = s.ranking[sz(k)];
       w[k] = p[chosen[k]];
     }
+    if (moe.gating == model::MoeGating::SoftmaxWeight) softmaxRow(w, used);
     if (moe.normalizeWeights) {
       double total = 0;
       for (int64_t k = 0; k < used; ++k) total += static_cast<double>(w[k]);
@@ -96,8 +110,10 @@ void LayerRunner::moeFfn(const BoundOp& op, int32_t layer) {
     }
   }
 
-  observe(moe.normalizeWeights ? "ffn_moe_weights_norm" : "ffn_moe_weights", layer,
-          s.weights.data(), m_rows, used);
+  observe(moe.normalizeWeights                            ? "ffn_moe_weights_norm"
+          : moe.gating == model::MoeGating::SoftmaxWeight ? "ffn_moe_weights_softmax"
+                                                          : "ffn_moe_weights",
+          layer, s.weights.data(), m_rows, used);
 
   // Group the (row, k) entries by expert and dot order: group 2e holds the rows of segments
   // that send 8+ rows to expert e, group 2e + 1 the others; rows ascending within a group.
@@ -154,6 +170,7 @@ void LayerRunner::moeFfn(const BoundOp& op, int32_t layer) {
 //  2. gate and up of every group, by tiles of 16 rows (SwiGLU rounds vectors of 16 from each row's
 //     start, so tiles start on multiples of 16 of a group's rows and the last one ends it);
 //  3. the SwiGLU rows converted for down, then down of every group, by tiles of 16 rows.
+// Each product gets its expert's bias right after it when the layer has biases.
 // Results stay in group order (s.down); s.placeOf says where each (row, k) went.
 void LayerRunner::runExperts(const BoundOp& op, const float* src, int64_t groups) {
   MoeScratch& s = m_moe;
@@ -209,6 +226,16 @@ void LayerRunner::runExperts(const BoundOp& op, const float* src, int64_t groups
     }
   });
 
+  // The expert's bias row over [begin, end) of each of the group's product rows (ggml_add_id).
+  const bool biased = op.op.moe.biases;
+  auto addBias = [&](const float* biases, int64_t ld, const MoeScratch::Tile& tile, float* y) {
+    const float* b = biases + (tile.group / 2) * ld;
+    for (int64_t i = offset[tile.group]; i < offset[tile.group + 1]; ++i) {
+      for (int64_t r = tile.begin; r < tile.end; ++r) y[i * ld + r] += b[r];
+    }
+  };
+  const bool clamped = op.op.activation == model::Activation::SwigluOai;
+
   // 2. Gate, up and SwiGLU.
   float* gate = s.gate.data();
   float* up = s.up.data();
@@ -222,9 +249,18 @@ void LayerRunner::runExperts(const BoundOp& op, const float* src, int64_t groups
                                         tile.end);
       k.gemm[static_cast<int>(wu.kind)](argsOf(wu, upAct, tile.group, up, width), tile.begin,
                                         tile.end);
+      if (biased) {
+        addBias(op.moeBiases[1], width, tile, gate);
+        addBias(op.moeBiases[2], width, tile, up);
+      }
       for (int64_t i = offset[tile.group]; i < offset[tile.group + 1]; ++i) {
         float* g = gate + i * width + tile.begin;
-        k.swiglu(g, up + i * width + tile.begin, g, tile.end - tile.begin);
+        const float* u = up + i * width + tile.begin;
+        if (clamped) {
+          swigluOai(g, u, g, tile.end - tile.begin);
+        } else {
+          k.swiglu(g, u, g, tile.end - tile.begin);
+        }
       }
     }
   });
@@ -247,6 +283,7 @@ void LayerRunner::runExperts(const BoundOp& op, const float* src, int64_t groups
       const WeightMatrix wd = downs.expert(tile.group / 2);
       k.gemm[static_cast<int>(wd.kind)](argsOf(wd, downAct, tile.group, down, out), tile.begin,
                                         tile.end);
+      if (biased) addBias(op.moeBiases[3], out, tile, down);
     }
   });
 }

@@ -256,7 +256,13 @@ class Binder {
 
   // The router and the stacked experts of a MoeFfn op over rows of `in` values.
   void bindExperts(const model::Op& op, int64_t in, BoundOp& bound) const {
-    if (op.activation != model::Activation::Silu) fail("uses an unknown activation");
+    if (op.activation != model::Activation::Silu && op.activation != model::Activation::SwigluOai) {
+      fail("uses an activation its experts lack");
+    }
+    if (op.moe.gating != model::MoeGating::Softmax &&
+        op.moe.gating != model::MoeGating::SoftmaxWeight) {
+      fail("uses an unknown expert gating");
+    }
     if (op.src == op.dst) fail("writes the buffer it reads");
     bound.matrices[0] = matrix(TensorRole::GateInp, in);
     if (bound.matrices[0].rows != op.moe.experts) {
@@ -285,6 +291,13 @@ class Binder {
     // they must not mix the two families.
     if (isFloatKind(gate.kind) != isFloatKind(up.kind)) {
       fail("mixes float and quantized gate/up expert matrices");
+    }
+    if (op.moe.biases) {
+      const int64_t e = op.moe.experts;
+      bound.moeBiases = {vector(TensorRole::GateInpBias, e),
+                         vector(TensorRole::GateExpsBias, e * gate.rows),
+                         vector(TensorRole::UpExpsBias, e * up.rows),
+                         vector(TensorRole::DownExpsBias, e * down.rows)};
     }
   }
 
@@ -343,6 +356,7 @@ class Binder {
     s.contextLength = m_b.contextLength;
     s.scale = params.scale;
     s.window = params.window;
+    s.sinks = params.sinks ? vector(TensorRole::AttnSinks, s.nHead) : nullptr;
     // Zero-filled: value positions past the cached ones are read (times probability 0) by the
     // zero-padded dot products and must be finite.
     m_layer.keys.resize(static_cast<size_t>(m_b.sequences));

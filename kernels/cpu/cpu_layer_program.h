@@ -26,6 +26,9 @@ struct BoundOp {
   std::array<WeightMatrix, 3> matrices{};
   // MoeFfn: the experts' gate, up and down matrices.
   std::array<ExpertMatrices, 3> experts{};
+  // MoeFfn with biases (f32): the router's (experts values), then the experts' gate, up and
+  // down biases (one row of the product's width per expert).
+  std::array<const float*, 4> moeBiases{};
   const float* vector = nullptr;  // RmsNorm, AddBias, HeadNorm: op.weight (f32)
   // Floats per row of each buffer once the op has run (0: not written yet in this layer).
   BufferWidths width{};

@@ -37,6 +37,7 @@ KernelTable makeReferenceTable() {
   set(WeightKind::Q5_K, referenceGemm<WeightKind::Q5_K>);
   set(WeightKind::Q6_K, referenceGemm<WeightKind::Q6_K>);
   set(WeightKind::IQ4_NL, referenceGemm<WeightKind::IQ4_NL>);
+  set(WeightKind::MXFP4, referenceGemm<WeightKind::MXFP4>);
   auto conv = [&t](ActKind k, ConvertFn fn) { t.convert[static_cast<int>(k)] = fn; };
   conv(ActKind::F32, ref::convertF32);
   conv(ActKind::F16, ref::convertF16);
@@ -80,6 +81,8 @@ WeightKind weightKind(gguf::TensorType type) {
       return WeightKind::Q6_K;
     case TensorType::IQ4_NL:
       return WeightKind::IQ4_NL;
+    case TensorType::MXFP4:
+      return WeightKind::MXFP4;
     default:
       break;
   }
@@ -98,6 +101,7 @@ ActKind activationKind(WeightKind kind) {
     case WeightKind::Q5_0:
     case WeightKind::Q8_0:
     case WeightKind::IQ4_NL:
+    case WeightKind::MXFP4:
       return ActKind::Q8_0;
     case WeightKind::Q4_1:
     case WeightKind::Q5_1:

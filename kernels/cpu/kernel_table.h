@@ -24,6 +24,10 @@
 //    horizontal sum, an odd last block fused into the total in scalar; DotOrder::Tiled as
 //    tinyBLAS_Q0_AVX, which runs it for 2+ tokens: one accumulator, like Q4_0.
 //
+//  * MXFP4 (E2M1 levels from a table, an E8M0 scale, Q8_0 activations) has one order, as
+//    ggml_vec_dot_mxfp4_q8_0 (AVX2), IQ4_NL's vec order: llama.cpp has no tinyBLAS or tiled
+//    kernel for it, so every batch size takes vec_dot.
+//
 //  * K-quant dots have two orders too: DotOrder::Vec as above, DotOrder::Tiled as llama.cpp's
 //    tiled matmul (ggml-cpu/tiled) rounds, which it runs for batches of 8+ tokens: per
 //    super-block exact integer totals, then r = s1 * d_w, r = fma(-dmin_w, s2, r),
@@ -53,6 +57,7 @@ enum class WeightKind {
   Q5_K,
   Q6_K,
   IQ4_NL,
+  MXFP4,
   Count
 };
 

@@ -165,42 +165,64 @@ float dotQ4_0(const void* w, const void* a, int64_t n) {
   return order::hsum8(acc);
 }
 
-float dotIQ4_NL(const void* w, const void* a, int64_t n, DotOrder order) {
-  const auto* x = static_cast<const BlockQ4_0*>(w);  // same layout: f16 d + 16 B of nibbles
-  const auto* y = static_cast<const BlockQ8_0*>(a);
-  const int64_t blocks = n / kQK;
+// The vec order of ggml's table-level dots (vec_dot_iq4_nl_q8_0, vec_dot_mxfp4_q8_0; AVX2):
+// even and odd blocks in two accumulators, added before the horizontal sum, an odd last block
+// fused into the total in scalar (sumf += d * (sumi1 + sumi2)). unpack(b, q) writes block b's 32
+// levels, scale(b) its product of scales.
+template <typename Unpack, typename Scale>
+float tableVecOrder(const BlockQ8_0* y, int64_t blocks, Unpack unpack, Scale scale) {
   int32_t q[32];
-  auto unpack = [&](int64_t b) {
-    nibbles(x[b].qs, q);
-    for (int32_t& v : q) v = gguf::kIq4NlValues[v];
-  };
-  auto scale = [&](int64_t b) { return halfToFloat(y[b].d) * halfToFloat(x[b].d); };
-  if (order == DotOrder::Tiled) {
-    float acc[8] = {};
-    for (int64_t b = 0; b < blocks; ++b) {
-      unpack(b);
-      accumulateBlock(q, y[b].qs, scale(b), acc);
-    }
-    return order::hsum8(acc);
-  }
   float even[8] = {}, odd[8] = {};
   int64_t b = 0;
   for (; b + 1 < blocks; b += 2) {
-    unpack(b);
+    unpack(b, q);
     accumulateBlock(q, y[b].qs, scale(b), even);
-    unpack(b + 1);
+    unpack(b + 1, q);
     accumulateBlock(q, y[b + 1].qs, scale(b + 1), odd);
   }
   float both[8];
   for (int k = 0; k < 8; ++k) both[k] = even[k] + odd[k];
   float sum = order::hsum8(both);
-  for (; b < blocks; ++b) {  // ggml's scalar tail: sumf += d * (sumi1 + sumi2), fused
-    unpack(b);
+  for (; b < blocks; ++b) {
+    unpack(b, q);
     int32_t s = 0;
     for (int e = 0; e < 32; ++e) s += q[e] * y[b].qs[e];
     sum = std::fma(scale(b), static_cast<float>(s), sum);
   }
   return sum;
+}
+
+float dotIQ4_NL(const void* w, const void* a, int64_t n, DotOrder order) {
+  const auto* x = static_cast<const BlockQ4_0*>(w);  // same layout: f16 d + 16 B of nibbles
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const int64_t blocks = n / kQK;
+  auto unpack = [&](int64_t b, int32_t q[32]) {
+    nibbles(x[b].qs, q);
+    for (int e = 0; e < 32; ++e) q[e] = gguf::kIq4NlValues[q[e]];
+  };
+  auto scale = [&](int64_t b) { return halfToFloat(y[b].d) * halfToFloat(x[b].d); };
+  if (order == DotOrder::Tiled) {  // tinyBLAS_Q0_AVX: one accumulator
+    int32_t q[32];
+    float acc[8] = {};
+    for (int64_t b = 0; b < blocks; ++b) {
+      unpack(b, q);
+      accumulateBlock(q, y[b].qs, scale(b), acc);
+    }
+    return order::hsum8(acc);
+  }
+  return tableVecOrder(y, blocks, unpack, scale);
+}
+
+// ggml_vec_dot_mxfp4_q8_0 (AVX2): IQ4_NL's vec order with the E2M1 levels and the E8M0 scale.
+float dotMXFP4(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockMXFP4*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  auto unpack = [&](int64_t b, int32_t q[32]) {
+    nibbles(x[b].qs, q);
+    for (int e = 0; e < 32; ++e) q[e] = gguf::kMxfp4Values[q[e]];
+  };
+  auto scale = [&](int64_t b) { return halfToFloat(y[b].d) * gguf::e8m0Half(x[b].e); };
+  return tableVecOrder(y, n / kQK, unpack, scale);
 }
 
 float dotQ4_1(const void* w, const void* a, int64_t n) {
@@ -408,6 +430,8 @@ float dot(WeightKind kind, const void* w, const void* a, int64_t n, DotOrder ord
       return dotQ6_K(w, a, n, order);
     case WeightKind::IQ4_NL:
       return dotIQ4_NL(w, a, n, order);
+    case WeightKind::MXFP4:
+      return dotMXFP4(w, a, n);
     case WeightKind::Count:
       break;
   }

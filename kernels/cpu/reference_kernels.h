@@ -15,6 +15,7 @@ float dotF16(const void* w, const void* a, int64_t n, DotOrder order);
 float dotBF16(const void* w, const void* a, int64_t n, DotOrder order);
 float dotQ4_0(const void* w, const void* a, int64_t n);
 float dotIQ4_NL(const void* w, const void* a, int64_t n, DotOrder order);
+float dotMXFP4(const void* w, const void* a, int64_t n);
 float dotQ4_1(const void* w, const void* a, int64_t n);
 float dotQ5_0(const void* w, const void* a, int64_t n);
 float dotQ5_1(const void* w, const void* a, int64_t n);

@@ -17,6 +17,7 @@ void gemmQ4_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ5_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ6_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmIQ4_NL(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmMXFP4(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 }  // namespace shoal::cpu::avx2
 
 namespace shoal::cpu::avx512 {

@@ -282,6 +282,7 @@ void LayerRecorder::gatedFfn(const Op& op) {
                    ff);
       break;
     case model::Activation::GeluTanh:
+    case model::Activation::SwigluOai:
       break;  // refused by checkProgram
   }
 }

@@ -86,6 +86,16 @@ MODELS = [
     {"name": "llama-moe-8x2-q5_K", "arch": "llama", "layers": 3, "embd": 256, "heads": 8,
      "kv_heads": 2, "ff": 512, "experts": 8, "experts_used": 2, "type": "q5_K",
      "type_of": {"ffn_gate_exps": "q4_K"}, "seed": 35},
+    # gpt-oss-20b's routing (32 experts, top 4, softmax over the chosen logits), MXFP4 experts
+    # (down rows of 224 = 7 blocks: the vec order's odd last block), biases everywhere,
+    # attention sinks, even layers sliding over 48 positions, YaRN x32 over a 128-position
+    # original context.
+    {"name": "gpt-oss-32x4-mxfp4", "arch": "gpt-oss", "layers": 4, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "experts": 32, "experts_used": 4, "ff_expert": 224,
+     "type": "q8_0", "sliding_window": 48, "rope_scaling": "yarn", "rope_scale": 32.0,
+     "rope_orig_ctx": 128, "rope_base": 150000.0,
+     "type_of": {"ffn_gate_exps": "mxfp4", "ffn_up_exps": "mxfp4", "ffn_down_exps": "mxfp4"},
+     "seed": 41},
 ]
 
 

@@ -54,26 +54,11 @@ void readConfig(const gguf::File& file, const std::string& prefix, ModelConfig& 
   if (c.slidingWindow < 0) {
     throw Error(file.displayName() + ": " + prefix + "attention.sliding_window is negative");
   }
-  const std::string patternKey = prefix + "attention.sliding_window_pattern";
-  if (const gguf::Value* v = file.find(patternKey); v && v->asArray()) {
-    throw Error(file.displayName() + ": " + patternKey +
-                " as a per-layer array is not supported yet");
-  }
-  c.slidingWindowPattern = static_cast<int32_t>(file.getIntOr(patternKey, 6));
-  if (c.slidingWindowPattern < 0 || c.slidingWindowPattern > 1024) {
-    throw Error(file.displayName() + ": " + patternKey + " out of range");
-  }
+  readSlidingWindowPattern(file, prefix, c, 6);
   c.ropeFreqBaseSwa = static_cast<float>(file.getFloatOr(prefix + "rope.freq_base_swa", 10000.0));
   if (!(c.ropeFreqBaseSwa > 1.0f)) {
     throw Error(file.displayName() + ": " + prefix + "rope.freq_base_swa out of range");
   }
-}
-
-// llama_hparams::set_swa_pattern without dense_first: pattern 0 makes every layer sliding.
-bool slidingLayer(const ModelConfig& c, int32_t layer) {
-  if (c.slidingWindow <= 0) return false;
-  const int32_t n = c.slidingWindowPattern;
-  return n == 0 || layer % n < n - 1;
 }
 
 LayerProgram program(const ModelConfig& c, int32_t layer) {

@@ -11,12 +11,7 @@ using R = TensorRole;
 
 constexpr std::string_view kNames[] = {"qwen2"};
 
-constexpr TensorSpec kBiases[] = {
-    {R::Bq, TensorScope::Layer, "attn_q.bias", {Dim::QDim, Dim::One}, true},
-    {R::Bk, TensorScope::Layer, "attn_k.bias", {Dim::KvDim, Dim::One}, true},
-    {R::Bv, TensorScope::Layer, "attn_v.bias", {Dim::KvDim, Dim::One}, true},
-};
-constexpr auto kTensors = joinTensors(kLlamaGlobalTensors, kLlamaLayerTensors, kBiases);
+constexpr auto kTensors = joinTensors(kLlamaGlobalTensors, kLlamaLayerTensors, kQkvBiasTensors);
 
 LayerProgram program(const ModelConfig& c, int32_t /*layer: all alike*/) {
   LayerProgram p;

@@ -228,11 +228,19 @@ class TestLanPoolNetns : public QObject {
     }
   }
 
-  // A mixture of experts (qwen3moe, 8 experts, top 2) over three nodes, its weights streamed to
-  // them as shards, generates greedily what one machine generates.
+  // A mixture of experts over three nodes, its weights streamed to them as shards, generates
+  // greedily what one machine generates: qwen3moe (8 experts, top 2), and a gpt-oss-shaped model
+  // (MXFP4 experts with biases, attention sinks, sliding-window layers, YaRN).
+  void aMixtureOfExpertsOverThreeNodesGeneratesWhatOneMachineDoes_data() {
+    QTest::addColumn<QString>("architecture");
+    QTest::newRow("qwen3moe") << "qwen3moe";
+    QTest::newRow("gpt-oss") << "gpt-oss";
+  }
+
   void aMixtureOfExpertsOverThreeNodesGeneratesWhatOneMachineDoes() {
+    QFETCH(QString, architecture);
     shoal::model::SyntheticModelSpec spec;
-    spec.architecture = "qwen3moe";
+    spec.architecture = architecture.toStdString();
     spec.nLayer = 8;
     spec.nEmbd = 512;
     spec.nHead = 8;
@@ -242,8 +250,18 @@ class TestLanPoolNetns : public QObject {
     spec.nExpertUsed = 2;
     spec.nFfExp = 512;  // layers of ~4.5 MB next to a 14 MB embedding and head: 3 stages
     spec.weightType = spec.embedType = shoal::gguf::TensorType::Q4_K;
+    if (architecture == "gpt-oss") {
+      spec.weightType = shoal::gguf::TensorType::Q8_0;
+      for (const char* kind : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+        spec.typeOverrides[kind] = shoal::gguf::TensorType::MXFP4;
+      }
+      spec.slidingWindow = 16;  // the prompt and reply run past it on the even layers
+      spec.ropeScaling = "yarn";
+      spec.ropeScalingFactor = 32;
+      spec.ropeOrigCtx = 64;
+    }
     spec.vocabFrom = modelPath().toStdString();
-    const QString path = m_dir.filePath("synthetic-qwen3moe.gguf");
+    const QString path = m_dir.filePath("synthetic-" + architecture + ".gguf");
     shoal::model::writeSyntheticModel(spec, path.toStdString());
     const auto model = shoal::model::Model::load(path.toStdString());
     shoal::plan::Request request;

@@ -89,6 +89,7 @@ void addTypeRows(bool withThreshold) {
       {TensorType::Q8_0, {32, 96, 576}, 5e-4},
       // 32 and 96: one and three blocks, the vec order's odd tail.
       {TensorType::IQ4_NL, {32, 96, 576}, 5e-4},
+      {TensorType::MXFP4, {32, 96, 576}, 5e-4},
       {TensorType::Q4_K, {256, 512}, 5e-4},
       {TensorType::Q5_K, {256, 512}, 5e-4},
       {TensorType::Q6_K, {256, 512}, 5e-4},
@@ -266,6 +267,7 @@ class CpuMatrixKernelsTest : public QObject {
     QCOMPARE(activationKind(weightKind(TensorType::BF16)), ActKind::BF16);
     QCOMPARE(activationKind(weightKind(TensorType::F32)), ActKind::F32);
     QCOMPARE(activationKind(weightKind(TensorType::IQ4_NL)), ActKind::Q8_0);
+    QCOMPARE(activationKind(weightKind(TensorType::MXFP4)), ActKind::Q8_0);
     QVERIFY_THROWS_EXCEPTION(shoal::Error, weightKind(TensorType::IQ4_XS));
   }
 };

@@ -3,6 +3,7 @@
 // definition of the format (written here independently of engine/gguf/dequantize.cpp).
 
 #include <QtTest>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -137,6 +138,25 @@ class GgufDequantizeTest : public QObject {
     for (int i = 0; i < 16; ++i) want[i] = (i - 8) * 0.5f;
     for (int i = 16; i < 32; ++i) want[i] = ((15 - (i - 16)) - 8) * 0.5f;
     compareAll(decode(TensorType::Q4_0, b, 32), want);
+  }
+
+  // E2M1 levels (0, 0.5, 1, 1.5, 2, 3, 4, 6, then the negatives) times 2^(e - 127).
+  void mxfp4IsE2M1LevelTimesPowerOfTwo() {
+    const float levels[16] = {0,     0.5f,  1,  1.5f,  2,  3,  4,  6,
+                              -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    const uint8_t exponents[3] = {127, 130, 0};  // 2^0, 2^3, 2^-127 (a subnormal scale)
+    std::vector<uint8_t> b(17 * 3);
+    std::vector<float> want(96);
+    for (int blk = 0; blk < 3; ++blk) {
+      b[17 * blk] = exponents[blk];
+      for (int j = 0; j < 16; ++j) b[17 * blk + 1 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+      const float scale = std::ldexp(1.0f, static_cast<int>(exponents[blk]) - 127);
+      for (int i = 0; i < 16; ++i) {
+        want[32 * blk + i] = levels[i] * scale;
+        want[32 * blk + 16 + i] = levels[15 - i] * scale;
+      }
+    }
+    compareAll(decode(TensorType::MXFP4, b, 96), want);
   }
 
   void q4_1AddsTheMinimum() {

@@ -70,6 +70,7 @@ class GgufQuantizeTest : public QObject {
     QTest::newRow("q5_K") << int(TensorType::Q5_K) << 0.055;
     QTest::newRow("q4_0") << int(TensorType::Q4_0) << 0.15;
     QTest::newRow("iq4_nl") << int(TensorType::IQ4_NL) << 0.15;
+    QTest::newRow("mxfp4") << int(TensorType::MXFP4) << 0.3;
     QTest::newRow("q4_1") << int(TensorType::Q4_1) << 0.11;
     QTest::newRow("q4_K") << int(TensorType::Q4_K) << 0.1;
     QTest::newRow("q3_K") << int(TensorType::Q3_K) << 0.26;

@@ -31,7 +31,12 @@ std::set<TensorRole> rolesRead(const model::LayerProgram& p) {
     if (op.kind == model::OpKind::MoeFfn) {
       roles.insert(
           {TensorRole::GateInp, TensorRole::GateExps, TensorRole::UpExps, TensorRole::DownExps});
+      if (op.moe.biases) {
+        roles.insert({TensorRole::GateInpBias, TensorRole::GateExpsBias, TensorRole::UpExpsBias,
+                      TensorRole::DownExpsBias});
+      }
     }
+    if (op.kind == model::OpKind::Attend && op.attend.sinks) roles.insert(TensorRole::AttnSinks);
   }
   return roles;
 }
@@ -62,6 +67,12 @@ model::ModelConfig configFor(std::string_view name, int32_t experts = 0) {
 // The configs each architecture serves: dense, with experts, or both (llama: Mixtral).
 std::vector<model::ModelConfig> configsOf(std::string_view name) {
   if (name == "qwen3moe") return {configFor(name, 8)};
+  if (name == "gpt-oss") {
+    model::ModelConfig c = configFor(name, 8);
+    c.slidingWindow = 16;
+    c.slidingWindowPattern = 2;
+    return {c};
+  }
   if (name == "llama" || name == "mistral") return {configFor(name), configFor(name, 8)};
   return {configFor(name)};
 }
@@ -73,7 +84,8 @@ class TestArchitectures : public QObject {
 
  private slots:
   void registryKnowsTheFamilies() {
-    for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"}) {
+    for (const char* name :
+         {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss"}) {
       QVERIFY2(model::findArchitecture(name) != nullptr, name);
     }
     QVERIFY(model::findArchitecture("gpt-neox") == nullptr);
@@ -138,8 +150,9 @@ class TestArchitectures : public QObject {
   void syntheticModelsOfEveryArchitectureBind() {
     QTemporaryDir dir;
     for (const char* name :
-         {"llama", "qwen2", "qwen3", "qwen3moe", "llama-moe", "gemma3", "phi3"}) {
-      const bool moe = std::string(name).ends_with("moe");
+         {"llama", "qwen2", "qwen3", "qwen3moe", "llama-moe", "gemma3", "phi3", "gpt-oss"}) {
+      const bool gptOss = std::string(name) == "gpt-oss";
+      const bool moe = std::string(name).ends_with("moe") || gptOss;
       model::SyntheticModelSpec spec;
       spec.architecture = std::string(name) == "llama-moe" ? "llama" : name;
       spec.nVocab = 300;
@@ -148,6 +161,10 @@ class TestArchitectures : public QObject {
       spec.nExpert = moe ? 4 : 0;
       spec.nExpertUsed = moe ? 2 : 0;
       spec.tiedOutput = std::string(name) == "qwen3" || std::string(name) == "gemma3";
+      if (gptOss) {  // keys gpt-oss requires
+        spec.nFfExp = 64;
+        spec.slidingWindow = 16;
+      }
       const std::filesystem::path path = dir.filePath(QString(name) + ".gguf").toStdString();
       model::writeSyntheticModel(spec, path);
       const auto file = gguf::File::open(path);
@@ -156,12 +173,12 @@ class TestArchitectures : public QObject {
       QCOMPARE(config.nExpert, spec.nExpert);
       QCOMPARE(config.nExpertUsed, spec.nExpertUsed);
       // Without expert_feed_forward_length: llama's experts are ff wide, qwen3moe's ff / top-k.
-      if (moe) QCOMPARE(config.nFfExp, spec.architecture == "qwen3moe" ? 64 : 128);
+      if (moe) QCOMPARE(config.nFfExp, spec.architecture == "llama" ? 128 : 64);
       const auto w = model::ModelWeights::bind(file, config);
       QVERIFY(w[TensorRole::TokenEmbd] != nullptr);
       QVERIFY(w[TensorRole::Output] != nullptr);
       QCOMPARE(w[TensorRole::Output] == w[TensorRole::TokenEmbd], spec.tiedOutput);
-      const bool biases = std::string(name) == "qwen2";
+      const bool biases = std::string(name) == "qwen2" || gptOss;
       const bool headNorms =
           spec.architecture.starts_with("qwen3") || spec.architecture == "gemma3";
       for (const auto& layer : w.layers) {
@@ -181,6 +198,14 @@ class TestArchitectures : public QObject {
           QCOMPARE(layer[TensorRole::GateInp]->type, gguf::TensorType::F32);
         }
         QCOMPARE(layer[TensorRole::Bq] != nullptr, biases);
+        QCOMPARE(layer[TensorRole::AttnSinks] != nullptr, gptOss);
+        QCOMPARE(layer[TensorRole::DownExpsBias] != nullptr, gptOss);
+        if (gptOss) {
+          QCOMPARE(layer[TensorRole::AttnSinks]->dims, (std::vector<int64_t>{spec.nHead}));
+          QCOMPARE(layer[TensorRole::UpExpsBias]->dims, (std::vector<int64_t>{64, spec.nExpert}));
+          QVERIFY(layer[TensorRole::FfnNorm] == nullptr);  // post_attention_norm instead
+          QVERIFY(layer[TensorRole::AttnPostNorm] != nullptr);
+        }
         QCOMPARE(layer[TensorRole::QNorm] != nullptr, headNorms);
       }
       // A middle range binds only its layers.
@@ -342,6 +367,71 @@ class TestArchitectures : public QObject {
     } catch (const Error& e) {
       QVERIFY2(std::string(e.what()).find("final_logit_softcapping") != std::string::npos,
                e.what());
+    }
+  }
+
+  // gpt-oss: even layers slide (pattern 2 by default), every layer has sinks and the routed,
+  // biased, clamped-SwiGLU experts weighted by a softmax over the chosen logits; the rows without
+  // logits go only after the last layer. The keys llama.cpp requires are required.
+  void gptOssProgramAndRequiredKeys() {
+    QTemporaryDir dir;
+    model::SyntheticModelSpec spec;
+    spec.architecture = "gpt-oss";
+    spec.nLayer = 4;
+    spec.nVocab = 300;
+    spec.nEmbd = 64;
+    spec.nFf = 128;
+    spec.nExpert = 8;
+    spec.nExpertUsed = 2;
+    spec.nFfExp = 64;
+    spec.slidingWindow = 32;
+    spec.ropeScaling = "yarn";
+    spec.ropeScalingFactor = 32;
+    spec.ropeOrigCtx = 128;
+    const std::string path = dir.filePath("gpt-oss.gguf").toStdString();
+    model::writeSyntheticModel(spec, path);
+    const auto file = gguf::File::open(path);
+    const model::ModelConfig c = model::ModelConfig::fromGguf(file);
+    QCOMPARE(c.slidingWindowPattern, 2);
+    for (int32_t l = 0; l < c.nLayer; ++l) {
+      const model::LayerProgram p = c.arch->layerProgram(c, l);
+      QCOMPARE(p.ops.back().kind, model::OpKind::KeepOutputRows);
+      int moes = 0;
+      for (const model::Op& op : p.ops) {
+        if (op.kind == model::OpKind::Attend) {
+          QCOMPARE(op.attend.window, l % 2 == 0 ? 32 : 0);
+          QVERIFY(op.attend.sinks);
+        }
+        if (op.kind == model::OpKind::Rope) {
+          QCOMPARE(op.rope.extFactor, 1.0f);  // YaRN on every layer
+          QCOMPARE(op.rope.freqScale, 1.0f / 32);
+        }
+        if (op.kind == model::OpKind::MoeFfn) {
+          ++moes;
+          QVERIFY(op.moe.gating == model::MoeGating::SoftmaxWeight);
+          QVERIFY(op.moe.biases);
+          QVERIFY(!op.moe.normalizeWeights);
+          QVERIFY(op.activation == model::Activation::SwigluOai);
+        }
+      }
+      QCOMPARE(moes, 1);
+    }
+    // Each required key, dropped, is named in the refusal.
+    for (const char* key : {"gpt-oss.attention.sliding_window",
+                            "gpt-oss.expert_feed_forward_length", "gpt-oss.expert_count"}) {
+      gguf::Writer w;
+      for (const auto& kv : file.metadata()) {
+        if (kv.key != key) w.set(kv.key, kv.value);
+      }
+      const std::string dropped = dir.filePath("dropped.gguf").toStdString();
+      w.write(dropped);
+      try {
+        model::ModelConfig::fromGguf(gguf::File::open(dropped));
+        QFAIL(qPrintable(QString("loaded without ") + key));
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        QVERIFY2(what.find(std::string(key).substr(8)) != std::string::npos, e.what());
+      }
     }
   }
 
