@@ -28,6 +28,7 @@ struct ChatOptions {
   int maxTokens = 512;
   bool hideReasoning = false;
   bool noThink = false;
+  std::string reasoningEffort;
   runtime::SamplerParams sampler;
 };
 
@@ -42,6 +43,7 @@ class ChatLoop {
       m_template.format = *f;
     }
     m_template.thinking = !o.noThink;
+    m_template.reasoningEffort = o.reasoningEffort;
     reset();
   }
 
@@ -143,11 +145,17 @@ void registerChatCommand(CLI::App& app) {
   addModelOptions(*cmd, o->model);
   cmd->add_option("--system", o->system, "system prompt");
   cmd->add_option("--template", o->templateName,
-                  "chat format: chatml, qwen3, llama3, llama2, gemma, mistral, mistral-v7, phi3");
+                  "chat format: chatml, qwen3, llama3, llama2, gemma, mistral, mistral-v7, phi3, "
+                  "harmony");
   cmd->add_flag("--no-think", o->noThink,
-                "ask a thinking model (qwen3 format) to answer without reasoning");
+                "ask a thinking model to answer without reasoning (qwen3 format), or to reason "
+                "little (harmony: effort low)");
+  cmd->add_option("--reasoning-effort", o->reasoningEffort,
+                  "the reasoning effort a harmony model (gpt-oss) is asked for")
+      ->check(CLI::IsMember({"low", "medium", "high"}));
   cmd->add_flag("--hide-reasoning", o->hideReasoning,
-                "do not print a reply's <think> reasoning (it is shown dimmed otherwise)");
+                "do not print a reply's reasoning (<think> block, harmony analysis channel; it "
+                "is shown dimmed otherwise)");
   cmd->add_option("-n,--n-predict", o->maxTokens, "most tokens per reply")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

@@ -6,7 +6,9 @@
 
 #include <array>
 #include <cctype>
+#include <chrono>
 #include <cstddef>
+#include <cstdio>
 
 #include "engine/error.h"
 
@@ -18,7 +20,7 @@ struct FormatName {
   std::string_view name;
 };
 
-constexpr std::array<FormatName, 8> kFormatNames = {{
+constexpr std::array<FormatName, 9> kFormatNames = {{
     {ChatFormat::ChatML, "chatml"},
     {ChatFormat::Qwen3, "qwen3"},
     {ChatFormat::Llama3, "llama3"},
@@ -27,6 +29,7 @@ constexpr std::array<FormatName, 8> kFormatNames = {{
     {ChatFormat::Mistral, "mistral"},
     {ChatFormat::Phi3, "phi3"},
     {ChatFormat::MistralV7, "mistral-v7"},
+    {ChatFormat::Harmony, "harmony"},
 }};
 
 bool isJinjaSpace(char c) {
@@ -81,26 +84,69 @@ std::string renderChatMl(const std::vector<ChatMessage>& messages, bool addAssis
   return out;
 }
 
-// Qwen3's template: ChatML, with an assistant turn's reasoning dropped from the history (the
-// content after its last "</think>", newlines after it stripped).
-std::string renderQwen3(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
-  std::vector<ChatMessage> history = messages;
-  for (ChatMessage& m : history) {
-    if (m.role != "assistant") continue;
-    const size_t close = m.content.rfind("</think>");
-    if (close == std::string::npos) continue;
-    const size_t start = m.content.find_first_not_of('\n', close + 8);
-    m.content = start == std::string::npos ? std::string() : m.content.substr(start);
-  }
-  return renderChatMl(history, addAssistantPrefix);
+// Python's str.strip/lstrip/rstrip of newlines only, as the Qwen3 template uses them.
+std::string_view stripNewlines(std::string_view s, bool left, bool right) {
+  while (left && !s.empty() && s.front() == '\n') s.remove_prefix(1);
+  while (right && !s.empty() && s.back() == '\n') s.remove_suffix(1);
+  return s;
 }
 
-// Phi-3: <|role|>\n{content}<|end|>\n per message, then <|assistant|>\n (llama.cpp's
-// LLM_CHAT_TEMPLATE_PHI_3); any role passes through.
+// Qwen3's template (Qwen/Qwen3-*'s chat_template, without tools): ChatML, where an assistant
+// turn's content is what follows its last "</think>" (newlines stripped) and its reasoning what
+// precedes the first one, after the last "<think>". Turns before the last user message are
+// written without reasoning; after it (the turns of the current answer: a reply being continued,
+// tool steps) with a <think> block, an empty one for the last turn without reasoning.
+std::string renderQwen3(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
+  size_t lastQuery = messages.empty() ? 0 : messages.size() - 1;
+  for (size_t i = messages.size(); i-- > 0;) {
+    if (messages[i].role == "user") {
+      lastQuery = i;
+      break;
+    }
+  }
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    out += "<|im_start|>" + m.role + "\n";
+    if (m.role != "assistant") {
+      out += m.content + "<|im_end|>\n";
+      continue;
+    }
+    std::string_view content = m.content, reasoning;
+    if (const size_t close = content.rfind("</think>"); close != std::string_view::npos) {
+      std::string_view before = content.substr(0, content.find("</think>"));
+      before = stripNewlines(before, false, true);
+      if (const size_t open = before.rfind("<think>"); open != std::string_view::npos) {
+        before.remove_prefix(open + 7);
+      }
+      reasoning = stripNewlines(before, true, false);
+      content = stripNewlines(content.substr(close + 8), true, false);
+    }
+    const bool last = i + 1 == messages.size();
+    if (i > lastQuery && (last || !reasoning.empty())) {
+      out += "<think>\n";
+      out += stripNewlines(reasoning, true, true);
+      out += "\n</think>\n\n";
+      out += stripNewlines(content, true, false);
+    } else {
+      out += content;
+    }
+    out += "<|im_end|>\n";
+  }
+  if (addAssistantPrefix) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// Phi-3.5 (microsoft/Phi-3.5-mini-instruct's template, llama.cpp's LLM_CHAT_TEMPLATE_PHI_3):
+// <|role|>\n{content}<|end|>\n per message (an empty system message left out), then
+// <|assistant|>\n, or the EOS text <|endoftext|> without the prefix; any role passes through.
 std::string renderPhi3(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
   std::string out;
-  for (const ChatMessage& m : messages) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
-  if (addAssistantPrefix) out += "<|assistant|>\n";
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system" && m.content.empty()) continue;  // the template skips it
+    out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+  }
+  out += addAssistantPrefix ? "<|assistant|>\n" : "<|endoftext|>";
   return out;
 }
 
@@ -120,6 +166,57 @@ std::string renderMistralV7(const std::vector<ChatMessage>& messages) {
       throw Error("chat format mistral-v7: role '" + m.role + "' cannot be written");
     }
   }
+  return out;
+}
+
+// Today's date, UTC, as YYYY-MM-DD (the harmony template's strftime_now("%Y-%m-%d")).
+std::string todayUtc() {
+  const auto days = std::chrono::floor<std::chrono::days>(std::chrono::system_clock::now());
+  const std::chrono::year_month_day ymd{days};
+  char text[16];
+  std::snprintf(text, sizeof text, "%04d-%02u-%02u", static_cast<int>(ymd.year()),
+                static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
+  return text;
+}
+
+// OpenAI's gpt-oss template (openai/gpt-oss-*'s chat_template.jinja, without tools): the system
+// message (identity, knowledge cutoff, date, reasoning effort, valid channels); a leading system
+// or developer message as the developer's "# Instructions"; user turns; earlier assistant turns
+// as their final channel only (their reasoning is dropped, as the template drops it); a closing
+// assistant turn without a generation prompt ends with <|return|>; the prompt is
+// <|start|>assistant (the model writes its channel header itself).
+std::string renderHarmony(const std::vector<ChatMessage>& messages, bool addAssistantPrefix,
+                          std::string_view effort, std::string_view date) {
+  std::string out = "<|start|>system<|message|>";
+  out += "You are ChatGPT, a large language model trained by OpenAI.\n";
+  out += "Knowledge cutoff: 2024-06\n";
+  out += "Current date: " + (date.empty() ? todayUtc() : std::string(date)) + "\n\n";
+  out += "Reasoning: " + std::string(effort.empty() ? "medium" : effort) + "\n\n";
+  out +=
+      "# Valid channels: analysis, commentary, final. Channel must be included for every "
+      "message.<|end|>";
+  size_t first = 0;
+  if (!messages.empty() && (messages[0].role == "system" || messages[0].role == "developer")) {
+    if (!messages[0].content.empty()) {
+      out +=
+          "<|start|>developer<|message|># Instructions\n\n" + messages[0].content + "\n\n<|end|>";
+    }
+    first = 1;
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user") {
+      out += "<|start|>user<|message|>" + m.content + "<|end|>";
+    } else if (m.role == "assistant") {
+      const bool closing = i + 1 == messages.size() && !addAssistantPrefix;
+      out += "<|start|>assistant<|channel|>final<|message|>" + harmonyFinalText(m.content) +
+             (closing ? "<|return|>" : "<|end|>");
+    } else {
+      throw Error("chat format harmony: message " + std::to_string(i) + " has role '" + m.role +
+                  "'; a system or developer message is only written first");
+    }
+  }
+  if (addAssistantPrefix) out += "<|start|>assistant";
   return out;
 }
 
@@ -248,6 +345,34 @@ std::string renderMistral(const std::vector<ChatMessage>& messages) {
   return out;
 }
 
+// At a backslash inside a Jinja string literal: appends what the escape stands for and moves
+// past it (an unknown escape stays as written). False when source[pos] is not a backslash.
+bool decodeEscape(std::string_view source, size_t& pos, std::string& text) {
+  if (source[pos] != '\\' || pos + 1 >= source.size()) return false;
+  const char e = source[pos + 1];
+  switch (e) {
+    case 'n':
+      text += '\n';
+      break;
+    case 't':
+      text += '\t';
+      break;
+    case 'r':
+      text += '\r';
+      break;
+    case '\\':
+    case '\'':
+    case '"':
+      text += e;
+      break;
+    default:
+      text += '\\';
+      text += e;
+  }
+  pos += 2;
+  return true;
+}
+
 // Reads one newline, written raw or as the escape "\n" inside a Jinja string literal.
 bool skipNewline(std::string_view source, size_t& pos) {
   if (pos < source.size() && source[pos] == '\n') {
@@ -294,35 +419,53 @@ std::string literalSystemTurn(std::string_view source, std::string_view header, 
           (source[pos + 1] == '{' || source[pos + 1] == '%' || source[pos + 1] == '#')) {
         break;
       }
-      if (c == '\\' && pos + 1 < source.size()) {
-        const char e = source[pos + 1];
-        switch (e) {
-          case 'n':
-            text += '\n';
-            break;
-          case 't':
-            text += '\t';
-            break;
-          case 'r':
-            text += '\r';
-            break;
-          case '\\':
-          case '\'':
-          case '"':
-            text += e;
-            break;
-          default:
-            text += c;
-            text += e;
-        }
-        pos += 2;
-        continue;
-      }
+      if (decodeEscape(source, pos, text)) continue;
       text += c;
       pos += 1;
     }
   }
   return {};
+}
+
+// A default system prompt the template assigns from string literals and its date, as Mistral
+// Small 3.x's does:
+//   {%- set today = strftime_now("%Y-%m-%d") %}
+//   {%- set default_system_message = "You are Mistral Small 3, ... The current date is " +
+//   today + ".\n\n..." %}
+// The literals decoded and joined, `today` as kTodayMarker; empty when the template has no such
+// assignment or it is anything else.
+std::string assignedDefaultSystem(std::string_view source) {
+  constexpr std::string_view kAssign = "set default_system_message =";
+  const size_t at = source.find(kAssign);
+  if (at == std::string_view::npos) return {};
+  size_t pos = at + kAssign.size();
+  auto skipSpace = [&] {
+    while (pos < source.size() && isJinjaSpace(source[pos])) ++pos;
+  };
+  std::string text;
+  for (;;) {
+    skipSpace();
+    if (pos >= source.size()) return {};
+    const char quote = source[pos];
+    if (quote == '"' || quote == '\'') {
+      for (++pos; pos < source.size() && source[pos] != quote;) {
+        if (decodeEscape(source, pos, text)) continue;
+        text += source[pos++];
+      }
+      if (pos >= source.size()) return {};
+      ++pos;  // the closing quote
+    } else if (source.substr(pos, 5) == "today" &&
+               source.find("set today = strftime_now(\"%Y-%m-%d\")") != std::string_view::npos) {
+      text += kTodayMarker;
+      pos += 5;
+    } else {
+      return {};
+    }
+    skipSpace();
+    if (source.substr(pos, 2) == "%}" || source.substr(pos, 3) == "-%}") return text;
+    if (pos >= source.size() || source[pos] != '+') return {};
+    ++pos;
+  }
 }
 
 }  // namespace
@@ -355,7 +498,9 @@ ChatTemplate detectChatTemplate(std::string_view jinjaTemplate) {
     return jinjaTemplate.find(s) != std::string_view::npos;
   };
   ChatTemplate result;
-  if (contains("<|im_start|>")) {
+  if (contains("<|start|>") && contains("<|channel|>")) {
+    result.format = ChatFormat::Harmony;
+  } else if (contains("<|im_start|>")) {
     result.format = contains("<think>") ? ChatFormat::Qwen3 : ChatFormat::ChatML;
     result.defaultSystemPrompt =
         literalSystemTurn(jinjaTemplate, "<|im_start|>system", 1, "<|im_end|>");
@@ -369,6 +514,7 @@ ChatTemplate detectChatTemplate(std::string_view jinjaTemplate) {
     result.format = ChatFormat::Gemma;
   } else if (contains("[SYSTEM_PROMPT]")) {
     result.format = ChatFormat::MistralV7;
+    result.defaultSystemPrompt = assignedDefaultSystem(jinjaTemplate);
   } else if (contains("[INST]")) {
     result.format = contains("<<SYS>>") ? ChatFormat::Llama2 : ChatFormat::Mistral;
   }
@@ -398,8 +544,20 @@ std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messag
       return renderPhi3(messages, addAssistantPrefix);
     case ChatFormat::MistralV7:
       return renderMistralV7(messages);
+    case ChatFormat::Harmony:
+      return renderHarmony(messages, addAssistantPrefix, {}, {});
   }
   throw Error("chat format: unknown enum value " + std::to_string(static_cast<int>(format)));
+}
+
+std::string harmonyFinalText(std::string_view reply) {
+  constexpr std::string_view kFinal = "<|channel|>final<|message|>";
+  const size_t at = reply.rfind(kFinal);
+  if (at != std::string_view::npos) reply.remove_prefix(at + kFinal.size());
+  for (std::string_view end : {"<|end|>", "<|return|>"}) {
+    if (reply.ends_with(end)) reply.remove_suffix(end.size());
+  }
+  return std::string(reply);
 }
 
 namespace {
@@ -409,13 +567,27 @@ std::string renderWithDefaultSystem(const ChatTemplate& chatTemplate,
                                     bool addAssistantPrefix) {
   // Like SmolLM2's template ("if loop.first and messages[0]['role'] != 'system'"): only a
   // conversation that has messages, and does not open with a system one, gets the default.
+  if (chatTemplate.format == ChatFormat::Harmony) {
+    const std::string effort = !chatTemplate.reasoningEffort.empty() ? chatTemplate.reasoningEffort
+                               : chatTemplate.thinking               ? "medium"
+                                                                     : "low";
+    return renderHarmony(messages, addAssistantPrefix, effort, chatTemplate.currentDate);
+  }
   if (chatTemplate.defaultSystemPrompt.empty() || messages.empty() ||
       messages.front().role == "system") {
     return renderChat(chatTemplate.format, messages, addAssistantPrefix);
   }
+  std::string system = chatTemplate.defaultSystemPrompt;
+  for (size_t at = system.find(kTodayMarker); at != std::string::npos;
+       at = system.find(kTodayMarker, at)) {
+    const std::string date =
+        chatTemplate.currentDate.empty() ? todayUtc() : chatTemplate.currentDate;
+    system.replace(at, kTodayMarker.size(), date);
+    at += date.size();
+  }
   std::vector<ChatMessage> withSystem;
   withSystem.reserve(messages.size() + 1);
-  withSystem.push_back({"system", chatTemplate.defaultSystemPrompt});
+  withSystem.push_back({"system", std::move(system)});
   withSystem.insert(withSystem.end(), messages.begin(), messages.end());
   return renderChat(chatTemplate.format, withSystem, addAssistantPrefix);
 }
@@ -448,6 +620,9 @@ std::vector<std::string> chatStopStrings(ChatFormat format) {
     case ChatFormat::Mistral:
     case ChatFormat::MistralV7:
       return {"</s>", "[INST]"};
+    // The end of a final answer and of a tool call (<|end|> closes the reasoning: not a stop).
+    case ChatFormat::Harmony:
+      return {"<|return|>", "<|call|>"};
   }
   throw Error("chat format: unknown enum value " + std::to_string(static_cast<int>(format)));
 }

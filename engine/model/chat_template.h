@@ -31,18 +31,33 @@ enum class ChatFormat {
   // Mistral's v7 (tekken) format, Mistral Small 3.x, Magistral, Devstral:
   // [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST]...</s>
   MistralV7,
+  // OpenAI's harmony format (gpt-oss): <|start|>role<|message|>...<|end|>, a system message
+  // with the model identity, dates and reasoning effort, the system prompt as the developer's
+  // instructions; replies come in channels (<|channel|>analysis<|message|>... for reasoning,
+  // <|channel|>final<|message|>... for the answer).
+  Harmony,
 };
+
+// Where a default system prompt holds the date of the conversation (see currentDate below).
+inline constexpr std::string_view kTodayMarker = "{{today}}";
 
 // A recognised template: its format plus what the template adds on its own.
 struct ChatTemplate {
   ChatFormat format = ChatFormat::ChatML;
   // System prompt the template writes when the conversation does not start with a system
   // message (e.g. SmolLM2's "You are a helpful AI assistant named SmolLM, ..."); empty if none.
+  // kTodayMarker stands where the template writes the current date (Mistral Small 3.x).
   std::string defaultSystemPrompt;
   // A render option rather than part of the template: false asks a thinking model (Qwen3) to
   // answer without reasoning, as its template's enable_thinking=false does (an empty <think>
   // block after the assistant prefix). Other formats ignore it.
   bool thinking = true;
+  // Harmony: the "Reasoning:" effort of the system message (empty: "medium", or "low" when
+  // thinking is false: gpt-oss always reasons, it can only be asked to reason less).
+  std::string reasoningEffort;
+  // The date templates write (harmony's "Current date:", kTodayMarker), YYYY-MM-DD; empty:
+  // today, UTC.
+  std::string currentDate;
 };
 
 std::string_view chatFormatName(ChatFormat format);  // "chatml", "llama3", "llama2", ...
@@ -68,6 +83,10 @@ std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messag
 // not start with a system message, as the template itself does.
 std::string renderChat(const ChatTemplate& chatTemplate, const std::vector<ChatMessage>& messages,
                        bool addAssistantPrefix);
+
+// The answer of an assistant message as a harmony reply wrote it: the text of its last final
+// channel (the reply without channels as it is), without a closing <|end|> or <|return|>.
+std::string harmonyFinalText(std::string_view reply);
 
 // Strings that end an assistant turn in this format (e.g. "<|im_end|>"), used as stop strings.
 std::vector<std::string> chatStopStrings(ChatFormat format);

@@ -3,8 +3,15 @@
 // answer (Qwen3, QwQ, DeepSeek-R1 and their distills) open the reply with a <think> ... </think>
 // block. The reasoning is the text inside it (without the tags and the newlines around it), the
 // answer what follows (without the newlines right after </think>). A reply that does not begin
-// with <think> (leading whitespace aside) is all answer. Tags may arrive split across pushes:
-// text that might still turn into a tag is held back until it cannot.
+// with <think> (leading whitespace aside) is all answer.
+//
+// gpt-oss writes its reply in harmony channels instead (a reply that opens with <|channel|>): a
+// header <|channel|>NAME<|message|>, the text, <|end|>, then <|start|>assistant and the next
+// header. The analysis channel is the reasoning; every other channel (final, commentary) is
+// answer; the headers and tags are neither. So one splitter serves every chat format.
+//
+// Tags may arrive split across pushes: text that might still turn into a tag is held back until
+// it cannot.
 
 #include <string>
 #include <string_view>
@@ -32,14 +39,19 @@ class ReasoningSplit {
 
  private:
   enum class State {
-    Start,       // nothing but whitespace yet: a <think> may still open
+    Start,       // nothing but whitespace yet: a <think> or a harmony header may still open
     Reasoning,   // inside the block
     AfterThink,  // right after </think>: newlines are dropped
     Content,     // the answer, passed through
+    // Harmony:
+    Header,   // before a message: <|start|>assistant and <|channel|>NAME<|message|> expected
+    Message,  // inside a message, up to <|end|> (its channel in m_analysis)
   };
   void run(Parts& out);
+  bool runHarmony(Parts& out);  // one step of the Header/Message states; false: wait for text
 
   State m_state;
+  bool m_analysis = false;          // the current harmony message is reasoning
   std::string m_held;               // text not yet given out
   bool m_reasoningStarted = false;  // a non-newline character of reasoning was given out
 };

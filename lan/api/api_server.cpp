@@ -240,6 +240,7 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
     checkModel(sampling.model);
     model::ChatTemplate chatTemplate = m_model.chatTemplate();
     chatTemplate.thinking = r.thinking;
+    chatTemplate.reasoningEffort = r.reasoningEffort;
     const model::ChatPrompt p = model::buildChatPrompt(tokenizer, chatTemplate, r.messages, ctx,
                                                        sampling.maxTokens.value_or(ctx));
     if (!p.fits) {

@@ -228,6 +228,18 @@ ChatRequest parseChatRequest(const std::string& body) {
       r.thinking = thinking->get<bool>();
     }
   }
+  // The top-level parameter wins over the template argument.
+  for (const auto& [where, name] : {std::pair{field(j, "chat_template_kwargs"),
+                                              std::string("chat_template_kwargs.reasoning_effort")},
+                                    std::pair{&j, std::string("reasoning_effort")}}) {
+    const json* effort = where && where->is_object() ? field(*where, "reasoning_effort") : nullptr;
+    if (!effort) continue;
+    const std::string value = effort->is_string() ? effort->get<std::string>() : std::string();
+    if (value != "low" && value != "medium" && value != "high") {
+      badParam(name, "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+    }
+    r.reasoningEffort = value;
+  }
   if (const json* format = field(j, "reasoning_format")) {
     const std::string name = format->is_string() ? format->get<std::string>() : std::string();
     if (name == "none") {

@@ -70,6 +70,10 @@ struct ChatRequest {
   // "chat_template_kwargs": {"enable_thinking": false} (as llama-server and vLLM take it): a
   // thinking model (Qwen3) answers without reasoning.
   bool thinking = true;
+  // "reasoning_effort": "low", "medium" or "high" (OpenAI's parameter; also taken from
+  // chat_template_kwargs, as llama-server does): the effort a harmony model (gpt-oss) is asked
+  // for; empty: the template's default. Other formats ignore it.
+  std::string reasoningEffort;
 };
 
 struct CompletionRequest {

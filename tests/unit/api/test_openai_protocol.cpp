@@ -170,6 +170,20 @@ class TestOpenAiProtocol : public QObject {
             .status(),
         400);
 
+    // reasoning_effort (gpt-oss): top level over chat_template_kwargs; anything else is a 400.
+    QCOMPARE(parseChatRequest(R"({"model":"m",)" + hello + "}").reasoningEffort, std::string());
+    QCOMPARE(parseChatRequest(R"({"model":"m","reasoning_effort":"high",)" + hello + "}")
+                 .reasoningEffort,
+             std::string("high"));
+    QCOMPARE(parseChatRequest(R"({"model":"m","reasoning_effort":"low","chat_template_kwargs":)"
+                              R"({"reasoning_effort":"high"},)" +
+                              hello + "}")
+                 .reasoningEffort,
+             std::string("low"));
+    const ApiError effort = chatError(R"({"model":"m","reasoning_effort":"max",)" + hello + "}");
+    QCOMPARE(QString::fromStdString(effort.toJson()["error"]["param"].get<std::string>()),
+             QString("reasoning_effort"));
+
     const json whole = chatCompletionJson("id", 1, "m", "4", "stop", Usage{3, 9}, "Simple sum.");
     QCOMPARE(whole["choices"][0]["message"]["reasoning_content"].get<std::string>(),
              std::string("Simple sum."));

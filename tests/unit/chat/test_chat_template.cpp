@@ -1,9 +1,13 @@
-// Chat formats: rendering of each format against hand-written text, recognition from Jinja
-// sources like the ones models ship, the default system prompt, and names.
+// Chat formats: rendering of each format against hand-written text and against the models' own
+// Jinja templates (tests/fixtures/chat_templates.json, rendered by jinja2 through
+// tools/llamacpp/gen_chat_fixtures.py), recognition from Jinja sources, the default system
+// prompt, and names.
 
 #include <QtTest>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -186,6 +190,38 @@ class TestChatTemplate : public QObject {
     QCOMPARE(shoal::model::chatStopStrings(ChatFormat::MistralV7).front(), std::string("</s>"));
   }
 
+  // Each family's real template (as the model ships it): Shoal recognises the format from its
+  // source and renders what the template renders, character for character.
+  void rendersWhatTheModelsOwnTemplatesRender_data() {
+    QTest::addColumn<int>("index");
+    std::ifstream in(std::string(SHOAL_FIXTURES_DIR) + "/chat_templates.json");
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    for (size_t i = 0; i < doc["cases"].size(); ++i) {
+      const auto& c = doc["cases"][i];
+      const std::string tag =
+          c["format"].get<std::string>() + "/" + c["conversation"].get<std::string>();
+      QTest::newRow(tag.c_str()) << static_cast<int>(i);
+    }
+  }
+
+  void rendersWhatTheModelsOwnTemplatesRender() {
+    QFETCH(int, index);
+    std::ifstream in(std::string(SHOAL_FIXTURES_DIR) + "/chat_templates.json");
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    const auto& c = doc["cases"][static_cast<size_t>(index)];
+    const std::string source = doc["templates"][c["template"].get<std::string>()];
+    ChatTemplate tmpl = shoal::model::detectChatTemplate(source);
+    QCOMPARE(q(std::string(shoal::model::chatFormatName(tmpl.format))),
+             q(c["format"].get<std::string>()));
+    tmpl.currentDate = doc["meta"]["date"].get<std::string>();
+    std::vector<ChatMessage> messages;
+    for (const auto& m : c["messages"]) {
+      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+    QCOMPARE(q(renderChat(tmpl, messages, c["add_generation_prompt"].get<bool>())),
+             q(c["text"].get<std::string>()));
+  }
+
   void detectsAndRendersPhi3() {
     const char* phi3 =
         "{% for message in messages %}{% if message['role'] == 'system' %}"
@@ -253,7 +289,9 @@ class TestChatTemplate : public QObject {
   }
 
   void defaultSystemPromptIsInjectedOnlyWithoutSystemMessage() {
-    const ChatTemplate t{ChatFormat::ChatML, "Be nice."};
+    ChatTemplate t;
+    t.format = ChatFormat::ChatML;
+    t.defaultSystemPrompt = "Be nice.";
     QCOMPARE(q(renderChat(t, {{"user", "Hi"}}, true)),
              q("<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                "<|im_start|>assistant\n"));
@@ -285,7 +323,7 @@ class TestChatTemplate : public QObject {
       QCOMPARE(shoal::model::chatFormatName(*format), name);
     }
     QCOMPARE(shoal::model::chatFormatFromName("ChatML"), std::optional(ChatFormat::ChatML));
-    QCOMPARE(shoal::model::chatFormatNames().size(), size_t{8});
+    QCOMPARE(shoal::model::chatFormatNames().size(), size_t{9});
   }
 
   void unknownNamesAreRefused() {

@@ -94,6 +94,33 @@ class TestReasoningSplit : public QObject {
     QCOMPARE(p.reasoning, std::string());
     QCOMPARE(p.content, std::string("Done"));
   }
+
+  // gpt-oss's harmony channels: analysis is the reasoning, final the answer; the headers,
+  // <|end|> and <|start|>assistant between messages are neither.
+  void harmonyAnalysisIsTheReasoningAndFinalTheAnswer() {
+    checkAllCuts(
+        "<|channel|>analysis<|message|>User greets. Reply briefly.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Hello! How can I help?",
+        "User greets. Reply briefly.", "Hello! How can I help?");
+    // A stop token kept in the text ends the final message too.
+    checkAllCuts("<|channel|>final<|message|>Only an answer.<|return|>", "", "Only an answer.");
+  }
+
+  void harmonyCommentaryIsAnswerAndASecondAnalysisJoinsTheFirst() {
+    checkAllCuts(
+        "<|channel|>analysis<|message|>one<|end|><|start|>assistant<|channel|>commentary"
+        "<|message|>Let me check.<|end|><|start|>assistant<|channel|>analysis<|message|>"
+        "two<|end|><|start|>assistant<|channel|>final<|message|>Done.",
+        "one\n\ntwo", "Let me check.Done.");
+  }
+
+  // Cut off mid-reasoning (max tokens), the analysis so far is reasoning; a reply that does not
+  // open with a header is all answer, tags included.
+  void harmonyUnfinishedAndHeaderlessReplies() {
+    checkAllCuts("<|channel|>analysis<|message|>Thinking so f", "Thinking so f", "");
+    checkAllCuts("Plain text <|channel|> here", "", "Plain text <|channel|> here");
+    checkAllCuts("<|chan", "", "<|chan");
+  }
 };
 
 QTEST_GUILESS_MAIN(TestReasoningSplit)

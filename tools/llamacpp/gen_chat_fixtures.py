@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Generates tests/fixtures/chat_templates.json: the prompts the model families' own Jinja chat
+templates render for a few conversations, for test_chat_template to compare Shoal's native
+renderers (engine/model/chat_template.cpp) against, character for character.
+
+The templates are the copies the pinned llama.cpp ships in models/templates/ (taken from each
+model's Hugging Face repository), rendered with jinja2 the way Hugging Face transformers'
+apply_chat_template does (trim_blocks, lstrip_blocks, raise_exception, tojson, strftime_now
+fixed to DATE so the output is reproducible). BOS is left empty: Shoal's renderers leave it to
+the tokenizer, and so does this reference.
+
+Run with the venv made by venv.sh (it has jinja2, a dependency of llama-cpp-python):
+  "$(tools/llamacpp/venv.sh)/bin/python" tools/llamacpp/gen_chat_fixtures.py
+"""
+
+import argparse
+import datetime
+import json
+import pathlib
+import sys
+
+import jinja2
+import jinja2.sandbox
+
+from gen_fixtures import FIXTURES, PINNED_VERSION
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = FIXTURES / "chat_templates.json"
+DEFAULT_SOURCE = (pathlib.Path.home() / ".cache" / "shoal" / f"llama.cpp-{PINNED_VERSION}" / "src" /
+                  "vendor" / "llama.cpp")
+DATE = datetime.date(2026, 12, 2)
+
+# Shoal format name -> (template file in models/templates, eos_token the template may write).
+TEMPLATES = {
+    "chatml": ("Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>"),
+    "qwen3": ("Qwen-Qwen3-0.6B.jinja", "<|im_end|>"),
+    "gemma": ("google-gemma-2-2b-it.jinja", "<eos>"),
+    "phi3": ("microsoft-Phi-3.5-mini-instruct.jinja", "<|endoftext|>"),
+    "mistral-v7": ("Mistral-Small-3.2-24B-Instruct-2506.jinja", "</s>"),
+    "harmony": ("openai-gpt-oss-120b.jinja", "<|return|>"),
+}
+
+# The conversations: each rendered with the generation prompt (and the last one also without).
+CONVERSATIONS = {
+    "one_turn": [{"role": "user", "content": "What is the capital of France?"}],
+    "system_and_history": [
+        {"role": "system", "content": "You are a terse assistant."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Name a prime number."},
+    ],
+    "history_ends_with_assistant": [
+        {"role": "user", "content": "Say yes."},
+        {"role": "assistant", "content": "Yes."},
+    ],
+    # A thinking model's earlier reply, kept whole in the history (Qwen3 drops the reasoning).
+    "reasoning_in_history": [
+        {"role": "user", "content": "Is 7 prime?"},
+        {"role": "assistant", "content": "<think>\nIt has no divisors.\n</think>\n\nYes."},
+        {"role": "user", "content": "And 9?"},
+    ],
+    # ... and as the turn being continued (Qwen3 keeps it).
+    "reasoning_at_end": [
+        {"role": "user", "content": "Is 7 prime?"},
+        {"role": "assistant", "content": "<think>\nIt has no divisors.\n</think>\n\nYes."},
+    ],
+}
+
+# Conversations that end with the assistant's turn are rendered without the generation prompt.
+ENDS_WITH_ASSISTANT = {"history_ends_with_assistant", "reasoning_at_end"}
+
+# Conversations a format's template cannot render (gemma: no system role) or that only a
+# thinking model writes.
+SKIP = {("gemma", "system_and_history")} | {
+    (fmt, name) for fmt in ("chatml", "gemma", "phi3", "mistral-v7", "harmony")
+    for name in ("reasoning_in_history", "reasoning_at_end")}
+
+
+def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def render(source, messages, eos, add_generation_prompt):
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: DATE.strftime(fmt)
+    template = env.from_string(source)
+    return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                           bos_token="", eos_token=eos)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--llama-cpp", type=pathlib.Path, default=DEFAULT_SOURCE,
+                        help="the pinned llama.cpp source tree (tools/llamacpp/venv.sh unpacks it)")
+    parser.add_argument("--out", type=pathlib.Path, default=OUT)
+    args = parser.parse_args()
+    templates_dir = args.llama_cpp / "models" / "templates"
+    if not templates_dir.is_dir():
+        sys.exit(f"gen_chat_fixtures: {templates_dir} not found")
+
+    cases, sources = [], {}
+    for fmt, (file, eos) in TEMPLATES.items():
+        source = (templates_dir / file).read_text(encoding="utf-8")
+        sources[file] = source
+        for name, messages in CONVERSATIONS.items():
+            if (fmt, name) in SKIP:
+                continue
+            prefixes = [name not in ENDS_WITH_ASSISTANT]
+            for add in prefixes:
+                cases.append({"format": fmt, "template": file, "conversation": name,
+                              "messages": messages, "add_generation_prompt": add,
+                              "text": render(source, messages, eos, add)})
+                print(f"{fmt} {name} add_generation_prompt={add}: "
+                      f"{len(cases[-1]['text'])} chars")
+
+    doc = {
+        "meta": {
+            "llama_cpp_python": PINNED_VERSION,
+            "jinja2": jinja2.__version__,
+            "date": DATE.isoformat(),
+            "notes": ("templates: each Jinja source as shipped. cases: each text is that "
+                      "template's own rendering (jinja2, trim_blocks and lstrip_blocks, "
+                      "bos_token empty, strftime_now fixed to `date`). Shoal must recognise "
+                      "`format` from the source and render the same text, with the harmony "
+                      "renderer's current date set to `date`."),
+        },
+        "templates": sources,
+        "cases": cases,
+    }
+    args.out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
