@@ -12,6 +12,9 @@ inline const char* gpuOpGap(const model::Op& op) {
   if (op.kind == model::OpKind::MoeFfn) return "a mixture of experts";
   if (op.kind == model::OpKind::Scale) return "a Scale op";
   if (op.kind == model::OpKind::Attend && op.attend.sinks) return "attention sinks";
+  if (op.kind == model::OpKind::Attend && op.attend.softcap > 0) {
+    return "attention logit soft-capping";
+  }
   if (op.kind == model::OpKind::GatedFfn && op.activation != model::Activation::Silu) {
     return "a GeGLU FFN";
   }
@@ -22,6 +25,11 @@ inline const char* gpuOpGap(const model::Op& op) {
     }
   }
   return nullptr;
+}
+
+// What a stage holding the model's head needs that the GPU backends lack, or nullptr.
+inline const char* gpuHeadGap(const model::ModelConfig& c) {
+  return c.finalLogitSoftcap > 0 ? "final logit soft-capping" : nullptr;
 }
 
 }  // namespace shoal::kernels

@@ -75,6 +75,10 @@ int main(int argc, char** argv) {
   app.add_option("--sliding-window-pattern", spec.slidingWindowPattern,
                  "attention.sliding_window_pattern (0: no key)")
       ->capture_default_str();
+  app.add_option("--attn-softcap", spec.attnLogitSoftcap, "attn_logit_softcapping (0: no key)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--final-softcap", spec.finalLogitSoftcap, "final_logit_softcapping (0: no key)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--rope-scaling", spec.ropeScaling, "RoPE scaling: linear or yarn (default none)")
       ->check(CLI::IsMember({"linear", "yarn"}));
   app.add_option("--rope-scale", spec.ropeScalingFactor, "RoPE scaling factor")

@@ -47,6 +47,32 @@ void readSlidingWindowPattern(const gguf::File& file, const std::string& prefix,
   }
 }
 
+void readSlidingWindows(const gguf::File& file, const std::string& prefix, ModelConfig& c,
+                        int64_t defaultWindow, int32_t defaultPattern) {
+  const std::string key = prefix + "attention.sliding_window";
+  if (defaultWindow == 0 && !file.find(key))
+    throw Error(file.displayName() + ": " + key + " is missing");
+  const int64_t window = file.getIntOr(key, defaultWindow);
+  if (window <= 0 || window > (int64_t{1} << 24)) {
+    throw Error(file.displayName() + ": " + key + " out of range");
+  }
+  c.slidingWindow = static_cast<int32_t>(window);
+  readSlidingWindowPattern(file, prefix, c, defaultPattern);
+  c.ropeFreqBaseSwa =
+      static_cast<float>(file.getFloatOr(prefix + "rope.freq_base_swa", c.ropeFreqBase));
+  if (!(c.ropeFreqBaseSwa > 1.0f)) {
+    throw Error(file.displayName() + ": " + prefix + "rope.freq_base_swa out of range");
+  }
+}
+
+float readSoftcap(const gguf::File& file, const std::string& key, float fallback) {
+  const double v = file.getFloatOr(key, fallback);
+  if (!(v >= 0.0) || !std::isfinite(v) || v > 1e6) {
+    throw Error(file.displayName() + ": " + key + " out of range");
+  }
+  return static_cast<float>(v);
+}
+
 AttendParams fullAttention(const ModelConfig& c) {
   AttendParams a;
   a.window = 0;
@@ -72,6 +98,40 @@ void appendAttentionOutputAndFfn(std::vector<Op>& ops, const ModelConfig& c) {
     ops.push_back(project(Buffer::Gate, {{TensorRole::WDown, Buffer::Tmp}}));
   }
   ops.push_back(add(Buffer::Tmp, Buffer::X));
+}
+
+LayerProgram gemmaProgram(const ModelConfig& c, int32_t layer, const GemmaLayer& g) {
+  using R = TensorRole;
+  LayerProgram p;
+  p.kvDim = c.kvDim();
+  if (layer == 0) p.ops.push_back(scale(Buffer::X, std::sqrt(static_cast<float>(c.nEmbd))));
+  p.ops.push_back(rmsNorm(Buffer::X, Buffer::Norm, R::AttnNorm, c.rmsEps));
+  p.ops.push_back(
+      project(Buffer::Norm, {{R::Wq, Buffer::Q}, {R::Wk, Buffer::K}, {R::Wv, Buffer::V}}));
+  if (g.headNorms) p.ops.push_back(headNorm(Buffer::Q, c.nHead, R::QNorm, c.rmsEps));
+  p.ops.push_back(rope(Buffer::Q, c.nHead, g.rope));
+  if (g.headNorms) p.ops.push_back(headNorm(Buffer::K, c.nHeadKv, R::KNorm, c.rmsEps));
+  p.ops.push_back(rope(Buffer::K, c.nHeadKv, g.rope));
+  const std::vector<Op> rest = {
+      scale(Buffer::Q, g.queryScale),
+      attend(g.attention),
+      project(Buffer::Attn, {{R::Wo, Buffer::Tmp}}),
+      keepOutputRows(),
+      rmsNorm(Buffer::Tmp, Buffer::Tmp, R::AttnPostNorm, c.rmsEps),
+      add(Buffer::Tmp, Buffer::X),
+      rmsNorm(Buffer::X, Buffer::Norm, R::FfnNorm, c.rmsEps),
+      gatedFfn(Buffer::Norm, R::WGate, R::WUp, Activation::GeluTanh),
+      project(Buffer::Gate, {{R::WDown, Buffer::Tmp}}),
+      rmsNorm(Buffer::Tmp, Buffer::Tmp, R::FfnPostNorm, c.rmsEps),
+      add(Buffer::Tmp, Buffer::X),
+  };
+  p.ops.insert(p.ops.end(), rest.begin(), rest.end());
+  return p;
+}
+
+float gemmaQueryScale(const ModelConfig& c, int32_t layers27b) {
+  const int32_t width = c.nLayer == layers27b ? c.nEmbd / c.nHead : c.headDim;
+  return 1.0f / std::sqrt(static_cast<float>(width));
 }
 
 LayerProgram headNormedProgram(const ModelConfig& c) {

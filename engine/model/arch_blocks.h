@@ -82,6 +82,37 @@ inline constexpr TensorSpec kHeadNormTensors[] = {
     {TensorRole::KNorm, TensorScope::Layer, "attn_k_norm.weight", {Dim::HeadDim, Dim::One}, true},
 };
 
+// Gemma's RMSNorms of the attention and FFN outputs (gemma2, gemma3, gpt-oss's
+// post_attention_norm).
+inline constexpr TensorSpec kGemmaPostNormTensors[] = {
+    {TensorRole::AttnPostNorm,
+     TensorScope::Layer,
+     "post_attention_norm.weight",
+     {Dim::Embd, Dim::One},
+     true},
+    {TensorRole::FfnPostNorm,
+     TensorScope::Layer,
+     "post_ffw_norm.weight",
+     {Dim::Embd, Dim::One},
+     true},
+};
+
+// The gemma block (gemma2, gemma3; llama.cpp's graphs): Scale(X, sqrt(n_embd)) first in layer 0;
+// RMSNorm, Q/K/V, (gemma3: per-head RMSNorm of Q and of K, each before its) NeoX RoPE, the
+// queries scaled, attention (kq scale 1), Wo, an RMSNorm of the attention output
+// (post_attention_norm) before the residual add, then RMSNorm, a GeGLU FFN, an RMSNorm of its
+// output (post_ffw_norm) and the residual add.
+struct GemmaLayer {
+  bool headNorms = false;
+  RopeParams rope;
+  float queryScale = 1;
+  AttendParams attention;
+};
+LayerProgram gemmaProgram(const ModelConfig& c, int32_t layer, const GemmaLayer& g);
+// llama.cpp's f_attention_scale for gemma: 1/sqrt(n_embd / n_head) for the 27B model (told
+// apart by its layer count, layers27b), 1/sqrt(head size) otherwise.
+float gemmaQueryScale(const ModelConfig& c, int32_t layers27b);
+
 // Qwen3's block (qwen3, qwen3moe): the llama block without Q/K/V biases, with HeadNorm over the
 // queries and keys before NeoX RoPE; its FFN as appendAttentionOutputAndFfn decides.
 LayerProgram headNormedProgram(const ModelConfig& c);
@@ -98,6 +129,17 @@ bool slidingLayer(const ModelConfig& c, int32_t layer);
 // a per-layer array is refused, as is a pattern out of range.
 void readSlidingWindowPattern(const gguf::File& file, const std::string& prefix, ModelConfig& c,
                               int32_t fallback);
+
+// Interleaved sliding-window attention that every model of the architecture has (gemma2,
+// gpt-oss): attention.sliding_window (defaultWindow when absent; 0: the key is required),
+// the pattern (readSlidingWindowPattern with defaultPattern) and rope.freq_base_swa (the model's
+// rope.freq_base when absent).
+void readSlidingWindows(const gguf::File& file, const std::string& prefix, ModelConfig& c,
+                        int64_t defaultWindow, int32_t defaultPattern);
+
+// A soft-capping key (default `fallback` when absent; 0 turns it off), refused when negative or
+// not finite.
+float readSoftcap(const gguf::File& file, const std::string& key, float fallback);
 
 // llama.cpp's kq_scale for these families: 1 / sqrt(head size).
 AttendParams fullAttention(const ModelConfig& c);

@@ -84,6 +84,8 @@ struct AttendParams {
   // Attention sinks (gpt-oss): each head's softmax also counts exp(sink - max) from the head's
   // value in TensorRole::AttnSinks, which attends to nothing (ggml_soft_max_add_sinks).
   bool sinks = false;
+  // Soft-capping of Q·K (gemma2): cap * tanh(score / cap) before the scale; 0: none.
+  float softcap = 0;
   bool operator==(const AttendParams&) const = default;
 };
 

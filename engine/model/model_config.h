@@ -47,8 +47,12 @@ struct ModelConfig {
   int32_t slidingWindow = 0;         // attention.sliding_window (0: none)
   int32_t slidingWindowPattern = 0;  // attention.sliding_window_pattern
   float ropeFreqBaseSwa = 10000.0f;  // rope.freq_base_swa
-  bool tiedOutput = false;           // no output.weight: the head reuses token_embd.weight
-  bool hasRopeFreqs = false;         // rope_freqs.weight (llama 3.1 frequency factors) present
+  // Soft-capping (gemma2, gemma3): cap * tanh(x / cap) of the attention scores before the
+  // softmax and of the logits; 0: none.
+  float attnLogitSoftcap = 0.0f;   // attn_logit_softcapping
+  float finalLogitSoftcap = 0.0f;  // final_logit_softcapping
+  bool tiedOutput = false;         // no output.weight: the head reuses token_embd.weight
+  bool hasRopeFreqs = false;       // rope_freqs.weight (llama 3.1 frequency factors) present
 
   const Architecture* arch = nullptr;  // the registered architecture (never null after fromGguf)
 

@@ -269,6 +269,12 @@ void writeSyntheticModel(const SyntheticModelSpec& spec, const std::filesystem::
     w.set(a + ".attention.sliding_window_pattern",
           Value::u32(static_cast<uint32_t>(spec.slidingWindowPattern)));
   }
+  if (spec.attnLogitSoftcap > 0) {
+    w.set(a + ".attn_logit_softcapping", Value::f32(spec.attnLogitSoftcap));
+  }
+  if (spec.finalLogitSoftcap > 0) {
+    w.set(a + ".final_logit_softcapping", Value::f32(spec.finalLogitSoftcap));
+  }
   if (!spec.ropeScaling.empty()) {
     w.set(a + ".rope.scaling.type", Value::string(spec.ropeScaling));
     w.set(a + ".rope.scaling.factor", Value::f32(spec.ropeScalingFactor));

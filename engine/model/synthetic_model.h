@@ -45,6 +45,9 @@ struct SyntheticModelSpec {
   // attention.sliding_window / sliding_window_pattern (0: no key).
   int slidingWindow = 0;
   int slidingWindowPattern = 0;
+  // attn_logit_softcapping / final_logit_softcapping (0: no key).
+  float attnLogitSoftcap = 0.f;
+  float finalLogitSoftcap = 0.f;
   float ropeScalingFactor = 1.f;
   int ropeOrigCtx = 0;
   float rmsEps = 1e-5f;

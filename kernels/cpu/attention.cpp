@@ -49,9 +49,11 @@ void attention(const AttentionShape& s, const float* q, int32_t count, int32_t f
       // kq: the query enters the f16 product rounded to f16 (ggml converts src1 to F16).
       k.floatToHalf(q + t * qDim + h * hd, q16, hd);
       float maxScore = -INFINITY;
+      const float invCap = s.softcap > 0 ? 1.0f / s.softcap : 0.0f;
       std::fill(scores + from, scores + first, -INFINITY);
       for (int64_t p = first; p < visible; ++p) {
-        const float dot = k.dotF16(keys + p * kvDim + kvHead * hd, q16, hd, kqOrder);
+        float dot = k.dotF16(keys + p * kvDim + kvHead * hd, q16, hd, kqOrder);
+        if (s.softcap > 0) dot = std::tanh(dot * invCap) * s.softcap;
         scores[p] = dot * s.scale;  // ggml_soft_max_ext: kq * scale + mask (0 where visible)
         maxScore = std::max(maxScore, scores[p]);
       }

@@ -23,6 +23,9 @@ struct AttentionShape {
   // nHead sink logits (gpt-oss's attn_sinks), or nullptr: head h's softmax also counts
   // exp(sinks[h] - max), with the max taken over the scores and the sink (ggml_soft_max's sinks).
   const float* sinks = nullptr;
+  // > 0: each K·q becomes softcap * tanh(K·q / softcap) before `scale` (ggml_scale, ggml_tanh,
+  // ggml_scale in llama.cpp's graph).
+  float softcap = 0;
 
   int32_t kvDim() const { return nHeadKv * headDim; }
   // Stride of a transposed value row: the context rounded up to 64 positions, so that a row can

@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_stage.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -119,6 +120,11 @@ void CpuStage::head(runtime::StageOutput& out) {
   for (const LayerRunner::RowRun& run : r.runs()) {
     matmul(m_output, norm + run.first * d, run.rows, out.logits.data() + run.first * vocab,
            r.pool(), r.matmulScratch(), run.orderTokens);
+  }
+  if (const float cap = m_config.finalLogitSoftcap; cap > 0) {
+    // ggml_scale(1 / cap), ggml_tanh, ggml_scale(cap): three roundings, in that order.
+    const float invCap = 1.0f / cap;
+    for (float& l : out.logits) l = std::tanh(l * invCap) * cap;
   }
   r.observe("result_output", -1, out.logits.data(), rows, m_config.nVocab);
 }

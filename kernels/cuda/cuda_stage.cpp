@@ -71,6 +71,10 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
     SHOAL_CUDA_CHECK(cublasSetStream(m_cublas, m_stream));
 
     // Refused before any weight is uploaded (resolveLayers says the same per op).
+    if (const char* missing = spec.hasHead ? kernels::gpuHeadGap(c) : nullptr) {
+      throw Error(std::string("CUDA stage: the model's head has ") + missing +
+                  ", which has no CUDA kernels yet (the CPU backend runs it)");
+    }
     for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
       for (const model::Op& op : c.arch->layerProgram(c, i).ops) {
         const char* missing = kernels::gpuOpGap(op);

@@ -43,6 +43,10 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
   }
   if (c.headDim > 256) throw Error("Vulkan stage: head size above 256 is not supported");
 
+  if (const char* missing = spec.hasHead ? kernels::gpuHeadGap(c) : nullptr) {
+    throw Error(std::string("Vulkan stage: the model's head has ") + missing +
+                ", which has no Vulkan kernels yet (the CPU backend runs it)");
+  }
   const model::Architecture& arch = model::architectureOf(c);
   for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
     m_layers.push_back(Layer{arch.layerProgram(c, i), {}, {}, {}});

@@ -96,6 +96,14 @@ MODELS = [
      "rope_orig_ctx": 128, "rope_base": 150000.0,
      "type_of": {"ffn_gate_exps": "mxfp4", "ffn_up_exps": "mxfp4", "ffn_down_exps": "mxfp4"},
      "seed": 41},
+    # Gemma 2: gemma3's block without head norms, with soft-capped attention scores and logits:
+    # once with the default caps (50, 30), once with caps small enough that tanh bends the
+    # synthetic model's scores (0.2) and logits (1.0); even layers slide over 48 positions.
+    {"name": "gemma2-swa-q8_0", "arch": "gemma2", "layers": 3, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "type": "q8_0", "sliding_window": 48, "tied": True, "seed": 42},
+    {"name": "gemma2-softcap-q8_0", "arch": "gemma2", "layers": 2, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "type": "q8_0", "sliding_window": 48, "attn_softcap": 0.2,
+     "final_softcap": 1.0, "tied": True, "seed": 43},
 ]
 
 
@@ -109,7 +117,8 @@ def synth_args(spec, vocab_from, out):
                       ("rope_scale", "--rope-scale"), ("rope_orig_ctx", "--rope-orig-ctx"),
                       ("sliding_window", "--sliding-window"),
                       ("sliding_window_pattern", "--sliding-window-pattern"),
-                      ("rope_base", "--rope-base")):
+                      ("rope_base", "--rope-base"), ("attn_softcap", "--attn-softcap"),
+                      ("final_softcap", "--final-softcap")):
         if key in spec:
             args += [flag, str(spec[key])]
     if spec.get("tied"):

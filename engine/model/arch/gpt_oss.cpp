@@ -56,21 +56,9 @@ void readConfig(const gguf::File& file, const std::string& prefix, ModelConfig& 
                 "needs experts)");
   }
   // llama.cpp requires both keys for gpt-oss.
-  for (const char* key : {"expert_feed_forward_length", "attention.sliding_window"}) {
-    if (!file.find(prefix + key))
-      throw Error(file.displayName() + ": " + prefix + key + " is missing");
-  }
-  const int64_t window = file.getInt(prefix + "attention.sliding_window");
-  if (window <= 0 || window > (int64_t{1} << 24)) {
-    throw Error(file.displayName() + ": " + prefix + "attention.sliding_window out of range");
-  }
-  c.slidingWindow = static_cast<int32_t>(window);
-  readSlidingWindowPattern(file, prefix, c, 2);
-  c.ropeFreqBaseSwa =
-      static_cast<float>(file.getFloatOr(prefix + "rope.freq_base_swa", c.ropeFreqBase));
-  if (!(c.ropeFreqBaseSwa > 1.0f)) {
-    throw Error(file.displayName() + ": " + prefix + "rope.freq_base_swa out of range");
-  }
+  const std::string ffKey = prefix + "expert_feed_forward_length";
+  if (!file.find(ffKey)) throw Error(file.displayName() + ": " + ffKey + " is missing");
+  readSlidingWindows(file, prefix, c, 0, 2);
 }
 
 LayerProgram program(const ModelConfig& c, int32_t layer) {

@@ -72,6 +72,8 @@ model::SyntheticModelSpec specOf(const nlohmann::json& j, int nCtx) {
   s.ropeOrigCtx = j.value("rope_orig_ctx", 0);
   s.slidingWindow = j.value("sliding_window", 0);
   s.slidingWindowPattern = j.value("sliding_window_pattern", 0);
+  s.attnLogitSoftcap = j.value("attn_softcap", 0.0f);
+  s.finalLogitSoftcap = j.value("final_softcap", 0.0f);
   s.ropeFreqBase = j.value("rope_base", s.ropeFreqBase);
   s.tiedOutput = j.value("tied", false);
   s.weightType = s.embedType = typeOf(j["type"].get<std::string>());

@@ -84,8 +84,8 @@ class TestArchitectures : public QObject {
 
  private slots:
   void registryKnowsTheFamilies() {
-    for (const char* name :
-         {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss"}) {
+    for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3",
+                             "phi3", "gpt-oss"}) {
       QVERIFY2(model::findArchitecture(name) != nullptr, name);
     }
     QVERIFY(model::findArchitecture("gpt-neox") == nullptr);
@@ -149,8 +149,8 @@ class TestArchitectures : public QObject {
 
   void syntheticModelsOfEveryArchitectureBind() {
     QTemporaryDir dir;
-    for (const char* name :
-         {"llama", "qwen2", "qwen3", "qwen3moe", "llama-moe", "gemma3", "phi3", "gpt-oss"}) {
+    for (const char* name : {"llama", "qwen2", "qwen3", "qwen3moe", "llama-moe", "gemma2", "gemma3",
+                             "phi3", "gpt-oss"}) {
       const bool gptOss = std::string(name) == "gpt-oss";
       const bool moe = std::string(name).ends_with("moe") || gptOss;
       model::SyntheticModelSpec spec;
@@ -160,7 +160,7 @@ class TestArchitectures : public QObject {
       spec.nFf = 128;
       spec.nExpert = moe ? 4 : 0;
       spec.nExpertUsed = moe ? 2 : 0;
-      spec.tiedOutput = std::string(name) == "qwen3" || std::string(name) == "gemma3";
+      spec.tiedOutput = std::string(name) == "qwen3" || std::string(name).starts_with("gemma");
       if (gptOss) {  // keys gpt-oss requires
         spec.nFfExp = 64;
         spec.slidingWindow = 16;
@@ -322,7 +322,7 @@ class TestArchitectures : public QObject {
 
   // gemma3: five of every six layers (here two of three: sliding_window_pattern 3) attend over
   // the window with the local RoPE base; the embedding is scaled once, in layer 0; final logit
-  // soft-capping is refused by key.
+  // soft-capping is read when present (none by default), a negative cap refused by key.
   void gemma3LayersAlternateSlidingAndGlobalAttention() {
     QTemporaryDir dir;
     model::SyntheticModelSpec spec;
@@ -358,15 +358,50 @@ class TestArchitectures : public QObject {
     }
     gguf::Writer w;
     for (const auto& kv : file.metadata()) w.set(kv.key, kv.value);
+    QCOMPARE(c.finalLogitSoftcap, 0.0f);
     w.set("gemma3.final_logit_softcapping", gguf::Value::f32(30.0f));
     const std::string capped = dir.filePath("capped.gguf").toStdString();
     w.write(capped);
+    QCOMPARE(model::ModelConfig::fromGguf(gguf::File::open(capped)).finalLogitSoftcap, 30.0f);
+    w.set("gemma3.final_logit_softcapping", gguf::Value::f32(-1.0f));
+    w.write(capped);
     try {
       model::ModelConfig::fromGguf(gguf::File::open(capped));
-      QFAIL("soft-capping loaded");
+      QFAIL("a negative soft-cap loaded");
     } catch (const Error& e) {
       QVERIFY2(std::string(e.what()).find("final_logit_softcapping") != std::string::npos,
                e.what());
+    }
+  }
+
+  // gemma2: llama.cpp's defaults without keys (soft-caps 50 and 30, window 4096, pattern 2: even
+  // layers slide), the caps on every Attend, no head norms; the same RoPE base everywhere
+  // without rope.freq_base_swa.
+  void gemma2DefaultsAndSoftCaps() {
+    QTemporaryDir dir;
+    model::SyntheticModelSpec spec;
+    spec.architecture = "gemma2";
+    spec.nLayer = 4;
+    spec.nVocab = 300;
+    spec.nEmbd = 64;
+    spec.nFf = 128;
+    spec.tiedOutput = true;
+    spec.ropeFreqBase = 2e4f;
+    const std::string path = dir.filePath("gemma2.gguf").toStdString();
+    model::writeSyntheticModel(spec, path);
+    const model::ModelConfig c = model::ModelConfig::fromGguf(gguf::File::open(path));
+    QCOMPARE(c.attnLogitSoftcap, 50.0f);
+    QCOMPARE(c.finalLogitSoftcap, 30.0f);
+    QCOMPARE(c.slidingWindow, 4096);
+    for (int32_t l = 0; l < c.nLayer; ++l) {
+      for (const model::Op& op : c.arch->layerProgram(c, l).ops) {
+        QVERIFY(op.kind != model::OpKind::HeadNorm);
+        if (op.kind == model::OpKind::Attend) {
+          QCOMPARE(op.attend.window, l % 2 == 0 ? 4096 : 0);
+          QCOMPARE(op.attend.softcap, 50.0f);
+        }
+        if (op.kind == model::OpKind::Rope) QCOMPARE(op.rope.freqBase, 2e4f);
+      }
     }
   }
 

@@ -333,12 +333,13 @@ class VulkanLayerProgramTest : public QObject {
     QVERIFY(got.logits == want.logits);
   }
 
-  // Mixture-of-experts layers and gemma3's ops (Scale, GeGLU) have no Vulkan kernels yet: the
-  // stage says so, by layer, before it uploads anything (the CPU backend runs such models).
+  // Mixture-of-experts layers, gemma's ops (Scale, GeGLU, soft-capping) have no Vulkan kernels yet:
+  // the stage says so, by layer, before it uploads anything (the CPU backend runs such models).
   void opsWithoutKernelsAreRefusedByName() {
     for (const auto& [architecture, what] :
          {std::pair{"qwen3moe", "layer 0 has a mixture of experts"},
           std::pair{"gemma3", "layer 0 has a Scale op"},
+          std::pair{"gemma2", "the model's head has final logit soft-capping"},
           std::pair{"phi3", "layer 0 has a fused Q/K/V projection"}}) {
       const auto m = loadModel(writeModel(architecture));
       QString refusal;
