@@ -140,6 +140,25 @@ void dequantMXFP4(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// IQ4_XS (136 bytes): f16 d | u16 scales_h | u8 scales_l[4] | u8 qs[128]. Eight sub-blocks of
+// 32, each with a 6-bit scale ls (low 4 bits: nibble s % 2 of scales_l[s / 2]; top 2: bits
+// 2s..2s+1 of scales_h) and 16 bytes of IQ4_NL-style nibbles; x = d * (ls - 32) * value.
+void dequantIQ4_XS(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 136) {
+    const float d = loadHalf(b);
+    const uint16_t high = loadU16(b + 2);
+    for (int s = 0; s < 8; ++s, y += 32) {
+      const int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 0xf) | (((high >> (2 * s)) & 3) << 4);
+      const float dl = d * static_cast<float>(ls - 32);
+      const uint8_t* qs = b + 8 + 16 * s;
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * static_cast<float>(kIq4NlValues[qs[j] & 0x0f]);
+        y[j + 16] = dl * static_cast<float>(kIq4NlValues[qs[j] >> 4]);
+      }
+    }
+  }
+}
+
 // Q4_1 (20 bytes): f16 d | f16 m | u8 qs[16]. Nibble order as Q4_0; x = q * d + m.
 void dequantQ4_1(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 20, y += 32) {
@@ -398,6 +417,8 @@ void dequantizeRow(TensorType type, const void* src, float* dst, int64_t n) {
       return dequantIQ4_NL(bytes, dst, nb);
     case TensorType::MXFP4:
       return dequantMXFP4(bytes, dst, nb);
+    case TensorType::IQ4_XS:
+      return dequantIQ4_XS(bytes, dst, nb);
     default:
       throw Error("dequantizeRow: type " + std::string(traits.name) + " is not supported");
   }

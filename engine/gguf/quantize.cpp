@@ -112,6 +112,58 @@ void quantIQ4_NL(const float* x, uint8_t* b, int64_t nb) {
   }
 }
 
+// IQ4_XS after quantize_row_iq4_nl_impl with 256-element super-blocks of 32-element sub-blocks
+// (no importance weights, no scale search): each sub-block's scale as for IQ4_NL (the extreme
+// value on the first level, refit by least squares weighted by x^2), the super-block scale
+// d = -(the scale of largest magnitude) / 32, each sub-block's as the nearest 6-bit multiple
+// of d, then the levels nearest to x / (d * ls). Like quantIQ4_NL, its bytes are not checked
+// against ggml's (the kernels and parity fixtures compute with whatever valid blocks it writes).
+void quantIQ4_XS(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 256, b += 136) {
+    std::memset(b, 0, 136);
+    float scales[8];
+    float maxScale = 0, amaxScale = 0;
+    for (int s = 0; s < 8; ++s) {
+      const float* xs = x + 32 * s;
+      const float max = signedAbsMax(xs, 32);
+      scales[s] = 0;
+      if (std::fabs(max) < kGroupMaxEps) continue;
+      const float id = static_cast<float>(kIq4NlValues[0]) / max;
+      float sumqx = 0, sumq2 = 0;
+      for (int j = 0; j < 32; ++j) {
+        const float q = static_cast<float>(kIq4NlValues[bestIq4NlIndex(id * xs[j])]);
+        const float w = xs[j] * xs[j];
+        sumqx += w * q * xs[j];
+        sumq2 += w * q * q;
+      }
+      scales[s] = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
+      if (std::fabs(scales[s]) > amaxScale) {
+        amaxScale = std::fabs(scales[s]);
+        maxScale = scales[s];
+      }
+    }
+    const float d = -maxScale / 32;
+    storeHalf(b, d);
+    const float dq = halfToFloat(floatToHalf(d));
+    const float id = d != 0 ? 1 / d : 0.0f;
+    uint16_t high = 0;
+    for (int s = 0; s < 8; ++s) {
+      const int ls = std::clamp(nearestInt(id * scales[s]), -32, 31) + 32;
+      b[4 + s / 2] = static_cast<uint8_t>(b[4 + s / 2] | ((ls & 0xf) << (4 * (s % 2))));
+      high = static_cast<uint16_t>(high | ((ls >> 4) << (2 * s)));
+      const float dl = dq * static_cast<float>(ls - 32);
+      const float idl = dl != 0 ? 1 / dl : 0.0f;
+      uint8_t* qs = b + 8 + 16 * s;
+      const float* xs = x + 32 * s;
+      for (int j = 0; j < 16; ++j) {
+        qs[j] = static_cast<uint8_t>(bestIq4NlIndex(idl * xs[j]) |
+                                     (bestIq4NlIndex(idl * xs[j + 16]) << 4));
+      }
+    }
+    storeU16(b + 2, high);
+  }
+}
+
 // quantize_row_mxfp4_ref: the shared exponent floor(log2(amax)) - 2 (so the largest level, 6,
 // covers amax), then for each value the level nearest to it (the first on ties). The exponent is
 // clamped to E8M0's finite range, where ggml's cast would be undefined.
@@ -763,6 +815,8 @@ void quantizeRow(TensorType type, const float* src, void* dst, int64_t n) {
       return quantIQ4_NL(src, out, nb);
     case TensorType::MXFP4:
       return quantMXFP4(src, out, nb);
+    case TensorType::IQ4_XS:
+      return quantIQ4_XS(src, out, nb);
     default:
       throw Error("quantizeRow: type " + std::string(traits.name) + " is not supported");
   }

@@ -35,7 +35,7 @@ constexpr std::array kTypes = {
     Entry{16, {"iq2_xxs", kQkK, 66, false}}, Entry{17, {"iq2_xs", kQkK, 74, false}},
     Entry{18, {"iq3_xxs", kQkK, 98, false}}, Entry{19, {"iq1_s", kQkK, 50, false}},
     Entry{20, {"iq4_nl", 32, 18, true}},     Entry{21, {"iq3_s", kQkK, 110, false}},
-    Entry{22, {"iq2_s", kQkK, 82, false}},   Entry{23, {"iq4_xs", kQkK, 136, false}},
+    Entry{22, {"iq2_s", kQkK, 82, false}},   Entry{23, {"iq4_xs", kQkK, 136, true}},
     Entry{24, {"i8", 1, 1, false}},          Entry{25, {"i16", 1, 2, false}},
     Entry{26, {"i32", 1, 4, false}},         Entry{27, {"i64", 1, 8, false}},
     Entry{28, {"f64", 1, 8, true}},          Entry{29, {"iq1_m", kQkK, 56, false}},
@@ -92,6 +92,7 @@ bool quantizable(TensorType type) {
   switch (type) {
     case TensorType::IQ4_NL:
     case TensorType::MXFP4:
+    case TensorType::IQ4_XS:
     case TensorType::F32:
     case TensorType::F16:
     case TensorType::BF16:

@@ -306,6 +306,9 @@ KernelTable makeTable() {
   set(WeightKind::Q6_K, gemmQ6_K);
   set(WeightKind::IQ4_NL, gemmIQ4_NL);
   set(WeightKind::MXFP4, gemmMXFP4);
+  set(WeightKind::Q2_K, gemmQ2_K);
+  set(WeightKind::Q3_K, gemmQ3_K);
+  set(WeightKind::IQ4_XS, gemmIQ4_XS);
   t.convert[static_cast<int>(ActKind::F16)] = convertF16;
   t.convert[static_cast<int>(ActKind::Q8_0)] = quantizeQ8_0;
   t.convert[static_cast<int>(ActKind::Q8_1)] = quantizeQ8_1;

@@ -701,6 +701,125 @@ void gemmKTiled(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   }
 }
 
+// ---- Q2_K, Q3_K, IQ4_XS (ggml_vec_dot_{q2_K,q3_K,iq4_xs}_q8_K, AVX2) -------------------------
+// Each block's eight integer lanes as ggml's kernels form them (lane k: elements 4k..4k+3 of
+// every 32, times their scale); the vec order scales them per block into eight float lanes, the
+// tiled order takes their total (tiledStep). Both orders are row by row (gemmK): no 8-row tiled
+// kernel for these types yet.
+
+// Per 32-element part i of a Q2_K/Q3_K block: sub-blocks 2i (elements 0..15) and 2i+1.
+inline __m256i partScales(const int16_t scales[16], int i) {
+  return _mm256_set_m128i(_mm_set1_epi16(scales[2 * i + 1]), _mm_set1_epi16(scales[2 * i]));
+}
+
+float dotQ2_K(const BlockQ2_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+  __m256 acc = _mm256_setzero_ps();
+  float tiled = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+    const __m128i mins8 = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF));
+    const __m256i minLanes =
+        _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins8),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].bsums)));
+    alignas(32) int16_t scales[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(scales),
+                       _mm256_cvtepi8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF))));
+    __m256i lanes = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h));
+      for (int g = 0; g < 4; ++g) {
+        const int i = 4 * h + g;
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), _mm256_set1_epi8(3));
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 32 * i));
+        lanes = _mm256_add_epi32(
+            lanes, _mm256_madd_epi16(partScales(scales, i), _mm256_maddubs_epi16(q, a)));
+      }
+    }
+    if (order == DotOrder::Tiled) {
+      tiled =
+          tiledStep(tiled, lanes, hsumInt(minLanes), half(x[b].d), half(x[b].dmin), y[b].d, true);
+      continue;
+    }
+    const float d = y[b].d * half(x[b].d);
+    const float dmin = -y[b].d * half(x[b].dmin);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(minLanes), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+  }
+  return order == DotOrder::Tiled ? tiled : hsum8(acc);
+}
+
+// Q3_K's 16 scales (6 bits, biased by 32) as int16, from the 12 packed bytes: four 32-bit words
+// of four scales each (low nibbles of bytes 0-7, then their high nibbles, each with two bits
+// of bytes 8-11 on top).
+inline void q3KScales(const uint8_t packed[12], int16_t out[16]) {
+  uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  constexpr uint32_t kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  const __m128i bytes =
+      _mm_set_epi32(static_cast<int>(((u[1] >> 4) & kLow4) | (((u[2] >> 6) & kLow2) << 4)),
+                    static_cast<int>(((u[0] >> 4) & kLow4) | (((u[2] >> 4) & kLow2) << 4)),
+                    static_cast<int>((u[1] & kLow4) | (((u[2] >> 2) & kLow2) << 4)),
+                    static_cast<int>((u[0] & kLow4) | ((u[2] & kLow2) << 4)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm256_cvtepi8_epi16(_mm_sub_epi8(bytes, _mm_set1_epi8(32))));
+}
+
+float dotQ3_K(const BlockQ3_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+  __m256 acc = _mm256_setzero_ps();
+  float tiled = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    alignas(32) int16_t scales[16];
+    q3KScales(x[b].scales, scales);
+    const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].hmask));
+    __m256i lanes = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h));
+      for (int g = 0; g < 4; ++g) {
+        const int i = 4 * h + g, bit = 4 * h + g;
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), _mm256_set1_epi8(3));
+        // 4 where the third bit is clear (value = low - 4), else 0.
+        const __m256i clear =
+            _mm256_andnot_si256(hbits, _mm256_set1_epi8(static_cast<char>(1 << bit)));
+        const __m256i four = _mm256_slli_epi16(_mm256_srli_epi16(clear, bit), 2);
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 32 * i));
+        const __m256i p16 =
+            _mm256_sub_epi16(_mm256_maddubs_epi16(low, a), _mm256_maddubs_epi16(four, a));
+        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(partScales(scales, i), p16));
+      }
+    }
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, 0, half(x[b].d), 0.0f, y[b].d, false);
+      continue;
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * half(x[b].d)), _mm256_cvtepi32_ps(lanes), acc);
+  }
+  return order == DotOrder::Tiled ? tiled : hsum8(acc);
+}
+
+float dotIQ4_XS(const BlockIQ4_XS* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+  __m256 acc = _mm256_setzero_ps();
+  float tiled = 0.0f;
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i lanes = _mm256_setzero_si256();
+    for (int s = 0; s < 8; ++s) {
+      const __m256i q = _mm256_shuffle_epi8(table, nibbles(x[b].qs + 16 * s));
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 32 * s));
+      const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
+      lanes = _mm256_add_epi32(
+          lanes,
+          _mm256_madd_epi16(p16, _mm256_set1_epi16(static_cast<int16_t>(iq4XsScale(x[b], s)))));
+    }
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, 0, half(x[b].d), 0.0f, y[b].d, false);
+      continue;
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(x[b].d) * y[b].d), _mm256_cvtepi32_ps(lanes), acc);
+  }
+  return order == DotOrder::Tiled ? tiled : hsum8(acc);
+}
+
 }  // namespace
 
 void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_0>(g, b, e); }
@@ -713,5 +832,8 @@ void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q5KTraits, d
 void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q6KTraits, dotQ6_K>(g, b, e); }
 void gemmIQ4_NL(const GemmArgs& g, int64_t b, int64_t e) { gemmIQ4NL(g, b, e); }
 void gemmMXFP4(const GemmArgs& g, int64_t b, int64_t e) { gemmTableVec<MXFP4>(g, b, e); }
+void gemmQ2_K(const GemmArgs& g, int64_t b, int64_t e) { gemmK<BlockQ2_K, dotQ2_K>(g, b, e); }
+void gemmQ3_K(const GemmArgs& g, int64_t b, int64_t e) { gemmK<BlockQ3_K, dotQ3_K>(g, b, e); }
+void gemmIQ4_XS(const GemmArgs& g, int64_t b, int64_t e) { gemmK<BlockIQ4_XS, dotIQ4_XS>(g, b, e); }
 
 }  // namespace shoal::cpu::avx2

@@ -58,6 +58,23 @@ struct BlockQ6_K {
   int8_t scales[16];  // 8-bit scale per 16 elements
   uint16_t d;
 };
+struct BlockQ2_K {
+  uint8_t scales[16];  // per 16 elements: low nibble the scale, high nibble the minimum
+  uint8_t qs[64];      // 2-bit quants: element 128h + 32g + l is bits 2g..2g+1 of qs[32h + l]
+  uint16_t d, dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];   // element 128h + 32g + l has its third bit in bit 4h + g of hmask[l]
+  uint8_t qs[64];      // low 2 bits, laid out as Q2_K's
+  uint8_t scales[12];  // 16 6-bit scales, biased by 32 (q3KScale)
+  uint16_t d;
+};
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scalesHigh;   // top 2 bits of sub-block s's 6-bit scale at bits 2s..2s+1
+  uint8_t scalesLow[4];  // low 4 bits: sub-block s in nibble s % 2 of byte s / 2
+  uint8_t qs[128];       // per 32-element sub-block 16 bytes, nibbles as IQ4_NL's
+};
 struct BlockQ8_K {
   float d;
   int8_t qs[256];
@@ -74,6 +91,25 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// The signed scale of Q3_K sub-block s (0..15): low 4 bits from byte s (s < 8, low nibble) or
+// s - 8 (high nibble), top 2 bits from bits 2(s/4).. of byte 8 + s % 4, minus 32. Static: one
+// copy per instruction set (see ggml_order.h).
+static inline int q3KScale(const uint8_t packed[12], int s) {
+  const int low = s < 8 ? (packed[s] & 0x0f) : (packed[s - 8] >> 4);
+  const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// The signed scale of IQ4_XS sub-block s (0..7), minus 32.
+static inline int iq4XsScale(const BlockIQ4_XS& b, int s) {
+  const int low = (b.scalesLow[s / 2] >> (4 * (s % 2))) & 0xf;
+  const int high = (b.scalesHigh >> (2 * s)) & 3;
+  return (low | (high << 4)) - 32;
+}
 
 // The 6-bit scale and minimum of sub-block j (0..7) of a Q4_K/Q5_K super-block: the first four
 // use the low 6 bits of bytes 0..3 (scales) and 4..7 (mins); the last four take their low 4 bits

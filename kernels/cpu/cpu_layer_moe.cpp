@@ -34,14 +34,10 @@ size_t sz(int64_t v) { return static_cast<size_t>(v); }
 constexpr int64_t kTiledRows = 8;  // ggml_tiled_min_batch
 constexpr int64_t kTileRows = 16;  // rows of an expert matrix per work item
 
-bool isKQuant(WeightKind k) {
-  return k == WeightKind::Q4_K || k == WeightKind::Q5_K || k == WeightKind::Q6_K;
-}
-
 // The dot order of one expert product over a group of rows: `tiled` when its rows come from
 // segments that route 8+ rows to the expert.
 int64_t orderTokens(const WeightMatrix& w, bool tiled) {
-  return isKQuant(w.kind) && tiled ? kTiledRows : 1;
+  return hasTiledOrder(w.kind) && tiled ? kTiledRows : 1;
 }
 
 // ggml_soft_max of one row in place (no mask, scale 1).

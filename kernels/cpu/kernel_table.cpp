@@ -38,6 +38,9 @@ KernelTable makeReferenceTable() {
   set(WeightKind::Q6_K, referenceGemm<WeightKind::Q6_K>);
   set(WeightKind::IQ4_NL, referenceGemm<WeightKind::IQ4_NL>);
   set(WeightKind::MXFP4, referenceGemm<WeightKind::MXFP4>);
+  set(WeightKind::Q2_K, referenceGemm<WeightKind::Q2_K>);
+  set(WeightKind::Q3_K, referenceGemm<WeightKind::Q3_K>);
+  set(WeightKind::IQ4_XS, referenceGemm<WeightKind::IQ4_XS>);
   auto conv = [&t](ActKind k, ConvertFn fn) { t.convert[static_cast<int>(k)] = fn; };
   conv(ActKind::F32, ref::convertF32);
   conv(ActKind::F16, ref::convertF16);
@@ -83,6 +86,12 @@ WeightKind weightKind(gguf::TensorType type) {
       return WeightKind::IQ4_NL;
     case TensorType::MXFP4:
       return WeightKind::MXFP4;
+    case TensorType::Q2_K:
+      return WeightKind::Q2_K;
+    case TensorType::Q3_K:
+      return WeightKind::Q3_K;
+    case TensorType::IQ4_XS:
+      return WeightKind::IQ4_XS;
     default:
       break;
   }
@@ -109,6 +118,9 @@ ActKind activationKind(WeightKind kind) {
     case WeightKind::Q4_K:
     case WeightKind::Q5_K:
     case WeightKind::Q6_K:
+    case WeightKind::Q2_K:
+    case WeightKind::Q3_K:
+    case WeightKind::IQ4_XS:
       return ActKind::Q8_K;
     case WeightKind::Count:
       break;

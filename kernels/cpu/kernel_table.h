@@ -28,6 +28,11 @@
 //    ggml_vec_dot_mxfp4_q8_0 (AVX2), IQ4_NL's vec order: llama.cpp has no tinyBLAS or tiled
 //    kernel for it, so every batch size takes vec_dot.
 //
+//  * Q2_K, Q3_K and IQ4_XS (Q8_K activations) take the same two orders as the K-quants below:
+//    their vec_dot kernels' eight integer lanes scaled per super-block, or the tiled kernel's
+//    exact per-super-block totals (which covers them too: the tiled order depends only on
+//    those totals, not on how a kernel splits them).
+//
 //  * K-quant dots have two orders too: DotOrder::Vec as above, DotOrder::Tiled as llama.cpp's
 //    tiled matmul (ggml-cpu/tiled) rounds, which it runs for batches of 8+ tokens: per
 //    super-block exact integer totals, then r = s1 * d_w, r = fma(-dmin_w, s2, r),
@@ -58,11 +63,21 @@ enum class WeightKind {
   Q6_K,
   IQ4_NL,
   MXFP4,
+  Q2_K,
+  Q3_K,
+  IQ4_XS,
   Count
 };
 
 // Formats activations are converted to before a matrix product.
 enum class ActKind { F32, F16, BF16, Q8_0, Q8_1, Q8_K, Count };
+
+// Whether llama.cpp's tiled K-quant matmul (ggml-cpu/tiled) takes this type's products of 8+
+// tokens (a matrix's, or one expert's rows in a mixture of experts): then DotOrder::Tiled.
+constexpr bool hasTiledOrder(WeightKind k) {
+  return k == WeightKind::Q4_K || k == WeightKind::Q5_K || k == WeightKind::Q6_K ||
+         k == WeightKind::Q2_K || k == WeightKind::Q3_K || k == WeightKind::IQ4_XS;
+}
 
 // WeightKind of a tensor type; throws shoal::Error for types without a kernel.
 WeightKind weightKind(gguf::TensorType type);

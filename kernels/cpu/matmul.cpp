@@ -47,7 +47,7 @@ size_t WeightMatrix::activationBytes() const {
 
 DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
   // K-quants: llama.cpp's tiled matmul takes batches of 8+ tokens (ggml-cpu/tiled, any shape).
-  if (w.kind == WeightKind::Q4_K || w.kind == WeightKind::Q5_K || w.kind == WeightKind::Q6_K) {
+  if (hasTiledOrder(w.kind)) {
     return tokens >= 8 ? DotOrder::Tiled : DotOrder::Vec;
   }
   // IQ4_NL: tinyBLAS_Q0_AVX takes 2+ tokens, whatever the shape.

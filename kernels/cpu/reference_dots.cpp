@@ -367,6 +367,107 @@ float dotQ5_K(const void* w, const void* a, int64_t n, DotOrder order) {
   return order == DotOrder::Tiled ? tiled : order::hsum8(acc) + summs;
 }
 
+// Q2_K, Q3_K, IQ4_XS (ggml_vec_dot_{q2_K,q3_K,iq4_xs}_q8_K, AVX2): per super-block eight exact
+// integer lanes, lane k holding elements 4k..4k+3 of every 32 (value * scale * activation);
+// acc = fma(d_w * d_a, lane, acc) per lane (Q2_K first acc = fma(-dmin_w * d_a, min lane, acc)
+// with min lane k = min[2k] * bsum[2k] + min[2k + 1] * bsum[2k + 1]), then hsum_float_8. The
+// tiled order takes the lanes' total (tiledStep).
+namespace {
+template <typename Value>
+void elementLanes(const int8_t* q8, Value value, int32_t lanes[8]) {
+  for (int k = 0; k < 8; ++k) lanes[k] = 0;
+  for (int e = 0; e < kQKK; ++e) lanes[(e % 32) / 4] += value(e) * q8[e];
+}
+}  // namespace
+
+float dotQ2_K(const void* w, const void* a, int64_t n, DotOrder order) {
+  const auto* x = static_cast<const BlockQ2_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc[8] = {};
+  float tiled = 0;
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const BlockQ2_K& blk = x[b];
+    int32_t lanes[8], mins[8];
+    elementLanes(
+        y[b].qs,
+        [&](int e) {
+          const int q = (blk.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+          return (blk.scales[e / 16] & 0xF) * q;
+        },
+        lanes);
+    for (int k = 0; k < 8; ++k) {
+      mins[k] = (blk.scales[2 * k] >> 4) * y[b].bsums[2 * k] +
+                (blk.scales[2 * k + 1] >> 4) * y[b].bsums[2 * k + 1];
+    }
+    if (order == DotOrder::Tiled) {
+      int32_t minSum = 0;
+      for (int32_t m : mins) minSum += m;
+      tiled =
+          tiledStep(tiled, lanes, minSum, halfToFloat(blk.d), halfToFloat(blk.dmin), y[b].d, true);
+      continue;
+    }
+    const float d = y[b].d * halfToFloat(blk.d);
+    const float dmin = -y[b].d * halfToFloat(blk.dmin);
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(dmin, static_cast<float>(mins[k]), acc[k]);
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
+  }
+  return order == DotOrder::Tiled ? tiled : order::hsum8(acc);
+}
+
+float dotQ3_K(const void* w, const void* a, int64_t n, DotOrder order) {
+  const auto* x = static_cast<const BlockQ3_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc[8] = {};
+  float tiled = 0;
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const BlockQ3_K& blk = x[b];
+    int32_t lanes[8];
+    elementLanes(
+        y[b].qs,
+        [&](int e) {
+          const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+          const int low = (blk.qs[32 * h + l] >> (2 * g)) & 3;
+          const int high = (blk.hmask[l] >> (4 * h + g)) & 1;
+          return q3KScale(blk.scales, e / 16) * (low - (high ? 0 : 4));
+        },
+        lanes);
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, 0, halfToFloat(blk.d), 0.0f, y[b].d, false);
+      continue;
+    }
+    const float d = y[b].d * halfToFloat(blk.d);
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
+  }
+  return order == DotOrder::Tiled ? tiled : order::hsum8(acc);
+}
+
+float dotIQ4_XS(const void* w, const void* a, int64_t n, DotOrder order) {
+  const auto* x = static_cast<const BlockIQ4_XS*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc[8] = {};
+  float tiled = 0;
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const BlockIQ4_XS& blk = x[b];
+    int32_t lanes[8];
+    elementLanes(
+        y[b].qs,
+        [&](int e) {
+          const int s = e / 32, l = e % 32;
+          const uint8_t byte = blk.qs[16 * s + l % 16];
+          const int nib = l < 16 ? (byte & 0xF) : (byte >> 4);
+          return iq4XsScale(blk, s) * gguf::kIq4NlValues[nib];
+        },
+        lanes);
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, 0, halfToFloat(blk.d), 0.0f, y[b].d, false);
+      continue;
+    }
+    const float d = halfToFloat(blk.d) * y[b].d;
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
+  }
+  return order == DotOrder::Tiled ? tiled : order::hsum8(acc);
+}
+
 // Q6_K: values are used unsigned (0..63) and the -32 offset is taken off per lane afterwards,
 // from the Q8_K sums: lane k loses 32 * (bsums[2k]*scale[2k] + bsums[2k+1]*scale[2k+1]).
 float dotQ6_K(const void* w, const void* a, int64_t n, DotOrder order) {
@@ -432,6 +533,12 @@ float dot(WeightKind kind, const void* w, const void* a, int64_t n, DotOrder ord
       return dotIQ4_NL(w, a, n, order);
     case WeightKind::MXFP4:
       return dotMXFP4(w, a, n);
+    case WeightKind::Q2_K:
+      return dotQ2_K(w, a, n, order);
+    case WeightKind::Q3_K:
+      return dotQ3_K(w, a, n, order);
+    case WeightKind::IQ4_XS:
+      return dotIQ4_XS(w, a, n, order);
     case WeightKind::Count:
       break;
   }

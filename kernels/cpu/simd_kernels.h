@@ -18,6 +18,9 @@ void gemmQ5_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ6_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmIQ4_NL(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmMXFP4(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ2_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ3_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmIQ4_XS(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 }  // namespace shoal::cpu::avx2
 
 namespace shoal::cpu::avx512 {

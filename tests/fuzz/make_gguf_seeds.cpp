@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   }
   {  // types that parse but do not dequantize, and a 2-D tensor
     Writer w;
-    for (TensorType t : {TensorType::I8, TensorType::I32, TensorType::IQ4_XS, TensorType::IQ3_S,
+    for (TensorType t : {TensorType::I8, TensorType::I32, TensorType::IQ3_XXS, TensorType::IQ3_S,
                          TensorType::IQ2_XXS}) {
       addSmallTensor(w, t);
     }

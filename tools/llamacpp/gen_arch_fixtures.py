@@ -104,6 +104,17 @@ MODELS = [
     {"name": "gemma2-softcap-q8_0", "arch": "gemma2", "layers": 2, "embd": 256, "heads": 4,
      "kv_heads": 2, "ff": 512, "type": "q8_0", "sliding_window": 48, "attn_softcap": 0.2,
      "final_softcap": 1.0, "tied": True, "seed": 43},
+    # The low-bit K-quants large models ship in: a Q3_K_M-style mix (Q3_K with attn_v in Q5_K,
+    # ffn_down in Q4_K, the head in Q6_K), an all-Q2_K llama, and a mixture of experts in IQ4_XS
+    # (its experts take the tiled order for the 300-token prompt's 8+ rows per expert).
+    {"name": "llama-q3_K_m", "arch": "llama", "layers": 3, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "type": "q3_K",
+     "type_of": {"attn_v": "q5_K", "ffn_down": "q4_K", "output": "q6_K"}, "seed": 44},
+    {"name": "llama-q2_K", "arch": "llama", "layers": 2, "embd": 256, "heads": 4, "kv_heads": 2,
+     "ff": 512, "type": "q2_K", "seed": 45},
+    {"name": "qwen3moe-8x2-iq4_xs", "arch": "qwen3moe", "layers": 2, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "experts": 8, "experts_used": 2, "ff_expert": 256,
+     "type": "iq4_xs", "seed": 46},
 ]
 
 

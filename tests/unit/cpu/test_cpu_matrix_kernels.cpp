@@ -69,6 +69,7 @@ bool tiledAllowed(TensorType t, int64_t cols) {
   if (t == TensorType::F32 || t == TensorType::F16) return cols % 16 == 0;
   if (t == TensorType::BF16) return cols % 32 == 0;
   return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K ||
+         t == TensorType::Q2_K || t == TensorType::Q3_K || t == TensorType::IQ4_XS ||
          t == TensorType::IQ4_NL;
 }
 
@@ -93,6 +94,9 @@ void addTypeRows(bool withThreshold) {
       {TensorType::Q4_K, {256, 512}, 5e-4},
       {TensorType::Q5_K, {256, 512}, 5e-4},
       {TensorType::Q6_K, {256, 512}, 5e-4},
+      {TensorType::Q2_K, {256, 512}, 5e-4},
+      {TensorType::Q3_K, {256, 512}, 5e-4},
+      {TensorType::IQ4_XS, {256, 512}, 5e-4},
       {TensorType::F16, {16, 40, 64, 200, 576}, 1e-6},
       {TensorType::BF16, {16, 40, 64, 200, 576}, 5e-4},
       {TensorType::F32, {16, 40, 64, 200, 576}, 1e-6},
@@ -268,7 +272,9 @@ class CpuMatrixKernelsTest : public QObject {
     QCOMPARE(activationKind(weightKind(TensorType::F32)), ActKind::F32);
     QCOMPARE(activationKind(weightKind(TensorType::IQ4_NL)), ActKind::Q8_0);
     QCOMPARE(activationKind(weightKind(TensorType::MXFP4)), ActKind::Q8_0);
-    QVERIFY_THROWS_EXCEPTION(shoal::Error, weightKind(TensorType::IQ4_XS));
+    QCOMPARE(activationKind(weightKind(TensorType::IQ4_XS)), ActKind::Q8_K);
+    QCOMPARE(activationKind(weightKind(TensorType::Q3_K)), ActKind::Q8_K);
+    QVERIFY_THROWS_EXCEPTION(shoal::Error, weightKind(TensorType::IQ3_S));
   }
 };
 

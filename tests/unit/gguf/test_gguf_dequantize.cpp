@@ -159,6 +159,32 @@ class GgufDequantizeTest : public QObject {
     compareAll(decode(TensorType::MXFP4, b, 96), want);
   }
 
+  // IQ4_XS: d * (6-bit scale - 32) * IQ4_NL level, the scale's low 4 bits in scales_l's
+  // nibbles and its top 2 bits in scales_h.
+  void iq4_xsScalesEachSubBlockOfTheLevelTable() {
+    const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                            1,    13,   25,  38,  53,  69,  89,  113};
+    std::vector<uint8_t> b(136, 0);
+    putU16(b, 0, kHalfHalf);  // d = 0.5
+    int ls[8];
+    uint16_t high = 0;
+    for (int s = 0; s < 8; ++s) {
+      ls[s] = 5 + 7 * s;  // 5 .. 54: both halves of the 6 bits used
+      b[4 + s / 2] = static_cast<uint8_t>(b[4 + s / 2] | ((ls[s] & 0xf) << (4 * (s % 2))));
+      high = static_cast<uint16_t>(high | ((ls[s] >> 4) << (2 * s)));
+      for (int j = 0; j < 16; ++j) b[8 + 16 * s + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    }
+    putU16(b, 2, high);
+    std::vector<float> want(256);
+    for (int s = 0; s < 8; ++s) {
+      for (int j = 0; j < 16; ++j) {
+        want[32 * s + j] = 0.5f * static_cast<float>(ls[s] - 32) * levels[j];
+        want[32 * s + 16 + j] = 0.5f * static_cast<float>(ls[s] - 32) * levels[15 - j];
+      }
+    }
+    compareAll(decode(TensorType::IQ4_XS, b, 256), want);
+  }
+
   void q4_1AddsTheMinimum() {
     std::vector<uint8_t> b(20);
     putU16(b, 0, kHalfQuarter);

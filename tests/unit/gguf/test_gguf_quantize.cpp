@@ -71,6 +71,7 @@ class GgufQuantizeTest : public QObject {
     QTest::newRow("q4_0") << int(TensorType::Q4_0) << 0.15;
     QTest::newRow("iq4_nl") << int(TensorType::IQ4_NL) << 0.15;
     QTest::newRow("mxfp4") << int(TensorType::MXFP4) << 0.3;
+    QTest::newRow("iq4_xs") << int(TensorType::IQ4_XS) << 0.15;
     QTest::newRow("q4_1") << int(TensorType::Q4_1) << 0.11;
     QTest::newRow("q4_K") << int(TensorType::Q4_K) << 0.1;
     QTest::newRow("q3_K") << int(TensorType::Q3_K) << 0.26;
@@ -155,7 +156,7 @@ class GgufQuantizeTest : public QObject {
     std::vector<float> x(256);
     std::vector<uint8_t> out(1024);
     QVERIFY_THROWS_EXCEPTION(shoal::Error,
-                             quantizeRow(TensorType::IQ4_XS, x.data(), out.data(), 256));
+                             quantizeRow(TensorType::IQ3_S, x.data(), out.data(), 256));
     QVERIFY_THROWS_EXCEPTION(shoal::Error, quantizeRow(TensorType::Q4_K, x.data(), out.data(), 32));
   }
 };
