@@ -86,6 +86,10 @@ int main(int argc, char** argv) {
   app.add_option("--rope-orig-ctx", spec.ropeOrigCtx,
                  "YaRN's original context length (0: no key, the context length)")
       ->capture_default_str();
+  app.add_option("--rope-attn-factor", spec.ropeAttnFactor, "rope.scaling.attn_factor (0: no key)")
+      ->capture_default_str();
+  app.add_flag("--long-rope", spec.longRope,
+               "write LongRoPE's rope_factors_long/short tensors (phi3)");
   app.add_option("--rms-eps", spec.rmsEps, "RMSNorm epsilon")->capture_default_str();
   app.add_option("--name", spec.name, "general.name")->capture_default_str();
   app.add_flag("--tied", spec.tiedOutput, "no output.weight (reuse token_embd)");
@@ -95,12 +99,30 @@ int main(int argc, char** argv) {
                      "write the first --layers blocks of this real GGUF model instead (all its "
                      "metadata and non-layer tensors copied)")
           ->check(CLI::ExistingFile);
-  for (const char* shapeOption :
-       {"--arch",         "--embd",         "--heads",         "--kv-heads", "--ff",
-        "--experts",      "--experts-used", "--ff-expert",     "--vocab",    "--ctx",
-        "--type",         "--embed-type",   "--vocab-from",    "--seed",     "--rope-base",
-        "--rope-scaling", "--rope-scale",   "--rope-orig-ctx", "--rms-eps",  "--name",
-        "--tied",         "--type-of"}) {
+  for (const char* shapeOption : {"--arch",
+                                  "--embd",
+                                  "--heads",
+                                  "--kv-heads",
+                                  "--ff",
+                                  "--experts",
+                                  "--experts-used",
+                                  "--ff-expert",
+                                  "--vocab",
+                                  "--ctx",
+                                  "--type",
+                                  "--embed-type",
+                                  "--vocab-from",
+                                  "--seed",
+                                  "--rope-base",
+                                  "--rope-scaling",
+                                  "--rope-scale",
+                                  "--rope-orig-ctx",
+                                  "--rms-eps",
+                                  "--name",
+                                  "--tied",
+                                  "--type-of",
+                                  "--rope-attn-factor",
+                                  "--long-rope"}) {
     truncate->excludes(shapeOption);
   }
   try {

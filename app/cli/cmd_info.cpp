@@ -31,6 +31,11 @@ void runInfo(const InfoOptions& o) {
   }
   const model::ParameterCount params = model::countParameters(m.file(), c);
   const model::Vocab& v = m.tokenizer().vocab();
+  // LongRoPE is no rope.scaling.type: the converter writes its factor tensors instead.
+  const std::string ropeScaling = m.file().findTensor("rope_factors_long.weight") ? "longrope"
+                                  : c.ropeScaling == model::RopeScaling::Yarn     ? "yarn"
+                                  : c.ropeScaling == model::RopeScaling::Linear   ? "linear"
+                                                                                  : "none";
   nlohmann::json j = {
       {"file", m.path().string()},
       {"file_bytes", m.file().fileSize()},
@@ -52,6 +57,8 @@ void runInfo(const InfoOptions& o) {
       {"context_length", c.nCtxTrain},
       {"vocab_size", c.nVocab},
       {"rope_freq_base", c.ropeFreqBase},
+      {"rope_scaling", ropeScaling},
+      {"rope_original_context", c.ropeOrigCtx},
       {"tied_output", c.tiedOutput},
       {"tensor_types", typeCounts},
       {"tokenizer",
@@ -76,7 +83,11 @@ void runInfo(const InfoOptions& o) {
     std::printf(", %.1f M active per token", static_cast<double>(params.active) / 1e6);
   }
   std::printf("\n");
-  std::printf("context        %d (RoPE base %.0f)\n", c.nCtxTrain, c.ropeFreqBase);
+  std::printf("context        %d (RoPE base %.0f", c.nCtxTrain, c.ropeFreqBase);
+  if (ropeScaling != "none") {
+    std::printf(", %s scaling over %d original positions", ropeScaling.c_str(), c.ropeOrigCtx);
+  }
+  std::printf(")\n");
   std::string types;
   for (const auto& [name, n] : typeCounts) types += name + "×" + std::to_string(n) + " ";
   std::printf("tensor types   %s\n", types.c_str());

@@ -36,7 +36,8 @@ struct ModelConfig {
   float ropeFreqBase = 10000.0f;  // rope.freq_base
   float ropeFreqScale = 1.0f;     // 1 / rope.scaling.factor (linear or YaRN scaling)
   RopeScaling ropeScaling = RopeScaling::None;
-  int32_t ropeOrigCtx = 0;      // rope.scaling.original_context_length (YaRN; nCtxTrain)
+  // rope.scaling.original_context_length (YaRN; LongRoPE's long/short choice; nCtxTrain)
+  int32_t ropeOrigCtx = 0;
   float ropeAttnFactor = 1.0f;  // rope.scaling.attn_factor (scales RoPE's cos and sin)
   // Mixture of experts: 0 experts for a dense model.
   int32_t nExpert = 0;      // expert_count
@@ -52,7 +53,9 @@ struct ModelConfig {
   float attnLogitSoftcap = 0.0f;   // attn_logit_softcapping
   float finalLogitSoftcap = 0.0f;  // final_logit_softcapping
   bool tiedOutput = false;         // no output.weight: the head reuses token_embd.weight
-  bool hasRopeFreqs = false;       // rope_freqs.weight (llama 3.1 frequency factors) present
+  // RoPE frequency factors present: rope_freqs.weight (llama 3.1), or LongRoPE's
+  // rope_factors_long/short pair (phi3), of which a stage takes one (ModelWeights::ropeFactors).
+  bool hasRopeFreqs = false;
 
   const Architecture* arch = nullptr;  // the registered architecture (never null after fromGguf)
 

@@ -29,6 +29,18 @@ struct ModelWeights {
 
   Tensor operator[](TensorRole role) const { return global[static_cast<size_t>(role)]; }
 
+  // The RoPE frequency factors a stage with KV caches of `contextLength` positions per sequence
+  // divides its angles by: rope_freqs.weight when bound; else LongRoPE's long factors when
+  // contextLength exceeds rope.scaling.original_context_length and its short ones otherwise
+  // (llama.cpp's get_rope_factors, by n_ctx_seq); nullptr when the model has none. The choice
+  // holds for every position, so all stages of a chain, sharing one context length, agree.
+  // Inline: the CUDA plugin, which does not link the engine, calls it too.
+  Tensor ropeFactors(const ModelConfig& config, int32_t contextLength) const {
+    if (const Tensor freqs = (*this)[TensorRole::RopeFreqs]) return freqs;
+    return contextLength > config.ropeOrigCtx ? (*this)[TensorRole::RopeFactorsLong]
+                                              : (*this)[TensorRole::RopeFactorsShort];
+  }
+
   // Throws shoal::Error naming the tensor for a missing tensor or a wrong shape or type.
   static ModelWeights bind(const gguf::File& file, const ModelConfig& config);
 

@@ -86,6 +86,7 @@ void validate(const SyntheticModelSpec& spec) {
   if (!spec.ropeScaling.empty() && spec.ropeScaling != "linear" && spec.ropeScaling != "yarn") {
     badSpec("ropeScaling must be empty, \"linear\" or \"yarn\"");
   }
+  if (spec.ropeAttnFactor < 0) badSpec("ropeAttnFactor must not be negative");
   if (spec.nExpert < 0 || spec.nExpertUsed < 0 || spec.nFfExp < 0) {
     badSpec("expert counts and widths must not be negative");
   }
@@ -193,10 +194,16 @@ std::vector<SyntheticTensor> syntheticTensors(const SyntheticModelSpec& spec) {
   c.nFfExp = spec.nFfExp > 0                                           ? spec.nFfExp
              : spec.architecture == "qwen3moe" && spec.nExpertUsed > 0 ? spec.nFf / spec.nExpertUsed
                                                                        : spec.nFf;
+  if (spec.longRope && !findTensorSpec(*c.arch, TensorRole::RopeFactorsLong)) {
+    badSpec("longRope: architecture " + spec.architecture + " has no LongRoPE factors");
+  }
   std::vector<SyntheticTensor> out;
   for (const StageTensor& st : stageTensors(c, 0, c.nLayer, true, true)) {
     const TensorSpec* ts = findTensorSpec(*c.arch, st.role);
-    const bool wanted = st.required || (st.role == TensorRole::Output && !spec.tiedOutput);
+    const bool longRopeFactors =
+        st.role == TensorRole::RopeFactorsLong || st.role == TensorRole::RopeFactorsShort;
+    const bool wanted = st.required || (st.role == TensorRole::Output && !spec.tiedOutput) ||
+                        (longRopeFactors && spec.longRope);
     if (!ts || !wanted) continue;
     const std::string kind(tensorRoleName(st.role));
     std::vector<int64_t> dims = specDims(*ts, c);
@@ -227,6 +234,17 @@ void syntheticRow(const SyntheticModelSpec& spec, const std::string& name, int64
   uint64_t state =
       spec.seed ^ hashName(name) ^ (static_cast<uint64_t>(row) * 0xd1b54a32d192ed03ull);
   splitmix64(state);  // decorrelate nearby seeds
+  if (name.rfind("rope_factors_", 0) == 0) {
+    // Frequency factors: a smooth rise over the pairs (x in [0, 1]) with 1% noise.
+    const bool isLong = name == "rope_factors_long.weight";
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = n > 1 ? static_cast<double>(i) / static_cast<double>(n - 1) : 0.0;
+      const double base = isLong ? 1.0 + 63.0 * x * x : 1.0 + 0.5 * x * x * x;
+      const double u = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+      dst[i] = static_cast<float>(base * (1.0 + 0.01 * u));
+    }
+    return;
+  }
   const bool norm = name.find("norm.weight") != std::string::npos;
   const double stddev = norm ? 0.02 : spec.weightStd;
   const double mean = norm ? 1.0 : 0.0;
@@ -278,10 +296,13 @@ void writeSyntheticModel(const SyntheticModelSpec& spec, const std::filesystem::
   if (!spec.ropeScaling.empty()) {
     w.set(a + ".rope.scaling.type", Value::string(spec.ropeScaling));
     w.set(a + ".rope.scaling.factor", Value::f32(spec.ropeScalingFactor));
-    if (spec.ropeOrigCtx > 0) {
-      w.set(a + ".rope.scaling.original_context_length",
-            Value::u32(static_cast<uint32_t>(spec.ropeOrigCtx)));
-    }
+  }
+  if (spec.ropeOrigCtx > 0) {
+    w.set(a + ".rope.scaling.original_context_length",
+          Value::u32(static_cast<uint32_t>(spec.ropeOrigCtx)));
+  }
+  if (spec.ropeAttnFactor > 0) {
+    w.set(a + ".rope.scaling.attn_factor", Value::f32(spec.ropeAttnFactor));
   }
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(spec.rmsEps));
   w.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(spec.nEmbd / spec.nHead)));

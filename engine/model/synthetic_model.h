@@ -49,7 +49,12 @@ struct SyntheticModelSpec {
   float attnLogitSoftcap = 0.f;
   float finalLogitSoftcap = 0.f;
   float ropeScalingFactor = 1.f;
-  int ropeOrigCtx = 0;
+  int ropeOrigCtx = 0;  // written whenever > 0
+  // rope.scaling.attn_factor (0: no key).
+  float ropeAttnFactor = 0.f;
+  // LongRoPE (phi3): write rope_factors_long/short.weight, the long ones rising from 1 to about
+  // 64 over the rotated pairs and the short ones from 1 to about 1.5, as in Phi-3's configs.
+  bool longRope = false;
   float rmsEps = 1e-5f;
   bool tiedOutput = false;  // no output.weight: llama.cpp reuses token_embd.weight
   gguf::TensorType weightType = gguf::TensorType::Q8_0;  // attention and FFN matrices

@@ -16,6 +16,10 @@ std::string_view tensorRoleName(TensorRole role) {
       return "output";
     case TensorRole::RopeFreqs:
       return "rope_freqs";
+    case TensorRole::RopeFactorsLong:
+      return "rope_factors_long";
+    case TensorRole::RopeFactorsShort:
+      return "rope_factors_short";
     case TensorRole::AttnNorm:
       return "attn_norm";
     case TensorRole::Wq:

@@ -24,6 +24,10 @@ enum class TensorRole : uint8_t {
   OutputNorm,  // final RMSNorm weight
   Output,      // output projection (the embedding when tied)
   RopeFreqs,   // llama 3.1 RoPE frequency factors
+  // LongRoPE (phi3 128k): frequency factors for a context past rope.scaling.original_context_length
+  // and for one within it; a stage takes one of them (ModelWeights::ropeFactors).
+  RopeFactorsLong,
+  RopeFactorsShort,
   // Per layer.
   AttnNorm,      // pre-attention RMSNorm weight
   Wq,            // query projection

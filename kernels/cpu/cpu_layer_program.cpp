@@ -320,7 +320,8 @@ class Binder {
            " dimensions");
     }
     if (rope.freqFactors && (!m_b.ropeFreqs || m_b.ropeFreqCount < rope.nRot / 2)) {
-      fail("needs rope_freqs.weight with " + std::to_string(rope.nRot / 2) + " factors");
+      fail("needs RoPE frequency factors (rope_freqs or rope_factors) with " +
+           std::to_string(rope.nRot / 2) + " factors");
     }
     const auto it = std::find(m_ropes.begin(), m_ropes.end(), rope);
     if (it != m_ropes.end()) return static_cast<int32_t>(it - m_ropes.begin());

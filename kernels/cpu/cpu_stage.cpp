@@ -35,8 +35,9 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
   const model::ModelConfig& c = m_config;
   const model::ModelWeights& w = *model.weights;
   const model::Architecture& arch = model::architectureOf(c);
-  // rope_freqs.weight (llama 3.1), for the Rope ops that ask for frequency factors.
-  const model::Tensor ropeFreqs = w[TensorRole::RopeFreqs];
+  // rope_freqs.weight (llama 3.1) or LongRoPE's factors for this context length (phi3), for the
+  // Rope ops that ask for frequency factors.
+  const model::Tensor ropeFreqs = w.ropeFactors(c, spec.contextLength);
   const float* freqFactors = ropeFreqs && ropeFreqs->type == gguf::TensorType::F32
                                  ? reinterpret_cast<const float*>(ropeFreqs->data)
                                  : nullptr;

@@ -27,7 +27,7 @@ class Resolver {
     CudaOp out;
     out.op = op;
     if (op.src >= Buffer::Count || op.dst >= Buffer::Count) fail("an op on an unknown buffer");
-    if (const char* gap = kernels::gpuOpGap(op)) {
+    if (const char* gap = kernels::gpuOpGap(op, kCudaOps)) {
       fail(std::string(gap) + ", which has no CUDA kernels yet (the CPU backend runs it)");
     }
     const int64_t src = width(op.src), dst = width(op.dst);

@@ -14,8 +14,12 @@
 #include "engine/model/model_weights.h"
 #include "kernels/cuda/cuda_rope_tables.h"
 #include "kernels/cuda/cuda_weights.h"
+#include "kernels/gpu_op_gaps.h"
 
 namespace shoal::cuda {
+
+// The layer-program features the CUDA kernels cover beyond the llama/qwen ops: none yet.
+inline constexpr kernels::GpuOpSupport kCudaOps{};
 
 // Row width (floats per token) of a buffer in a layer whose keys and values are kvDim wide:
 // X, Norm and Tmp hold the residual width, Q and Attn the query width, Gate and Up the FFN's.

@@ -28,7 +28,7 @@ RopeTable RopeTables::get(const model::RopeParams& params) {
   if (params.freqFactors && !m_freqFactors) {
     throw Error(
         "CUDA stage: the layer program asks for RoPE frequency factors "
-        "(rope_freqs.weight), which the model lacks");
+        "(rope_freqs or rope_factors), which the model lacks");
   }
   std::vector<float> host(2 * count);
   for (int32_t p = 0; p < m_positions; ++p) {

@@ -21,8 +21,8 @@ struct RopeTable {
 
 class RopeTables {
  public:
-  // `freqFactors`: rope_freqs.weight on the host (nRot/2 floats), or nullptr when the model has
-  // none.
+  // `freqFactors`: the stage's RoPE frequency factors on the host (nRot/2 floats: rope_freqs,
+  // or LongRoPE's long or short factors, ModelWeights::ropeFactors), or nullptr for none.
   RopeTables(int32_t positions, const float* freqFactors);
   ~RopeTables();
   RopeTables(const RopeTables&) = delete;

@@ -27,9 +27,10 @@ const model::ModelConfig& configOf(const runtime::ModelSource& model) {
   return *model.config;
 }
 
-// rope_freqs.weight on the host: the RoPE tables are computed there.
-const float* hostFreqFactors(const model::ModelWeights& w) {
-  const gguf::TensorInfo* t = w[TensorRole::RopeFreqs];
+// The RoPE frequency factors on the host (the RoPE tables are computed there): rope_freqs.weight,
+// or LongRoPE's long or short factors for this stage's context length.
+const float* hostFreqFactors(const runtime::ModelSource& model, int32_t contextLength) {
+  const gguf::TensorInfo* t = model.weights->ropeFactors(*model.config, contextLength);
   if (!t || t->type != gguf::TensorType::F32) return nullptr;
   return reinterpret_cast<const float*>(t->data);
 }
@@ -61,7 +62,7 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
       m_config(configOf(model)),
       m_spec(spec),
       m_book("CUDA stage", spec, m_config.nLayer, m_config.nVocab, m_config.nEmbd),
-      m_ropeTables(spec.contextLength, hostFreqFactors(*model.weights)) {
+      m_ropeTables(spec.contextLength, hostFreqFactors(model, spec.contextLength)) {
   const model::ModelConfig& c = m_config;
   const model::ModelWeights& w = *model.weights;
   try {
@@ -71,13 +72,13 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
     SHOAL_CUDA_CHECK(cublasSetStream(m_cublas, m_stream));
 
     // Refused before any weight is uploaded (resolveLayers says the same per op).
-    if (const char* missing = spec.hasHead ? kernels::gpuHeadGap(c) : nullptr) {
+    if (const char* missing = spec.hasHead ? kernels::gpuHeadGap(c, kCudaOps) : nullptr) {
       throw Error(std::string("CUDA stage: the model's head has ") + missing +
                   ", which has no CUDA kernels yet (the CPU backend runs it)");
     }
     for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
       for (const model::Op& op : c.arch->layerProgram(c, i).ops) {
-        const char* missing = kernels::gpuOpGap(op);
+        const char* missing = kernels::gpuOpGap(op, kCudaOps);
         if (missing) {
           throw Error("CUDA stage: layer " + std::to_string(i) + " has " + missing +
                       ", which has no CUDA kernels yet (the CPU backend runs it)");

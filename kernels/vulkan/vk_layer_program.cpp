@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/model/architecture.h"
 #include "engine/model/model_config.h"
 #include "kernels/gpu_op_gaps.h"
 
@@ -36,7 +37,7 @@ void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t con
   };
   bool kept = false;
   for (const Op& op : program.ops) {
-    if (const char* gap = kernels::gpuOpGap(op)) {
+    if (const char* gap = kernels::gpuOpGap(op, kVulkanOps)) {
       fail(where + gap + ", which has no Vulkan kernels yet (the CPU backend runs it)");
     }
     switch (op.kind) {
@@ -49,27 +50,46 @@ void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t con
         if (op.outCount == 0 || op.outCount > op.outs.size()) {
           fail(where + "a projection with " + std::to_string(op.outCount) + " outputs");
         }
-        for (uint8_t i = 0; i < op.outCount; ++i) need(op.outs[i].weight);
+        for (uint8_t i = 0; i < op.outCount; ++i) {
+          need(op.outs[i].weight);
+          const model::ProjectOut& out = op.outs[i];
+          const DeviceMatrix& w = *tensors[static_cast<size_t>(out.weight)];
+          if (out.firstRow < 0 || out.rows < 0 || out.firstRow + out.rows > w.rows) {
+            fail(where + "rows [" + std::to_string(out.firstRow) + ", +" +
+                 std::to_string(out.rows) + ") of " +
+                 std::string(model::tensorRoleName(out.weight)) + ", which has " +
+                 std::to_string(w.rows));
+          }
+        }
         break;
       case model::OpKind::GatedFfn:
-        if (op.activation != model::Activation::Silu) fail(where + "an unknown FFN activation");
         need(op.ffn[0]);
-        need(op.ffn[1]);
+        if (!op.fusedGateUp) need(op.ffn[1]);
         break;
       case model::OpKind::MoeFfn:
+        need(model::TensorRole::GateInp);
+        need(model::TensorRole::GateExps);
+        need(model::TensorRole::UpExps);
+        need(model::TensorRole::DownExps);
+        if (op.moe.biases) {
+          need(model::TensorRole::GateInpBias);
+          need(model::TensorRole::GateExpsBias);
+          need(model::TensorRole::UpExpsBias);
+          need(model::TensorRole::DownExpsBias);
+        }
+        if (op.activation != model::Activation::Silu &&
+            op.activation != model::Activation::SwigluOai) {
+          fail(where + "an expert activation without a Vulkan kernel");
+        }
+        if (op.moe.experts > 256) fail(where + "more than 256 experts");
+        break;
       case model::OpKind::Scale:
-        break;  // refused above
+        break;
       case model::OpKind::Rope:
       case model::OpKind::Attend:
         // The kernels take positions from the first row on: all rows must still be in play.
         if (kept) fail(where + "RoPE or attention after KeepOutputRows");
-        // Every cached position is inside a window as long as the context: nothing to mask.
-        if (op.kind == model::OpKind::Attend && op.attend.window != 0 &&
-            op.attend.window < contextLength) {
-          fail(where + "sliding-window attention (a window of " + std::to_string(op.attend.window) +
-               " positions in a context of " + std::to_string(contextLength) +
-               ") has no Vulkan kernel yet");
-        }
+        if (op.kind == model::OpKind::Attend && op.attend.sinks) need(model::TensorRole::AttnSinks);
         break;
       case model::OpKind::KeepOutputRows:
         kept = true;
@@ -90,9 +110,19 @@ std::array<uint32_t, model::kBufferCount> bufferWidths(const model::ModelConfig&
   set(Buffer::V, c.kvDim());
   set(Buffer::Attn, c.qDim());
   set(Buffer::Tmp, std::max(c.nEmbd, c.qDim()));
-  set(Buffer::Gate, c.nFf);
-  set(Buffer::Up, c.nFf);
+  const int64_t ff = std::max<int64_t>(c.nFf, int64_t{c.nExpertUsed} * c.nFfExp);
+  set(Buffer::Gate, ff);
+  set(Buffer::Up, ff);
   return w;
+}
+
+bool hasExperts(const model::ModelConfig& c, int32_t firstLayer, int32_t lastLayer) {
+  for (int32_t i = firstLayer; i < lastLayer; ++i) {
+    for (const Op& op : c.arch->layerProgram(c, i).ops) {
+      if (op.kind == model::OpKind::MoeFfn) return true;
+    }
+  }
+  return false;
 }
 
 LayerRecorder::LayerRecorder(Recorder& rec, const PassContext& context)
@@ -148,9 +178,12 @@ void LayerRecorder::record(const LayerPass& layer) {
       case model::OpKind::GatedFfn:
         gatedFfn(op);
         break;
-      case model::OpKind::MoeFfn:
       case model::OpKind::Scale:
-        break;  // refused by checkProgram
+        m_rec.scale(at(op.dst, m_rows.first), m_rows.count * widthOf(op.dst), op.factor);
+        break;
+      case model::OpKind::MoeFfn:
+        moeFfn(op);
+        break;
     }
   }
 }
@@ -179,20 +212,36 @@ void LayerRecorder::rmsNorm(const Op& op) {
                 at(op.dst, m_rows.first), widthOf(op.src), m_rows.count, 0, op.eps);
 }
 
+// Rows [first, first + count) of a matrix, as a matrix of its own: the same bytes from row
+// `first` on (a fused Q/K/V or gate/up matrix read in parts, as ggml views it).
+DeviceMatrix LayerRecorder::rowsOf(const DeviceMatrix& w, int64_t first, int64_t count) {
+  if (first < 0 || count <= 0 || first + count > w.rows) fail("a row range outside its matrix");
+  DeviceMatrix view = w;
+  view.rows = count;
+  const uint64_t skip = static_cast<uint64_t>(first) * w.rowBytes;
+  view.memory.offset += skip;
+  view.memory.address += skip;
+  view.memory.size = static_cast<uint64_t>(count) * w.rowBytes;
+  view.memory.mapped = nullptr;
+  return view;
+}
+
 void LayerRecorder::project(const Op& op) {
-  // Output widths first: they place the rows of the destinations.
+  // The matrices (whole, or a row range of one), then the output widths: they place the rows
+  // of the destinations.
+  std::array<DeviceMatrix, 3> ws{};
   for (uint8_t i = 0; i < op.outCount; ++i) {
-    const DeviceMatrix& w = weight(op.outs[i].weight);
-    if (w.rows > m_capacity[static_cast<size_t>(op.outs[i].dst)]) {
-      fail(std::string(model::tensorRoleName(op.outs[i].weight)) + " has " +
-           std::to_string(w.rows) + " rows, more than its destination buffer holds");
+    const model::ProjectOut& out = op.outs[i];
+    const DeviceMatrix& w = weight(out.weight);
+    ws[i] = out.rows > 0 ? rowsOf(w, out.firstRow, out.rows) : w;
+    if (ws[i].rows > m_capacity[static_cast<size_t>(out.dst)]) {
+      fail(std::string(model::tensorRoleName(out.weight)) + " has " + std::to_string(ws[i].rows) +
+           " rows, more than its destination buffer holds");
     }
-    width(op.outs[i].dst) = u32(w.rows);
+    width(out.dst) = u32(ws[i].rows);
   }
   std::array<Product, 3> jobs{};
-  for (uint8_t i = 0; i < op.outCount; ++i) {
-    jobs[i] = {&weight(op.outs[i].weight), at(op.outs[i].dst, m_rows.first)};
-  }
+  for (uint8_t i = 0; i < op.outCount; ++i) jobs[i] = {&ws[i], at(op.outs[i].dst, m_rows.first)};
   products(at(op.src, m_rows.first), widthOf(op.src), m_rows.count,
            std::span(jobs.data(), op.outCount));
 }
@@ -246,9 +295,16 @@ void LayerRecorder::attend(const Op& op) {
   width(Buffer::Attn) = widthOf(Buffer::Q);
   m_rec.kvStore(at(Buffer::K, 0), at(Buffer::V, 0), m_layer->keys, m_layer->values, m_ctx.params,
                 kvDim, m_rows.count);
+  AttentionOptions options;
+  // A window as long as the context hides nothing: the kernel then skips the masking.
+  if (op.attend.window > 0 && u32(op.attend.window) < m_ctx.contextLength) {
+    options.window = u32(op.attend.window);
+  }
+  options.softcap = op.attend.softcap;
+  if (op.attend.sinks) options.sinks = weight(model::TensorRole::AttnSinks).memory.address;
   m_rec.attention(at(Buffer::Q, 0), m_layer->keys, m_layer->values, at(Buffer::Attn, 0),
                   m_ctx.params, widthOf(Buffer::Q) / headDim, kvDim / headDim, headDim,
-                  op.attend.scale, m_rows.count, m_ctx.contextLength);
+                  op.attend.scale, m_rows.count, m_ctx.contextLength, options);
 }
 
 void LayerRecorder::keepOutputRows() {
@@ -264,8 +320,17 @@ void LayerRecorder::add(const Op& op) {
 }
 
 void LayerRecorder::gatedFfn(const Op& op) {
-  const DeviceMatrix& gate = weight(op.ffn[0]);
-  const DeviceMatrix& up = weight(op.ffn[1]);
+  // A fused gate/up matrix (phi3): the gate is its first half of rows, the up projection the
+  // second (llama.cpp's swiglu of the whole row splits it so).
+  DeviceMatrix fusedGate, fusedUp;
+  if (op.fusedGateUp) {
+    const DeviceMatrix& both = weight(op.ffn[0]);
+    if (both.rows % 2 != 0) fail("a fused gate/up matrix of odd rows");
+    fusedGate = rowsOf(both, 0, both.rows / 2);
+    fusedUp = rowsOf(both, both.rows / 2, both.rows / 2);
+  }
+  const DeviceMatrix& gate = op.fusedGateUp ? fusedGate : weight(op.ffn[0]);
+  const DeviceMatrix& up = op.fusedGateUp ? fusedUp : weight(op.ffn[1]);
   if (gate.rows != up.rows || gate.rows > m_capacity[static_cast<size_t>(Buffer::Gate)]) {
     fail("FFN gate and up projections of " + std::to_string(gate.rows) + " and " +
          std::to_string(up.rows) + " rows");
@@ -282,9 +347,70 @@ void LayerRecorder::gatedFfn(const Op& op) {
                    ff);
       break;
     case model::Activation::GeluTanh:
+      m_rec.geglu(at(Buffer::Gate, m_rows.first), at(Buffer::Up, m_rows.first), m_rows.count * ff);
+      break;
     case model::Activation::SwigluOai:
-      break;  // refused by checkProgram
+      m_rec.swigluOai(at(Buffer::Gate, m_rows.first), at(Buffer::Up, m_rows.first),
+                      m_rows.count * ff);
+      break;
   }
+}
+
+// dst = the token's experts' FFNs weighted and summed (engine/model/layer_program.h MoeFfn):
+// router logits (an F32 product, plus its bias), the choice and weights per token (moe_route),
+// then gate and up for every (token, k) entry from the expert's matrices (plus the expert's
+// bias rows), SwiGLU or the clamped SwiGLU over the entries' rows, down per entry, and the
+// weighted sum in rank order (moe_combine). Every expert product is one dispatch over all
+// entries: only the chosen experts' rows are read.
+void LayerRecorder::moeFfn(const Op& op) {
+  const MoeScratch& s = m_ctx.moe;
+  if (s.logits == 0) fail("a mixture of experts without its scratch");
+  const model::MoeParams& moe = op.moe;
+  const DeviceMatrix& router = weight(model::TensorRole::GateInp);
+  const DeviceMatrix& gates = weight(model::TensorRole::GateExps);
+  const DeviceMatrix& ups = weight(model::TensorRole::UpExps);
+  const DeviceMatrix& downs = weight(model::TensorRole::DownExps);
+  const uint32_t rows = m_rows.count, used = u32(moe.used), in = widthOf(op.src);
+  if (u32(router.rows) != u32(moe.experts) || gates.rows % moe.experts != 0 ||
+      gates.rows != ups.rows || downs.rows % moe.experts != 0) {
+    fail("expert matrices that do not hold " + std::to_string(moe.experts) + " experts");
+  }
+  const uint32_t ff = u32(gates.rows / moe.experts), out = u32(downs.rows / moe.experts);
+  if (uint64_t{used} * ff > m_capacity[static_cast<size_t>(Buffer::Gate)] ||
+      out > m_capacity[static_cast<size_t>(op.dst)] || u32(downs.cols) != ff) {
+    fail("expert widths beyond the stage's buffers");
+  }
+  const Product route[] = {{&router, s.logits}};
+  products(at(op.src, m_rows.first), in, rows, route);
+  if (moe.biases) {
+    m_rec.add(weight(model::TensorRole::GateInpBias).memory.address, s.logits,
+              rows * u32(moe.experts), u32(moe.experts));
+  }
+  m_rec.moeRoute(s.logits, s.ids, s.weights, rows, u32(moe.experts), used,
+                 moe.gating == model::MoeGating::SoftmaxWeight, moe.normalizeWeights);
+  // Each token's `used` gate/up rows side by side: the Gate and Up buffers at a width of
+  // used * ff per token.
+  width(Buffer::Gate) = used * ff;
+  width(Buffer::Up) = used * ff;
+  const VkDeviceAddress gate = at(Buffer::Gate, m_rows.first), up = at(Buffer::Up, m_rows.first);
+  const VkDeviceAddress x = at(op.src, m_rows.first);
+  const uint32_t entries = rows * used;
+  auto bias = [&](model::TensorRole role, VkDeviceAddress y, uint32_t cols) {
+    if (moe.biases) m_rec.addExpertBias(weight(role).memory.address, s.ids, y, entries, cols);
+  };
+  m_rec.matvecExperts(gates, ff, s.ids, x, gate, entries, used, false);
+  bias(model::TensorRole::GateExpsBias, gate, ff);
+  m_rec.matvecExperts(ups, ff, s.ids, x, up, entries, used, false);
+  bias(model::TensorRole::UpExpsBias, up, ff);
+  if (op.activation == model::Activation::SwigluOai) {
+    m_rec.swigluOai(gate, up, entries * ff);
+  } else {
+    m_rec.swiglu(gate, up, entries * ff, ff);
+  }
+  m_rec.matvecExperts(downs, out, s.ids, gate, s.outputs, entries, used, true);
+  bias(model::TensorRole::DownExpsBias, s.outputs, out);
+  width(op.dst) = out;
+  m_rec.moeCombine(s.outputs, s.weights, at(op.dst, m_rows.first), rows, out, used);
 }
 
 }  // namespace shoal::vulkan

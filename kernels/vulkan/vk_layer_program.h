@@ -9,9 +9,21 @@
 #include <vector>
 
 #include "engine/model/layer_program.h"
+#include "kernels/gpu_op_gaps.h"
 #include "kernels/vulkan/vk_ops.h"
 
 namespace shoal::vulkan {
+
+// The layer-program features the Vulkan kernels cover beyond the llama/qwen ops (the rest are
+// refused by name: gpu_op_gaps.h).
+inline constexpr kernels::GpuOpSupport kVulkanOps{.moe = true,
+                                                  .moeBiases = true,
+                                                  .scale = true,
+                                                  .sinks = true,
+                                                  .softcap = true,
+                                                  .geglu = true,
+                                                  .swigluOai = true,
+                                                  .rowRanges = true};
 
 // The weights of a layer (or the stage's global ones) by role; nullptr where not uploaded.
 using RoleTensors = std::array<const DeviceMatrix*, model::kTensorRoleCount>;
@@ -27,6 +39,15 @@ struct RowRange {
   uint32_t first = 0, count = 0;
 };
 
+// Scratch of the mixture-of-experts FFN, for the stage's largest batch (all 0 when no layer
+// of the stage has experts).
+struct MoeScratch {
+  VkDeviceAddress logits = 0;   // rows x experts: router logits, then probabilities
+  VkDeviceAddress ids = 0;      // rows x used ints: the chosen experts
+  VkDeviceAddress weights = 0;  // rows x used: their weights
+  VkDeviceAddress outputs = 0;  // (rows x used) x nEmbd: each entry's expert output
+};
+
 // What stays the same across the layers of one recorded pass.
 struct PassContext {
   const model::ModelConfig* config = nullptr;
@@ -35,6 +56,7 @@ struct PassContext {
   VkDeviceAddress params = 0;  // host-written: [0] the position of the batch's first row
   uint32_t contextLength = 0;  // of the KV cache (the attention kernel's shared memory)
   const std::vector<RopeTable>* ropeTables = nullptr;
+  MoeScratch moe;
   uint32_t rows = 0;  // rows of the batch
   RowRange kept;      // the rows KeepOutputRows keeps (the logits rows of a head stage)
 };
@@ -77,6 +99,8 @@ class LayerRecorder {
   void keepOutputRows();
   void add(const model::Op& op);
   void gatedFfn(const model::Op& op);
+  void moeFfn(const model::Op& op);
+  static DeviceMatrix rowsOf(const DeviceMatrix& w, int64_t first, int64_t count);
 
   const DeviceMatrix& weight(model::TensorRole role) const;
   uint32_t& width(model::Buffer buffer) { return m_width[static_cast<size_t>(buffer)]; }
@@ -97,8 +121,12 @@ class LayerRecorder {
 void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t contextLength,
                   const RoleTensors& tensors);
 
-// The most floats per row each buffer holds (layer_program.h's table): the stage allocates
-// maxBatch rows of these.
+// The most floats per row each buffer holds (layer_program.h's table; Gate and Up also hold a
+// token's `used` expert rows): the stage allocates maxBatch rows of these.
 std::array<uint32_t, model::kBufferCount> bufferWidths(const model::ModelConfig& config);
+
+// Whether any layer of [firstLayer, lastLayer) has a mixture of experts (it then needs
+// MoeScratch).
+bool hasExperts(const model::ModelConfig& config, int32_t firstLayer, int32_t lastLayer);
 
 }  // namespace shoal::vulkan

@@ -24,6 +24,8 @@ std::string typeSuffix(gguf::TensorType t) {
       return "q4_k";
     case gguf::TensorType::Q6_K:
       return "q6_k";
+    case gguf::TensorType::MXFP4:
+      return "mxfp4";
     case gguf::TensorType::F16:
       return "f16";
     case gguf::TensorType::F32:
@@ -38,8 +40,8 @@ std::string typeSuffix(gguf::TensorType t) {
 bool supportedWeightType(gguf::TensorType t) {
   using gguf::TensorType;
   return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0 ||
-         t == TensorType::Q4_K || t == TensorType::Q6_K || t == TensorType::F16 ||
-         t == TensorType::F32;
+         t == TensorType::Q4_K || t == TensorType::Q6_K || t == TensorType::MXFP4 ||
+         t == TensorType::F16 || t == TensorType::F32;
 }
 
 bool quantizesActivations(gguf::TensorType t) {
@@ -213,11 +215,12 @@ void Recorder::kvStore(VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress key
 void Recorder::attention(VkDeviceAddress q, VkDeviceAddress keyCache, VkDeviceAddress valueCache,
                          VkDeviceAddress y, VkDeviceAddress params, uint32_t heads,
                          uint32_t kvHeads, uint32_t headDim, float scale, uint32_t count,
-                         uint32_t contextLength) {
+                         uint32_t contextLength, const AttentionOptions& options) {
   if (headDim > 256) throw Error("Vulkan attention: head size above 256");
   Push push;
-  push.ref(q).ref(keyCache).ref(valueCache).ref(y).ref(params);
+  push.ref(q).ref(keyCache).ref(valueCache).ref(y).ref(params).ref(options.sinks);
   push.u32(heads).u32(kvHeads).u32(headDim).f32(scale);
+  push.u32(options.window).f32(options.softcap).u32(options.sinks != 0 ? 1 : 0);
   dispatch("attention", {kGroup, contextLength}, push, heads, count);
 }
 
@@ -225,6 +228,78 @@ void Recorder::swiglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n, uint
   Push push;
   push.ref(gate).ref(up).u32(n).u32(rowLen);
   dispatch("swiglu", {kGroup}, push, groups(n, kGroup));
+}
+
+void Recorder::matvecExperts(const DeviceMatrix& w, int64_t rowsPerExpert, VkDeviceAddress ids,
+                             VkDeviceAddress x, VkDeviceAddress y, uint32_t entries, uint32_t used,
+                             bool xPerEntry) {
+  if (rowsPerExpert <= 0 || w.rows % rowsPerExpert != 0) {
+    throw Error("Vulkan experts: " + std::to_string(w.rows) + " rows are not whole experts of " +
+                std::to_string(rowsPerExpert));
+  }
+  const uint64_t matrixBytes = static_cast<uint64_t>(rowsPerExpert) * w.rowBytes;
+  if (static_cast<uint64_t>(w.rows) * w.rowBytes > 0xffffffffull) {
+    throw Error("Vulkan experts: an expert tensor of 4 GiB or more");
+  }
+  Push push;
+  push.ref(w.memory.address).ref(w.memory.address).ref(x).ref(y).ref(ids);
+  push.u32(static_cast<uint32_t>(rowsPerExpert)).u32(static_cast<uint32_t>(w.cols));
+  push.u32(static_cast<uint32_t>(w.rowBytes)).u32(static_cast<uint32_t>(matrixBytes));
+  push.u32(used).u32(xPerEntry ? 1 : 0);
+  const std::string name =
+      "matvec_id_" + typeSuffix(w.type) + (m_device.useSubgroups() ? "_subgroup" : "");
+  dispatch(name, {kGroup}, push, static_cast<uint32_t>(rowsPerExpert), entries);
+}
+
+void Recorder::moeRoute(VkDeviceAddress logits, VkDeviceAddress ids, VkDeviceAddress weights,
+                        uint32_t rows, uint32_t experts, uint32_t used, bool softmaxOfChosen,
+                        bool normalize) {
+  if (experts > 256 || used == 0 || used > experts) {
+    throw Error("Vulkan experts: " + std::to_string(used) + " of " + std::to_string(experts) +
+                " experts (at most 256)");
+  }
+  Push push;
+  push.ref(logits).ref(ids).ref(weights);
+  push.u32(rows).u32(experts).u32(used).u32(softmaxOfChosen ? 1 : 0).u32(normalize ? 1 : 0);
+  dispatch("moe_route", {kGroup}, push, groups(rows, kGroup));
+}
+
+void Recorder::moeCombine(VkDeviceAddress src, VkDeviceAddress weights, VkDeviceAddress dst,
+                          uint32_t rows, uint32_t cols, uint32_t used) {
+  Push push;
+  push.ref(src).ref(weights).ref(dst).u32(rows).u32(cols).u32(used);
+  dispatch("moe_combine", {kGroup}, push, groups(uint64_t{rows} * cols, kGroup));
+}
+
+void Recorder::swigluOai(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n) {
+  Push push;
+  push.ref(gate).ref(up).u32(n);
+  dispatch("swiglu_oai", {kGroup}, push, groups(n, kGroup));
+}
+
+void Recorder::addExpertBias(VkDeviceAddress bias, VkDeviceAddress ids, VkDeviceAddress y,
+                             uint32_t entries, uint32_t cols) {
+  Push push;
+  push.ref(bias).ref(ids).ref(y).u32(entries).u32(cols);
+  dispatch("add_id", {kGroup}, push, groups(uint64_t{entries} * cols, kGroup));
+}
+
+void Recorder::geglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n) {
+  Push push;
+  push.ref(gate).ref(up).u32(n);
+  dispatch("geglu", {kGroup}, push, groups(n, kGroup));
+}
+
+void Recorder::scale(VkDeviceAddress x, uint32_t n, float factor) {
+  Push push;
+  push.ref(x).u32(n).f32(factor).u32(0);
+  dispatch("scale", {kGroup}, push, groups(n, kGroup));
+}
+
+void Recorder::softcap(VkDeviceAddress x, uint32_t n, float cap) {
+  Push push;
+  push.ref(x).u32(n).f32(cap).u32(1);
+  dispatch("scale", {kGroup}, push, groups(n, kGroup));
 }
 
 void Recorder::add(VkDeviceAddress x, VkDeviceAddress y, uint32_t n, uint32_t period) {

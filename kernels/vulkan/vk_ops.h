@@ -25,8 +25,8 @@ bool supportedWeightType(gguf::TensorType type);
 
 // Whether products with this weight type quantize the activations to 8 bits first and take
 // integer dot products in the CPU backend's order (Q4_0, Q4_1, Q8_0: bit-identical to the CPU).
-// The other types (F16, F32, Q4_K, Q6_K) multiply dequantized weights with f32 activations and
-// only approximate the CPU.
+// The other types (F16, F32, Q4_K, Q6_K, MXFP4) multiply dequantized weights with f32
+// activations and only approximate the CPU.
 bool quantizesActivations(gguf::TensorType type);
 
 // Activations quantized by Recorder::quantizeQ8: int8 quants (tokens x cols, 4 per word), and
@@ -36,6 +36,13 @@ struct QuantizedActivations {
   // Bytes of each part for `elements` activations.
   static uint64_t quantBytes(uint64_t elements) { return elements; }
   static uint64_t scaleBytes(uint64_t elements) { return elements / 32 * 4; }
+};
+
+// The layer program's attention options (AttendParams), as the attention kernel takes them.
+struct AttentionOptions {
+  uint32_t window = 0;        // attend over the last `window` positions only (0: all)
+  float softcap = 0;          // cap * tanh(K.q / cap) before the scale (0: none)
+  VkDeviceAddress sinks = 0;  // one sink logit per query head (0: none)
 };
 
 class Recorder {
@@ -77,9 +84,36 @@ class Recorder {
   // contextLength must fit shared memory (attentionFits).
   void attention(VkDeviceAddress q, VkDeviceAddress keyCache, VkDeviceAddress valueCache,
                  VkDeviceAddress y, VkDeviceAddress params, uint32_t heads, uint32_t kvHeads,
-                 uint32_t headDim, float scale, uint32_t count, uint32_t contextLength);
+                 uint32_t headDim, float scale, uint32_t count, uint32_t contextLength,
+                 const AttentionOptions& options = {});
   // gate = silu(gate) * up over n elements in rows of rowLen.
   void swiglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n, uint32_t rowLen);
+  // gate = gelu(gate) * up over n elements, GELU as the CPU's (ggml's tanh form through an f16
+  // table: the value rounded to f16 in and out).
+  void geglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n);
+  // Mixture of experts. matvecExperts: y[i * rows + r] = dot(expert ids[i]'s row r, x row i
+  // (xPerEntry) or i / used), for `entries` (token, k) entries; w holds the experts' matrices
+  // one after another, each `rowsPerExpert` rows (the dequantizing mat-vec kernel, any batch).
+  void matvecExperts(const DeviceMatrix& w, int64_t rowsPerExpert, VkDeviceAddress ids,
+                     VkDeviceAddress x, VkDeviceAddress y, uint32_t entries, uint32_t used,
+                     bool xPerEntry);
+  // The router's top-`used` experts per row of logits (rows x experts, overwritten with the
+  // probabilities for Softmax gating) and their weights (moe_route.comp); experts <= 256.
+  void moeRoute(VkDeviceAddress logits, VkDeviceAddress ids, VkDeviceAddress weights, uint32_t rows,
+                uint32_t experts, uint32_t used, bool softmaxOfChosen, bool normalize);
+  // y[i][c] += bias[ids[i]][c] for entries i < entries, c < cols (ggml_add_id: an expert's
+  // bias row after its product).
+  void addExpertBias(VkDeviceAddress bias, VkDeviceAddress ids, VkDeviceAddress y, uint32_t entries,
+                     uint32_t cols);
+  // gate = gpt-oss's clamped SwiGLU of gate and up over n elements (kernels/cpu/swiglu_oai.cpp).
+  void swigluOai(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n);
+  // dst[t] = sum over k of src[t * used + k] * weights[t * used + k], in rank order.
+  void moeCombine(VkDeviceAddress src, VkDeviceAddress weights, VkDeviceAddress dst, uint32_t rows,
+                  uint32_t cols, uint32_t used);
+  // x[i] *= factor for i < n.
+  void scale(VkDeviceAddress x, uint32_t n, float factor);
+  // x[i] = cap * tanh(x[i] / cap) for i < n (soft-capping, as ggml's scale, tanh, scale).
+  void softcap(VkDeviceAddress x, uint32_t n, float cap);
   // y[i] += x[i % period] for i < n.
   void add(VkDeviceAddress x, VkDeviceAddress y, uint32_t n, uint32_t period);
 

@@ -43,7 +43,7 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
   }
   if (c.headDim > 256) throw Error("Vulkan stage: head size above 256 is not supported");
 
-  if (const char* missing = spec.hasHead ? kernels::gpuHeadGap(c) : nullptr) {
+  if (const char* missing = spec.hasHead ? kernels::gpuHeadGap(c, kVulkanOps) : nullptr) {
     throw Error(std::string("Vulkan stage: the model's head has ") + missing +
                 ", which has no Vulkan kernels yet (the CPU backend runs it)");
   }
@@ -52,7 +52,7 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
     m_layers.push_back(Layer{arch.layerProgram(c, i), {}, {}, {}});
     // Refused before any weight is uploaded (checkProgram below says the same per op).
     for (const model::Op& op : m_layers.back().program.ops) {
-      const char* missing = kernels::gpuOpGap(op);
+      const char* missing = kernels::gpuOpGap(op, kVulkanOps);
       if (missing) {
         throw Error("Vulkan stage: layer " + std::to_string(i) + " has " + missing +
                     ", which has no Vulkan kernels yet (the CPU backend runs it)");
@@ -91,6 +91,13 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
     m_logits = m_pool.allocate(b * uint64_t(c.nVocab) * 4, true);
   } else {
     m_hiddenOut = m_pool.allocate(b * uint64_t(c.nEmbd) * 4, true);
+  }
+  if (hasExperts(c, spec.firstLayer, spec.lastLayer)) {
+    const uint64_t entries = b * uint64_t(c.nExpertUsed);
+    m_moeLogits = m_pool.allocate(b * uint64_t(c.nExpert) * 4);
+    m_moeIds = m_pool.allocate(entries * 4);
+    m_moeWeights = m_pool.allocate(entries * 4);
+    m_moeOutputs = m_pool.allocate(entries * uint64_t(c.nEmbd) * 4);
   }
 }
 
@@ -155,7 +162,7 @@ void VulkanStage::upload(const model::ModelWeights& w) {
 // RoPE angle tables for every position, one per distinct RopeParams of the stage's layers,
 // from the CPU backend's ropeAngles (ggml's rounding).
 void VulkanStage::buildRopeTables(const model::ModelWeights& w) {
-  const model::Tensor freqTensor = w[TensorRole::RopeFreqs];
+  const model::Tensor freqTensor = w.ropeFactors(m_config, m_spec.contextLength);
   for (const Layer& L : m_layers) {
     for (const model::Op& op : L.program.ops) {
       if (op.kind != model::OpKind::Rope) continue;
@@ -165,7 +172,7 @@ void VulkanStage::buildRopeTables(const model::ModelWeights& w) {
         continue;
       }
       if (p.freqFactors && !freqTensor) {
-        throw Error("Vulkan stage: RoPE frequency factors (rope_freqs.weight) are absent");
+        throw Error("Vulkan stage: RoPE frequency factors (rope_freqs or rope_factors) are absent");
       }
       const float* freqs =
           p.freqFactors ? reinterpret_cast<const float*>(freqTensor->data) : nullptr;
@@ -194,6 +201,7 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence,
   ctx.params = m_params.address;
   ctx.contextLength = u32(m_spec.contextLength);
   ctx.ropeTables = &m_ropeTables;
+  ctx.moe = {m_moeLogits.address, m_moeIds.address, m_moeWeights.address, m_moeOutputs.address};
   ctx.rows = n;
   ctx.kept = logits == runtime::LogitRows::All    ? RowRange{0, n}
              : logits == runtime::LogitRows::Last ? RowRange{n - 1, 1}
@@ -222,6 +230,9 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence,
                 d, rows.count, 0, m_config.rmsEps);
     const LayerRecorder::Product output[] = {{m_global[idx(TensorRole::Output)], m_logits.address}};
     layers.products(layers.at(Buffer::Norm, 0), d, rows.count, output);
+    if (const float cap = m_config.finalLogitSoftcap; cap > 0) {
+      rec.softcap(m_logits.address, rows.count * u32(m_config.nVocab), cap);
+    }
   } else {
     rec.copy(m_buffers[idx(Buffer::X)], m_hiddenOut, uint64_t(n) * d * 4);
   }

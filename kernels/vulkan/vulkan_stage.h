@@ -73,6 +73,7 @@ class VulkanStage final : public runtime::LocalStage {
   Allocation m_actQuants, m_actScales, m_actSums;  // quantized activations (QuantizedActivations)
   // Host-visible: [firstPosition], token ids, hidden in/out, logits.
   Allocation m_params, m_tokens, m_hiddenIn, m_hiddenOut, m_logits;
+  Allocation m_moeLogits, m_moeIds, m_moeWeights, m_moeOutputs;  // MoeScratch, when experts
 
   std::map<std::tuple<int32_t, int32_t, runtime::LogitRows>, VkCommandBuffer> m_commands;
 };

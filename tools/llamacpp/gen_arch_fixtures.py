@@ -115,6 +115,17 @@ MODELS = [
     {"name": "qwen3moe-8x2-iq4_xs", "arch": "qwen3moe", "layers": 2, "embd": 256, "heads": 4,
      "kv_heads": 2, "ff": 512, "experts": 8, "experts_used": 2, "ff_expert": 256,
      "type": "iq4_xs", "seed": 46},
+    # Phi-3 with LongRoPE (the 128k models): the fixtures' 512-position context exceeds the
+    # first model's 128-position original context, so llama.cpp and Shoal take the long factors;
+    # the second's original context (1024) holds it, so they take the short ones. Attention
+    # factors as the converter computes them, sqrt(1 + ln(scale) / ln(original)): 128k over 4k
+    # (Phi-3-mini-128k) for the second.
+    {"name": "phi3-longrope-long-q8_0", "arch": "phi3", "layers": 2, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "type": "q8_0", "long_rope": True, "rope_orig_ctx": 128,
+     "rope_attn_factor": 1.1339, "seed": 47},
+    {"name": "phi3-longrope-short-q8_0", "arch": "phi3", "layers": 2, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "type": "q8_0", "long_rope": True, "rope_orig_ctx": 1024,
+     "rope_attn_factor": 1.1902, "seed": 48},
 ]
 
 
@@ -129,11 +140,14 @@ def synth_args(spec, vocab_from, out):
                       ("sliding_window", "--sliding-window"),
                       ("sliding_window_pattern", "--sliding-window-pattern"),
                       ("rope_base", "--rope-base"), ("attn_softcap", "--attn-softcap"),
-                      ("final_softcap", "--final-softcap")):
+                      ("final_softcap", "--final-softcap"),
+                      ("rope_attn_factor", "--rope-attn-factor")):
         if key in spec:
             args += [flag, str(spec[key])]
     if spec.get("tied"):
         args.append("--tied")
+    if spec.get("long_rope"):
+        args.append("--long-rope")
     for kind, t in sorted(spec.get("type_of", {}).items()):
         args += ["--type-of", f"{kind}={t}"]
     return args

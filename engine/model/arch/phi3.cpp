@@ -5,8 +5,14 @@
 // the whole row); ffn_down; residual. llama.cpp ignores phi3's attention.sliding_window (its
 // SWA is disabled for this architecture), and so does Shoal.
 //
-// Not supported (refused): LongRoPE ("su"/"longrope": rope_factors_long/short tensors, the
-// 128k-context models), the MoE variant (phimoe is another architecture name anyway).
+// LongRoPE (the 128k-context models, "su"/"longrope" in their config): the converter writes the
+// rope_factors_long/short tensors, rope.scaling.original_context_length and
+// rope.scaling.attn_factor (no rope.scaling.type). A stage divides its angles by the long
+// factors when its context exceeds the original one and by the short ones otherwise, and the
+// attention factor scales cos and sin either way (llama.cpp's get_rope_factors and
+// yarn_attn_factor).
+//
+// Not supported (refused): the MoE variant (phimoe is another architecture name anyway).
 
 #include <cmath>
 
@@ -33,12 +39,37 @@ constexpr TensorSpec kLayerTensors[] = {
     {R::WDown, TensorScope::Layer, "ffn_down.weight", {Dim::Ff, Dim::Embd}},
 };
 // clang-format on
-constexpr auto kTensors = joinTensors(kLlamaGlobalTensors, kLayerTensors);
+// LongRoPE's factors: global, F32, one per rotated pair; llama.cpp loads them per layer as
+// duplicates of one tensor.
+constexpr TensorSpec kLongRopeTensors[] = {
+    {R::RopeFactorsLong,
+     TensorScope::Global,
+     "rope_factors_long.weight",
+     {Dim::RotHalf, Dim::One},
+     true,
+     false},
+    {R::RopeFactorsShort,
+     TensorScope::Global,
+     "rope_factors_short.weight",
+     {Dim::RotHalf, Dim::One},
+     true,
+     false},
+};
+constexpr auto kTensors = joinTensors(kLlamaGlobalTensors, kLongRopeTensors, kLayerTensors);
 
 void readConfig(const gguf::File& file, const std::string& /*prefix*/, ModelConfig& c) {
-  if (file.findTensor("rope_factors_long.weight") || file.findTensor("rope_factors_short.weight")) {
-    throw Error(file.displayName() +
-                ": phi3 with LongRoPE (rope_factors_long/short) is not supported yet");
+  const bool longFactors = file.findTensor("rope_factors_long.weight") != nullptr;
+  const bool shortFactors = file.findTensor("rope_factors_short.weight") != nullptr;
+  if (longFactors != shortFactors) {
+    // llama.cpp would pass a null factor tensor for one of the two context ranges.
+    throw Error(file.displayName() + ": LongRoPE needs both rope_factors_long.weight and " +
+                "rope_factors_short.weight; the file has only one");
+  }
+  if (longFactors) {
+    if (c.hasRopeFreqs) {
+      throw Error(file.displayName() + ": both rope_freqs.weight and LongRoPE factors");
+    }
+    c.hasRopeFreqs = true;
   }
   if (c.nExpert > 0) throw Error(file.displayName() + ": phi3 with experts is not supported");
 }

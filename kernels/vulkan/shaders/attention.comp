@@ -8,6 +8,11 @@
 // 64 positions) for one token, llamafile tinyBLAS's (16 lanes) for a batch. Scores live in
 // shared memory: specialization constant 1 is the context length the stage was built for (the
 // host checks it fits maxComputeSharedMemorySize).
+// As the CPU's, three options of the layer program: a sliding window (positions before the
+// last `window` get probability 0), soft-capping (score = cap * tanh(K.q / cap) before the
+// scale) and attention sinks (the head's sink logit joins the max and the sum, and attends to
+// nothing). tanh and the sink's exp are the driver's, so those models are close to the CPU, not
+// bit-identical.
 #include "common.glsl"
 #include "exact.glsl"
 
@@ -19,10 +24,14 @@ layout(push_constant) uniform Push {
   Halves valueCache;
   Floats y;
   Ints params;
+  Floats sinks;  // one logit per query head, when hasSinks
   uint heads;
   uint kvHeads;
   uint headDim;
   float scale;
+  uint window;    // 0: every position
+  float softcap;  // 0: none
+  uint hasSinks;
 } p;
 
 shared float scores[MAX_CTX];
@@ -123,16 +132,25 @@ void main() {
   for (uint i = tid; i < hd; i += WG) qh[i] = roundHalf(p.q.v[qBase + i]);
   barrier();
 
+  const uint first = p.window > 0u && visible > p.window ? visible - p.window : 0u;
   float localMax = -1.0 / 0.0;
   for (uint pos = tid; pos < visible; pos += WG) {
-    precise float s = dotKq(pos, kvDim, kvOff, hd, kqTiled) * p.scale;
+    if (pos < first) continue;
+    float dot = dotKq(pos, kvDim, kvOff, hd, kqTiled);
+    if (p.softcap > 0.0) {
+      precise float capped = tanh(dot * (1.0 / p.softcap)) * p.softcap;
+      dot = capped;
+    }
+    precise float s = dot * p.scale;
     scores[pos] = s;
     localMax = max(localMax, s);
   }
-  const float m = reduceMax(localMax);
+  float m = reduceMax(localMax);
+  const float sink = p.hasSinks != 0u ? p.sinks.v[head] : 0.0;
+  if (p.hasSinks != 0u) m = max(m, sink);
   for (uint pos = tid; pos < visible; pos += WG) {
     precise float shifted = scores[pos] - m;
-    scores[pos] = expGgml(shifted);
+    scores[pos] = pos < first ? 0.0 : expGgml(shifted);
   }
   barrier();
   if (tid == 0u) {
@@ -142,6 +160,7 @@ void main() {
       for (uint l = 0; l < 16u; ++l) group[l] = g + l < visible ? scores[g + l] : 0.0;
       sum = accAdd(sum, reduce16(group));
     }
+    if (p.hasSinks != 0u) sum = accAdd(sum, exp(sink - m));
     invSum = accRecipToFloat(sum);
   }
   barrier();

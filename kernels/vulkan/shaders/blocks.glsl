@@ -78,6 +78,19 @@ float dq(Bytes w, Halves h, uint base, uint j) {
   const int sc = int(int8_t(w.v[base + 192u + 8u * half_ + (l >> 4) + 2u * quad]));
   return half_at(h, base + 208u) * float(sc) * float(q);
 }
+#elif defined(WTYPE_MXFP4)
+// u8 e (E8M0 scale) | u8 qs[16], nibbles as Q4_0, each an index into the doubled E2M1 values;
+// x = value * 2^(e - 128) (ggml's GGML_E8M0_TO_FP32_HALF, denormal below e = 2)
+#define QK 32
+#define BLOCK_BYTES 17
+const float kMxfp4[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
+                                   0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+float dq(Bytes w, Halves h, uint base, uint j) {
+  const uint e = u8_at(w, base);
+  const float d = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
+  const uint b = u8_at(w, base + 1u + (j & 15u));
+  return kMxfp4[j < 16u ? (b & 15u) : (b >> 4)] * d;
+}
 #else
 #error "define one WTYPE_<type>"
 #endif

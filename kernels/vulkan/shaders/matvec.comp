@@ -2,6 +2,9 @@
 // y[t][r] = dot(W row r, x[t]) for decode: one workgroup per (row, token), the threads striding
 // over the row's elements, then a reduction: subgroupAdd where the device has it
 // (USE_SUBGROUP), else a shared-memory tree. The weight type is a WTYPE_<type> define.
+// With EXPERTS (a mixture of experts' mul_mat_id), w holds one matrix per expert and the
+// second dimension runs over (token, k) entries: entry i multiplies expert ids[i]'s matrix with
+// x row i (xPerEntry) or i / used (the token's own row), into y row i.
 #include "common.glsl"
 #include "blocks.glsl"
 
@@ -10,16 +13,29 @@ layout(push_constant) uniform Push {
   Halves wh;  // the same address as w
   Floats x;
   Floats y;
+#ifdef EXPERTS
+  Ints ids;
+#endif
   uint rows;
   uint cols;
   uint rowBytes;
+#ifdef EXPERTS
+  uint matrixBytes;  // one expert's matrix
+  uint used;         // entries per token
+  uint xPerEntry;
+#endif
 } p;
 
 shared float partial[gl_WorkGroupSize.x];
 
 void main() {
   const uint row = gl_WorkGroupID.x, token = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
+#ifdef EXPERTS
+  const uint rowBase = uint(p.ids.v[token]) * p.matrixBytes + row * p.rowBytes;
+  const uint xBase = (p.xPerEntry != 0u ? token : token / p.used) * p.cols;
+#else
   const uint rowBase = row * p.rowBytes, xBase = token * p.cols;
+#endif
   float sum = 0.0;
   for (uint e = tid; e < p.cols; e += gl_WorkGroupSize.x) {
     sum += dq(p.w, p.wh, rowBase + (e / QK) * BLOCK_BYTES, e % QK) * p.x.v[xBase + e];

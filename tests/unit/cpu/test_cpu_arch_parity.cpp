@@ -70,6 +70,8 @@ model::SyntheticModelSpec specOf(const nlohmann::json& j, int nCtx) {
   s.ropeScaling = j.value("rope_scaling", std::string());
   s.ropeScalingFactor = j.value("rope_scale", 1.0f);
   s.ropeOrigCtx = j.value("rope_orig_ctx", 0);
+  s.ropeAttnFactor = j.value("rope_attn_factor", 0.0f);
+  s.longRope = j.value("long_rope", false);
   s.slidingWindow = j.value("sliding_window", 0);
   s.slidingWindowPattern = j.value("sliding_window_pattern", 0);
   s.attnLogitSoftcap = j.value("attn_softcap", 0.0f);

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
@@ -317,6 +319,68 @@ class TestArchitectures : public QObject {
       QFAIL("an unknown RoPE scaling loaded");
     } catch (const Error& e) {
       QVERIFY2(std::string(e.what()).find("'longrope'") != std::string::npos, e.what());
+    }
+  }
+
+  // phi3 LongRoPE: both factor tensors bind (in every stage's shard list, as global tensors),
+  // the Rope ops divide by frequency factors, the attention factor scales cos and sin, and a
+  // stage takes the long factors only when its context exceeds the original one. A file with
+  // one of the two factor tensors is refused, naming them.
+  void phi3LongRopeFactorsFollowTheContextLength() {
+    QTemporaryDir dir;
+    model::SyntheticModelSpec spec;
+    spec.architecture = "phi3";
+    spec.nVocab = 300;
+    spec.nEmbd = 64;
+    spec.nFf = 128;
+    spec.nCtx = 4096;
+    spec.ropeOrigCtx = 256;
+    spec.ropeAttnFactor = 1.25f;
+    spec.longRope = true;
+    const std::string path = dir.filePath("phi3-longrope.gguf").toStdString();
+    model::writeSyntheticModel(spec, path);
+    const auto file = gguf::File::open(path);
+    const model::ModelConfig c = model::ModelConfig::fromGguf(file);
+    QVERIFY(c.hasRopeFreqs);
+    QCOMPARE(c.ropeOrigCtx, 256);
+    const model::LayerProgram p = c.arch->layerProgram(c, 0);
+    for (const model::Op& op : p.ops) {
+      if (op.kind != model::OpKind::Rope) continue;
+      QVERIFY(op.rope.freqFactors);
+      QCOMPARE(op.rope.attnFactor, 1.25f);
+      QCOMPARE(op.rope.extFactor, 0.0f);
+    }
+    std::set<std::string> shard;
+    for (const auto& st : model::stageTensors(c, 1, 2, false, false)) shard.insert(st.name);
+    QVERIFY(shard.count("rope_factors_long.weight") && shard.count("rope_factors_short.weight"));
+
+    const model::ModelWeights w = model::ModelWeights::bind(file, c);
+    const model::Tensor longFactors = w[TensorRole::RopeFactorsLong];
+    const model::Tensor shortFactors = w[TensorRole::RopeFactorsShort];
+    QVERIFY(longFactors && shortFactors && longFactors != shortFactors);
+    QCOMPARE(longFactors->elementCount(), int64_t{c.nRot / 2});
+    QVERIFY(w.ropeFactors(c, 256) == shortFactors);  // n_ctx_seq == original: short
+    QVERIFY(w.ropeFactors(c, 257) == longFactors);
+    QVERIFY(w.ropeFactors(c, 4096) == longFactors);
+    // The long factors rise far above the short ones at the last pair (the synthetic curve).
+    const float* l = reinterpret_cast<const float*>(longFactors->data);
+    const float* s = reinterpret_cast<const float*>(shortFactors->data);
+    QVERIFY(l[c.nRot / 2 - 1] > 32.0f && s[c.nRot / 2 - 1] < 2.0f);
+
+    gguf::Writer half;
+    for (const auto& kv : file.metadata()) half.set(kv.key, kv.value);
+    for (const auto& t : file.tensors()) {
+      if (t.name == "rope_factors_short.weight") continue;
+      half.addTensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+    }
+    const std::string halfPath = dir.filePath("half.gguf").toStdString();
+    half.write(halfPath);
+    try {
+      model::ModelConfig::fromGguf(gguf::File::open(halfPath));
+      QFAIL("a LongRoPE model with one factor tensor loaded");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("rope_factors_short.weight") != std::string::npos,
+               e.what());
     }
   }
 

@@ -1,17 +1,25 @@
 // The Vulkan stage runs each architecture's layer program (engine/model/arch/) and the batch
 // interface, on small synthetic models (no model file needed):
-//  * llama, qwen2 (Q/K/V biases) and qwen3 (per-head Q/K norms, NeoX RoPE) give the CPU
-//    backend's logits for a prompt and a few decode steps: bit for bit where the device runs the
-//    exact-math kernels (Q8_0 weights pair with the integer kernels that round as the CPU's),
-//    within a small error otherwise;
+//  * llama, qwen2 (Q/K/V biases), qwen3 (per-head Q/K norms, NeoX RoPE) and phi3 (fused Q/K/V
+//    and gate/up matrices read as row ranges, the Scale op; with LongRoPE's long factors too)
+//    give the CPU backend's logits for a prompt and decode steps: bit for bit where the device
+//    runs the exact-math kernels (Q8_0 weights pair with the integer kernels that round as the
+//    CPU's), within a small error otherwise;
+//  * gemma3 and gemma2 (GeGLU, sliding windows shorter than the context, soft-capped scores and
+//    logits), qwen3moe and a Mixtral-style llama (mixtures of experts: router, top-k, expert
+//    products) are within the GPU tolerance of the CPU: logits NMSE <= 5e-4 and mean KL <= 0.01
+//    nats (top-1 agreement reported);
 //  * a batch of two segments (two sequences) gives what two separate runs give, for a head stage
 //    (logits rows in row order; the CPU backend's too, where the math is exact) and a stage
 //    without the head (hidden rows);
 //  * the Last logits row is the last row of All, and None returns no logits but caches the
 //    positions; a SampleRequest still gets logits (the stage does not sample);
 //  * a stage holding only the head (no layer) picks the logits rows itself;
-//  * a program with a sliding attention window is refused when it is shorter than the context
-//    (no kernel masks it yet) and runs as full attention when it covers the context.
+//  * a program that keeps its KV cache as a sliding-window ring is refused (no kernel reads a
+//    ring yet), and a window as long as the context runs as full attention;
+//  * gpt-oss (attention sinks, expert biases, the clamped SwiGLU; Q8_0 or MXFP4 experts) is
+//    within the same tolerance;
+//  * a weight type without Vulkan kernels (Q5_K) is refused by name.
 // Under the validation layer, which must report no error. Skipped without a Vulkan device.
 
 #include <QtTest>
@@ -21,10 +29,12 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/gguf/tensor_type.h"
 #include "engine/model/architecture.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
@@ -80,6 +90,32 @@ double maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+// Normalized MSE of `got` against `want`: sum (got - want)^2 / sum want^2.
+double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    ref += double(want[i]) * want[i];
+  }
+  return ref > 0 ? err / ref : err;
+}
+
+// KL(p || q) in nats of the softmaxes of two logits rows.
+double klDivergence(const std::vector<float>& p, const std::vector<float>& q) {
+  auto logSoftmax = [](const std::vector<float>& x) {
+    const double m = *std::max_element(x.begin(), x.end());
+    double sum = 0;
+    for (float v : x) sum += std::exp(double(v) - m);
+    std::vector<double> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = double(x[i]) - m - std::log(sum);
+    return out;
+  };
+  const std::vector<double> lp = logSoftmax(p), lq = logSoftmax(q);
+  double kl = 0;
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return kl;
+}
+
 std::vector<float> slice(const std::vector<float>& v, size_t first, size_t count) {
   return {v.begin() + std::ptrdiff_t(first), v.begin() + std::ptrdiff_t(first + count)};
 }
@@ -110,7 +146,17 @@ class VulkanLayerProgramTest : public QObject {
   std::string m_deviceId;
   bool m_exact = false;
 
-  std::filesystem::path writeModel(const std::string& architecture) {
+  // A small model of an architecture, or of a variant: "phi3-longrope" (LongRoPE with an
+  // original context shorter than the stage's: the long factors), "gemma2-softcap" (caps that
+  // bend the scores and logits), "llama-moe" (Mixtral-style experts), "gpt-oss-mxfp4" (MXFP4
+  // experts), "llama-q5_K". gemma2, gemma3 and gpt-oss slide over windows of 8 positions, which
+  // the prompt and decode steps outgrow.
+  std::filesystem::path writeModel(const std::string& variant) {
+    std::string architecture = variant;
+    for (const char* suffix : {"-longrope", "-softcap", "-moe", "-mxfp4", "-q5_K"}) {
+      if (variant.ends_with(suffix))
+        architecture = variant.substr(0, variant.size() - strlen(suffix));
+    }
     model::SyntheticModelSpec spec;
     spec.architecture = architecture;
     spec.nLayer = 2;
@@ -120,13 +166,39 @@ class VulkanLayerProgramTest : public QObject {
     spec.nFf = 512;
     spec.nVocab = 320;
     spec.tiedOutput = architecture == "qwen3";
-    if (architecture == "qwen3moe") {
+    if (architecture == "gpt-oss") {  // experts, and the window its loader requires
+      spec.nExpert = 4;
+      spec.nExpertUsed = 2;
+      spec.nFfExp = 256;
+      spec.slidingWindow = 8;
+    }
+    if (architecture == "qwen3moe" || variant == "llama-moe") {
       spec.nExpert = 4;
       spec.nExpertUsed = 2;
     }
+    if (variant == "phi3-longrope") {
+      spec.longRope = true;
+      spec.ropeOrigCtx = kContext / 2;
+      spec.ropeAttnFactor = 1.19f;
+    }
+    if (architecture == "gemma3" || architecture == "gemma2") {
+      spec.slidingWindow = 8;
+      spec.slidingWindowPattern = 2;
+      spec.tiedOutput = true;
+    }
+    if (variant == "gpt-oss-mxfp4") {
+      for (const char* kind : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+        spec.typeOverrides[kind] = gguf::TensorType::MXFP4;
+      }
+    }
+    if (variant == "llama-q5_K") spec.weightType = gguf::TensorType::Q5_K;
+    if (variant == "gemma2-softcap") {
+      spec.attnLogitSoftcap = 0.2f;
+      spec.finalLogitSoftcap = 1.0f;
+    }
     spec.seed = 7;
     const std::filesystem::path path =
-        m_dir.filePath(QString::fromStdString(architecture) + ".gguf").toStdString();
+        m_dir.filePath(QString::fromStdString(variant) + ".gguf").toStdString();
     if (!std::filesystem::exists(path)) model::writeSyntheticModel(spec, path);
     return path;
   }
@@ -151,12 +223,23 @@ class VulkanLayerProgramTest : public QObject {
           m_exact ? "exact" : "native");
   }
 
+  // exact: whether the exact-math kernels give the CPU's logits bit for bit (the models whose
+  // ops are all rounded as the CPU's); the others (tanh, the experts' dequantizing products)
+  // are held to the GPU tolerance: logits NMSE <= 5e-4 and mean KL <= 0.01 nats.
   void architectureMatchesCpu_data() {
     QTest::addColumn<QString>("architecture");
-    for (const char* a : {"llama", "qwen2", "qwen3"}) QTest::newRow(a) << QString(a);
+    QTest::addColumn<bool>("exact");
+    for (const char* a : {"llama", "qwen2", "qwen3", "phi3", "phi3-longrope"}) {
+      QTest::newRow(a) << QString(a) << true;
+    }
+    for (const char* a : {"gemma3", "gemma2", "gemma2-softcap", "qwen3moe", "llama-moe", "gpt-oss",
+                          "gpt-oss-mxfp4"}) {
+      QTest::newRow(a) << QString(a) << false;
+    }
   }
   void architectureMatchesCpu() {
     QFETCH(QString, architecture);
+    QFETCH(bool, exact);
     const auto m = loadModel(writeModel(architecture.toStdString()));
     const int32_t layers = m->config.nLayer;
     std::vector<std::unique_ptr<runtime::Stage>> cpuStages, vkStages;
@@ -170,26 +253,45 @@ class VulkanLayerProgramTest : public QObject {
     vkChain.forward(0, 0, kPromptA, got, true);
     QVERIFY(*std::max_element(want.begin(), want.end()) >
             *std::min_element(want.begin(), want.end()) + 1e-3f);  // not a degenerate model
-    double worst = maxAbsDiff(got, want);
-    bool identical = got == want;
-    QCOMPARE(got.size(), want.size());
+    const size_t vocab = size_t(m->config.nVocab);
+    double worst = 0, worstNmse = 0, klSum = 0;
+    bool identical = true;
+    int sameToken = 0, rows = 0;
+    // Every logits row: |diff|, NMSE, the same argmax, KL(CPU || Vulkan) of the softmaxes.
+    auto compareRows = [&] {
+      QCOMPARE(got.size(), want.size());
+      worst = std::max(worst, maxAbsDiff(got, want));
+      worstNmse = std::max(worstNmse, nmse(got, want));
+      identical = identical && got == want;
+      for (size_t r = 0; r + vocab <= want.size(); r += vocab) {
+        const std::vector<float> w = slice(want, r, vocab), g = slice(got, r, vocab);
+        sameToken += argmax(w) == argmax(g);
+        klSum += klDivergence(w, g);
+        ++rows;
+      }
+    };
+    compareRows();
     int32_t position = static_cast<int32_t>(kPromptA.size());
-    for (int step = 0; step < 4; ++step) {
-      const int32_t token =
-          argmax(slice(want, want.size() - size_t(m->config.nVocab), size_t(m->config.nVocab)));
+    for (int step = 0; step < 8; ++step) {
+      const int32_t token = argmax(slice(want, want.size() - vocab, vocab));
       cpuChain.forward(0, position, std::span(&token, 1), want);
       vkChain.forward(0, position, std::span(&token, 1), got);
       ++position;
-      QCOMPARE(got.size(), want.size());
-      worst = std::max(worst, maxAbsDiff(got, want));
-      identical = identical && got == want;
+      compareRows();
     }
-    qInfo("%s: max |logit diff| %.3g, %s", qPrintable(architecture), worst,
+    const double meanKl = klSum / rows;
+    qInfo("%s: max |logit diff| %.3g, max NMSE %.3g, mean KL %.3g nats, top-1 equal %d/%d, %s",
+          qPrintable(architecture), worst, worstNmse, meanKl, sameToken, rows,
           identical ? "bit-identical" : "not bit-identical");
-    if (m_exact) {
+    if (m_exact && exact) {
       QVERIFY2(identical, qPrintable(QString("max |diff| %1").arg(worst)));
-    } else {
+    } else if (exact) {
       QVERIFY2(worst < 1e-2, qPrintable(QString("max |diff| %1").arg(worst)));
+    } else {
+      // The GPU contract (NMSE and KL); top-1 agreement is reported, not asserted: the random
+      // models' top-2 margins are often below the products' rounding differences.
+      QVERIFY2(worstNmse <= 5e-4, qPrintable(QString("max NMSE %1").arg(worstNmse)));
+      QVERIFY2(meanKl <= 0.01, qPrintable(QString("mean KL %1").arg(meanKl)));
     }
   }
 
@@ -333,23 +435,17 @@ class VulkanLayerProgramTest : public QObject {
     QVERIFY(got.logits == want.logits);
   }
 
-  // Mixture-of-experts layers, gemma's ops (Scale, GeGLU, soft-capping) have no Vulkan kernels yet:
-  // the stage says so, by layer, before it uploads anything (the CPU backend runs such models).
-  void opsWithoutKernelsAreRefusedByName() {
-    for (const auto& [architecture, what] :
-         {std::pair{"qwen3moe", "layer 0 has a mixture of experts"},
-          std::pair{"gemma3", "layer 0 has a Scale op"},
-          std::pair{"gemma2", "the model's head has final logit soft-capping"},
-          std::pair{"phi3", "layer 0 has a fused Q/K/V projection"}}) {
-      const auto m = loadModel(writeModel(architecture));
-      QString refusal;
-      try {
-        vulkanStage(*m, 0, m->config.nLayer);
-      } catch (const Error& e) {
-        refusal = e.what();
-      }
-      QVERIFY2(refusal.contains(what), qPrintable(refusal));
+  // A weight type without Vulkan kernels (Q5_K) is refused by tensor name and type before the
+  // stage uploads anything (the CPU backend runs such models).
+  void typesWithoutKernelsAreRefusedByName() {
+    const auto m = loadModel(writeModel("llama-q5_K"));
+    QString refusal;
+    try {
+      vulkanStage(*m, 0, m->config.nLayer);
+    } catch (const Error& e) {
+      refusal = e.what();
     }
+    QVERIFY2(refusal.contains("has type q5_K, which has no Vulkan kernel"), qPrintable(refusal));
   }
 
   void validationLayerReportedNoErrors() { QCOMPARE(vulkan::validationErrorCount(), 0); }
