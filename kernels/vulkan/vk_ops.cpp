@@ -26,6 +26,20 @@ std::string typeSuffix(gguf::TensorType t) {
       return "q6_k";
     case gguf::TensorType::MXFP4:
       return "mxfp4";
+    case gguf::TensorType::Q5_0:
+      return "q5_0";
+    case gguf::TensorType::Q5_1:
+      return "q5_1";
+    case gguf::TensorType::Q2_K:
+      return "q2_k";
+    case gguf::TensorType::Q3_K:
+      return "q3_k";
+    case gguf::TensorType::Q5_K:
+      return "q5_k";
+    case gguf::TensorType::IQ4_NL:
+      return "iq4_nl";
+    case gguf::TensorType::IQ4_XS:
+      return "iq4_xs";
     case gguf::TensorType::F16:
       return "f16";
     case gguf::TensorType::F32:
@@ -39,9 +53,26 @@ std::string typeSuffix(gguf::TensorType t) {
 
 bool supportedWeightType(gguf::TensorType t) {
   using gguf::TensorType;
-  return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0 ||
-         t == TensorType::Q4_K || t == TensorType::Q6_K || t == TensorType::MXFP4 ||
-         t == TensorType::F16 || t == TensorType::F32;
+  switch (t) {
+    case TensorType::Q4_0:
+    case TensorType::Q4_1:
+    case TensorType::Q5_0:
+    case TensorType::Q5_1:
+    case TensorType::Q8_0:
+    case TensorType::Q2_K:
+    case TensorType::Q3_K:
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K:
+    case TensorType::IQ4_NL:
+    case TensorType::IQ4_XS:
+    case TensorType::MXFP4:
+    case TensorType::F16:
+    case TensorType::F32:
+      return true;
+    default:
+      return false;
+  }
 }
 
 bool quantizesActivations(gguf::TensorType t) {

@@ -25,8 +25,8 @@ bool supportedWeightType(gguf::TensorType type);
 
 // Whether products with this weight type quantize the activations to 8 bits first and take
 // integer dot products in the CPU backend's order (Q4_0, Q4_1, Q8_0: bit-identical to the CPU).
-// The other types (F16, F32, Q4_K, Q6_K, MXFP4) multiply dequantized weights with f32
-// activations and only approximate the CPU.
+// The other types (F16, F32, Q5_0, Q5_1, the K-quants, IQ4_NL, IQ4_XS, MXFP4) multiply
+// dequantized weights with f32 activations and only approximate the CPU.
 bool quantizesActivations(gguf::TensorType type);
 
 // Activations quantized by Recorder::quantizeQ8: int8 quants (tokens x cols, 4 per word), and

@@ -19,7 +19,9 @@
 //    ring yet), and a window as long as the context runs as full attention;
 //  * gpt-oss (attention sinks, expert biases, the clamped SwiGLU; Q8_0 or MXFP4 experts) is
 //    within the same tolerance;
-//  * a weight type without Vulkan kernels (Q5_K) is refused by name.
+//  * the low-bit types of downloaded files (a Q3_K_M-style mix with Q2_K, Q4_K, Q5_K and Q6_K;
+//    IQ4_XS, dense and as experts; Q5_1, Q5_0 and IQ4_NL) within the same tolerance;
+//  * a weight type without Vulkan kernels (BF16) is refused by name.
 // Under the validation layer, which must report no error. Skipped without a Vulkan device.
 
 #include <QtTest>
@@ -149,11 +151,14 @@ class VulkanLayerProgramTest : public QObject {
   // A small model of an architecture, or of a variant: "phi3-longrope" (LongRoPE with an
   // original context shorter than the stage's: the long factors), "gemma2-softcap" (caps that
   // bend the scores and logits), "llama-moe" (Mixtral-style experts), "gpt-oss-mxfp4" (MXFP4
-  // experts), "llama-q5_K". gemma2, gemma3 and gpt-oss slide over windows of 8 positions, which
-  // the prompt and decode steps outgrow.
+  // experts), "llama-q3_K_m", "qwen3-iq4_xs", "qwen3moe-iq4_xs", "llama-q5_1" (weight types),
+  // "llama-bf16".
+  // gemma2, gemma3 and gpt-oss slide over windows of 8 positions, which the prompt and decode
+  // steps outgrow.
   std::filesystem::path writeModel(const std::string& variant) {
     std::string architecture = variant;
-    for (const char* suffix : {"-longrope", "-softcap", "-moe", "-mxfp4", "-q5_K"}) {
+    for (const char* suffix :
+         {"-longrope", "-softcap", "-moe", "-mxfp4", "-q3_K_m", "-iq4_xs", "-q5_1", "-bf16"}) {
       if (variant.ends_with(suffix))
         architecture = variant.substr(0, variant.size() - strlen(suffix));
     }
@@ -191,7 +196,28 @@ class VulkanLayerProgramTest : public QObject {
         spec.typeOverrides[kind] = gguf::TensorType::MXFP4;
       }
     }
-    if (variant == "llama-q5_K") spec.weightType = gguf::TensorType::Q5_K;
+    if (variant == "llama-q3_K_m") {  // Q3_K_M's mix
+      spec.weightType = gguf::TensorType::Q3_K;
+      spec.typeOverrides["attn_v"] = gguf::TensorType::Q5_K;
+      spec.typeOverrides["ffn_down"] = gguf::TensorType::Q4_K;
+      spec.typeOverrides["output"] = gguf::TensorType::Q6_K;
+      spec.typeOverrides["attn_q"] = gguf::TensorType::Q2_K;
+    }
+    // IQ4_XS experts, the rest Q8_0: with every matrix in a float-path type, the dense layers'
+    // rounding differences can tip a near-tied router of these random models to another
+    // expert for a token, which no product tolerance covers.
+    if (variant == "qwen3moe-iq4_xs") {
+      for (const char* kind : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+        spec.typeOverrides[kind] = gguf::TensorType::IQ4_XS;
+      }
+    }
+    if (variant == "qwen3-iq4_xs") spec.weightType = gguf::TensorType::IQ4_XS;
+    if (variant == "llama-q5_1") {
+      spec.weightType = gguf::TensorType::Q5_1;
+      spec.typeOverrides["ffn_down"] = gguf::TensorType::Q5_0;
+      spec.typeOverrides["attn_v"] = gguf::TensorType::IQ4_NL;
+    }
+    if (variant == "llama-bf16") spec.weightType = gguf::TensorType::BF16;
     if (variant == "gemma2-softcap") {
       spec.attnLogitSoftcap = 0.2f;
       spec.finalLogitSoftcap = 1.0f;
@@ -232,8 +258,9 @@ class VulkanLayerProgramTest : public QObject {
     for (const char* a : {"llama", "qwen2", "qwen3", "phi3", "phi3-longrope"}) {
       QTest::newRow(a) << QString(a) << true;
     }
-    for (const char* a : {"gemma3", "gemma2", "gemma2-softcap", "qwen3moe", "llama-moe", "gpt-oss",
-                          "gpt-oss-mxfp4"}) {
+    for (const char* a :
+         {"gemma3", "gemma2", "gemma2-softcap", "qwen3moe", "llama-moe", "gpt-oss", "gpt-oss-mxfp4",
+          "llama-q3_K_m", "qwen3moe-iq4_xs", "llama-q5_1", "qwen3-iq4_xs"}) {
       QTest::newRow(a) << QString(a) << false;
     }
   }
@@ -435,17 +462,17 @@ class VulkanLayerProgramTest : public QObject {
     QVERIFY(got.logits == want.logits);
   }
 
-  // A weight type without Vulkan kernels (Q5_K) is refused by tensor name and type before the
+  // A weight type without Vulkan kernels (BF16) is refused by tensor name and type before the
   // stage uploads anything (the CPU backend runs such models).
   void typesWithoutKernelsAreRefusedByName() {
-    const auto m = loadModel(writeModel("llama-q5_K"));
+    const auto m = loadModel(writeModel("llama-bf16"));
     QString refusal;
     try {
       vulkanStage(*m, 0, m->config.nLayer);
     } catch (const Error& e) {
       refusal = e.what();
     }
-    QVERIFY2(refusal.contains("has type q5_K, which has no Vulkan kernel"), qPrintable(refusal));
+    QVERIFY2(refusal.contains("has type bf16, which has no Vulkan kernel"), qPrintable(refusal));
   }
 
   void validationLayerReportedNoErrors() { QCOMPARE(vulkan::validationErrorCount(), 0); }

@@ -1,8 +1,9 @@
 // Vulkan kernels against the CPU backend, op by op. The kernels of the layer program (activation
 // quantizer, integer mat-vec for Q4_0/Q4_1/Q8_0, RMSNorm, RoPE, SwiGLU, attention) must give the
 // CPU's results BIT FOR BIT (they round as the CPU does: shaders/exact.glsl); the float kernels
-// of the other weight types (F16, F32, Q4_K, Q6_K, MXFP4) are held to llama.cpp's
-// test-backend-ops criterion against dequantized weights: normalized MSE <= 5e-4, 1e-6 for F32.
+// of the other weight types (F16, F32, Q5_0/Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4) are held to
+// llama.cpp's test-backend-ops criterion against dequantized weights: normalized MSE <= 5e-4,
+// 1e-6 for F32.
 // Shapes include row and token counts that do not fill the kernels' tiles. Attention with a
 // sliding window stays bit for bit; with soft-capping and sinks, GeGLU and the soft-cap kernel
 // (the driver's tanh/exp) are held to the NMSE criterion; the MoE router picks the CPU's
@@ -134,9 +135,14 @@ class VulkanOpsTest : public QObject {
     QTest::addColumn<int>("cols");
     QTest::addColumn<int>("tokens");
     const std::pair<TensorType, const char*> types[] = {
-        {TensorType::Q4_0, "q4_0"}, {TensorType::Q4_1, "q4_1"}, {TensorType::Q8_0, "q8_0"},
-        {TensorType::Q4_K, "q4_k"}, {TensorType::Q6_K, "q6_k"}, {TensorType::MXFP4, "mxfp4"},
-        {TensorType::F16, "f16"},   {TensorType::F32, "f32"}};
+        {TensorType::Q4_0, "q4_0"},     {TensorType::Q4_1, "q4_1"},
+        {TensorType::Q5_0, "q5_0"},     {TensorType::Q5_1, "q5_1"},
+        {TensorType::Q8_0, "q8_0"},     {TensorType::Q2_K, "q2_k"},
+        {TensorType::Q3_K, "q3_k"},     {TensorType::Q4_K, "q4_k"},
+        {TensorType::Q5_K, "q5_k"},     {TensorType::Q6_K, "q6_k"},
+        {TensorType::IQ4_NL, "iq4_nl"}, {TensorType::IQ4_XS, "iq4_xs"},
+        {TensorType::MXFP4, "mxfp4"},   {TensorType::F16, "f16"},
+        {TensorType::F32, "f32"}};
     for (const auto& [type, name] : types) {
       const int cols = gguf::typeTraits(type).blockSize >= 256 ? 512 : 96;
       // Rows and tokens not multiples of the 8x8 tile; one decode token.
@@ -158,6 +164,47 @@ class VulkanOpsTest : public QObject {
                                  static_cast<uint32_t>(tokens), kernel);
     const double limit = static_cast<TensorType>(type) == TensorType::F32 ? 1e-6 : 5e-4;
     QVERIFY2(e <= limit, qPrintable(QString("nMSE %1").arg(e)));
+  }
+
+  // The embedding kernel decodes each type's blocks as the CPU's dequantizer does (any layout
+  // slip shows up as whole sub-blocks off): rows gathered by token id, NMSE <= 1e-10 (the GPU
+  // may contract d * sc * q - dmin * m into an fma).
+  void embedDecodesEveryTypeAsTheCpu_data() {
+    QTest::addColumn<int>("type");
+    for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
+                         TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+                         TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
+                         TensorType::MXFP4, TensorType::F16, TensorType::F32}) {
+      QTest::newRow(std::string(gguf::typeTraits(t).name).c_str()) << int(t);
+    }
+  }
+  void embedDecodesEveryTypeAsTheCpu() {
+    QFETCH(int, type);
+    const auto t = static_cast<TensorType>(type);
+    const int64_t rows = 6, cols = 512;
+    vulkan::MemoryPool pool(*m_device);
+    std::vector<float> wf = randomFloats(size_t(rows * cols), 3);
+    for (size_t i = 0; i < wf.size(); ++i) wf[i] *= 1.0f + float(i % 97) / 16.0f;  // scales vary
+    const size_t rowBytes = gguf::rowBytes(t, cols);
+    std::vector<uint8_t> wq(rowBytes * size_t(rows));
+    std::vector<float> deq(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      gguf::quantizeRow(t, &wf[size_t(r * cols)], &wq[rowBytes * size_t(r)], cols);
+      gguf::dequantizeRow(t, &wq[rowBytes * size_t(r)], &deq[size_t(r * cols)], cols);
+    }
+    vulkan::DeviceMatrix w{t, rows, cols, rowBytes, pool.allocate(wq.size())};
+    pool.upload(w.memory, wq.data(), wq.size());
+    const std::vector<int32_t> ids = {5, 0, 3, 3, 1};
+    auto idb = upload(pool, ids);
+    auto out = pool.allocate(ids.size() * size_t(cols) * 4);
+    run([&](vulkan::Recorder& rec) {
+      rec.embed(w, idb.address, out.address, uint32_t(ids.size()));
+    });
+    const auto got = download(pool, out, ids.size() * size_t(cols));
+    std::vector<float> want;
+    for (int32_t id : ids)
+      want.insert(want.end(), deq.begin() + id * cols, deq.begin() + (id + 1) * cols);
+    QVERIFY2(nmse(got, want) <= 1e-10, qPrintable(QString("nMSE %1").arg(nmse(got, want))));
   }
 
   void rmsNormMatchesReference() {
