@@ -10,7 +10,10 @@
 namespace shoal::gui {
 namespace {
 
-// Schema version 1. Settings live in columns (not a blob) so they can be queried and migrated.
+// Schema version 2 (kSchemaVersion). Settings live in columns (not a blob) so they can be queried
+// and migrated. Version 1 lacked the reasoning settings (thinking, reasoning_effort):
+// migrateSchema adds them, with the defaults every conversation had before.
+constexpr int kSchemaVersion = 2;
 const char* const kSchema[] = {
     "CREATE TABLE IF NOT EXISTS conversations ("
     " id INTEGER PRIMARY KEY AUTOINCREMENT,"
@@ -18,7 +21,8 @@ const char* const kSchema[] = {
     " system_prompt TEXT NOT NULL DEFAULT '',"
     " temperature REAL NOT NULL, top_p REAL NOT NULL, top_k INTEGER NOT NULL,"
     " max_tokens INTEGER NOT NULL, seed INTEGER NOT NULL,"
-    " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)",
+    " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
+    " thinking INTEGER NOT NULL DEFAULT 1, reasoning_effort TEXT NOT NULL DEFAULT '')",
     "CREATE TABLE IF NOT EXISTS messages ("
     " id INTEGER PRIMARY KEY AUTOINCREMENT,"
     " conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
@@ -28,7 +32,12 @@ const char* const kSchema[] = {
     " context_length INTEGER, dropped_turns INTEGER, tokens_per_second REAL,"
     " prefill_seconds REAL, finish_reason TEXT)",
     "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id)",
-    "PRAGMA user_version = 1",
+};
+
+// What a version-1 database gains to become version 2.
+const char* const kMigrationFrom1[] = {
+    "ALTER TABLE conversations ADD COLUMN thinking INTEGER NOT NULL DEFAULT 1",
+    "ALTER TABLE conversations ADD COLUMN reasoning_effort TEXT NOT NULL DEFAULT ''",
 };
 
 // A null QString binds as SQL NULL; the text columns are NOT NULL, so bind "" instead.
@@ -47,12 +56,14 @@ StoredConversation readConversation(const QSqlQuery& q) {
   c.settings.maxTokens = q.value(6).toInt();
   c.settings.seed = q.value(7).toLongLong();
   c.updatedAt = QDateTime::fromMSecsSinceEpoch(q.value(8).toLongLong());
+  c.settings.thinking = q.value(9).toInt() != 0;
+  c.settings.reasoningEffort = q.value(10).toString();
   return c;
 }
 
 const char* const kConversationColumns =
-    "SELECT id, title, system_prompt, temperature, top_p, top_k, max_tokens, seed, updated_at "
-    "FROM conversations";
+    "SELECT id, title, system_prompt, temperature, top_p, top_k, max_tokens, seed, updated_at, "
+    "thinking, reasoning_effort FROM conversations";
 
 }  // namespace
 
@@ -82,10 +93,48 @@ ChatStore::ChatStore(const QString& directory)
     fail(QObject::tr("cannot switch %1 to WAL journal mode").arg(m_path), q.lastError().text());
     return;
   }
+  q.finish();  // an open statement would keep the schema transaction from committing
   if (!exec("PRAGMA foreign_keys = ON")) return;
-  for (const char* sql : kSchema) {
-    if (!exec(sql)) return;
+  if (!migrateSchema()) return;
+}
+
+// Brings the file to kSchemaVersion in one transaction, so a failure leaves it as it was: a new
+// file gets the tables, a version-1 file the reasoning columns. A file from a newer Shoal is
+// refused rather than written with columns this one does not know.
+bool ChatStore::migrateSchema() {
+  QSqlDatabase db = QSqlDatabase::database(m_connection);
+  QSqlQuery version(db);
+  if (!version.exec("PRAGMA user_version") || !version.next()) {
+    return fail(QObject::tr("cannot read the schema version of %1").arg(m_path),
+                version.lastError().text());
   }
+  const int found = version.value(0).toInt();
+  version.finish();
+  if (found == kSchemaVersion) return true;
+  if (found > kSchemaVersion) {
+    return fail(QObject::tr("%1 was written by a newer Shoal (schema %2; this one reads %3)")
+                    .arg(m_path)
+                    .arg(found)
+                    .arg(kSchemaVersion),
+                QString());
+  }
+  if (!db.transaction()) {
+    return fail(QObject::tr("cannot start a transaction on %1").arg(m_path), db.lastError().text());
+  }
+  bool ok = true;
+  for (const char* sql : kSchema) ok = ok && exec(sql);
+  if (found == 1) {
+    for (const char* sql : kMigrationFrom1) ok = ok && exec(sql);
+  }
+  ok = ok && exec(QString("PRAGMA user_version = %1").arg(kSchemaVersion));
+  if (!ok) {
+    db.rollback();
+    return false;
+  }
+  if (!db.commit()) {
+    return fail(QObject::tr("cannot commit the schema of %1").arg(m_path), db.lastError().text());
+  }
+  return true;
 }
 
 ChatStore::~ChatStore() {
@@ -135,11 +184,13 @@ qint64 ChatStore::createConversation(const QString& title, const QString& system
   QSqlQuery q(QSqlDatabase::database(m_connection));
   q.prepare(
       "INSERT INTO conversations (title, system_prompt, temperature, top_p, top_k, max_tokens, "
-      "seed, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "seed, created_at, updated_at, thinking, reasoning_effort) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   const qint64 now = nowMs();
   for (const QVariant& v :
        {text(title), text(systemPrompt), QVariant(s.temperature), QVariant(s.topP),
-        QVariant(s.topK), QVariant(s.maxTokens), QVariant(s.seed), QVariant(now), QVariant(now)}) {
+        QVariant(s.topK), QVariant(s.maxTokens), QVariant(s.seed), QVariant(now), QVariant(now),
+        QVariant(s.thinking ? 1 : 0), text(s.reasoningEffort)}) {
     q.addBindValue(v);
   }
   if (!q.exec()) {
@@ -164,10 +215,10 @@ bool ChatStore::updateConversationSettings(qint64 id, const QString& systemPromp
   QSqlQuery q(QSqlDatabase::database(m_connection));
   q.prepare(
       "UPDATE conversations SET system_prompt = ?, temperature = ?, top_p = ?, top_k = ?, "
-      "max_tokens = ?, seed = ? WHERE id = ?");
-  for (const QVariant& v :
-       {text(systemPrompt), QVariant(s.temperature), QVariant(s.topP), QVariant(s.topK),
-        QVariant(s.maxTokens), QVariant(s.seed), QVariant(id)}) {
+      "max_tokens = ?, seed = ?, thinking = ?, reasoning_effort = ? WHERE id = ?");
+  for (const QVariant& v : {text(systemPrompt), QVariant(s.temperature), QVariant(s.topP),
+                            QVariant(s.topK), QVariant(s.maxTokens), QVariant(s.seed),
+                            QVariant(s.thinking ? 1 : 0), text(s.reasoningEffort), QVariant(id)}) {
     q.addBindValue(v);
   }
   if (!q.exec())

@@ -76,6 +76,7 @@ class ChatStore {
 
  private:
   bool exec(const QString& sql);
+  bool migrateSchema();
   bool fail(const QString& what, const QString& sqlError);
 
   QString m_connection;  // unique QSqlDatabase connection name of this store

@@ -21,6 +21,11 @@ struct GenerationSettings {
   int topK = 40;             // <= 0: off
   int maxTokens = 512;       // most new tokens per reply
   qint64 seed = -1;          // < 0: a fresh random seed per reply
+  // Reasoning models: false asks the model to answer without reasoning (Qwen3's
+  // enable_thinking=false; gpt-oss, which always reasons, reasons "low"). Others ignore it.
+  bool thinking = true;
+  // gpt-oss's reasoning effort: "low", "medium" or "high"; empty: the template's default.
+  QString reasoningEffort;
 };
 
 // One turn of a conversation as the engine sees it ("system", "user" or "assistant").

@@ -77,7 +77,10 @@ void ReplyEngine::generate(qint64 conversationId, const QList<ChatTurn>& turns,
       emit generateFailed(conversationId, target.unavailable);
       return;
     }
-    const model::ChatTemplate& tmpl = target.model->chatTemplate();
+    // The conversation's reasoning settings are render options of the model's template.
+    model::ChatTemplate tmpl = target.model->chatTemplate();
+    tmpl.thinking = settings.thinking;
+    tmpl.reasoningEffort = settings.reasoningEffort.toStdString();
     std::vector<model::ChatMessage> messages = toMessages(turns);
     const model::ChatPrompt chat = model::buildChatPrompt(target.model->tokenizer(), tmpl, messages,
                                                           target.contextLength, settings.maxTokens);

@@ -1,5 +1,7 @@
 #include "app/gui/settings_panel.h"
 
+#include <QCheckBox>
+#include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QLabel>
@@ -60,6 +62,22 @@ SettingsPanel::SettingsPanel(QWidget* parent) : QWidget(parent) {
   m_seed->setSpecialValueText(tr("random"));
   m_seed->setToolTip(tr("The same seed and settings give the same reply"));
   form->addRow(tr("Seed"), m_seed);
+
+  m_thinking = new QCheckBox(tr("Think before answering"));
+  m_thinking->setObjectName("thinking");
+  m_thinking->setToolTip(
+      tr("Reasoning models (Qwen3, gpt-oss): off asks for an answer without "
+         "reasoning; gpt-oss then reasons briefly. Other models ignore it."));
+  form->addRow(tr("Reasoning"), m_thinking);
+
+  m_effort = new QComboBox;
+  m_effort->setObjectName("reasoningEffort");
+  m_effort->addItem(tr("Model default"), QString());
+  m_effort->addItem(tr("Low"), QStringLiteral("low"));
+  m_effort->addItem(tr("Medium"), QStringLiteral("medium"));
+  m_effort->addItem(tr("High"), QStringLiteral("high"));
+  m_effort->setToolTip(tr("How much gpt-oss reasons (its system message's \"Reasoning:\")"));
+  form->addRow(tr("Reasoning effort"), m_effort);
   layout->addLayout(form);
   layout->addStretch(1);
 
@@ -72,6 +90,8 @@ SettingsPanel::SettingsPanel(QWidget* parent) : QWidget(parent) {
   connect(m_topK, &QSpinBox::valueChanged, this, emitChanged);
   connect(m_maxTokens, &QSpinBox::valueChanged, this, emitChanged);
   connect(m_seed, &QSpinBox::valueChanged, this, emitChanged);
+  connect(m_thinking, &QCheckBox::toggled, this, emitChanged);
+  connect(m_effort, &QComboBox::currentIndexChanged, this, emitChanged);
   setValues(QString(), GenerationSettings{});
 }
 
@@ -84,6 +104,9 @@ void SettingsPanel::setValues(const QString& systemPrompt, const GenerationSetti
   m_maxTokens->setValue(s.maxTokens);
   m_seed->setValue(
       static_cast<int>(std::clamp<qint64>(s.seed, -1, std::numeric_limits<int>::max())));
+  m_thinking->setChecked(s.thinking);
+  // An effort this version does not offer (a database edited by hand) shows as the default.
+  m_effort->setCurrentIndex(std::max(0, m_effort->findData(s.reasoningEffort)));
   m_updating = false;
 }
 
@@ -96,6 +119,8 @@ GenerationSettings SettingsPanel::settings() const {
   s.topK = m_topK->value();
   s.maxTokens = m_maxTokens->value();
   s.seed = m_seed->value();
+  s.thinking = m_thinking->isChecked();
+  s.reasoningEffort = m_effort->currentData().toString();
   return s;
 }
 

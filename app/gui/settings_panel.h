@@ -1,11 +1,14 @@
 #pragma once
-// The settings of one conversation: system prompt and sampling (temperature, top-p, top-k,
-// max tokens, seed). Shows the values it is given; emits changed() when the user edits one.
+// The settings of one conversation: system prompt, sampling (temperature, top-p, top-k, max
+// tokens, seed) and reasoning (thinking on/off, gpt-oss's effort). Shows the values it is given;
+// emits changed() when the user edits one.
 
 #include <QWidget>
 
 #include "app/gui/chat_types.h"
 
+class QCheckBox;
+class QComboBox;
 class QDoubleSpinBox;
 class QPlainTextEdit;
 class QSpinBox;
@@ -32,7 +35,9 @@ class SettingsPanel : public QWidget {
   QDoubleSpinBox* m_topP;
   QSpinBox* m_topK;
   QSpinBox* m_maxTokens;
-  QSpinBox* m_seed;         // -1: random per reply
+  QSpinBox* m_seed;  // -1: random per reply
+  QCheckBox* m_thinking;
+  QComboBox* m_effort;      // "" (default), "low", "medium", "high"
   bool m_updating = false;  // true while setValues() fills the widgets
 };
 

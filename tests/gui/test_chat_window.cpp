@@ -1,8 +1,10 @@
 // The chat window, driven through its widgets with the default model on the CPU: a message gets
-// a streamed reply, Stop ends a reply early, conversations survive a restart, a model that
-// cannot be loaded is explained in the window, and the conversation list can be searched,
-// renamed and pruned.
+// a streamed reply, Stop ends a reply early, conversations (with their sampling and reasoning
+// settings) survive a restart, a model that cannot be loaded is explained in the window, and the
+// conversation list can be searched, renamed and pruned.
 
+#include <QCheckBox>
+#include <QComboBox>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFile>
@@ -237,6 +239,9 @@ class TestChatWindow : public QObject {
       auto w = openWindow(modelPath());
       QTRY_VERIFY_WITH_TIMEOUT(w->isModelLoaded(), kLoadTimeoutMs);
       setGreedy(*w, 8);
+      child<QCheckBox>(w.get(), "thinking")->setChecked(false);
+      QComboBox* effort = child<QComboBox>(w.get(), "reasoningEffort");
+      effort->setCurrentIndex(effort->findData(QStringLiteral("high")));
       QSignalSpy done(w.get(), &ChatWindow::replyDone);
       typeAndSend(*w, "Say hello.");
       QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, kReplyTimeoutMs);
@@ -256,6 +261,10 @@ class TestChatWindow : public QObject {
     QCOMPARE(saved[1].content, reply);
     QCOMPARE(child<QDoubleSpinBox>(w.get(), "temperature")->value(), 0.0);
     QCOMPARE(child<QSpinBox>(w.get(), "maxTokens")->value(), 8);
+    QCOMPARE(child<QCheckBox>(w.get(), "thinking")->isChecked(), false);
+    QCOMPARE(child<QComboBox>(w.get(), "reasoningEffort")->currentData().toString(),
+             QString("high"));
+    QCOMPARE(w->store().conversation(id)->settings.reasoningEffort, QString("high"));
     QVERIFY(child<QTextBrowser>(w.get(), "transcript")->toPlainText().contains("Say hello."));
   }
 
