@@ -9,6 +9,8 @@
 //   - a node started with --pair: typing its code in the Pair dialog makes it a member, by
 //     address, or from its row once LAN discovery has heard it.
 
+#include <sys/prctl.h>
+
 #include <QChart>
 #include <QComboBox>
 #include <QDir>
@@ -24,6 +26,7 @@
 #include <QTreeWidget>
 #include <QtTest>
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
@@ -126,6 +129,9 @@ class TestPoolLive : public QObject {
     n.name = name;
     n.process = std::make_unique<QProcess>();
     n.process->setProcessChannelMode(QProcess::ForwardedErrorChannel);
+    // A node dies with the test, also when ctest kills the test at its timeout (cleanupTestCase
+    // does not run then, and a surviving node would hold ctest's output pipe open).
+    n.process->setChildProcessModifier([] { ::prctl(PR_SET_PDEATHSIG, SIGTERM); });
     n.process->start(SHOAL_NODE_BINARY, args);
     QByteArray out;
     const QString port =
@@ -338,6 +344,8 @@ class TestPoolLive : public QObject {
   void theChatRunsOnThePoolOnceItIsDeployed() {
     qputenv("SHOAL_DATA_DIR", m_dir.filePath("app").toLocal8Bit());
     ChatWindow window(modelPath(), m_dir.filePath("app"));
+    // Without its store the reply is never saved: fail here, not at a timeout.
+    QVERIFY2(window.store().ok(), qPrintable(window.store().error()));
     window.show();
     QVERIFY(!window.runOnBox()->isVisible());             // no pool yet
     window.startPool(qint64(m_memoryCap), false, false);  // node-a and node-b only
