@@ -272,6 +272,10 @@ void Recorder::matvecExperts(const DeviceMatrix& w, int64_t rowsPerExpert, VkDev
   if (static_cast<uint64_t>(w.rows) * w.rowBytes > 0xffffffffull) {
     throw Error("Vulkan experts: an expert tensor of 4 GiB or more");
   }
+  if (entries > 65535) {  // Vulkan's guaranteed maxComputeWorkGroupCount[1]
+    throw Error("Vulkan experts: " + std::to_string(entries) +
+                " (token, expert) entries in one batch (at most 65535)");
+  }
   Push push;
   push.ref(w.memory.address).ref(w.memory.address).ref(x).ref(y).ref(ids);
   push.u32(static_cast<uint32_t>(rowsPerExpert)).u32(static_cast<uint32_t>(w.cols));

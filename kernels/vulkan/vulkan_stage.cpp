@@ -59,6 +59,13 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
       }
     }
   }
+  if (hasExperts(c, spec.firstLayer, spec.lastLayer) &&
+      int64_t{spec.maxBatch} * c.nExpertUsed > 65535) {
+    // The expert kernels take a batch's (token, expert) entries as one dispatch dimension.
+    throw Error("Vulkan stage: batches of " + std::to_string(spec.maxBatch) + " tokens with " +
+                std::to_string(c.nExpertUsed) +
+                " experts each exceed 65535 expert entries; use a smaller batch");
+  }
   upload(*model.weights);
   for (size_t l = 0; l < m_layers.size(); ++l) {
     Layer& L = m_layers[l];
