@@ -27,22 +27,21 @@ inline const char* gpuOpGap(const model::Op& op, const GpuOpSupport& has) {
   if (op.kind == model::OpKind::MoeFfn) {
     if (!has.moe) return "a mixture of experts";
     if (op.moe.biases && !has.moeBiases) return "a mixture of experts with biases";
+  }
+  // The activation of a dense or an expert FFN.
+  if (op.kind == model::OpKind::GatedFfn || op.kind == model::OpKind::MoeFfn) {
+    if (op.activation == model::Activation::GeluTanh && !has.geglu) return "a GeGLU FFN";
     if (op.activation == model::Activation::SwigluOai && !has.swigluOai) {
       return "a clamped SwiGLU FFN";
     }
-    if (op.activation == model::Activation::GeluTanh && !has.geglu) return "a GeGLU FFN";
+  }
+  if (op.kind == model::OpKind::GatedFfn && op.fusedGateUp && !has.rowRanges) {
+    return "a fused gate/up FFN";
   }
   if (op.kind == model::OpKind::Scale && !has.scale) return "a Scale op";
   if (op.kind == model::OpKind::Attend) {
     if (op.attend.sinks && !has.sinks) return "attention sinks";
     if (op.attend.softcap > 0 && !has.softcap) return "attention logit soft-capping";
-  }
-  if (op.kind == model::OpKind::GatedFfn) {
-    if (op.activation == model::Activation::GeluTanh && !has.geglu) return "a GeGLU FFN";
-    if (op.activation == model::Activation::SwigluOai && !has.swigluOai) {
-      return "a clamped SwiGLU FFN";
-    }
-    if (op.fusedGateUp && !has.rowRanges) return "a fused gate/up FFN";
   }
   if (op.kind == model::OpKind::Project && !has.rowRanges) {
     for (uint8_t i = 0; i < op.outCount; ++i) {

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "engine/error.h"
-#include "engine/model/architecture.h"
 #include "engine/model/model_config.h"
 #include "kernels/gpu_op_gaps.h"
 
@@ -114,15 +113,6 @@ std::array<uint32_t, model::kBufferCount> bufferWidths(const model::ModelConfig&
   set(Buffer::Gate, ff);
   set(Buffer::Up, ff);
   return w;
-}
-
-bool hasExperts(const model::ModelConfig& c, int32_t firstLayer, int32_t lastLayer) {
-  for (int32_t i = firstLayer; i < lastLayer; ++i) {
-    for (const Op& op : c.arch->layerProgram(c, i).ops) {
-      if (op.kind == model::OpKind::MoeFfn) return true;
-    }
-  }
-  return false;
 }
 
 LayerRecorder::LayerRecorder(Recorder& rec, const PassContext& context)

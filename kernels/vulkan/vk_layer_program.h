@@ -125,8 +125,4 @@ void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t con
 // token's `used` expert rows): the stage allocates maxBatch rows of these.
 std::array<uint32_t, model::kBufferCount> bufferWidths(const model::ModelConfig& config);
 
-// Whether any layer of [firstLayer, lastLayer) has a mixture of experts (it then needs
-// MoeScratch).
-bool hasExperts(const model::ModelConfig& config, int32_t firstLayer, int32_t lastLayer);
-
 }  // namespace shoal::vulkan

@@ -48,10 +48,12 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
                 ", which has no Vulkan kernels yet (the CPU backend runs it)");
   }
   const model::Architecture& arch = model::architectureOf(c);
+  bool experts = false;  // some layer has a MoeFfn: the stage needs MoeScratch
   for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
     m_layers.push_back(Layer{arch.layerProgram(c, i), {}, {}, {}});
     // Refused before any weight is uploaded (checkProgram below says the same per op).
     for (const model::Op& op : m_layers.back().program.ops) {
+      experts = experts || op.kind == model::OpKind::MoeFfn;
       const char* missing = kernels::gpuOpGap(op, kVulkanOps);
       if (missing) {
         throw Error("Vulkan stage: layer " + std::to_string(i) + " has " + missing +
@@ -59,8 +61,7 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
       }
     }
   }
-  if (hasExperts(c, spec.firstLayer, spec.lastLayer) &&
-      int64_t{spec.maxBatch} * c.nExpertUsed > 65535) {
+  if (experts && int64_t{spec.maxBatch} * c.nExpertUsed > 65535) {
     // The expert kernels take a batch's (token, expert) entries as one dispatch dimension.
     throw Error("Vulkan stage: batches of " + std::to_string(spec.maxBatch) + " tokens with " +
                 std::to_string(c.nExpertUsed) +
@@ -99,7 +100,7 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
   } else {
     m_hiddenOut = m_pool.allocate(b * uint64_t(c.nEmbd) * 4, true);
   }
-  if (hasExperts(c, spec.firstLayer, spec.lastLayer)) {
+  if (experts) {
     const uint64_t entries = b * uint64_t(c.nExpertUsed);
     m_moeLogits = m_pool.allocate(b * uint64_t(c.nExpert) * 4);
     m_moeIds = m_pool.allocate(entries * 4);
