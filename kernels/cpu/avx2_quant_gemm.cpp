@@ -13,17 +13,10 @@
 #include "engine/gguf/quant_common.h"
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/simd_kernels.h"
+#include "kernels/cpu/x86_kquant_kernels.h"
 
 namespace shoal::cpu::avx2 {
 namespace {
-
-inline float half(uint16_t h) { return _cvtsh_ss(h); }
-
-// One fused multiply-add, rounded once (std::fma could be an out-of-line copy shared with code
-// built for any CPU).
-inline float fmaSingle(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
 
 // The 32 nibbles of a Q4/Q5 block as bytes in element order (low nibbles are elements 0..15).
 inline __m256i nibbles(const uint8_t* qs) {
@@ -52,14 +45,6 @@ inline __m256i dotUnsigned(__m256i u, __m256i s) {
 // Both signed: move the sign of x onto y (ggml does the same; products are unchanged).
 inline __m256i dotSigned(__m256i x, __m256i y) {
   return dotUnsigned(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
-
-// hsum_float_8's order.
-inline float hsum8(__m256 x) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
 }
 
 // Per weight type: how a block unpacks into 32 bytes, whether they are signed, and whether the
@@ -112,12 +97,6 @@ struct IQ4NL {
 };
 
 constexpr size_t kPrefetchRows = 8;
-
-// Prefetches a whole row (K-quant and float kernels, which work row by row).
-inline void prefetchRow(const uint8_t* row, size_t bytes) {
-  for (size_t i = 0; i < bytes; i += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T0);
-}
 
 // Four 32-bit words (two f16 each) as 8 floats: [lo0, hi0, lo1, hi1, ...].
 inline __m256 halfPairs(const void* p0, const void* p1, const void* p2, const void* p3) {
@@ -318,50 +297,19 @@ void gemmIQ4NL(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
 
 // ---- K-quants (ggml_vec_dot_q{4,5,6}_K_q8_K, AVX2) -------------------------------------------
 
-// The 8 sub-block scales and mins of a Q4_K/Q5_K block as 8 + 8 int16 (kQuantScaleMin's
-// unpacking done on four 32-bit words at once: bytes 0-3 hold scales 0-3 and the top bits of
-// scales 4-7, bytes 4-7 mins 0-3 and the top bits of mins 4-7, bytes 8-11 the low nibbles of
-// scales 4-7 and the high nibbles the low bits of mins 4-7).
-inline void scalesAndMins(const uint8_t packed[12], __m128i& scales, __m128i& mins) {
-  uint32_t u[3];
-  std::memcpy(u, packed, 12);
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  const uint32_t scales03 = u[0] & kLow6;
-  const uint32_t mins03 = u[1] & kLow6;
-  const uint32_t scales47 = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
-  const uint32_t mins47 = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
-  scales = _mm_cvtepu8_epi16(
-      _mm_set_epi32(0, 0, static_cast<int>(scales47), static_cast<int>(scales03)));
-  mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(mins47), static_cast<int>(mins03)));
-}
-
-// mins[2p]*sums[2p] + mins[2p+1]*sums[2p+1] with sums[k] = bsums[2k] + bsums[2k+1].
-inline __m128i minProducts(const BlockQ8_K& y, __m128i mins) {
-  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums));
-  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8));
-  return _mm_madd_epi16(mins, _mm_hadd_epi16(lo, hi));
-}
-
-inline int32_t hsumInt(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  return _mm_cvtsi128_si32(s);
-}
-inline int32_t hsumInt(__m128i s) {
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  return _mm_cvtsi128_si32(s);
-}
-
-// One super-block of DotOrder::Tiled (reference_dots.cpp): the lanes' exact total s1 and the
-// minimum total s2 enter a float epilogue per super-block.
-inline float tiledStep(float acc, __m256i lanes, int32_t minSum, float dw, float dminW, float da,
-                       bool hasMin) {
-  float r = static_cast<float>(hsumInt(lanes)) * dw;
-  if (hasMin) r = fmaSingle(-dminW, static_cast<float>(minSum), r);
-  return fmaSingle(r, da, acc);
-}
+// The K-quant traits of this level (x86_kquant_kernels.h): one 32-element part per step, the
+// lanes of ggml's AVX2 kernels for the block being sum_i madd(scale_i, maddubs(q_i, a_i)) -
+// offset.
+struct Avx2KSteps {
+  static constexpr int kSteps = 8, kStepBytes = 32;
+  using Acc = __m256i;
+  static Acc zero() { return _mm256_setzero_si256(); }
+  static Acc accumulate(Acc sum, Acc q, Acc scale, const int8_t* a) {
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+    return _mm256_add_epi32(sum, _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, y)));
+  }
+  static __m256i fold(Acc sum) { return sum; }
+};
 
 // int16 j of scales16 in all 16 lanes (one byte shuffle: bytes 2j, 2j+1 everywhere).
 inline __m256i broadcastScale(__m256i scales16BothHalves, int j) {
@@ -369,42 +317,7 @@ inline __m256i broadcastScale(__m256i scales16BothHalves, int j) {
                              _mm256_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | (2 * j))));
 }
 
-// The totals of eight rows' integer lanes, row r in lane r (exact: integer adds).
-inline __m256i rowTotals8(const __m256i lanes[8]) {
-  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[0], lanes[1]),
-                                          _mm256_hadd_epi32(lanes[2], lanes[3]));
-  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[4], lanes[5]),
-                                          _mm256_hadd_epi32(lanes[6], lanes[7]));
-  // h0123 = [lanes 0-3 of rows 0..3 summed | lanes 4-7 of rows 0..3 summed]
-  const __m128i t0123 =
-      _mm_add_epi32(_mm256_castsi256_si128(h0123), _mm256_extracti128_si256(h0123, 1));
-  const __m128i t4567 =
-      _mm_add_epi32(_mm256_castsi256_si128(h4567), _mm256_extracti128_si256(h4567, 1));
-  return _mm256_set_m128i(t4567, t0123);
-}
-
-// The totals of eight rows' four minimum products (128-bit each), row r in lane r.
-inline __m256i minTotals8(const __m128i prod[8]) {
-  const __m256i v01 =
-      _mm256_hadd_epi32(_mm256_set_m128i(prod[4], prod[0]), _mm256_set_m128i(prod[5], prod[1]));
-  const __m256i v23 =
-      _mm256_hadd_epi32(_mm256_set_m128i(prod[6], prod[2]), _mm256_set_m128i(prod[7], prod[3]));
-  return _mm256_hadd_epi32(v01, v23);  // [rows 0..3 | rows 4..7]
-}
-
-constexpr int kTiledRows = 8;
-// Tokens per pass: enough to spread a part's unpacking over several tokens, few enough that the
-// running sums stay in the 16 vector registers (measured: Q6_K's cheaper lanes take 8).
-constexpr int kTiledTokens = 8;
-
-// What the 8-row tiled kernel needs of a K-quant type, one 32-element part of a super-block at
-// a time so that little stays live in registers: prepare() reads the block's scales (and its 8
-// int16 minimums when kHasMin) into a Context; part(i) gives part i's unsigned quants (the bytes
-// vpmaddubsw multiplies with the activations' 32 bytes at 32*i) and its scales as 16 int16;
-// when kHasOffset, offset() is what the lanes lose to the quants' bias (Q6_K's -32). The lanes
-// of ggml's AVX2 kernels for the block are then sum_i madd(scale_i, maddubs(q_i, a_i)) - offset,
-// integer sums whose total every order gives exactly.
-struct Q4KTraits {
+struct Q4KTraits : Avx2KSteps {
   static constexpr int kTokens = 4;
   using Block = BlockQ4_K;
   static constexpr bool kHasMin = true, kHasOffset = false;
@@ -417,7 +330,7 @@ struct Q4KTraits {
     c.scales = _mm256_broadcastsi128_si256(scales);
   }
   // Parts 2j and 2j+1 are the low and high nibbles of qs[32j..32j+31].
-  static void part(const Block& x, const Context& c, int i, __m256i& q, __m256i& scale) {
+  static void unpack(const Block& x, const Context& c, int i, __m256i& q, __m256i& scale) {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * (i / 2)));
     q = _mm256_and_si256(i % 2 == 0 ? bits : _mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0xF));
     scale = broadcastScale(c.scales, i);
@@ -427,7 +340,7 @@ struct Q4KTraits {
   static float dmin(const Block& x) { return half(x.dmin); }
 };
 
-struct Q5KTraits {
+struct Q5KTraits : Avx2KSteps {
   static constexpr int kTokens = 4;
   using Block = BlockQ5_K;
   static constexpr bool kHasMin = true, kHasOffset = false;
@@ -441,7 +354,7 @@ struct Q5KTraits {
     c.scales = _mm256_broadcastsi128_si256(scales);
     c.high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh));
   }
-  static void part(const Block& x, const Context& c, int i, __m256i& q, __m256i& scale) {
+  static void unpack(const Block& x, const Context& c, int i, __m256i& q, __m256i& scale) {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * (i / 2)));
     const __m256i nib =
         _mm256_and_si256(i % 2 == 0 ? bits : _mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0xF));
@@ -458,7 +371,7 @@ struct Q5KTraits {
 // ql[64h + 32(p&1) ..] (high nibbles for p >= 2), the top 2 from bits 2p..2p+1 of qh[32h ..];
 // two int8 scales per part, one per 16 elements (the two 128-bit halves). The -32 bias enters
 // as 32 * sum(scale * bsum) per block and token.
-struct Q6KTraits {
+struct Q6KTraits : Avx2KSteps {
   static constexpr int kTokens = 8;
   using Block = BlockQ6_K;
   static constexpr bool kHasMin = false, kHasOffset = true;
@@ -468,7 +381,7 @@ struct Q6KTraits {
   static void prepare(const Block& x, Context& c, __m128i& /*mins*/) {
     c.scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
   }
-  static void part(const Block& x, const Context&, int i, __m256i& q, __m256i& scale) {
+  static void unpack(const Block& x, const Context&, int i, __m256i& q, __m256i& scale) {
     const int h = i / 4, p = i % 4;
     const __m256i src =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.ql + 64 * h + 32 * (p % 2)));
@@ -487,219 +400,6 @@ struct Q6KTraits {
   static float d(const Block& x) { return half(x.d); }
   static float dmin(const Block&) { return 0.0f; }
 };
-
-// A block's integer lanes against one token (ggml's lane layout; see the traits above).
-template <class K>
-inline __m256i blockLanes(const typename K::Block& x, const typename K::Context& c,
-                          const BlockQ8_K& y) {
-  __m256i sum = _mm256_setzero_si256();
-  for (int i = 0; i < 8; ++i) {
-    __m256i q, scale;
-    K::part(x, c, i, q, scale);
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * i));
-    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, a)));
-  }
-  if constexpr (K::kHasOffset) sum = _mm256_sub_epi32(sum, K::offset(c, y));
-  return sum;
-}
-
-float dotQ4_K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
-  __m256 acc = _mm256_setzero_ps();
-  __m128 accMin = _mm_setzero_ps();
-  float tiled = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float d = y[b].d * half(x[b].d);
-    const float dmin = -y[b].d * half(x[b].dmin);
-    Q4KTraits::Context c;
-    __m128i mins;
-    Q4KTraits::prepare(x[b], c, mins);
-    const __m128i prod = minProducts(y[b], mins);
-    accMin = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accMin);
-    const __m256i lanes = blockLanes<Q4KTraits>(x[b], c, y[b]);
-    if (order == DotOrder::Tiled) {
-      tiled = tiledStep(tiled, lanes, hsumInt(prod), half(x[b].d), half(x[b].dmin), y[b].d, true);
-    } else {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
-    }
-  }
-  if (order == DotOrder::Tiled) return tiled;
-  accMin = _mm_add_ps(accMin, _mm_movehl_ps(accMin, accMin));
-  accMin = _mm_add_ss(accMin, _mm_movehdup_ps(accMin));
-  return hsum8(acc) + _mm_cvtss_f32(accMin);
-}
-
-// DotOrder::Tiled for eight rows and kTokens (<= kTiledTokens) tokens at once: each weight part
-// is unpacked once for every token, the rows' integer totals are reduced together (row r in lane
-// r), and the per-block epilogue r = s1*dw, r = fma(-dminw, s2, r), acc = fma(r, da, acc) runs
-// on eight rows in one vector, rounding each lane exactly as tiledStep does for that row alone.
-// out[t] receives token t's eight outputs.
-template <class K, int kTokens>
-void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, int64_t blocks,
-                float* const* out) {
-  __m256 acc[kTokens];
-  for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    // Each token's sums of sub-block pairs, the partner of the 8 minimums (minProducts).
-    __m128i tokenSums[kTokens];
-    for (int t = 0; t < kTokens; ++t) {
-      if constexpr (K::kHasMin) {
-        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[t][b].bsums));
-        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[t][b].bsums + 8));
-        tokenSums[t] = _mm_hadd_epi16(lo, hi);
-      } else {
-        tokenSums[t] = _mm_setzero_si128();
-      }
-    }
-    __m256i lanes[kTokens][kTiledRows];
-    __m128i prod[kTokens][kTiledRows];
-    alignas(32) float dw[kTiledRows], dminW[kTiledRows];
-    for (int r = 0; r < kTiledRows; ++r) {
-      const typename K::Block& blk = x[r][b];
-      typename K::Context c;
-      __m128i mins = _mm_setzero_si128();
-      K::prepare(blk, c, mins);
-      __m256i sum[kTokens];
-      for (int t = 0; t < kTokens; ++t) sum[t] = _mm256_setzero_si256();
-      for (int i = 0; i < 8; ++i) {
-        __m256i q, scale;
-        K::part(blk, c, i, q, scale);
-        for (int t = 0; t < kTokens; ++t) {
-          const __m256i a =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[t][b].qs + 32 * i));
-          sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q, a)));
-        }
-      }
-      for (int t = 0; t < kTokens; ++t) {
-        if constexpr (K::kHasOffset) sum[t] = _mm256_sub_epi32(sum[t], K::offset(c, y[t][b]));
-        lanes[t][r] = sum[t];
-        if constexpr (K::kHasMin) prod[t][r] = _mm_madd_epi16(mins, tokenSums[t]);
-      }
-      dw[r] = K::d(blk);
-      dminW[r] = K::dmin(blk);
-    }
-    const __m256 dwv = _mm256_load_ps(dw), dminv = _mm256_load_ps(dminW);
-    for (int t = 0; t < kTokens; ++t) {
-      __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(rowTotals8(lanes[t])), dwv);
-      if constexpr (K::kHasMin) {
-        r = _mm256_fnmadd_ps(dminv, _mm256_cvtepi32_ps(minTotals8(prod[t])), r);
-      }
-      acc[t] = _mm256_fmadd_ps(r, _mm256_set1_ps(y[t][b].d), acc[t]);
-    }
-  }
-  for (int t = 0; t < kTokens; ++t) _mm256_storeu_ps(out[t], acc[t]);
-}
-
-float dotQ5_K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
-  __m256 acc = _mm256_setzero_ps();
-  float summs = 0.0f, tiled = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float d = y[b].d * half(x[b].d);
-    const float dmin = -y[b].d * half(x[b].dmin);
-    Q5KTraits::Context c;
-    __m128i mins;
-    Q5KTraits::prepare(x[b], c, mins);
-    alignas(16) int32_t p[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(p), minProducts(y[b], mins));
-    const int32_t minSum = (p[0] + p[1]) + (p[2] + p[3]);
-    summs = fmaSingle(dmin, static_cast<float>(minSum), summs);
-    const __m256i lanes = blockLanes<Q5KTraits>(x[b], c, y[b]);
-    if (order == DotOrder::Tiled) {
-      tiled = tiledStep(tiled, lanes, minSum, half(x[b].d), half(x[b].dmin), y[b].d, true);
-    } else {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
-    }
-  }
-  return order == DotOrder::Tiled ? tiled : hsum8(acc) + summs;
-}
-
-float dotQ6_K(const BlockQ6_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
-  __m256 acc = _mm256_setzero_ps();
-  float tiled = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float d = y[b].d * half(x[b].d);
-    Q6KTraits::Context c;
-    __m128i unused;
-    Q6KTraits::prepare(x[b], c, unused);
-    const __m256i lanes = blockLanes<Q6KTraits>(x[b], c, y[b]);  // the -32 offset included
-    if (order == DotOrder::Tiled) {
-      tiled = tiledStep(tiled, lanes, 0, half(x[b].d), 0.0f, y[b].d, false);
-    } else {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
-    }
-  }
-  return order == DotOrder::Tiled ? tiled : hsum8(acc);
-}
-
-template <class W, float (*Dot)(const W*, const BlockQ8_K*, int64_t, DotOrder)>
-void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
-  const int64_t blocks = g.cols / kQKK;
-  for (int64_t r = rowBegin; r < rowEnd; ++r) {
-    prefetchRow(g.weights + static_cast<size_t>(r + 2) * g.weightStride, g.weightStride);
-    const auto* w = reinterpret_cast<const W*>(g.weights + static_cast<size_t>(r) * g.weightStride);
-    for (int64_t t = 0; t < g.tokens; ++t) {
-      const auto* a =
-          reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
-      g.y[t * g.ldy + r] = Dot(w, a, blocks, g.order);
-    }
-  }
-}
-
-// tiled8Rows for n tokens, 1 <= n <= N.
-template <class K, int N>
-void tiled8RowsFor(int n, const typename K::Block* const* x, const BlockQ8_K* const* y,
-                   int64_t blocks, float* const* out) {
-  if (n == N) {
-    tiled8Rows<K, N>(x, y, blocks, out);
-  } else if constexpr (N > 1) {
-    tiled8RowsFor<K, N - 1>(n, x, y, blocks, out);
-  }
-}
-
-// K-quant rows: the tiled order (prefill batches) eight rows and K::kTokens tokens at a time
-// (tiled8Rows), the last rows one by one; the vec order (decode) row by row (gemmK), each row
-// read front to back. (Decode over four interleaved rows, sharing the activation loads, was
-// measured 1.5-4x slower on matrices larger than the caches: the hardware prefetchers lost the
-// streams.)
-template <class K, float (*Dot)(const typename K::Block*, const BlockQ8_K*, int64_t, DotOrder)>
-void gemmKTiled(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
-  if (g.order != DotOrder::Tiled || g.tokens < 2) {
-    gemmK<typename K::Block, Dot>(g, rowBegin, rowEnd);
-    return;
-  }
-  using Block = typename K::Block;
-  const int64_t blocks = g.cols / kQKK;
-  auto row = [&g](int64_t r) {
-    return reinterpret_cast<const Block*>(g.weights + static_cast<size_t>(r) * g.weightStride);
-  };
-  auto act = [&g](int64_t t) {
-    return reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
-  };
-  int64_t r = rowBegin;
-  for (; r + kTiledRows <= rowEnd; r += kTiledRows) {
-    const Block* rows[kTiledRows];
-    for (int i = 0; i < kTiledRows; ++i) rows[i] = row(r + i);
-    // The outputs are token-major (y[t * ldy + r]): eight rows of one token are contiguous.
-    alignas(32) float buffer[kTiledTokens][kTiledRows];
-    for (int64_t t = 0; t < g.tokens; t += K::kTokens) {
-      const int n = static_cast<int>(g.tokens - t < K::kTokens ? g.tokens - t : K::kTokens);
-      const BlockQ8_K* a[kTiledTokens] = {};
-      float* out[kTiledTokens] = {};
-      for (int i = 0; i < n; ++i) {
-        a[i] = act(t + i);
-        out[i] = buffer[i];
-      }
-      tiled8RowsFor<K, K::kTokens>(n, rows, a, blocks, out);
-      for (int i = 0; i < n; ++i) {
-        std::memcpy(g.y + (t + i) * g.ldy + r, buffer[i], sizeof buffer[i]);
-      }
-    }
-  }
-  for (; r < rowEnd; ++r) {
-    for (int64_t t = 0; t < g.tokens; ++t) {
-      g.y[t * g.ldy + r] = Dot(row(r), act(t), blocks, DotOrder::Tiled);
-    }
-  }
-}
 
 // ---- Q2_K, Q3_K, IQ4_XS (ggml_vec_dot_{q2_K,q3_K,iq4_xs}_q8_K, AVX2) -------------------------
 // Each block's eight integer lanes as ggml's kernels form them (lane k: elements 4k..4k+3 of
@@ -827,9 +527,15 @@ void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_1>(g, b, e); }
 void gemmQ5_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_0>(g, b, e); }
 void gemmQ5_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_1>(g, b, e); }
 void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q8_0>(g, b, e); }
-void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q4KTraits, dotQ4_K>(g, b, e); }
-void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q5KTraits, dotQ5_K>(g, b, e); }
-void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q6KTraits, dotQ6_K>(g, b, e); }
+void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) {
+  gemmKTiled<Q4KTraits, dotQ4K<Q4KTraits>>(g, b, e);
+}
+void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) {
+  gemmKTiled<Q5KTraits, dotQ5K<Q5KTraits>>(g, b, e);
+}
+void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) {
+  gemmKTiled<Q6KTraits, dotQ6K<Q6KTraits>>(g, b, e);
+}
 void gemmIQ4_NL(const GemmArgs& g, int64_t b, int64_t e) { gemmIQ4NL(g, b, e); }
 void gemmMXFP4(const GemmArgs& g, int64_t b, int64_t e) { gemmTableVec<MXFP4>(g, b, e); }
 void gemmQ2_K(const GemmArgs& g, int64_t b, int64_t e) { gemmK<BlockQ2_K, dotQ2_K>(g, b, e); }

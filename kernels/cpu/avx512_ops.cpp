@@ -16,6 +16,9 @@ KernelTable makeTable() {
   set(WeightKind::Q5_0, gemmQ5_0);
   set(WeightKind::Q5_1, gemmQ5_1);
   set(WeightKind::Q8_0, gemmQ8_0);
+  set(WeightKind::Q4_K, gemmQ4_K);
+  set(WeightKind::Q5_K, gemmQ5_K);
+  set(WeightKind::Q6_K, gemmQ6_K);
   return t;
 }
 

@@ -29,4 +29,7 @@ void gemmQ4_1(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ5_0(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ5_1(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ8_0(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ4_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ5_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ6_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 }  // namespace shoal::cpu::avx512

@@ -266,7 +266,8 @@ class TestLanPool : public QObject {
   // batches in flight at once), the middle node killed with SIGKILL mid-way; every reply
   // completes and equals its solo greedy run.
   void killedMiddleNodeWithFourRepliesInFlightLeavesEveryReplyUnchanged() {
-    // Two nodes with the model join, so that five run: the stages and at least one spare.
+    // Two nodes with the model join, so that five run: enough that the model still fits on
+    // the nodes left once one is killed.
     for (int k = 0; k < 2; ++k) {
       const int next = static_cast<int>(m_nodes.size());
       startNode(next, m_basePort + next, true);
@@ -306,7 +307,11 @@ class TestLanPool : public QObject {
     c.setModel(modelPath());
     c.deploy(c.makePlan());
     const std::vector<StagePlacement> before = c.deployed();
-    QVERIFY(before.size() >= 3 && before.size() < alive.size());
+    // The planner may take every node (it does when the links look fast, as they can under
+    // load); the four that outlive the victim still hold the model at 40% each, so recovery
+    // has room either way.
+    QVERIFY(before.size() >= 3);
+    QVERIFY(0.4 * static_cast<double>(alive.size() - 1) >= 1.0);
     size_t victim = 0;
     for (size_t i = 0; i < m_nodeIds.size(); ++i) {
       if (m_nodeIds[i] == before[1].nodeId) victim = i;

@@ -1,0 +1,164 @@
+// AVX-512 (VNNI) matrix kernels for Q4_K, Q5_K and Q6_K weights, bit-identical to the scalar
+// reference (reference_dots.cpp): x86_kquant_kernels.h's kernels over 64-element steps.
+//
+// A step is two of the AVX2 kernel's 32-element parts side by side in one zmm: vpmaddubsw
+// multiplies both parts' bytes with 64 contiguous activations, and one vpdpwssd applies each
+// part's scale and adds, so lanes 0-7 hold part 2j's eight ggml lanes and lanes 8-15 part
+// 2j+1's. Folding the two halves at the end gives exactly the AVX2 kernel's lanes (integer
+// adds), which the float epilogue then treats as ggml does. Half the instructions of the AVX2
+// kernels per block, which is what decode on a few cores is limited by.
+//
+// Compiled with AVX-512 F/BW/VL/DQ/VNNI; reached only through the AVX-512 table.
+
+#include <immintrin.h>
+
+#include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/simd_kernels.h"
+#include "kernels/cpu/x86_kquant_kernels.h"
+
+namespace shoal::cpu::avx512 {
+namespace {
+
+// 32 int16 lanes: the first 16 equal to a, the last 16 to b (vpermw indices, shift counts).
+inline __m512i halves16(int a, int b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<int16_t>(a))),
+                            _mm256_set1_epi16(static_cast<int16_t>(b)), 1);
+}
+
+// The same 32 bytes in both halves of a zmm.
+inline __m512i both32(const uint8_t* p) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// [low nibbles of p[0..31] | high nibbles of p[0..31]]: parts 2j and 2j+1 of Q4_K and Q5_K.
+inline __m512i nibbleHalves(const uint8_t* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m512i both =
+      _mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1);
+  return _mm512_and_si512(both, _mm512_set1_epi8(0xF));
+}
+
+// Step j's scales of a Q4_K/Q5_K block: int16 2j in the low 256 bits, 2j+1 in the high ones,
+// from the 8 scales in every 128-bit lane (one in-lane byte shuffle).
+inline __m512i stepScales(__m512i scales, int j) {
+  const int16_t lo = static_cast<int16_t>(((4 * j + 1) << 8) | (4 * j));
+  const int16_t hi = static_cast<int16_t>(((4 * j + 3) << 8) | (4 * j + 2));
+  return _mm512_shuffle_epi8(scales, halves16(lo, hi));
+}
+
+struct Avx512KSteps {
+  static constexpr int kSteps = 4, kStepBytes = 64;
+  using Acc = __m512i;
+  static Acc zero() { return _mm512_setzero_si512(); }
+  static Acc accumulate(Acc sum, Acc q, Acc scale, const int8_t* a) {
+    return _mm512_dpwssd_epi32(sum, scale, _mm512_maddubs_epi16(q, _mm512_loadu_si512(a)));
+  }
+  static __m256i fold(Acc sum) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+  }
+};
+
+struct Q4KTraits : Avx512KSteps {
+  static constexpr int kTokens = 4;
+  using Block = BlockQ4_K;
+  static constexpr bool kHasMin = true, kHasOffset = false;
+  struct Context {
+    __m512i scales;  // the 8 scales as int16 in every 128-bit lane
+  };
+  static void prepare(const Block& x, Context& c, __m128i& mins) {
+    __m128i scales;
+    scalesAndMins(x.scales, scales, mins);
+    c.scales = _mm512_broadcast_i32x4(scales);
+  }
+  static void unpack(const Block& x, const Context& c, int j, __m512i& q, __m512i& scale) {
+    q = nibbleHalves(x.qs + 32 * j);
+    scale = stepScales(c.scales, j);
+  }
+  static __m256i offset(const Context&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
+  static float d(const Block& x) { return half(x.d); }
+  static float dmin(const Block& x) { return half(x.dmin); }
+};
+
+struct Q5KTraits : Avx512KSteps {
+  static constexpr int kTokens = 4;
+  using Block = BlockQ5_K;
+  static constexpr bool kHasMin = true, kHasOffset = false;
+  struct Context {
+    __m512i scales;  // as Q4_K's
+    __m512i high;    // qh in both halves: bit i of byte l is the fifth bit of element l of part i
+  };
+  static void prepare(const Block& x, Context& c, __m128i& mins) {
+    __m128i scales;
+    scalesAndMins(x.scales, scales, mins);
+    c.scales = _mm512_broadcast_i32x4(scales);
+    c.high = both32(x.qh);
+  }
+  static void unpack(const Block& x, const Context& c, int j, __m512i& q, __m512i& scale) {
+    // Part 2j's fifth bits are bit 2j of each qh byte, part 2j+1's bit 2j+1.
+    const __m512i bit = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set1_epi8(static_cast<char>(1 << (2 * j)))),
+        _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1))), 1);
+    const __mmask64 fifth = _mm512_test_epi8_mask(c.high, bit);
+    const __m512i nib = nibbleHalves(x.qs + 32 * j);
+    q = _mm512_mask_add_epi8(nib, fifth, nib, _mm512_set1_epi8(0x10));
+    scale = stepScales(c.scales, j);
+  }
+  static __m256i offset(const Context&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
+  static float d(const Block& x) { return half(x.d); }
+  static float dmin(const Block& x) { return half(x.dmin); }
+};
+
+// Q6_K: step k covers the AVX2 kernel's parts 2k and 2k+1, i.e. h = k / 2 (which 128
+// elements) and p = 2(k % 2), 2(k % 2) + 1: the low 4 bits from ql[64h .. 64h + 63] (high
+// nibbles for odd k), the top 2 from bits 2p..2p+1 of qh[32h ..]; the 16-element scales
+// 4k .. 4k + 3, one per 128-bit lane. The -32 bias is taken off after folding, as on AVX2.
+struct Q6KTraits : Avx512KSteps {
+  static constexpr int kTokens = 8;
+  using Block = BlockQ6_K;
+  static constexpr bool kHasMin = false, kHasOffset = true;
+  struct Context {
+    __m512i scales16;  // the 16 scales as int16 in the low 256 bits
+  };
+  static void prepare(const Block& x, Context& c, __m128i& /*mins*/) {
+    c.scales16 = _mm512_castsi256_si512(
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales))));
+  }
+  static void unpack(const Block& x, const Context& c, int k, __m512i& q, __m512i& scale) {
+    const int h = k / 2, odd = k % 2;
+    const __m512i src = _mm512_loadu_si512(x.ql + 64 * h);
+    const __m512i nib =
+        _mm512_and_si512(odd ? _mm512_srli_epi16(src, 4) : src, _mm512_set1_epi8(0xF));
+    const __m512i qh = both32(x.qh + 32 * h);
+    const __m512i top = _mm512_and_si512(_mm512_srlv_epi16(qh, halves16(4 * odd, 4 * odd + 2)),
+                                         _mm512_set1_epi8(3));
+    q = _mm512_or_si512(nib, _mm512_slli_epi16(top, 4));
+    // int16 lane l (of 32) takes scale 4k + l / 8.
+    const __m512i index =
+        _mm512_add_epi16(_mm512_set1_epi16(static_cast<int16_t>(4 * k)),
+                         _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22,
+                                                            21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
+                                                            11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           3));
+    scale = _mm512_permutexvar_epi16(index, c.scales16);
+  }
+  static __m256i offset(const Context& c, const BlockQ8_K& y) {
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+    return _mm256_slli_epi32(_mm256_madd_epi16(bsums, _mm512_castsi512_si256(c.scales16)), 5);
+  }
+  static float d(const Block& x) { return half(x.d); }
+  static float dmin(const Block&) { return 0.0f; }
+};
+
+}  // namespace
+
+void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) {
+  gemmKTiled<Q4KTraits, dotQ4K<Q4KTraits>>(g, b, e);
+}
+void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) {
+  gemmKTiled<Q5KTraits, dotQ5K<Q5KTraits>>(g, b, e);
+}
+void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) {
+  gemmKTiled<Q6KTraits, dotQ6K<Q6KTraits>>(g, b, e);
+}
+
+}  // namespace shoal::cpu::avx512

@@ -1,0 +1,355 @@
+// The K-quant matrix kernels (Q4_K, Q5_K, Q6_K against Q8_K activations) of the x86 levels,
+// written once over per-level unpacking traits: avx2_quant_gemm.cpp unpacks 32 elements per
+// step into ymm registers, avx512_kquant_gemm.cpp 64 per step into zmm registers. Both give the
+// same exact integer lanes as ggml's AVX2 kernels, so every level stays bit-identical to the
+// scalar reference (reference_dots.cpp).
+//
+// Everything here is in an anonymous namespace on purpose: each level's file compiles it with
+// its own instruction set, and internal linkage keeps the linker from handing one level's copy
+// of a helper to another (an AVX-512 copy on an AVX2-only CPU would fault). Include it from a
+// level's kernel file only; no standard library templates (see
+// avx2_ops.cpp).
+//
+// A traits type K provides:
+//   using Block;                         the weight block (BlockQ4_K, BlockQ5_K, BlockQ6_K)
+//   kHasMin, kHasOffset                  minimums (Q4_K, Q5_K) / the quants' bias (Q6_K's -32)
+//   kTokens                              tokens per pass of the tiled kernel (<= kTiledTokens)
+//   kSteps, kStepBytes                   a block is kSteps steps of kStepBytes quants each
+//   struct Context; prepare(x, c, mins)  per-block state, and the 8 int16 minimums (kHasMin)
+//   using Acc; zero()                    the integer accumulator of one (block, token)
+//   unpack(x, c, i, q, scale)            step i's unsigned quants and their int16 scales
+//   accumulate(sum, q, scale, a)         sum += scale * dot(q, a), a the step's activations
+//   fold(sum)                            the accumulator as ggml's eight int32 lanes
+//   offset(c, y)                         what the lanes lose to the bias (kHasOffset)
+//   d(x), dmin(x)                        the block's float scales
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/kernel_table.h"
+
+namespace shoal::cpu {
+namespace {
+
+inline float half(uint16_t h) { return _cvtsh_ss(h); }
+
+// One fused multiply-add, rounded once (std::fma could be an out-of-line copy shared with code
+// built for any CPU).
+inline float fmaSingle(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// hsum_float_8's order.
+inline float hsum8(__m256 x) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+// Prefetches a whole row (K-quant and float kernels, which work row by row).
+inline void prefetchRow(const uint8_t* row, size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T0);
+}
+
+// The 8 sub-block scales and mins of a Q4_K/Q5_K block as 8 + 8 int16 (kQuantScaleMin's
+// unpacking done on the three 32-bit words at once: word 0 holds scales 0-3 and the top bits of
+// scales 4-7, word 1 mins 0-3 and the top bits of mins 4-7, word 2 the low nibbles of scales
+// 4-7 and in its high nibbles the low bits of mins 4-7). All in vector registers: a detour
+// through general registers cost a store-forwarding round trip per block, which made Q4_K
+// decode compute-bound. Reads 16 bytes from `packed`: in both blocks 4 more bytes of the same
+// block follow the scales.
+inline void scalesAndMins(const uint8_t* packed, __m128i& scales, __m128i& mins) {
+  const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i low6 = _mm_and_si128(u, _mm_set1_epi8(0x3f));  // [scales 0-3, mins 0-3, ..]
+  const __m128i word2 = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 2, 2, 2));
+  const __m128i low4 =
+      _mm_and_si128(_mm_srlv_epi32(word2, _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0f));
+  const __m128i top2 = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u, 6), _mm_set1_epi8(0x03)), 4);
+  const __m128i high = _mm_or_si128(low4, top2);        // [scales 4-7, mins 4-7, ..]
+  const __m128i both = _mm_unpacklo_epi32(low6, high);  // [scales 0-3, 4-7, mins 0-3, 4-7]
+  scales = _mm_cvtepu8_epi16(both);
+  mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(both, both));
+}
+
+// mins[2p]*sums[2p] + mins[2p+1]*sums[2p+1] with sums[k] = bsums[2k] + bsums[2k+1].
+inline __m128i minProducts(const BlockQ8_K& y, __m128i mins) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8));
+  return _mm_madd_epi16(mins, _mm_hadd_epi16(lo, hi));
+}
+
+inline int32_t hsumInt(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+inline int32_t hsumInt(__m128i s) {
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// One super-block of DotOrder::Tiled (reference_dots.cpp): the lanes' exact total s1 and the
+// minimum total s2 enter a float epilogue per super-block.
+inline float tiledStep(float acc, __m256i lanes, int32_t minSum, float dw, float dminW, float da,
+                       bool hasMin) {
+  float r = static_cast<float>(hsumInt(lanes)) * dw;
+  if (hasMin) r = fmaSingle(-dminW, static_cast<float>(minSum), r);
+  return fmaSingle(r, da, acc);
+}
+
+// The totals of eight rows' integer lanes, row r in lane r (exact: integer adds).
+inline __m256i rowTotals8(const __m256i lanes[8]) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[0], lanes[1]),
+                                          _mm256_hadd_epi32(lanes[2], lanes[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[4], lanes[5]),
+                                          _mm256_hadd_epi32(lanes[6], lanes[7]));
+  // h0123 = [lanes 0-3 of rows 0..3 summed | lanes 4-7 of rows 0..3 summed]
+  const __m128i t0123 =
+      _mm_add_epi32(_mm256_castsi256_si128(h0123), _mm256_extracti128_si256(h0123, 1));
+  const __m128i t4567 =
+      _mm_add_epi32(_mm256_castsi256_si128(h4567), _mm256_extracti128_si256(h4567, 1));
+  return _mm256_set_m128i(t4567, t0123);
+}
+
+// The totals of eight rows' four minimum products (128-bit each), row r in lane r.
+inline __m256i minTotals8(const __m128i prod[8]) {
+  const __m256i v01 =
+      _mm256_hadd_epi32(_mm256_set_m128i(prod[4], prod[0]), _mm256_set_m128i(prod[5], prod[1]));
+  const __m256i v23 =
+      _mm256_hadd_epi32(_mm256_set_m128i(prod[6], prod[2]), _mm256_set_m128i(prod[7], prod[3]));
+  return _mm256_hadd_epi32(v01, v23);  // [rows 0..3 | rows 4..7]
+}
+
+constexpr int kTiledRows = 8;
+// Tokens per pass at most: enough to spread a part's unpacking over several tokens, few enough
+// that the running sums stay in registers (measured on AVX2: Q6_K's cheaper lanes take 8).
+constexpr int kTiledTokens = 8;
+
+// A block's eight integer lanes against one token (ggml's lane layout: lane k sums elements
+// 4k..4k+3 of every 32, times their scale).
+template <class K>
+inline __m256i blockLanes(const typename K::Block& x, const typename K::Context& c,
+                          const BlockQ8_K& y) {
+  typename K::Acc sum = K::zero();
+  for (int i = 0; i < K::kSteps; ++i) {
+    typename K::Acc q, scale;
+    K::unpack(x, c, i, q, scale);
+    sum = K::accumulate(sum, q, scale, y.qs + K::kStepBytes * i);
+  }
+  __m256i lanes = K::fold(sum);
+  if constexpr (K::kHasOffset) lanes = _mm256_sub_epi32(lanes, K::offset(c, y));
+  return lanes;
+}
+
+// ggml_vec_dot_q4_K_q8_K (AVX2): the minimum term in a 4-lane vector accumulator.
+template <class K>
+float dotQ4K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+  __m256 acc = _mm256_setzero_ps();
+  __m128 accMin = _mm_setzero_ps();
+  float tiled = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float d = y[b].d * half(x[b].d);
+    const float dmin = -y[b].d * half(x[b].dmin);
+    typename K::Context c;
+    __m128i mins;
+    K::prepare(x[b], c, mins);
+    const __m128i prod = minProducts(y[b], mins);
+    accMin = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accMin);
+    const __m256i lanes = blockLanes<K>(x[b], c, y[b]);
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, hsumInt(prod), half(x[b].d), half(x[b].dmin), y[b].d, true);
+    } else {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    }
+  }
+  if (order == DotOrder::Tiled) return tiled;
+  accMin = _mm_add_ps(accMin, _mm_movehl_ps(accMin, accMin));
+  accMin = _mm_add_ss(accMin, _mm_movehdup_ps(accMin));
+  return hsum8(acc) + _mm_cvtss_f32(accMin);
+}
+
+// ggml_vec_dot_q5_K_q8_K (AVX2): the minimum term in a scalar, fused per block.
+template <class K>
+float dotQ5K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+  __m256 acc = _mm256_setzero_ps();
+  float summs = 0.0f, tiled = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float d = y[b].d * half(x[b].d);
+    const float dmin = -y[b].d * half(x[b].dmin);
+    typename K::Context c;
+    __m128i mins;
+    K::prepare(x[b], c, mins);
+    alignas(16) int32_t p[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(p), minProducts(y[b], mins));
+    const int32_t minSum = (p[0] + p[1]) + (p[2] + p[3]);
+    summs = fmaSingle(dmin, static_cast<float>(minSum), summs);
+    const __m256i lanes = blockLanes<K>(x[b], c, y[b]);
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, minSum, half(x[b].d), half(x[b].dmin), y[b].d, true);
+    } else {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    }
+  }
+  return order == DotOrder::Tiled ? tiled : hsum8(acc) + summs;
+}
+
+// ggml_vec_dot_q6_K_q8_K (AVX2).
+template <class K>
+float dotQ6K(const BlockQ6_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+  __m256 acc = _mm256_setzero_ps();
+  float tiled = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float d = y[b].d * half(x[b].d);
+    typename K::Context c;
+    __m128i unused;
+    K::prepare(x[b], c, unused);
+    const __m256i lanes = blockLanes<K>(x[b], c, y[b]);  // the -32 offset included
+    if (order == DotOrder::Tiled) {
+      tiled = tiledStep(tiled, lanes, 0, half(x[b].d), 0.0f, y[b].d, false);
+    } else {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    }
+  }
+  return order == DotOrder::Tiled ? tiled : hsum8(acc);
+}
+
+// DotOrder::Tiled for eight rows and kTokens (<= kTiledTokens) tokens at once: each weight step
+// is unpacked once for every token, the rows' integer totals are reduced together (row r in lane
+// r), and the per-block epilogue r = s1*dw, r = fma(-dminw, s2, r), acc = fma(r, da, acc) runs
+// on eight rows in one vector, rounding each lane exactly as tiledStep does for that row alone.
+// out[t] receives token t's eight outputs.
+template <class K, int kTokens>
+void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, int64_t blocks,
+                float* const* out) {
+  __m256 acc[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    // Each token's sums of sub-block pairs, the partner of the 8 minimums (minProducts).
+    __m128i tokenSums[kTokens];
+    for (int t = 0; t < kTokens; ++t) {
+      if constexpr (K::kHasMin) {
+        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[t][b].bsums));
+        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[t][b].bsums + 8));
+        tokenSums[t] = _mm_hadd_epi16(lo, hi);
+      } else {
+        tokenSums[t] = _mm_setzero_si128();
+      }
+    }
+    __m256i lanes[kTokens][kTiledRows];
+    __m128i prod[kTokens][kTiledRows];
+    alignas(32) float dw[kTiledRows], dminW[kTiledRows];
+    for (int r = 0; r < kTiledRows; ++r) {
+      const typename K::Block& blk = x[r][b];
+      typename K::Context c;
+      __m128i mins = _mm_setzero_si128();
+      K::prepare(blk, c, mins);
+      typename K::Acc sum[kTokens];
+      for (int t = 0; t < kTokens; ++t) sum[t] = K::zero();
+      for (int i = 0; i < K::kSteps; ++i) {
+        typename K::Acc q, scale;
+        K::unpack(blk, c, i, q, scale);
+        for (int t = 0; t < kTokens; ++t) {
+          sum[t] = K::accumulate(sum[t], q, scale, y[t][b].qs + K::kStepBytes * i);
+        }
+      }
+      for (int t = 0; t < kTokens; ++t) {
+        __m256i l = K::fold(sum[t]);
+        if constexpr (K::kHasOffset) l = _mm256_sub_epi32(l, K::offset(c, y[t][b]));
+        lanes[t][r] = l;
+        if constexpr (K::kHasMin) prod[t][r] = _mm_madd_epi16(mins, tokenSums[t]);
+      }
+      dw[r] = K::d(blk);
+      dminW[r] = K::dmin(blk);
+    }
+    const __m256 dwv = _mm256_load_ps(dw), dminv = _mm256_load_ps(dminW);
+    for (int t = 0; t < kTokens; ++t) {
+      __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(rowTotals8(lanes[t])), dwv);
+      if constexpr (K::kHasMin) {
+        r = _mm256_fnmadd_ps(dminv, _mm256_cvtepi32_ps(minTotals8(prod[t])), r);
+      }
+      acc[t] = _mm256_fmadd_ps(r, _mm256_set1_ps(y[t][b].d), acc[t]);
+    }
+  }
+  for (int t = 0; t < kTokens; ++t) _mm256_storeu_ps(out[t], acc[t]);
+}
+
+// Row by row, each row read front to back, for every token (the vec order of decode).
+template <class W, float (*Dot)(const W*, const BlockQ8_K*, int64_t, DotOrder)>
+void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  const int64_t blocks = g.cols / kQKK;
+  for (int64_t r = rowBegin; r < rowEnd; ++r) {
+    prefetchRow(g.weights + static_cast<size_t>(r + 2) * g.weightStride, g.weightStride);
+    const auto* w = reinterpret_cast<const W*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+    for (int64_t t = 0; t < g.tokens; ++t) {
+      const auto* a =
+          reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
+      g.y[t * g.ldy + r] = Dot(w, a, blocks, g.order);
+    }
+  }
+}
+
+// tiled8Rows for n tokens, 1 <= n <= N.
+template <class K, int N>
+void tiled8RowsFor(int n, const typename K::Block* const* x, const BlockQ8_K* const* y,
+                   int64_t blocks, float* const* out) {
+  if (n == N) {
+    tiled8Rows<K, N>(x, y, blocks, out);
+  } else if constexpr (N > 1) {
+    tiled8RowsFor<K, N - 1>(n, x, y, blocks, out);
+  }
+}
+
+// K-quant rows: the tiled order (prefill batches) eight rows and K::kTokens tokens at a time
+// (tiled8Rows), the last rows one by one; the vec order (decode) row by row (gemmK). (Decode
+// over four interleaved rows, sharing the activation loads, was measured 1.5-4x slower on
+// matrices larger than the caches: the hardware prefetchers lost the streams.)
+template <class K, float (*Dot)(const typename K::Block*, const BlockQ8_K*, int64_t, DotOrder)>
+void gemmKTiled(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  static_assert(K::kTokens >= 1 && K::kTokens <= kTiledTokens);
+  if (g.order != DotOrder::Tiled || g.tokens < 2) {
+    gemmK<typename K::Block, Dot>(g, rowBegin, rowEnd);
+    return;
+  }
+  using Block = typename K::Block;
+  const int64_t blocks = g.cols / kQKK;
+  auto row = [&g](int64_t r) {
+    return reinterpret_cast<const Block*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+  };
+  auto act = [&g](int64_t t) {
+    return reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
+  };
+  int64_t r = rowBegin;
+  for (; r + kTiledRows <= rowEnd; r += kTiledRows) {
+    const Block* rows[kTiledRows];
+    for (int i = 0; i < kTiledRows; ++i) rows[i] = row(r + i);
+    // The outputs are token-major (y[t * ldy + r]): eight rows of one token are contiguous.
+    alignas(32) float buffer[kTiledTokens][kTiledRows];
+    for (int64_t t = 0; t < g.tokens; t += K::kTokens) {
+      const int n = static_cast<int>(g.tokens - t < K::kTokens ? g.tokens - t : K::kTokens);
+      const BlockQ8_K* a[kTiledTokens] = {};
+      float* out[kTiledTokens] = {};
+      for (int i = 0; i < n; ++i) {
+        a[i] = act(t + i);
+        out[i] = buffer[i];
+      }
+      tiled8RowsFor<K, K::kTokens>(n, rows, a, blocks, out);
+      for (int i = 0; i < n; ++i) {
+        std::memcpy(g.y + (t + i) * g.ldy + r, buffer[i], sizeof buffer[i]);
+      }
+    }
+  }
+  for (; r < rowEnd; ++r) {
+    for (int64_t t = 0; t < g.tokens; ++t) {
+      g.y[t * g.ldy + r] = Dot(row(r), act(t), blocks, DotOrder::Tiled);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shoal::cpu
