@@ -397,6 +397,9 @@ struct Q6KTraits : Avx2KSteps {
     const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
     return _mm256_slli_epi32(_mm256_madd_epi16(bsums, c.scales16), 5);
   }
+  static __m256i subtractOffset(__m256i sum, const Context& c, const BlockQ8_K& y) {
+    return _mm256_sub_epi32(sum, offset(c, y));
+  }
   static float d(const Block& x) { return half(x.d); }
   static float dmin(const Block&) { return 0.0f; }
 };

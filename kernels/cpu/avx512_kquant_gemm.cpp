@@ -118,10 +118,14 @@ struct Q6KTraits : Avx512KSteps {
   static constexpr bool kHasMin = false, kHasOffset = true;
   struct Context {
     __m512i scales16;  // the 16 scales as int16 in the low 256 bits
+    __m512i bias16;    // -32 times each scale, the high 256 bits zero
   };
   static void prepare(const Block& x, Context& c, __m128i& /*mins*/) {
-    c.scales16 = _mm512_castsi256_si512(
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales))));
+    const __m256i s =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+    c.scales16 = _mm512_castsi256_si512(s);
+    c.bias16 =
+        _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s, 5)));
   }
   static void unpack(const Block& x, const Context& c, int k, __m512i& q, __m512i& scale) {
     const int h = k / 2, odd = k % 2;
@@ -144,6 +148,12 @@ struct Q6KTraits : Avx512KSteps {
   static __m256i offset(const Context& c, const BlockQ8_K& y) {
     const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
     return _mm256_slli_epi32(_mm256_madd_epi16(bsums, _mm512_castsi512_si256(c.scales16)), 5);
+  }
+  // One vpdpwssd: -32 * scale * bsum, for the 16 bsums (|32 * scale| <= 4096 fits int16).
+  static __m512i subtractOffset(__m512i sum, const Context& c, const BlockQ8_K& y) {
+    const __m512i bsums =
+        _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)));
+    return _mm512_dpwssd_epi32(sum, c.bias16, bsums);
   }
   static float d(const Block& x) { return half(x.d); }
   static float dmin(const Block&) { return 0.0f; }

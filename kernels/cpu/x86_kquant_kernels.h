@@ -21,6 +21,7 @@
 //   accumulate(sum, q, scale, a)         sum += scale * dot(q, a), a the step's activations
 //   fold(sum)                            the accumulator as ggml's eight int32 lanes
 //   offset(c, y)                         what the lanes lose to the bias (kHasOffset)
+//   subtractOffset(sum, c, y)            sum less the offset in total (lanes may differ: tiled)
 //   d(x), dmin(x)                        the block's float scales
 
 #include <immintrin.h>
@@ -259,9 +260,9 @@ void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, in
         }
       }
       for (int t = 0; t < kTokens; ++t) {
-        __m256i l = K::fold(sum[t]);
-        if constexpr (K::kHasOffset) l = _mm256_sub_epi32(l, K::offset(c, y[t][b]));
-        lanes[t][r] = l;
+        // Only the totals count here, so the bias may enter any lane.
+        if constexpr (K::kHasOffset) sum[t] = K::subtractOffset(sum[t], c, y[t][b]);
+        lanes[t][r] = K::fold(sum[t]);
         if constexpr (K::kHasMin) prod[t][r] = _mm_madd_epi16(mins, tokenSums[t]);
       }
       dw[r] = K::d(blk);
