@@ -1,3 +1,4 @@
+#pragma once
 // The K-quant matrix kernels (Q4_K, Q5_K, Q6_K against Q8_K activations) of the x86 levels,
 // written once over per-level unpacking traits: avx2_quant_gemm.cpp unpacks 32 elements per
 // step into ymm registers, avx512_kquant_gemm.cpp 64 per step into zmm registers. Both give the
@@ -7,8 +8,7 @@
 // Everything here is in an anonymous namespace on purpose: each level's file compiles it with
 // its own instruction set, and internal linkage keeps the linker from handing one level's copy
 // of a helper to another (an AVX-512 copy on an AVX2-only CPU would fault). Include it from a
-// level's kernel file only; no standard library templates (see
-// avx2_ops.cpp).
+// level's kernel file only; no standard library templates (see avx2_ops.cpp).
 //
 // A traits type K provides:
 //   using Block;                         the weight block (BlockQ4_K, BlockQ5_K, BlockQ6_K)
