@@ -335,7 +335,6 @@ struct Q4KTraits : Avx2KSteps {
     q = _mm256_and_si256(i % 2 == 0 ? bits : _mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0xF));
     scale = broadcastScale(c.scales, i);
   }
-  static __m256i offset(const Context&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
   static float d(const Block& x) { return half(x.d); }
   static float dmin(const Block& x) { return half(x.dmin); }
 };
@@ -362,7 +361,6 @@ struct Q5KTraits : Avx2KSteps {
     q = _mm256_or_si256(nib, _mm256_slli_epi16(fifth, 4));
     scale = broadcastScale(c.scales, i);
   }
-  static __m256i offset(const Context&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
   static float d(const Block& x) { return half(x.d); }
   static float dmin(const Block& x) { return half(x.dmin); }
 };

@@ -75,7 +75,6 @@ struct Q4KTraits : Avx512KSteps {
     q = nibbleHalves(x.qs + 32 * j);
     scale = stepScales(c.scales, j);
   }
-  static __m256i offset(const Context&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
   static float d(const Block& x) { return half(x.d); }
   static float dmin(const Block& x) { return half(x.dmin); }
 };
@@ -104,7 +103,6 @@ struct Q5KTraits : Avx512KSteps {
     q = _mm512_mask_add_epi8(nib, fifth, nib, _mm512_set1_epi8(0x10));
     scale = stepScales(c.scales, j);
   }
-  static __m256i offset(const Context&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
   static float d(const Block& x) { return half(x.d); }
   static float dmin(const Block& x) { return half(x.dmin); }
 };

@@ -20,8 +20,9 @@
 //   unpack(x, c, i, q, scale)            step i's unsigned quants and their int16 scales
 //   accumulate(sum, q, scale, a)         sum += scale * dot(q, a), a the step's activations
 //   fold(sum)                            the accumulator as ggml's eight int32 lanes
-//   offset(c, y)                         what the lanes lose to the bias (kHasOffset)
-//   subtractOffset(sum, c, y)            sum less the offset in total (lanes may differ: tiled)
+//   offset(c, y)                         what the lanes lose to the bias (only if kHasOffset)
+//   subtractOffset(sum, c, y)            sum less the offset in total (lanes may differ: tiled;
+//                                        only if kHasOffset)
 //   d(x), dmin(x)                        the block's float scales
 
 #include <immintrin.h>
