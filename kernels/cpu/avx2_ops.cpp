@@ -224,6 +224,67 @@ void quantizeQ8_1(const float* x, void* dst, int64_t n) {
   }
 }
 
+// ggml's quantize_row_q8_K_ref, which its x86 build runs for Q8_K (engine/gguf/quantize.cpp
+// reproduces it in scalar): per 256 elements the signed value of largest magnitude (the first
+// on ties; NaN never), iscale = -127 / it, q = min(127, round-half-even(iscale * x)) kept as its
+// low byte, the sums of each 16 quants, d = 1 / iscale. The scalar rounding trick gives 0 for a
+// NaN product (a NaN or infinite input), which the vector conversion would turn into INT_MIN, so
+// those lanes are zeroed first; every other product lies in [-127, 127], where packing saturates
+// nothing.
+void quantizeQ8_K(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_K*>(dst);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / 256; ++b, x += 256) {
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < 256; j += 8) {
+      m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);  // NaN: keeps m
+    }
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    if (amax == 0.0f) {
+      std::memset(&y[b], 0, sizeof y[b]);
+      continue;
+    }
+    int first = 0;
+    for (int j = 0; j < 256; j += 8) {
+      const __m256 ax = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j));
+      const int hit = _mm256_movemask_ps(_mm256_cmp_ps(ax, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+      if (hit != 0) {
+        first = j + __builtin_ctz(static_cast<unsigned>(hit));
+        break;
+      }
+    }
+    const float iscale = -127.f / x[first];
+    const __m256 is = _mm256_set1_ps(iscale);
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for (int c = 0; c < 8; ++c) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m256 v = _mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * c + 8 * k));
+        const __m256i ordered = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_ORD_Q));
+        q[k] = _mm256_min_epi32(
+            _mm256_and_si256(_mm256_cvtps_epi32(_mm256_round_ps(v, kRound)), ordered),
+            _mm256_set1_epi32(127));
+      }
+      const __m256i packed =
+          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(y[b].qs + 32 * c),
+          _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+      // bsums 2c and 2c+1: the sums of q[0] + q[1] and of q[2] + q[3].
+      const __m256i h =
+          _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+      const __m128i h4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+      const __m128i h2 = _mm_hadd_epi32(h4, h4);  // [bsum 2c, bsum 2c+1, ..]
+      y[b].bsums[2 * c] = static_cast<int16_t>(_mm_cvtsi128_si32(h2));
+      y[b].bsums[2 * c + 1] = static_cast<int16_t>(_mm_extract_epi32(h2, 1));
+    }
+    y[b].d = 1 / iscale;
+  }
+}
+
 // ---- exp, softmax, SwiGLU -------------------------------------------------------------------
 
 // ggml_v_expf's AVX-512 arithmetic (ggml_order.h) on 8 lanes. The final scalef by 2^n is exact
@@ -312,6 +373,7 @@ KernelTable makeTable() {
   t.convert[static_cast<int>(ActKind::F16)] = convertF16;
   t.convert[static_cast<int>(ActKind::Q8_0)] = quantizeQ8_0;
   t.convert[static_cast<int>(ActKind::Q8_1)] = quantizeQ8_1;
+  t.convert[static_cast<int>(ActKind::Q8_K)] = quantizeQ8_K;
   t.halfToFloat = halfToFloat;
   t.floatToHalf = floatToHalf;
   t.dotF16 = dotHalf;

@@ -16,6 +16,8 @@
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/cpu/x86_kquant_kernels.h"
+// After x86_kquant_kernels.h, whose helpers it uses.
+#include "kernels/cpu/avx512_kquant_bands.h"
 
 namespace shoal::cpu::avx512 {
 namespace {
@@ -47,6 +49,21 @@ inline __m512i stepScales(__m512i scales, int j) {
   return _mm512_shuffle_epi8(scales, halves16(lo, hi));
 }
 
+// A Q4_K/Q5_K row's scales, minimum pairs, d and dmin into a band tile (avx512_kquant_bands.h).
+inline void minBandScales(const uint8_t* packed, uint16_t d, uint16_t dmin, int row,
+                          BandTile<8>& tile) {
+  __m128i scales, mins;
+  scalesAndMins(packed, scales, mins);
+  alignas(16) int16_t s16[8];
+  alignas(16) int32_t m32[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(s16), scales);
+  _mm_store_si128(reinterpret_cast<__m128i*>(m32), mins);  // minimums 2p, 2p+1 in word p
+  for (int s = 0; s < 8; ++s) tile.scales[s][row] = s16[s];
+  for (int p = 0; p < 4; ++p) tile.pairs[p][row] = m32[p];
+  tile.d[row] = half(d);
+  tile.dmin[row] = half(dmin);
+}
+
 struct Avx512KSteps {
   static constexpr int kSteps = 4, kStepBytes = 64;
   using Acc = __m512i;
@@ -60,7 +77,7 @@ struct Avx512KSteps {
 };
 
 struct Q4KTraits : Avx512KSteps {
-  static constexpr int kTokens = 4;
+  static constexpr int kTokens = 4, kSubBlocks = 8;
   using Block = BlockQ4_K;
   static constexpr bool kHasMin = true, kHasOffset = false;
   struct Context {
@@ -75,12 +92,15 @@ struct Q4KTraits : Avx512KSteps {
     q = nibbleHalves(x.qs + 32 * j);
     scale = stepScales(c.scales, j);
   }
+  static void bandScales(const Block& x, int row, BandTile<8>& tile) {
+    minBandScales(x.scales, x.d, x.dmin, row, tile);
+  }
   static float d(const Block& x) { return half(x.d); }
   static float dmin(const Block& x) { return half(x.dmin); }
 };
 
 struct Q5KTraits : Avx512KSteps {
-  static constexpr int kTokens = 4;
+  static constexpr int kTokens = 4, kSubBlocks = 8;
   using Block = BlockQ5_K;
   static constexpr bool kHasMin = true, kHasOffset = false;
   struct Context {
@@ -103,6 +123,9 @@ struct Q5KTraits : Avx512KSteps {
     q = _mm512_mask_add_epi8(nib, fifth, nib, _mm512_set1_epi8(0x10));
     scale = stepScales(c.scales, j);
   }
+  static void bandScales(const Block& x, int row, BandTile<8>& tile) {
+    minBandScales(x.scales, x.d, x.dmin, row, tile);
+  }
   static float d(const Block& x) { return half(x.d); }
   static float dmin(const Block& x) { return half(x.dmin); }
 };
@@ -114,7 +137,7 @@ struct Q5KTraits : Avx512KSteps {
 // lanes, as ggml's AVX2 kernel does (offset); the tiled order, which needs only totals, adds it
 // into the accumulator in one instruction (subtractOffset).
 struct Q6KTraits : Avx512KSteps {
-  static constexpr int kTokens = 8;
+  static constexpr int kTokens = 8, kSubBlocks = 16;
   using Block = BlockQ6_K;
   static constexpr bool kHasMin = false, kHasOffset = true;
   struct Context {
@@ -156,19 +179,34 @@ struct Q6KTraits : Avx512KSteps {
         _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)));
     return _mm512_dpwssd_epi32(sum, c.bias16, bsums);
   }
+  static void bandScales(const Block& x, int row, BandTile<16>& tile) {
+    for (int s = 0; s < 16; ++s) tile.scales[s][row] = x.scales[s];
+    for (int p = 0; p < 8; ++p) {
+      const auto lo = static_cast<uint16_t>(-32 * x.scales[2 * p]);
+      const auto hi = static_cast<uint16_t>(-32 * x.scales[2 * p + 1]);
+      tile.pairs[p][row] = static_cast<int32_t>(lo | (static_cast<uint32_t>(hi) << 16));
+    }
+    tile.d[row] = half(x.d);
+    tile.dmin[row] = 0.0f;
+  }
   static float d(const Block& x) { return half(x.d); }
   static float dmin(const Block&) { return 0.0f; }
 };
 
 }  // namespace
 
+// The tiled order (prefill) in bands of 16 rows, the last rows and the vec order (decode) as the
+// AVX2 level orders them.
 void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.order == DotOrder::Tiled) b = gemmKBands<Q4KTraits>(g, b, e);
   gemmKTiled<Q4KTraits, dotQ4K<Q4KTraits>>(g, b, e);
 }
 void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.order == DotOrder::Tiled) b = gemmKBands<Q5KTraits>(g, b, e);
   gemmKTiled<Q5KTraits, dotQ5K<Q5KTraits>>(g, b, e);
 }
 void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.order == DotOrder::Tiled) b = gemmKBands<Q6KTraits>(g, b, e);
   gemmKTiled<Q6KTraits, dotQ6K<Q6KTraits>>(g, b, e);
 }
 

@@ -128,6 +128,16 @@ std::vector<double> exactProduct(const Problem& p, const std::vector<float>& x) 
   return y;
 }
 
+// Values the converters must round as the reference does, in a row of 256 or more.
+void plantConverterCases(std::vector<float>& x) {
+  if (x.size() < 256) return;
+  x[5] = 0.5f;  // exact ties after scaling appear in real data too
+  // Q8_K's signed maximum: the first of equal magnitudes decides the sign of the scale.
+  x[9] = -100.0f;
+  x[200] = 100.0f;
+  if (x.size() >= 512) std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // an all-zero block
+}
+
 }  // namespace
 
 class CpuMatrixKernelsTest : public QObject {
@@ -141,10 +151,10 @@ class CpuMatrixKernelsTest : public QObject {
     const auto t = static_cast<TensorType>(type);
     if (test::simdLevels().empty()) QSKIP("no SIMD level on this CPU");
     uint32_t seed = 100;
-    // Row counts around the tiles (4 and 8 rows; pairs of rows), token counts around the token
-    // tiles (4 and 8).
-    for (int64_t rows : {1, 3, 8, 13}) {
-      for (int64_t tokens : {1, 2, 3, 5, 7, 9}) {
+    // Row counts around the tiles (4, 8 and 16 rows; pairs of rows), token counts around the
+    // token tiles (4 and 8).
+    for (int64_t rows : {1, 3, 8, 13, 37}) {
+      for (int64_t tokens : {1, 2, 3, 5, 7, 9, 17}) {
         const Problem p(t, rows, cols, tokens, seed++);
         std::vector<DotOrder> orders = {DotOrder::Vec};
         if (tiledAllowed(t, cols)) orders.push_back(DotOrder::Tiled);
@@ -222,7 +232,7 @@ class CpuMatrixKernelsTest : public QObject {
         const TensorType type = activationTensorType(kind);
         for (int64_t n : {256, 512, 2048}) {
           auto x = test::randomValues(static_cast<size_t>(n), static_cast<uint32_t>(n + a), 3.0f);
-          x[5] = 0.5f;  // exact ties after scaling appear in real data too
+          plantConverterCases(x);
           std::vector<uint8_t> ref(gguf::rowBytes(type, n), 0xAA), got(ref.size(), 0x55);
           referenceKernels().convert[a](x.data(), ref.data(), n);
           k.convert[a](x.data(), got.data(), n);

@@ -1,0 +1,244 @@
+#pragma once
+// The AVX-512 VNNI prefill kernel for K-quant weights (DotOrder::Tiled): bands of 16 weight rows,
+// one row per int32 lane, against the tokens' Q8_K activations broadcast four bytes at a time.
+//
+// Why this shape: the 8-row tiled kernel (x86_kquant_kernels.h) spends two multiplies
+// (vpmaddubsw, vpdpwssd) per 64 products and reduces eight rows' lanes across registers per
+// block; llama.cpp's tiled matmul (ggml-cpu/tiled) does one vpdpbusd per 64 and was 1.3-1.5x
+// faster on Zen 5. Here the weights of a band are unpacked once per super-block into unsigned
+// 8-bit codes, interleaved so that one zmm holds elements 4k..4k+3 of the 16 rows; one
+// vpdpbusd multiplies it with four activation bytes of one token, so a zmm of int32 lanes is
+// the 16 rows' sums for that token, with nothing to reduce. Each sub-block's sums take their
+// scale with one vpmulld; the minimums (Q4_K, Q5_K) and Q6_K's -32 bias enter through vpdpwssd
+// against the activation sums (bsums). Integer arithmetic is exact in any order, and the float
+// epilogue is the tiled order's, so every lane rounds exactly as the reference's tiledStep
+// (reference_dots.cpp) does for its row: bit-identical.
+//
+// Included by avx512_kquant_gemm.cpp only (anonymous namespace, AVX-512 flags: see
+// x86_kquant_kernels.h). A traits type K adds to that header's interface:
+//   kSubBlocks                      sub-blocks per super-block (8 of 32, or 16 of 16 elements)
+//   bandScales(x, row, tile)        the row's scales, their pair terms, d and dmin into the tile
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/kernel_table.h"
+
+namespace shoal::cpu {
+namespace {
+
+constexpr int kBandRows = 16;    // rows per band: one int32 lane each
+constexpr int kBandTokens = 8;   // tokens per pass of one band: 2 x 8 zmm of running sums
+constexpr int kBandTokens2 = 6;  // tokens per pass of two bands: 2 x 2 x 6 zmm
+constexpr int kBandChunk = 256;  // tokens whose float sums a band keeps (on the stack)
+constexpr int kCodeGroups = 64;  // groups of 4 elements in a super-block
+
+// One super-block of a band, unpacked.
+template <int kSubBlocks>
+struct BandTile {
+  alignas(64) uint32_t codes[kCodeGroups][kBandRows];  // elements 4g..4g+3 of each row, as u8
+  alignas(64) int32_t scales[kSubBlocks][kBandRows];   // each sub-block's integer scale
+  // Pairs of int16 for vpdpwssd against the activations' bsums: Q4_K/Q5_K the minimums of
+  // sub-blocks 2p, 2p+1 (against the sums of their 32 elements); Q6_K -32 times the scales of
+  // 16-element groups 2p, 2p+1 (against bsums 2p, 2p+1).
+  alignas(64) int32_t pairs[kSubBlocks / 2][kBandRows];
+  alignas(64) float d[kBandRows];
+  alignas(64) float dmin[kBandRows];
+};
+
+inline int32_t load32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// In-register transpose of 16 rows of 16 int32 (r[i] lane j -> r[j] lane i).
+inline void transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // Now r[4a + c] holds, in its 128-bit lane q, rows 4a..4a+3 at column 4q + c. For each c, a
+  // 4x4 transpose of 128-bit lanes across r[c], r[4 + c], r[8 + c], r[12 + c] leaves column
+  // 4q + c of all 16 rows in r[4q + c] (0x88 takes lanes 0 and 2 of both sources, 0xDD 1 and 3).
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);      // lanes 0, 2 of each
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);  // lanes 1, 3
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xDD);
+  }
+}
+
+// Super-block b of the band's 16 rows into the tile.
+template <class K>
+void unpackBand(const typename K::Block* const* rows, int64_t b, BandTile<K::kSubBlocks>& tile) {
+  static_assert(K::kSteps * K::kStepBytes == 256);
+  // Each row's 256 codes in element order (one zmm per step), then 16x16 transposes of int32.
+  alignas(64) uint8_t linear[kBandRows][256];
+  for (int r = 0; r < kBandRows; ++r) {
+    const typename K::Block& x = rows[r][b];
+    typename K::Context c;
+    __m128i mins;
+    K::prepare(x, c, mins);
+    for (int i = 0; i < K::kSteps; ++i) {
+      __m512i q, scale;
+      K::unpack(x, c, i, q, scale);
+      _mm512_store_si512(reinterpret_cast<__m512i*>(linear[r] + 64 * i), q);
+    }
+    K::bandScales(x, r, tile);
+  }
+  for (int quarter = 0; quarter < 4; ++quarter) {
+    __m512i m[16];
+    for (int r = 0; r < kBandRows; ++r) {
+      m[r] = _mm512_load_si512(reinterpret_cast<const __m512i*>(linear[r] + 64 * quarter));
+    }
+    transpose16x16(m);
+    for (int g = 0; g < 16; ++g) {
+      _mm512_store_si512(reinterpret_cast<__m512i*>(tile.codes[16 * quarter + g]), m[g]);
+    }
+  }
+}
+
+// The block's terms for one token and one tile, from its integer sums s1: acc (16 floats, row r
+// in lane r) += them, rounded as the tiled order rounds them.
+template <class K>
+inline void bandEpilogue(const BandTile<K::kSubBlocks>& tile, const BlockQ8_K& y, __m512i s1,
+                         float* acc) {
+  __m512 r;
+  if constexpr (K::kHasMin) {
+    // s2 = sum of min(s) * (bsums 2s + 2s+1): the four pairs of sub-block sums as int32 words.
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8));
+    const __m512i sums = _mm512_broadcast_i32x4(_mm_hadd_epi16(lo, hi));
+    __m512i s2 = _mm512_setzero_si512();
+    for (int p = 0; p < K::kSubBlocks / 2; ++p) {
+      const __m512i pair = _mm512_permutexvar_epi32(_mm512_set1_epi32(p), sums);
+      s2 = _mm512_dpwssd_epi32(
+          s2, _mm512_load_si512(reinterpret_cast<const __m512i*>(tile.pairs[p])), pair);
+    }
+    r = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_load_ps(tile.d));
+    r = _mm512_fnmadd_ps(_mm512_load_ps(tile.dmin), _mm512_cvtepi32_ps(s2), r);
+  } else {
+    // The -32 bias: s1 += sum of (-32 scale(g)) * bsum(g), two groups per vpdpwssd.
+    for (int p = 0; p < K::kSubBlocks / 2; ++p) {
+      s1 = _mm512_dpwssd_epi32(s1,
+                               _mm512_load_si512(reinterpret_cast<const __m512i*>(tile.pairs[p])),
+                               _mm512_set1_epi32(load32(y.bsums + 2 * p)));
+    }
+    r = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_load_ps(tile.d));
+  }
+  _mm512_store_ps(acc, _mm512_fmadd_ps(r, _mm512_set1_ps(y.d), _mm512_load_ps(acc)));
+}
+
+// N tokens against H unpacked tiles of one super-block (H bands of 16 rows side by side: each
+// activation broadcast serves H products): acc[t][h] += the block's terms.
+template <class K, int H, int N>
+void bandTokens(const BandTile<K::kSubBlocks>* tiles, const BlockQ8_K* const* y,
+                float (*acc)[H][16]) {
+  constexpr int kGroupsPerSub = kCodeGroups / K::kSubBlocks;
+  __m512i s1[H][N];
+  for (int h = 0; h < H; ++h)
+    for (int t = 0; t < N; ++t) s1[h][t] = _mm512_setzero_si512();
+  for (int s = 0; s < K::kSubBlocks; ++s) {
+    __m512i sum[H][N];
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < N; ++t) sum[h][t] = _mm512_setzero_si512();
+    for (int j = 0; j < kGroupsPerSub; ++j) {
+      const int g = s * kGroupsPerSub + j;
+      __m512i w[H];
+      for (int h = 0; h < H; ++h) {
+        w[h] = _mm512_load_si512(reinterpret_cast<const __m512i*>(tiles[h].codes[g]));
+      }
+      for (int t = 0; t < N; ++t) {
+        const __m512i a = _mm512_set1_epi32(load32(y[t]->qs + 4 * g));
+        for (int h = 0; h < H; ++h) sum[h][t] = _mm512_dpbusd_epi32(sum[h][t], w[h], a);
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      const __m512i scale = _mm512_load_si512(reinterpret_cast<const __m512i*>(tiles[h].scales[s]));
+      for (int t = 0; t < N; ++t) {
+        s1[h][t] = _mm512_add_epi32(s1[h][t], _mm512_mullo_epi32(sum[h][t], scale));
+      }
+    }
+  }
+  for (int t = 0; t < N; ++t)
+    for (int h = 0; h < H; ++h) bandEpilogue<K>(tiles[h], *y[t], s1[h][t], acc[t][h]);
+}
+
+// bandTokens for n tokens, 1 <= n <= N.
+template <class K, int H, int N>
+void bandTokensFor(int n, const BandTile<K::kSubBlocks>* tiles, const BlockQ8_K* const* y,
+                   float (*acc)[H][16]) {
+  if (n == N) {
+    bandTokens<K, H, N>(tiles, y, acc);
+  } else if constexpr (N > 1) {
+    bandTokensFor<K, H, N - 1>(n, tiles, y, acc);
+  }
+}
+
+// H bands of 16 rows from row r0, for every token.
+template <class K, int H, int N>
+void bands(const GemmArgs& g, int64_t r0) {
+  using Block = typename K::Block;
+  const int64_t blocks = g.cols / 256;
+  const Block* rows[H][kBandRows];
+  for (int h = 0; h < H; ++h) {
+    for (int r = 0; r < kBandRows; ++r) {
+      rows[h][r] = reinterpret_cast<const Block*>(
+          g.weights + static_cast<size_t>(r0 + kBandRows * h + r) * g.weightStride);
+    }
+  }
+  alignas(64) float acc[kBandChunk][H][16];
+  BandTile<K::kSubBlocks> tiles[H];
+  for (int64_t t0 = 0; t0 < g.tokens; t0 += kBandChunk) {
+    const int chunk = static_cast<int>(g.tokens - t0 < kBandChunk ? g.tokens - t0 : kBandChunk);
+    std::memset(acc, 0, sizeof acc[0] * static_cast<size_t>(chunk));
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int h = 0; h < H; ++h) unpackBand<K>(rows[h], b, tiles[h]);
+      for (int t = 0; t < chunk; t += N) {
+        const int n = chunk - t < N ? chunk - t : N;
+        const BlockQ8_K* y[N];
+        for (int i = 0; i < n; ++i) {
+          y[i] = reinterpret_cast<const BlockQ8_K*>(g.act +
+                                                    static_cast<size_t>(t0 + t + i) * g.actStride) +
+                 b;
+        }
+        bandTokensFor<K, H, N>(n, tiles, y, acc + t);
+      }
+    }
+    for (int t = 0; t < chunk; ++t) {
+      std::memcpy(g.y + (t0 + t) * g.ldy + r0, acc[t], sizeof acc[t]);
+    }
+  }
+}
+
+// Rows [rowBegin, rowEnd) in bands of 16 for every token, in the tiled order (two bands at a
+// time, then one); returns the first row it did not compute (fewer than 16 remain).
+template <class K>
+int64_t gemmKBands(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  int64_t r0 = rowBegin;
+  for (; r0 + 2 * kBandRows <= rowEnd; r0 += 2 * kBandRows) bands<K, 2, kBandTokens2>(g, r0);
+  if (r0 + kBandRows <= rowEnd) {
+    bands<K, 1, kBandTokens>(g, r0);
+    r0 += kBandRows;
+  }
+  return r0;
+}
+
+}  // namespace
+}  // namespace shoal::cpu
