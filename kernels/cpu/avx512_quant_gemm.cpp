@@ -15,6 +15,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/avx512_quant_bands.h"
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/simd_kernels.h"
 
@@ -45,6 +46,7 @@ inline __mmask64 fifthBitPair(const uint8_t* qhA, const uint8_t* qhB) {
 
 struct Q4_0 {
   using W = BlockQ4_0;
+  static constexpr bool kBands = true;  // prefill in bands (avx512_quant_bands.h)
   using A = BlockQ8_0;
   static constexpr int kBiasShift = 3;  // stored q + 8
   static constexpr bool kMin = false;
@@ -52,6 +54,7 @@ struct Q4_0 {
 };
 struct Q4_1 {
   using W = BlockQ4_1;
+  static constexpr bool kBands = false;  // prefill in bands (avx512_quant_bands.h)
   using A = BlockQ8_1;
   static constexpr int kBiasShift = -1;  // unsigned already
   static constexpr bool kMin = true;
@@ -59,6 +62,7 @@ struct Q4_1 {
 };
 struct Q5_0 {
   using W = BlockQ5_0;
+  static constexpr bool kBands = false;  // prefill in bands (avx512_quant_bands.h)
   using A = BlockQ8_0;
   static constexpr int kBiasShift = 4;  // stored q + 16
   static constexpr bool kMin = false;
@@ -69,6 +73,7 @@ struct Q5_0 {
 };
 struct Q5_1 {
   using W = BlockQ5_1;
+  static constexpr bool kBands = false;  // prefill in bands (avx512_quant_bands.h)
   using A = BlockQ8_1;
   static constexpr int kBiasShift = -1;
   static constexpr bool kMin = true;
@@ -79,6 +84,7 @@ struct Q5_1 {
 };
 struct Q8_0 {
   using W = BlockQ8_0;
+  static constexpr bool kBands = true;  // prefill in bands (avx512_quant_bands.h)
   using A = BlockQ8_0;
   static constexpr int kBiasShift = 7;  // stored q + 128 (q ^ 0x80)
   static constexpr bool kMin = false;
@@ -258,6 +264,12 @@ void rowTile(const GemmArgs& g, int64_t r0, bool single) {
 template <class Q>
 void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   int64_t r = rowBegin;
+  if constexpr (Q::kBands) {
+    // Prefill: bands of 32 rows; the pair tiles below take the last rows.
+    if (g.tokens >= 8) {
+      for (; r + 32 <= rowEnd; r += 32) q0Bands<typename Q::W>(g, r);
+    }
+  }
   if (g.tokens == 1) {
     for (; r + 8 <= rowEnd; r += 8) tile<Q, 4, 1>(g, r, 0, false);
   } else {
