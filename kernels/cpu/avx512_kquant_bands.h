@@ -4,14 +4,14 @@
 //
 // Why this shape: the 8-row tiled kernel (x86_kquant_kernels.h) spends two multiplies
 // (vpmaddubsw, vpdpwssd) per 64 products and reduces eight rows' lanes across registers per
-// block; llama.cpp's tiled matmul (ggml-cpu/tiled) does one vpdpbusd per 64 and was 1.3-1.5x
-// faster on Zen 5. Here the weights of a band are unpacked once per super-block into unsigned
-// 8-bit codes, interleaved so that one zmm holds elements 4k..4k+3 of the 16 rows; one
-// vpdpbusd multiplies it with four activation bytes of one token, so a zmm of int32 lanes is
-// the 16 rows' sums for that token, with nothing to reduce. Each sub-block's sums take their
-// scale with one vpmulld; the minimums (Q4_K, Q5_K) and Q6_K's -32 bias enter through vpdpwssd
-// against the activation sums (bsums). Integer arithmetic is exact in any order, and the float
-// epilogue is the tiled order's, so every lane rounds exactly as the reference's tiledStep
+// block; llama.cpp's tiled matmul (ggml-cpu/tiled) does one vpdpbusd per 64 and ran Q6_K
+// prefill 1.4-1.5x faster than that kernel on Zen 5. Here the weights of a band are unpacked once
+// per super-block into unsigned 8-bit codes, interleaved so that one zmm holds elements 4k..4k+3 of
+// the 16 rows; one vpdpbusd multiplies it with four activation bytes of one token, so a zmm of
+// int32 lanes is the 16 rows' sums for that token, with nothing to reduce. Each sub-block's sums
+// take their scale with one vpmulld; the minimums (Q4_K, Q5_K) and Q6_K's -32 bias enter through
+// vpdpwssd against the activation sums (bsums). Integer arithmetic is exact in any order, and the
+// float epilogue is the tiled order's, so every lane rounds exactly as the reference's tiledStep
 // (reference_dots.cpp) does for its row: bit-identical.
 //
 // Included by avx512_kquant_gemm.cpp only (anonymous namespace, AVX-512 flags: see

@@ -7,7 +7,9 @@
 // 2j+1's. Folding the two halves at the end gives exactly the AVX2 kernel's lanes (integer
 // adds), which the float epilogue then treats as ggml does. About half the instructions of the
 // AVX2 kernels per block: measured 1.2-2x faster per thread on cache-resident matrices, most of
-// it in prefill (decode from DRAM is bound by the memory more than by the kernel).
+// it in prefill (decode from DRAM is bound by the memory more than by the kernel). These
+// kernels run decode (the vec order) and the last rows of a prefill; prefill batches (the tiled
+// order) run in bands of 16 rows (avx512_kquant_bands.h), which reuse this file's unpacking.
 //
 // Compiled with AVX-512 F/BW/VL/DQ/VNNI; reached only through the AVX-512 table.
 
