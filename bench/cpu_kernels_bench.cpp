@@ -6,6 +6,7 @@
 // Times are the minimum over reps (the least disturbed run), in microseconds per call, and as
 // nanoseconds per 32-element weight block (per token) for the matrix kernels.
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,13 +43,17 @@ double minMicros(int reps, F&& f) {
 int main(int argc, char** argv) {
   int64_t rows = 1536, cols = 576, tokens = 1;
   int reps = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    const int64_t v = std::stoll(argv[i + 1]);
-    if (a == "--rows") rows = v;
-    if (a == "--cols") cols = v;
-    if (a == "--tokens") tokens = v;
-    if (a == "--reps") reps = static_cast<int>(v);
+  CLI::App app{"CPU kernel micro-benchmark: every weight type at every SIMD level (JSON)"};
+  app.add_option("--rows", rows, "weight rows")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--cols", cols, "elements per row")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--tokens", tokens, "activation rows")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  app.add_option("--reps", reps, "repetitions (the minimum is kept)")->check(CLI::Range(1, 10000));
+  CLI11_PARSE(app, argc, argv);
+  if (rows * cols > (int64_t{1} << 28) || tokens * cols > (int64_t{1} << 28)) {
+    std::fprintf(stderr, "cpu_kernels_bench: at most 2^28 weight or activation elements\n");
+    return 2;
   }
   const std::vector<gguf::TensorType> types = {
       gguf::TensorType::Q4_0, gguf::TensorType::Q4_1, gguf::TensorType::Q5_0,
