@@ -89,15 +89,21 @@ void unpackBand(const typename K::Block* const* rows, int64_t b, int64_t blocks,
 
 // The block's terms for one token and one tile, from its integer sums s1: acc (16 floats, row r
 // in lane r) += them, rounded as the tiled order rounds them.
+// The four pairs of a token's sub-block sums (bsums 2s + 2s+1) as int32 words, in every
+// 128-bit lane: what the minimums multiply.
+inline __m512i subBlockSumPairs(const BlockQ8_K& y) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8));
+  return _mm512_broadcast_i32x4(_mm_hadd_epi16(lo, hi));
+}
+
+// sums: subBlockSumPairs(y) for types with minimums (unused otherwise).
 template <class K>
-inline void bandEpilogue(const BandTile<K::kSubBlocks>& tile, const BlockQ8_K& y, __m512i s1,
-                         float* acc) {
+inline void bandEpilogue(const BandTile<K::kSubBlocks>& tile, const BlockQ8_K& y, __m512i sums,
+                         __m512i s1, float* acc) {
   __m512 r;
   if constexpr (K::kHasMin) {
-    // s2 = sum of min(s) * (bsums 2s + 2s+1): the four pairs of sub-block sums as int32 words.
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8));
-    const __m512i sums = _mm512_broadcast_i32x4(_mm_hadd_epi16(lo, hi));
+    // s2 = sum of min(s) * (bsums 2s + 2s+1).
     __m512i s2 = _mm512_setzero_si512();
     for (int p = 0; p < K::kSubBlocks / 2; ++p) {
       const __m512i pair = _mm512_permutexvar_epi32(_mm512_set1_epi32(p), sums);
@@ -149,8 +155,11 @@ void bandTokens(const BandTile<K::kSubBlocks>* tiles, const BlockQ8_K* const* y,
       }
     }
   }
-  for (int t = 0; t < N; ++t)
-    for (int h = 0; h < H; ++h) bandEpilogue<K>(tiles[h], *y[t], s1[h][t], acc[t][h]);
+  for (int t = 0; t < N; ++t) {
+    // Once per token for all H bands.
+    const __m512i sums = K::kHasMin ? subBlockSumPairs(*y[t]) : _mm512_setzero_si512();
+    for (int h = 0; h < H; ++h) bandEpilogue<K>(tiles[h], *y[t], sums, s1[h][t], acc[t][h]);
+  }
 }
 
 // bandTokens for n tokens, 1 <= n <= N.

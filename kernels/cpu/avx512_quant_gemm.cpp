@@ -22,11 +22,8 @@
 namespace shoal::cpu::avx512 {
 namespace {
 
-inline uint32_t load32(const void* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
+// 32 bits as unsigned (load32 of avx512_tile_helpers.h reads them as int32).
+inline uint64_t load32u(const void* p) { return static_cast<uint32_t>(load32(p)); }
 
 // Two rows' 16 bytes of nibbles -> [A low nibbles, B low, A high, B high] as bytes 0..15.
 inline __m512i nibblePair(const uint8_t* a, const uint8_t* b) {
@@ -40,7 +37,7 @@ inline __m512i nibblePair(const uint8_t* a, const uint8_t* b) {
 
 // The fifth bits of two Q5 blocks as a byte mask in nibblePair's layout.
 inline __mmask64 fifthBitPair(const uint8_t* qhA, const uint8_t* qhB) {
-  const uint64_t a = load32(qhA), b = load32(qhB);
+  const uint64_t a = load32u(qhA), b = load32u(qhB);
   return (a & 0xFFFF) | ((b & 0xFFFF) << 16) | ((a >> 16) << 32) | ((b >> 16) << 48);
 }
 
@@ -102,7 +99,7 @@ struct Q8_0 {
 template <class Q>
 inline __m128 scalePair(const typename Q::W& a, const typename Q::W& b) {
   if constexpr (Q::kMin) {
-    const uint64_t v = load32(&a.d) | (static_cast<uint64_t>(load32(&b.d)) << 32);
+    const uint64_t v = load32u(&a.d) | (load32u(&b.d) << 32);
     return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)));
   } else {
     const uint32_t v = static_cast<uint32_t>(a.d) | (static_cast<uint32_t>(b.d) << 16);
