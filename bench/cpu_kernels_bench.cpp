@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
 
   nlohmann::json out = {{"rows", rows}, {"cols", cols}, {"tokens", tokens}, {"reps", reps}};
   nlohmann::json results = nlohmann::json::array();
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDot}) {
     const KernelTable* k = kernelsFor(isa);
     if (!k) continue;
     for (gguf::TensorType type : types) {

@@ -32,3 +32,11 @@ if(SHOAL_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()
+
+# No contraction of a*b+c into a fused multiply-add unless the code writes one (std::fma, an
+# intrinsic). GCC contracts by default wherever the target has FMA: everywhere on aarch64, only
+# in the x86 files built with -mfma. Without this an ARM node would round the engine's float
+# code (norms, RoPE angles, the sampler) differently from an x86 one.
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>)
+endif()

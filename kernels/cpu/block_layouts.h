@@ -113,8 +113,8 @@ static inline int iq4XsScale(const BlockIQ4_XS& b, int s) {
 
 // The 6-bit scale and minimum of sub-block j (0..7) of a Q4_K/Q5_K super-block: the first four
 // use the low 6 bits of bytes 0..3 (scales) and 4..7 (mins); the last four take their low 4 bits
-// from bytes 8..11 and their top 2 bits from the spare top bits of bytes 0..7.
-inline void kQuantScaleMin(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) {
+// from bytes 8..11 and their top 2 bits from the spare top bits of bytes 0..7. Static, as above.
+static inline void kQuantScaleMin(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) {
   if (j < 4) {
     scale = q[j] & 63;
     min = q[j + 4] & 63;

@@ -3,6 +3,10 @@
 #include <cstdlib>
 #include <string>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
 namespace shoal::cpu {
 
 std::string_view isaName(Isa isa) {
@@ -13,14 +17,19 @@ std::string_view isaName(Isa isa) {
       return "avx2";
     case Isa::Avx512:
       return "avx512";
+    case Isa::Neon:
+      return "neon";
+    case Isa::NeonDot:
+      return "neondot";
   }
   return "scalar";
 }
 
 bool isaCompiled(Isa isa) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  (void)isa;
-  return true;
+  return isa == Isa::Scalar || isa == Isa::Avx2 || isa == Isa::Avx512;
+#elif defined(__aarch64__) && defined(__linux__)
+  return isa == Isa::Scalar || isa == Isa::Neon || isa == Isa::NeonDot;
 #else
   return isa == Isa::Scalar;
 #endif
@@ -36,6 +45,10 @@ Isa detectIsa() {
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vnni");
   return avx512 ? Isa::Avx512 : Isa::Avx2;
+#elif defined(__aarch64__) && defined(__linux__)
+  // Advanced SIMD is mandatory in the aarch64 Linux ABI; the dot product is reported by the
+  // kernel (HWCAP_ASIMDDP, "asimddp" in /proc/cpuinfo).
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0 ? Isa::NeonDot : Isa::Neon;
 #else
   return Isa::Scalar;
 #endif
@@ -48,6 +61,7 @@ Isa activeIsa() {
       const std::string want(cap);
       if (want == "scalar") isa = Isa::Scalar;
       if (want == "avx2" && isa == Isa::Avx512) isa = Isa::Avx2;
+      if (want == "neon" && isa == Isa::NeonDot) isa = Isa::Neon;
     }
     return isa;
   }();

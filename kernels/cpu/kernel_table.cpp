@@ -163,6 +163,10 @@ const KernelTable* kernelsFor(Isa isa) {
       return best == Isa::Scalar ? nullptr : avx2Kernels();
     case Isa::Avx512:
       return best == Isa::Avx512 ? avx512Kernels() : nullptr;
+    case Isa::Neon:
+      return best == Isa::Neon || best == Isa::NeonDot ? neonKernels() : nullptr;
+    case Isa::NeonDot:
+      return best == Isa::NeonDot ? neonDotKernels() : nullptr;
   }
   return nullptr;
 }

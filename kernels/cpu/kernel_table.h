@@ -132,9 +132,12 @@ const KernelTable& kernels();
 // The table of a given level, or nullptr when this build or this CPU lacks it.
 const KernelTable* kernelsFor(Isa isa);
 
-// Per-level tables (defined in reference_*.cpp, avx2_*.cpp, avx512_*.cpp).
+// Per-level tables (defined in reference_*.cpp, avx2_*.cpp, avx512_*.cpp, neon_ops.cpp; the
+// levels a build lacks return nullptr from cpu_no_simd.cpp).
 const KernelTable& referenceKernels();
-const KernelTable* avx2Kernels();    // nullptr when not compiled in
-const KernelTable* avx512Kernels();  // nullptr when not compiled in
+const KernelTable* avx2Kernels();
+const KernelTable* avx512Kernels();
+const KernelTable* neonKernels();
+const KernelTable* neonDotKernels();
 
 }  // namespace shoal::cpu

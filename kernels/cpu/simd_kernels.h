@@ -23,6 +23,16 @@ void gemmQ3_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmIQ4_XS(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 }  // namespace shoal::cpu::avx2
 
+namespace shoal::cpu::neon {
+// Sets the quantized matrix kernels of the plain NEON level (neon_quant_gemm.cpp).
+void setQuantGemms(KernelTable& t);
+}  // namespace shoal::cpu::neon
+
+namespace shoal::cpu::neondot {
+// Sets the quantized matrix kernels of the dot-product level (neon_dotprod_quant_gemm.cpp).
+void setQuantGemms(KernelTable& t);
+}  // namespace shoal::cpu::neondot
+
 namespace shoal::cpu::avx512 {
 void gemmQ4_0(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ4_1(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);

@@ -32,7 +32,7 @@ inline std::vector<float> randomValues(size_t n, uint32_t seed, float scale = 1.
 // The SIMD levels this build and CPU can run (each is compared with Isa::Scalar).
 inline std::vector<Isa> simdLevels() {
   std::vector<Isa> levels;
-  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDot}) {
     if (kernelsFor(isa)) levels.push_back(isa);
   }
   return levels;

@@ -126,7 +126,8 @@ class CpuVectorKernelsTest : public QObject {
     QCOMPARE(ref[1002], gguf::floatToHalf(1.0f));
     QCOMPARE(ref[1001], uint16_t{0x7c00});
     for (const KernelTable* k :
-         {&referenceKernels(), kernelsFor(Isa::Avx2), kernelsFor(Isa::Avx512)}) {
+         {&referenceKernels(), kernelsFor(Isa::Avx2), kernelsFor(Isa::Avx512),
+          kernelsFor(Isa::Neon), kernelsFor(Isa::NeonDot)}) {
       if (!k) continue;
       std::vector<uint16_t> got(x.size());
       k->floatToHalf(x.data(), got.data(), n);
