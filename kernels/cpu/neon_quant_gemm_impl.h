@@ -12,8 +12,8 @@
 // otherwise); the super-block types (Q2_K ... Q6_K, IQ4_XS; both orders) one row x up to 4
 // tokens; IQ4_NL's and MXFP4's vec order (two accumulators) one row and token at a time. So
 // every weight block is unpacked once per pass and every activation block loaded once per row
-// group. Each (row, token) keeps its own
-// accumulators and sums blocks in order, so the tile shape changes no result.
+// group. Each (row, token) keeps its own accumulators and sums blocks in order, so the tile
+// shape changes no result.
 
 #include <arm_neon.h>
 
