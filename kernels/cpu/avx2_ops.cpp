@@ -226,11 +226,12 @@ void quantizeQ8_1(const float* x, void* dst, int64_t n) {
 
 // ggml's quantize_row_q8_K_ref, which its x86 build runs for Q8_K (engine/gguf/quantize.cpp
 // reproduces it in scalar): per 256 elements the signed value of largest magnitude (the first
-// on ties; NaN never), iscale = -127 / it, q = min(127, round-half-even(iscale * x)) kept as its
-// low byte, the sums of each 16 quants, d = 1 / iscale. The scalar rounding trick gives 0 for a
-// NaN product (a NaN or infinite input), which the vector conversion would turn into INT_MIN, so
-// those lanes are zeroed first; every other product lies in [-127, 127], where packing saturates
-// nothing.
+// on ties; NaN never), iscale = -127 / it, q = min(127, nearest_int(iscale * x)) kept as its
+// low byte, the sums of each 16 quants, d = 1 / iscale. nearest_int is ggml's rounding trick
+// (add 1.5 * 2^23, keep the mantissa bits), done here in the same float and integer steps: it
+// rounds half to even for ordinary products, and for the infinities and NaNs that a block of
+// magnitudes below 127 / FLT_MAX produces (iscale overflows) it gives the same odd values as
+// the scalar code, whose low bytes are what ggml stores.
 void quantizeQ8_K(const float* x, void* dst, int64_t n) {
   auto* y = static_cast<BlockQ8_K*>(dst);
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -258,15 +259,17 @@ void quantizeQ8_K(const float* x, void* dst, int64_t n) {
     }
     const float iscale = -127.f / x[first];
     const __m256 is = _mm256_set1_ps(iscale);
-    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     for (int c = 0; c < 8; ++c) {
       __m256i q[4];
       for (int k = 0; k < 4; ++k) {
         const __m256 v = _mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * c + 8 * k));
-        const __m256i ordered = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_ORD_Q));
-        q[k] = _mm256_min_epi32(
-            _mm256_and_si256(_mm256_cvtps_epi32(_mm256_round_ps(v, kRound)), ordered),
-            _mm256_set1_epi32(127));
+        const __m256i bits = _mm256_castps_si256(_mm256_add_ps(v, _mm256_set1_ps(12582912.f)));
+        const __m256i rounded = _mm256_sub_epi32(
+            _mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x00400000));
+        // The low byte, sign-extended (what the scalar code stores and sums), so that packing
+        // below saturates nothing.
+        q[k] = _mm256_srai_epi32(
+            _mm256_slli_epi32(_mm256_min_epi32(rounded, _mm256_set1_epi32(127)), 24), 24);
       }
       const __m256i packed =
           _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));

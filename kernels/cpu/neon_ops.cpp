@@ -5,8 +5,8 @@
 // bit; the float kernels here serve both (they need no extension).
 //
 // NEON here: the F32/F16/BF16 dots in both orders (and so those matrix kernels and the f16
-// attention dots), the Q8_0/Q8_1 activation quantizers. The reference's: half conversion, the
-// Q8_K quantizer, the softmax numerator and SwiGLU.
+// attention dots), the Q8_0/Q8_1/Q8_K activation quantizers. The reference's: half conversion,
+// the softmax numerator and SwiGLU.
 
 #include <arm_neon.h>
 
@@ -204,6 +204,53 @@ void quantizeQ8_1(const float* x, void* dst, int64_t n) {
   }
 }
 
+// ggml's quantize_row_q8_K_ref (see avx2_ops.cpp's quantizeQ8_K, which this mirrors): the first
+// signed value of largest magnitude (a compare and select: NaN never wins), iscale = -127 / it,
+// q = the low byte of min(127, nearest_int(iscale * x)) with ggml's add-1.5*2^23 rounding trick
+// done step by step as the scalar code does it, the sums of each 16 quants, d = 1 / iscale.
+void quantizeQ8_K(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_K*>(dst);
+  for (int64_t b = 0; b < n / kQKK; ++b, x += kQKK) {
+    float32x4_t m = vdupq_n_f32(0.0f);
+    for (int j = 0; j < kQKK; j += 4) {
+      const float32x4_t ax = vabsq_f32(vld1q_f32(x + j));
+      m = vbslq_f32(vcgtq_f32(ax, m), ax, m);
+    }
+    const float amax = vmaxvq_f32(m);
+    if (amax == 0.0f) {
+      std::memset(&y[b], 0, sizeof y[b]);
+      continue;
+    }
+    int first = 0;
+    for (int j = 0; j < kQKK; j += 4) {
+      const uint32x4_t hit = vceqq_f32(vabsq_f32(vld1q_f32(x + j)), vdupq_n_f32(amax));
+      if (vmaxvq_u32(hit) != 0) {
+        first = j;
+        while (__builtin_fabsf(x[first]) != amax) ++first;
+        break;
+      }
+    }
+    const float iscale = -127.f / x[first];
+    for (int g = 0; g < 16; ++g) {
+      int32x4_t q[4];
+      for (int k = 0; k < 4; ++k) {
+        const float32x4_t v = vmulq_n_f32(vld1q_f32(x + 16 * g + 4 * k), iscale);
+        const int32x4_t bits = vreinterpretq_s32_f32(vaddq_f32(v, vdupq_n_f32(12582912.f)));
+        const int32x4_t rounded =
+            vsubq_s32(vandq_s32(bits, vdupq_n_s32(0x007fffff)), vdupq_n_s32(0x00400000));
+        q[k] = vminq_s32(rounded, vdupq_n_s32(127));
+      }
+      // Narrowing keeps the low bytes, as the scalar code's int8 store does.
+      const int8x16_t bytes =
+          vcombine_s8(vmovn_s16(vcombine_s16(vmovn_s32(q[0]), vmovn_s32(q[1]))),
+                      vmovn_s16(vcombine_s16(vmovn_s32(q[2]), vmovn_s32(q[3]))));
+      vst1q_s8(y[b].qs + 16 * g, bytes);
+      y[b].bsums[g] = static_cast<int16_t>(vaddlvq_s8(bytes));
+    }
+    y[b].d = 1 / iscale;
+  }
+}
+
 KernelTable makeTable(Isa isa, void (*setQuantGemms)(KernelTable&)) {
   KernelTable t = referenceKernels();
   t.isa = isa;
@@ -213,6 +260,7 @@ KernelTable makeTable(Isa isa, void (*setQuantGemms)(KernelTable&)) {
   t.gemm[static_cast<int>(WeightKind::BF16)] = gemmFloat<uint16_t, dotBF16>;
   t.convert[static_cast<int>(ActKind::Q8_0)] = quantizeQ8_0;
   t.convert[static_cast<int>(ActKind::Q8_1)] = quantizeQ8_1;
+  t.convert[static_cast<int>(ActKind::Q8_K)] = quantizeQ8_K;
   t.dotF16 = dotHalf;
   return t;
 }
