@@ -85,8 +85,8 @@ class CpuAarch64QemuTest : public QObject {
     return env;
   }
 
-  // The model a data row names: the default model, or a synthetic one initTestCase wrote (mix1:
-  // the types the NEON files cover; mix2: the types that keep the reference kernels on ARM).
+  // The model a data row names: the default model, or a synthetic one initTestCase wrote (mix1
+  // and mix2 between them hold every weight type with a CPU kernel).
   QString modelPath(const QString& name) const {
     if (name == "smollm2")
       return QStringLiteral(SHOAL_MODELS_DIR "/SmolLM2-135M-Instruct.Q4_1.gguf");
