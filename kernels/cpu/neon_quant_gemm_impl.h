@@ -151,24 +151,30 @@ void tile(const GemmArgs& g, int64_t r0, int64_t t0) {
   }
 }
 
-// Tokens four at a time, the last 1-3 in one tile too.
-template <class Q, int R>
-void rowTile(const GemmArgs& g, int64_t r0) {
+// Runs tile.template operator()<T>(t) over the tokens four at a time, the last 1-3 in one tile
+// too (so every tile unpacks its weights once for all its tokens).
+template <class Tile>
+void forTokenTiles(int64_t tokens, const Tile& tile) {
   int64_t t = 0;
-  for (; t + 4 <= g.tokens; t += 4) tile<Q, R, 4>(g, r0, t);
-  switch (g.tokens - t) {
+  for (; t + 4 <= tokens; t += 4) tile.template operator()<4>(t);
+  switch (tokens - t) {
     case 3:
-      tile<Q, R, 3>(g, r0, t);
+      tile.template operator()<3>(t);
       break;
     case 2:
-      tile<Q, R, 2>(g, r0, t);
+      tile.template operator()<2>(t);
       break;
     case 1:
-      tile<Q, R, 1>(g, r0, t);
+      tile.template operator()<1>(t);
       break;
     default:
       break;
   }
+}
+
+template <class Q, int R>
+void rowTile(const GemmArgs& g, int64_t r0) {
+  forTokenTiles(g.tokens, [&]<int T>(int64_t t) { tile<Q, R, T>(g, r0, t); });
 }
 
 template <class Q>
@@ -474,21 +480,7 @@ void kTile(const GemmArgs& g, int64_t row, int64_t t0) {
 template <class K, bool kTiled>
 void gemmKOrder(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   for (int64_t r = rowBegin; r < rowEnd; ++r) {
-    int64_t t = 0;
-    for (; t + 4 <= g.tokens; t += 4) kTile<K, 4, kTiled>(g, r, t);
-    switch (g.tokens - t) {
-      case 3:
-        kTile<K, 3, kTiled>(g, r, t);
-        break;
-      case 2:
-        kTile<K, 2, kTiled>(g, r, t);
-        break;
-      case 1:
-        kTile<K, 1, kTiled>(g, r, t);
-        break;
-      default:
-        break;
-    }
+    forTokenTiles(g.tokens, [&]<int T>(int64_t t) { kTile<K, T, kTiled>(g, r, t); });
   }
 }
 
