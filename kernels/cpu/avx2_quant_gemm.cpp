@@ -96,8 +96,6 @@ struct IQ4NL {
   }
 };
 
-constexpr size_t kPrefetchRows = 8;
-
 // Four 32-bit words (two f16 each) as 8 floats: [lo0, hi0, lo1, hi1, ...].
 inline __m256 halfPairs(const void* p0, const void* p1, const void* p2, const void* p3) {
   uint32_t v[4];
@@ -129,6 +127,8 @@ void tile(const GemmArgs& g, int64_t r0, int64_t t0) {
   for (int t = 0; t < T; ++t) {
     a[t] = reinterpret_cast<const A*>(g.act + static_cast<size_t>(t0 + t) * g.actStride);
   }
+  const size_t stepBytes = R * sizeof(W);
+  const char* nextTile = reinterpret_cast<const char*>(w[0]) + R * g.weightStride;
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
@@ -138,10 +138,9 @@ void tile(const GemmArgs& g, int64_t r0, int64_t t0) {
   // in block order, as ggml's scalar summs.
   __m256 summs = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    // The next rows' blocks (see avx512_quant_gemm.cpp: decode is memory-bound).
-    for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(&w[r][b]) + kPrefetchRows * g.weightStride,
-                   _MM_HINT_T0);
+    // The next tile's rows as one stream, front to back (see avx512_quant_gemm.cpp).
+    for (size_t o = 0; o < stepBytes; o += 64) {
+      _mm_prefetch(nextTile + static_cast<size_t>(b) * stepBytes + o, _MM_HINT_T2);
     }
     __m256i y[T];
     for (int t = 0; t < T; ++t)
