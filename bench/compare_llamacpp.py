@@ -10,10 +10,13 @@ and prints one JSON object: every sample, the median of each measure and the med
 per-pair ratios Shoal/llama.cpp (for tokens/s higher is better; for rss and startup lower is).
 
 The peer is llama.cpp's llama-bench and llama-completion built from the pinned sdist by
-tools/llamacpp/build_llama_bench.sh, at its defaults: weight repacking on (--peer-repack 1, what
-its users run; on AMX CPUs this llama.cpp crashes with it, llama.cpp issue #20824: use
---peer-repack 0 there and say so). --peer-repack 0 is the configuration the fixtures and the
-CPU backend's bit-identity refer to (plain matmul path, no extra buffer types). Flash attention
+tools/llamacpp/build_llama_bench.sh, at its defaults: weight repacking on, what its users run.
+On AMX CPUs this llama.cpp crashes with it (a SIGSEGV in ggml_backend_amx_mul_mat, llama.cpp
+issue #20824), so the default --peer-repack auto first runs one short llama-bench with repacking
+on and, if that fails, compares against repacking off; the report's "peer" and "peer_probe" say
+which ran and why. --peer-repack 1 insists on repacking (and stops if it crashes);
+--peer-repack 0 is the configuration the fixtures and the CPU backend's bit-identity refer to
+(plain matmul path, no extra buffer types). Flash attention
 is off in both, as in the fixtures. The report's "peer" says which ran. Standard library only.
 
 The model is the default one, --model M, --synthetic a3b-moe|a3b-dense (a Qwen3-30B-A3B-shaped
@@ -31,7 +34,8 @@ thread count (or --bandwidth-gibs). It is a DRAM figure only for models much lar
 last-level cache; a model that fits in it (SmolLM2-135M in a 480 MiB L3) can exceed 1.
 
 Usage: bench/compare_llamacpp.py [--build build] [--model M | --synthetic-1b TYPE]
-                                 [--peer-repack 1|0] [--threads 2] [--runs 5] [-p 128] [-n 64]
+                                 [--peer-repack auto|1|0] [--threads 2] [--runs 5] [-p 128]
+                                 [-n 64]
                                  [--bandwidth-gibs B]
 """
 import argparse
@@ -206,6 +210,18 @@ def run_measured(cmd):
     return out, wall, usage.ru_maxrss * 1024
 
 
+def probe_peer_repack(a):
+    """(works, why): whether a short llama-bench with weight repacking on exits cleanly."""
+    cmd = [str(Path(a.llama_bin) / "llama-bench"), "-m", a.model, "-t", str(a.threads), "-p", "16",
+           "-n", "2", "-r", "1", "--repack", "1", "-fa", "0", "-o", "json"]
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if proc.returncode == 0:
+        return True, "llama-bench --repack 1 ran: repacking on"
+    how = (f"was killed by signal {-proc.returncode}" if proc.returncode < 0
+           else f"exited with {proc.returncode}")
+    return False, f"llama-bench --repack 1 {how}: repacking off instead"
+
+
 def shoal_bench(a):
     out, _, _ = run_measured([a.shoal, "bench", "-m", a.model, "--threads", str(a.threads),
                               "-p", str(a.p), "-n", str(a.n), "-r", "1"])
@@ -248,8 +264,9 @@ def main():
                             "with a dense FFN of the active experts' width")
     ap.add_argument("--bandwidth-gibs", type=float, default=None,
                     help="DRAM read bandwidth for the roofline (default: run shoal_membw)")
-    ap.add_argument("--peer-repack", type=int, choices=[0, 1], default=1,
-                    help="llama.cpp's weight repacking: 1 (its default) or 0 (the fixtures' path)")
+    ap.add_argument("--peer-repack", choices=["auto", "1", "0"], default="auto",
+                    help="llama.cpp's weight repacking: auto (on, its default, unless that "
+                         "crashes), 1, or 0 (the fixtures' path)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("-p", type=int, default=128)
@@ -269,6 +286,13 @@ def main():
     if a.llama_bin is None:
         a.llama_bin = subprocess.run([str(ROOT / "tools/llamacpp/build_llama_bench.sh")],
                                      check=True, capture_output=True, text=True).stdout.strip()
+
+    if a.peer_repack == "auto":
+        works, probe = probe_peer_repack(a)
+        a.peer_repack = 1 if works else 0
+    else:
+        probe = f"--peer-repack {a.peer_repack} given"
+        a.peer_repack = int(a.peer_repack)
 
     load_start = Path("/proc/loadavg").read_text().split()[:3]
     bandwidth = membw(a)
@@ -298,6 +322,7 @@ def main():
         "loadavg_end": Path("/proc/loadavg").read_text().split()[:3],
         "peer": f"llama.cpp (llama-cpp-python 0.3.36), repack {'on' if a.peer_repack else 'off'}, "
                 "flash attention off",
+        "peer_probe": probe,
         "threads": a.threads,
         "runs": a.runs,
         "pp_tokens": a.p,

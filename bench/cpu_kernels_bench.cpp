@@ -1,7 +1,10 @@
 // CPU kernel micro-benchmark: matrix kernels of every weight type and the attention pieces, at
 // every instruction-set level this CPU runs, single-threaded. Prints one JSON object.
 //
-//   cpu_kernels_bench [--rows R] [--cols C] [--tokens T] [--reps N]
+//   cpu_kernels_bench [--rows R] [--cols C] [--tokens T] [--reps N] [--isa I]... [--type T]...
+//
+// --isa and --type (repeatable) keep only those levels and weight types: the scalar level alone
+// takes most of a full run's time, which matters when alternating binaries in an A/B.
 //
 // Times are the minimum over reps (the least disturbed run), in microseconds per call, and as
 // nanoseconds per 32-element weight block (per token) for the matrix kernels.
@@ -50,16 +53,41 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", tokens, "activation rows")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   app.add_option("--reps", reps, "repetitions (the minimum is kept)")->check(CLI::Range(1, 10000));
+  std::vector<std::string> isaNames, typeNames;
+  app.add_option("--isa", isaNames, "only these levels (scalar, avx2, avx512, neon, neondot)");
+  app.add_option("--type", typeNames, "only these weight types (q4_0, q4_K, f16, ...)");
   CLI11_PARSE(app, argc, argv);
   if (rows * cols > (int64_t{1} << 28) || tokens * cols > (int64_t{1} << 28)) {
     std::fprintf(stderr, "cpu_kernels_bench: at most 2^28 weight or activation elements\n");
     return 2;
   }
-  const std::vector<gguf::TensorType> types = {
+  std::vector<gguf::TensorType> types = {
       gguf::TensorType::Q4_0, gguf::TensorType::Q4_1, gguf::TensorType::Q5_0,
       gguf::TensorType::Q5_1, gguf::TensorType::Q8_0, gguf::TensorType::Q4_K,
       gguf::TensorType::Q5_K, gguf::TensorType::Q6_K, gguf::TensorType::F16,
       gguf::TensorType::BF16, gguf::TensorType::F32};
+  std::vector<gguf::TensorType> chosenTypes;
+  for (const std::string& name : typeNames) {
+    const auto type = gguf::typeFromName(name);
+    if (!type || std::find(types.begin(), types.end(), *type) == types.end()) {
+      std::fprintf(stderr, "cpu_kernels_bench: no matrix kernel type named '%s'\n", name.c_str());
+      return 2;
+    }
+    chosenTypes.push_back(*type);
+  }
+  const Isa allIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDot};
+  std::vector<Isa> isas;
+  for (const std::string& name : isaNames) {
+    const Isa* found = std::find_if(std::begin(allIsas), std::end(allIsas),
+                                    [&](Isa isa) { return isaName(isa) == name; });
+    if (found == std::end(allIsas)) {
+      std::fprintf(stderr, "cpu_kernels_bench: no level named '%s'\n", name.c_str());
+      return 2;
+    }
+    isas.push_back(*found);
+  }
+  if (isas.empty()) isas.assign(std::begin(allIsas), std::end(allIsas));
+  if (!chosenTypes.empty()) types = chosenTypes;
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> wf(static_cast<size_t>(rows * cols)), xf(static_cast<size_t>(tokens * cols));
@@ -68,7 +96,7 @@ int main(int argc, char** argv) {
 
   nlohmann::json out = {{"rows", rows}, {"cols", cols}, {"tokens", tokens}, {"reps", reps}};
   nlohmann::json results = nlohmann::json::array();
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDot}) {
+  for (Isa isa : isas) {
     const KernelTable* k = kernelsFor(isa);
     if (!k) continue;
     for (gguf::TensorType type : types) {
@@ -106,6 +134,8 @@ int main(int argc, char** argv) {
                          {"type", gguf::typeName(type)},
                          {"gemm_us", gemmUs},
                          {"ns_per_block", gemmUs * 1000.0 / blocks},
+                         // Weight bytes read per second (each weight is read once per call).
+                         {"weight_gb_per_s", static_cast<double>(w.size()) / (gemmUs * 1000.0)},
                          {"convert_us", convertUs}});
     }
   }

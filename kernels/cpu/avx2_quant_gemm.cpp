@@ -412,10 +412,12 @@ inline __m256i partScales(const int16_t scales[16], int i) {
   return _mm256_set_m128i(_mm_set1_epi16(scales[2 * i + 1]), _mm_set1_epi16(scales[2 * i]));
 }
 
-float dotQ2_K(const BlockQ2_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+float dotQ2_K(const BlockQ2_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order,
+              const uint8_t* ahead, const __m128i* /*pairs: Q4_K/Q5_K only*/) {
   __m256 acc = _mm256_setzero_ps();
   float tiled = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
+    prefetchBlock<BlockQ2_K>(ahead, b);
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
     const __m128i mins8 = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF));
     const __m256i minLanes =
@@ -464,10 +466,12 @@ inline void q3KScales(const uint8_t packed[12], int16_t out[16]) {
                       _mm256_cvtepi8_epi16(_mm_sub_epi8(bytes, _mm_set1_epi8(32))));
 }
 
-float dotQ3_K(const BlockQ3_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+float dotQ3_K(const BlockQ3_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order,
+              const uint8_t* ahead, const __m128i* /*pairs: Q4_K/Q5_K only*/) {
   __m256 acc = _mm256_setzero_ps();
   float tiled = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
+    prefetchBlock<BlockQ3_K>(ahead, b);
     alignas(32) int16_t scales[16];
     q3KScales(x[b].scales, scales);
     const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].hmask));
@@ -496,12 +500,14 @@ float dotQ3_K(const BlockQ3_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder o
   return order == DotOrder::Tiled ? tiled : hsum8(acc);
 }
 
-float dotIQ4_XS(const BlockIQ4_XS* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+float dotIQ4_XS(const BlockIQ4_XS* x, const BlockQ8_K* y, int64_t blocks, DotOrder order,
+                const uint8_t* ahead, const __m128i* /*pairs: Q4_K/Q5_K only*/) {
   __m256 acc = _mm256_setzero_ps();
   float tiled = 0.0f;
   const __m256i table = _mm256_broadcastsi128_si256(
       _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
   for (int64_t b = 0; b < blocks; ++b) {
+    prefetchBlock<BlockIQ4_XS>(ahead, b);
     __m256i lanes = _mm256_setzero_si256();
     for (int s = 0; s < 8; ++s) {
       const __m256i q = _mm256_shuffle_epi8(table, nibbles(x[b].qs + 16 * s));

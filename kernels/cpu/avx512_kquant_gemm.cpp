@@ -36,11 +36,12 @@ inline __m512i both32(const uint8_t* p) {
 }
 
 // [low nibbles of p[0..31] | high nibbles of p[0..31]]: parts 2j and 2j+1 of Q4_K and Q5_K.
+// The 32 bytes are loaded into both halves and only the high half shifted (a masked shift):
+// no cross-lane insert.
 inline __m512i nibbleHalves(const uint8_t* p) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m512i both =
-      _mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1);
-  return _mm512_and_si512(both, _mm512_set1_epi8(0xF));
+  const __m512i both = both32(p);
+  const __m512i shifted = _mm512_mask_srli_epi16(both, 0xFFFF0000u, both, 4);
+  return _mm512_and_si512(shifted, _mm512_set1_epi8(0xF));
 }
 
 // Step j's scales of a Q4_K/Q5_K block: int16 2j in the low 256 bits, 2j+1 in the high ones,

@@ -27,6 +27,8 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/block_layouts.h"
@@ -51,13 +53,17 @@ inline float hsum8(__m256 x) {
   return _mm_cvtss_f32(r);
 }
 
-// Prefetches a whole row (K-quant and float kernels, which work row by row) into L2, not L1: a
-// burst of a whole row into L1 likely evicts the row being read. On the Zen 5 development VM the
-// hint to L2 took Q6_K decode from 14 to 22 GB/s on one core (cpu_kernels_bench, 32768 x 4096,
-// medians of 4 alternated runs) and no type got slower.
-inline void prefetchRow(const uint8_t* row, size_t bytes) {
-  for (size_t i = 0; i < bytes; i += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T2);
+// The cache lines of block b of the row at `ahead` (nullptr: none), into L2: a row kernel calls
+// it once per block it reads, so the row ahead is fetched at the pace this one is consumed (see
+// gemmK). L2, not L1: on the Zen 5 development VM the hint to L1 let a whole row's prefetches
+// evict the row being read; the hint to L2 took Q6_K decode from 14 to 22 GB/s on one core.
+template <class Block>
+inline void prefetchBlock(const uint8_t* ahead, int64_t b) {
+  if (ahead == nullptr) return;
+  const uint8_t* p = ahead + static_cast<size_t>(b) * sizeof(Block);
+  const uintptr_t last = reinterpret_cast<uintptr_t>(p) + sizeof(Block) - 1;
+  for (uintptr_t line = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; line <= last; line += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T2);
 }
 
 // The 8 sub-block scales and mins of a Q4_K/Q5_K block as 8 + 8 int16 (kQuantScaleMin's
@@ -80,11 +86,37 @@ inline void scalesAndMins(const uint8_t* packed, __m128i& scales, __m128i& mins)
   mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(both, both));
 }
 
-// mins[2p]*sums[2p] + mins[2p+1]*sums[2p+1] with sums[k] = bsums[2k] + bsums[2k+1].
-inline __m128i minProducts(const BlockQ8_K& y, __m128i mins) {
+// A token block's sub-block sums, sums[k] = bsums[2k] + bsums[2k+1]: the partner of the 8
+// minimums.
+inline __m128i bsumPairs(const BlockQ8_K& y) {
   const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums));
   const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8));
-  return _mm_madd_epi16(mins, _mm_hadd_epi16(lo, hi));
+  return _mm_hadd_epi16(lo, hi);
+}
+
+// mins[2p]*sums[2p] + mins[2p+1]*sums[2p+1], the sums from the table a row kernel computed for
+// the token (pairs, see gemmK) or, without one, from the block.
+inline __m128i minProducts(const BlockQ8_K& y, const __m128i* pairs, int64_t b, __m128i mins) {
+  return _mm_madd_epi16(mins, pairs ? _mm_load_si128(pairs + b) : bsumPairs(y));
+}
+
+// [y.d * d, y.d * dmin, 0, 0] for a Q4_K/Q5_K block (d and dmin are its first 4 bytes): both
+// halves converted by one instruction. half() per scale cost three instructions on the vector
+// ports each, which on the Intel Xeon VM (AVX-512 keeps vector work off port 1) held Q4_K decode
+// at 19 GB/s per core from cache; without the conversions it ran at 24. The products round as
+// y.d * half(x.d) does (multiplication commutes exactly).
+template <class Block>
+inline __m128 scalePair(const Block& x, float yd) {
+  static_assert(offsetof(Block, dmin) == offsetof(Block, d) + 2);
+  int32_t bits;
+  std::memcpy(&bits, &x.d, sizeof bits);
+  return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)), _mm_set1_ps(yd));
+}
+
+// The sum of the four int32 lanes in lane 0 (exact: integer adds).
+inline __m128i hsumIntLane0(__m128i s) {
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  return _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
 }
 
 inline int32_t hsumInt(__m256i v) {
@@ -154,23 +186,26 @@ inline __m256i blockLanes(const typename K::Block& x, const typename K::Context&
 
 // ggml_vec_dot_q4_K_q8_K (AVX2): the minimum term in a 4-lane vector accumulator.
 template <class K>
-float dotQ4K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+float dotQ4K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order,
+             const uint8_t* ahead, const __m128i* pairs) {
   __m256 acc = _mm256_setzero_ps();
   __m128 accMin = _mm_setzero_ps();
   float tiled = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
-    const float d = y[b].d * half(x[b].d);
-    const float dmin = -y[b].d * half(x[b].dmin);
+    prefetchBlock<BlockQ4_K>(ahead, b);
+    // ggml: d = y.d * d, dmin = -y.d * dmin, accMin = fma(dmin, prod, accMin); fnmadd with
+    // y.d * dmin rounds the same (negation is exact).
+    const __m128 scales = scalePair(x[b], y[b].d);
     typename K::Context c;
     __m128i mins;
     K::prepare(x[b], c, mins);
-    const __m128i prod = minProducts(y[b], mins);
-    accMin = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accMin);
+    const __m128i prod = minProducts(y[b], pairs, b, mins);
+    accMin = _mm_fnmadd_ps(_mm_shuffle_ps(scales, scales, 0x55), _mm_cvtepi32_ps(prod), accMin);
     const __m256i lanes = blockLanes<K>(x[b], c, y[b]);
     if (order == DotOrder::Tiled) {
       tiled = tiledStep(tiled, lanes, hsumInt(prod), half(x[b].d), half(x[b].dmin), y[b].d, true);
     } else {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+      acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), _mm256_cvtepi32_ps(lanes), acc);
     }
   }
   if (order == DotOrder::Tiled) return tiled;
@@ -181,35 +216,40 @@ float dotQ4K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder or
 
 // ggml_vec_dot_q5_K_q8_K (AVX2): the minimum term in a scalar, fused per block.
 template <class K>
-float dotQ5K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+float dotQ5K(const BlockQ5_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order,
+             const uint8_t* ahead, const __m128i* pairs) {
   __m256 acc = _mm256_setzero_ps();
-  float summs = 0.0f, tiled = 0.0f;
+  __m128 summs = _mm_setzero_ps();  // lane 0
+  float tiled = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
-    const float d = y[b].d * half(x[b].d);
-    const float dmin = -y[b].d * half(x[b].dmin);
+    prefetchBlock<BlockQ5_K>(ahead, b);
+    // As dotQ4K: [y.d * d, y.d * dmin]; summs = fma(-y.d * dmin, minSum, summs) as fnmadd.
+    const __m128 scales = scalePair(x[b], y[b].d);
     typename K::Context c;
     __m128i mins;
     K::prepare(x[b], c, mins);
-    alignas(16) int32_t p[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(p), minProducts(y[b], mins));
-    const int32_t minSum = (p[0] + p[1]) + (p[2] + p[3]);
-    summs = fmaSingle(dmin, static_cast<float>(minSum), summs);
+    // Integer adds: the order of ggml's (p0 + p1) + (p2 + p3) does not matter.
+    const __m128i minSum = hsumIntLane0(minProducts(y[b], pairs, b, mins));
+    summs = _mm_fnmadd_ss(_mm_movehdup_ps(scales), _mm_cvtepi32_ps(minSum), summs);
     const __m256i lanes = blockLanes<K>(x[b], c, y[b]);
     if (order == DotOrder::Tiled) {
-      tiled = tiledStep(tiled, lanes, minSum, half(x[b].d), half(x[b].dmin), y[b].d, true);
+      tiled = tiledStep(tiled, lanes, _mm_cvtsi128_si32(minSum), half(x[b].d), half(x[b].dmin),
+                        y[b].d, true);
     } else {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+      acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), _mm256_cvtepi32_ps(lanes), acc);
     }
   }
-  return order == DotOrder::Tiled ? tiled : hsum8(acc) + summs;
+  return order == DotOrder::Tiled ? tiled : hsum8(acc) + _mm_cvtss_f32(summs);
 }
 
 // ggml_vec_dot_q6_K_q8_K (AVX2).
 template <class K>
-float dotQ6K(const BlockQ6_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order) {
+float dotQ6K(const BlockQ6_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order,
+             const uint8_t* ahead, const __m128i* /*pairs*/) {
   __m256 acc = _mm256_setzero_ps();
   float tiled = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
+    prefetchBlock<BlockQ6_K>(ahead, b);
     const float d = y[b].d * half(x[b].d);
     typename K::Context c;
     __m128i unused;
@@ -239,9 +279,7 @@ void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, in
     __m128i tokenSums[kTokens];
     for (int t = 0; t < kTokens; ++t) {
       if constexpr (K::kHasMin) {
-        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[t][b].bsums));
-        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[t][b].bsums + 8));
-        tokenSums[t] = _mm_hadd_epi16(lo, hi);
+        tokenSums[t] = bsumPairs(y[t][b]);
       } else {
         tokenSums[t] = _mm_setzero_si128();
       }
@@ -284,17 +322,43 @@ void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, in
   for (int t = 0; t < kTokens; ++t) _mm256_storeu_ps(out[t], acc[t]);
 }
 
-// Row by row, each row read front to back, for every token (the vec order of decode).
-template <class W, float (*Dot)(const W*, const BlockQ8_K*, int64_t, DotOrder)>
+// Row by row, each row read front to back, for every token (the vec order of decode). While
+// row r is read, row r + kRowsAhead is prefetched block by block (prefetchBlock), at the pace
+// row r is consumed. The previous way, the whole row ahead in one burst of prefetches at the
+// start of each row, stalled the core until its fill buffers drained: on the Intel Xeon
+// development VM (2 cores, AVX-512, 27 GiB/s DRAM reads) spreading it took the 1B Q4_K model's
+// decode from 32-33 to 36-37 tok/s (2 threads, shoal-cli bench -n 32, alternated). 1, 4, 8 and
+// 16 rows ahead were slower or no better than 2.
+constexpr int64_t kRowsAhead = 2;
+template <class W,
+          float (*Dot)(const W*, const BlockQ8_K*, int64_t, DotOrder, const uint8_t*,
+                       const __m128i*),
+          bool kMinPairs = false>
 void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   const int64_t blocks = g.cols / kQKK;
+  // For types with minimums (kMinPairs: Q4_K, Q5_K), each token's bsumPairs once per call
+  // rather than once per row: vphaddw is three instructions, and without it Q4_K decode ran 30%
+  // faster from cache (cpu_kernels_bench, one core). Up to kPairTokens tokens of kPairBlocks
+  // blocks (32768 columns; 14 KiB of stack); larger products pair the sums per block.
+  constexpr int64_t kPairTokens = 7, kPairBlocks = 128;
+  const bool tabled = kMinPairs && g.tokens <= kPairTokens && blocks <= kPairBlocks;
+  __m128i pairs[kMinPairs ? kPairTokens * kPairBlocks : 1];
+  if (tabled) {
+    for (int64_t t = 0; t < g.tokens; ++t) {
+      const auto* a =
+          reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
+      for (int64_t b = 0; b < blocks; ++b) pairs[t * kPairBlocks + b] = bsumPairs(a[b]);
+    }
+  }
   for (int64_t r = rowBegin; r < rowEnd; ++r) {
-    prefetchRow(g.weights + static_cast<size_t>(r + 2) * g.weightStride, g.weightStride);
+    const uint8_t* ahead = g.weights + static_cast<size_t>(r + kRowsAhead) * g.weightStride;
     const auto* w = reinterpret_cast<const W*>(g.weights + static_cast<size_t>(r) * g.weightStride);
     for (int64_t t = 0; t < g.tokens; ++t) {
       const auto* a =
           reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
-      g.y[t * g.ldy + r] = Dot(w, a, blocks, g.order);
+      // The first token's pass fetches the row ahead; the others find this row in cache.
+      g.y[t * g.ldy + r] = Dot(w, a, blocks, g.order, t == 0 ? ahead : nullptr,
+                               tabled ? pairs + t * kPairBlocks : nullptr);
     }
   }
 }
@@ -314,11 +378,12 @@ void tiled8RowsFor(int n, const typename K::Block* const* x, const BlockQ8_K* co
 // (tiled8Rows), the last rows one by one; the vec order (decode) row by row (gemmK). (Decode
 // over four interleaved rows, sharing the activation loads, was measured 1.5-4x slower on
 // matrices larger than the caches: the hardware prefetchers lost the streams.)
-template <class K, float (*Dot)(const typename K::Block*, const BlockQ8_K*, int64_t, DotOrder)>
+template <class K, float (*Dot)(const typename K::Block*, const BlockQ8_K*, int64_t, DotOrder,
+                                const uint8_t*, const __m128i*)>
 void gemmKTiled(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   static_assert(K::kTokens >= 1 && K::kTokens <= kTiledTokens);
   if (g.order != DotOrder::Tiled || g.tokens < 2) {
-    gemmK<typename K::Block, Dot>(g, rowBegin, rowEnd);
+    gemmK<typename K::Block, Dot, K::kHasMin>(g, rowBegin, rowEnd);
     return;
   }
   using Block = typename K::Block;
@@ -351,7 +416,7 @@ void gemmKTiled(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   }
   for (; r < rowEnd; ++r) {
     for (int64_t t = 0; t < g.tokens; ++t) {
-      g.y[t * g.ldy + r] = Dot(row(r), act(t), blocks, DotOrder::Tiled);
+      g.y[t * g.ldy + r] = Dot(row(r), act(t), blocks, DotOrder::Tiled, nullptr, nullptr);
     }
   }
 }
