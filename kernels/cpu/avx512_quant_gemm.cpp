@@ -25,14 +25,14 @@ namespace {
 // 32 bits as unsigned (load32 of avx512_tile_helpers.h reads them as int32).
 inline uint64_t load32u(const void* p) { return static_cast<uint32_t>(load32(p)); }
 
-// Two rows' 16 bytes of nibbles -> [A low nibbles, B low, A high, B high] as bytes 0..15.
+// Two rows' 16 bytes of nibbles -> [A low nibbles, B low, A high, B high] as bytes 0..15:
+// [A, B, A, B] from two broadcast loads (the second masked), then a shift of the upper half only.
 inline __m512i nibblePair(const uint8_t* a, const uint8_t* b) {
-  const __m256i packed = _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
-  const __m512i both =
-      _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
-  return _mm512_and_si512(both, _mm512_set1_epi8(0xF));
+  const __m512i aaaa = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+  const __m512i abab =
+      _mm512_mask_broadcast_i32x4(aaaa, 0xF0F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  const __m512i shifted = _mm512_mask_srli_epi16(abab, 0xFFFF0000u, abab, 4);
+  return _mm512_and_si512(shifted, _mm512_set1_epi8(0xF));
 }
 
 // The fifth bits of two Q5 blocks as a byte mask in nibblePair's layout.
