@@ -531,6 +531,19 @@ const std::string& File::displayName() const { return m_impl->displayName; }
 const std::vector<KeyValue>& File::metadata() const { return m_impl->metadata; }
 const std::vector<TensorInfo>& File::tensors() const { return m_impl->tensors; }
 
+void File::releasePages(const uint8_t* p, size_t bytes) const {
+  if (!m_impl->mapping || p == nullptr) return;
+  const auto base = reinterpret_cast<uintptr_t>(m_impl->mapping);
+  const uintptr_t end = base + m_impl->mappingSize;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  // Only whole pages inside both the range and the mapping.
+  const uintptr_t from = (std::max(reinterpret_cast<uintptr_t>(p), base) + page - 1) / page * page;
+  const uintptr_t to = std::min(reinterpret_cast<uintptr_t>(p) + bytes, end) / page * page;
+  // A private, read-only file mapping: MADV_DONTNEED drops the pages, and reading them again
+  // repopulates them from the file (they were never written, so nothing is lost).
+  if (from < to) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+}
+
 const Value* File::find(std::string_view key) const {
   auto it = m_impl->keyIndex.find(std::string(key));
   return it == m_impl->keyIndex.end() ? nullptr : &m_impl->metadata[it->second].value;

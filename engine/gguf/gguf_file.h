@@ -89,6 +89,12 @@ class File {
   const std::vector<TensorInfo>& tensors() const;
   const TensorInfo* findTensor(std::string_view name) const;  // nullptr when absent
 
+  // Drops the whole pages of [p, p + bytes) that lie in the file mapping from the process's
+  // resident set (a backend that copied those bytes elsewhere no longer holds them twice). The
+  // data stays readable: a later read faults it back in from the file. Does nothing for a
+  // File over a caller's buffer (fromBuffer, fromHeader), whose memory is not a file mapping.
+  void releasePages(const uint8_t* p, size_t bytes) const;
+
  private:
   struct Impl;
   explicit File(std::unique_ptr<Impl> impl);

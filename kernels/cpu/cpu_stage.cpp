@@ -60,10 +60,57 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
     m_outputNorm = reinterpret_cast<const float*>(required(w, TensorRole::OutputNorm)->data);
     m_output = WeightMatrix::from(*required(w, TensorRole::Output));
   }
+  if (m_tokenEmbd) m_tokenEmbdData = m_tokenEmbd->data;
+  moveWeightsToHugePages(model, pool.get(), freqFactors);
   m_runner = std::make_unique<LayerRunner>(m_layers, c.nEmbd, std::move(ropes), freqFactors,
                                            spec.maxBatch, std::move(pool));
   // Sized for the largest batch now, so that a batch never allocates.
   if (m_output.data) m_runner->matmulScratch().reserve(m_output, spec.maxBatch);
+}
+
+// Every tensor of the stage's layers and head (matrices, norms, biases, RoPE factors) copied into
+// huge pages (weight_arena.h) and the file's pages for them released; the bound ops, the head and
+// ropeFreqs are pointed at the copy. Nothing the stage runs then reads the mapping, except the
+// rows of an untied token embedding, which stays there as in llama.cpp (a row per token). Small
+// tensors are copied too: reading a norm from the mapping would map the file's whole (up to
+// 2 MiB) page-cache folio around it. Without the copy everything stays in the mapping.
+void CpuStage::moveWeightsToHugePages(const runtime::ModelSource& model, ThreadPool* pool,
+                                      const float*& ropeFreqs) {
+  const model::ModelWeights& w = *model.weights;
+  auto add = [this](model::Tensor t) {
+    if (t) m_weights.add(t->data, t->nbytes);
+  };
+  for (int32_t i = m_spec.firstLayer; i < m_spec.lastLayer; ++i) {
+    for (model::Tensor t : w.layers[sz(i)].byRole) add(t);
+  }
+  if (m_spec.hasHead) {
+    add(w[TensorRole::Output]);
+    add(w[TensorRole::OutputNorm]);
+  }
+  add(w.ropeFactors(m_config, m_spec.contextLength));
+  const gguf::File* file = model.file;
+  const bool copied = m_weights.build(
+      [file](const uint8_t* p, size_t n) {
+        if (file) file->releasePages(p, n);
+      },
+      pool);
+  if (!copied) return;
+  auto floats = [this](const float* p) {
+    return reinterpret_cast<const float*>(m_weights.remap(reinterpret_cast<const uint8_t*>(p)));
+  };
+  for (CpuLayer& layer : m_layers) {
+    for (BoundOp& op : layer.ops) {
+      for (WeightMatrix& m : op.matrices) m.data = m_weights.remap(m.data);
+      for (ExpertMatrices& e : op.experts) e.first.data = m_weights.remap(e.first.data);
+      for (const float*& bias : op.moeBiases) bias = floats(bias);
+      op.vector = floats(op.vector);
+    }
+  }
+  m_output.data = m_weights.remap(m_output.data);
+  m_outputNorm = floats(m_outputNorm);
+  // A tied embedding is the output matrix: its rows are read from the copy too.
+  m_tokenEmbdData = m_weights.remap(m_tokenEmbdData);
+  ropeFreqs = floats(ropeFreqs);
 }
 
 // The forward pass: rows in, each layer's program, rows (or logits) out.
@@ -92,7 +139,7 @@ void CpuStage::embed(std::span<const int32_t> tokens) {
   const size_t rowBytes = gguf::rowBytes(m_tokenEmbd->type, d);
   float* x = m_runner->buffer(Buffer::X);
   for (size_t t = 0; t < tokens.size(); ++t) {
-    gguf::dequantizeRow(m_tokenEmbd->type, m_tokenEmbd->data + sz(tokens[t]) * rowBytes,
+    gguf::dequantizeRow(m_tokenEmbd->type, m_tokenEmbdData + sz(tokens[t]) * rowBytes,
                         x + sz(d) * t, d);
   }
 }

@@ -1,7 +1,8 @@
 #pragma once
 // A stage that runs its layers on the CPU: each layer is its architecture's layer program
 // (engine/model/layer_program.h), bound to the weights once (cpu_layer_program.h) and run op by
-// op (cpu_layer_ops.h). Weights stay in the file mapping in their quantized format; the KV cache
+// op (cpu_layer_ops.h). Weights keep their quantized format, copied into huge pages when the
+// system allows (weight_arena.h) and read from the file mapping otherwise; the KV cache
 // (f16, like llama.cpp's default) is owned here. Batches of several sequences are computed
 // together; the stage never samples (StageOutput::tokens stays empty: the Session samples).
 
@@ -16,6 +17,7 @@
 #include "kernels/cpu/cpu_layer_program.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/weight_arena.h"
 
 namespace shoal::cpu {
 
@@ -45,6 +47,8 @@ class CpuStage final : public runtime::LocalStage {
   void run(const runtime::Batch& batch, runtime::StageOutput& output) override;
 
  private:
+  void moveWeightsToHugePages(const runtime::ModelSource& model, ThreadPool* pool,
+                              const float*& ropeFreqs);
   void embed(std::span<const int32_t> tokens);
   void head(runtime::StageOutput& output);
 
@@ -52,8 +56,10 @@ class CpuStage final : public runtime::LocalStage {
   runtime::StageSpec m_spec;
   runtime::SequenceBook m_book;
   const gguf::TensorInfo* m_tokenEmbd = nullptr;  // first stage
-  const float* m_outputNorm = nullptr;            // head stage
-  WeightMatrix m_output;                          // head stage
+  const uint8_t* m_tokenEmbdData = nullptr;       // its rows: the mapping's, or m_weights'
+  WeightArena m_weights;  // the matrices' bytes in huge pages, when copied (weight_arena.h)
+  const float* m_outputNorm = nullptr;  // head stage
+  WeightMatrix m_output;                // head stage
   std::vector<CpuLayer> m_layers;
   std::unique_ptr<LayerRunner> m_runner;
 };

@@ -1,9 +1,12 @@
 // Writer -> reader round trips: every metadata value type (nested and empty arrays included),
 // tensor bytes and placement, typed getters, and the writer's own validation.
 
+#include <unistd.h>
+
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
+#include <fstream>
 #include <limits>
 
 #include "engine/error.h"
@@ -189,6 +192,43 @@ class GgufRoundTripTest : public QObject {
     QCOMPARE(std::distance(std::filesystem::directory_iterator(dir.path().toStdString()),
                            std::filesystem::directory_iterator()),
              std::ptrdiff_t{1});
+  }
+
+  // releasePages drops a mapped file's pages from the resident set (statm's resident count
+  // falls by about the range), the bytes still read the same afterwards, and over a caller's
+  // buffer it changes nothing.
+  void releasePagesDropsMappedPagesAndKeepsTheBytes() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const std::filesystem::path path = dir.filePath("big.gguf").toStdString();
+    const size_t bytes = size_t{32} << 20;
+    Writer w;
+    w.addTensor("t", TensorType::F32, {static_cast<int64_t>(bytes / 4)}, iota(bytes, 3));
+    w.write(path);
+    const File f = File::open(path);
+    const TensorInfo& t = f.tensors()[0];
+    auto residentBytes = [] {
+      std::ifstream statm("/proc/self/statm");
+      size_t total = 0, resident = 0;
+      statm >> total >> resident;
+      return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    };
+    uint64_t sum = 0;
+    for (size_t i = 0; i < t.nbytes; i += 4096) sum += t.data[i];  // fault every page in
+    const size_t touched = residentBytes();
+    f.releasePages(t.data, t.nbytes);
+    const size_t released = residentBytes();
+    QVERIFY2(released < touched && touched - released > bytes * 3 / 4,
+             qPrintable(QString("resident %1 -> %2 bytes").arg(touched).arg(released)));
+    const std::vector<uint8_t> expected = iota(bytes, 3);
+    QVERIFY(std::equal(t.data, t.data + t.nbytes, expected.begin()));
+    QVERIFY(sum > 0);
+
+    const std::vector<uint8_t> buffer = w.toBytes();
+    const File inMemory = File::fromBuffer(buffer);
+    const TensorInfo& b = inMemory.tensors()[0];
+    inMemory.releasePages(b.data, b.nbytes);  // a buffer: left alone (dropping would zero it)
+    QVERIFY(std::equal(b.data, b.data + b.nbytes, expected.begin()));
   }
 
   void versionTwoFilesAreRead() {
