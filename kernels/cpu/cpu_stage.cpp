@@ -61,7 +61,7 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
     m_output = WeightMatrix::from(*required(w, TensorRole::Output));
   }
   if (m_tokenEmbd) m_tokenEmbdData = m_tokenEmbd->data;
-  moveWeightsToHugePages(model, pool.get(), freqFactors);
+  moveWeightsToHugePages(model, pool ? pool->size() : 1, freqFactors);
   m_runner = std::make_unique<LayerRunner>(m_layers, c.nEmbd, std::move(ropes), freqFactors,
                                            spec.maxBatch, std::move(pool));
   // Sized for the largest batch now, so that a batch never allocates.
@@ -74,7 +74,7 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
 // rows of an untied token embedding, which stays there as in llama.cpp (a row per token). Small
 // tensors are copied too: reading a norm from the mapping would map the file's whole (up to
 // 2 MiB) page-cache folio around it. Without the copy everything stays in the mapping.
-void CpuStage::moveWeightsToHugePages(const runtime::ModelSource& model, ThreadPool* pool,
+void CpuStage::moveWeightsToHugePages(const runtime::ModelSource& model, int threads,
                                       const float*& ropeFreqs) {
   const model::ModelWeights& w = *model.weights;
   auto add = [this](model::Tensor t) {
@@ -93,7 +93,7 @@ void CpuStage::moveWeightsToHugePages(const runtime::ModelSource& model, ThreadP
       [file](const uint8_t* p, size_t n) {
         if (file) file->releasePages(p, n);
       },
-      pool);
+      threads);
   if (!copied) return;
   auto floats = [this](const float* p) {
     return reinterpret_cast<const float*>(m_weights.remap(reinterpret_cast<const uint8_t*>(p)));

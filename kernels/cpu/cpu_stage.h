@@ -47,7 +47,7 @@ class CpuStage final : public runtime::LocalStage {
   void run(const runtime::Batch& batch, runtime::StageOutput& output) override;
 
  private:
-  void moveWeightsToHugePages(const runtime::ModelSource& model, ThreadPool* pool,
+  void moveWeightsToHugePages(const runtime::ModelSource& model, int threads,
                               const float*& ropeFreqs);
   void embed(std::span<const int32_t> tokens);
   void head(runtime::StageOutput& output);

@@ -3,10 +3,13 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 namespace shoal::cpu {
@@ -61,7 +64,7 @@ void WeightArena::add(const uint8_t* p, size_t bytes) {
   m_ranges.push_back({begin, begin + bytes, 0});
 }
 
-bool WeightArena::build(const Release& release, ThreadPool* pool) {
+bool WeightArena::build(const Release& release, int threads) {
   if (m_region || m_ranges.empty()) return false;
   const char* mode = std::getenv("SHOAL_CPU_WEIGHTS");
   if (mode && std::string(mode) == "mapped") return false;
@@ -110,23 +113,29 @@ bool WeightArena::build(const Release& release, ThreadPool* pool) {
           {from, std::min<size_t>(kChunkBytes, r.end - from), r.offset + (from - r.begin)});
     }
   }
-  // On all the pool's threads: first touches of fresh memory (the kernel zeroing each huge page,
-  // and under a hypervisor the host backing it) dominate the copy's time, and they run in
-  // parallel.
-  auto copy = [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin; i < end; ++i) {
-      const Chunk& c = chunks[static_cast<size_t>(i)];
+  // On `threads` threads: first touches of fresh memory (the kernel zeroing each huge page, and
+  // under a hypervisor the host backing it) dominate the copy's time, and they run in parallel.
+  // Threads of its own, not the stage's pool: another stage may be running on that pool while
+  // this one is built.
+  std::atomic<size_t> next{0};
+  auto copy = [&] {
+    for (size_t i = next++; i < chunks.size(); i = next++) {
+      const Chunk& c = chunks[i];
       const auto* src = reinterpret_cast<const uint8_t*>(c.from);
       std::memcpy(region + c.offset, src, c.bytes);
       if (release) release(src, c.bytes);
     }
   };
-  const auto count = static_cast<int64_t>(chunks.size());
-  if (pool) {
-    pool->parallelFor(count, copy);
-  } else {
-    copy(0, count, 0);
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < threads; ++t) {
+    try {
+      helpers.emplace_back(copy);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: the ones running (or this one alone) copy the rest
+    }
   }
+  copy();
+  for (std::thread& h : helpers) h.join();
   m_ranges = std::move(merged);
   m_region = region;
   m_mapping = mapping;
