@@ -16,8 +16,8 @@ issue #20824), so the default --peer-repack auto first runs one short llama-benc
 on and, if that fails, compares against repacking off; the report's "peer" and "peer_probe" say
 which ran and why. --peer-repack 1 insists on repacking (and stops if it crashes);
 --peer-repack 0 is the configuration the fixtures and the CPU backend's bit-identity refer to
-(plain matmul path, no extra buffer types). Flash attention
-is off in both, as in the fixtures. The report's "peer" says which ran. Standard library only.
+(plain matmul path, no extra buffer types). Flash attention is off in both, as in the
+fixtures. Standard library only.
 
 The model is the default one, --model M, --synthetic a3b-moe|a3b-dense (a Qwen3-30B-A3B-shaped
 mixture of experts cut to 8 layers, or the same with a dense FFN of its active width: see
@@ -35,8 +35,7 @@ last-level cache; a model that fits in it (SmolLM2-135M in a 480 MiB L3) can exc
 
 Usage: bench/compare_llamacpp.py [--build build] [--model M | --synthetic-1b TYPE]
                                  [--peer-repack auto|1|0] [--threads 2] [--runs 5] [-p 128]
-                                 [-n 64]
-                                 [--bandwidth-gibs B]
+                                 [-n 64] [--bandwidth-gibs B]
 """
 import argparse
 import json

@@ -29,8 +29,8 @@ inline uint64_t load32u(const void* p) { return static_cast<uint32_t>(load32(p))
 // [A, B, A, B] from two broadcast loads (the second masked), then a shift of the upper half only.
 inline __m512i nibblePair(const uint8_t* a, const uint8_t* b) {
   const __m512i aaaa = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
-  const __m512i abab =
-      _mm512_mask_broadcast_i32x4(aaaa, 0xF0F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  const __m512i abab = _mm512_mask_broadcast_i32x4(
+      aaaa, 0xF0F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
   const __m512i shifted = _mm512_mask_srli_epi16(abab, 0xFFFF0000u, abab, 4);
   return _mm512_and_si512(shifted, _mm512_set1_epi8(0xF));
 }

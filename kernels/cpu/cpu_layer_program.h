@@ -1,8 +1,9 @@
 #pragma once
 // A layer program (engine/model/layer_program.h) bound for the CPU stage: each op with the
-// weights it reads (in the file mapping; the stage may move them, cpu_stage.h), the row width of every buffer after it, and the
-// name under which the tensor observer sees its result. Binding checks the program against the
-// model once, when the stage is built, so that running it (cpu_layer_ops.h) checks nothing.
+// weights it reads (in the file mapping; the stage may move them, cpu_stage.h), the row width of
+// every buffer after it, and the name under which the tensor observer sees its result. Binding
+// checks the program against the model once, when the stage is built, so that running it
+// (cpu_layer_ops.h) checks nothing.
 
 #include <array>
 #include <cstdint>

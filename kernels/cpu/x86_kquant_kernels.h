@@ -120,16 +120,10 @@ inline __m128i hsumIntLane0(__m128i s) {
 }
 
 inline int32_t hsumInt(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  return _mm_cvtsi128_si32(s);
+  return _mm_cvtsi128_si32(
+      hsumIntLane0(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1))));
 }
-inline int32_t hsumInt(__m128i s) {
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  return _mm_cvtsi128_si32(s);
-}
+inline int32_t hsumInt(__m128i s) { return _mm_cvtsi128_si32(hsumIntLane0(s)); }
 
 // One super-block of DotOrder::Tiled (reference_dots.cpp): the lanes' exact total s1 and the
 // minimum total s2 enter a float epilogue per super-block.
