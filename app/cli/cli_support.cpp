@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "app/cli/commands.h"
@@ -97,6 +98,19 @@ uint64_t peakRssBytes() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<uint64_t>(u.ru_maxrss) * 1024;
+}
+
+HugePageBytes hugePageBytes() {
+  HugePageBytes h;
+  std::ifstream rollup("/proc/self/smaps_rollup");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (rollup >> key) {
+    if (key == "AnonHugePages:" && rollup >> kib >> unit) h.anonymous = kib * 1024;
+    if (key == "FilePmdMapped:" && rollup >> kib >> unit) h.filePmdMapped = kib * 1024;
+  }
+  return h;
 }
 
 std::vector<model::TokenId> CompletionOptions::encodePrompt(

@@ -58,4 +58,13 @@ LoadedModel loadModel(const ModelOptions& options, bool withChain = true);
 // Peak resident set size of this process, in bytes.
 uint64_t peakRssBytes();
 
+// How much of this process's memory the kernel maps with huge pages now, in bytes
+// (/proc/self/smaps_rollup; zeros where it cannot be read): anonymous memory (the CPU backend's
+// weight copy, kernels/cpu/weight_arena.h) and file pages mapped by PMDs (a model's mapping).
+struct HugePageBytes {
+  uint64_t anonymous = 0;
+  uint64_t filePmdMapped = 0;
+};
+HugePageBytes hugePageBytes();
+
 }  // namespace shoal::cli

@@ -48,7 +48,48 @@ namespace shoal::gguf {
 namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
+// A PMD-sized transparent huge page (x86-64, and arm64 with 4 KiB pages).
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Maps the whole file read-only at an address that is a multiple of 2 MiB, and advises huge
+// pages for it. Why: the kernel maps a page-cache folio with one PMD (one TLB entry for 2 MiB)
+// only where the folio is 2 MiB and lies 2 MiB-aligned in the address space as in the file,
+// and with MADV_HUGEPAGE a fault on a file that is not yet cached reads it in as 2 MiB folios
+// (Linux's do_sync_mmap_readahead). Decode reads every weight once per token ahead of use, and
+// over 4 KiB pages each prefetch may wait for a page walk (weight_arena.h has the figures). Both
+// are hints: where the kernel ignores them, the mapping works as a plain one. Returns MAP_FAILED
+// with errno set when the file cannot be mapped.
+void* mapAlignedToHugePage(int fd, size_t bytes) {
+  const size_t reserveBytes = bytes + kHugePage;
+  void* reserved = bytes <= std::numeric_limits<size_t>::max() - kHugePage
+                       ? mmap(nullptr, reserveBytes, PROT_NONE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                       : MAP_FAILED;
+  if (reserved == MAP_FAILED) return mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  const auto begin = reinterpret_cast<uintptr_t>(reserved);
+  const uintptr_t aligned = (begin + kHugePage - 1) / kHugePage * kHugePage;
+  void* m =
+      mmap(reinterpret_cast<void*>(aligned), bytes, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+  if (m == MAP_FAILED) {
+    const int err = errno;
+    munmap(reserved, reserveBytes);
+    errno = err;
+    return MAP_FAILED;
+  }
+  // The reservation around the file mapping goes back (whole pages: bytes may end mid-page).
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t mappedEnd = (aligned + bytes + page - 1) / page * page;
+  if (aligned > begin) munmap(reserved, aligned - begin);
+  if (begin + reserveBytes > mappedEnd) {
+    munmap(reinterpret_cast<void*>(mappedEnd), begin + reserveBytes - mappedEnd);
+  }
+#ifdef MADV_HUGEPAGE
+  madvise(m, bytes, MADV_HUGEPAGE);  // EINVAL where the kernel has no THP: a plain mapping then
+#endif
+  return m;
+}
+
+constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 8;
 constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 23;
 constexpr uint64_t kMaxKeyLength = 65535;  // gguf.md: keys are at most 2^16 - 1 bytes
@@ -486,7 +527,7 @@ File File::open(const std::filesystem::path& path) {
     ::close(fd);
     impl->fail("not a GGUF file (empty)");
   }
-  void* m = mmap(nullptr, impl->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* m = mapAlignedToHugePage(fd, impl->size);
   const int mmapErr = errno;
   ::close(fd);  // the mapping keeps the file alive
   if (m == MAP_FAILED) impl->fail(std::string("cannot mmap: ") + std::strerror(mmapErr));

@@ -98,6 +98,13 @@ class Stage {
 
   // Positions cached for a sequence, counting submitted batches.
   virtual int32_t cachedPositions(int32_t sequence) const = 0;
+
+  // Until the work the stage started in the background when it was built is done (the CPU
+  // stage's copy of its weights into huge pages, kernels/cpu/weight_arena.h), so that what
+  // follows runs at the stage's steady speed. Never needed for correctness: benchmarks call it
+  // to measure the steady state, as llama-bench measures after its load. No batch may be in
+  // flight.
+  virtual void settle() {}
 };
 
 }  // namespace shoal::runtime

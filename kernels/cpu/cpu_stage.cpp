@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "engine/error.h"
@@ -61,60 +62,114 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
     m_output = WeightMatrix::from(*required(w, TensorRole::Output));
   }
   if (m_tokenEmbd) m_tokenEmbdData = m_tokenEmbd->data;
-  moveWeightsToHugePages(model, pool ? pool->size() : 1, freqFactors);
   m_runner = std::make_unique<LayerRunner>(m_layers, c.nEmbd, std::move(ropes), freqFactors,
                                            spec.maxBatch, std::move(pool));
   // Sized for the largest batch now, so that a batch never allocates.
   if (m_output.data) m_runner->matmulScratch().reserve(m_output, spec.maxBatch);
+  // Last: from here on the copying thread may adopt units (under m_adoptMutex).
+  startWeightCopy(model);
 }
 
-// Every tensor of the stage's layers and head (matrices, norms, biases, RoPE factors) copied into
-// huge pages (weight_arena.h) and the file's pages for them released; the bound ops, the head and
-// ropeFreqs are pointed at the copy. Nothing the stage runs then reads the mapping, except the
-// rows of an untied token embedding, which stays there as in llama.cpp (a row per token). Small
-// tensors are copied too: reading a norm from the mapping would map the file's whole (up to
-// 2 MiB) page-cache folio around it. Without the copy everything stays in the mapping.
-void CpuStage::moveWeightsToHugePages(const runtime::ModelSource& model, int threads,
-                                      const float*& ropeFreqs) {
+CpuStage::~CpuStage() {
+  m_weights.stop();  // its thread may be adopting units into the members destroyed below
+}
+
+// Every tensor of the stage's layers and head (matrices, norms, biases) is copied into huge
+// pages (weight_arena.h) in the background, one tensor per unit, and each unit, once copied, is
+// adopted (adoptUnit) between forward passes or between layers. Why a unit per tensor: the
+// mapping's pages are given back as each chunk is copied, but a pass that reads a tensor before
+// it is adopted faults them back in, so the peak RSS is one copy plus at most the largest
+// tensor (given back again when it is adopted). Why the head first: the first forward pass reaches
+// it last, so it usually finds the head already adopted and never faults the head's mapping pages
+// in (the tied embedding/output is a stage's largest tensor). Small tensors are copied too: reading
+// a norm from the mapping would map the file's whole (up to 2 MiB) page-cache folio around it. What
+// stays in the mapping: the rows of an untied token embedding (a row per token, as in llama.cpp)
+// and the RoPE frequency factors (a few KiB the runner holds a pointer to). Without the copy
+// everything stays there.
+void CpuStage::startWeightCopy(const runtime::ModelSource& model) {
   const model::ModelWeights& w = *model.weights;
-  auto add = [this](model::Tensor t) {
-    if (t) m_weights.add(t->data, t->nbytes);
+  m_file = model.file;
+  const size_t head = m_layers.size();
+  auto add = [this](size_t reader, model::Tensor t) {
+    if (!t) return;
+    m_weights.add(m_unitReader.size(), t->data, t->nbytes);
+    m_unitReader.push_back(reader);
   };
-  for (int32_t i = m_spec.firstLayer; i < m_spec.lastLayer; ++i) {
-    for (model::Tensor t : w.layers[sz(i)].byRole) add(t);
-  }
   if (m_spec.hasHead) {
-    add(w[TensorRole::Output]);
-    add(w[TensorRole::OutputNorm]);
+    add(head, w[TensorRole::Output]);
+    add(head, w[TensorRole::OutputNorm]);
   }
-  add(w.ropeFactors(m_config, m_spec.contextLength));
-  const gguf::File* file = model.file;
-  const bool copied = m_weights.build(
+  for (int32_t i = m_spec.firstLayer; i < m_spec.lastLayer; ++i) {
+    for (model::Tensor t : w.layers[sz(i)].byRole) add(sz(i - m_spec.firstLayer), t);
+  }
+  // The copying thread adopts what it copied unless a forward pass holds the lock (that pass
+  // adopts it at its next layer boundary); after the last unit it waits for the lock, so that
+  // nothing copied is left unadopted while the stage is idle. Each chunk's mapping pages are
+  // given back as soon as it is copied.
+  const gguf::File* file = m_file;
+  m_weights.start(
+      [this](size_t, bool last) {
+        std::unique_lock lock(m_adoptMutex, std::defer_lock);
+        if (last) {
+          lock.lock();
+        } else if (!lock.try_lock()) {
+          return;
+        }
+        adoptCopiedWeights();
+      },
       [file](const uint8_t* p, size_t n) {
         if (file) file->releasePages(p, n);
-      },
-      threads);
-  if (!copied) return;
+      });
+}
+
+void CpuStage::waitForWeightCopy() {
+  m_weights.wait();
+  const std::lock_guard lock(m_adoptMutex);
+  adoptCopiedWeights();
+}
+
+size_t CpuStage::weightUnitsInCopy() {
+  const std::lock_guard lock(m_adoptMutex);
+  return m_adoptedUnits;
+}
+
+void CpuStage::adoptCopiedWeights() {
+  const size_t copied = m_weights.copiedUnits();
+  for (; m_adoptedUnits < copied; ++m_adoptedUnits) adoptUnit(m_adoptedUnits);
+}
+
+// Points the unit's readers at the copy and gives the mapping's pages for it back. The readers
+// are a layer's ops (or the head), all of whose pointers are remapped: those into units already
+// adopted or not yet copied come back unchanged (remap leaves addresses outside the copied
+// units' sources alone, and the copy lies outside every source).
+void CpuStage::adoptUnit(size_t unit) {
   auto floats = [this](const float* p) {
     return reinterpret_cast<const float*>(m_weights.remap(reinterpret_cast<const uint8_t*>(p)));
   };
-  for (CpuLayer& layer : m_layers) {
-    for (BoundOp& op : layer.ops) {
+  const size_t reader = m_unitReader[unit];
+  if (reader < m_layers.size()) {
+    for (BoundOp& op : m_layers[reader].ops) {
       for (WeightMatrix& m : op.matrices) m.data = m_weights.remap(m.data);
       for (ExpertMatrices& e : op.experts) e.first.data = m_weights.remap(e.first.data);
       for (const float*& bias : op.moeBiases) bias = floats(bias);
       op.vector = floats(op.vector);
     }
+  } else {
+    m_output.data = m_weights.remap(m_output.data);
+    m_outputNorm = floats(m_outputNorm);
+    // A tied embedding is the output matrix: its rows are read from the copy too.
+    m_tokenEmbdData = m_weights.remap(m_tokenEmbdData);
   }
-  m_output.data = m_weights.remap(m_output.data);
-  m_outputNorm = floats(m_outputNorm);
-  // A tied embedding is the output matrix: its rows are read from the copy too.
-  m_tokenEmbdData = m_weights.remap(m_tokenEmbdData);
-  ropeFreqs = floats(ropeFreqs);
+  const gguf::File* file = m_file;
+  m_weights.forEachRange(unit, [file](const uint8_t* p, size_t n) {
+    if (file) file->releasePages(p, n);
+  });
 }
 
 // The forward pass: rows in, each layer's program, rows (or logits) out.
 void CpuStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
+  const std::lock_guard lock(m_adoptMutex);
+  adoptCopiedWeights();
   m_book.check(batch);
   LayerRunner& r = *m_runner;
   r.begin(batch);
@@ -123,7 +178,11 @@ void CpuStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   } else {
     std::memcpy(r.buffer(Buffer::X), batch.hidden.data(), batch.hidden.size() * sizeof(float));
   }
-  for (CpuLayer& layer : m_layers) r.run(layer);
+  for (CpuLayer& layer : m_layers) {
+    adoptCopiedWeights();  // one atomic load when nothing new was copied
+    r.run(layer);
+  }
+  adoptCopiedWeights();
   if (m_spec.hasHead) {
     head(out);
   } else {

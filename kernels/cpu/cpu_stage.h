@@ -1,12 +1,13 @@
 #pragma once
 // A stage that runs its layers on the CPU: each layer is its architecture's layer program
 // (engine/model/layer_program.h), bound to the weights once (cpu_layer_program.h) and run op by
-// op (cpu_layer_ops.h). Weights keep their quantized format, copied into huge pages when the
-// system allows (weight_arena.h) and read from the file mapping otherwise; the KV cache
-// (f16, like llama.cpp's default) is owned here. Batches of several sequences are computed
+// op (cpu_layer_ops.h). Weights keep their quantized format, read from the file mapping at first
+// and copied into huge pages in the background when the system allows (weight_arena.h); the KV
+// cache (f16, like llama.cpp's default) is owned here. Batches of several sequences are computed
 // together; the stage never samples (StageOutput::tokens stays empty: the Session samples).
 
 #include <memory>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
@@ -27,12 +28,14 @@ class CpuStage final : public runtime::LocalStage {
   // cannot run on its weights here.
   CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& spec,
            std::shared_ptr<ThreadPool> pool);
+  ~CpuStage() override;
 
   const runtime::StageSpec& spec() const override { return m_spec; }
   void truncate(int32_t sequence, int32_t fromPosition) override {
     m_book.truncate(sequence, fromPosition);
   }
   int32_t cachedPositions(int32_t sequence) const override { return m_book.cached(sequence); }
+  void settle() override { waitForWeightCopy(); }
 
   // Sees each intermediate tensor of a batch as it is produced, for op-by-op comparison with
   // llama.cpp or another backend. Names follow llama.cpp's graph callbacks ("attn_norm",
@@ -43,12 +46,22 @@ class CpuStage final : public runtime::LocalStage {
   using TensorObserver = cpu::TensorObserver;
   void setTensorObserver(TensorObserver observer) { m_runner->setObserver(std::move(observer)); }
 
+  // Until the background copy of the weights (weight_arena.h) is done and adopted: from then on
+  // every pass reads the copy. Returns at once when there is no copy. For tests and for
+  // measuring the steady state; the stage never needs it.
+  void waitForWeightCopy();
+  // Units of the copy (one per tensor: the head's, then each layer's) adopted so far, and in
+  // all; 0 and 0 without a copy.
+  size_t weightUnitsInCopy();
+  size_t weightUnits() const { return m_weights.bytes() ? m_weights.units() : 0; }
+
  protected:
   void run(const runtime::Batch& batch, runtime::StageOutput& output) override;
 
  private:
-  void moveWeightsToHugePages(const runtime::ModelSource& model, int threads,
-                              const float*& ropeFreqs);
+  void startWeightCopy(const runtime::ModelSource& model);
+  void adoptCopiedWeights();  // with m_adoptMutex held
+  void adoptUnit(size_t unit);
   void embed(std::span<const int32_t> tokens);
   void head(runtime::StageOutput& output);
 
@@ -57,11 +70,21 @@ class CpuStage final : public runtime::LocalStage {
   runtime::SequenceBook m_book;
   const gguf::TensorInfo* m_tokenEmbd = nullptr;  // first stage
   const uint8_t* m_tokenEmbdData = nullptr;       // its rows: the mapping's, or m_weights'
-  WeightArena m_weights;  // the matrices' bytes in huge pages, when copied (weight_arena.h)
+  const gguf::File* m_file = nullptr;  // the mapping the weights come from (null: a buffer)
+  // Held by run() and by the copying thread while it adopts: the ops' weight pointers change
+  // only under it.
+  std::mutex m_adoptMutex;
+  size_t m_adoptedUnits = 0;  // units of m_weights adopted (their readers point at the copy)
+  // Per unit of m_weights (one tensor each): the layer (index into m_layers) that reads it, or
+  // m_layers.size() for the head.
+  std::vector<size_t> m_unitReader;
   const float* m_outputNorm = nullptr;  // head stage
   WeightMatrix m_output;                // head stage
   std::vector<CpuLayer> m_layers;
   std::unique_ptr<LayerRunner> m_runner;
+  // Declared last: its copying thread must stop before the members it adopts into are destroyed
+  // (the destructor stops it first anyway).
+  WeightArena m_weights;  // the weights' bytes in huge pages, as copied (weight_arena.h)
 };
 
 }  // namespace shoal::cpu

@@ -40,31 +40,21 @@ size_t memAvailable() {
 
 }  // namespace
 
-WeightArena::WeightArena(WeightArena&& other) noexcept { *this = std::move(other); }
-
-WeightArena& WeightArena::operator=(WeightArena&& other) noexcept {
-  if (this != &other) {
-    if (m_mapping) munmap(m_mapping, m_mappingBytes);
-    m_ranges = std::move(other.m_ranges);
-    m_region = std::exchange(other.m_region, nullptr);
-    m_mapping = std::exchange(other.m_mapping, nullptr);
-    m_mappingBytes = std::exchange(other.m_mappingBytes, 0);
-    m_used = std::exchange(other.m_used, 0);
-  }
-  return *this;
-}
+WeightArena::WeightArena() = default;
 
 WeightArena::~WeightArena() {
+  stop();
   if (m_mapping) munmap(m_mapping, m_mappingBytes);
 }
 
-void WeightArena::add(const uint8_t* p, size_t bytes) {
+void WeightArena::add(size_t unit, const uint8_t* p, size_t bytes) {
   if (p == nullptr || bytes == 0 || m_region) return;
   const auto begin = reinterpret_cast<uintptr_t>(p);
-  m_ranges.push_back({begin, begin + bytes, 0});
+  m_ranges.push_back({begin, begin + bytes, unit, 0});
+  m_units = std::max(m_units, unit + 1);
 }
 
-bool WeightArena::build(const Release& release, int threads) {
+bool WeightArena::start(OnCopied onCopied, Release release) {
   if (m_region || m_ranges.empty()) return false;
   const char* mode = std::getenv("SHOAL_CPU_WEIGHTS");
   if (mode && std::string(mode) == "mapped") return false;
@@ -74,8 +64,14 @@ bool WeightArena::build(const Release& release, int threads) {
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
   std::vector<Range> merged;
   for (const Range& r : m_ranges) {
-    if (!merged.empty() && r.begin <= merged.back().end) {
-      merged.back().end = std::max(merged.back().end, r.end);
+    Range* last = merged.empty() ? nullptr : &merged.back();
+    // Overlapping ranges become one, copied with the lower unit (both units' readers find their
+    // bytes in it once it is copied: units are copied in order). Ranges that only touch are
+    // merged within a unit: across units they stay apart, so that adopting one unit gives back
+    // only its own source.
+    if (last && (r.begin < last->end || (r.begin == last->end && r.unit == last->unit))) {
+      last->end = std::max(last->end, r.end);
+      last->unit = std::min(last->unit, r.unit);
     } else {
       merged.push_back(r);
     }
@@ -102,46 +98,49 @@ bool WeightArena::build(const Release& release, int threads) {
 #ifdef MADV_HUGEPAGE
   madvise(region, regionBytes, MADV_HUGEPAGE);  // a hint: without it the copy still works
 #endif
-  struct Chunk {
-    uintptr_t from;  // source
-    size_t bytes, offset;
-  };
-  std::vector<Chunk> chunks;
-  for (const Range& r : merged) {
-    for (uintptr_t from = r.begin; from < r.end; from += kChunkBytes) {
-      chunks.push_back(
-          {from, std::min<size_t>(kChunkBytes, r.end - from), r.offset + (from - r.begin)});
-    }
-  }
-  // On `threads` threads: first touches of fresh memory (the kernel zeroing each huge page, and
-  // under a hypervisor the host backing it) dominate the copy's time, and they run in parallel.
-  // Threads of its own, not the stage's pool: another stage may be running on that pool while
-  // this one is built.
-  std::atomic<size_t> next{0};
-  auto copy = [&] {
-    for (size_t i = next++; i < chunks.size(); i = next++) {
-      const Chunk& c = chunks[i];
-      const auto* src = reinterpret_cast<const uint8_t*>(c.from);
-      std::memcpy(region + c.offset, src, c.bytes);
-      if (release) release(src, c.bytes);
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads; ++t) {
-    try {
-      helpers.emplace_back(copy);
-    } catch (const std::system_error&) {
-      break;  // no thread to be had: the ones running (or this one alone) copy the rest
-    }
-  }
-  copy();
-  for (std::thread& h : helpers) h.join();
   m_ranges = std::move(merged);
   m_region = region;
   m_mapping = mapping;
   m_mappingBytes = mappingBytes;
   m_used = total;
+  m_onCopied = std::move(onCopied);
+  m_release = std::move(release);
+  try {
+    m_thread = std::thread([this] { copyAll(); });
+  } catch (const std::system_error&) {
+    copyAll();  // no thread to be had: copy now, on the caller's
+  }
   return true;
+}
+
+// One thread: the copy's time goes to first touches of fresh memory, and a second copying thread
+// would take a core from the forward passes running meanwhile.
+void WeightArena::copyAll() {
+  for (size_t unit = 0; unit < m_units; ++unit) {
+    for (const Range& r : m_ranges) {
+      if (r.unit != unit) continue;
+      for (uintptr_t from = r.begin; from < r.end; from += kChunkBytes) {
+        if (m_stop.load(std::memory_order_relaxed)) return;
+        const size_t n = std::min<size_t>(kChunkBytes, r.end - from);
+        const auto* source = reinterpret_cast<const uint8_t*>(from);
+        std::memcpy(m_region + r.offset + (from - r.begin), source, n);
+        if (m_release) m_release(source, n);
+      }
+    }
+    m_copied.store(unit + 1, std::memory_order_release);
+    if (m_onCopied) m_onCopied(unit + 1, unit + 1 == m_units);
+  }
+}
+
+size_t WeightArena::copiedUnits() const { return m_copied.load(std::memory_order_acquire); }
+
+void WeightArena::wait() {
+  if (m_thread.joinable()) m_thread.join();
+}
+
+void WeightArena::stop() {
+  m_stop.store(true, std::memory_order_relaxed);
+  wait();
 }
 
 const uint8_t* WeightArena::remap(const uint8_t* p) const {
@@ -152,8 +151,16 @@ const uint8_t* WeightArena::remap(const uint8_t* p) const {
                              [](uintptr_t v, const Range& r) { return v < r.begin; });
   if (it == m_ranges.begin()) return p;
   --it;
-  if (a >= it->end) return p;
+  if (a >= it->end || it->unit >= copiedUnits()) return p;
   return m_region + it->offset + (a - it->begin);
+}
+
+void WeightArena::forEachRange(size_t unit,
+                               const std::function<void(const uint8_t*, size_t)>& fn) const {
+  if (!m_region) return;
+  for (const Range& r : m_ranges) {
+    if (r.unit == unit) fn(reinterpret_cast<const uint8_t*>(r.begin), r.end - r.begin);
+  }
 }
 
 }  // namespace shoal::cpu

@@ -1,73 +1,111 @@
 #pragma once
 // The weight bytes a CPU stage multiplies, copied out of the GGUF file mapping into anonymous
-// memory backed by transparent huge pages, so that decode's weight stream walks 2 MiB pages.
+// memory backed by transparent huge pages, in the background, unit by unit (the reader numbers
+// the units; CpuStage makes each tensor one), so that decode's weight stream walks 2 MiB pages of
+// memory that reads at full speed.
 //
-// Why: decode reads every weight once per token, ahead of use with software prefetches (gemmK in
-// x86_kquant_kernels.h, the pair tiles in avx512_quant_gemm.cpp). Over 4 KiB pages of the file
-// mapping each prefetch may first need a page walk, which the prefetch waits for. On the Intel
-// Xeon development VM (2 cores, 27 GiB/s DRAM reads, no effective hardware prefetch), with the
-// model file in the page cache as its writer left it (small folios), the 1B Q4_K model decoded
-// at 34-35 tok/s from the mapping and 40-41 from the copy, Q5_K at 27 and 32 (2 threads). How
-// much the copy gains depends on the page cache: where the kernel holds the file in 2 MiB
-// folios and maps them with PMDs (Linux 6.18 ext4 did for part of a cold read), the mapping is
-// nearly as fast: fully PMD-mapped, Q5_K 29.5 against 31.5 tok/s (alternated); in later runs
-// with the page cache partly in 2 MiB folios (one file's mapping 53% PMD-mapped), Q4_K 40.3
-// against 41.3, Q5_K 31.4 against 31.1, Q4_0 38.4 against 42.7. Copying only when the mapping
-// is not PMD-mapped (smaps' FilePmdMapped) would keep start-up fast then; not done yet.
+// Why a copy: decode reads every weight once per token, ahead of use with software prefetches
+// (gemmK in x86_kquant_kernels.h, the pair tiles in avx512_quant_gemm.cpp). Over 4 KiB pages of
+// the file mapping each prefetch may first need a page walk, which the prefetch waits for. On the
+// Intel Xeon development VM (2 cores, 27 GiB/s DRAM reads, no effective hardware prefetch), with
+// the model file in the page cache in small folios (as a writer of small writes leaves it), the
+// 1B Q4_K model decoded at 34-35 tok/s from the mapping and 40-41 from the copy, Q5_K at 27 and
+// 32 (2 threads). Even where the page cache is in 2 MiB folios and mapped with PMDs (a cold read
+// through gguf::File's mapping, which is 2 MiB-aligned with MADV_HUGEPAGE), the copy reads
+// faster there: one core streamed the page-cache pages at 12.0 GB/s and the copy at 14.1, and
+// Q5_K decoded at 29.7 against 33.3 tok/s (a VM's host backs the two differently). On an AMD
+// EPYC (Zen 4) VM, Q5_K decoded at 30.0-32.5 tok/s from the mapping and 33.5-33.7 from the copy.
 //
-// Memory stays one copy: each source range is released from the process's resident set as soon
-// as it is copied (gguf::File::releasePages), so the peak resident size grows by at most one
-// chunk (kChunkBytes) per copying thread over what the mapping alone would have reached. The copy
-// is skipped (the stage reads the mapping as before) when transparent huge pages are off ("never"),
-// when the weights would take more than kMaxShareOfAvailable of MemAvailable, or when
+// Why in the background: making the copy costs the first touch of every fresh page (the kernel
+// zeroing it and, under a hypervisor, the host backing it): 1.1 s for 706 MB on the Xeon VM, and
+// 1.6-1.9 s for 740 MB on the EPYC one, two to five times llama.cpp's whole start-up. Copying
+// behind the first forward passes instead keeps start-up at the mapping's (the passes read the
+// mapping until their units are adopted); those passes share the cores with the copy.
+//
+// The contract with the reader (CpuStage): units are copied in increasing order on a thread of
+// the arena's own; after each one it calls the onCopied callback (on that thread). Whenever the
+// reader is not reading a unit's weights (between forward passes, or between layers), it may
+// adopt every unit below copiedUnits(): point its ops at remap()'s addresses and give the
+// source back with forEachRange (gguf::File::releasePages). The source can also be given back
+// chunk by chunk as it is copied (start's release), so the resident size stays about one copy:
+// on top of it only what a reader faults back in before it adopts the unit.
+//
+// The copy is skipped (the stage reads the mapping) when transparent huge pages are off
+// ("never"), when the weights would take more than kMaxShareOfAvailable of MemAvailable, or when
 // SHOAL_CPU_WEIGHTS is "mapped".
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <thread>
 #include <vector>
 
 namespace shoal::cpu {
 
 class WeightArena {
  public:
-  // Bytes copied between releases of the source: bounds the extra peak resident size.
+  // Bytes copied between checks of a stop request.
   static constexpr size_t kChunkBytes = size_t{1} << 20;
   // The copy is made only if the weights take at most this share of MemAvailable.
   static constexpr double kMaxShareOfAvailable = 0.8;
 
-  WeightArena() = default;
-  WeightArena(WeightArena&& other) noexcept;
-  WeightArena& operator=(WeightArena&& other) noexcept;
+  WeightArena();
   WeightArena(const WeightArena&) = delete;
   WeightArena& operator=(const WeightArena&) = delete;
-  ~WeightArena();
+  ~WeightArena();  // stops the copy (within one chunk) and frees it
 
-  // Marks [p, p + bytes) as read by the stage (before build). Ranges may overlap or repeat.
-  void add(const uint8_t* p, size_t bytes);
+  // Marks [p, p + bytes) as read by the stage as part of `unit` (before start). Ranges may
+  // overlap or repeat, within a unit or across units; overlapping ones are copied once, with
+  // the lowest unit that reads them.
+  void add(size_t unit, const uint8_t* p, size_t bytes);
 
-  // Copies the added ranges (merged where they overlap or touch) into one huge-page region on
-  // `threads` threads (the caller and threads - 1 of its own), calling release(source, bytes)
-  // for each chunk of the source once it is copied, from any of them. Returns false, copying
-  // nothing, when the copy is skipped (see above) or the region cannot be mapped.
-  using Release = std::function<void(const uint8_t*, size_t)>;
-  bool build(const Release& release, int threads = 1);
+  // Plans the copy and starts it; onCopied(copiedUnits, last) is called on the copying thread
+  // after each unit, `last` after the final one, and release(source, bytes) after each chunk (at
+  // most kChunkBytes) of source is copied, so that the caller can give the source's pages back
+  // at once rather than after its unit (a reader still reading the source must find it intact:
+  // gguf::File::releasePages only drops pages that faulting reads back in). Returns false,
+  // copying nothing, when the copy is skipped (see above) or its memory cannot be mapped.
+  using OnCopied = std::function<void(size_t copiedUnits, bool last)>;
+  using Release = std::function<void(const uint8_t* source, size_t bytes)>;
+  bool start(OnCopied onCopied = {}, Release release = {});
 
-  // Where p, inside an added range, is now (p itself before a successful build).
+  // Units [0, copiedUnits()) are in the copy (an acquire: their bytes are visible after it).
+  size_t copiedUnits() const;
+  size_t units() const { return m_units; }  // 1 + the highest unit added
+  // Until every unit is copied (or the copy stopped). Returns at once if never started.
+  void wait();
+  // Stops the copy after the chunk in hand and waits for the copying thread; copiedUnits()
+  // stays where it got to. The destructor does this first.
+  void stop();
+
+  // Where p, inside an added range, is now: in the copy if its unit is copied, p itself if not.
   const uint8_t* remap(const uint8_t* p) const;
+  // Calls fn(source, bytes) for each (merged) range copied with `unit`.
+  void forEachRange(size_t unit, const std::function<void(const uint8_t*, size_t)>& fn) const;
 
-  size_t bytes() const { return m_used; }  // bytes in the copy (0 before build)
+  size_t bytes() const { return m_used; }  // bytes the copy takes (0 unless started)
 
  private:
   struct Range {
     uintptr_t begin = 0, end = 0;  // source, half-open
+    size_t unit = 0;               // copied with this unit
     size_t offset = 0;             // of begin in the region
   };
-  std::vector<Range> m_ranges;  // sorted and merged by build
+  void copyAll();  // the copying thread
+
+  std::vector<Range> m_ranges;  // sorted and merged by start
+  size_t m_units = 0;
   uint8_t* m_region = nullptr;  // the 2 MiB-aligned copy
   void* m_mapping = nullptr;    // what munmap gets (m_region lies inside)
   size_t m_mappingBytes = 0;
   size_t m_used = 0;
+  OnCopied m_onCopied;
+  Release m_release;
+  std::atomic<size_t> m_copied{0};
+  std::atomic<bool> m_stop{false};
+  std::thread m_thread;
 };
 
 }  // namespace shoal::cpu

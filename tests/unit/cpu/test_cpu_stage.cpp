@@ -1,7 +1,8 @@
 // CpuStage on a small synthetic model: the KV cache can be truncated and rewritten without a
 // trace of what it held, results do not depend on the thread count, a decode step allocates
-// nothing, the tensor observer sees the layer program, and a batch of several sequences
-// computes exactly what each sequence computes alone.
+// nothing, the tensor observer sees the layer program, a batch of several sequences computes
+// exactly what each sequence computes alone, and the logits do not change while the weights move
+// from the file mapping to their huge-page copy.
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -76,6 +77,20 @@ std::vector<float> forwardBatch(runtime::Stage& stage,
   return out.logits;
 }
 
+// A stage of every layer of m, embedding and head.
+std::unique_ptr<runtime::Stage> wholeModelStage(cpu::CpuBackend& backend, Loaded& m,
+                                                int32_t contextLength, int32_t maxBatch,
+                                                int32_t maxSequences = 1) {
+  runtime::StageSpec s;
+  s.lastLayer = m.config.nLayer;
+  s.hasEmbedding = s.hasHead = true;
+  s.contextLength = contextLength;
+  s.maxBatch = maxBatch;
+  s.maxSequences = maxSequences;
+  runtime::ModelSource src{&m.file, &m.config, &m.weights};
+  return backend.createStage("cpu0", src, s);
+}
+
 }  // namespace
 
 class CpuStageTest : public QObject {
@@ -85,14 +100,7 @@ class CpuStageTest : public QObject {
   std::unique_ptr<Loaded> m_model;
 
   std::unique_ptr<runtime::Stage> makeStage(cpu::CpuBackend& backend, int32_t sequences = 1) {
-    runtime::StageSpec spec;
-    spec.lastLayer = m_model->config.nLayer;
-    spec.hasEmbedding = spec.hasHead = true;
-    spec.contextLength = 96;
-    spec.maxBatch = 32;
-    spec.maxSequences = sequences;
-    runtime::ModelSource src{&m_model->file, &m_model->config, &m_model->weights};
-    return backend.createStage("cpu0", src, spec);
+    return wholeModelStage(backend, *m_model, 96, 32, sequences);
   }
 
   // `decoders` + 1 sequences with a 3-token history each; then one batch of a decode row of
@@ -104,18 +112,8 @@ class CpuStageTest : public QObject {
     model::writeSyntheticModel(spec, path);
     Loaded m(path);
     cpu::CpuBackend backend(2);
-    auto make = [&] {
-      runtime::StageSpec s;
-      s.lastLayer = m.config.nLayer;
-      s.hasEmbedding = s.hasHead = true;
-      s.contextLength = 64;
-      s.maxBatch = decoders + chunkRows;
-      s.maxSequences = decoders + 1;
-      runtime::ModelSource src{&m.file, &m.config, &m.weights};
-      return backend.createStage("cpu0", src, s);
-    };
-    auto batched = make();
-    auto alone = make();
+    auto batched = wholeModelStage(backend, m, 64, decoders + chunkRows, decoders + 1);
+    auto alone = wholeModelStage(backend, m, 64, decoders + chunkRows, decoders + 1);
     for (int32_t seq = 0; seq <= decoders; ++seq) {
       const std::vector<int32_t> prompt = {5 + seq, 17, 230};
       forward(*batched, 0, prompt, seq);
@@ -364,6 +362,52 @@ class CpuStageTest : public QObject {
             std::string::npos);
     // A well-formed program binds.
     QCOMPARE(refusal({norm, qkv, attention}), std::string());
+  }
+
+  // The weights are read from the file mapping at first and from their huge-page copy once each
+  // layer's copy is adopted (weight_arena.h), in the middle of a run of decode steps: the logits
+  // of every step are those of a stage that reads the mapping throughout, bit for bit.
+  void logitsDoNotDependOnWhereTheWeightsAreRead() {
+    model::SyntheticModelSpec spec;
+    spec.nLayer = 8;
+    spec.nEmbd = 1024;  // 40 MB of weights: a copy that takes a few decode steps
+    spec.nHead = 8;
+    spec.nHeadKv = 4;
+    spec.nFf = 2048;
+    spec.nVocab = 300;
+    spec.weightType = gguf::TensorType::Q4_K;
+    spec.typeOverrides = {{"ffn_down", gguf::TensorType::Q6_K}};
+    const std::string path = m_dir.filePath("copied.gguf").toStdString();
+    model::writeSyntheticModel(spec, path);
+    Loaded m(path);
+    cpu::CpuBackend backend(2);
+    qputenv("SHOAL_CPU_WEIGHTS", "mapped");
+    auto mapped = wholeModelStage(backend, m, 96, 8);
+    qunsetenv("SHOAL_CPU_WEIGHTS");
+    auto copying = wholeModelStage(backend, m, 96, 8);
+    auto& stage = dynamic_cast<cpu::CpuStage&>(*copying);
+    QCOMPARE(dynamic_cast<cpu::CpuStage&>(*mapped).weightUnits(), size_t{0});
+    const std::vector<int32_t> prompt = {5, 17, 230, 42};
+    auto check = [&](int32_t first, const std::vector<int32_t>& tokens) {
+      const auto got = forward(*copying, first, tokens);  // first: while its copy runs
+      const auto want = forward(*mapped, first, tokens);
+      QCOMPARE(got.size(), want.size());
+      QVERIFY(cpu::test::firstBitDifference(got.data(), want.data(), want.size()) < 0);
+    };
+    check(0, prompt);
+    const size_t afterPrompt = stage.weightUnitsInCopy();
+    for (int32_t pos = 4; pos < 40; ++pos) check(pos, {1 + (pos * 37) % 290});
+    // Which units each step read from the copy depends on the timing; say what this run saw.
+    qInfo("units in the copy: %zu after the prompt, %zu after 36 decode steps", afterPrompt,
+          stage.weightUnitsInCopy());
+    stage.waitForWeightCopy();
+    const size_t units = stage.weightUnitsInCopy();
+    // Every layer and the head, unless this machine has no copy (huge pages off, low memory).
+    if (units == 0) QSKIP("no weight copy on this machine (transparent huge pages off)");
+    // One unit per tensor: each layer's nine and the head's output and output norm.
+    QCOMPARE(units, size_t{8 * 9 + 2});
+    QCOMPARE(stage.weightUnits(), units);
+    for (int32_t pos = 40; pos < 44; ++pos) check(pos, {2 + (pos * 11) % 290});
   }
 
   void observerSeesTheLayerProgram() {

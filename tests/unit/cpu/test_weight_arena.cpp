@@ -1,12 +1,14 @@
-// WeightArena: the CPU stage's copy of its weights in huge pages. Every byte a matrix reads is
-// found at its remapped address, overlapping and touching ranges share one copy, alignment
-// modulo 64 is kept, the source is released chunk by chunk as it is copied, and
-// SHOAL_CPU_WEIGHTS=mapped leaves everything in place.
+// WeightArena: the CPU stage's background copy of its weights into huge pages, unit by unit.
+// Every byte added is found at its remapped address once its unit is copied and at its own
+// address before; units are copied in order and reported once each; overlapping ranges share one
+// copy with the lower unit, ranges that only touch across units stay apart; each range's source
+// is handed to the release callback once, chunk by chunk, as it is copied; alignment modulo 64 is
+// kept; a stop leaves the copy consistent; SHOAL_CPU_WEIGHTS=mapped copies nothing.
 
 #include <QtTest>
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -27,89 +29,186 @@ std::vector<uint8_t> pattern(size_t n) {
   return v;
 }
 
+// A (unit, offset, bytes) range of the test's source.
+struct Added {
+  size_t unit, at, bytes;
+};
+
 }  // namespace
 
 class WeightArenaTest : public QObject {
   Q_OBJECT
 
  private slots:
-  void copiesEveryAddedByteOnceAndRemapsInto() { check(1); }
-
-  void copiesTheSameOnThreeThreads() { check(3); }
-
-  void mappedModeCopiesNothing() {
-    const std::vector<uint8_t> src = pattern(4096);
-    qputenv("SHOAL_CPU_WEIGHTS", "mapped");
-    WeightArena arena;
-    arena.add(src.data(), src.size());
-    int releases = 0;
-    const bool copied = arena.build([&](const uint8_t*, size_t) { ++releases; });
-    qunsetenv("SHOAL_CPU_WEIGHTS");
-    QVERIFY(!copied);
-    QCOMPARE(releases, 0);
-    QCOMPARE(arena.bytes(), size_t{0});
-    QCOMPARE(arena.remap(src.data() + 10), src.data() + 10);
-  }
-
-  void nothingAddedCopiesNothing() {
-    WeightArena arena;
-    arena.add(nullptr, 100);  // a matrix an op does not have
-    QVERIFY(!arena.build({}));
-    QCOMPARE(arena.bytes(), size_t{0});
-  }
-
- private:
-  void check(int threads) {
-    const size_t size = size_t{12} << 20;  // three release chunks and more
+  void copiesEveryAddedByteUnitByUnit() {
+    const size_t size = size_t{12} << 20;  // several stop-check chunks
     const std::vector<uint8_t> src = pattern(size);
     const uint8_t* s = src.data();
-    // [100, 1000) and [500, 3000) overlap, [3000, 5000) touches them, [6 MiB + 7, 11 MiB) is on
-    // its own (longer than a chunk), and [200, 300) repeats a piece of the first.
-    const std::vector<std::pair<size_t, size_t>> ranges = {
-        {100, 900}, {500, 2500}, {3000, 2000}, {(6u << 20) + 7, (5u << 20) - 7}, {200, 100}};
+    // Unit 0: [100, 1000) and [500, 3000) overlap, [200, 300) repeats a piece of them.
+    // Unit 1: [3000, 5000) touches unit 0's range (and stays apart from it), [2900, 2950) lies
+    // inside unit 0's (and is copied with it). Unit 2: [6 MiB + 7, 11 MiB), longer than a chunk.
+    const std::vector<Added> ranges = {{0, 100, 900}, {0, 500, 2500},
+                                       {0, 200, 100}, {1, 3000, 2000},
+                                       {1, 2900, 50}, {2, (6u << 20) + 7, (5u << 20) - 7}};
     WeightArena arena;
-    for (const auto& [at, n] : ranges) arena.add(s + at, n);
-    std::vector<std::pair<const uint8_t*, size_t>> released;
-    std::mutex mutex;  // release may be called from any copying thread
-    const bool copied = arena.build(
-        [&](const uint8_t* p, size_t n) {
-          const std::lock_guard lock(mutex);
-          released.emplace_back(p, n);
+    for (const Added& r : ranges) arena.add(r.unit, s + r.at, r.bytes);
+    QCOMPARE(arena.units(), size_t{3});
+    std::vector<std::pair<size_t, bool>> reports;
+    std::vector<size_t> seenCopied;                   // copiedUnits() as each report is made
+    std::vector<std::pair<size_t, size_t>> released;  // (offset in src, bytes)
+    const bool started = arena.start(
+        [&](size_t copied, bool last) {
+          reports.emplace_back(copied, last);
+          seenCopied.push_back(arena.copiedUnits());
         },
-        threads);
-    if (!copied) QSKIP("no copy on this machine (transparent huge pages off, or low memory)");
+        [&](const uint8_t* p, size_t n) { released.emplace_back(static_cast<size_t>(p - s), n); });
+    if (!started) QSKIP("no copy on this machine (transparent huge pages off, or low memory)");
+    arena.wait();
+    QCOMPARE(arena.copiedUnits(), size_t{3});
+    const std::vector<std::pair<size_t, bool>> expected = {{1, false}, {2, false}, {3, true}};
+    QCOMPARE(reports, expected);
+    QCOMPARE(seenCopied, (std::vector<size_t>{1, 2, 3}));
 
-    // The two merged ranges, [100, 5000) and [6 MiB + 7, 11 MiB), and nothing else were copied.
-    QCOMPARE(arena.bytes() >= 4900 + (5u << 20) - 7, true);
-    QVERIFY(arena.bytes() < 4900 + (5u << 20) + 128);
-    size_t releasedBytes = 0;
-    for (const auto& [p, n] : released) {
+    // Each merged range's source was released once, chunk by chunk in order, unit by unit.
+    using Pieces = std::vector<std::pair<size_t, size_t>>;
+    Pieces releasedRanges;
+    for (const auto& [at, n] : released) {
       QVERIFY(n <= WeightArena::kChunkBytes);
-      releasedBytes += n;
+      if (!releasedRanges.empty() &&
+          releasedRanges.back().first + releasedRanges.back().second == at) {
+        releasedRanges.back().second += n;
+      } else {
+        releasedRanges.emplace_back(at, n);
+      }
     }
-    QCOMPARE(releasedBytes, size_t{4900} + (5u << 20) - 7);
+    QCOMPARE(releasedRanges, (Pieces{{100, 4900}, {(6u << 20) + 7, (5u << 20) - 7}}));
+    QVERIFY(released.size() >= 2 + 5);
 
-    for (const auto& [at, n] : ranges) {
-      const uint8_t* to = arena.remap(s + at);
-      QVERIFY(to != s + at);
-      QCOMPARE(reinterpret_cast<uintptr_t>(to) % 64, reinterpret_cast<uintptr_t>(s + at) % 64);
-      QVERIFY(std::equal(s + at, s + at + n, to));
-      // One copy per merged range: every byte of it is at the same distance from its start.
-      QCOMPARE(arena.remap(s + at + n - 1), to + n - 1);
+    // [100, 3000), [3000, 5000) and [6 MiB + 7, 11 MiB) were copied, and nothing else.
+    const size_t copiedBytes = 2900 + 2000 + (5u << 20) - 7;
+    QVERIFY(arena.bytes() >= copiedBytes);
+    QVERIFY(arena.bytes() < copiedBytes + 3 * 128);
+    for (const Added& r : ranges) {
+      const uint8_t* to = arena.remap(s + r.at);
+      QVERIFY(to != s + r.at);
+      QCOMPARE(reinterpret_cast<uintptr_t>(to) % 64, reinterpret_cast<uintptr_t>(s + r.at) % 64);
+      QVERIFY(std::equal(s + r.at, s + r.at + r.bytes, to));
+      QCOMPARE(arena.remap(s + r.at + r.bytes - 1), to + r.bytes - 1);  // one piece
     }
-    QCOMPARE(arena.remap(s + 150), arena.remap(s + 100) + 50);  // inside both overlapping ranges
-    QCOMPARE(arena.remap(s + 4000), arena.remap(s + 100) + 3900);
+    QCOMPARE(arena.remap(s + 2900), arena.remap(s + 100) + 2800);  // in unit 0's copy
     // Outside every range: unchanged.
     QCOMPARE(arena.remap(s + 50), s + 50);
     QCOMPARE(arena.remap(s + 5000), s + 5000);
     QCOMPARE(arena.remap(s + size - 1), s + size - 1);
     QCOMPARE(arena.remap(nullptr), static_cast<const uint8_t*>(nullptr));
 
-    // Moving keeps the copy where it is.
-    const uint8_t* before = arena.remap(s + 3000);
-    WeightArena moved = std::move(arena);
-    QCOMPARE(moved.remap(s + 3000), before);
-    QVERIFY(std::equal(s + 3000, s + 5000, moved.remap(s + 3000)));
+    // forEachRange: each unit gives back exactly its merged source ranges.
+    std::vector<std::vector<std::pair<size_t, size_t>>> byUnit(3);
+    for (size_t u = 0; u < 3; ++u) {
+      arena.forEachRange(u, [&](const uint8_t* p, size_t n) {
+        byUnit[u].emplace_back(static_cast<size_t>(p - s), n);
+      });
+    }
+    QCOMPARE(byUnit[0], (Pieces{{100, 2900}}));
+    QCOMPARE(byUnit[1], (Pieces{{3000, 2000}}));
+    QCOMPARE(byUnit[2], (Pieces{{(6u << 20) + 7, (5u << 20) - 7}}));
+  }
+
+  // The reader sees a unit in the copy only once it is copied: the callback for unit 1 holds
+  // the copying thread while the test looks.
+  void aUnitNotYetCopiedStaysInPlace() {
+    const std::vector<uint8_t> src = pattern(size_t{3} << 20);
+    const uint8_t* s = src.data();
+    WeightArena arena;
+    arena.add(0, s, size_t{1} << 20);
+    arena.add(1, s + (size_t{1} << 20), size_t{1} << 20);
+    arena.add(2, s + (size_t{2} << 20), size_t{1} << 20);
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool atUnitOne = false, go = false;
+    const bool started = arena.start([&](size_t copied, bool) {
+      if (copied != 1) return;
+      std::unique_lock lock(mutex);
+      atUnitOne = true;
+      changed.notify_all();
+      changed.wait(lock, [&] { return go; });
+    });
+    if (!started) QSKIP("no copy on this machine (transparent huge pages off, or low memory)");
+    {
+      std::unique_lock lock(mutex);
+      changed.wait(lock, [&] { return atUnitOne; });
+    }
+    QCOMPARE(arena.copiedUnits(), size_t{1});
+    QVERIFY(arena.remap(s + 10) != s + 10);
+    QVERIFY(std::equal(s, s + (size_t{1} << 20), arena.remap(s)));
+    QCOMPARE(arena.remap(s + (size_t{1} << 20) + 10), s + (size_t{1} << 20) + 10);
+    QCOMPARE(arena.remap(s + (size_t{2} << 20)), s + (size_t{2} << 20));
+    {
+      const std::lock_guard lock(mutex);
+      go = true;
+    }
+    changed.notify_all();
+    arena.wait();
+    QCOMPARE(arena.copiedUnits(), size_t{3});
+    for (size_t u = 0; u < 3; ++u) {
+      const uint8_t* p = s + (u << 20);
+      QVERIFY(std::equal(p, p + (size_t{1} << 20), arena.remap(p)));
+    }
+  }
+
+  // A stop leaves copiedUnits() where the copy got to, and remap() agrees with it.
+  void aStoppedCopyIsConsistent() {
+    const size_t unitBytes = size_t{4} << 20;
+    const std::vector<uint8_t> src = pattern(8 * unitBytes);
+    const uint8_t* s = src.data();
+    WeightArena arena;
+    for (size_t u = 0; u < 8; ++u) arena.add(u, s + u * unitBytes, unitBytes);
+    bool sawLast = false;
+    if (!arena.start([&](size_t, bool last) { sawLast = sawLast || last; })) {
+      QSKIP("no copy on this machine (transparent huge pages off, or low memory)");
+    }
+    arena.stop();
+    const size_t copied = arena.copiedUnits();
+    QVERIFY(copied <= 8);
+    QCOMPARE(sawLast, copied == 8);
+    for (size_t u = 0; u < 8; ++u) {
+      const uint8_t* p = s + u * unitBytes + 123;
+      if (u < copied) {
+        QVERIFY(arena.remap(p) != p);
+        QVERIFY(std::equal(p, p + 1000, arena.remap(p)));
+      } else {
+        QCOMPARE(arena.remap(p), p);
+      }
+    }
+    arena.stop();  // twice is harmless
+    arena.wait();
+  }
+
+  void mappedModeCopiesNothing() {
+    const std::vector<uint8_t> src = pattern(4096);
+    qputenv("SHOAL_CPU_WEIGHTS", "mapped");
+    WeightArena arena;
+    arena.add(0, src.data(), src.size());
+    int reports = 0;
+    const bool started = arena.start([&](size_t, bool) { ++reports; });
+    qunsetenv("SHOAL_CPU_WEIGHTS");
+    QVERIFY(!started);
+    arena.wait();
+    QCOMPARE(reports, 0);
+    QCOMPARE(arena.bytes(), size_t{0});
+    QCOMPARE(arena.copiedUnits(), size_t{0});
+    QCOMPARE(arena.remap(src.data() + 10), src.data() + 10);
+    int ranges = 0;
+    arena.forEachRange(0, [&](const uint8_t*, size_t) { ++ranges; });
+    QCOMPARE(ranges, 0);
+  }
+
+  void nothingAddedCopiesNothing() {
+    WeightArena arena;
+    arena.add(0, nullptr, 100);  // a matrix an op does not have
+    QVERIFY(!arena.start());
+    QCOMPARE(arena.bytes(), size_t{0});
+    QCOMPARE(arena.units(), size_t{0});
   }
 };
 
