@@ -81,7 +81,10 @@ CpuStage::~CpuStage() {
 // it is adopted faults them back in, so the peak RSS is one copy plus at most the largest
 // tensor (given back again when it is adopted). Why the head first: the first forward pass reaches
 // it last, so it usually finds the head already adopted and never faults the head's mapping pages
-// in (the tied embedding/output is a stage's largest tensor). Small tensors are copied too: reading
+// in (the tied embedding/output is a stage's largest tensor); the head is copied at normal
+// priority for that, the layers at the lowest (weight_arena.cpp): a pass that reads a tensor while
+// it is being copied faults its released pages back in, and a slow copy of the head did that to
+// up to 107 MB (peak RSS 1.07x llama.cpp's on Q8_0). Small tensors are copied too: reading
 // a norm from the mapping would map the file's whole (up to 2 MiB) page-cache folio around it. What
 // stays in the mapping: the rows of an untied token embedding (a row per token, as in llama.cpp)
 // and the RoPE frequency factors (a few KiB the runner holds a pointer to). Without the copy
@@ -99,6 +102,7 @@ void CpuStage::startWeightCopy(const runtime::ModelSource& model) {
     add(head, w[TensorRole::Output]);
     add(head, w[TensorRole::OutputNorm]);
   }
+  m_unitsOfHead = m_unitReader.size();
   for (int32_t i = m_spec.firstLayer; i < m_spec.lastLayer; ++i) {
     for (model::Tensor t : w.layers[sz(i)].byRole) add(sz(i - m_spec.firstLayer), t);
   }
@@ -119,7 +123,8 @@ void CpuStage::startWeightCopy(const runtime::ModelSource& model) {
       },
       [file](const uint8_t* p, size_t n) {
         if (file) file->releasePages(p, n);
-      });
+      },
+      m_unitsOfHead);
 }
 
 void CpuStage::waitForWeightCopy() {

@@ -78,6 +78,7 @@ class CpuStage final : public runtime::LocalStage {
   // Per unit of m_weights (one tensor each): the layer (index into m_layers) that reads it, or
   // m_layers.size() for the head.
   std::vector<size_t> m_unitReader;
+  size_t m_unitsOfHead = 0;             // the first units: the head's tensors
   const float* m_outputNorm = nullptr;  // head stage
   WeightMatrix m_output;                // head stage
   std::vector<CpuLayer> m_layers;

@@ -1,6 +1,9 @@
 #include "kernels/cpu/weight_arena.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -54,7 +57,7 @@ void WeightArena::add(size_t unit, const uint8_t* p, size_t bytes) {
   m_units = std::max(m_units, unit + 1);
 }
 
-bool WeightArena::start(OnCopied onCopied, Release release) {
+bool WeightArena::start(OnCopied onCopied, Release release, size_t urgentUnits) {
   if (m_region || m_ranges.empty()) return false;
   const char* mode = std::getenv("SHOAL_CPU_WEIGHTS");
   if (mode && std::string(mode) == "mapped") return false;
@@ -105,6 +108,7 @@ bool WeightArena::start(OnCopied onCopied, Release release) {
   m_used = total;
   m_onCopied = std::move(onCopied);
   m_release = std::move(release);
+  m_urgentUnits = urgentUnits;
   try {
     m_thread = std::thread([this] { copyAll(); });
   } catch (const std::system_error&) {
@@ -117,6 +121,15 @@ bool WeightArena::start(OnCopied onCopied, Release release) {
 // would take a core from the forward passes running meanwhile.
 void WeightArena::copyAll() {
   for (size_t unit = 0; unit < m_units; ++unit) {
+#ifdef __linux__
+    // After the urgent units, the lowest priority (on Linux a thread has a nice value of its
+    // own): the copy takes only the time the forward passes leave, so the first tokens are not
+    // slowed by it, and it completes while the stage is idle (between a chat's turns, say). At
+    // normal priority throughout, on the 2-core EPYC VM, a 32-token Q5_K generation took
+    // 1.55-1.91 s instead of the mapping's 1.13-1.18; at nice 19, 1.13.
+    if (unit == m_urgentUnits)
+      setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+#endif
     for (const Range& r : m_ranges) {
       if (r.unit != unit) continue;
       for (uintptr_t from = r.begin; from < r.end; from += kChunkBytes) {

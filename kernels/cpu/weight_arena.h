@@ -20,12 +20,14 @@
 // zeroing it and, under a hypervisor, the host backing it): 1.1 s for 706 MB on the Xeon VM, and
 // 1.6-1.9 s for 740 MB on the EPYC one, two to five times llama.cpp's whole start-up. Copying
 // behind the first forward passes instead keeps start-up at the mapping's (the passes read the
-// mapping until their units are adopted); those passes share the cores with the copy.
+// mapping until their units are adopted). The copying thread runs at the lowest priority, so it
+// takes only the time the passes leave (weight_arena.cpp, copyAll), after the units the reader
+// calls urgent.
 //
 // The contract with the reader (CpuStage): units are copied in increasing order on a thread of
-// the arena's own; after each one it calls the onCopied callback (on that thread). Whenever the
-// reader is not reading a unit's weights (between forward passes, or between layers), it may
-// adopt every unit below copiedUnits(): point its ops at remap()'s addresses and give the
+// the arena's own; after each one it calls the onCopied callback (on that thread).
+// Whenever the reader is not reading a unit's weights (between forward passes, or between layers),
+// it may adopt every unit below copiedUnits(): point its ops at remap()'s addresses and give the
 // source back with forEachRange (gguf::File::releasePages). The source can also be given back
 // chunk by chunk as it is copied (start's release), so the resident size stays about one copy:
 // on top of it only what a reader faults back in before it adopts the unit.
@@ -65,11 +67,12 @@ class WeightArena {
   // after each unit, `last` after the final one, and release(source, bytes) after each chunk (at
   // most kChunkBytes) of source is copied, so that the caller can give the source's pages back
   // at once rather than after its unit (a reader still reading the source must find it intact:
-  // gguf::File::releasePages only drops pages that faulting reads back in). Returns false,
-  // copying nothing, when the copy is skipped (see above) or its memory cannot be mapped.
+  // gguf::File::releasePages only drops pages that faulting reads back in). Units below
+  // urgentUnits are copied at the thread's normal priority, the rest at the lowest. Returns
+  // false, copying nothing, when the copy is skipped (see above) or its memory cannot be mapped.
   using OnCopied = std::function<void(size_t copiedUnits, bool last)>;
   using Release = std::function<void(const uint8_t* source, size_t bytes)>;
-  bool start(OnCopied onCopied = {}, Release release = {});
+  bool start(OnCopied onCopied = {}, Release release = {}, size_t urgentUnits = 0);
 
   // Units [0, copiedUnits()) are in the copy (an acquire: their bytes are visible after it).
   size_t copiedUnits() const;
@@ -103,6 +106,7 @@ class WeightArena {
   size_t m_used = 0;
   OnCopied m_onCopied;
   Release m_release;
+  size_t m_urgentUnits = 0;
   std::atomic<size_t> m_copied{0};
   std::atomic<bool> m_stop{false};
   std::thread m_thread;
