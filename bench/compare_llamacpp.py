@@ -6,8 +6,11 @@ Measures, per pair of runs (Shoal, then llama.cpp):
   tg       generation tokens/s (-n single-token steps)
   rss      peak resident memory of a -n token greedy generation process
   startup  wall time of a 1-token generation process (load + first token)
+  generate wall time of the -n token generation process (load, prompt, -n tokens: what a user
+           waits for a short reply, background work after the load included)
 and prints one JSON object: every sample, the median of each measure and the median of the
-per-pair ratios Shoal/llama.cpp (for tokens/s higher is better; for rss and startup lower is).
+per-pair ratios Shoal/llama.cpp (for tokens/s higher is better; for rss, startup and generate
+lower is).
 
 The peer is llama.cpp's llama-bench and llama-completion built from the pinned sdist by
 tools/llamacpp/build_llama_bench.sh, at its defaults: weight repacking on, what its users run.
@@ -295,17 +298,18 @@ def main():
 
     load_start = Path("/proc/loadavg").read_text().split()[:3]
     bandwidth = membw(a)
-    samples = {k: {"shoal": [], "llama.cpp": []} for k in ("pp", "tg", "rss", "startup")}
+    samples = {k: {"shoal": [], "llama.cpp": []}
+               for k in ("pp", "tg", "rss", "startup", "generate")}
     ratios = {k: [] for k in samples}
     for _ in range(a.runs):
         s_pp, s_tg = shoal_bench(a)
         l_pp, l_tg = llama_bench(a)
-        _, _, s_rss = shoal_generate(a, a.n)
-        _, _, l_rss = llama_generate(a, a.n)
+        _, s_gen, s_rss = shoal_generate(a, a.n)
+        _, l_gen, l_rss = llama_generate(a, a.n)
         _, s_start, _ = shoal_generate(a, 1)
         _, l_start, _ = llama_generate(a, 1)
         for key, s, l in (("pp", s_pp, l_pp), ("tg", s_tg, l_tg), ("rss", s_rss, l_rss),
-                          ("startup", s_start, l_start)):
+                          ("startup", s_start, l_start), ("generate", s_gen, l_gen)):
             samples[key]["shoal"].append(s)
             samples[key]["llama.cpp"].append(l)
             ratios[key].append(s / l)
@@ -326,7 +330,8 @@ def main():
         "runs": a.runs,
         "pp_tokens": a.p,
         "tg_tokens": a.n,
-        "units": {"pp": "tokens/s", "tg": "tokens/s", "rss": "bytes", "startup": "s"},
+        "units": {"pp": "tokens/s", "tg": "tokens/s", "rss": "bytes", "startup": "s",
+                  "generate": "s"},
         "median": median,
         "median_ratio_shoal_over_llamacpp": {k: statistics.median(v) for k, v in ratios.items()},
         "roofline": {
