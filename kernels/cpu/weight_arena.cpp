@@ -110,16 +110,16 @@ bool WeightArena::start(OnCopied onCopied, Release release, size_t urgentUnits) 
   m_release = std::move(release);
   m_urgentUnits = urgentUnits;
   try {
-    m_thread = std::thread([this] { copyAll(); });
+    m_thread = std::thread([this] { copyAll(true); });
   } catch (const std::system_error&) {
-    copyAll();  // no thread to be had: copy now, on the caller's
+    copyAll(false);  // no thread to be had: copy now, on the caller's (at its priority)
   }
   return true;
 }
 
 // One thread: the copy's time goes to first touches of fresh memory, and a second copying thread
 // would take a core from the forward passes running meanwhile.
-void WeightArena::copyAll() {
+void WeightArena::copyAll(bool ownThread) {
   for (size_t unit = 0; unit < m_units; ++unit) {
 #ifdef __linux__
     // After the urgent units, the lowest priority (on Linux a thread has a nice value of its
@@ -127,7 +127,7 @@ void WeightArena::copyAll() {
     // slowed by it, and it completes while the stage is idle (between a chat's turns, say). At
     // normal priority throughout, on the 2-core EPYC VM, a 32-token Q5_K generation took
     // 1.55-1.91 s instead of the mapping's 1.13-1.18; at nice 19, 1.13.
-    if (unit == m_urgentUnits)
+    if (ownThread && unit == m_urgentUnits)
       setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
 #endif
     for (const Range& r : m_ranges) {

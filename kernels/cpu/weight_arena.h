@@ -96,7 +96,7 @@ class WeightArena {
     size_t unit = 0;               // copied with this unit
     size_t offset = 0;             // of begin in the region
   };
-  void copyAll();  // the copying thread
+  void copyAll(bool ownThread);  // the copying thread (or the caller's, when none can be had)
 
   std::vector<Range> m_ranges;  // sorted and merged by start
   size_t m_units = 0;
