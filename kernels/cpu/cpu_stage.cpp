@@ -110,7 +110,6 @@ void CpuStage::startWeightCopy(const runtime::ModelSource& model) {
   // adopts it at its next layer boundary); after the last unit it waits for the lock, so that
   // nothing copied is left unadopted while the stage is idle. Each chunk's mapping pages are
   // given back as soon as it is copied.
-  const gguf::File* file = m_file;
   m_weights.start(
       [this](size_t, bool last) {
         std::unique_lock lock(m_adoptMutex, std::defer_lock);
@@ -121,10 +120,11 @@ void CpuStage::startWeightCopy(const runtime::ModelSource& model) {
         }
         adoptCopiedWeights();
       },
-      [file](const uint8_t* p, size_t n) {
-        if (file) file->releasePages(p, n);
-      },
-      m_unitsOfHead);
+      [this](const uint8_t* p, size_t n) { releaseMapping(p, n); }, m_unitsOfHead);
+}
+
+void CpuStage::releaseMapping(const uint8_t* p, size_t bytes) const {
+  if (m_file) m_file->releasePages(p, bytes);
 }
 
 void CpuStage::waitForWeightCopy() {
@@ -165,10 +165,7 @@ void CpuStage::adoptUnit(size_t unit) {
     // A tied embedding is the output matrix: its rows are read from the copy too.
     m_tokenEmbdData = m_weights.remap(m_tokenEmbdData);
   }
-  const gguf::File* file = m_file;
-  m_weights.forEachRange(unit, [file](const uint8_t* p, size_t n) {
-    if (file) file->releasePages(p, n);
-  });
+  m_weights.forEachRange(unit, [this](const uint8_t* p, size_t n) { releaseMapping(p, n); });
 }
 
 // The forward pass: rows in, each layer's program, rows (or logits) out.

@@ -62,6 +62,9 @@ class CpuStage final : public runtime::LocalStage {
   void startWeightCopy(const runtime::ModelSource& model);
   void adoptCopiedWeights();  // with m_adoptMutex held
   void adoptUnit(size_t unit);
+  // Gives the file mapping's pages for [p, p + bytes) back (nothing when the weights are a
+  // buffer: dropping its pages would zero it).
+  void releaseMapping(const uint8_t* p, size_t bytes) const;
   void embed(std::span<const int32_t> tokens);
   void head(runtime::StageOutput& output);
 
