@@ -31,7 +31,7 @@ struct DeviceInfo {
   double bandwidthBytesPerS = 0;  // measured memory bandwidth, 0 until profiled
   double flopsPerS = 0;           // measured throughput, 0 until profiled
   // Backend-specific facts for display, in order: {"vendor", "AMD"}, {"subgroup_size", "64"},
-  // {"math", "exact (fp64)"}, ... (shoal-cli devices prints them; nothing decides on them).
+  // {"fp64", "yes"}, ... (shoal-cli devices prints them; nothing decides on them).
   std::vector<std::pair<std::string, std::string>> details;
 };
 

@@ -62,6 +62,21 @@ std::set<std::string> deviceExtensions(const VkApi& api, VkPhysicalDevice pd) {
   return out;
 }
 
+// SHOAL_VULKAN_MATH: "native" (or unset) runs the default shader variants, "exact" the
+// bit-identical ones, which need shaderFloat64. Anything else is an error, not a silent default.
+bool exactMathRequested(const PhysicalDevice& physical) {
+  const char* mode = std::getenv("SHOAL_VULKAN_MATH");
+  if (!mode || *mode == '\0' || std::strcmp(mode, "native") == 0) return false;
+  if (std::strcmp(mode, "exact") != 0) {
+    throw Error("SHOAL_VULKAN_MATH=" + std::string(mode) + ": expected native or exact");
+  }
+  if (!physical.fp64) {
+    throw Error("SHOAL_VULKAN_MATH=exact needs shaderFloat64, which " + physical.info.name +
+                " lacks");
+  }
+  return true;
+}
+
 }  // namespace
 
 void check(VkResult r, const char* what) {
@@ -183,7 +198,7 @@ std::vector<PhysicalDevice> enumerateDevices(const Instance& instance) {
     } else if (!f12.shaderInt8) {
       d.unusable = "lacks shaderInt8";
     }
-    // Without fp64 the device runs the native-math shader variants (exact.glsl).
+    // Only the opt-in exact-math shader variants need fp64 (shaders/math.glsl).
     d.fp64 = features.features.shaderFloat64 == VK_TRUE;
 
     d.info.id = "vulkan" + std::to_string(out.size());
@@ -197,19 +212,17 @@ std::vector<PhysicalDevice> enumerateDevices(const Instance& instance) {
                (heap.deviceLocal ? " device-local" : "") +
                (d.memoryBudget ? " (budget " + std::to_string(heap.budget >> 20) + " MiB)" : "");
     }
-    d.info.details = {
-        {"vendor", d.vendor},
-        {"driver", d.driver},
-        {"vulkan", std::to_string(VK_API_VERSION_MAJOR(d.apiVersion)) + "." +
-                       std::to_string(VK_API_VERSION_MINOR(d.apiVersion))},
-        {"subgroup_size", std::to_string(d.subgroupSize)},
-        {"subgroup_arithmetic", yesNo(d.subgroupArithmetic)},
-        {"fp16", yesNo(d.fp16)},
-        {"int8_dot", yesNo(d.int8Dot)},
-        {"math", d.fp64 ? "exact (fp64: bit-identical to the CPU backend)"
-                        : "native (no fp64: agrees with the CPU backend to rounding)"},
-        {"memory_heaps", heaps},
-        {"memory_budget_ext", yesNo(d.memoryBudget)}};
+    d.info.details = {{"vendor", d.vendor},
+                      {"driver", d.driver},
+                      {"vulkan", std::to_string(VK_API_VERSION_MAJOR(d.apiVersion)) + "." +
+                                     std::to_string(VK_API_VERSION_MINOR(d.apiVersion))},
+                      {"subgroup_size", std::to_string(d.subgroupSize)},
+                      {"subgroup_arithmetic", yesNo(d.subgroupArithmetic)},
+                      {"fp16", yesNo(d.fp16)},
+                      {"int8_dot", yesNo(d.int8Dot)},
+                      {"fp64", yesNo(d.fp64)},
+                      {"memory_heaps", heaps},
+                      {"memory_budget_ext", yesNo(d.memoryBudget)}};
     out.push_back(std::move(d));
   }
   return out;
@@ -236,7 +249,8 @@ Device::Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physica
   VkPhysicalDeviceFeatures2 features{};
   features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
   features.pNext = &f11;
-  features.features.shaderFloat64 = physical.fp64 ? VK_TRUE : VK_FALSE;
+  m_exactMath = exactMathRequested(physical);
+  features.features.shaderFloat64 = m_exactMath ? VK_TRUE : VK_FALSE;
   features.features.shaderInt16 = physical.int16 ? VK_TRUE : VK_FALSE;
   std::vector<const char*> extensions;
   if (physical.memoryBudget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
@@ -271,8 +285,6 @@ Device::Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physica
   const char* noSubgroup = std::getenv("SHOAL_VULKAN_NO_SUBGROUP");
   m_useSubgroups =
       physical.subgroupArithmetic && !(noSubgroup && std::strcmp(noSubgroup, "1") == 0);
-  const char* nativeMath = std::getenv("SHOAL_VULKAN_NATIVE_MATH");
-  m_exactMath = physical.fp64 && !(nativeMath && std::strcmp(nativeMath, "1") == 0);
 }
 
 Device::~Device() {
@@ -290,9 +302,9 @@ const Pipeline& Device::pipeline(const std::string& shader,
   auto key = std::make_pair(shader, constants);
   if (auto it = m_pipelines.find(key); it != m_pipelines.end()) return it->second;
   const EmbeddedShader* found = nullptr;
-  const std::string native = shader + "_native";
+  const std::string exact = shader + "_exact";
   for (const EmbeddedShader& s : embeddedShaders()) {
-    if (!m_exactMath && native == s.name) {
+    if (m_exactMath && exact == s.name) {
       found = &s;
       break;
     }

@@ -31,7 +31,7 @@ struct PhysicalDevice {
   uint32_t subgroupSize = 0;
   bool subgroupArithmetic = false;  // subgroupAdd in compute shaders
   bool fp16 = false;                // shaderFloat16
-  bool fp64 = false;                // shaderFloat64: exact-math shaders (exact.glsl) usable
+  bool fp64 = false;                // shaderFloat64: the opt-in exact-math shaders usable
   bool int16 = false;               // shaderInt16
   bool int8Dot = false;             // shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)
   bool memoryBudget = false;        // VK_EXT_memory_budget present
@@ -55,7 +55,8 @@ struct Pipeline {
 // A logical device for compute. Thread-compatible: one user at a time (a Stage).
 class Device {
  public:
-  // Throws shoal::Error with the Vulkan result when the device cannot be created.
+  // Throws shoal::Error with the Vulkan result when the device cannot be created, and for a
+  // SHOAL_VULKAN_MATH other than native or exact, or exact on a device without shaderFloat64.
   Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physical);
   ~Device();
   Device(const Device&) = delete;
@@ -67,12 +68,14 @@ class Device {
   VkPipelineLayout layout() const { return m_layout; }
   // Whether matvec uses subgroupAdd (SHOAL_VULKAN_NO_SUBGROUP=1 forces the shared-memory path).
   bool useSubgroups() const { return m_useSubgroups; }
-  // Whether the kernels round bit for bit as the CPU backend (exact.glsl, needs shaderFloat64);
-  // otherwise the "_native" shader variants run. SHOAL_VULKAN_NATIVE_MATH=1 forces native math.
+  // Whether the kernels round bit for bit as the CPU backend (the "<name>_exact" shader
+  // variants, shaders/math.glsl; needs shaderFloat64). Off by default: the default variants use
+  // the device's own arithmetic, held to the GPU accuracy contract. SHOAL_VULKAN_MATH=exact turns
+  // it on (a debugging tool, e.g. on lavapipe); SHOAL_VULKAN_MATH=native is the default.
   bool exactMath() const { return m_exactMath; }
 
   // The pipeline of an embedded shader with its specialization constants (constant_id 0..n-1,
-  // 32-bit each); created on first use and cached. Without exactMath() the shader's "_native"
+  // 32-bit each); created on first use and cached. With exactMath() the shader's "_exact"
   // variant is used where one exists. Throws for an unknown shader name.
   const Pipeline& pipeline(const std::string& shader, const std::vector<uint32_t>& constants = {});
 

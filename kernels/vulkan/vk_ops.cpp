@@ -206,8 +206,21 @@ void Recorder::matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, 
   push.ref(w.memory.address).ref(act.qs).ref(act.d).ref(act.s).ref(y);
   push.u32(static_cast<uint32_t>(w.rows)).u32(static_cast<uint32_t>(w.cols));
   push.u32(static_cast<uint32_t>(w.rowBytes)).u32(tokens);
-  dispatch("matvec_q8_" + typeSuffix(w.type), {kGroup}, push,
-           groups(static_cast<uint64_t>(w.rows), kGroup), tokens);
+  const std::string name = "matvec_q8_" + typeSuffix(w.type);
+  if (m_device.exactMath()) {
+    // One invocation per (row, token), in the CPU's order.
+    dispatch(name, {kGroup}, push, groups(static_cast<uint64_t>(w.rows), kGroup), tokens);
+    return;
+  }
+  // A workgroup per row, its invocations over the row's blocks: 64 for rows of 64 blocks or
+  // more (2048 columns), else 32 so that short rows (SmolLM2's 576 columns: 18 blocks) do not
+  // leave most of the group idle. Groups stride over rows past Vulkan's guaranteed 65535, and
+  // each covers kQ8TokensPerGroup tokens (matvec_q8.comp TOKENS).
+  constexpr uint32_t kQ8TokensPerGroup = 8;
+  const uint32_t invocations = w.cols / 32 >= 64 ? 64 : 32;
+  dispatch(name + (m_device.useSubgroups() ? "_subgroup" : ""), {invocations}, push,
+           static_cast<uint32_t>(std::min<int64_t>(w.rows, 65535)),
+           groups(tokens, kQ8TokensPerGroup));
 }
 
 void Recorder::embed(const DeviceMatrix& w, VkDeviceAddress tokens, VkDeviceAddress y,

@@ -24,9 +24,9 @@ struct DeviceMatrix {
 bool supportedWeightType(gguf::TensorType type);
 
 // Whether products with this weight type quantize the activations to 8 bits first and take
-// integer dot products in the CPU backend's order (Q4_0, Q4_1, Q8_0: bit-identical to the CPU).
-// The other types (F16, F32, Q5_0, Q5_1, the K-quants, IQ4_NL, IQ4_XS, MXFP4) multiply
-// dequantized weights with f32 activations and only approximate the CPU.
+// integer dot products per block (Q4_0, Q4_1, Q8_0; in exact math in the CPU backend's order,
+// bit-identical to it). The other types (F16, F32, Q5_0, Q5_1, the K-quants, IQ4_NL, IQ4_XS,
+// MXFP4) multiply dequantized weights with f32 activations.
 bool quantizesActivations(gguf::TensorType type);
 
 // Activations quantized by Recorder::quantizeQ8: int8 quants (tokens x cols, 4 per word), and
@@ -66,7 +66,8 @@ class Recorder {
   void quantizeQ8(VkDeviceAddress x, const QuantizedActivations& act, uint32_t cols,
                   uint32_t tokens);
   // y[t * rows + r] = dot(W row r, activation row t) for a weight type that quantizesActivations,
-  // in the CPU backend's order, for any token count.
+  // for any token count: a workgroup per row reading each weight once per 8 tokens, or (exact
+  // math) one invocation per row and token in the CPU backend's order.
   void matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, VkDeviceAddress y,
                 uint32_t tokens);
 

@@ -246,12 +246,13 @@ int main(int argc, char** argv) {
     }
     char detail[256];
     std::snprintf(detail, sizeof detail,
-                  "%zu positions: top-1 %.4f (prompt rows %.4f, decode rows %.4f), mean KL %.3g "
-                  "nats (max %.3g)",
+                  "%zu positions: top-1 %.4f (prompt rows %.4f, decode rows %.4f; %.4f of the "
+                  "%zu decisive), mean KL %.3g nats (max %.3g)",
                   all.positions(), all.top1Agreement(), prefill.top1Agreement(),
-                  decode.top1Agreement(), all.meanKl(), all.maxKl());
+                  decode.top1Agreement(), all.decisiveTop1Agreement(), all.decisivePositions(),
+                  all.meanKl(), all.maxKl());
     tally.expect(all.meetsContract() && all.positions() > 0,
-                 "teacher-forced top-1 >= 99% and mean KL <= 0.01", detail);
+                 "teacher-forced top-1 >= 99% (decisive positions) and mean KL <= 0.01", detail);
     tally.expect(promptNmseMax <= 5e-4, "prompt logits nmse <= 5e-4",
                  "max " + std::to_string(promptNmseMax));
     checkSegments(tally, *backend, o.device, *m,
@@ -262,12 +263,14 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"check\": \"model\", \"backend\": \"%s\", \"device\": \"%s\", \"model\": \"%s\", "
       "\"prompts\": %zu, \"steps\": %d, \"positions\": %zu, \"top1_agreement\": %.5f, "
-      "\"top1_prompt_rows\": %.5f, \"top1_decode_rows\": %.5f, \"mean_kl_nats\": %.4g, "
+      "\"top1_prompt_rows\": %.5f, \"top1_decode_rows\": %.5f, \"top1_decisive\": %.5f, "
+      "\"decisive_positions\": %zu, \"mean_kl_nats\": %.4g, "
       "\"max_kl_nats\": %.4g, \"prompt_logits_nmse_max\": %.4g, \"passed\": %d, "
       "\"failed\": %d}\n",
       o.backend.c_str(), gpu_test::jsonEscape(deviceName).c_str(),
       gpu_test::jsonEscape(o.model).c_str(), promptCount, o.steps, all.positions(),
-      all.top1Agreement(), prefill.top1Agreement(), decode.top1Agreement(), all.meanKl(),
-      all.maxKl(), promptNmseMax, tally.passed, tally.failed);
+      all.top1Agreement(), prefill.top1Agreement(), decode.top1Agreement(),
+      all.decisiveTop1Agreement(), all.decisivePositions(), all.meanKl(), all.maxKl(),
+      promptNmseMax, tally.passed, tally.failed);
   return tally.finish();
 }

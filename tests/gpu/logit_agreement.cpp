@@ -30,7 +30,20 @@ void LogitAgreement::add(std::span<const float> reference, std::span<const float
   }
   const auto refTop = std::max_element(reference.begin(), reference.end()) - reference.begin();
   const auto gotTop = std::max_element(candidate.begin(), candidate.end()) - candidate.begin();
-  if (refTop == gotTop) ++m_top1Equal;
+  // The reference's top-2 margin: its best logit minus the best of the others.
+  float second = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < reference.size(); ++i) {
+    if (static_cast<std::ptrdiff_t>(i) != refTop) second = std::max(second, reference[i]);
+  }
+  const double margin = static_cast<double>(reference[static_cast<size_t>(refTop)]) - second;
+  const bool decisive = margin >= kDecisiveMargin;
+  m_decisive += decisive ? 1 : 0;
+  if (refTop == gotTop) {
+    ++m_top1Equal;
+    m_decisiveEqual += decisive ? 1 : 0;
+  } else {
+    m_missMarginMax = std::max(m_missMarginMax, margin);
+  }
   const std::vector<double> p = logSoftmax(reference);
   const std::vector<double> q = logSoftmax(candidate);
   double kl = 0;
@@ -44,6 +57,11 @@ void LogitAgreement::add(std::span<const float> reference, std::span<const float
 double LogitAgreement::top1Agreement() const {
   return m_positions == 0 ? 1.0
                           : static_cast<double>(m_top1Equal) / static_cast<double>(m_positions);
+}
+
+double LogitAgreement::decisiveTop1Agreement() const {
+  return m_decisive == 0 ? 1.0
+                         : static_cast<double>(m_decisiveEqual) / static_cast<double>(m_decisive);
 }
 
 double LogitAgreement::meanKl() const {

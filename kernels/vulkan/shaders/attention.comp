@@ -14,7 +14,7 @@
 // nothing). tanh and the sink's exp are the driver's, so those models are close to the CPU, not
 // bit-identical.
 #include "common.glsl"
-#include "exact.glsl"
+#include "math.glsl"
 
 layout(constant_id = 1) const uint MAX_CTX = 2048;
 
@@ -49,7 +49,7 @@ float dotKq(uint pos, uint kvDim, uint kvOff, uint hd, bool tiled) {
   if (tiled) {
     for (uint l = 0; l < 16u; ++l) {
       float a = 0.0;
-      for (uint i = 0; i < hd; i += 16u) a = fmaExact(keyAt(pos, kvDim, kvOff, i + l), qh[i + l], a);
+      for (uint i = 0; i < hd; i += 16u) a = mathFma(keyAt(pos, kvDim, kvOff, i + l), qh[i + l], a);
       u[l] = a;
     }
     return reduce16(u);
@@ -58,10 +58,10 @@ float dotKq(uint pos, uint kvDim, uint kvOff, uint hd, bool tiled) {
   for (uint l = 0; l < 16u; ++l) {
     float a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
     for (uint i = 0; i < full; i += 64u) {
-      a0 = fmaExact(keyAt(pos, kvDim, kvOff, i + l), qh[i + l], a0);
-      a1 = fmaExact(keyAt(pos, kvDim, kvOff, i + 16u + l), qh[i + 16u + l], a1);
-      a2 = fmaExact(keyAt(pos, kvDim, kvOff, i + 32u + l), qh[i + 32u + l], a2);
-      a3 = fmaExact(keyAt(pos, kvDim, kvOff, i + 48u + l), qh[i + 48u + l], a3);
+      a0 = mathFma(keyAt(pos, kvDim, kvOff, i + l), qh[i + l], a0);
+      a1 = mathFma(keyAt(pos, kvDim, kvOff, i + 16u + l), qh[i + 16u + l], a1);
+      a2 = mathFma(keyAt(pos, kvDim, kvOff, i + 32u + l), qh[i + 32u + l], a2);
+      a3 = mathFma(keyAt(pos, kvDim, kvOff, i + 48u + l), qh[i + 48u + l], a3);
     }
     precise float s02 = a0 + a2;
     precise float s13 = a1 + a3;
@@ -92,7 +92,7 @@ float dotKqv(uint i, uint kvDim, uint kvOff, uint visible, bool tiled) {
         const uint pos = c + 16u * j + l;
         if (pos < visible) {
           const float v = halfValue(uint(p.valueCache.v[pos * kvDim + kvOff + i]));
-          a[j] = fmaExact(v, scores[pos], a[j]);
+          a[j] = mathFma(v, scores[pos], a[j]);
         }
       }
     }

@@ -5,7 +5,7 @@
 // (ggml_table_gelu_f16). tanh is the driver's, so a result can differ from the CPU's table
 // entry by one f16 step.
 #include "common.glsl"
-#include "exact.glsl"
+#include "math.glsl"
 
 layout(push_constant) uniform Push {
   Floats gate;
@@ -24,7 +24,7 @@ void main() {
     g = x;
   } else {
     const float h = roundHalf(x);
-    const float inner = fmaExact(0.044715 * h, h, 1.0);
+    const float inner = mathFma(0.044715 * h, h, 1.0);
     precise float arg = 0.79788456080286535587989211986876 * h * inner;
     precise float gelu = 0.5 * h * (1.0 + tanh(arg));
     g = roundHalf(gelu);

@@ -1,9 +1,9 @@
 #version 450
 // Append count tokens' keys and values to an f16 cache (position-major, kvDim per position) at
-// positions params[0] + t, rounded to nearest even as the CPU backend's cache (exact.glsl
+// positions params[0] + t, rounded to nearest even as the CPU backend's cache (math.glsl
 // halfBits: the driver's own f16 conversion may round otherwise).
 #include "common.glsl"
-#include "exact.glsl"
+#include "math.glsl"
 
 layout(push_constant) uniform Push {
   Floats k;

@@ -1,21 +1,29 @@
 #version 450
 // y[t][r] = dot(W row r, x[t]) for weights of a 32-element block type (Q4_0, Q4_1, Q8_0: a
-// WTYPE_<type> define) and activations quantized by quantize_q8.comp, in the CPU backend's order
-// (kernels/cpu/reference_dots.cpp, ggml's AVX2 vec_dot): one invocation per (row, token) walks
-// the row's blocks in order, keeping eight float lanes; lane k takes the exact integer dot of
-// elements 4k..4k+3 of each block, lane = fma(d_w * d_x, dot, lane) once per block; the lanes are
-// summed as hsum_float_8, then (Q4_1) the minimum term m_w * s_x accumulated by fma per block.
-// Used for any token count: the CPU uses the same order for a batch.
+// WTYPE_<type> define) and activations quantized to 8 bits by quantize_q8.comp, in the device's
+// own arithmetic (the default variant; matvec_q8_exact.comp keeps the CPU backend's order).
+//
+// One workgroup per weight row. Its invocations take the row's blocks in turn, so neighbouring
+// invocations read neighbouring blocks and the row streams through memory once, coalesced. Each
+// invocation unpacks a block's weights once and multiplies them with up to TOKENS activation
+// rows: exact integer dot products per block, scaled by d_w * d_x (plus m_w * s_x for Q4_1), so
+// a prefill batch reads each weight once per TOKENS tokens instead of once per token. The
+// workgroup then reduces its partial sums (subgroupAdd where the device has it, USE_SUBGROUP;
+// else a shared-memory tree). Blocks are 2-byte aligned, so weights are read as 16-bit halves
+// combined into words: no dynamically indexed local array, no byte loads.
+// Groups stride over the rows beyond the dispatch's width (Vulkan guarantees 65535 groups in x);
+// the second dispatch dimension runs over tiles of TOKENS tokens.
 #include "common.glsl"
-#include "exact.glsl"
+
+#define TOKENS 8u
 
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer Words { uint v[]; };
 
 layout(push_constant) uniform Push {
-  Words w;  // the weights, read as 32-bit words (blocks are only 2-byte aligned)
-  Words qs;
-  Floats d;
-  Floats s;
+  Halves w;  // the weights as 16-bit halves
+  Words qs;  // activation quants, 8 words (32 int8) per block
+  Floats d;  // per activation block: its scale
+  Floats s;  // per activation block: d * sum of its quants (Q8_1's extra, read by Q4_1)
   Floats y;
   uint rows;
   uint cols;
@@ -25,83 +33,101 @@ layout(push_constant) uniform Push {
 
 #if defined(WTYPE_Q4_0)
 #define BLOCK_BYTES 18u
-#define QS_HALF 1u  // first 16-bit half of the quants
+#define QUANTS_AT 2u  // byte offset of the quants in a block
+#define QUANT_WORDS 4u
 #elif defined(WTYPE_Q4_1)
 #define BLOCK_BYTES 20u
-#define QS_HALF 2u
+#define QUANTS_AT 4u
+#define QUANT_WORDS 4u
 #elif defined(WTYPE_Q8_0)
 #define BLOCK_BYTES 34u
-#define QS_HALF 1u
+#define QUANTS_AT 2u
+#define QUANT_WORDS 8u
 #else
 #error "define WTYPE_Q4_0, WTYPE_Q4_1 or WTYPE_Q8_0"
 #endif
 
-// One block as the 32-bit words that cover it, loaded once (wide loads are much cheaper than
-// 8/16-bit ones on some drivers); `shift` is 1 when the block starts in the middle of a word.
-#define RAW_WORDS ((BLOCK_BYTES + 2u + 3u) / 4u)
-uint raw[RAW_WORDS];
-uint shift;
+#ifdef USE_SUBGROUP
+shared float partial[TOKENS * gl_WorkGroupSize.x];  // per token, one sum per subgroup
+#else
+shared float partial[TOKENS * gl_WorkGroupSize.x];  // per token, one sum per invocation
+#endif
 
-uint half16(uint i) { return (raw[(shift + i) >> 1] >> (16u * ((shift + i) & 1u))) & 0xffffu; }
-// Bytes 4k..4k+3 of the block's quants.
-uint weightWord(uint k) { return half16(QS_HALF + 2u * k) | (half16(QS_HALF + 2u * k + 1u) << 16); }
+uint halfAt(uint byteOffset) { return uint(p.w.v[byteOffset >> 1]); }
+uint wordAt(uint byteOffset) { return halfAt(byteOffset) | (halfAt(byteOffset + 2u) << 16); }
 
-int sbyte(uint word, uint e) { return int(word << (24u - 8u * e)) >> 24; }
-
-// Dot of four weights (nibbles at bit offset `shift` of each byte, minus `offset`) with four
-// signed activation bytes.
-int dot4Nibbles(uint wword, uint shift, int offset, uint xword) {
-  int sum = 0;
-  for (uint e = 0; e < 4u; ++e) {
-    sum += (int((wword >> (8u * e + shift)) & 15u) - offset) * sbyte(xword, e);
-  }
-  return sum;
-}
-int dot4Bytes(uint wword, uint xword) {
-  int sum = 0;
-  for (uint e = 0; e < 4u; ++e) sum += sbyte(wword, e) * sbyte(xword, e);
-  return sum;
+// Sum of the products of four signed bytes with four bytes (weights: signed, or unsigned nibbles
+// already offset into ivec4).
+int dot4(ivec4 a, uint xword) {
+  const ivec4 b = ivec4(unpack8(int(xword)));
+  const ivec4 m = a * b;
+  return m.x + m.y + m.z + m.w;
 }
 
 void main() {
-  const uint row = gl_GlobalInvocationID.x, t = gl_GlobalInvocationID.y;
-  if (row >= p.rows || t >= p.tokens) return;
+  const uint tid = gl_LocalInvocationID.x, group = gl_WorkGroupSize.x;
   const uint nb = p.cols / 32u;
-  float acc[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-  float summs = 0.0;
-  for (uint b = 0; b < nb; ++b) {
-    const uint byteOffset = row * p.rowBytes + b * BLOCK_BYTES;
-    shift = (byteOffset >> 1) & 1u;
-    const uint firstWord = byteOffset >> 2;
-    for (uint i = 0; i < RAW_WORDS; ++i) {
-      if (i < RAW_WORDS - 1u || shift != 0u || (BLOCK_BYTES % 4u) != 0u) raw[i] = p.w.v[firstWord + i];
-    }
-    const uint xb = t * nb + b;
-    const float dw = halfValue(half16(0u));
-    precise float scale = dw * p.d.v[xb];
-    int lanes[8];
-#if defined(WTYPE_Q8_0)
-    for (uint k = 0; k < 8u; ++k) lanes[k] = dot4Bytes(weightWord(k), p.qs.v[xb * 8u + k]);
-#else
-#if defined(WTYPE_Q4_0)
-    const int offset = 8;
-#else
-    const int offset = 0;
-    summs = fmaExact(halfValue(half16(1u)), p.s.v[xb], summs);
-#endif
-    // Elements 0..15 are the low nibbles of quant bytes 0..15, elements 16..31 the high ones.
-    for (uint k = 0; k < 4u; ++k) {
-      const uint ww = weightWord(k);
-      lanes[k] = dot4Nibbles(ww, 0u, offset, p.qs.v[xb * 8u + k]);
-      lanes[k + 4u] = dot4Nibbles(ww, 4u, offset, p.qs.v[xb * 8u + k + 4u]);
-    }
-#endif
-    for (uint k = 0; k < 8u; ++k) acc[k] = fmaExact(scale, float(lanes[k]), acc[k]);
-  }
+  const uint t0 = gl_WorkGroupID.y * TOKENS;
+  const uint tileTokens = min(TOKENS, p.tokens - t0);
+  for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
+    float acc[TOKENS];
+    for (uint t = 0; t < TOKENS; ++t) acc[t] = 0.0;
+    for (uint b = tid; b < nb; b += group) {
+      const uint base = row * p.rowBytes + b * BLOCK_BYTES;
+      const float dw = unpackHalf2x16(halfAt(base)).x;
 #if defined(WTYPE_Q4_1)
-  precise float total = hsum8(acc) + summs;
-#else
-  const float total = hsum8(acc);
+      const float mw = unpackHalf2x16(halfAt(base + 2u)).x;
 #endif
-  p.y.v[t * p.rows + row] = total;
+      // The block's 32 weights as signed values, four per ivec4, in element order.
+      ivec4 q[8];
+#if defined(WTYPE_Q8_0)
+      for (uint k = 0; k < 8u; ++k) q[k] = ivec4(unpack8(int(wordAt(base + QUANTS_AT + 4u * k))));
+#else
+      // Elements 0..15 are the low nibbles of quant bytes 0..15, elements 16..31 the high ones.
+#if defined(WTYPE_Q4_0)
+      const ivec4 offset = ivec4(8);
+#else
+      const ivec4 offset = ivec4(0);
+#endif
+      for (uint k = 0; k < 4u; ++k) {
+        const uint word = wordAt(base + QUANTS_AT + 4u * k);
+        q[k] = ivec4(unpack8(word & 0x0f0f0f0fu)) - offset;
+        q[k + 4u] = ivec4(unpack8((word >> 4) & 0x0f0f0f0fu)) - offset;
+      }
+#endif
+      for (uint t = 0; t < TOKENS; ++t) {
+        if (t >= tileTokens) break;
+        const uint xb = (t0 + t) * nb + b;
+        int sum = 0;
+        for (uint k = 0; k < 8u; ++k) sum += dot4(q[k], p.qs.v[xb * 8u + k]);
+        acc[t] = fma(dw * p.d.v[xb], float(sum), acc[t]);
+#if defined(WTYPE_Q4_1)
+        acc[t] = fma(mw, p.s.v[xb], acc[t]);
+#endif
+      }
+    }
+#ifdef USE_SUBGROUP
+    for (uint t = 0; t < TOKENS; ++t) {
+      const float v = subgroupAdd(acc[t]);
+      if (gl_SubgroupInvocationID == 0u) partial[t * group + gl_SubgroupID] = v;
+    }
+    barrier();
+    if (tid < tileTokens) {
+      float total = 0.0;
+      for (uint i = 0; i < gl_NumSubgroups; ++i) total += partial[tid * group + i];
+      p.y.v[(t0 + tid) * p.rows + row] = total;
+    }
+#else
+    for (uint t = 0; t < TOKENS; ++t) partial[t * group + tid] = acc[t];
+    barrier();
+    for (uint stride = group / 2u; stride > 0u; stride >>= 1) {
+      if (tid < stride) {
+        for (uint t = 0; t < TOKENS; ++t) partial[t * group + tid] += partial[t * group + tid + stride];
+      }
+      barrier();
+    }
+    if (tid < tileTokens) p.y.v[(t0 + tid) * p.rows + row] = partial[tid * group];
+#endif
+    barrier();  // partial is reused by the next row
+  }
 }

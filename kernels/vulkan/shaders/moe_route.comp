@@ -6,7 +6,7 @@
 // E most probable first (ties to the lower expert id); with `normalize`, w is divided by its
 // sum, clamped below at 2^-14 (ggml_clamp). Experts up to 256 (the host checks).
 #include "common.glsl"
-#include "exact.glsl"
+#include "math.glsl"
 
 layout(push_constant) uniform Push {
   Floats logits;   // rows x experts
@@ -65,6 +65,6 @@ void main() {
     Acc total = accFrom(0.0);
     for (uint k = 0; k < p.used; ++k) total = accAdd(total, p.weights.v[first + k]);
     const float sum = max(accToFloat(total), 6.103515625e-5);
-    for (uint k = 0; k < p.used; ++k) p.weights.v[first + k] = divExact(p.weights.v[first + k], sum);
+    for (uint k = 0; k < p.used; ++k) p.weights.v[first + k] = mathDiv(p.weights.v[first + k], sum);
   }
 }

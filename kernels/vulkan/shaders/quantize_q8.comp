@@ -7,7 +7,7 @@
 //   qs[tokens * cols] int8, four per word; d[tokens * cols / 32] and s[...] as the f16 values in
 //   f32.
 #include "common.glsl"
-#include "exact.glsl"
+#include "math.glsl"
 
 layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer OutWords {
   uint v[];
@@ -27,8 +27,8 @@ void main() {
   const uint base = b * 32u;
   float amax = 0.0;
   for (uint j = 0; j < 32u; ++j) amax = max(amax, abs(p.x.v[base + j]));
-  const float d = divExact(amax, 127.0);
-  const float id = amax != 0.0 ? divExact(127.0, amax) : 0.0;
+  const float d = mathDiv(amax, 127.0);
+  const float id = amax != 0.0 ? mathDiv(127.0, amax) : 0.0;
   int sum = 0;
   for (uint w = 0; w < 8u; ++w) {
     uint word = 0u;

@@ -6,7 +6,7 @@
 // token t: params[0] (the batch's first position, written by the host before each submit) + t.
 // Normal style rotates pairs (2i, 2i+1), NeoX style pairs (i, i + nRot/2).
 #include "common.glsl"
-#include "exact.glsl"
+#include "math.glsl"
 
 layout(push_constant) uniform Push {
   Floats x;
@@ -33,6 +33,6 @@ void main() {
   const float x0 = p.x.v[a], x1 = p.x.v[b];
   precise float x1s = x1 * s;
   precise float x1c = x1 * c;
-  p.x.v[a] = fmaExact(x0, c, -x1s);
-  p.x.v[b] = fmaExact(x0, s, x1c);
+  p.x.v[a] = mathFma(x0, c, -x1s);
+  p.x.v[b] = mathFma(x0, s, x1c);
 }

@@ -5,7 +5,7 @@
 // reproduce bit for bit (it uses the driver's exp there); rows of the models Shoal runs are
 // multiples of 16.
 #include "common.glsl"
-#include "exact.glsl"
+#include "math.glsl"
 
 layout(push_constant) uniform Push {
   Floats gate;
@@ -23,7 +23,7 @@ void main() {
     s = siluGgml(g);
   } else {
     precise float den = 1.0 + exp(-g);
-    s = divExact(g, den);
+    s = mathDiv(g, den);
   }
   precise float y = s * p.up.v[i];
   p.gate.v[i] = y;

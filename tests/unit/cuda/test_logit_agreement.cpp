@@ -49,6 +49,27 @@ class TestLogitAgreement : public QObject {
     QCOMPARE(a.top1Agreement(), 0.99);
   }
 
+  // Only positions where the reference's top-2 margin is >= kDecisiveMargin bind the top-1
+  // bound: a flipped near-tie is rounding, a flipped clear winner is a fault.
+  void topOneBindsOnlyDecisivePositions() {
+    const float tie = float(LogitAgreement::kDecisiveMargin) / 2;
+    const std::vector<float> nearTie = {0.f, tie, 0.f}, flipped = {0.f, 0.f, tie};
+    LogitAgreement a;
+    for (int i = 0; i < 10; ++i) a.add(nearTie, flipped);
+    QCOMPARE(a.top1Agreement(), 0.0);
+    QCOMPARE(a.decisivePositions(), size_t{0});
+    QCOMPARE(a.maxMissMargin(), double(tie));
+    QVERIFY(a.meanKl() < LogitAgreement::kMaxMeanKl);
+    QVERIFY(a.meetsContract());
+    const float clear = float(LogitAgreement::kDecisiveMargin) * 4;
+    const std::vector<float> winner = {0.f, clear, 0.f}, other = {0.f, 0.f, clear};
+    LogitAgreement b;
+    b.add(winner, other);
+    QCOMPARE(b.decisivePositions(), size_t{1});
+    QCOMPARE(b.decisiveTop1Agreement(), 0.0);
+    QVERIFY(!b.meetsContract());
+  }
+
   void brokenRowsFail() {
     LogitAgreement missing;
     const std::vector<float> ref = {0.f, 1.f};

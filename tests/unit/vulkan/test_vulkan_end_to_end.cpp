@@ -1,26 +1,27 @@
 // The Vulkan backend end to end against the CPU backend on the default model (SmolLM2-135M
-// Q4_1), under the validation layer. The CPU backend reproduces llama.cpp bit for bit; the
-// Vulkan kernels round as the CPU's do (kernels/vulkan/shaders/exact.glsl), so:
-//  * for each prompt of the subset below (from tests/fixtures/llamacpp_smollm2.json), the
-//    64-token greedy continuation of a one-stage Vulkan chain is the CPU chain's, except that a
-//    divergence is allowed at a step where the fixture's top-2 margin is below 0.05 (the
-//    comparison ends there), and at every compared step the CPU's top-10 logits are within 0.1;
-//  * a chain of two stages, layers [0, 15) on Vulkan and the rest on the CPU, gives the tokens
-//    of one CPU stage.
+// Q4_1), under the validation layer, held to the GPU accuracy contract (tests/gpu/
+// logit_agreement.h): for each prompt of the subset below (from
+// tests/fixtures/llamacpp_smollm2.json) the CPU decodes 64 tokens greedily, and a Vulkan chain
+// evaluates the prompt and then the CPU's tokens one at a time (teacher-forced); over all those
+// positions the top-1 tokens agree at >= 99% and the mean KL(p_cpu || p_vulkan) is <= 0.01 nats.
+// The same holds for a chain of two stages, layers [0, 15) on Vulkan and the rest on the CPU.
+//
+// Built twice: test_vulkan_end_to_end_exact (SHOAL_TEST_EXACT_MATH) runs the opt-in exact-math
+// shader variants (SHOAL_VULKAN_MATH=exact), which round as the CPU does; there, on top of the
+// contract, the 64-token greedy continuation of the Vulkan chain is the CPU chain's, except that
+// a divergence is allowed at a step where the fixture's top-2 margin is below 0.05 (the
+// comparison ends there), the CPU's top-10 logits are within 0.1 at every compared step, and
+// the split chain gives the CPU's tokens.
 // The default subset keeps the test near a minute on Mesa's lavapipe (a software device);
 // SHOAL_VULKAN_E2E_ALL=1 runs every fixture prompt, SHOAL_VULKAN_VALIDATION=0 runs without the
 // validation layer (about twice as fast). Skipped without a Vulkan device or model.
-//
-// Built twice: test_vulkan_end_to_end_native_math (SHOAL_TEST_NATIVE_MATH) forces the shader
-// variants that devices without shaderFloat64 run (driver fma/division, float accumulators), so
-// the same margin and logit rules check that path here too; its logits are not expected to be
-// bit-identical to the CPU's.
 
 #include <QtTest>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -34,6 +35,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/vulkan/vk_loader.h"
 #include "kernels/vulkan/vulkan_backend.h"
+#include "tests/gpu/logit_agreement.h"
 
 using namespace shoal;
 
@@ -43,9 +45,16 @@ constexpr double kLogitTolerance = 0.1;
 constexpr double kSmallMargin = 0.05;
 constexpr int32_t kContext = 512;  // the longest fixture prompt (319) plus 64 steps
 constexpr int32_t kSplitLayer = 15;
-// Prompts compared by default: one, to stay well under a minute on lavapipe under the validation
-// layer (about 25 s). SHOAL_VULKAN_E2E_ALL=1 runs all 13 (several minutes on lavapipe).
-const char* const kDefaultPrompts[] = {"raw_short_fact"};
+// Prompts compared by default: three of the 13 (192 teacher-forced positions), to stay near a
+// minute on lavapipe under the validation layer. SHOAL_VULKAN_E2E_ALL=1 runs all 13 (the
+// contract's full 832 positions; several minutes on lavapipe).
+const char* const kDefaultPrompts[] = {"raw_short_fact", "raw_code_python", "chat_no_system"};
+
+#ifdef SHOAL_TEST_EXACT_MATH
+constexpr bool kExactMath = true;
+#else
+constexpr bool kExactMath = false;
+#endif
 constexpr size_t kSplitSteps = 16;
 
 nlohmann::json loadFixtures() {
@@ -88,6 +97,25 @@ Run greedy(runtime::Chain& chain, const std::vector<int32_t>& prompt, size_t ste
   return run;
 }
 
+// A chain's logits at every step of a reference run, teacher-forced: the prompt as one batch
+// (its last row's logits), then the reference's tokens one at a time (decode), so one early
+// difference cannot snowball into a different text.
+std::vector<std::vector<float>> teacherForced(runtime::Chain& chain,
+                                              const std::vector<int32_t>& prompt,
+                                              const Run& reference) {
+  std::vector<std::vector<float>> out;
+  chain.truncate(0, 0);
+  std::vector<float> logits;
+  chain.forward(0, 0, prompt, logits);
+  out.push_back(logits);
+  int32_t position = static_cast<int32_t>(prompt.size());
+  for (size_t step = 0; step + 1 < reference.tokens.size(); ++step) {
+    chain.forward(0, position++, std::span(&reference.tokens[step], 1), logits);
+    out.push_back(logits);
+  }
+  return out;
+}
+
 }  // namespace
 
 class VulkanEndToEndTest : public QObject {
@@ -126,9 +154,7 @@ class VulkanEndToEndTest : public QObject {
  private slots:
   void initTestCase() {
     setenv("SHOAL_VULKAN_VALIDATION", "1", 0);  // unless the caller chose
-#ifdef SHOAL_TEST_NATIVE_MATH
-    setenv("SHOAL_VULKAN_NATIVE_MATH", "1", 1);
-#endif
+    setenv("SHOAL_VULKAN_MATH", kExactMath ? "exact" : "native", 1);
     const auto modelPath =
         std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
     if (!std::filesystem::exists(modelPath)) QSKIP("default model absent (run scripts/setup)");
@@ -143,7 +169,48 @@ class VulkanEndToEndTest : public QObject {
     m_weights =
         std::make_unique<model::ModelWeights>(model::ModelWeights::bind(*m_file, *m_config));
     m_cpu = std::make_unique<cpu::CpuBackend>(2);
-    qInfo("Vulkan device: %s", m_vulkan->devices().front().name.c_str());
+    qInfo("Vulkan device: %s, %s math", m_vulkan->devices().front().name.c_str(),
+          kExactMath ? "exact" : "native");
+  }
+
+  // The contract over the prompts together (its top-1 bound is over all positions: one flipped
+  // near-tie in 64 steps of one prompt is 98.4%).
+  void vulkanChainMeetsTheAccuracyContract() {
+    gpu_test::LogitAgreement agreement;
+    const char* all = std::getenv("SHOAL_VULKAN_E2E_ALL");
+    std::vector<std::string> names;
+    if (all && std::string(all) == "1") {
+      for (const auto& g : m_fixtures["greedy"]) names.push_back(g["name"].get<std::string>());
+    } else {
+      names.assign(std::begin(kDefaultPrompts), std::end(kDefaultPrompts));
+    }
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(m_vulkan->createStage(m_deviceId, source(), spec(0, m_config->nLayer)));
+    runtime::Chain vk(std::move(stages));
+    auto cpu = cpuChain();
+    for (const std::string& name : names) {
+      const auto& g = fixture(QString::fromStdString(name));
+      const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+      const size_t steps = g["top2_margin"].get<std::vector<double>>().size();
+      const Run want = greedy(*cpu, prompt, steps);
+      const auto got = teacherForced(vk, prompt, want);
+      gpu_test::LogitAgreement one;
+      for (size_t step = 0; step < steps; ++step) {
+        agreement.add(want.logits[step], got[step]);
+        one.add(want.logits[step], got[step]);
+      }
+      qInfo("%s: top-1 %.4f, mean KL %.3g nats, max KL %.3g", name.c_str(), one.top1Agreement(),
+            one.meanKl(), one.maxKl());
+    }
+    qInfo(
+        "all %zu positions: top-1 agreement %.4f, mean KL %.3g nats, max KL %.3g, largest "
+        "margin at a miss %.3g, decisive top-1 %.4f of %zu",
+        agreement.positions(), agreement.top1Agreement(), agreement.meanKl(), agreement.maxKl(),
+        agreement.maxMissMargin(), agreement.decisiveTop1Agreement(),
+        agreement.decisivePositions());
+    QVERIFY2(agreement.meetsContract(), qPrintable(QString("top-1 %1, mean KL %2")
+                                                       .arg(agreement.top1Agreement())
+                                                       .arg(agreement.meanKl())));
   }
 
   void vulkanChainMatchesCpuGreedyAndTopLogits_data() {
@@ -160,6 +227,7 @@ class VulkanEndToEndTest : public QObject {
     }
   }
   void vulkanChainMatchesCpuGreedyAndTopLogits() {
+    if (!kExactMath) QSKIP("greedy texts are compared in exact math only (the contract above)");
     QFETCH(QString, name);
     const auto& g = fixture(name);
     const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
@@ -217,11 +285,90 @@ class VulkanEndToEndTest : public QObject {
     stages.push_back(m_vulkan->createStage(m_deviceId, source(), spec(0, kSplitLayer)));
     stages.push_back(m_cpu->createStage("cpu0", source(), spec(kSplitLayer, m_config->nLayer)));
     runtime::Chain split(std::move(stages));
-    const Run got = greedy(split, prompt, steps);
-    QCOMPARE(got.tokens, want.tokens);
+    const auto got = teacherForced(split, prompt, want);
+    gpu_test::LogitAgreement agreement;
     size_t identical = 0;
-    for (size_t s = 0; s < steps; ++s) identical += got.logits[s] == want.logits[s] ? 1 : 0;
-    qInfo("split chain: %zu/%zu steps with bit-identical logits", identical, steps);
+    for (size_t s = 0; s < steps; ++s) {
+      agreement.add(want.logits[s], got[s]);
+      identical += got[s] == want.logits[s] ? 1 : 0;
+    }
+    qInfo("split chain: top-1 %.4f, mean KL %.3g nats, %zu/%zu steps with bit-identical logits",
+          agreement.top1Agreement(), agreement.meanKl(), identical, steps);
+    QVERIFY2(agreement.meetsContract(), qPrintable(QString("top-1 %1, mean KL %2")
+                                                       .arg(agreement.top1Agreement())
+                                                       .arg(agreement.meanKl())));
+    if (kExactMath) QCOMPARE(greedy(split, prompt, steps).tokens, want.tokens);
+  }
+
+  // Where the contract's bounds come from. A CPU run that differs from the reference only by
+  // rounding (the same model evaluated with every continuation token in one batch: the matmuls'
+  // and attention's batch orders instead of the decode orders) sits inside them, and a kernel
+  // bug of the kind a GPU port makes (the Q4_1 minimum term dropped from one matrix, layer 15's
+  // ffn_down, emulated by zeroing its blocks' m) falls outside. Both on the CPU: no device needed.
+  void theContractAdmitsRoundingAndRejectsADroppedMinimum() {
+    if (kExactMath) QSKIP("a property of the contract: measured once, in the default build");
+    std::vector<std::string> names(std::begin(kDefaultPrompts), std::end(kDefaultPrompts));
+    // The model with a dropped minimum: the same bytes, m zeroed in every block of one matrix.
+    const auto modelPath =
+        std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
+    std::vector<uint8_t> bytes(std::filesystem::file_size(modelPath));
+    std::ifstream(modelPath, std::ios::binary)
+        .read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size()));
+    const gguf::File broken = gguf::File::fromBuffer(bytes, "dropped-minimum");
+    size_t zeroed = 0;
+    for (const gguf::TensorInfo& t : broken.tensors()) {
+      if (t.type != gguf::TensorType::Q4_1 || t.name != "blk.15.ffn_down.weight") {
+        continue;
+      }
+      const size_t offset = size_t(t.data - bytes.data());
+      for (int64_t b = 0; b < t.elementCount() / 32; ++b) {
+        std::memset(&bytes[offset + size_t(b) * 20 + 2], 0, 2);  // BlockQ4_1::m
+        ++zeroed;
+      }
+    }
+    QVERIFY(zeroed > 0);
+    const model::ModelWeights brokenWeights = model::ModelWeights::bind(broken, *m_config);
+    auto brokenStage = m_cpu->createStage("cpu0", {&broken, m_config.get(), &brokenWeights},
+                                          spec(0, m_config->nLayer));
+    auto batchStage = m_cpu->createStage("cpu0", source(), spec(0, m_config->nLayer));
+
+    gpu_test::LogitAgreement reordered, dropped;
+    auto cpu = cpuChain();
+    for (const std::string& name : names) {
+      const auto& g = fixture(QString::fromStdString(name));
+      const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+      const size_t steps = g["top2_margin"].get<std::vector<double>>().size();
+      const Run want = greedy(*cpu, prompt, steps);
+      // The prompt and the reference's continuation in one batch: rows prompt.size() - 1 on
+      // predict the same steps.
+      std::vector<int32_t> all = prompt;
+      all.insert(all.end(), want.tokens.begin(), want.tokens.end() - 1);
+      for (auto* run : {&reordered, &dropped}) {
+        runtime::Stage& stage = run == &reordered ? *batchStage : *brokenStage;
+        stage.truncate(0, 0);
+        const runtime::Segment segment{0, 0, int32_t(all.size()), runtime::LogitRows::All};
+        runtime::Batch batch;
+        batch.tokens = all;
+        batch.segments = std::span(&segment, 1);
+        runtime::StageOutput out;
+        stage.forward(batch, out);
+        const size_t vocab = want.logits.front().size();
+        for (size_t step = 0; step < steps; ++step) {
+          const size_t row = prompt.size() - 1 + step;
+          run->add(want.logits[step], std::span(out.logits).subspan(row * vocab, vocab));
+        }
+      }
+    }
+    qInfo(
+        "CPU in batch order: top-1 %.4f, mean KL %.3g nats (%zu positions), largest margin "
+        "at a miss %.3g, decisive top-1 %.4f of %zu",
+        reordered.top1Agreement(), reordered.meanKl(), reordered.positions(),
+        reordered.maxMissMargin(), reordered.decisiveTop1Agreement(),
+        reordered.decisivePositions());
+    qInfo("dropped minimum in blk.15.ffn_down: top-1 %.4f, mean KL %.3g nats",
+          dropped.top1Agreement(), dropped.meanKl());
+    QVERIFY2(reordered.meetsContract(), "a reordered CPU run falls outside the contract");
+    QVERIFY2(!dropped.meetsContract(), "a dropped minimum term passes the contract");
   }
 
   void validationLayerReportedNoErrors() { QCOMPARE(vulkan::validationErrorCount(), 0); }

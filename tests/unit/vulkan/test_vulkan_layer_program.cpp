@@ -23,6 +23,9 @@
 //    IQ4_XS, dense and as experts; Q5_1, Q5_0 and IQ4_NL) within the same tolerance;
 //  * a weight type without Vulkan kernels (BF16) is refused by name.
 // Under the validation layer, which must report no error. Skipped without a Vulkan device.
+// Built twice: test_vulkan_layer_program runs the default (native) math, where every model is
+// held to the GPU tolerance; test_vulkan_layer_program_exact (SHOAL_TEST_EXACT_MATH) the opt-in
+// exact math, where the bit-for-bit cases above apply.
 
 #include <QtTest>
 #include <algorithm>
@@ -237,6 +240,11 @@ class VulkanLayerProgramTest : public QObject {
  private slots:
   void initTestCase() {
     setenv("SHOAL_VULKAN_VALIDATION", "1", 0);  // unless the caller chose
+#ifdef SHOAL_TEST_EXACT_MATH
+    setenv("SHOAL_VULKAN_MATH", "exact", 1);
+#else
+    setenv("SHOAL_VULKAN_MATH", "native", 1);
+#endif
     QVERIFY(m_dir.isValid());
     m_vulkan = std::make_unique<vulkan::VulkanBackend>();
     const auto a = m_vulkan->availability();

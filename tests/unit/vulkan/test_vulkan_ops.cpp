@@ -1,9 +1,12 @@
-// Vulkan kernels against the CPU backend, op by op. The kernels of the layer program (activation
-// quantizer, integer mat-vec for Q4_0/Q4_1/Q8_0, RMSNorm, RoPE, SwiGLU, attention) must give the
-// CPU's results BIT FOR BIT (they round as the CPU does: shaders/exact.glsl); the float kernels
-// of the other weight types (F16, F32, Q5_0/Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4) are held to
-// llama.cpp's test-backend-ops criterion against dequantized weights: normalized MSE <= 5e-4,
-// 1e-6 for F32.
+// Vulkan kernels against the CPU backend, op by op, under the GPU accuracy contract
+// (docs/ARCHITECTURE.md): the kernels of the layer program (activation quantizer, integer
+// mat-vec for Q4_0/Q4_1/Q8_0, RMSNorm, RoPE, SwiGLU, attention) within normalized MSE 1e-6 of the
+// CPU's results in the default (native) math; the float kernels of the other weight types (F16,
+// F32, Q5_0/Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4) within llama.cpp's test-backend-ops criterion
+// against dequantized weights: normalized MSE <= 5e-4, 1e-6 for F32.
+// Built twice: test_vulkan_ops_exact (SHOAL_TEST_EXACT_MATH) runs the opt-in exact-math variants
+// (SHOAL_VULKAN_MATH=exact, shaders/math.glsl), where the layer program's kernels must give the
+// CPU's results BIT FOR BIT.
 // Shapes include row and token counts that do not fill the kernels' tiles. Attention with a
 // sliding window stays bit for bit; with soft-capping and sinks, GeGLU and the soft-cap kernel
 // (the driver's tanh/exp) are held to the NMSE criterion; the MoE router picks the CPU's
@@ -71,6 +74,27 @@ QString bitMismatch(const std::vector<float>& got, const std::vector<float>& wan
       .arg(double(want[size_t(i)]), 0, 'g', 9);
 }
 
+// The contract's per-op limits: float ops (norms, RoPE, activations, attention, and the integer
+// products, whose only rounding is the float scaling) and products with quantized weights.
+constexpr double kFloatOpNmse = 1e-6;
+constexpr double kQuantOpNmse = 5e-4;
+
+#ifdef SHOAL_TEST_EXACT_MATH
+constexpr bool kExactMath = true;
+#else
+constexpr bool kExactMath = false;
+#endif
+
+// Empty when a kernel's output meets its contract against the CPU's: bit for bit in exact math,
+// else normalized MSE within `limit`; otherwise what is off.
+QString contractMiss(const std::vector<float>& got, const std::vector<float>& want, double limit) {
+  if (kExactMath) return bitMismatch(got, want);
+  if (got.size() != want.size())
+    return QString("%1 values for %2").arg(got.size()).arg(want.size());
+  const double e = nmse(got, want);
+  return e <= limit ? QString() : QString("nMSE %1 above %2").arg(e).arg(limit);
+}
+
 }  // namespace
 
 class VulkanOpsTest : public QObject {
@@ -119,13 +143,15 @@ class VulkanOpsTest : public QObject {
  private slots:
   void initTestCase() {
     setenv("SHOAL_VULKAN_VALIDATION", "1", 1);
+    setenv("SHOAL_VULKAN_MATH", kExactMath ? "exact" : "native", 1);
     m_backend = std::make_unique<vulkan::VulkanBackend>();
     const auto a = m_backend->availability();
     if (!a.available)
       QSKIP(qPrintable("no usable Vulkan device: " + QString::fromStdString(a.reason)));
     m_device = m_backend->device(m_backend->devices().front().id);
-    qInfo("device: %s (subgroups %s)", m_device->physical().info.name.c_str(),
-          m_device->useSubgroups() ? "on" : "off");
+    qInfo("device: %s (subgroups %s, %s math)", m_device->physical().info.name.c_str(),
+          m_device->useSubgroups() ? "on" : "off", m_device->exactMath() ? "exact" : "native");
+    QCOMPARE(m_device->exactMath(), kExactMath);
   }
 
   void matmulMatchesReferencePerTypeAndKernel_data() {
@@ -257,7 +283,10 @@ class VulkanOpsTest : public QObject {
   }
 
  private slots:
-  void quantizerMatchesCpuQ8_1BitForBit() {
+  // The activation quantizer: exact math gives the CPU's quants and scales bit for bit; native
+  // math may round a quant on a .5 boundary the other way (its 127/amax is the driver's), so the
+  // dequantized values and the scales are held to the float-op NMSE.
+  void quantizerMatchesCpuQ8_1() {
     vulkan::MemoryPool pool(*m_device);
     const uint32_t cols = 160, tokens = 3;
     std::vector<float> x = randomFloats(cols * tokens, 5);
@@ -273,68 +302,85 @@ class VulkanOpsTest : public QObject {
     const auto gotD = download(pool, d, n / 32), gotS = download(pool, s, n / 32);
     std::vector<cpu::BlockQ8_1> want(n / 32);
     cpu::ref::quantizeQ8_1(x.data(), want.data(), static_cast<int64_t>(n));
-    std::vector<float> wantD, wantS;
+    std::vector<float> wantD, wantS, gotValues, wantValues;
     for (size_t b = 0; b < want.size(); ++b) {
       wantD.push_back(gguf::halfToFloat(want[b].d));
       wantS.push_back(gguf::halfToFloat(want[b].s));
-      QVERIFY2(std::memcmp(want[b].qs, &gotQs[b * 32], 32) == 0,
-               qPrintable(QString("quants of block %1 differ").arg(b)));
+      if (kExactMath) {
+        QVERIFY2(std::memcmp(want[b].qs, &gotQs[b * 32], 32) == 0,
+                 qPrintable(QString("quants of block %1 differ").arg(b)));
+      }
+      for (size_t j = 0; j < 32; ++j) {
+        gotValues.push_back(float(gotQs[b * 32 + j]) * gotD[b]);
+        wantValues.push_back(float(want[b].qs[j]) * wantD[b]);
+      }
     }
-    QVERIFY2(firstBitDifference(gotD, wantD) < 0, qPrintable(bitMismatch(gotD, wantD)));
-    QVERIFY2(firstBitDifference(gotS, wantS) < 0, qPrintable(bitMismatch(gotS, wantS)));
+    QVERIFY2(contractMiss(gotValues, wantValues, kFloatOpNmse).isEmpty(),
+             qPrintable(contractMiss(gotValues, wantValues, kFloatOpNmse)));
+    QVERIFY2(contractMiss(gotD, wantD, kFloatOpNmse).isEmpty(),
+             qPrintable(contractMiss(gotD, wantD, kFloatOpNmse)));
+    QVERIFY2(contractMiss(gotS, wantS, kFloatOpNmse).isEmpty(),
+             qPrintable(contractMiss(gotS, wantS, kFloatOpNmse)));
   }
 
-  void integerMatmulMatchesCpuDotBitForBit_data() {
+  void integerMatmulMatchesCpuDot_data() {
     QTest::addColumn<int>("type");
     QTest::addColumn<int>("tokens");
     for (auto [type, name] :
          {std::pair{TensorType::Q4_0, "q4_0"}, std::pair{TensorType::Q4_1, "q4_1"},
           std::pair{TensorType::Q8_0, "q8_0"}}) {
-      for (int tokens : {1, 3, 13}) {
+      // 1 and 3 (decode and a short batch), 13 and 21 (more than one 8-token tile of the default
+      // kernel, the last one partial).
+      for (int tokens : {1, 3, 13, 21}) {
         QTest::newRow((std::string(name) + " " + std::to_string(tokens) + " tokens").c_str())
             << int(type) << tokens;
       }
     }
   }
-  void integerMatmulMatchesCpuDotBitForBit() {
+  void integerMatmulMatchesCpuDot() {
     QFETCH(int, type);
     QFETCH(int, tokens);
     const auto t = static_cast<TensorType>(type);
-    const int64_t rows = 77, cols = 192;
-    vulkan::MemoryPool pool(*m_device);
-    const auto wf = randomFloats(size_t(rows * cols), 6);
-    const size_t rowBytes = gguf::rowBytes(t, cols);
-    std::vector<uint8_t> wq(rowBytes * size_t(rows));
-    for (int64_t r = 0; r < rows; ++r)
-      gguf::quantizeRow(t, &wf[size_t(r * cols)], &wq[rowBytes * size_t(r)], cols);
-    const auto x = randomFloats(size_t(cols) * size_t(tokens), 7);
-    vulkan::DeviceMatrix w{t, rows, cols, rowBytes, upload(pool, wq)};
-    auto xb = upload(pool, x), qs = pool.allocate(x.size()), d = pool.allocate(x.size() / 8),
-         s = pool.allocate(x.size() / 8), yb = pool.allocate(size_t(rows) * size_t(tokens) * 4);
-    const vulkan::QuantizedActivations act{qs.address, d.address, s.address};
-    run([&](vulkan::Recorder& rec) {
-      rec.quantizeQ8(xb.address, act, uint32_t(cols), uint32_t(tokens));
-      rec.matmulQ8(w, act, yb.address, uint32_t(tokens));
-    });
-    const auto got = download(pool, yb, size_t(rows) * size_t(tokens));
-    const cpu::WeightKind kind = cpu::weightKind(t);
-    std::vector<float> want(got.size());
-    std::vector<uint8_t> a(gguf::rowBytes(TensorType::Q8_1, cols));
-    for (int64_t tok = 0; tok < tokens; ++tok) {
-      if (t == TensorType::Q4_1) {
-        cpu::ref::quantizeQ8_1(&x[size_t(tok * cols)], a.data(), cols);
-      } else {
-        cpu::ref::quantizeQ8_0(&x[size_t(tok * cols)], a.data(), cols);
+    // 77 rows of 192 columns (6 blocks: fewer than the invocations of a row's workgroup), and
+    // 3 rows of 4096 (128 blocks: each invocation takes two).
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{77, 192}, {3, 4096}}) {
+      vulkan::MemoryPool pool(*m_device);
+      const auto wf = randomFloats(size_t(rows * cols), 6);
+      const size_t rowBytes = gguf::rowBytes(t, cols);
+      std::vector<uint8_t> wq(rowBytes * size_t(rows));
+      for (int64_t r = 0; r < rows; ++r)
+        gguf::quantizeRow(t, &wf[size_t(r * cols)], &wq[rowBytes * size_t(r)], cols);
+      const auto x = randomFloats(size_t(cols) * size_t(tokens), 7);
+      vulkan::DeviceMatrix w{t, rows, cols, rowBytes, upload(pool, wq)};
+      auto xb = upload(pool, x), qs = pool.allocate(x.size()), d = pool.allocate(x.size() / 8),
+           s = pool.allocate(x.size() / 8), yb = pool.allocate(size_t(rows) * size_t(tokens) * 4);
+      const vulkan::QuantizedActivations act{qs.address, d.address, s.address};
+      run([&](vulkan::Recorder& rec) {
+        rec.quantizeQ8(xb.address, act, uint32_t(cols), uint32_t(tokens));
+        rec.matmulQ8(w, act, yb.address, uint32_t(tokens));
+      });
+      const auto got = download(pool, yb, size_t(rows) * size_t(tokens));
+      const cpu::WeightKind kind = cpu::weightKind(t);
+      std::vector<float> want(got.size());
+      std::vector<uint8_t> a(gguf::rowBytes(TensorType::Q8_1, cols));
+      for (int64_t tok = 0; tok < tokens; ++tok) {
+        if (t == TensorType::Q4_1) {
+          cpu::ref::quantizeQ8_1(&x[size_t(tok * cols)], a.data(), cols);
+        } else {
+          cpu::ref::quantizeQ8_0(&x[size_t(tok * cols)], a.data(), cols);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          want[size_t(tok * rows + r)] =
+              cpu::ref::dot(kind, &wq[rowBytes * size_t(r)], a.data(), cols, cpu::DotOrder::Vec);
+        }
       }
-      for (int64_t r = 0; r < rows; ++r) {
-        want[size_t(tok * rows + r)] =
-            cpu::ref::dot(kind, &wq[rowBytes * size_t(r)], a.data(), cols, cpu::DotOrder::Vec);
-      }
+      QVERIFY2(contractMiss(got, want, kFloatOpNmse).isEmpty(),
+               qPrintable(QString("%1 x %2: ").arg(rows).arg(cols) +
+                          contractMiss(got, want, kFloatOpNmse)));
     }
-    QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
   }
 
-  void rmsNormMatchesCpuBitForBit() {
+  void rmsNormMatchesCpu() {
     vulkan::MemoryPool pool(*m_device);
     const int64_t n = 576, rows = 3;
     const auto x = randomFloats(size_t(n * rows), 8), w = randomFloats(size_t(n), 9);
@@ -346,12 +392,13 @@ class VulkanOpsTest : public QObject {
     std::vector<float> want(got.size());
     for (int64_t r = 0; r < 2; ++r)
       cpu::rmsNorm(&x[size_t((r + 1) * n)], w.data(), &want[size_t(r * n)], n, 1e-5f);
-    QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
+    QVERIFY2(contractMiss(got, want, kFloatOpNmse).isEmpty(),
+             qPrintable(contractMiss(got, want, kFloatOpNmse)));
   }
 
   // A layer program's head norm (Qwen3's Q/K norm): RMSNorm in place over each head's slice of
   // the rows (tokens x heads rows of headDim), as the CPU backend normalizes every head.
-  void headNormInPlaceMatchesCpuBitForBit() {
+  void headNormInPlaceMatchesCpu() {
     vulkan::MemoryPool pool(*m_device);
     const int64_t headDim = 128, heads = 5, tokens = 3;
     const int64_t rows = heads * tokens;
@@ -366,10 +413,11 @@ class VulkanOpsTest : public QObject {
       float* row = &want[size_t(r * headDim)];
       cpu::rmsNorm(row, w.data(), row, headDim, 1e-6f);
     }
-    QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
+    QVERIFY2(contractMiss(got, want, kFloatOpNmse).isEmpty(),
+             qPrintable(contractMiss(got, want, kFloatOpNmse)));
   }
 
-  void swigluMatchesCpuBitForBit() {
+  void swigluMatchesCpu() {
     vulkan::MemoryPool pool(*m_device);
     const int64_t n = 1536, rows = 2;
     auto gate = randomFloats(size_t(n * rows), 10);
@@ -383,14 +431,16 @@ class VulkanOpsTest : public QObject {
     std::vector<float> want(got.size());
     for (int64_t r = 0; r < rows; ++r)
       cpu::ref::swiglu(&gate[size_t(r * n)], &up[size_t(r * n)], &want[size_t(r * n)], n);
-    QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
+    QVERIFY2(contractMiss(got, want, kFloatOpNmse).isEmpty(),
+             qPrintable(contractMiss(got, want, kFloatOpNmse)));
   }
 
   // RoPE and attention as the layer program runs them: q/k rotated at positions
   // first..first+count-1, keys and values stored in the f16 cache, attention over the cache.
   // With the layer program's attention options: a sliding window (masking only: still bit for
-  // bit), and soft-capping with sinks (tanh and the sink's exp are the driver's: NMSE <= 5e-4).
-  void ropeAndAttentionMatchCpuBitForBit_data() {
+  // bit in exact math), and soft-capping with sinks (tanh and the sink's exp are the driver's:
+  // NMSE <= 5e-4 in either math).
+  void ropeAndAttentionMatchCpu_data() {
     QTest::addColumn<int>("firstPosition");
     QTest::addColumn<int>("count");
     QTest::addColumn<int>("window");
@@ -404,7 +454,7 @@ class VulkanOpsTest : public QObject {
     QTest::newRow("softcap 0.5, sinks, batch of 3 at 20") << 20 << 3 << 0 << 0.5f << true;
     QTest::newRow("window 8, softcap, sinks, decode at 70") << 70 << 1 << 8 << 0.5f << true;
   }
-  void ropeAndAttentionMatchCpuBitForBit() {
+  void ropeAndAttentionMatchCpu() {
     QFETCH(int, firstPosition);
     QFETCH(int, count);
     QFETCH(int, window);
@@ -486,12 +536,14 @@ class VulkanOpsTest : public QObject {
       });
     }
     const auto gotQ = download(pool, qb, size_t(count * qd));
-    QVERIFY2(firstBitDifference(gotQ, cq) < 0, qPrintable("RoPE: " + bitMismatch(gotQ, cq)));
+    QVERIFY2(contractMiss(gotQ, cq, kFloatOpNmse).isEmpty(),
+             qPrintable("RoPE: " + contractMiss(gotQ, cq, kFloatOpNmse)));
     const auto got = download(pool, out, size_t(count * qd));
     if (softcap > 0 || sinks) {
       QVERIFY2(nmse(got, want) <= 5e-4, qPrintable(QString("nMSE %1").arg(nmse(got, want))));
     } else {
-      QVERIFY2(firstBitDifference(got, want) < 0, qPrintable(bitMismatch(got, want)));
+      QVERIFY2(contractMiss(got, want, kFloatOpNmse).isEmpty(),
+               qPrintable(contractMiss(got, want, kFloatOpNmse)));
     }
   }
 
@@ -575,7 +627,7 @@ class VulkanOpsTest : public QObject {
       for (double x : w) total += x;
       for (double x : w) wantWeights.push_back(float(softmaxOfChosen ? x : x / total));
     }
-    QVERIFY2(nmse(gotWeights, wantWeights) <= 1e-10,
+    QVERIFY2(nmse(gotWeights, wantWeights) <= (kExactMath ? 1e-10 : kFloatOpNmse),
              qPrintable(QString("weights nMSE %1").arg(nmse(gotWeights, wantWeights))));
   }
 
