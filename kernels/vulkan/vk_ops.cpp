@@ -212,14 +212,18 @@ void Recorder::matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, 
     dispatch(name, {kGroup}, push, groups(static_cast<uint64_t>(w.rows), kGroup), tokens);
     return;
   }
-  // A workgroup per row, its invocations over the row's blocks: 64 for rows of 64 blocks or
-  // more (2048 columns), else 32 so that short rows (SmolLM2's 576 columns: 18 blocks) do not
-  // leave most of the group idle. Groups stride over rows past Vulkan's guaranteed 65535, and
-  // each covers kQ8TokensPerGroup tokens (matvec_q8.comp TOKENS).
+  // A workgroup of 64 invocations takes 64 / lanes rows, `lanes` invocations per row over its
+  // blocks: about two blocks per lane, 8 to 64 lanes (at least the 8 tokens of a tile: lane t
+  // writes token t). So 4096 columns (128 blocks) get 64 lanes and one row per group, and
+  // SmolLM2's 576 (18 blocks) 8 lanes and 8 rows per group: a 49152-row head is 6144 groups,
+  // not 49152. Groups stride over rows past Vulkan's guaranteed 65535, and each covers
+  // kQ8TokensPerGroup tokens (matvec_q8.comp TOKENS).
   constexpr uint32_t kQ8TokensPerGroup = 8;
-  const uint32_t invocations = w.cols / 32 >= 64 ? 64 : 32;
-  dispatch(name + (m_device.useSubgroups() ? "_subgroup" : ""), {invocations}, push,
-           static_cast<uint32_t>(std::min<int64_t>(w.rows, 65535)),
+  uint32_t lanes = kGroup;
+  while (lanes > kQ8TokensPerGroup && int64_t{lanes} * 2 > w.cols / 32) lanes /= 2;
+  const uint64_t rowGroups = groups(static_cast<uint64_t>(w.rows), kGroup / lanes);
+  dispatch(name + (m_device.useSubgroups() ? "_subgroup" : ""), {kGroup, lanes}, push,
+           static_cast<uint32_t>(std::min<uint64_t>(rowGroups, 65535)),
            groups(tokens, kQ8TokensPerGroup));
 }
 

@@ -2,8 +2,8 @@
 // contract, logit_agreement.h): for each prompt the CPU decodes greedily; then both backends
 // evaluate the prompt as one batch (every row's logits) and the CPU's continuation one token at
 // a time, teacher-forced, and every row's next-token distributions are compared: top-1
-// agreement >= 99%, mean KL <= 0.01 nats. Also: the prompt rows' normalized MSE, and a batch of
-// two sequences against the two one at a time.
+// agreement >= 99% (at decisive positions), mean KL <= 0.01 nats. Also: the prompt rows'
+// normalized MSE (reported), and a batch of two sequences against the two one at a time.
 //
 //   gpu_model_check [--backend cuda] [--device ID] [--prompts FILE] [--max-prompts N]
 //                   [--steps N] MODEL.gguf
@@ -253,8 +253,11 @@ int main(int argc, char** argv) {
                   all.meanKl(), all.maxKl());
     tally.expect(all.meetsContract() && all.positions() > 0,
                  "teacher-forced top-1 >= 99% (decisive positions) and mean KL <= 0.01", detail);
-    tally.expect(promptNmseMax <= 5e-4, "prompt logits nmse <= 5e-4",
-                 "max " + std::to_string(promptNmseMax));
+    // The prompt rows' logits NMSE is reported, not held to a bound: NMSE is the per-op
+    // contract, and end to end it measures the model's sensitivity more than the backend's
+    // error (the CPU against itself in batch order instead of token by token: 5.5e-4 on
+    // SmolLM2, test_vulkan_end_to_end). KL and top-1 above are the end-to-end contract.
+    std::printf("INFO prompt logits nmse: max %.3g\n", promptNmseMax);
     checkSegments(tally, *backend, o.device, *m,
                   m->tokenizer().encode(kBuiltInPrompt, true, false));
   } catch (const std::exception& e) {

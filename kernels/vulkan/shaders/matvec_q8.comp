@@ -3,19 +3,23 @@
 // WTYPE_<type> define) and activations quantized to 8 bits by quantize_q8.comp, in the device's
 // own arithmetic (the default variant; matvec_q8_exact.comp keeps the CPU backend's order).
 //
-// One workgroup per weight row. Its invocations take the row's blocks in turn, so neighbouring
-// invocations read neighbouring blocks and the row streams through memory once, coalesced. Each
-// invocation unpacks a block's weights once and multiplies them with up to TOKENS activation
-// rows: exact integer dot products per block, scaled by d_w * d_x (plus m_w * s_x for Q4_1), so
-// a prefill batch reads each weight once per TOKENS tokens instead of once per token. The
-// workgroup then reduces its partial sums (subgroupAdd where the device has it, USE_SUBGROUP;
-// else a shared-memory tree). Blocks are 2-byte aligned, so weights are read as 16-bit halves
-// combined into words: no dynamically indexed local array, no byte loads.
+// A workgroup takes ROWS = group size / LANES weight rows (LANES, specialization constant 1, a
+// power of two: the host gives short rows fewer lanes, so that a head of 49152 rows of 18 blocks
+// is 6144 workgroups of 8 rows, not 49152 of one). The LANES invocations of a row take its
+// blocks in turn, so neighbouring invocations read neighbouring blocks and the row streams
+// through memory once, coalesced. Each invocation unpacks a block's weights once and multiplies
+// them with up to TOKENS activation rows: exact integer dot products per block, scaled by
+// d_w * d_x (plus m_w * s_x for Q4_1), so a prefill batch reads each weight once per TOKENS
+// tokens instead of once per token. Each row's lanes then add their partial sums (subgroupAdd
+// where a row spans whole subgroups, USE_SUBGROUP; else a shared-memory tree). Blocks are 2-byte
+// aligned, so weights are read as 16-bit halves combined into words: no dynamically indexed
+// local array, no byte loads.
 // Groups stride over the rows beyond the dispatch's width (Vulkan guarantees 65535 groups in x);
 // the second dispatch dimension runs over tiles of TOKENS tokens.
 #include "common.glsl"
 
 #define TOKENS 8u
+layout(constant_id = 1) const uint LANES = 64;  // invocations per row; divides the group size
 
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer Words { uint v[]; };
 
@@ -47,11 +51,7 @@ layout(push_constant) uniform Push {
 #error "define WTYPE_Q4_0, WTYPE_Q4_1 or WTYPE_Q8_0"
 #endif
 
-#ifdef USE_SUBGROUP
-shared float partial[TOKENS * gl_WorkGroupSize.x];  // per token, one sum per subgroup
-#else
 shared float partial[TOKENS * gl_WorkGroupSize.x];  // per token, one sum per invocation
-#endif
 
 uint halfAt(uint byteOffset) { return uint(p.w.v[byteOffset >> 1]); }
 uint wordAt(uint byteOffset) { return halfAt(byteOffset) | (halfAt(byteOffset + 2u) << 16); }
@@ -66,13 +66,18 @@ int dot4(ivec4 a, uint xword) {
 
 void main() {
   const uint tid = gl_LocalInvocationID.x, group = gl_WorkGroupSize.x;
+  const uint lane = tid % LANES, slot = tid / LANES, rowsPerGroup = group / LANES;
   const uint nb = p.cols / 32u;
   const uint t0 = gl_WorkGroupID.y * TOKENS;
   const uint tileTokens = min(TOKENS, p.tokens - t0);
-  for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
+  // Every invocation runs the same number of iterations (barriers stay in uniform control flow);
+  // a slot past the last row computes nothing and writes nothing.
+  for (uint first = gl_WorkGroupID.x * rowsPerGroup; first < p.rows;
+       first += gl_NumWorkGroups.x * rowsPerGroup) {
+    const uint row = first + slot;
     float acc[TOKENS];
     for (uint t = 0; t < TOKENS; ++t) acc[t] = 0.0;
-    for (uint b = tid; b < nb; b += group) {
+    for (uint b = lane; b < nb && row < p.rows; b += LANES) {
       const uint base = row * p.rowBytes + b * BLOCK_BYTES;
       const float dw = unpackHalf2x16(halfAt(base)).x;
 #if defined(WTYPE_Q4_1)
@@ -106,28 +111,46 @@ void main() {
 #endif
       }
     }
+    // The row's LANES partial sums, added: within subgroups, then their sums (a row of whole
+    // subgroups); or a tree over the row's lanes in shared memory.
+    uint width = LANES;
 #ifdef USE_SUBGROUP
-    for (uint t = 0; t < TOKENS; ++t) {
-      const float v = subgroupAdd(acc[t]);
-      if (gl_SubgroupInvocationID == 0u) partial[t * group + gl_SubgroupID] = v;
-    }
-    barrier();
-    if (tid < tileTokens) {
-      float total = 0.0;
-      for (uint i = 0; i < gl_NumSubgroups; ++i) total += partial[tid * group + i];
-      p.y.v[(t0 + tid) * p.rows + row] = total;
-    }
-#else
-    for (uint t = 0; t < TOKENS; ++t) partial[t * group + tid] = acc[t];
-    barrier();
-    for (uint stride = group / 2u; stride > 0u; stride >>= 1) {
-      if (tid < stride) {
-        for (uint t = 0; t < TOKENS; ++t) partial[t * group + tid] += partial[t * group + tid + stride];
+    if (LANES >= gl_SubgroupSize) {
+      for (uint t = 0; t < TOKENS; ++t) {
+        if (t >= tileTokens) break;  // uniform: the whole group stops together
+        const float v = subgroupAdd(acc[t]);
+        if (gl_SubgroupInvocationID == 0u) partial[t * group + gl_SubgroupID] = v;
+      }
+      barrier();
+      // Row `slot`'s subgroup sums are entries slot * width .. of each token's part (subgroups
+      // hold consecutive invocations, as every driver assigns them).
+      width = LANES / gl_SubgroupSize;
+      if (lane < width) {
+        for (uint t = 0; t < TOKENS; ++t) {
+          if (t < tileTokens) acc[t] = partial[t * group + slot * width + lane];
+        }
       }
       barrier();
     }
-    if (tid < tileTokens) p.y.v[(t0 + tid) * p.rows + row] = partial[tid * group];
 #endif
-    barrier();  // partial is reused by the next row
+    if (lane < width) {
+      for (uint t = 0; t < TOKENS; ++t) {
+        if (t < tileTokens) partial[t * group + slot * width + lane] = acc[t];
+      }
+    }
+    barrier();
+    for (uint stride = width / 2u; stride > 0u; stride >>= 1) {
+      if (lane < stride) {
+        for (uint t = 0; t < TOKENS; ++t) {
+          if (t >= tileTokens) break;
+          partial[t * group + slot * width + lane] += partial[t * group + slot * width + lane + stride];
+        }
+      }
+      barrier();
+    }
+    if (row < p.rows && lane < tileTokens) {
+      p.y.v[(t0 + lane) * p.rows + row] = partial[lane * group + slot * width];
+    }
+    barrier();  // partial is reused by the next rows
   }
 }

@@ -333,6 +333,7 @@ class VulkanEndToEndTest : public QObject {
     auto batchStage = m_cpu->createStage("cpu0", source(), spec(0, m_config->nLayer));
 
     gpu_test::LogitAgreement reordered, dropped;
+    double errorSquares = 0, referenceSquares = 0;  // the reordered run's logits NMSE
     auto cpu = cpuChain();
     for (const std::string& name : names) {
       const auto& g = fixture(QString::fromStdString(name));
@@ -356,15 +357,21 @@ class VulkanEndToEndTest : public QObject {
         for (size_t step = 0; step < steps; ++step) {
           const size_t row = prompt.size() - 1 + step;
           run->add(want.logits[step], std::span(out.logits).subspan(row * vocab, vocab));
+          if (run != &reordered) continue;
+          for (size_t i = 0; i < vocab; ++i) {
+            const double d = double(out.logits[row * vocab + i]) - want.logits[step][i];
+            errorSquares += d * d;
+            referenceSquares += double(want.logits[step][i]) * want.logits[step][i];
+          }
         }
       }
     }
     qInfo(
         "CPU in batch order: top-1 %.4f, mean KL %.3g nats (%zu positions), largest margin "
-        "at a miss %.3g, decisive top-1 %.4f of %zu",
+        "at a miss %.3g, decisive top-1 %.4f of %zu, logits NMSE %.3g",
         reordered.top1Agreement(), reordered.meanKl(), reordered.positions(),
-        reordered.maxMissMargin(), reordered.decisiveTop1Agreement(),
-        reordered.decisivePositions());
+        reordered.maxMissMargin(), reordered.decisiveTop1Agreement(), reordered.decisivePositions(),
+        errorSquares / referenceSquares);
     qInfo("dropped minimum in blk.15.ffn_down: top-1 %.4f, mean KL %.3g nats",
           dropped.top1Agreement(), dropped.meanKl());
     QVERIFY2(reordered.meetsContract(), "a reordered CPU run falls outside the contract");

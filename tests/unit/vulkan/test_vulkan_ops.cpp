@@ -341,9 +341,10 @@ class VulkanOpsTest : public QObject {
     QFETCH(int, type);
     QFETCH(int, tokens);
     const auto t = static_cast<TensorType>(type);
-    // 77 rows of 192 columns (6 blocks: fewer than the invocations of a row's workgroup), and
-    // 3 rows of 4096 (128 blocks: each invocation takes two).
-    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{77, 192}, {3, 4096}}) {
+    // The default kernel's row shapes: 77 rows of 192 columns (6 blocks: 8 lanes a row, 8 rows
+    // a group, the last group partial), 45 of 1536 (48 blocks: 16 lanes, 4 rows a group), and 3
+    // of 4096 (128 blocks: 64 lanes, one row a group, two blocks a lane).
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{77, 192}, {45, 1536}, {3, 4096}}) {
       vulkan::MemoryPool pool(*m_device);
       const auto wf = randomFloats(size_t(rows * cols), 6);
       const size_t rowBytes = gguf::rowBytes(t, cols);
