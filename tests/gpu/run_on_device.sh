@@ -4,9 +4,10 @@
 # packages: the engine-only build needs none of them):
 #   configure   engine-only build, CUDA for the GPU's own architecture (nvidia-smi compute_cap)
 #   1. ops      gpu_ops_test: every kernel against a CPU reference (normalized MSE <= 5e-4)
-#   2. model    gpu_model_check: teacher-forced top-1 >= 99% and mean KL <= 0.01 nats against
-#               the CPU backend on the fixture prompts, with SmolLM2's first 4 layers (real
-#               tokenizer and weights, ~39 MB: tests/gpu/prepare_carry.sh writes it here)
+#   2. model    gpu_model_check: teacher-forced mean KL <= 0.01 nats and top-1 >= 99% (decisive
+#               positions: logit_agreement.h) against the CPU backend on the fixture prompts,
+#               with SmolLM2's first 4 layers (real tokenizer and weights, ~39 MB:
+#               tests/gpu/prepare_carry.sh writes it here)
 #   3. bench    gpu_bench on that model and on a synthetic Llama-3-8B-shaped Q4_0 model that the
 #               project's writer produces there (decode, pp512, fraction of HBM bandwidth)
 # Every step's JSON line is collected into gpu-report.json (in $OUT when set, else the build dir).
