@@ -150,6 +150,15 @@ class VulkanEndToEndTest : public QObject {
       if (QString::fromStdString(g["name"].get<std::string>()) == name) return g;
     throw std::runtime_error("no fixture prompt " + name.toStdString());
   }
+  // A fixture's prompt and the CPU's greedy run over as many steps as the fixture records.
+  std::pair<std::vector<int32_t>, Run> cpuReference(runtime::Chain& cpu,
+                                                    const std::string& name) const {
+    const auto& g = fixture(QString::fromStdString(name));
+    auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+    const size_t steps = g["top2_margin"].get<std::vector<double>>().size();
+    Run run = greedy(cpu, prompt, steps);
+    return {std::move(prompt), std::move(run)};
+  }
 
  private slots:
   void initTestCase() {
@@ -189,10 +198,8 @@ class VulkanEndToEndTest : public QObject {
     runtime::Chain vk(std::move(stages));
     auto cpu = cpuChain();
     for (const std::string& name : names) {
-      const auto& g = fixture(QString::fromStdString(name));
-      const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
-      const size_t steps = g["top2_margin"].get<std::vector<double>>().size();
-      const Run want = greedy(*cpu, prompt, steps);
+      const auto [prompt, want] = cpuReference(*cpu, name);
+      const size_t steps = want.tokens.size();
       const auto got = teacherForced(vk, prompt, want);
       gpu_test::LogitAgreement one;
       for (size_t step = 0; step < steps; ++step) {
@@ -336,10 +343,8 @@ class VulkanEndToEndTest : public QObject {
     double errorSquares = 0, referenceSquares = 0;  // the reordered run's logits NMSE
     auto cpu = cpuChain();
     for (const std::string& name : names) {
-      const auto& g = fixture(QString::fromStdString(name));
-      const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
-      const size_t steps = g["top2_margin"].get<std::vector<double>>().size();
-      const Run want = greedy(*cpu, prompt, steps);
+      const auto [prompt, want] = cpuReference(*cpu, name);
+      const size_t steps = want.tokens.size();
       // The prompt and the reference's continuation in one batch: rows prompt.size() - 1 on
       // predict the same steps.
       std::vector<int32_t> all = prompt;
