@@ -4,7 +4,8 @@
 //  * native (the default variant of every shader): the device's own fma, division and square
 //    root, sums in float. Fast on every GPU; the results differ from the CPU backend's by
 //    rounding, which the GPU accuracy contract bounds (per op NMSE <= 5e-4, 1e-6 for float ops;
-//    end to end top-1 agreement >= 99% and mean KL <= 0.01 nats: docs/ARCHITECTURE.md).
+//    end to end mean KL <= 0.01 nats and top-1 agreement >= 99% at decisive positions:
+//    docs/ARCHITECTURE.md).
 //  * exact (SHOAL_EXACT_MATH, the "<name>_exact" variants, opt-in with SHOAL_VULKAN_MATH=exact on
 //    a device with shaderFloat64): fma, division and square root rounded exactly as the CPU
 //    backend does (kernels/cpu/ggml_order.h), whatever the driver does with plain GLSL (Vulkan
@@ -75,8 +76,8 @@ float mathFma(float a, float b, float c) { return fma(a, b, c); }
 float mathDiv(float a, float b) { return a / b; }
 float mathSqrt(float a) { return sqrt(a); }
 
-// A running sum in float: the kernels that accumulate one in native mode reduce across
-// invocations in a tree, so each partial sum stays short.
+// A running sum in float (attention's softmax denominator, still summed by one invocation;
+// native RMSNorm does not use it: it sums in a tree across the workgroup).
 struct Acc {
   float v;
 };
