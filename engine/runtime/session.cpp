@@ -55,7 +55,11 @@ model::TokenId Session::compute(size_t from, Sampler& sampler, const GenerateOpt
   sample.minP = options.sampler.minP;
   // The seed follows the position sampled, so a replay draws the same numbers.
   sample.seed = options.sampler.seed + m_cached.size();
-  m_chain.forward(m_sequence, static_cast<int32_t>(from), tokens, m_out, LogitRows::Last, &sample);
+  // A head stage that samples (on its device, or a pool's last node) has no token history, so a
+  // repetition penalty needs the logits here.
+  const bool headMaySample = options.sampler.repeatPenalty == 1.0f;
+  m_chain.forward(m_sequence, static_cast<int32_t>(from), tokens, m_out, LogitRows::Last,
+                  headMaySample ? &sample : nullptr);
   if (!m_out.tokens.empty()) {
     const model::TokenId t = m_out.tokens.back();
     if (t < 0 || t >= m_tokenizer.size()) throw Error("the head stage sampled an unknown token");

@@ -294,7 +294,8 @@ void LayerRecorder::attend(const Op& op) {
   if (op.attend.sinks) options.sinks = weight(model::TensorRole::AttnSinks).memory.address;
   m_rec.attention(at(Buffer::Q, 0), m_layer->keys, m_layer->values, at(Buffer::Attn, 0),
                   m_ctx.params, widthOf(Buffer::Q) / headDim, kvDim / headDim, headDim,
-                  op.attend.scale, m_rows.count, m_ctx.contextLength, options);
+                  op.attend.scale, m_rows.count, m_ctx.contextLength, m_ctx.attentionScratch,
+                  options);
 }
 
 void LayerRecorder::keepOutputRows() {

@@ -53,8 +53,9 @@ struct PassContext {
   const model::ModelConfig* config = nullptr;
   std::array<VkDeviceAddress, model::kBufferCount> buffers{};  // one row per token each
   QuantizedActivations quantized;                              // scratch for integer products
-  VkDeviceAddress params = 0;  // host-written: [0] the position of the batch's first row
-  uint32_t contextLength = 0;  // of the KV cache (the attention kernel's shared memory)
+  VkDeviceAddress params = 0;            // host-written: [0] the position of the batch's first row
+  uint32_t contextLength = 0;            // of the KV cache
+  VkDeviceAddress attentionScratch = 0;  // attentionScratchBytes for the stage's largest batch
   const std::vector<RopeTable>* ropeTables = nullptr;
   MoeScratch moe;
   uint32_t rows = 0;  // rows of the batch

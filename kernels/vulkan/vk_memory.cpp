@@ -9,6 +9,8 @@ namespace shoal::vulkan {
 namespace {
 
 constexpr VkDeviceSize kBlockBytes = VkDeviceSize{256} << 20;
+// Host-visible memory is (on a discrete GPU) pinned system memory: smaller blocks.
+constexpr VkDeviceSize kHostBlockBytes = VkDeviceSize{16} << 20;
 constexpr VkDeviceSize kStagingBytes = VkDeviceSize{16} << 20;
 // Covers minStorageBufferOffsetAlignment and the 16-byte vector loads of every kernel.
 constexpr VkDeviceSize kAlign = 256;
@@ -25,11 +27,12 @@ MemoryPool::~MemoryPool() {
   }
 }
 
-MemoryPool::Block& MemoryPool::newBlock(VkDeviceSize bytes, bool hostVisible) {
+MemoryPool::Block& MemoryPool::newBlock(VkDeviceSize bytes, Kind kind) {
   const VkApi& api = m_device.api();
   const VkDevice dev = m_device.handle();
   const PhysicalDevice& pd = m_device.physical();
-  VkDeviceSize size = std::max(bytes, kBlockBytes);
+  const bool hostVisible = kind != Kind::Device;
+  VkDeviceSize size = std::max(bytes, hostVisible ? kHostBlockBytes : kBlockBytes);
   if (pd.maxAllocation) size = std::min(size, pd.maxAllocation);
   if (size < bytes) {
     throw Error("Vulkan: a buffer of " + std::to_string(bytes) +
@@ -38,7 +41,7 @@ MemoryPool::Block& MemoryPool::newBlock(VkDeviceSize bytes, bool hostVisible) {
   }
   Block b;
   b.size = size;
-  b.hostVisible = hostVisible;
+  b.kind = kind;
   VkBufferCreateInfo bi{};
   bi.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
   bi.size = size;
@@ -54,11 +57,16 @@ MemoryPool::Block& MemoryPool::newBlock(VkDeviceSize bytes, bool hostVisible) {
   const VkMemoryPropertyFlags want =
       hostVisible ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
                   : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+  auto firstType = [&](VkMemoryPropertyFlags flags) {
+    for (uint32_t i = 0; i < props.memoryTypeCount; ++i) {
+      if ((req.memoryTypeBits & (1u << i)) && (props.memoryTypes[i].propertyFlags & flags) == flags)
+        return i;
+    }
+    return UINT32_MAX;
+  };
   uint32_t type = UINT32_MAX;
-  for (uint32_t i = 0; i < props.memoryTypeCount && type == UINT32_MAX; ++i) {
-    if ((req.memoryTypeBits & (1u << i)) && (props.memoryTypes[i].propertyFlags & want) == want)
-      type = i;
-  }
+  if (kind == Kind::HostRead) type = firstType(want | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+  if (type == UINT32_MAX) type = firstType(want);
   if (type == UINT32_MAX) {
     api.vkDestroyBuffer(dev, b.buffer, nullptr);
     throw Error(std::string("Vulkan: no ") + (hostVisible ? "host-visible" : "device-local") +
@@ -91,13 +99,21 @@ MemoryPool::Block& MemoryPool::newBlock(VkDeviceSize bytes, bool hostVisible) {
 }
 
 Allocation MemoryPool::allocate(VkDeviceSize bytes, bool hostVisible) {
+  return allocate(bytes, hostVisible ? Kind::HostWrite : Kind::Device);
+}
+
+Allocation MemoryPool::allocateReadback(VkDeviceSize bytes) {
+  return allocate(bytes, Kind::HostRead);
+}
+
+Allocation MemoryPool::allocate(VkDeviceSize bytes, Kind kind) {
   bytes = std::max<VkDeviceSize>(bytes, 4);
   const VkDeviceSize rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   Block* block = nullptr;
   for (Block& b : m_blocks) {
-    if (b.hostVisible == hostVisible && b.size - b.used >= rounded) block = &b;
+    if (b.kind == kind && b.size - b.used >= rounded) block = &b;
   }
-  if (!block) block = &newBlock(rounded, hostVisible);
+  if (!block) block = &newBlock(rounded, kind);
   Allocation a;
   a.buffer = block->buffer;
   a.offset = block->used;

@@ -26,9 +26,12 @@ class MemoryPool {
   MemoryPool(const MemoryPool&) = delete;
   MemoryPool& operator=(const MemoryPool&) = delete;
 
-  // `bytes` of device-local memory (hostVisible: host-visible and coherent, mapped).
-  // Throws shoal::Error when the device has no room.
+  // `bytes` of device-local memory (hostVisible: host-visible and coherent, mapped, for what the
+  // host writes). Throws shoal::Error when the device has no room.
   Allocation allocate(VkDeviceSize bytes, bool hostVisible = false);
+  // `bytes` of host-visible, coherent, mapped memory for what the host reads back: host-cached
+  // where the device has such a type (uncached, often write-combined memory reads slowly).
+  Allocation allocateReadback(VkDeviceSize bytes);
 
   // Copy bytes into a device-local allocation through a staging buffer, in chunks;
   // progress(done, total) after each.
@@ -40,15 +43,17 @@ class MemoryPool {
   uint64_t bytesAllocated() const { return m_used; }
 
  private:
+  enum class Kind { Device, HostWrite, HostRead };
   struct Block {
     VkDeviceMemory memory = VK_NULL_HANDLE;
     VkBuffer buffer = VK_NULL_HANDLE;
     VkDeviceSize size = 0, used = 0;
     VkDeviceAddress address = 0;
     void* mapped = nullptr;
-    bool hostVisible = false;
+    Kind kind = Kind::Device;
   };
-  Block& newBlock(VkDeviceSize bytes, bool hostVisible);
+  Block& newBlock(VkDeviceSize bytes, Kind kind);
+  Allocation allocate(VkDeviceSize bytes, Kind kind);
   Allocation staging(VkDeviceSize bytes);
 
   Device& m_device;

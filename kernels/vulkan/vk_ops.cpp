@@ -80,10 +80,72 @@ bool quantizesActivations(gguf::TensorType t) {
   return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0;
 }
 
-bool attentionFits(const PhysicalDevice& device, int32_t contextLength) {
+namespace {
+
+// Whether attention runs the split kernel (attention_split.comp): default math and a head size
+// its four-key loads take. Otherwise the whole-context kernel (attention.comp), whose scores live
+// in shared memory.
+bool splitKernel(const Device& device, uint32_t headDim) {
+  return !device.exactMath() && headDim % 4 == 0;
+}
+
+// Query heads per split-attention workgroup: the largest divisor of the heads sharing a KV head
+// up to 8 (attention_split.comp's GROUP: registers per invocation grow with it).
+uint32_t attentionGroup(uint32_t heads, uint32_t kvHeads) {
+  const uint32_t shared = heads / kvHeads;
+  uint32_t g = std::min<uint32_t>(shared, 8);
+  while (shared % g != 0) --g;
+  return g;
+}
+
+// Tokens per split-attention workgroup (TOKENS): a batch fills the workgroup's 8 query rows with
+// several tokens, so each key and value read serves them all.
+uint32_t attentionTokens(uint32_t heads, uint32_t kvHeads, uint32_t tokens) {
+  return std::clamp<uint32_t>(8 / attentionGroup(heads, kvHeads), 1, std::max<uint32_t>(tokens, 1));
+}
+
+// Workgroups of one split.
+uint64_t attentionGroupsPerSplit(uint32_t heads, uint32_t kvHeads, uint32_t tokens) {
+  const uint32_t perWorkgroup = attentionTokens(heads, kvHeads, tokens);
+  return uint64_t{heads} / attentionGroup(heads, kvHeads) *
+         ((tokens + perWorkgroup - 1) / perWorkgroup);
+}
+
+}  // namespace
+
+uint32_t attentionSplits(uint32_t heads, uint32_t kvHeads, uint32_t tokens,
+                         uint32_t contextLength) {
+  // Splits of at most 2048 positions of a full context: a workgroup's loops stay far below
+  // llvmpipe's cap of 65535 loop iterations per invocation (gallivm's
+  // LP_MAX_TGSI_LOOP_ITERATIONS, shared by every loop of a shader: past it lavapipe silently
+  // ends the loops), and a long context spreads over many workgroups on a GPU. When few tokens
+  // attend, more splits (up to 32, each at least 256 positions) fill a large GPU with a few
+  // hundred workgroups.
+  constexpr uint32_t kMaxSplitPositions = 2048, kMinSplitPositions = 256;
+  constexpr uint32_t kTargetGroups = 256, kMaxFillSplits = 32;
+  const uint32_t needed = (contextLength + kMaxSplitPositions - 1) / kMaxSplitPositions;
+  const uint64_t perSplit = attentionGroupsPerSplit(heads, kvHeads, tokens);
+  const uint64_t fill =
+      std::min<uint64_t>((kTargetGroups + perSplit - 1) / perSplit,
+                         std::min(kMaxFillSplits, contextLength / kMinSplitPositions));
+  return std::max<uint32_t>({needed, static_cast<uint32_t>(fill), 1});
+}
+
+uint64_t attentionScratchBytes(uint32_t heads, uint32_t kvHeads, uint32_t headDim,
+                               uint32_t maxTokens, uint32_t contextLength) {
+  uint64_t most = 0;
+  for (uint32_t t = 1; t <= std::min(maxTokens, kAttentionTokensPerPass); ++t) {
+    const uint32_t splits = attentionSplits(heads, kvHeads, t, contextLength);
+    if (splits > 1) most = std::max(most, uint64_t{t} * heads * splits * (headDim + 2) * 4);
+  }
+  return most;
+}
+
+bool attentionFits(const Device& device, uint32_t headDim, int32_t contextLength) {
+  if (splitKernel(device, headDim)) return true;
   // scores[contextLength] + qh[256] + red[kGroup] floats.
   const uint64_t bytes = (static_cast<uint64_t>(contextLength) + 256 + kGroup) * 4;
-  return bytes <= device.maxSharedMemory;
+  return bytes <= device.physical().maxSharedMemory;
 }
 
 // Push constants in the std430 layout of the shaders: device addresses 8-aligned, then 32-bit
@@ -139,14 +201,14 @@ void Recorder::barrier() {
 }
 
 void Recorder::dispatch(const std::string& shader, const std::vector<uint32_t>& constants,
-                        const Push& push, uint32_t x, uint32_t y) {
-  if (x == 0 || y == 0) return;
+                        const Push& push, uint32_t x, uint32_t y, uint32_t z) {
+  if (x == 0 || y == 0 || z == 0) return;
   const VkApi& api = m_device.api();
   const Pipeline& p = m_device.pipeline(shader, constants);
   api.vkCmdBindPipeline(m_cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   api.vkCmdPushConstants(m_cb, m_device.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push.size(),
                          push.data());
-  api.vkCmdDispatch(m_cb, x, y, 1);
+  api.vkCmdDispatch(m_cb, x, y, z);
   barrier();
 }
 
@@ -263,13 +325,59 @@ void Recorder::kvStore(VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress key
 void Recorder::attention(VkDeviceAddress q, VkDeviceAddress keyCache, VkDeviceAddress valueCache,
                          VkDeviceAddress y, VkDeviceAddress params, uint32_t heads,
                          uint32_t kvHeads, uint32_t headDim, float scale, uint32_t count,
-                         uint32_t contextLength, const AttentionOptions& options) {
+                         uint32_t contextLength, VkDeviceAddress scratch,
+                         const AttentionOptions& options) {
   if (headDim > 256) throw Error("Vulkan attention: head size above 256");
+  if (kvHeads == 0 || heads % kvHeads != 0) {
+    throw Error("Vulkan attention: " + std::to_string(heads) + " query heads over " +
+                std::to_string(kvHeads) + " KV heads");
+  }
+  if (splitKernel(m_device, headDim)) {
+    // The batch in passes of at most kAttentionTokensPerPass tokens, which bounds the scratch.
+    for (uint32_t first = 0; first < count; first += kAttentionTokensPerPass) {
+      const uint32_t n = std::min(count - first, kAttentionTokensPerPass);
+      const uint64_t rowOffset = uint64_t{first} * heads * headDim * 4;
+      splitAttention(q + rowOffset, keyCache, valueCache, y + rowOffset, params, heads, kvHeads,
+                     headDim, scale, first, n, contextLength, scratch, options);
+    }
+    return;
+  }
+  if (!attentionFits(m_device, headDim, static_cast<int32_t>(contextLength))) {
+    throw Error("Vulkan attention: a context of " + std::to_string(contextLength) +
+                " positions does not fit the exact-math kernel's shared memory");
+  }
   Push push;
   push.ref(q).ref(keyCache).ref(valueCache).ref(y).ref(params).ref(options.sinks);
   push.u32(heads).u32(kvHeads).u32(headDim).f32(scale);
   push.u32(options.window).f32(options.softcap).u32(options.sinks != 0 ? 1 : 0);
   dispatch("attention", {kGroup, contextLength}, push, heads, count);
+}
+
+void Recorder::splitAttention(VkDeviceAddress q, VkDeviceAddress keyCache,
+                              VkDeviceAddress valueCache, VkDeviceAddress y, VkDeviceAddress params,
+                              uint32_t heads, uint32_t kvHeads, uint32_t headDim, float scale,
+                              uint32_t firstToken, uint32_t count, uint32_t contextLength,
+                              VkDeviceAddress scratch, const AttentionOptions& options) {
+  const uint32_t group = attentionGroup(heads, kvHeads);
+  const uint32_t tokens = attentionTokens(heads, kvHeads, count);
+  const uint32_t splits = attentionSplits(heads, kvHeads, count, contextLength);
+  if (splits > 1 && scratch == 0) throw Error("Vulkan attention: no scratch for split attention");
+  // Several splits: partial outputs first in the scratch, then their (max, sum) pairs.
+  const VkDeviceAddress parts = splits > 1 ? scratch : y;
+  const VkDeviceAddress ml = parts + uint64_t{count} * heads * splits * headDim * 4;
+  Push push;
+  push.ref(q).ref(keyCache).ref(valueCache).ref(parts).ref(ml).ref(params).ref(options.sinks);
+  push.u32(heads).u32(kvHeads).u32(headDim).f32(scale);
+  push.u32(options.window).f32(options.softcap).u32(options.sinks != 0 ? 1 : 0).u32(splits);
+  push.u32(firstToken).u32(count);
+  dispatch(m_device.useSubgroups() ? "attention_split_subgroup" : "attention_split",
+           {kGroup, group, tokens}, push, heads / group, splits, groups(count, tokens));
+  if (splits > 1) {
+    Push merge;
+    merge.ref(parts).ref(ml).ref(y).ref(options.sinks);
+    merge.u32(heads).u32(headDim).u32(splits).u32(options.sinks != 0 ? 1 : 0);
+    dispatch("attention_merge", {kGroup}, merge, heads, count);
+  }
 }
 
 void Recorder::swiglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n, uint32_t rowLen) {
@@ -358,6 +466,13 @@ void Recorder::add(VkDeviceAddress x, VkDeviceAddress y, uint32_t n, uint32_t pe
   Push push;
   push.ref(x).ref(y).u32(n).u32(period);
   dispatch("add", {kGroup}, push, groups(n, kGroup));
+}
+
+void Recorder::argmax(VkDeviceAddress logits, VkDeviceAddress tokens, uint32_t rows,
+                      uint32_t vocab) {
+  Push push;
+  push.ref(logits).ref(tokens).u32(vocab);
+  dispatch("argmax", {256}, push, rows);
 }
 
 }  // namespace shoal::vulkan

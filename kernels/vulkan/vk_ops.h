@@ -82,11 +82,15 @@ class Recorder {
             uint32_t count);
   void kvStore(VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress keyCache,
                VkDeviceAddress valueCache, VkDeviceAddress params, uint32_t kvDim, uint32_t count);
-  // contextLength must fit shared memory (attentionFits).
+  // Attention of `count` tokens (q: count x heads x headDim, after RoPE; positions params[0] + t)
+  // over the f16 caches, into y. In default math the split kernel (flash-decoding: any context
+  // length, the query heads of a KV head together); `scratch` holds attentionScratchBytes for
+  // this shape (0 when that is 0). In exact math the whole-context kernel, whose contextLength
+  // must fit shared memory (attentionFits).
   void attention(VkDeviceAddress q, VkDeviceAddress keyCache, VkDeviceAddress valueCache,
                  VkDeviceAddress y, VkDeviceAddress params, uint32_t heads, uint32_t kvHeads,
                  uint32_t headDim, float scale, uint32_t count, uint32_t contextLength,
-                 const AttentionOptions& options = {});
+                 VkDeviceAddress scratch, const AttentionOptions& options = {});
   // gate = silu(gate) * up over n elements in rows of rowLen.
   void swiglu(VkDeviceAddress gate, VkDeviceAddress up, uint32_t n, uint32_t rowLen);
   // gate = gelu(gate) * up over n elements, GELU as the CPU's (ggml's tanh form through an f16
@@ -117,19 +121,39 @@ class Recorder {
   void softcap(VkDeviceAddress x, uint32_t n, float cap);
   // y[i] += x[i % period] for i < n.
   void add(VkDeviceAddress x, VkDeviceAddress y, uint32_t n, uint32_t period);
+  // tokens[r] = the index of row r's largest logit (the lowest among equal ones) for r < rows:
+  // greedy sampling on the device.
+  void argmax(VkDeviceAddress logits, VkDeviceAddress tokens, uint32_t rows, uint32_t vocab);
 
  private:
   class Push;
+  // Split attention of `count` tokens (q and y at that batch's first row; token t at position
+  // params[0] + firstToken + t): attention_split.comp and, with several splits,
+  // attention_merge.comp.
+  void splitAttention(VkDeviceAddress q, VkDeviceAddress keyCache, VkDeviceAddress valueCache,
+                      VkDeviceAddress y, VkDeviceAddress params, uint32_t heads, uint32_t kvHeads,
+                      uint32_t headDim, float scale, uint32_t firstToken, uint32_t count,
+                      uint32_t contextLength, VkDeviceAddress scratch,
+                      const AttentionOptions& options);
   void dispatch(const std::string& shader, const std::vector<uint32_t>& constants, const Push& push,
-                uint32_t x, uint32_t y = 1);
+                uint32_t x, uint32_t y = 1, uint32_t z = 1);
   void barrier();
 
   Device& m_device;
   VkCommandBuffer m_cb;
 };
 
-// Whether the attention kernel's scores for `contextLength` positions fit the device's shared
-// memory.
-bool attentionFits(const PhysicalDevice& device, int32_t contextLength);
+// Tokens per split-attention pass: a larger batch attends in several passes, so the scratch
+// stays bounded.
+inline constexpr uint32_t kAttentionTokensPerPass = 64;
+// Splits of the positions in split attention for a pass of `tokens` tokens (1: no merge step,
+// no scratch).
+uint32_t attentionSplits(uint32_t heads, uint32_t kvHeads, uint32_t tokens, uint32_t contextLength);
+// Scratch bytes split attention needs for any batch of up to maxTokens tokens (0: none).
+uint64_t attentionScratchBytes(uint32_t heads, uint32_t kvHeads, uint32_t headDim,
+                               uint32_t maxTokens, uint32_t contextLength);
+// Whether attention over `contextLength` positions runs on the device: always with the split
+// kernel; in exact math when the whole-context kernel's scores fit shared memory.
+bool attentionFits(const Device& device, uint32_t headDim, int32_t contextLength);
 
 }  // namespace shoal::vulkan

@@ -35,13 +35,13 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
       m_book("Vulkan stage", spec, m_config.nLayer, m_config.nVocab, m_config.nEmbd),
       m_progress(progress) {
   const model::ModelConfig& c = m_config;
-  if (!attentionFits(m_device->physical(), spec.contextLength)) {
+  if (c.headDim > 256) throw Error("Vulkan stage: head size above 256 is not supported");
+  if (!attentionFits(*m_device, u32(c.headDim), spec.contextLength)) {
     throw Error("Vulkan stage: a context of " + std::to_string(spec.contextLength) +
-                " positions does not fit the attention kernel's shared memory on " +
+                " positions does not fit the exact-math attention kernel's shared memory on " +
                 m_device->physical().info.name + " (" +
                 std::to_string(m_device->physical().maxSharedMemory) + " bytes)");
   }
-  if (c.headDim > 256) throw Error("Vulkan stage: head size above 256 is not supported");
 
   if (const char* missing = spec.hasHead ? kernels::gpuHeadGap(c, kVulkanOps) : nullptr) {
     throw Error(std::string("Vulkan stage: the model's head has ") + missing +
@@ -92,13 +92,24 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
   m_actQuants = m_pool.allocate(QuantizedActivations::quantBytes(widest));
   m_actScales = m_pool.allocate(QuantizedActivations::scaleBytes(widest));
   m_actSums = m_pool.allocate(QuantizedActivations::scaleBytes(widest));
+  // Split attention's partial outputs, for the widest attention of any layer.
+  uint64_t attentionScratch = 0;
+  for (const Layer& L : m_layers) {
+    const uint32_t hd = u32(c.headDim);
+    attentionScratch =
+        std::max(attentionScratch,
+                 attentionScratchBytes(widths[idx(Buffer::Q)] / hd, u32(L.program.kvDim) / hd, hd,
+                                       u32(spec.maxBatch), u32(spec.contextLength)));
+  }
+  if (attentionScratch > 0) m_attentionScratch = m_pool.allocate(attentionScratch);
   m_params = m_pool.allocate(16, true);
   m_tokens = m_pool.allocate(b * 4, true);
   if (!spec.hasEmbedding) m_hiddenIn = m_pool.allocate(b * uint64_t(c.nEmbd) * 4, true);
   if (spec.hasHead) {
-    m_logits = m_pool.allocate(b * uint64_t(c.nVocab) * 4, true);
+    m_logits = m_pool.allocateReadback(b * uint64_t(c.nVocab) * 4);
+    m_sampled = m_pool.allocateReadback(b * 4);
   } else {
-    m_hiddenOut = m_pool.allocate(b * uint64_t(c.nEmbd) * 4, true);
+    m_hiddenOut = m_pool.allocateReadback(b * uint64_t(c.nEmbd) * 4);
   }
   if (experts) {
     const uint64_t entries = b * uint64_t(c.nExpertUsed);
@@ -199,8 +210,8 @@ void VulkanStage::buildRopeTables(const model::ModelWeights& w) {
 
 // The embedding (or the hidden states received), each layer's program, then the head: final
 // norm and output projection over the rows whose logits are wanted.
-void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence,
-                         runtime::LogitRows logits) {
+void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, runtime::LogitRows logits,
+                         bool greedy) {
   const uint32_t n = u32(count), d = u32(m_config.nEmbd);
   PassContext ctx;
   ctx.config = &m_config;
@@ -208,6 +219,7 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence,
   ctx.quantized = {m_actQuants.address, m_actScales.address, m_actSums.address};
   ctx.params = m_params.address;
   ctx.contextLength = u32(m_spec.contextLength);
+  ctx.attentionScratch = m_attentionScratch.address;
   ctx.ropeTables = &m_ropeTables;
   ctx.moe = {m_moeLogits.address, m_moeIds.address, m_moeWeights.address, m_moeOutputs.address};
   ctx.rows = n;
@@ -241,14 +253,15 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence,
     if (const float cap = m_config.finalLogitSoftcap; cap > 0) {
       rec.softcap(m_logits.address, rows.count * u32(m_config.nVocab), cap);
     }
+    if (greedy) rec.argmax(m_logits.address, m_sampled.address, rows.count, u32(m_config.nVocab));
   } else {
     rec.copy(m_buffers[idx(Buffer::X)], m_hiddenOut, uint64_t(n) * d * 4);
   }
 }
 
-VkCommandBuffer VulkanStage::commandsFor(int32_t count, int32_t sequence,
-                                         runtime::LogitRows logits) {
-  const auto key = std::make_tuple(count, sequence, logits);
+VkCommandBuffer VulkanStage::commandsFor(int32_t count, int32_t sequence, runtime::LogitRows logits,
+                                         bool greedy) {
+  const auto key = std::make_tuple(count, sequence, logits, greedy);
   if (auto it = m_commands.find(key); it != m_commands.end()) return it->second;
   if (m_commands.size() >= kMaxRecordedShapes) {
     // Keep the decode shapes (one row), drop the prefill ones.
@@ -264,7 +277,7 @@ VkCommandBuffer VulkanStage::commandsFor(int32_t count, int32_t sequence,
   VkCommandBuffer cb = m_device->allocateCommandBuffer();
   try {
     Recorder rec(*m_device, cb);
-    record(rec, count, sequence, logits);
+    record(rec, count, sequence, logits, greedy);
     rec.finish();
   } catch (...) {
     m_device->freeCommandBuffer(cb);
@@ -275,11 +288,12 @@ VkCommandBuffer VulkanStage::commandsFor(int32_t count, int32_t sequence,
 }
 
 void VulkanStage::runSegment(const runtime::Batch& batch, int32_t row,
-                             const runtime::Segment& segment, runtime::StageOutput& out) {
+                             const runtime::Segment& segment, bool greedy,
+                             runtime::StageOutput& out) {
   const size_t n = sz(segment.count), d = sz(m_config.nEmbd);
   // Without the head every row goes on as a hidden state: one recording serves every logits mode.
   const runtime::LogitRows logits = m_spec.hasHead ? segment.logits : runtime::LogitRows::All;
-  VkCommandBuffer cb = commandsFor(segment.count, segment.sequence, logits);
+  VkCommandBuffer cb = commandsFor(segment.count, segment.sequence, logits, greedy);
   static_cast<int32_t*>(m_params.mapped)[0] = segment.firstPosition;
   if (m_spec.hasEmbedding) {
     std::memcpy(m_tokens.mapped, batch.tokens.data() + row, n * 4);
@@ -291,11 +305,19 @@ void VulkanStage::runSegment(const runtime::Batch& batch, int32_t row,
     const size_t rows = logits == runtime::LogitRows::All    ? n
                         : logits == runtime::LogitRows::Last ? 1
                                                              : 0;
-    const float* values = static_cast<const float*>(m_logits.mapped);
-    out.logits.insert(out.logits.end(), values, values + rows * sz(m_config.nVocab));
+    if (greedy) {
+      const int32_t* tokens = static_cast<const int32_t*>(m_sampled.mapped);
+      out.tokens.insert(out.tokens.end(), tokens, tokens + rows);
+      m_bytesReadBack += rows * 4;
+    } else {
+      const float* values = static_cast<const float*>(m_logits.mapped);
+      out.logits.insert(out.logits.end(), values, values + rows * sz(m_config.nVocab));
+      m_bytesReadBack += rows * sz(m_config.nVocab) * 4;
+    }
   } else {
     const float* hidden = static_cast<const float*>(m_hiddenOut.mapped);
     out.hidden.insert(out.hidden.end(), hidden, hidden + n * d);
+    m_bytesReadBack += n * d * 4;
   }
 }
 
@@ -303,9 +325,17 @@ void VulkanStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   m_book.check(batch);
   out.hidden.clear();
   out.logits.clear();
-  out.tokens.clear();  // the stage does not sample: a SampleRequest gets logits back
+  out.tokens.clear();
+  // Greedy requests are sampled on the device (argmax.comp): a token reads back 4 bytes, not the
+  // vocabulary's logits. Other requests get logits back (the host samples them).
+  const bool greedy = m_spec.hasHead && batch.sample && batch.sample->temperature <= 0;
   if (m_spec.hasHead) {
-    out.logits.reserve(sz(runtime::SequenceBook::logitRows(batch)) * sz(m_config.nVocab));
+    const size_t rows = sz(runtime::SequenceBook::logitRows(batch));
+    if (greedy) {
+      out.tokens.reserve(rows);
+    } else {
+      out.logits.reserve(rows * sz(m_config.nVocab));
+    }
   } else {
     out.hidden.reserve(sz(batch.rows()) * sz(m_config.nEmbd));
   }
@@ -314,7 +344,7 @@ void VulkanStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   // concurrent-batching work of issues 16 and 18.
   int32_t row = 0;
   for (const runtime::Segment& segment : batch.segments) {
-    runSegment(batch, row, segment, out);
+    runSegment(batch, row, segment, greedy, out);
     row += segment.count;
   }
   m_book.commit(batch);

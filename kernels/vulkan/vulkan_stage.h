@@ -37,6 +37,9 @@ class VulkanStage final : public runtime::LocalStage {
   const runtime::StageSpec& spec() const override { return m_spec; }
   void truncate(int32_t sequence, int32_t fromPosition) override;
   int32_t cachedPositions(int32_t sequence) const override;
+  // Bytes copied from the device to the host by the batches so far (logits, sampled tokens or
+  // hidden states): a greedy decode step on a head stage reads back 4 bytes.
+  uint64_t bytesReadBack() const { return m_bytesReadBack; }
 
  protected:
   void run(const runtime::Batch& batch, runtime::StageOutput& output) override;
@@ -51,10 +54,13 @@ class VulkanStage final : public runtime::LocalStage {
   void upload(const model::ModelWeights& weights);
   void buildRopeTables(const model::ModelWeights& weights);
   // One segment of a batch, its rows starting at `row` of the batch; appends to output.
+  // greedy: sample the logits rows on the device (argmax) and return tokens.
   void runSegment(const runtime::Batch& batch, int32_t row, const runtime::Segment& segment,
-                  runtime::StageOutput& output);
-  VkCommandBuffer commandsFor(int32_t count, int32_t sequence, runtime::LogitRows logits);
-  void record(Recorder& rec, int32_t count, int32_t sequence, runtime::LogitRows logits);
+                  bool greedy, runtime::StageOutput& output);
+  VkCommandBuffer commandsFor(int32_t count, int32_t sequence, runtime::LogitRows logits,
+                              bool greedy);
+  void record(Recorder& rec, int32_t count, int32_t sequence, runtime::LogitRows logits,
+              bool greedy);
 
   std::shared_ptr<Device> m_device;
   MemoryPool m_pool;
@@ -71,11 +77,15 @@ class VulkanStage final : public runtime::LocalStage {
   // Activations for maxBatch rows, by layer_program.h's Buffer.
   std::array<Allocation, model::kBufferCount> m_buffers;
   Allocation m_actQuants, m_actScales, m_actSums;  // quantized activations (QuantizedActivations)
-  // Host-visible: [firstPosition], token ids, hidden in/out, logits.
-  Allocation m_params, m_tokens, m_hiddenIn, m_hiddenOut, m_logits;
+  Allocation m_attentionScratch;  // split attention's partial outputs (attentionScratchBytes)
+  // Host-visible: [firstPosition], token ids, hidden in/out, logits, sampled tokens (what the
+  // host reads back is in host-cached memory where the device has it).
+  Allocation m_params, m_tokens, m_hiddenIn, m_hiddenOut, m_logits, m_sampled;
+  uint64_t m_bytesReadBack = 0;
   Allocation m_moeLogits, m_moeIds, m_moeWeights, m_moeOutputs;  // MoeScratch, when experts
 
-  std::map<std::tuple<int32_t, int32_t, runtime::LogitRows>, VkCommandBuffer> m_commands;
+  // By (rows, sequence, logits rows, greedy).
+  std::map<std::tuple<int32_t, int32_t, runtime::LogitRows, bool>, VkCommandBuffer> m_commands;
 };
 
 }  // namespace shoal::vulkan

@@ -4,7 +4,7 @@
 //    and gate/up matrices read as row ranges, the Scale op; with LongRoPE's long factors too)
 //    give the CPU backend's logits for a prompt and decode steps: bit for bit where the device
 //    runs the exact-math kernels (Q8_0 weights pair with the integer kernels that round as the
-//    CPU's), within a small error otherwise;
+//    CPU's), within the GPU tolerance below otherwise;
 //  * gemma3 and gemma2 (GeGLU, sliding windows shorter than the context, soft-capped scores and
 //    logits), qwen3moe and a Mixtral-style llama (mixtures of experts: router, top-k, expert
 //    products) are within the GPU tolerance of the CPU: logits NMSE <= 5e-4 and mean KL <= 0.01
@@ -13,7 +13,8 @@
 //    (logits rows in row order; the CPU backend's too, where the math is exact) and a stage
 //    without the head (hidden rows);
 //  * the Last logits row is the last row of All, and None returns no logits but caches the
-//    positions; a SampleRequest still gets logits (the stage does not sample);
+//    positions; a greedy SampleRequest is answered on the device (argmax: a token per logits
+//    row, 4 bytes read back each), another one gets logits;
 //  * a stage holding only the head (no layer) picks the logits rows itself;
 //  * a program that keeps its KV cache as a sliding-window ring is refused (no kernel reads a
 //    ring yet), and a window as long as the context runs as full attention;
@@ -48,6 +49,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/vulkan/vk_loader.h"
 #include "kernels/vulkan/vulkan_backend.h"
+#include "kernels/vulkan/vulkan_stage.h"
 
 using namespace shoal;
 using runtime::LogitRows;
@@ -320,8 +322,6 @@ class VulkanLayerProgramTest : public QObject {
           identical ? "bit-identical" : "not bit-identical");
     if (m_exact && exact) {
       QVERIFY2(identical, qPrintable(QString("max |diff| %1").arg(worst)));
-    } else if (exact) {
-      QVERIFY2(worst < 1e-2, qPrintable(QString("max |diff| %1").arg(worst)));
     } else {
       // The GPU contract (NMSE and KL); top-1 agreement is reported, not asserted: the random
       // models' top-2 margins are often below the products' rounding differences.
@@ -352,10 +352,26 @@ class VulkanLayerProgramTest : public QObject {
     std::vector<int32_t> tokens = kPromptA;
     tokens.insert(tokens.end(), kPromptB.begin(), kPromptB.end());
     const runtime::Segment both[] = {a, b};
+    // A greedy request is sampled on the device: a token per logits row, the argmax of the rows
+    // a run without the request gives, and 4 bytes read back per row instead of the logits.
+    auto* device = dynamic_cast<vulkan::VulkanStage*>(batched.get());
+    QVERIFY(device);
     const runtime::SampleRequest greedy;
+    uint64_t readBefore = device->bytesReadBack();
     batched->forward(runtime::Batch{tokens, {}, both, &greedy}, out);
-    QVERIFY(out.tokens.empty());  // no sampling on the stage: logits come back
+    QVERIFY(out.logits.empty());
+    QCOMPARE(out.tokens.size(), kPromptA.size() + 1);
+    for (size_t r = 0; r < out.tokens.size(); ++r) {
+      QCOMPARE(out.tokens[r], argmax(slice(wantLogits, r * vocab, vocab)));
+    }
+    QCOMPARE(device->bytesReadBack() - readBefore, uint64_t(out.tokens.size()) * 4);
+    batched->truncate(0, 0);
+    batched->truncate(1, 0);
+    readBefore = device->bytesReadBack();
+    batched->forward(runtime::Batch{tokens, {}, both}, out);
+    QVERIFY(out.tokens.empty());
     QCOMPARE(out.logits.size(), (kPromptA.size() + 1) * vocab);
+    QCOMPARE(device->bytesReadBack() - readBefore, uint64_t(out.logits.size()) * 4);
     QVERIFY(out.logits == wantLogits);
     // The CPU backend runs the two segments as one batch; the rows are the same.
     auto cpuStage = m_cpu->createStage("cpu0", m->source(), specFor(m->config, 0, layers, 2));
@@ -379,7 +395,10 @@ class VulkanLayerProgramTest : public QObject {
       wantLogits.insert(wantLogits.end(), out.logits.begin(), out.logits.end());
     }
     const runtime::Segment steps[] = {stepB, stepA};
-    batched->forward(runtime::Batch{next, {}, steps}, out);
+    runtime::SampleRequest warm;  // not greedy: the host samples, so logits come back
+    warm.temperature = 0.7f;
+    batched->forward(runtime::Batch{next, {}, steps, &warm}, out);
+    QVERIFY(out.tokens.empty());
     QCOMPARE(out.logits.size(), 2 * vocab);
     QVERIFY(out.logits == wantLogits);
   }
@@ -481,6 +500,68 @@ class VulkanLayerProgramTest : public QObject {
       refusal = e.what();
     }
     QVERIFY2(refusal.contains("has type bf16, which has no Vulkan kernel"), qPrintable(refusal));
+  }
+
+  // A 32k-position context on a small llama (one layer, two query heads over one KV head): the
+  // Vulkan stage accepts it (split attention has no shared-memory bound; every pass splits the
+  // positions 16 ways and merges them), a prompt of 8k tokens goes in micro-batches, and the
+  // last prompt row and decode steps after it give the CPU's logits within the GPU tolerance.
+  // (lavapipe runs attention at well under 1 GMAC/s, so the prompt stops at a quarter of the
+  // context; test_vulkan_ops checks the kernels at positions up to 32767.) In exact math the
+  // stage refuses the context with its reason.
+  void longContextMatchesCpu() {
+    constexpr int32_t kLong = 32768, kPrompt = 8192 - 8, kBatch = 512, kSteps = 8;
+    model::SyntheticModelSpec spec;
+    spec.nLayer = 1;
+    spec.nEmbd = 64;
+    spec.nHead = 2;
+    spec.nHeadKv = 1;
+    spec.nFf = 128;
+    spec.nVocab = 320;
+    spec.nCtx = kLong;
+    spec.weightStd = 0.08f;  // scores that prefer some positions over others
+    spec.seed = 11;
+    const std::filesystem::path path = m_dir.filePath("llama-32k.gguf").toStdString();
+    model::writeSyntheticModel(spec, path);
+    const auto m = loadModel(path);
+    runtime::StageSpec stageSpec = specFor(m->config, 0, 1);
+    stageSpec.contextLength = kLong;
+    stageSpec.maxBatch = kBatch;
+    if (m_exact) {
+      QVERIFY_THROWS_EXCEPTION(Error, m_vulkan->createStage(m_deviceId, m->source(), stageSpec));
+      QSKIP("exact math: the whole-context attention kernel refuses 32k positions (checked)");
+    }
+    std::vector<std::unique_ptr<runtime::Stage>> cpuStages, vkStages;
+    cpuStages.push_back(m_cpu->createStage("cpu0", m->source(), stageSpec));
+    vkStages.push_back(m_vulkan->createStage(m_deviceId, m->source(), stageSpec));
+    runtime::Chain cpuChain(std::move(cpuStages)), vkChain(std::move(vkStages));
+
+    std::vector<int32_t> prompt(static_cast<size_t>(kPrompt));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(3 + (i * 7919 + i / 97) % 317);
+    const size_t vocab = size_t(m->config.nVocab);
+    std::vector<float> want, got;
+    QElapsedTimer timer;
+    timer.start();
+    cpuChain.forward(0, 0, prompt, want);
+    const qint64 cpuMs = timer.restart();
+    vkChain.forward(0, 0, prompt, got);
+    qInfo("prompt of %zu tokens: CPU %lld ms, Vulkan %lld ms", prompt.size(), cpuMs,
+          timer.elapsed());
+    double worstNmse = nmse(got, want), klSum = klDivergence(want, got);
+    int rows = 1;
+    for (int32_t pos = kPrompt; pos < kPrompt + kSteps; ++pos) {
+      const int32_t token = argmax(want);
+      cpuChain.forward(0, pos, std::span(&token, 1), want);
+      vkChain.forward(0, pos, std::span(&token, 1), got);
+      QCOMPARE(got.size(), vocab);
+      worstNmse = std::max(worstNmse, nmse(got, want));
+      klSum += klDivergence(want, got);
+      ++rows;
+    }
+    qInfo("32k context, %d positions: max logits NMSE %.3g, mean KL %.3g nats over %d rows",
+          kPrompt + kSteps, worstNmse, klSum / rows, rows);
+    QVERIFY2(worstNmse <= 5e-4, qPrintable(QString("max NMSE %1").arg(worstNmse)));
+    QVERIFY2(klSum / rows <= 0.01, qPrintable(QString("mean KL %1").arg(klSum / rows)));
   }
 
   void validationLayerReportedNoErrors() { QCOMPARE(vulkan::validationErrorCount(), 0); }

@@ -19,10 +19,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "engine/error.h"
 #include "engine/gguf/dequantize.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/block_layouts.h"
@@ -516,6 +518,9 @@ class VulkanOpsTest : public QObject {
     auto kb = upload(pool, k), vb = upload(pool, v), qb = upload(pool, q);
     auto out = pool.allocate(size_t(count * qd) * 4);
     auto sinkb = upload(pool, sinkLogits);
+    const uint64_t scratchBytes =
+        vulkan::attentionScratchBytes(heads, kvHeads, hd, uint32_t(count), ctx);
+    auto gpuScratch = pool.allocate(std::max<uint64_t>(scratchBytes, 4));
     vulkan::AttentionOptions options;
     options.window = uint32_t(window);
     options.softcap = softcap;
@@ -532,7 +537,7 @@ class VulkanOpsTest : public QObject {
           rec.rope(qb.address, cosb.address, sinb.address, params.address, heads, hd, nRot, false,
                    n);
           rec.attention(qb.address, kc.address, vc.address, out.address, params.address, heads,
-                        kvHeads, hd, shape.scale, n, ctx, options);
+                        kvHeads, hd, shape.scale, n, ctx, gpuScratch.address, options);
         }
       });
     }
@@ -546,6 +551,139 @@ class VulkanOpsTest : public QObject {
       QVERIFY2(contractMiss(got, want, kFloatOpNmse).isEmpty(),
                qPrintable(contractMiss(got, want, kFloatOpNmse)));
     }
+  }
+
+  // Attention far into a 32k-position cache (no shared-memory bound on the context in default
+  // math: the split kernel, its splits merged), against the CPU's attention: decode, batches (a
+  // prefill-sized one attends in several passes, workgroups holding several tokens, the last
+  // part-filled), a sliding window, soft-capping with sinks; grouped heads (4 and 6 per KV
+  // head), head sizes 32 to 256. The caches are written directly (f16, position-major, as
+  // kv_store lays them out), not token by token. In exact math the whole-context kernel refuses
+  // such a context with an error instead.
+  void longContextAttentionMatchesCpu_data() {
+    QTest::addColumn<int>("firstPosition");
+    QTest::addColumn<int>("count");
+    QTest::addColumn<int>("window");
+    QTest::addColumn<float>("softcap");
+    QTest::addColumn<bool>("sinks");
+    QTest::addColumn<int>("heads");
+    QTest::addColumn<int>("kvHeads");
+    QTest::addColumn<int>("headDim");
+    QTest::newRow("decode at 32767") << 32767 << 1 << 0 << 0.0f << false << 8 << 2 << 64;
+    QTest::newRow("batch of 4 at 32764") << 32764 << 4 << 0 << 0.0f << false << 8 << 2 << 64;
+    QTest::newRow("decode at 1000") << 1000 << 1 << 0 << 0.0f << false << 8 << 2 << 64;
+    QTest::newRow("window 4096, decode at 32767")
+        << 32767 << 1 << 4096 << 0.0f << false << 8 << 2 << 64;
+    QTest::newRow("softcap, sinks, batch of 2 at 20000")
+        << 20000 << 2 << 0 << 30.0f << true << 8 << 2 << 64;
+    QTest::newRow("2 heads over 1, head 32, batch of 509 at 0")
+        << 0 << 509 << 0 << 0.0f << false << 2 << 1 << 32;
+    QTest::newRow("2 heads over 1, head 32, batch of 200 at 30000")
+        << 30000 << 200 << 0 << 0.0f << false << 2 << 1 << 32;
+    QTest::newRow("12 heads over 2, head 128, batch of 7 at 5000")
+        << 5000 << 7 << 0 << 0.0f << false << 12 << 2 << 128;
+    QTest::newRow("4 heads over 4, head 256, window 300, batch of 33 at 9000")
+        << 9000 << 33 << 300 << 0.0f << false << 4 << 4 << 256;
+  }
+  void longContextAttentionMatchesCpu() {
+    QFETCH(int, firstPosition);
+    QFETCH(int, count);
+    QFETCH(int, window);
+    QFETCH(float, softcap);
+    QFETCH(bool, sinks);
+    QFETCH(int, heads);
+    QFETCH(int, kvHeads);
+    QFETCH(int, headDim);
+    const int32_t hd = headDim, ctx = 32768;
+    const int32_t qd = heads * hd, kv = kvHeads * hd, total = firstPosition + count;
+    vulkan::MemoryPool pool(*m_device);
+    if (!vulkan::attentionFits(*m_device, hd, ctx)) {
+      QVERIFY(kExactMath);  // the split kernel has no context bound
+      auto none = pool.allocate(16);
+      QVERIFY_THROWS_EXCEPTION(Error, run([&](vulkan::Recorder& rec) {
+                                 rec.attention(none.address, none.address, none.address,
+                                               none.address, none.address, heads, kvHeads, hd,
+                                               0.125f, 1, ctx, 0);
+                               }));
+      QSKIP("exact math: the whole-context kernel refuses a 32k context (checked)");
+    }
+    cpu::AttentionShape shape{heads, kvHeads, hd, ctx, 1.0f / std::sqrt(float(hd))};
+    shape.window = window;
+    shape.softcap = softcap;
+    std::vector<float> sinkLogits = randomFloats(size_t(heads), 25);
+    for (float& s : sinkLogits) s += 4.0f;  // a sink that takes a visible share
+    if (sinks) shape.sinks = sinkLogits.data();
+    // Keys with a few strong matches far back, so that early splits matter.
+    const auto q = randomFloats(size_t(count * qd), 21);
+    std::vector<uint16_t> keys(size_t(ctx) * size_t(kv)), valuesT(size_t(kv) * size_t(ctx));
+    std::vector<uint16_t> valuesByPosition(keys.size());
+    std::mt19937 rng(22);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (int32_t p = 0; p < ctx; ++p) {
+      const float gain = p % 997 == 0 ? 4.0f : 1.0f;
+      for (int32_t i = 0; i < kv; ++i) {
+        const float kf = p < total ? dist(rng) * gain : 0.0f;
+        const float vf = p < total ? dist(rng) : 0.0f;
+        keys[size_t(p) * size_t(kv) + size_t(i)] = gguf::floatToHalf(kf);
+        valuesByPosition[size_t(p) * size_t(kv) + size_t(i)] = gguf::floatToHalf(vf);
+        valuesT[size_t(i) * size_t(shape.valueStride()) + size_t(p)] = gguf::floatToHalf(vf);
+      }
+    }
+    std::vector<float> want(size_t(count * qd));
+    cpu::ThreadPool threads(2);
+    cpu::AttentionScratch cpuScratch;
+    cpuScratch.reserve(shape, 2);
+    cpu::attention(shape, q.data(), count, firstPosition, keys.data(), valuesT.data(), want.data(),
+                   threads, cpuScratch);
+
+    auto kc = upload(pool, keys), vc = upload(pool, valuesByPosition), qb = upload(pool, q);
+    auto params = pool.allocate(16, true);
+    static_cast<int32_t*>(params.mapped)[0] = firstPosition;
+    auto out = pool.allocate(size_t(count * qd) * 4);
+    auto sinkb = upload(pool, sinkLogits);
+    auto scratch =
+        pool.allocate(vulkan::attentionScratchBytes(heads, kvHeads, hd, uint32_t(count), ctx));
+    vulkan::AttentionOptions options;
+    options.window = uint32_t(window);
+    options.softcap = softcap;
+    options.sinks = sinks ? sinkb.address : 0;
+    run([&](vulkan::Recorder& rec) {
+      rec.attention(qb.address, kc.address, vc.address, out.address, params.address, heads, kvHeads,
+                    hd, shape.scale, uint32_t(count), ctx, scratch.address, options);
+    });
+    const auto got = download(pool, out, size_t(count * qd));
+    const double limit = softcap > 0 || sinks ? kQuantOpNmse : kFloatOpNmse;
+    qInfo("nMSE %.3g", nmse(got, want));
+    QVERIFY2(nmse(got, want) <= limit, qPrintable(QString("nMSE %1").arg(nmse(got, want))));
+  }
+
+  // Greedy sampling on the device picks what std::max_element picks (the host's greedy choice):
+  // the first of equal maxima, past NaN, in rows of a length that is no multiple of the
+  // workgroup, all -inf.
+  void argmaxPicksTheFirstLargestLogit() {
+    vulkan::MemoryPool pool(*m_device);
+    const uint32_t vocab = 49157, rows = 4;
+    std::vector<float> logits = randomFloats(size_t(vocab) * rows, 30);
+    logits[5] = logits[vocab - 1] = 9.0f;  // a tie, far apart
+    logits[vocab + 100] = std::nanf("");   // NaN never wins
+    logits[vocab + 40000] = 7.5f;
+    std::fill(logits.begin() + 2 * vocab, logits.begin() + 3 * vocab,
+              -std::numeric_limits<float>::infinity());  // nothing above -inf
+    logits[3 * vocab + vocab - 1] = 12.0f;               // the last entry
+    auto lb = upload(pool, logits);
+    auto tokens = pool.allocate(rows * 4);
+    run([&](vulkan::Recorder& rec) { rec.argmax(lb.address, tokens.address, rows, vocab); });
+    std::vector<int32_t> got(rows);
+    pool.download(tokens, got.data(), rows * 4);
+    for (uint32_t r = 0; r < rows; ++r) {
+      const auto row = logits.begin() + std::ptrdiff_t(r) * vocab;
+      const auto want = std::max_element(row, row + vocab, [](float a, float b) {
+        return std::isnan(a) || (!std::isnan(b) && a < b);
+      });
+      QCOMPARE(got[r], int32_t(want - row));
+    }
+    QCOMPARE(got[0], 5);
+    QCOMPARE(got[3], int32_t(vocab - 1));
   }
 
   // GeGLU against the CPU's f16 GELU table (the driver's tanh: within a step of f16), and the
