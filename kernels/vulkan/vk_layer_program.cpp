@@ -138,8 +138,16 @@ void LayerRecorder::record(const LayerPass& layer) {
   m_layer = &layer;
   // Every layer starts from the table's widths; projections narrow their outputs.
   m_width = m_capacity;
-  for (const Op& op : layer.program->ops) {
+  const std::vector<Op>& ops = layer.program->ops;
+  for (size_t i = 0; i < ops.size(); ++i) {
     if (m_rows.count == 0) break;  // no logits wanted: nothing left to compute
+    const Op& op = ops[i];
+    // Fusions first (each returns the ops it took beyond this one, or -1 where it does not
+    // apply); the op by itself otherwise.
+    if (const int taken = fused(ops, i); taken >= 0) {
+      i += static_cast<size_t>(taken);
+      continue;
+    }
     switch (op.kind) {
       case model::OpKind::RmsNorm:
         rmsNorm(op);
@@ -157,7 +165,7 @@ void LayerRecorder::record(const LayerPass& layer) {
         rope(op);
         break;
       case model::OpKind::Attend:
-        attend(op);
+        attend(op, false);
         break;
       case model::OpKind::KeepOutputRows:
         keepOutputRows();
@@ -178,13 +186,118 @@ void LayerRecorder::record(const LayerPass& layer) {
   }
 }
 
+// The fused sequences. In default math (the kernels' results equal the ops' within the accuracy
+// contract, and rope_store's equal them exactly):
+//   Rope(Q), Rope(K) with one set of parameters [, Scale(Q)], Attend
+//                                                         ->  rope_store + attention
+//   Project of one output [, KeepOutputRows], Add of that output into another buffer
+//                                                         ->  one mat-vec adding into the buffer
+//   GatedFfn with SiLU                                    ->  one mat-vec of gate and up with the
+//                                                             SwiGLU epilogue (in gatedFfn)
+// and in both maths (the same kernels on the same rows):
+//   HeadNorm, HeadNorm of another buffer, one eps         ->  one RMSNorm dispatch
+//   Project, AddBias on its outputs                       ->  the biases added by its products
+// Merged Q/K/V (a Project's outputs) is products()'s business. Programs read a projection's
+// output only in the op after it, so skipping the write of the Add's source changes nothing.
+int LayerRecorder::fused(const std::vector<Op>& ops, size_t i) {
+  const Op& op = ops[i];
+  auto next = [&](size_t k) -> const Op* { return i + k < ops.size() ? &ops[i + k] : nullptr; };
+  if (op.kind == model::OpKind::Rope && op.dst == Buffer::Q) {
+    const Op* k = next(1);
+    // phi3 scales the queries between RoPE and attention.
+    const Op* scale = next(2) && next(2)->kind == model::OpKind::Scale && next(2)->dst == Buffer::Q
+                          ? next(2)
+                          : nullptr;
+    const Op* a = next(scale ? 3 : 2);
+    if (k && a && k->kind == model::OpKind::Rope && k->dst == Buffer::K && k->rope == op.rope &&
+        a->kind == model::OpKind::Attend && ropeAndStore(op, *k, scale ? scale->factor : 1.0f)) {
+      attend(*a, true);
+      return scale ? 3 : 2;
+    }
+    return -1;
+  }
+  if (op.kind == model::OpKind::HeadNorm) {
+    const Op* k = next(1);
+    if (k && k->kind == model::OpKind::HeadNorm && k->dst != op.dst && k->eps == op.eps &&
+        headNormPair(op, *k)) {
+      return 1;
+    }
+    return -1;
+  }
+  if (op.kind == model::OpKind::Project) {
+    // The AddBias ops right after it on its outputs go into its products.
+    std::array<VkDeviceAddress, 3> biases{};
+    int taken = 0;
+    for (const Op* b = next(1); b && b->kind == model::OpKind::AddBias; b = next(++taken + 1)) {
+      uint8_t o = 0;
+      while (o < op.outCount && op.outs[o].dst != b->dst) ++o;
+      if (o == op.outCount || biases[o] != 0) break;
+      const DeviceMatrix& bias = weight(b->weight);
+      const model::ProjectOut& out = op.outs[o];
+      const int64_t rows = out.rows > 0 ? out.rows : weight(out.weight).rows;
+      if (bias.cols != rows) break;  // addBias reports it
+      biases[o] = bias.memory.address;
+    }
+    if (taken > 0) {
+      project(op, biases);
+      return taken;
+    }
+  }
+  if (op.kind == model::OpKind::Project && op.outCount == 1) {
+    const bool keep = next(1) && next(1)->kind == model::OpKind::KeepOutputRows;
+    const Op* a = next(keep ? 2 : 1);
+    const model::ProjectOut& out = op.outs[0];
+    if (!a || a->kind != model::OpKind::Add || a->src != out.dst || a->dst == out.dst ||
+        a->dst == op.src) {
+      return -1;
+    }
+    // Rows are independent: keeping the output rows before the projection instead of after it
+    // changes no value and projects only the kept rows.
+    const RowRange rows = keep && m_layer->keepsOutputRows ? m_ctx.kept : m_rows;
+    const DeviceMatrix& whole = weight(out.weight);
+    const DeviceMatrix w = out.rows > 0 ? rowsOf(whole, out.firstRow, out.rows) : whole;
+    const VkDeviceAddress x = at(op.src, rows.first);
+    if (u32(w.rows) != widthOf(a->dst) || u32(w.cols) != widthOf(op.src) ||
+        (rows.count > 0 && !m_rec.canMatvecBlocks(w, x, rows.count))) {
+      return -1;
+    }
+    if (keep) keepOutputRows();
+    width(out.dst) = u32(w.rows);
+    if (m_rows.count > 0) {
+      const MatvecOut job[] = {{&w, at(a->dst, m_rows.first)}};
+      m_rec.matvecBlocks(job, x, m_rows.count, MatvecEpilogue::Add);
+    }
+    return keep ? 2 : 1;
+  }
+  return -1;
+}
+
 void LayerRecorder::products(VkDeviceAddress x, uint32_t cols, uint32_t rows,
                              std::span<const Product> jobs) {
   bool quantized = false;
-  for (const Product& job : jobs) {
+  std::array<bool, 3> done{};
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Product& job = jobs[i];
     if (u32(job.w->cols) != cols) {
       fail("a " + std::to_string(job.w->cols) + "-column weight applied to rows of " +
            std::to_string(cols));
+    }
+    if (i < done.size() && done[i]) continue;
+    // The block mat-vec takes this product and those after it with the same type and width in
+    // one dispatch (a merged Q/K/V).
+    if (i < done.size() && m_rec.canMatvecBlocks(*job.w, x, rows)) {
+      std::array<MatvecOut, 3> merged{};
+      size_t n = 0;
+      for (size_t k = i; k < std::min(jobs.size(), done.size()); ++k) {
+        const DeviceMatrix& w = *jobs[k].w;
+        if (w.type == job.w->type && w.rowBytes == job.w->rowBytes && !done[k] &&
+            m_rec.canMatvecBlocks(w, x, rows)) {
+          merged[n++] = {&w, jobs[k].y, jobs[k].bias};
+          done[k] = true;
+        }
+      }
+      m_rec.matvecBlocks(std::span(merged.data(), n), x, rows);
+      continue;
     }
     if (quantizesActivations(job.w->type)) {
       if (!quantized) m_rec.quantizeQ8(x, m_ctx.quantized, cols, rows);
@@ -192,6 +305,10 @@ void LayerRecorder::products(VkDeviceAddress x, uint32_t cols, uint32_t rows,
       m_rec.matmulQ8(*job.w, m_ctx.quantized, job.y, rows);
     } else {
       m_rec.matmul(*job.w, x, job.y, rows);
+    }
+    if (job.bias) {
+      const uint32_t n = u32(job.w->rows);
+      m_rec.add(job.bias, job.y, rows * n, n);
     }
   }
 }
@@ -216,7 +333,7 @@ DeviceMatrix LayerRecorder::rowsOf(const DeviceMatrix& w, int64_t first, int64_t
   return view;
 }
 
-void LayerRecorder::project(const Op& op) {
+void LayerRecorder::project(const Op& op, const std::array<VkDeviceAddress, 3>& biases) {
   // The matrices (whole, or a row range of one), then the output widths: they place the rows
   // of the destinations.
   std::array<DeviceMatrix, 3> ws{};
@@ -231,7 +348,9 @@ void LayerRecorder::project(const Op& op) {
     width(out.dst) = u32(ws[i].rows);
   }
   std::array<Product, 3> jobs{};
-  for (uint8_t i = 0; i < op.outCount; ++i) jobs[i] = {&ws[i], at(op.outs[i].dst, m_rows.first)};
+  for (uint8_t i = 0; i < op.outCount; ++i) {
+    jobs[i] = {&ws[i], at(op.outs[i].dst, m_rows.first), biases[i]};
+  }
   products(at(op.src, m_rows.first), widthOf(op.src), m_rows.count,
            std::span(jobs.data(), op.outCount));
 }
@@ -260,20 +379,65 @@ void LayerRecorder::headNorm(const Op& op) {
   }
 }
 
-void LayerRecorder::rope(const Op& op) {
+// Two HeadNorm ops (a layer's Q and K norms) in one dispatch, when their rows fit one.
+bool LayerRecorder::headNormPair(const Op& a, const Op& b) {
+  Recorder::NormRows rows[2];
+  const Op* ops[] = {&a, &b};
+  for (int i = 0; i < 2; ++i) {
+    const Op& op = *ops[i];
+    const uint32_t n = widthOf(op.dst), heads = u32(op.heads);
+    const DeviceMatrix& w = weight(op.weight);
+    if (heads == 0 || n % heads != 0 || u32(w.cols) != n / heads) return false;  // headNorm says
+    const VkDeviceAddress x = at(op.dst, m_rows.first);
+    rows[i] = {x, w.memory.address, x, n / heads, m_rows.count * heads};
+  }
+  if (uint64_t{rows[0].rows} + rows[1].rows > 65535) return false;
+  m_rec.rmsNormPair(rows[0], rows[1], a.eps);
+  return true;
+}
+
+const RopeTable& LayerRecorder::ropeTable(const Op& op) const {
   const std::vector<RopeTable>& tables = *m_ctx.ropeTables;
   const auto table = std::find_if(tables.begin(), tables.end(),
                                   [&](const RopeTable& t) { return t.params == op.rope; });
   if (table == tables.end()) fail("no angle table for a RoPE op");  // the stage builds them all
+  return *table;
+}
+
+// The head size of a RoPE op's buffer.
+uint32_t LayerRecorder::ropeHeadDim(const Op& op) const {
   const uint32_t width = widthOf(op.dst), heads = u32(op.heads);
   if (heads == 0 || width % heads != 0) fail("RoPE over " + std::to_string(op.heads) + " heads");
   const uint32_t headDim = width / heads;
   if (u32(op.rope.nRot) > headDim) fail("RoPE over more dimensions than a head has");
-  m_rec.rope(at(op.dst, m_rows.first), table->cos.address, table->sin.address, m_ctx.params, heads,
-             headDim, u32(op.rope.nRot), op.rope.style == model::RopeStyle::Neox, m_rows.count);
+  return headDim;
 }
 
-void LayerRecorder::attend(const Op& op) {
+void LayerRecorder::rope(const Op& op) {
+  const RopeTable& table = ropeTable(op);
+  const uint32_t headDim = ropeHeadDim(op);
+  m_rec.rope(at(op.dst, m_rows.first), table.cos.address, table.sin.address, m_ctx.params,
+             u32(op.heads), headDim, u32(op.rope.nRot), op.rope.style == model::RopeStyle::Neox,
+             m_rows.count);
+}
+
+bool LayerRecorder::ropeAndStore(const Op& q, const Op& k, float qScale) {
+  const uint32_t headDim = ropeHeadDim(q), kvDim = widthOf(Buffer::K);
+  if (m_rec.exactMath() || m_rows.first != 0 || m_rows.count != m_ctx.rows ||
+      ropeHeadDim(k) != headDim || widthOf(Buffer::V) != kvDim ||
+      kvDim != u32(m_layer->program->kvDim) || kvDim != u32(k.heads) * headDim ||
+      !ropeStoreFits(u32(q.heads), u32(k.heads), headDim, u32(q.rope.nRot), m_rows.count)) {
+    return false;
+  }
+  const RopeTable& table = ropeTable(q);
+  m_rec.ropeStore(at(Buffer::Q, 0), at(Buffer::K, 0), at(Buffer::V, 0), m_layer->keys,
+                  m_layer->values, table.cos.address, table.sin.address, m_ctx.params, u32(q.heads),
+                  u32(k.heads), headDim, u32(q.rope.nRot), q.rope.style == model::RopeStyle::Neox,
+                  m_rows.count, qScale);
+  return true;
+}
+
+void LayerRecorder::attend(const Op& op, bool stored) {
   // Positions come from params[0] + row: every row of the batch must be in play (checkProgram
   // refuses attention after KeepOutputRows).
   if (m_rows.first != 0 || m_rows.count != m_ctx.rows) fail("attention after KeepOutputRows");
@@ -283,8 +447,10 @@ void LayerRecorder::attend(const Op& op) {
          std::to_string(m_layer->program->kvDim));
   }
   width(Buffer::Attn) = widthOf(Buffer::Q);
-  m_rec.kvStore(at(Buffer::K, 0), at(Buffer::V, 0), m_layer->keys, m_layer->values, m_ctx.params,
-                kvDim, m_rows.count);
+  if (!stored) {
+    m_rec.kvStore(at(Buffer::K, 0), at(Buffer::V, 0), m_layer->keys, m_layer->values, m_ctx.params,
+                  kvDim, m_rows.count);
+  }
   AttentionOptions options;
   // A window as long as the context hides nothing: the kernel then skips the masking.
   if (op.attend.window > 0 && u32(op.attend.window) < m_ctx.contextLength) {
@@ -329,6 +495,16 @@ void LayerRecorder::gatedFfn(const Op& op) {
   const uint32_t ff = u32(gate.rows);
   width(Buffer::Gate) = ff;
   width(Buffer::Up) = ff;
+  const VkDeviceAddress x = at(op.src, m_rows.first);
+  if (op.activation == model::Activation::Silu && gate.type == up.type &&
+      gate.rowBytes == up.rowBytes && m_rec.canMatvecBlocks(gate, x, m_rows.count) &&
+      m_rec.canMatvecBlocks(up, x, m_rows.count)) {
+    // Gate, up and SwiGLU in one dispatch.
+    const MatvecOut both[] = {{&gate, at(Buffer::Gate, m_rows.first)},
+                              {&up, at(Buffer::Up, m_rows.first)}};
+    m_rec.matvecBlocks(both, x, m_rows.count, MatvecEpilogue::SwiGlu);
+    return;
+  }
   const Product jobs[] = {{&gate, at(Buffer::Gate, m_rows.first)},
                           {&up, at(Buffer::Up, m_rows.first)}};
   products(at(op.src, m_rows.first), widthOf(op.src), m_rows.count, jobs);

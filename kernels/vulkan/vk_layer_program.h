@@ -87,16 +87,29 @@ class LayerRecorder {
   struct Product {
     const DeviceMatrix* w;
     VkDeviceAddress y;
+    VkDeviceAddress bias = 0;  // added to the products (w.rows floats per row), or 0
   };
   void products(VkDeviceAddress x, uint32_t cols, uint32_t rows, std::span<const Product> jobs);
 
  private:
   void rmsNorm(const model::Op& op);
-  void project(const model::Op& op);
+  // biases: per output, a bias vector added to its products (the AddBias ops after it), or 0.
+  void project(const model::Op& op, const std::array<VkDeviceAddress, 3>& biases = {});
   void addBias(const model::Op& op);
   void headNorm(const model::Op& op);
+  // Two HeadNorm ops in one dispatch, when they fit one (else false, nothing recorded).
+  bool headNormPair(const model::Op& a, const model::Op& b);
   void rope(const model::Op& op);
-  void attend(const model::Op& op);
+  const RopeTable& ropeTable(const model::Op& op) const;
+  uint32_t ropeHeadDim(const model::Op& op) const;
+  // RoPE of Q and K, Q times qScale and the cache store in one dispatch, when the kernel takes
+  // them (else false, nothing recorded).
+  bool ropeAndStore(const model::Op& q, const model::Op& k, float qScale);
+  // stored: the keys and values are in the cache already (ropeAndStore).
+  void attend(const model::Op& op, bool stored);
+  // Records a fused sequence starting at ops[i]: the ops taken beyond ops[i], or -1 (nothing
+  // recorded) where no fusion applies.
+  int fused(const std::vector<model::Op>& ops, size_t i);
   void keepOutputRows();
   void add(const model::Op& op);
   void gatedFfn(const model::Op& op);

@@ -209,6 +209,7 @@ void Recorder::dispatch(const std::string& shader, const std::vector<uint32_t>& 
   api.vkCmdPushConstants(m_cb, m_device.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push.size(),
                          push.data());
   api.vkCmdDispatch(m_cb, x, y, z);
+  ++m_dispatches;
   barrier();
 }
 
@@ -249,6 +250,64 @@ void Recorder::matmat(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress 
            groups(tokens, 8));
 }
 
+namespace {
+
+// Invocations per row of the integer mat-vec and the block mat-vec: about two 32-element blocks
+// each, 8 to 64 (at least the tokens of either kernel's tile: lane t writes token t).
+uint32_t q8Lanes(int64_t cols) {
+  uint32_t lanes = kGroup;
+  while (lanes > 8 && int64_t{lanes} * 2 > cols / 32) lanes /= 2;
+  return lanes;
+}
+
+}  // namespace
+
+bool Recorder::canMatvecBlocks(const DeviceMatrix& w, VkDeviceAddress x, uint32_t tokens) const {
+  // Decode batches (a larger batch reads each weight once per 8 tokens in the tiled kernels),
+  // chunks of 32 columns, 16-byte activation loads, 32-bit byte offsets into the matrix.
+  return !m_device.exactMath() && tokens > 0 && tokens < kBlockMatvecTokens && w.cols % 32 == 0 &&
+         x % 16 == 0 && static_cast<uint64_t>(w.rows) * w.rowBytes <= 0xffffffffull;
+}
+
+void Recorder::matvecBlocks(std::span<const MatvecOut> outs, VkDeviceAddress x, uint32_t tokens,
+                            MatvecEpilogue epilogue) {
+  if (outs.empty() || outs.size() > 3) throw Error("Vulkan matvec: 1 to 3 matrices per dispatch");
+  const DeviceMatrix& w0 = *outs[0].w;
+  uint64_t total = 0;
+  for (const MatvecOut& o : outs) {
+    if (o.w->type != w0.type || o.w->cols != w0.cols || o.w->rowBytes != w0.rowBytes ||
+        !canMatvecBlocks(*o.w, x, tokens)) {
+      throw Error("Vulkan matvec: matrices the block kernel cannot take together");
+    }
+    total += static_cast<uint64_t>(o.w->rows);
+  }
+  if (epilogue == MatvecEpilogue::SwiGlu) {
+    if (outs.size() != 2 || outs[1].w->rows != w0.rows || outs[0].bias || outs[1].bias) {
+      throw Error("Vulkan matvec: SwiGLU takes a gate and an up matrix of equal rows");
+    }
+    total = static_cast<uint64_t>(w0.rows);
+  }
+  if (total > 0xffffffffull) throw Error("Vulkan matvec: too many rows");
+  Push push;
+  for (size_t i = 0; i < 3; ++i) push.ref(i < outs.size() ? outs[i].w->memory.address : 0);
+  for (size_t i = 0; i < 3; ++i) push.ref(i < outs.size() ? outs[i].y : 0);
+  push.ref(x);
+  for (size_t i = 0; i < 3; ++i) push.ref(i < outs.size() ? outs[i].bias : 0);
+  for (size_t i = 0; i < 3; ++i) {
+    push.u32(i < outs.size() ? static_cast<uint32_t>(outs[i].w->rows) : 0);
+  }
+  push.u32(static_cast<uint32_t>(w0.cols)).u32(static_cast<uint32_t>(w0.rowBytes)).u32(tokens);
+  push.u32(static_cast<uint32_t>(epilogue));
+  // matmulQ8's lanes (which the integer path's rounding shares): about two chunks per lane, 8 to
+  // 64 lanes, so short rows share a workgroup.
+  const uint32_t lanes = q8Lanes(w0.cols);
+  const uint64_t rowGroups = groups(total, kGroup / lanes);
+  const std::string name =
+      "matvec_block_" + typeSuffix(w0.type) + (m_device.useSubgroups() ? "_subgroup" : "");
+  dispatch(name, {kGroup, lanes}, push, static_cast<uint32_t>(std::min<uint64_t>(rowGroups, 65535)),
+           groups(tokens, kBlockMatvecTokens));
+}
+
 void Recorder::quantizeQ8(VkDeviceAddress x, const QuantizedActivations& act, uint32_t cols,
                           uint32_t tokens) {
   if (cols % 32 != 0) throw Error("Vulkan quantize: row of " + std::to_string(cols) + " elements");
@@ -281,8 +340,7 @@ void Recorder::matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, 
   // not 49152. Groups stride over rows past Vulkan's guaranteed 65535, and each covers
   // kQ8TokensPerGroup tokens (matvec_q8.comp TOKENS).
   constexpr uint32_t kQ8TokensPerGroup = 8;
-  uint32_t lanes = kGroup;
-  while (lanes > kQ8TokensPerGroup && int64_t{lanes} * 2 > w.cols / 32) lanes /= 2;
+  const uint32_t lanes = q8Lanes(w.cols);
   const uint64_t rowGroups = groups(static_cast<uint64_t>(w.rows), kGroup / lanes);
   dispatch(name + (m_device.useSubgroups() ? "_subgroup" : ""), {kGroup, lanes}, push,
            static_cast<uint32_t>(std::min<uint64_t>(rowGroups, 65535)),
@@ -301,8 +359,17 @@ void Recorder::embed(const DeviceMatrix& w, VkDeviceAddress tokens, VkDeviceAddr
 void Recorder::rmsNorm(VkDeviceAddress x, VkDeviceAddress weight, VkDeviceAddress y, uint32_t n,
                        uint32_t rows, uint32_t firstRow, float eps) {
   Push push;
-  push.ref(x).ref(weight).ref(y).u32(n).u32(firstRow).f32(eps);
+  push.ref(x).ref(weight).ref(y).ref(0).ref(0).ref(0).u32(n).u32(firstRow).f32(eps).u32(rows).u32(
+      0);
   dispatch("rms_norm", {kGroup}, push, rows);
+}
+
+void Recorder::rmsNormPair(const NormRows& a, const NormRows& b, float eps) {
+  if (uint64_t{a.rows} + b.rows > 65535) throw Error("Vulkan: too many rows for one RMSNorm");
+  Push push;
+  push.ref(a.x).ref(a.weight).ref(a.y).ref(b.x).ref(b.weight).ref(b.y);
+  push.u32(a.n).u32(0).f32(eps).u32(a.rows).u32(b.n);
+  dispatch("rms_norm", {kGroup}, push, a.rows + b.rows);
 }
 
 void Recorder::rope(VkDeviceAddress x, VkDeviceAddress cosTable, VkDeviceAddress sinTable,
@@ -312,6 +379,31 @@ void Recorder::rope(VkDeviceAddress x, VkDeviceAddress cosTable, VkDeviceAddress
   push.ref(x).ref(cosTable).ref(sinTable).ref(params);
   push.u32(heads).u32(headDim).u32(nRot).u32(neox ? 1 : 0).u32(count);
   dispatch("rope", {kGroup}, push, groups(uint64_t{count} * heads * (nRot / 2), kGroup));
+}
+
+bool Recorder::exactMath() const { return m_device.exactMath(); }
+
+bool ropeStoreFits(uint32_t qHeads, uint32_t kvHeads, uint32_t headDim, uint32_t nRot,
+                   uint32_t count) {
+  const uint64_t perToken = uint64_t{qHeads} * (headDim / 2) + uint64_t{kvHeads} * headDim;
+  return nRot % 2 == 0 && headDim % 2 == 0 && nRot <= headDim &&
+         groups(perToken * count, kGroup) <= 65535;
+}
+
+void Recorder::ropeStore(VkDeviceAddress q, VkDeviceAddress k, VkDeviceAddress v,
+                         VkDeviceAddress keyCache, VkDeviceAddress valueCache,
+                         VkDeviceAddress cosTable, VkDeviceAddress sinTable, VkDeviceAddress params,
+                         uint32_t qHeads, uint32_t kvHeads, uint32_t headDim, uint32_t nRot,
+                         bool neox, uint32_t count, float qScale) {
+  if (m_device.exactMath()) throw Error("Vulkan: the fused RoPE and cache store is default math");
+  if (!ropeStoreFits(qHeads, kvHeads, headDim, nRot, count)) {
+    throw Error("Vulkan: a RoPE and cache store the fused kernel cannot take");
+  }
+  Push push;
+  push.ref(q).ref(k).ref(v).ref(keyCache).ref(valueCache).ref(cosTable).ref(sinTable).ref(params);
+  push.u32(qHeads).u32(kvHeads).u32(headDim).u32(nRot).u32(neox ? 1 : 0).u32(count).f32(qScale);
+  const uint64_t perToken = uint64_t{qHeads} * (headDim / 2) + uint64_t{kvHeads} * headDim;
+  dispatch("rope_store", {kGroup}, push, groups(perToken * count, kGroup));
 }
 
 void Recorder::kvStore(VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress keyCache,

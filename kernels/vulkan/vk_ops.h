@@ -4,6 +4,7 @@
 // sizes are in elements.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,24 @@ struct AttentionOptions {
   VkDeviceAddress sinks = 0;  // one sink logit per query head (0: none)
 };
 
+// What the block mat-vec (matvec_block.comp) does with its sums.
+enum class MatvecEpilogue : uint32_t {
+  Store = 0,   // y = W x
+  Add = 1,     // y += W x (a residual add fused into the projection before it)
+  SwiGlu = 2,  // y of the first matrix = silu(W_0 x) * (W_1 x): a gated FFN's gate and up
+};
+
+// One matrix of a block mat-vec and where its products go.
+struct MatvecOut {
+  const DeviceMatrix* w = nullptr;
+  VkDeviceAddress y = 0;
+  VkDeviceAddress bias = 0;  // w.rows floats added to each token's products (0: none)
+};
+
+// Tokens of the block mat-vec's tile (matvec_block.comp TOKENS): it takes batches of fewer rows
+// (decode); larger ones go to the tiled kernels, which read each weight once per 8 tokens.
+inline constexpr uint32_t kBlockMatvecTokens = 4;
+
 class Recorder {
  public:
   // Begins recording into `commands` (reusable: recorded once, submitted many times).
@@ -61,6 +80,14 @@ class Recorder {
   void matvec(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y, uint32_t tokens);
   void matmat(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y, uint32_t tokens);
 
+  // The block mat-vec: up to three matrices of one type and width in one dispatch, each with
+  // `tokens` rows of x (16-byte aligned), with the epilogue's fusion (SwiGlu: exactly two
+  // matrices of equal rows, the output in the first one's y). Default math and decode batches
+  // only: canMatvecBlocks says whether it takes a product.
+  void matvecBlocks(std::span<const MatvecOut> outs, VkDeviceAddress x, uint32_t tokens,
+                    MatvecEpilogue epilogue = MatvecEpilogue::Store);
+  bool canMatvecBlocks(const DeviceMatrix& w, VkDeviceAddress x, uint32_t tokens) const;
+
   // act = x (tokens x cols floats, cols a multiple of 32) quantized as the CPU's Q8_0/Q8_1
   // quantizer does it (one result serves both formats).
   void quantizeQ8(VkDeviceAddress x, const QuantizedActivations& act, uint32_t cols,
@@ -76,10 +103,24 @@ class Recorder {
   // y[t] = rmsnorm(x[firstRow + t]) * weight for t < rows.
   void rmsNorm(VkDeviceAddress x, VkDeviceAddress weight, VkDeviceAddress y, uint32_t n,
                uint32_t rows, uint32_t firstRow, float eps);
+  // Two sets of rows normalized in one dispatch (a layer's per-head Q and K norms; in place
+  // allowed): rows of n floats from x, times weight, into y; at most 65535 rows together.
+  struct NormRows {
+    VkDeviceAddress x = 0, weight = 0, y = 0;
+    uint32_t n = 0, rows = 0;
+  };
+  void rmsNormPair(const NormRows& a, const NormRows& b, float eps);
   // In place on count x heads x headDim; positions params[0] + t; tables contextLength x nRot/2.
   void rope(VkDeviceAddress x, VkDeviceAddress cosTable, VkDeviceAddress sinTable,
             VkDeviceAddress params, uint32_t heads, uint32_t headDim, uint32_t nRot, bool neox,
             uint32_t count);
+  // RoPE of q (count x qHeads x headDim) in place, then q *= qScale, and RoPE of k into the key
+  // cache and v into the value cache (rope_store.comp: rope twice, scale and kvStore in one
+  // dispatch, with equal results; default math only, shapes that ropeStoreFits).
+  void ropeStore(VkDeviceAddress q, VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress keyCache,
+                 VkDeviceAddress valueCache, VkDeviceAddress cosTable, VkDeviceAddress sinTable,
+                 VkDeviceAddress params, uint32_t qHeads, uint32_t kvHeads, uint32_t headDim,
+                 uint32_t nRot, bool neox, uint32_t count, float qScale = 1);
   void kvStore(VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress keyCache,
                VkDeviceAddress valueCache, VkDeviceAddress params, uint32_t kvDim, uint32_t count);
   // Attention of `count` tokens (q: count x heads x headDim, after RoPE; positions params[0] + t)
@@ -125,6 +166,11 @@ class Recorder {
   // greedy sampling on the device.
   void argmax(VkDeviceAddress logits, VkDeviceAddress tokens, uint32_t rows, uint32_t vocab);
 
+  // Whether the device runs the exact-math variants (Device::exactMath).
+  bool exactMath() const;
+  // Dispatches recorded so far (what the dispatch-count checks read).
+  uint32_t dispatches() const { return m_dispatches; }
+
  private:
   class Push;
   // Split attention of `count` tokens (q and y at that batch's first row; token t at position
@@ -141,7 +187,12 @@ class Recorder {
 
   Device& m_device;
   VkCommandBuffer m_cb;
+  uint32_t m_dispatches = 0;
 };
+
+// Whether ropeStore takes `count` tokens in one dispatch (Vulkan's guaranteed 65535 groups).
+bool ropeStoreFits(uint32_t qHeads, uint32_t kvHeads, uint32_t headDim, uint32_t nRot,
+                   uint32_t count);
 
 // Tokens per split-attention pass: a larger batch attends in several passes, so the scratch
 // stays bounded.

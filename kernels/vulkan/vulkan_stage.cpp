@@ -262,12 +262,15 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, runtime
 VkCommandBuffer VulkanStage::commandsFor(int32_t count, int32_t sequence, runtime::LogitRows logits,
                                          bool greedy) {
   const auto key = std::make_tuple(count, sequence, logits, greedy);
-  if (auto it = m_commands.find(key); it != m_commands.end()) return it->second;
+  if (auto it = m_commands.find(key); it != m_commands.end()) {
+    m_lastDispatches = it->second.dispatches;
+    return it->second.commands;
+  }
   if (m_commands.size() >= kMaxRecordedShapes) {
     // Keep the decode shapes (one row), drop the prefill ones.
     for (auto it = m_commands.begin(); it != m_commands.end();) {
       if (std::get<0>(it->first) != 1) {
-        m_device->freeCommandBuffer(it->second);
+        m_device->freeCommandBuffer(it->second.commands);
         it = m_commands.erase(it);
       } else {
         ++it;
@@ -275,15 +278,18 @@ VkCommandBuffer VulkanStage::commandsFor(int32_t count, int32_t sequence, runtim
     }
   }
   VkCommandBuffer cb = m_device->allocateCommandBuffer();
+  uint32_t dispatches = 0;
   try {
     Recorder rec(*m_device, cb);
     record(rec, count, sequence, logits, greedy);
     rec.finish();
+    dispatches = rec.dispatches();
   } catch (...) {
     m_device->freeCommandBuffer(cb);
     throw;
   }
-  m_commands[key] = cb;
+  m_commands[key] = {cb, dispatches};
+  m_lastDispatches = dispatches;
   return cb;
 }
 

@@ -40,6 +40,9 @@ class VulkanStage final : public runtime::LocalStage {
   // Bytes copied from the device to the host by the batches so far (logits, sampled tokens or
   // hidden states): a greedy decode step on a head stage reads back 4 bytes.
   uint64_t bytesReadBack() const { return m_bytesReadBack; }
+  // Compute dispatches in the command buffer of the last segment run (the fusion checks: a
+  // decoded token's layer is a handful of dispatches).
+  uint32_t lastDispatches() const { return m_lastDispatches; }
 
  protected:
   void run(const runtime::Batch& batch, runtime::StageOutput& output) override;
@@ -84,8 +87,13 @@ class VulkanStage final : public runtime::LocalStage {
   uint64_t m_bytesReadBack = 0;
   Allocation m_moeLogits, m_moeIds, m_moeWeights, m_moeOutputs;  // MoeScratch, when experts
 
+  struct Recorded {
+    VkCommandBuffer commands = VK_NULL_HANDLE;
+    uint32_t dispatches = 0;
+  };
   // By (rows, sequence, logits rows, greedy).
-  std::map<std::tuple<int32_t, int32_t, runtime::LogitRows, bool>, VkCommandBuffer> m_commands;
+  std::map<std::tuple<int32_t, int32_t, runtime::LogitRows, bool>, Recorded> m_commands;
+  uint32_t m_lastDispatches = 0;
 };
 
 }  // namespace shoal::vulkan

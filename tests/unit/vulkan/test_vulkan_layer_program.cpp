@@ -22,7 +22,9 @@
 //    within the same tolerance;
 //  * the low-bit types of downloaded files (a Q3_K_M-style mix with Q2_K, Q4_K, Q5_K and Q6_K;
 //    IQ4_XS, dense and as experts; Q5_1, Q5_0 and IQ4_NL) within the same tolerance;
-//  * a weight type without Vulkan kernels (BF16) is refused by name.
+//  * a weight type without Vulkan kernels (BF16) is refused by name;
+//  * a decoded token's layer is at most 10 dispatches (llama's shape; the fused kernels), counted
+//    from the recorded command buffer.
 // Under the validation layer, which must report no error. Skipped without a Vulkan device.
 // Built twice: test_vulkan_layer_program runs the default (native) math, where every model is
 // held to the GPU tolerance; test_vulkan_layer_program_exact (SHOAL_TEST_EXACT_MATH) the opt-in
@@ -401,6 +403,48 @@ class VulkanLayerProgramTest : public QObject {
     QVERIFY(out.tokens.empty());
     QCOMPARE(out.logits.size(), 2 * vocab);
     QVERIFY(out.logits == wantLogits);
+  }
+
+  // A decoded token's layer is at most 10 dispatches in the default math (issue: fusion and
+  // barriers), counted from the recorded command buffer: RMSNorm, Q/K/V in one mat-vec, RoPE of
+  // Q and K with the cache store, split attention and its merge (a context long enough for
+  // several splits), Wo with the residual add, RMSNorm, gate/up with SwiGLU, down with the
+  // residual add. The stage's own dispatches are the embedding and the head's norm, product and
+  // argmax. Reported for the other dense architectures, asserted for llama's shape.
+  void decodedTokenLayerIsAtMostTenDispatches_data() {
+    QTest::addColumn<QString>("architecture");
+    QTest::addColumn<int>("most");
+    for (const char* a : {"llama", "qwen2", "qwen3", "phi3"}) QTest::newRow(a) << QString(a) << 10;
+    for (const char* a : {"gemma3", "qwen3moe", "gpt-oss"}) {
+      QTest::newRow((std::string(a) + " (reported)").c_str()) << QString(a) << 0;
+    }
+  }
+  void decodedTokenLayerIsAtMostTenDispatches() {
+    if (m_exact) QSKIP("exact math runs the ops one by one");
+    QFETCH(QString, architecture);
+    QFETCH(int, most);
+    const auto m = loadModel(writeModel(architecture.toStdString()));
+    const int32_t layers = m->config.nLayer;
+    runtime::StageSpec spec = specFor(m->config, 0, layers);
+    spec.contextLength = 4096;  // split attention uses several splits and a merge
+    auto stage = m_vulkan->createStage(m_deviceId, m->source(), spec);
+    auto* device = dynamic_cast<vulkan::VulkanStage*>(stage.get());
+    QVERIFY(device);
+    runtime::StageOutput out;
+    const runtime::Segment prompt[] = {{0, 0, int32_t(kPromptA.size()), LogitRows::Last}};
+    stage->forward(runtime::Batch{kPromptA, {}, prompt}, out);
+    const int32_t token = 42;
+    const runtime::Segment step[] = {{0, int32_t(kPromptA.size()), 1, LogitRows::Last}};
+    const runtime::SampleRequest greedy;
+    stage->forward(runtime::Batch{std::span(&token, 1), {}, step, &greedy}, out);
+    QCOMPARE(out.tokens.size(), size_t(1));
+    const uint32_t stageOwn = 4;  // embed; output norm, output product, argmax
+    const uint32_t total = device->lastDispatches();
+    QVERIFY(total > stageOwn);
+    const double perLayer = double(total - stageOwn) / layers;
+    qInfo("%s: %u dispatches for a decoded token, %.1f per layer", qPrintable(architecture), total,
+          perLayer);
+    if (most > 0) QVERIFY2(perLayer <= most, qPrintable(QString("%1 per layer").arg(perLayer)));
   }
 
   void logitRowsSelectTheRows() {

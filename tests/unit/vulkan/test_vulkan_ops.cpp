@@ -105,8 +105,8 @@ class VulkanOpsTest : public QObject {
   std::unique_ptr<vulkan::VulkanBackend> m_backend;
   std::shared_ptr<vulkan::Device> m_device;
 
-  // Runs y = W x with the given kernel (0 auto, 1 mat-vec, 2 mat-mat) and returns the nMSE
-  // against the dequantized reference.
+  // Runs y = W x with the given kernel (0 auto, 1 mat-vec, 2 mat-mat, 3 block mat-vec) and
+  // returns the nMSE against the dequantized reference.
   double matmulError(TensorType type, int64_t rows, int64_t cols, uint32_t tokens, int kernel) {
     vulkan::MemoryPool pool(*m_device);
     const std::vector<float> wf = randomFloats(static_cast<size_t>(rows * cols), 1);
@@ -127,6 +127,10 @@ class VulkanOpsTest : public QObject {
     if (kernel == 1) rec.matvec(w, xb.address, yb.address, tokens);
     if (kernel == 2) rec.matmat(w, xb.address, yb.address, tokens);
     if (kernel == 0) rec.matmul(w, xb.address, yb.address, tokens);
+    if (kernel == 3) {
+      const vulkan::MatvecOut out[] = {{&w, yb.address}};
+      rec.matvecBlocks(out, xb.address, tokens);
+    }
     rec.finish();
     m_device->submitAndWait(cb);
     m_device->freeCommandBuffer(cb);
@@ -180,6 +184,15 @@ class VulkanOpsTest : public QObject {
           << int(type) << 1 << 19 << cols << 3;
       QTest::newRow((std::string(name) + " matmat 13 tokens").c_str())
           << int(type) << 2 << 29 << cols << 13;
+      if (!kExactMath) {
+        QTest::newRow((std::string(name) + " block 1 token").c_str())
+            << int(type) << 3 << 37 << cols << 1;
+        QTest::newRow((std::string(name) + " block 3 tokens").c_str())
+            << int(type) << 3 << 19 << cols << 3;
+        // 64 lanes per row (whole subgroups), several blocks per lane.
+        QTest::newRow((std::string(name) + " block wide rows").c_str())
+            << int(type) << 3 << 9 << 4608 << 2;
+      }
     }
   }
   void matmulMatchesReferencePerTypeAndKernel() {
@@ -190,7 +203,15 @@ class VulkanOpsTest : public QObject {
     QFETCH(int, tokens);
     const double e = matmulError(static_cast<TensorType>(type), rows, cols,
                                  static_cast<uint32_t>(tokens), kernel);
-    const double limit = static_cast<TensorType>(type) == TensorType::F32 ? 1e-6 : 5e-4;
+    // The block mat-vec multiplies exactly dequantized weights with f32 activations: only the
+    // summation rounds, so a layout slip (a whole sub-block off) cannot hide under the quantized
+    // limit. With Q4_0, Q4_1 and Q8_0 it quantizes the activations to 8 bits as the CPU does
+    // (held to the CPU's own dot products in integerMatmulMatchesCpuDot).
+    const auto t = static_cast<TensorType>(type);
+    const double limit = kernel == 3 && !vulkan::quantizesActivations(t) ? 1e-9
+                         : t == TensorType::F32                          ? 1e-6
+                                                                         : 5e-4;
+    qInfo("nMSE %.3g", e);
     QVERIFY2(e <= limit, qPrintable(QString("nMSE %1").arg(e)));
   }
 
@@ -358,9 +379,17 @@ class VulkanOpsTest : public QObject {
       auto xb = upload(pool, x), qs = pool.allocate(x.size()), d = pool.allocate(x.size() / 8),
            s = pool.allocate(x.size() / 8), yb = pool.allocate(size_t(rows) * size_t(tokens) * 4);
       const vulkan::QuantizedActivations act{qs.address, d.address, s.address};
+      // The decode batches also through the block mat-vec, which quantizes as it goes and must
+      // give the integer kernel's results bit for bit.
+      const bool block = !kExactMath && uint32_t(tokens) < vulkan::kBlockMatvecTokens;
+      auto blockY = pool.allocate(size_t(rows) * size_t(tokens) * 4);
       run([&](vulkan::Recorder& rec) {
         rec.quantizeQ8(xb.address, act, uint32_t(cols), uint32_t(tokens));
         rec.matmulQ8(w, act, yb.address, uint32_t(tokens));
+        if (block) {
+          const vulkan::MatvecOut out[] = {{&w, blockY.address}};
+          rec.matvecBlocks(out, xb.address, uint32_t(tokens));
+        }
       });
       const auto got = download(pool, yb, size_t(rows) * size_t(tokens));
       const cpu::WeightKind kind = cpu::weightKind(t);
@@ -380,6 +409,11 @@ class VulkanOpsTest : public QObject {
       QVERIFY2(contractMiss(got, want, kFloatOpNmse).isEmpty(),
                qPrintable(QString("%1 x %2: ").arg(rows).arg(cols) +
                           contractMiss(got, want, kFloatOpNmse)));
+      if (block) {
+        // The same rounding as the integer kernel's, so a decoded row equals a prefill row.
+        const auto gotBlock = download(pool, blockY, got.size());
+        QCOMPARE(bitMismatch(gotBlock, got), QString());
+      }
     }
   }
 
@@ -684,6 +718,125 @@ class VulkanOpsTest : public QObject {
     }
     QCOMPARE(got[0], 5);
     QCOMPARE(got[3], int32_t(vocab - 1));
+  }
+
+  // The block mat-vec's merged matrices and epilogues: Q, K and V of one type in one dispatch
+  // (each into its own output), the residual add, and gate + up + SwiGLU, against f64 sums of the
+  // dequantized weights.
+  void blockMatvecMergesAndFuses() {
+    if (kExactMath) QSKIP("the block mat-vec is default math only");
+    vulkan::MemoryPool pool(*m_device);
+    const int64_t cols = 512;
+    const uint32_t tokens = 2;
+    const TensorType type = TensorType::Q4_K;
+    const size_t rowBytes = gguf::rowBytes(type, cols);
+    struct Matrix {
+      vulkan::DeviceMatrix w;
+      std::vector<float> deq;
+    };
+    auto matrix = [&](int64_t rows, uint32_t seed) {
+      const auto wf = randomFloats(size_t(rows * cols), seed);
+      std::vector<uint8_t> wq(rowBytes * size_t(rows));
+      std::vector<float> deq(size_t(rows * cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        gguf::quantizeRow(type, &wf[size_t(r * cols)], &wq[rowBytes * size_t(r)], cols);
+        gguf::dequantizeRow(type, &wq[rowBytes * size_t(r)], &deq[size_t(r * cols)], cols);
+      }
+      Matrix m{{type, rows, cols, rowBytes, pool.allocate(wq.size())}, deq};
+      pool.upload(m.w.memory, wq.data(), wq.size());
+      return m;
+    };
+    const auto x = randomFloats(size_t(cols) * tokens, 40);
+    auto product = [&](const Matrix& m, uint32_t t, int64_t r) {
+      double s = 0;
+      for (int64_t c = 0; c < cols; ++c) s += double(m.deq[size_t(r * cols + c)]) * x[t * cols + c];
+      return s;
+    };
+    const Matrix q = matrix(96, 41), k = matrix(32, 42), v = matrix(40, 43);
+    auto xb = upload(pool, x);
+    auto qy = pool.allocate(96 * tokens * 4), ky = pool.allocate(32 * tokens * 4),
+         vy = pool.allocate(40 * tokens * 4);
+    const auto residual = randomFloats(96 * tokens, 44);
+    auto sum = upload(pool, residual), gated = pool.allocate(96 * tokens * 4),
+         upOut = pool.allocate(96 * tokens * 4);
+    const Matrix gate = matrix(96, 45), up = matrix(96, 46);
+    run([&](vulkan::Recorder& rec) {
+      const vulkan::MatvecOut qkv[] = {{&q.w, qy.address}, {&k.w, ky.address}, {&v.w, vy.address}};
+      rec.matvecBlocks(qkv, xb.address, tokens);
+      const vulkan::MatvecOut add[] = {{&q.w, sum.address}};
+      rec.matvecBlocks(add, xb.address, tokens, vulkan::MatvecEpilogue::Add);
+      const vulkan::MatvecOut ffn[] = {{&gate.w, gated.address}, {&up.w, upOut.address}};
+      rec.matvecBlocks(ffn, xb.address, tokens, vulkan::MatvecEpilogue::SwiGlu);
+      QCOMPARE(rec.dispatches(), 3u);
+    });
+    auto check = [&](const char* what, const std::vector<float>& got,
+                     const std::vector<double>& want) {
+      const double e = nmse(got, want);
+      qInfo("%s nMSE %.3g", what, e);
+      QVERIFY2(e <= 1e-9, qPrintable(QString("%1: nMSE %2").arg(what).arg(e)));
+    };
+    const std::pair<const Matrix*, vulkan::Allocation*> outs[] = {{&q, &qy}, {&k, &ky}, {&v, &vy}};
+    for (const auto& [m, y] : outs) {
+      const int64_t rows = m->w.rows;
+      std::vector<double> want(size_t(rows) * tokens);
+      for (uint32_t t = 0; t < tokens; ++t)
+        for (int64_t r = 0; r < rows; ++r) want[t * rows + r] = product(*m, t, r);
+      check("merged", download(pool, *y, want.size()), want);
+    }
+    std::vector<double> wantSum(96 * tokens), wantGated(96 * tokens);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      for (int64_t r = 0; r < 96; ++r) {
+        wantSum[t * 96 + r] = residual[t * 96 + r] + product(q, t, r);
+        const double g = product(gate, t, r);
+        wantGated[t * 96 + r] = g / (1 + std::exp(-g)) * product(up, t, r);
+      }
+    }
+    check("residual add", download(pool, sum, wantSum.size()), wantSum);
+    check("SwiGLU", download(pool, gated, wantGated.size()), wantGated);
+  }
+
+  // RoPE of Q and K, the query scale and the cache store in one dispatch give what rope, rope,
+  // scale and kvStore give, bit for bit (the same rotation and rounding), in both RoPE styles,
+  // with dimensions past nRot passing through, with and without a scale.
+  void ropeStoreEqualsRopeThenStore() {
+    if (kExactMath) QSKIP("the fused RoPE and store is default math only");
+    for (const auto& [neox, qScale] : {std::pair{false, 1.0f}, std::pair{true, 1.0f},
+                                       std::pair{false, 0.125f}, std::pair{true, 0.37f}}) {
+      vulkan::MemoryPool pool(*m_device);
+      const uint32_t qHeads = 6, kvHeads = 2, headDim = 64, nRot = 48, count = 3, ctx = 16;
+      const uint32_t kvDim = kvHeads * headDim;
+      const auto q = randomFloats(size_t(count) * qHeads * headDim, 50);
+      const auto k = randomFloats(size_t(count) * kvDim, 51);
+      const auto v = randomFloats(size_t(count) * kvDim, 52);
+      const auto cosv = randomFloats(size_t(ctx) * nRot / 2, 53);
+      const auto sinv = randomFloats(size_t(ctx) * nRot / 2, 54);
+      auto cb = upload(pool, cosv), sb = upload(pool, sinv);
+      auto params = upload(pool, std::vector<int32_t>{5});
+      auto q1 = upload(pool, q), k1 = upload(pool, k), v1 = upload(pool, v);
+      auto q2 = upload(pool, q), k2 = upload(pool, k), v2 = upload(pool, v);
+      const std::vector<float> zeros(size_t(ctx) * kvDim / 2, 0.0f);  // f16 caches
+      auto keys1 = upload(pool, zeros), values1 = upload(pool, zeros);
+      auto keys2 = upload(pool, zeros), values2 = upload(pool, zeros);
+      run([&](vulkan::Recorder& rec) {
+        rec.rope(q1.address, cb.address, sb.address, params.address, qHeads, headDim, nRot, neox,
+                 count);
+        rec.rope(k1.address, cb.address, sb.address, params.address, kvHeads, headDim, nRot, neox,
+                 count);
+        rec.kvStore(k1.address, v1.address, keys1.address, values1.address, params.address, kvDim,
+                    count);
+        if (qScale != 1.0f) rec.scale(q1.address, uint32_t(q.size()), qScale);
+        rec.ropeStore(q2.address, k2.address, v2.address, keys2.address, values2.address,
+                      cb.address, sb.address, params.address, qHeads, kvHeads, headDim, nRot, neox,
+                      count, qScale);
+      });
+      QCOMPARE(bitMismatch(download(pool, q2, q.size()), download(pool, q1, q.size())), QString());
+      QCOMPARE(
+          bitMismatch(download(pool, keys2, zeros.size()), download(pool, keys1, zeros.size())),
+          QString());
+      QCOMPARE(
+          bitMismatch(download(pool, values2, zeros.size()), download(pool, values1, zeros.size())),
+          QString());
+    }
   }
 
   // GeGLU against the CPU's f16 GELU table (the driver's tanh: within a step of f16), and the
