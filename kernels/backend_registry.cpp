@@ -34,7 +34,7 @@ std::unique_ptr<runtime::Backend> createBackend(const std::string& name,
                                                 const BackendOptions& options) {
   if (name == "cpu") return std::make_unique<cpu::CpuBackend>(options.cpuThreads);
 #ifdef SHOAL_HAVE_VULKAN
-  if (name == "vulkan") return std::make_unique<vulkan::VulkanBackend>();
+  if (name == "vulkan") return std::make_unique<vulkan::VulkanBackend>(options.gpuMemoryLimit);
 #else
   if (name == "vulkan") return std::make_unique<VulkanNotBuilt>();
 #endif

@@ -11,6 +11,9 @@ namespace shoal::kernels {
 
 struct BackendOptions {
   int cpuThreads = 0;  // <= 0: one per physical core
+  // The most device memory a GPU backend's stages may hold per device, in bytes (0: the
+  // device's budget alone). Leaves room for other programs on the GPU.
+  uint64_t gpuMemoryLimit = 0;
 };
 
 // Names of every backend this build knows ("cpu" first), available or not.

@@ -20,9 +20,13 @@ struct ModelOptions {
   std::string backend = "cpu";  // --backend
   std::string device;           // --device; empty: the backend's first device
   int contextLength = 0;        // --ctx; 0: min(model's training context, 4096)
+  // --gpu-layers: layers on a GPU backend's device, the rest (and the head) on the CPU; -1: as
+  // many as fit its free memory (all when the model fits).
+  int gpuLayers = -1;
+  int gpuMemoryMiB = 0;  // --gpu-memory: the most a GPU backend may take per device; 0: its budget
 };
 
-// -m/--model, --threads, --backend, --device, --ctx.
+// -m/--model, --threads, --backend, --device, --ctx, --gpu-layers, --gpu-memory.
 void addModelOptions(CLI::App& cmd, ModelOptions& options);
 
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed.
@@ -48,11 +52,14 @@ void addCompletionOptions(CLI::App& cmd, CompletionOptions& options);
 struct LoadedModel {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<runtime::Backend> backend;
+  std::unique_ptr<runtime::Backend> cpu;  // the CPU's part of a GPU/CPU split, else null
   std::unique_ptr<runtime::Chain> chain;
   double loadSeconds = 0;
 };
 
-// Loads the model (CliExit{2} for a bad file) and builds a one-stage chain on the device.
+// Loads the model (CliExit{2} for a bad file) and builds its chain: one stage on the device, or
+// on a GPU backend whose device lacks the memory (or with --gpu-layers) the first layers there
+// and the rest on the CPU, said on stderr.
 LoadedModel loadModel(const ModelOptions& options, bool withChain = true);
 
 // Peak resident set size of this process, in bytes.

@@ -59,6 +59,15 @@ class Backend {
   // Throws shoal::Error when the device is unknown or the stage does not fit.
   virtual std::unique_ptr<Stage> createStage(const std::string& deviceId, const ModelSource& model,
                                              const StageSpec& spec) = 0;
+
+  // Memory fit, for a backend whose stages live in a device's own memory (a GPU): the bytes a
+  // stage of this spec would allocate there, and what the device has free for one now. 0 and 0
+  // where stages live in host memory (the CPU backend), which these do not bound. A caller
+  // splits a model that does not fit between this device and the CPU (cli: --gpu-layers).
+  virtual uint64_t stageDeviceBytes(const ModelSource& /*model*/, const StageSpec& /*spec*/) const {
+    return 0;
+  }
+  virtual uint64_t freeDeviceBytes(const std::string& /*deviceId*/) { return 0; }
 };
 
 }  // namespace shoal::runtime

@@ -1,5 +1,6 @@
 #include "kernels/vulkan/vk_device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -228,8 +229,30 @@ std::vector<PhysicalDevice> enumerateDevices(const Instance& instance) {
   return out;
 }
 
-Device::Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physical)
-    : m_instance(std::move(instance)), m_physical(physical) {
+uint64_t Device::freeMemory() const {
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{};
+  budget.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT;
+  VkPhysicalDeviceMemoryProperties2 mem{};
+  mem.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2;
+  mem.pNext = m_physical.memoryBudget ? &budget : nullptr;
+  m_instance->api().vkGetPhysicalDeviceMemoryProperties2(m_physical.handle, &mem);
+  uint64_t budgetLeft = 0, size = 0;
+  for (uint32_t i = 0; i < mem.memoryProperties.memoryHeapCount; ++i) {
+    if (!(mem.memoryProperties.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)) continue;
+    size += mem.memoryProperties.memoryHeaps[i].size;
+    if (m_physical.memoryBudget && budget.heapBudget[i] > budget.heapUsage[i]) {
+      budgetLeft += budget.heapBudget[i] - budget.heapUsage[i];
+    }
+  }
+  const uint64_t held = m_held;
+  uint64_t free = m_physical.memoryBudget ? budgetLeft : (size > held ? size - held : 0);
+  if (m_memoryLimit > 0) free = std::min(free, m_memoryLimit > held ? m_memoryLimit - held : 0);
+  return free;
+}
+
+Device::Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physical,
+               uint64_t memoryLimit)
+    : m_instance(std::move(instance)), m_physical(physical), m_memoryLimit(memoryLimit) {
   const VkApi& iapi = m_instance->api();
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qi{};

@@ -2,6 +2,7 @@
 // Vulkan devices: what each physical device offers (probe), and a logical device ready for
 // compute (Device): one queue, the embedded shaders as pipelines, a command pool and a fence.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -57,7 +58,10 @@ class Device {
  public:
   // Throws shoal::Error with the Vulkan result when the device cannot be created, and for a
   // SHOAL_VULKAN_MATH other than native or exact, or exact on a device without shaderFloat64.
-  Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physical);
+  // memoryLimit: the most device-local memory the stages on this device may hold (0: the
+  // device's budget alone decides).
+  Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physical,
+         uint64_t memoryLimit = 0);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -79,6 +83,14 @@ class Device {
   // variant is used where one exists. Throws for an unknown shader name.
   const Pipeline& pipeline(const std::string& shader, const std::vector<uint32_t>& constants = {});
 
+  // Device-local memory a new stage may still take, now: VK_EXT_memory_budget's budget minus
+  // usage over the device-local heaps (without the extension, their size minus what this Device
+  // holds), and no more than the memory limit leaves.
+  uint64_t freeMemory() const;
+  // Device-local bytes the memory pools on this device hold (MemoryPool keeps it current).
+  uint64_t heldMemory() const { return m_held; }
+  void addHeldMemory(int64_t bytes) { m_held += static_cast<uint64_t>(bytes); }
+
   // A primary command buffer from the device's pool (freed with the device).
   VkCommandBuffer allocateCommandBuffer();
   void freeCommandBuffer(VkCommandBuffer commands);
@@ -96,6 +108,8 @@ class Device {
   VkPipelineLayout m_layout = VK_NULL_HANDLE;
   bool m_useSubgroups = false;
   bool m_exactMath = false;
+  uint64_t m_memoryLimit = 0;
+  std::atomic<uint64_t> m_held{0};
   std::map<std::pair<std::string, std::vector<uint32_t>>, Pipeline> m_pipelines;
 };
 

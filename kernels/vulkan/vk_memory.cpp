@@ -24,15 +24,16 @@ MemoryPool::~MemoryPool() {
   for (Block& b : m_blocks) {
     api.vkDestroyBuffer(m_device.handle(), b.buffer, nullptr);
     api.vkFreeMemory(m_device.handle(), b.memory, nullptr);
+    if (b.kind == Kind::Device) m_device.addHeldMemory(-static_cast<int64_t>(b.size));
   }
 }
 
-MemoryPool::Block& MemoryPool::newBlock(VkDeviceSize bytes, Kind kind) {
+MemoryPool::Block& MemoryPool::newBlock(VkDeviceSize bytes, Kind kind, VkDeviceSize exact) {
   const VkApi& api = m_device.api();
   const VkDevice dev = m_device.handle();
   const PhysicalDevice& pd = m_device.physical();
   const bool hostVisible = kind != Kind::Device;
-  VkDeviceSize size = std::max(bytes, hostVisible ? kHostBlockBytes : kBlockBytes);
+  VkDeviceSize size = exact ? exact : std::max(bytes, hostVisible ? kHostBlockBytes : kBlockBytes);
   if (pd.maxAllocation) size = std::min(size, pd.maxAllocation);
   if (size < bytes) {
     throw Error("Vulkan: a buffer of " + std::to_string(bytes) +
@@ -88,6 +89,7 @@ MemoryPool::Block& MemoryPool::newBlock(VkDeviceSize bytes, Kind kind) {
                 " failed: " + resultName(r));
   }
   check(api.vkBindBufferMemory(dev, b.buffer, b.memory, 0), "vkBindBufferMemory");
+  if (!hostVisible) m_device.addHeldMemory(static_cast<int64_t>(b.size));
   if (hostVisible)
     check(api.vkMapMemory(dev, b.memory, 0, VK_WHOLE_SIZE, 0, &b.mapped), "vkMapMemory");
   VkBufferDeviceAddressInfo di{};
@@ -106,12 +108,28 @@ Allocation MemoryPool::allocateReadback(VkDeviceSize bytes) {
   return allocate(bytes, Kind::HostRead);
 }
 
+uint64_t MemoryPool::footprint(uint64_t bytes) {
+  return (std::max<uint64_t>(bytes, 4) + kAlign - 1) / kAlign * kAlign;
+}
+
+void MemoryPool::reserve(uint64_t bytes) {
+  const uint64_t piece = m_device.physical().maxAllocation
+                             ? m_device.physical().maxAllocation / kAlign * kAlign
+                             : uint64_t{4} << 30;
+  for (uint64_t left = footprint(bytes); left > 0;) {
+    const uint64_t n = std::min(left, piece);
+    newBlock(n, Kind::Device, n);
+    left -= n;
+  }
+}
+
 Allocation MemoryPool::allocate(VkDeviceSize bytes, Kind kind) {
   bytes = std::max<VkDeviceSize>(bytes, 4);
-  const VkDeviceSize rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  const VkDeviceSize rounded = footprint(bytes);
+  // The first block with room: blocks made by reserve() fill in order.
   Block* block = nullptr;
   for (Block& b : m_blocks) {
-    if (b.kind == kind && b.size - b.used >= rounded) block = &b;
+    if (!block && b.kind == kind && b.size - b.used >= rounded) block = &b;
   }
   if (!block) block = &newBlock(rounded, kind);
   Allocation a;
@@ -122,6 +140,7 @@ Allocation MemoryPool::allocate(VkDeviceSize bytes, Kind kind) {
   a.mapped = block->mapped ? static_cast<uint8_t*>(block->mapped) + block->used : nullptr;
   block->used += rounded;
   m_used += rounded;
+  if (kind == Kind::Device) m_usedDevice += rounded;
   return a;
 }
 

@@ -41,6 +41,14 @@ class MemoryPool {
   void download(const Allocation& src, void* data, VkDeviceSize bytes);
 
   uint64_t bytesAllocated() const { return m_used; }
+  // Of those, the device-local ones (what a stage's memory estimate counts).
+  uint64_t deviceBytesAllocated() const { return m_usedDevice; }
+  // What an allocation of `bytes` takes from its block (allocations are 256-byte aligned).
+  static uint64_t footprint(uint64_t bytes);
+  // Makes device-local blocks holding `bytes` in all (in pieces of at most
+  // maxMemoryAllocationSize), so that allocations summing to `bytes` take exactly that much
+  // device memory instead of 256 MiB blocks. Throws shoal::Error when the device has no room.
+  void reserve(uint64_t bytes);
 
  private:
   enum class Kind { Device, HostWrite, HostRead };
@@ -52,14 +60,15 @@ class MemoryPool {
     void* mapped = nullptr;
     Kind kind = Kind::Device;
   };
-  Block& newBlock(VkDeviceSize bytes, Kind kind);
+  // A block of at least `bytes` (a 256 MiB or 16 MiB minimum), or of exactly `exact` bytes.
+  Block& newBlock(VkDeviceSize bytes, Kind kind, VkDeviceSize exact = 0);
   Allocation allocate(VkDeviceSize bytes, Kind kind);
   Allocation staging(VkDeviceSize bytes);
 
   Device& m_device;
   std::vector<Block> m_blocks;
   Allocation m_staging;
-  uint64_t m_used = 0;
+  uint64_t m_used = 0, m_usedDevice = 0;
 };
 
 }  // namespace shoal::vulkan

@@ -15,17 +15,24 @@ namespace shoal::vulkan {
 
 class VulkanBackend final : public runtime::Backend {
  public:
-  VulkanBackend();
+  // memoryLimit: the most device-local memory stages may hold per device (0: the budget alone).
+  explicit VulkanBackend(uint64_t memoryLimit = 0);
   ~VulkanBackend() override;
 
   std::string name() const override { return "vulkan"; }
   runtime::Availability availability() const override;
-  // The usable devices ("vulkan0", ...); unusable ones are named in availability()'s reason
-  // when none is usable, and listed with their reason by physicalDevices().
+  // The usable devices ("vulkan0", ...), the best first: discrete GPUs, then integrated, virtual
+  // and other ones, a CPU implementation (lavapipe) last, so a caller that takes the first
+  // device never gets lavapipe when a real GPU exists. Unusable ones are named in
+  // availability()'s reason when none is usable, and listed with their reason by
+  // physicalDevices().
   std::vector<runtime::DeviceInfo> devices() const override;
   std::unique_ptr<runtime::Stage> createStage(const std::string& deviceId,
                                               const runtime::ModelSource& model,
                                               const runtime::StageSpec& spec) override;
+  uint64_t stageDeviceBytes(const runtime::ModelSource& model,
+                            const runtime::StageSpec& spec) const override;
+  uint64_t freeDeviceBytes(const std::string& deviceId) override;
 
   // Every device found, with what it offers and (unusable) why Shoal cannot use it.
   const std::vector<PhysicalDevice>& physicalDevices() const { return m_physical; }
@@ -35,6 +42,7 @@ class VulkanBackend final : public runtime::Backend {
  private:
   std::shared_ptr<Instance> m_instance;
   std::string m_reason;  // why the instance could not be created
+  uint64_t m_memoryLimit = 0;
   std::vector<PhysicalDevice> m_physical;
   std::map<std::string, std::shared_ptr<Device>> m_devices;
 };

@@ -1,6 +1,7 @@
 #include "kernels/vulkan/vulkan_stage.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -23,7 +24,88 @@ size_t idx(TensorRole r) { return static_cast<size_t>(r); }
 // Recorded command buffers kept per stage; prefill shapes vary, so the cache is bounded.
 constexpr size_t kMaxRecordedShapes = 32;
 
+// Bytes as "12.3 MiB".
+std::string mib(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", double(bytes) / (1 << 20));
+  return text;
+}
+
+// The tensors a stage uploads, each once (a tied output is the embedding): every tensor bound to
+// its layers, and the global ones its ends read.
+std::vector<model::Tensor> stageTensors(const model::ModelWeights& w,
+                                        const runtime::StageSpec& spec) {
+  std::vector<model::Tensor> tensors;
+  auto need = [&](model::Tensor t, const char* what) {
+    if (!t) throw Error(std::string("Vulkan stage: the model's ") + what + " is not bound");
+    if (std::find(tensors.begin(), tensors.end(), t) == tensors.end()) tensors.push_back(t);
+  };
+  if (spec.hasEmbedding) need(w[TensorRole::TokenEmbd], "token embedding");
+  for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
+    for (model::Tensor t : w.layers[sz(i)].byRole) {
+      if (t) need(t, "layer tensor");
+    }
+  }
+  if (spec.hasHead) {
+    need(w[TensorRole::OutputNorm], "output norm");
+    need(w[TensorRole::Output], "output projection");
+  }
+  return tensors;
+}
+
+// Split attention's scratch for the widest attention of the stage's layers.
+uint64_t attentionScratchFor(const model::ModelConfig& c, const runtime::StageSpec& spec,
+                             const std::vector<model::LayerProgram>& programs) {
+  const auto widths = bufferWidths(c);
+  const uint32_t hd = u32(c.headDim);
+  uint64_t bytes = 0;
+  for (const model::LayerProgram& p : programs) {
+    bytes = std::max(bytes, attentionScratchBytes(widths[idx(Buffer::Q)] / hd, u32(p.kvDim) / hd,
+                                                  hd, u32(spec.maxBatch), u32(spec.contextLength)));
+  }
+  return bytes;
+}
+
 }  // namespace
+
+uint64_t VulkanStage::deviceBytes(const runtime::ModelSource& model,
+                                  const runtime::StageSpec& spec) {
+  // The device-local allocations the constructor makes, each as its pool footprint.
+  const model::ModelConfig& c = *model.config;
+  auto fp = [](uint64_t bytes) { return MemoryPool::footprint(bytes); };
+  uint64_t total = 0;
+  for (model::Tensor t : stageTensors(*model.weights, spec)) total += fp(t->nbytes);
+  const model::Architecture& arch = model::architectureOf(c);
+  std::vector<model::LayerProgram> programs;
+  std::vector<model::RopeParams> ropes;
+  bool experts = false;
+  for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
+    programs.push_back(arch.layerProgram(c, i));
+    const uint64_t kvBytes = uint64_t(spec.contextLength) * uint64_t(programs.back().kvDim) * 2;
+    total += 2 * uint64_t(spec.maxSequences) * fp(kvBytes);
+    for (const model::Op& op : programs.back().ops) {
+      experts = experts || op.kind == model::OpKind::MoeFfn;
+      if (op.kind == model::OpKind::Rope &&
+          std::find(ropes.begin(), ropes.end(), op.rope) == ropes.end()) {
+        ropes.push_back(op.rope);
+        total += 2 * fp(uint64_t(spec.contextLength) * uint64_t(op.rope.nRot / 2) * 4);
+      }
+    }
+  }
+  const uint64_t b = uint64_t(spec.maxBatch);
+  const auto widths = bufferWidths(c);
+  for (uint32_t w : widths) total += fp(b * w * 4);
+  const uint64_t widest = b * *std::max_element(widths.begin(), widths.end());
+  total += fp(QuantizedActivations::quantBytes(widest)) +
+           2 * fp(QuantizedActivations::scaleBytes(widest));
+  if (const uint64_t scratch = attentionScratchFor(c, spec, programs)) total += fp(scratch);
+  if (experts) {
+    const uint64_t entries = b * uint64_t(c.nExpertUsed);
+    total +=
+        fp(b * uint64_t(c.nExpert) * 4) + 2 * fp(entries * 4) + fp(entries * uint64_t(c.nEmbd) * 4);
+  }
+  return total;
+}
 
 VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSource& model,
                          const runtime::StageSpec& spec,
@@ -67,6 +149,21 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
                 std::to_string(c.nExpertUsed) +
                 " experts each exceed 65535 expert entries; use a smaller batch");
   }
+  // Refused with the shortfall before anything is uploaded; then the pool takes exactly what the
+  // stage needs.
+  const uint64_t need = deviceBytes(model, spec), free = m_device->freeMemory();
+  if (need > free) {
+    const std::string layers = spec.lastLayer - spec.firstLayer == 1
+                                   ? "layer " + std::to_string(spec.firstLayer)
+                                   : "layers " + std::to_string(spec.firstLayer) + "-" +
+                                         std::to_string(spec.lastLayer - 1);
+    const char* verb = spec.lastLayer - spec.firstLayer == 1 ? " needs " : " need ";
+    throw Error("Vulkan stage: " + layers + verb + mib(need) + " on " +
+                m_device->physical().info.name + ", which has " + mib(free) + " free (short by " +
+                mib(need - free) + "); put fewer layers on it and the rest on the CPU " +
+                "(--gpu-layers)");
+  }
+  m_pool.reserve(need);
   upload(*model.weights);
   for (size_t l = 0; l < m_layers.size(); ++l) {
     Layer& L = m_layers[l];
@@ -93,15 +190,11 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
   m_actScales = m_pool.allocate(QuantizedActivations::scaleBytes(widest));
   m_actSums = m_pool.allocate(QuantizedActivations::scaleBytes(widest));
   // Split attention's partial outputs, for the widest attention of any layer.
-  uint64_t attentionScratch = 0;
-  for (const Layer& L : m_layers) {
-    const uint32_t hd = u32(c.headDim);
-    attentionScratch =
-        std::max(attentionScratch,
-                 attentionScratchBytes(widths[idx(Buffer::Q)] / hd, u32(L.program.kvDim) / hd, hd,
-                                       u32(spec.maxBatch), u32(spec.contextLength)));
+  std::vector<model::LayerProgram> programs;
+  for (const Layer& L : m_layers) programs.push_back(L.program);
+  if (const uint64_t scratch = attentionScratchFor(c, spec, programs)) {
+    m_attentionScratch = m_pool.allocate(scratch);
   }
-  if (attentionScratch > 0) m_attentionScratch = m_pool.allocate(attentionScratch);
   m_params = m_pool.allocate(16, true);
   m_tokens = m_pool.allocate(b * 4, true);
   if (!spec.hasEmbedding) m_hiddenIn = m_pool.allocate(b * uint64_t(c.nEmbd) * 4, true);
@@ -128,24 +221,9 @@ VulkanStage::~VulkanStage() { m_device->api().vkDeviceWaitIdle(m_device->handle(
 // itself when tied). RoPE frequency factors stay on the host (buildRopeTables). Then each role
 // of the stage and of its layers points at its upload.
 void VulkanStage::upload(const model::ModelWeights& w) {
-  std::vector<model::Tensor> tensors;
+  const std::vector<model::Tensor> tensors = stageTensors(w, m_spec);
   uint64_t total = 0;
-  auto need = [&](model::Tensor t, const char* what) {
-    if (!t) throw Error(std::string("Vulkan stage: the model's ") + what + " is not bound");
-    if (std::find(tensors.begin(), tensors.end(), t) != tensors.end()) return;
-    tensors.push_back(t);
-    total += t->nbytes;
-  };
-  if (m_spec.hasEmbedding) need(w[TensorRole::TokenEmbd], "token embedding");
-  for (int32_t i = m_spec.firstLayer; i < m_spec.lastLayer; ++i) {
-    for (model::Tensor t : w.layers[sz(i)].byRole) {
-      if (t) need(t, "layer tensor");
-    }
-  }
-  if (m_spec.hasHead) {
-    need(w[TensorRole::OutputNorm], "output norm");
-    need(w[TensorRole::Output], "output projection");
-  }
+  for (model::Tensor t : tensors) total += t->nbytes;
   uint64_t uploaded = 0;
   for (model::Tensor t : tensors) {
     if (!supportedWeightType(t->type)) {

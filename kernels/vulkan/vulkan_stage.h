@@ -28,11 +28,18 @@ class VulkanStage final : public runtime::LocalStage {
  public:
   // progress(uploaded, total) bytes while the weights go up. Throws shoal::Error when a tensor
   // type has no kernel, a layer program has an op the kernels cannot run (checkProgram), the
-  // context does not fit the attention kernel, or memory runs out.
+  // context does not fit the attention kernel, or the stage needs more device memory than the
+  // device has free (with the shortfall).
   VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSource& model,
               const runtime::StageSpec& spec,
               const std::function<void(uint64_t, uint64_t)>& progress = {});
   ~VulkanStage() override;
+
+  // The device-local bytes a stage of this spec allocates (weights, KV cache, activations,
+  // scratch), which the constructor checks against Device::freeMemory() before uploading.
+  static uint64_t deviceBytes(const runtime::ModelSource& model, const runtime::StageSpec& spec);
+  // What this stage's memory pool holds on the device (tests compare it with deviceBytes).
+  uint64_t deviceBytesAllocated() const { return m_pool.deviceBytesAllocated(); }
 
   const runtime::StageSpec& spec() const override { return m_spec; }
   void truncate(int32_t sequence, int32_t fromPosition) override;

@@ -88,6 +88,41 @@ class TestCliContract : public QObject {
     }
   }
 
+  // A GPU backend whose device lacks the memory for the model takes the layers that fit and the
+  // CPU the rest, said in one note on stderr (a memory limit stands in for a small GPU); one
+  // that cannot hold even the embedding and a layer is a one-line error; --gpu-layers chooses
+  // the split, and needs a GPU backend.
+  void gpuBackendSplitsAModelThatDoesNotFitWithTheCpu() {
+    const QStringList prompt = {"-p", "The capital of France is", "-n", "6", "--temp", "0"};
+    const Run split =
+        runCli(QStringList{"generate", "--backend", "vulkan", "--gpu-memory", "60"} + prompt);
+    if (split.exitCode == 1 && split.err.contains("unavailable")) {
+      QSKIP(qPrintable("no Vulkan device: " + QString::fromUtf8(split.err)));
+    }
+    QCOMPARE(split.exitCode, 0);
+    QVERIFY(!split.out.isEmpty());
+    QCOMPARE(split.err.count('\n'), 1);
+    QVERIFY2(split.err.startsWith("note: vulkan0 takes layers 0-") &&
+                 split.err.contains("the CPU the rest (the model needs") &&
+                 split.err.contains("the device has 60 MiB free"),
+             split.err.constData());
+
+    const Run tooSmall =
+        runCli(QStringList{"generate", "--backend", "vulkan", "--gpu-memory", "1"} + prompt);
+    QCOMPARE(tooSmall.exitCode, 1);
+    QCOMPARE(tooSmall.err.count('\n'), 1);
+    QVERIFY2(tooSmall.err.contains("less than the embedding and one layer need"),
+             tooSmall.err.constData());
+
+    const Run chosen =
+        runCli(QStringList{"generate", "--backend", "vulkan", "--gpu-layers", "4"} + prompt);
+    QCOMPARE(chosen.exitCode, 0);
+    QVERIFY2(chosen.err.startsWith("note: vulkan0 takes layers 0-3 of 30, the CPU the rest"),
+             chosen.err.constData());
+    verifyOneLineError(runCli(QStringList{"generate", "--gpu-layers", "4"} + prompt),
+                       "--gpu-layers needs a GPU backend");
+  }
+
   void greedyGenerationIsDeterministic() {
     const QStringList args = {"generate", "-p", "Once upon a time", "-n", "8", "--temp", "0"};
     const Run a = runCli(args);

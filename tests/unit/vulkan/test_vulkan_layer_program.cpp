@@ -447,6 +447,48 @@ class VulkanLayerProgramTest : public QObject {
     if (most > 0) QVERIFY2(perLayer <= most, qPrintable(QString("%1 per layer").arg(perLayer)));
   }
 
+  // The stage's device memory is known before anything is uploaded: deviceBytes is what the pool
+  // then holds on the device, to the byte (weights, KV cache, activations, RoPE tables, scratch,
+  // expert scratch); a device with less free memory (here a memory limit) refuses the stage
+  // with the shortfall, and a stage's memory counts against what the device has free.
+  void deviceMemoryIsKnownAndBounded_data() {
+    QTest::addColumn<QString>("architecture");
+    for (const char* a : {"llama", "gemma3", "qwen3moe", "phi3-longrope", "gpt-oss"}) {
+      QTest::newRow(a) << QString(a);
+    }
+  }
+  void deviceMemoryIsKnownAndBounded() {
+    QFETCH(QString, architecture);
+    const auto m = loadModel(writeModel(architecture.toStdString()));
+    const runtime::StageSpec spec = specFor(m->config, 0, m->config.nLayer, 2);
+    const uint64_t need = vulkan::VulkanStage::deviceBytes(m->source(), spec);
+    QCOMPARE(m_vulkan->stageDeviceBytes(m->source(), spec), need);
+    {
+      auto stage = m_vulkan->createStage(m_deviceId, m->source(), spec);
+      auto* device = dynamic_cast<vulkan::VulkanStage*>(stage.get());
+      QVERIFY(device);
+      QCOMPARE(device->deviceBytesAllocated(), need);
+    }
+    vulkan::VulkanBackend limited(2 * need);
+    QVERIFY(limited.freeDeviceBytes(m_deviceId) <= 2 * need);
+    auto first = limited.createStage(m_deviceId, m->source(), spec);
+    QVERIFY(limited.freeDeviceBytes(m_deviceId) <= need);
+    const runtime::StageSpec body = specFor(m->config, 0, m->config.nLayer - 1, 2);
+    const uint64_t bodyNeed = vulkan::VulkanStage::deviceBytes(m->source(), body);
+    QVERIFY(bodyNeed < need);
+    auto second = limited.createStage(m_deviceId, m->source(), spec);  // exactly the rest
+    QCOMPARE(limited.freeDeviceBytes(m_deviceId), uint64_t(0));
+    try {
+      auto third = limited.createStage(m_deviceId, m->source(), body);
+      QFAIL("a stage beyond the memory limit was built");
+    } catch (const Error& e) {
+      const QString what = QString::fromUtf8(e.what());
+      qInfo("%s", e.what());
+      QVERIFY2(what.contains("0.0 MiB free (short by ") && what.contains("--gpu-layers"),
+               qPrintable(what));
+    }
+  }
+
   void logitRowsSelectTheRows() {
     const auto m = loadModel(writeModel("llama"));
     const int32_t layers = m->config.nLayer;
