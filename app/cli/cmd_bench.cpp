@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -22,6 +23,7 @@ struct BenchOptions {
   int promptTokens = 128;
   int genTokens = 64;
   int reps = 5;
+  bool profile = false;  // --profile: per-kernel GPU time of a generation run
 };
 
 double median(std::vector<double> v) {
@@ -30,10 +32,29 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The device the model runs on: --device, or the backend's first (best) one.
+std::string deviceName(const LoadedModel& lm, const ModelOptions& o) {
+  for (const runtime::DeviceInfo& d : lm.backend->devices()) {
+    if (o.device.empty() || d.id == o.device) return d.name;
+  }
+  return o.device;
+}
+
 void runBench(BenchOptions o) {
   if (o.model.contextLength == 0) o.model.contextLength = std::max(o.promptTokens, o.genTokens) + 1;
   LoadedModel lm = loadModel(o.model);
   runtime::Chain& chain = *lm.chain;
+  if (o.profile) {
+    bool any = false;
+    for (size_t s = 0; s < chain.stageCount(); ++s) {
+      any = chain.stage(s).setProfiling(true) || any;
+      chain.stage(s).setProfiling(false);
+    }
+    if (!any) {
+      throw CliExit{2,
+                    "--profile needs a GPU stage whose device has timestamps (--backend vulkan)"};
+    }
+  }
   // Like llama-bench, measure after the load, and so after the work a stage does in the
   // background once built (the CPU stage's weight copy); its time is reported apart, since a
   // user's first tokens run alongside it (their time to first token: the load alone).
@@ -79,12 +100,62 @@ void runBench(BenchOptions o) {
   run("pp", o.promptTokens, timePrompt);
   run("tg", o.genTokens, timeGenerate);
 
+  // --profile: one more generation run with every kernel timed on the device (apart from the
+  // timed runs: timestamps cost a little), by kernel, per generated token; and the weight bytes
+  // the kernels read per token against what a token must read (each matrix once).
+  nlohmann::json profile;
+  if (o.profile) {
+    for (size_t s = 0; s < chain.stageCount(); ++s) chain.stage(s).setProfiling(true);
+    const int tokens = std::max(o.genTokens, 1);
+    const int saved = o.genTokens;
+    o.genTokens = tokens;
+    timeGenerate();
+    o.genTokens = saved;
+    std::map<std::string, runtime::KernelProfile> byKernel;
+    uint64_t expected = 0;
+    for (size_t s = 0; s < chain.stageCount(); ++s) {
+      for (const runtime::KernelProfile& k : chain.stage(s).profile()) {
+        runtime::KernelProfile& sum = byKernel[k.kernel];
+        sum.kernel = k.kernel;
+        sum.dispatches += k.dispatches;
+        sum.seconds += k.seconds;
+        sum.weightBytes += k.weightBytes;
+      }
+      expected += chain.stage(s).decodeWeightBytes();
+      chain.stage(s).setProfiling(false);
+    }
+    std::vector<runtime::KernelProfile> kernels;
+    double seconds = 0;
+    uint64_t weightBytes = 0;
+    for (const auto& [name, k] : byKernel) {
+      kernels.push_back(k);
+      seconds += k.seconds;
+      weightBytes += k.weightBytes;
+    }
+    std::sort(kernels.begin(), kernels.end(),
+              [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+    nlohmann::json rows = nlohmann::json::array();
+    for (const runtime::KernelProfile& k : kernels) {
+      rows.push_back({{"kernel", k.kernel},
+                      {"dispatches_per_token", double(k.dispatches) / tokens},
+                      {"us_per_token", k.seconds * 1e6 / tokens},
+                      {"share", seconds > 0 ? k.seconds / seconds : 0.0},
+                      {"weight_bytes_per_token", double(k.weightBytes) / tokens}});
+    }
+    profile = {{"tokens", tokens},
+               {"gpu_us_per_token", seconds * 1e6 / tokens},
+               {"weight_bytes_per_token", double(weightBytes) / tokens},
+               {"decode_weight_bytes", expected},
+               {"weight_read_ratio", expected > 0 ? double(weightBytes) / tokens / expected : 0.0},
+               {"kernels", rows}};
+  }
+
   const auto& c = lm.model->config();
   const HugePageBytes huge = hugePageBytes();
   nlohmann::json out = {{"model", lm.model->path().filename().string()},
                         {"architecture", c.architecture},
                         {"backend", lm.backend->name()},
-                        {"device", lm.backend->devices().front().name},
+                        {"device", deviceName(lm, o.model)},
                         {"threads", o.model.threads},
                         {"context", chain.contextLength()},
                         {"repetitions", o.reps},
@@ -94,6 +165,7 @@ void runBench(BenchOptions o) {
                         {"anon_huge_page_bytes", huge.anonymous},
                         {"file_pmd_mapped_bytes", huge.filePmdMapped},
                         {"results", results}};
+  if (o.profile) out["profile"] = profile;
   std::printf("%s\n", out.dump(2).c_str());
 }
 
@@ -112,6 +184,8 @@ void registerBenchCommand(CLI::App& app) {
   cmd->add_option("-r,--reps", o->reps, "repetitions")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--profile", o->profile,
+                "also time every GPU kernel of a generation run (JSON \"profile\")");
   cmd->callback([o] { runBench(*o); });
 }
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace shoal::runtime {
@@ -71,6 +72,14 @@ struct StageOutput {
   std::vector<int32_t> tokens;  // hasHead and sampled: one per logits row (then logits empty)
 };
 
+// Device time of one kernel over the batches a stage ran while profiling.
+struct KernelProfile {
+  std::string kernel;        // the kernel (a GPU backend's shader name)
+  uint64_t dispatches = 0;   // how many times it ran
+  double seconds = 0;        // its device time in all (GPU timestamps)
+  uint64_t weightBytes = 0;  // bytes of weight matrices it read in all
+};
+
 class Stage {
  public:
   using Ticket = uint64_t;
@@ -105,6 +114,16 @@ class Stage {
   // to measure the steady state, as llama-bench measures after its load. No batch may be in
   // flight.
   virtual void settle() {}
+
+  // Profiling (shoal-cli bench --profile): setProfiling(true) clears the profile and times every
+  // kernel the stage runs on its device from then on; false where the stage cannot (a CPU stage,
+  // a device without timestamps). profile() is what ran since, by kernel.
+  virtual bool setProfiling(bool /*on*/) { return false; }
+  virtual std::vector<KernelProfile> profile() const { return {}; }
+  // The weight bytes one decoded token must read: every weight matrix the stage holds once (its
+  // embedding's one row). 0 where unknown. A profile's weight bytes per token over it shows
+  // whether a kernel reads weights more than once.
+  virtual uint64_t decodeWeightBytes() const { return 0; }
 };
 
 }  // namespace shoal::runtime

@@ -179,8 +179,12 @@ std::vector<PhysicalDevice> enumerateDevices(const Instance& instance) {
     std::vector<VkQueueFamilyProperties> queues(qn);
     api.vkGetPhysicalDeviceQueueFamilyProperties(h, &qn, queues.data());
     for (uint32_t i = 0; i < qn && d.computeQueueFamily == UINT32_MAX; ++i) {
-      if (queues[i].queueFlags & VK_QUEUE_COMPUTE_BIT) d.computeQueueFamily = i;
+      if (queues[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+        d.computeQueueFamily = i;
+        d.timestampBits = queues[i].timestampValidBits;
+      }
     }
+    d.timestampPeriod = props.properties.limits.timestampPeriod;
 
     // What the kernels need: raw GGUF blocks read as bytes and f16 through 8/16-bit storage,
     // buffers addressed by pointer from push constants.

@@ -40,7 +40,9 @@ struct PhysicalDevice {
   uint64_t maxAllocation = 0;    // maxMemoryAllocationSize
   uint32_t maxSharedMemory = 0;  // maxComputeSharedMemorySize (bytes)
   uint32_t computeQueueFamily = UINT32_MAX;
-  std::string unusable;  // empty when Shoal can run on it, else the missing feature
+  uint32_t timestampBits = 0;  // the compute queue's timestampValidBits (0: no timestamps)
+  float timestampPeriod = 0;   // nanoseconds per timestamp tick
+  std::string unusable;        // empty when Shoal can run on it, else the missing feature
 };
 
 // Every physical device, de-duplicated: the same GPU exposed by two drivers (e.g. RADV and

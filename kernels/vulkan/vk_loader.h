@@ -60,7 +60,12 @@ namespace shoal::vulkan {
   X(vkDestroyFence)                \
   X(vkWaitForFences)               \
   X(vkResetFences)                 \
-  X(vkDeviceWaitIdle)
+  X(vkDeviceWaitIdle)              \
+  X(vkCreateQueryPool)             \
+  X(vkDestroyQueryPool)            \
+  X(vkCmdResetQueryPool)           \
+  X(vkCmdWriteTimestamp)           \
+  X(vkGetQueryPoolResults)
 
 struct VkApi {
   PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr = nullptr;

@@ -49,6 +49,8 @@ std::string typeSuffix(gguf::TensorType t) {
   }
 }
 
+uint64_t matrixBytes(const DeviceMatrix& w) { return static_cast<uint64_t>(w.rows) * w.rowBytes; }
+
 }  // namespace
 
 bool supportedWeightType(gguf::TensorType t) {
@@ -178,10 +180,16 @@ class Recorder::Push {
   uint32_t m_size = 0;
 };
 
-Recorder::Recorder(Device& device, VkCommandBuffer commands) : m_device(device), m_cb(commands) {
+Recorder::Recorder(Device& device, VkCommandBuffer commands, VkQueryPool timestamps,
+                   uint32_t queries)
+    : m_device(device), m_cb(commands), m_timestamps(timestamps), m_queries(queries) {
   VkCommandBufferBeginInfo bi{};
   bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
   check(device.api().vkBeginCommandBuffer(m_cb, &bi), "vkBeginCommandBuffer");
+  if (m_timestamps && m_queries > 0) {
+    device.api().vkCmdResetQueryPool(m_cb, m_timestamps, 0, m_queries);
+    device.api().vkCmdWriteTimestamp(m_cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, m_timestamps, 0);
+  }
 }
 
 void Recorder::finish() { check(m_device.api().vkEndCommandBuffer(m_cb), "vkEndCommandBuffer"); }
@@ -202,15 +210,23 @@ void Recorder::barrier() {
 
 void Recorder::dispatch(const std::string& shader, const std::vector<uint32_t>& constants,
                         const Push& push, uint32_t x, uint32_t y, uint32_t z) {
-  if (x == 0 || y == 0 || z == 0) return;
+  if (x == 0 || y == 0 || z == 0) {
+    m_weightBytes = 0;
+    return;
+  }
   const VkApi& api = m_device.api();
   const Pipeline& p = m_device.pipeline(shader, constants);
   api.vkCmdBindPipeline(m_cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   api.vkCmdPushConstants(m_cb, m_device.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push.size(),
                          push.data());
   api.vkCmdDispatch(m_cb, x, y, z);
-  ++m_dispatches;
+  m_records.push_back({shader, m_weightBytes});
+  m_weightBytes = 0;
   barrier();
+  if (m_timestamps && m_records.size() < m_queries) {
+    api.vkCmdWriteTimestamp(m_cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, m_timestamps,
+                            static_cast<uint32_t>(m_records.size()));
+  }
 }
 
 void Recorder::copy(const Allocation& src, const Allocation& dst, VkDeviceSize bytes) {
@@ -237,6 +253,7 @@ void Recorder::matvec(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress 
   push.u32(static_cast<uint32_t>(w.rowBytes));
   const std::string name =
       "matvec_" + typeSuffix(w.type) + (m_device.useSubgroups() ? "_subgroup" : "");
+  m_weightBytes = matrixBytes(w) * tokens;  // a workgroup per (row, token)
   dispatch(name, {kGroup}, push, static_cast<uint32_t>(w.rows), tokens);
 }
 
@@ -246,6 +263,7 @@ void Recorder::matmat(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress 
   push.ref(w.memory.address).ref(w.memory.address).ref(x).ref(y);
   push.u32(static_cast<uint32_t>(w.rows)).u32(static_cast<uint32_t>(w.cols));
   push.u32(static_cast<uint32_t>(w.rowBytes)).u32(tokens);
+  m_weightBytes = matrixBytes(w) * groups(tokens, 8);  // once per 8-token tile
   dispatch("matmat_" + typeSuffix(w.type), {64}, push, groups(static_cast<uint64_t>(w.rows), 8),
            groups(tokens, 8));
 }
@@ -304,6 +322,8 @@ void Recorder::matvecBlocks(std::span<const MatvecOut> outs, VkDeviceAddress x, 
   const uint64_t rowGroups = groups(total, kGroup / lanes);
   const std::string name =
       "matvec_block_" + typeSuffix(w0.type) + (m_device.useSubgroups() ? "_subgroup" : "");
+  for (const MatvecOut& o : outs)
+    m_weightBytes += matrixBytes(*o.w) * groups(tokens, kBlockMatvecTokens);
   dispatch(name, {kGroup, lanes}, push, static_cast<uint32_t>(std::min<uint64_t>(rowGroups, 65535)),
            groups(tokens, kBlockMatvecTokens));
 }
@@ -330,6 +350,7 @@ void Recorder::matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, 
   const std::string name = "matvec_q8_" + typeSuffix(w.type);
   if (m_device.exactMath()) {
     // One invocation per (row, token), in the CPU's order.
+    m_weightBytes = matrixBytes(w) * tokens;
     dispatch(name, {kGroup}, push, groups(static_cast<uint64_t>(w.rows), kGroup), tokens);
     return;
   }
@@ -342,6 +363,7 @@ void Recorder::matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, 
   constexpr uint32_t kQ8TokensPerGroup = 8;
   const uint32_t lanes = q8Lanes(w.cols);
   const uint64_t rowGroups = groups(static_cast<uint64_t>(w.rows), kGroup / lanes);
+  m_weightBytes = matrixBytes(w) * groups(tokens, kQ8TokensPerGroup);
   dispatch(name + (m_device.useSubgroups() ? "_subgroup" : ""), {kGroup, lanes}, push,
            static_cast<uint32_t>(std::min<uint64_t>(rowGroups, 65535)),
            groups(tokens, kQ8TokensPerGroup));
@@ -352,6 +374,7 @@ void Recorder::embed(const DeviceMatrix& w, VkDeviceAddress tokens, VkDeviceAddr
   Push push;
   push.ref(w.memory.address).ref(w.memory.address).ref(tokens).ref(y);
   push.u32(static_cast<uint32_t>(w.cols)).u32(static_cast<uint32_t>(w.rowBytes)).u32(count);
+  m_weightBytes = uint64_t{count} * w.rowBytes;  // the tokens' rows
   dispatch("embed_" + typeSuffix(w.type), {kGroup}, push,
            groups(static_cast<uint64_t>(count) * static_cast<uint64_t>(w.cols), kGroup));
 }
@@ -500,6 +523,7 @@ void Recorder::matvecExperts(const DeviceMatrix& w, int64_t rowsPerExpert, VkDev
   push.u32(used).u32(xPerEntry ? 1 : 0);
   const std::string name =
       "matvec_id_" + typeSuffix(w.type) + (m_device.useSubgroups() ? "_subgroup" : "");
+  m_weightBytes = uint64_t{entries} * matrixBytes;  // each entry's expert matrix
   dispatch(name, {kGroup}, push, static_cast<uint32_t>(rowsPerExpert), entries);
 }
 

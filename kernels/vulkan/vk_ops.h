@@ -64,10 +64,20 @@ struct MatvecOut {
 // (decode); larger ones go to the tiled kernels, which read each weight once per 8 tokens.
 inline constexpr uint32_t kBlockMatvecTokens = 4;
 
+// One recorded dispatch, for profiles.
+struct DispatchRecord {
+  std::string kernel;        // the shader, e.g. "matvec_block_q4_1_subgroup"
+  uint64_t weightBytes = 0;  // bytes of weight matrices it reads (products, embedding rows)
+};
+
 class Recorder {
  public:
-  // Begins recording into `commands` (reusable: recorded once, submitted many times).
-  Recorder(Device& device, VkCommandBuffer commands);
+  // Begins recording into `commands` (reusable: recorded once, submitted many times). With a
+  // timestamp query pool of `queries` queries, query 0 is written before the first dispatch and
+  // query i + 1 after dispatch i (as long as there are queries left), so dispatch i took
+  // t[i + 1] - t[i].
+  Recorder(Device& device, VkCommandBuffer commands, VkQueryPool timestamps = VK_NULL_HANDLE,
+           uint32_t queries = 0);
   // Ends recording.
   void finish();
 
@@ -168,8 +178,9 @@ class Recorder {
 
   // Whether the device runs the exact-math variants (Device::exactMath).
   bool exactMath() const;
-  // Dispatches recorded so far (what the dispatch-count checks read).
-  uint32_t dispatches() const { return m_dispatches; }
+  // Dispatches recorded so far (what the dispatch-count checks read), and what each was.
+  uint32_t dispatches() const { return static_cast<uint32_t>(m_records.size()); }
+  const std::vector<DispatchRecord>& records() const { return m_records; }
 
  private:
   class Push;
@@ -187,7 +198,10 @@ class Recorder {
 
   Device& m_device;
   VkCommandBuffer m_cb;
-  uint32_t m_dispatches = 0;
+  VkQueryPool m_timestamps = VK_NULL_HANDLE;
+  uint32_t m_queries = 0;
+  std::vector<DispatchRecord> m_records;
+  uint64_t m_weightBytes = 0;  // what the next dispatch reads of weights (set by its op)
 };
 
 // Whether ropeStore takes `count` tokens in one dispatch (Vulkan's guaranteed 65535 groups).

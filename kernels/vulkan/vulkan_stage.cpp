@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "engine/error.h"
@@ -213,7 +214,11 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
   }
 }
 
-VulkanStage::~VulkanStage() { m_device->api().vkDeviceWaitIdle(m_device->handle()); }
+VulkanStage::~VulkanStage() {
+  m_device->api().vkDeviceWaitIdle(m_device->handle());
+  // The device (and its command pool) may outlive the stage: other stages share it.
+  for (auto& [key, r] : m_commands) release(r);
+}
 
 // The tensors the stage reads, uploaded once each as their raw GGUF bytes (norm weights and
 // biases are F32 vectors: one-row matrices): every tensor bound to its layers, by role, and the
@@ -337,38 +342,103 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, runtime
   }
 }
 
-VkCommandBuffer VulkanStage::commandsFor(int32_t count, int32_t sequence, runtime::LogitRows logits,
-                                         bool greedy) {
+void VulkanStage::release(Recorded& r) {
+  m_device->freeCommandBuffer(r.commands);
+  if (r.timestamps) m_device->api().vkDestroyQueryPool(m_device->handle(), r.timestamps, nullptr);
+}
+
+const VulkanStage::Recorded& VulkanStage::commandsFor(int32_t count, int32_t sequence,
+                                                      runtime::LogitRows logits, bool greedy) {
   const auto key = std::make_tuple(count, sequence, logits, greedy);
   if (auto it = m_commands.find(key); it != m_commands.end()) {
-    m_lastDispatches = it->second.dispatches;
-    return it->second.commands;
+    m_lastDispatches = it->second.dispatches();
+    return it->second;
   }
   if (m_commands.size() >= kMaxRecordedShapes) {
     // Keep the decode shapes (one row), drop the prefill ones.
     for (auto it = m_commands.begin(); it != m_commands.end();) {
       if (std::get<0>(it->first) != 1) {
-        m_device->freeCommandBuffer(it->second.commands);
+        release(it->second);
         it = m_commands.erase(it);
       } else {
         ++it;
       }
     }
   }
-  VkCommandBuffer cb = m_device->allocateCommandBuffer();
-  uint32_t dispatches = 0;
+  Recorded r;
+  r.commands = m_device->allocateCommandBuffer();
   try {
-    Recorder rec(*m_device, cb);
+    if (m_profiling) {
+      // A timestamp before the first dispatch and after each (room for any pass Shoal records;
+      // dispatches past it would go untimed).
+      VkQueryPoolCreateInfo qi{};
+      qi.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+      qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+      qi.queryCount = kProfileQueries;
+      check(m_device->api().vkCreateQueryPool(m_device->handle(), &qi, nullptr, &r.timestamps),
+            "vkCreateQueryPool");
+    }
+    Recorder rec(*m_device, r.commands, r.timestamps, r.timestamps ? kProfileQueries : 0);
     record(rec, count, sequence, logits, greedy);
     rec.finish();
-    dispatches = rec.dispatches();
+    r.records = rec.records();
   } catch (...) {
-    m_device->freeCommandBuffer(cb);
+    release(r);
     throw;
   }
-  m_commands[key] = {cb, dispatches};
-  m_lastDispatches = dispatches;
-  return cb;
+  m_lastDispatches = r.dispatches();
+  return m_commands[key] = std::move(r);
+}
+
+bool VulkanStage::setProfiling(bool on) {
+  if (on && m_device->physical().timestampBits == 0) return false;
+  if (on != m_profiling) {
+    // Recorded passes are recorded again, with or without timestamps.
+    for (auto& [key, r] : m_commands) release(r);
+    m_commands.clear();
+    m_profiling = on;
+  }
+  m_profile.clear();
+  return on;
+}
+
+std::vector<runtime::KernelProfile> VulkanStage::profile() const {
+  std::vector<runtime::KernelProfile> out;
+  for (const auto& [kernel, p] : m_profile) out.push_back(p);
+  return out;
+}
+
+uint64_t VulkanStage::decodeWeightBytes() const {
+  uint64_t total = 0;
+  const DeviceMatrix* embedding = m_global[idx(TensorRole::TokenEmbd)];
+  const DeviceMatrix* output = m_global[idx(TensorRole::Output)];
+  for (const auto& [tensor, m] : m_tensors) {
+    if (m.rows <= 1) continue;  // norm weights and biases: vectors, not matrices
+    const bool embeddingOnly = &m == embedding && !(m_spec.hasHead && output == &m);
+    total += embeddingOnly ? m.rowBytes : static_cast<uint64_t>(m.rows) * m.rowBytes;
+  }
+  return total;
+}
+
+// Adds a profiled pass's timestamps to the profile, by kernel.
+void VulkanStage::addToProfile(const Recorded& r) {
+  const uint32_t timed =
+      std::min<uint32_t>(static_cast<uint32_t>(r.records.size()) + 1, kProfileQueries);
+  std::vector<uint64_t> ticks(timed);
+  check(m_device->api().vkGetQueryPoolResults(m_device->handle(), r.timestamps, 0, timed,
+                                              ticks.size() * 8, ticks.data(), 8,
+                                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+        "vkGetQueryPoolResults");
+  const uint32_t bits = m_device->physical().timestampBits;
+  const uint64_t mask = bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+  const double secondsPerTick = double(m_device->physical().timestampPeriod) * 1e-9;
+  for (size_t i = 0; i < r.records.size(); ++i) {
+    runtime::KernelProfile& p = m_profile[r.records[i].kernel];
+    p.kernel = r.records[i].kernel;
+    ++p.dispatches;
+    p.weightBytes += r.records[i].weightBytes;
+    if (i + 1 < timed) p.seconds += double((ticks[i + 1] - ticks[i]) & mask) * secondsPerTick;
+  }
 }
 
 void VulkanStage::runSegment(const runtime::Batch& batch, int32_t row,
@@ -377,14 +447,15 @@ void VulkanStage::runSegment(const runtime::Batch& batch, int32_t row,
   const size_t n = sz(segment.count), d = sz(m_config.nEmbd);
   // Without the head every row goes on as a hidden state: one recording serves every logits mode.
   const runtime::LogitRows logits = m_spec.hasHead ? segment.logits : runtime::LogitRows::All;
-  VkCommandBuffer cb = commandsFor(segment.count, segment.sequence, logits, greedy);
+  const Recorded& recorded = commandsFor(segment.count, segment.sequence, logits, greedy);
   static_cast<int32_t*>(m_params.mapped)[0] = segment.firstPosition;
   if (m_spec.hasEmbedding) {
     std::memcpy(m_tokens.mapped, batch.tokens.data() + row, n * 4);
   } else {
     std::memcpy(m_hiddenIn.mapped, batch.hidden.data() + sz(row) * d, n * d * 4);
   }
-  m_device->submitAndWait(cb);
+  m_device->submitAndWait(recorded.commands);
+  if (recorded.timestamps) addToProfile(recorded);
   if (m_spec.hasHead) {
     const size_t rows = logits == runtime::LogitRows::All    ? n
                         : logits == runtime::LogitRows::Last ? 1

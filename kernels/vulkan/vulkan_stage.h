@@ -51,6 +51,11 @@ class VulkanStage final : public runtime::LocalStage {
   // decoded token's layer is a handful of dispatches).
   uint32_t lastDispatches() const { return m_lastDispatches; }
 
+  // Per-kernel GPU time from timestamp queries (needs timestampValidBits on the compute queue).
+  bool setProfiling(bool on) override;
+  std::vector<runtime::KernelProfile> profile() const override;
+  uint64_t decodeWeightBytes() const override;
+
  protected:
   void run(const runtime::Batch& batch, runtime::StageOutput& output) override;
 
@@ -67,8 +72,20 @@ class VulkanStage final : public runtime::LocalStage {
   // greedy: sample the logits rows on the device (argmax) and return tokens.
   void runSegment(const runtime::Batch& batch, int32_t row, const runtime::Segment& segment,
                   bool greedy, runtime::StageOutput& output);
-  VkCommandBuffer commandsFor(int32_t count, int32_t sequence, runtime::LogitRows logits,
+  // A recorded pass: its command buffer, what each dispatch is, and (profiling) its timestamps.
+  struct Recorded {
+    VkCommandBuffer commands = VK_NULL_HANDLE;
+    VkQueryPool timestamps = VK_NULL_HANDLE;
+    std::vector<DispatchRecord> records;
+    uint32_t dispatches() const { return static_cast<uint32_t>(records.size()); }
+  };
+  // Timestamp queries per profiled pass.
+  static constexpr uint32_t kProfileQueries = 8192;
+
+  const Recorded& commandsFor(int32_t count, int32_t sequence, runtime::LogitRows logits,
                               bool greedy);
+  void release(Recorded& recorded);
+  void addToProfile(const Recorded& recorded);
   void record(Recorder& rec, int32_t count, int32_t sequence, runtime::LogitRows logits,
               bool greedy);
 
@@ -94,13 +111,11 @@ class VulkanStage final : public runtime::LocalStage {
   uint64_t m_bytesReadBack = 0;
   Allocation m_moeLogits, m_moeIds, m_moeWeights, m_moeOutputs;  // MoeScratch, when experts
 
-  struct Recorded {
-    VkCommandBuffer commands = VK_NULL_HANDLE;
-    uint32_t dispatches = 0;
-  };
   // By (rows, sequence, logits rows, greedy).
   std::map<std::tuple<int32_t, int32_t, runtime::LogitRows, bool>, Recorded> m_commands;
   uint32_t m_lastDispatches = 0;
+  bool m_profiling = false;
+  std::map<std::string, runtime::KernelProfile> m_profile;  // by kernel, since setProfiling
 };
 
 }  // namespace shoal::vulkan

@@ -168,6 +168,33 @@ class TestCliContract : public QObject {
     QVERIFY(results[1].toObject()["tokens_per_s_median"].toDouble() > 0);
     QVERIFY(o["peak_rss_bytes"].toDouble() > 0);
   }
+
+  // bench --profile times every GPU kernel of a generation run (timestamp queries) and counts
+  // the weight bytes the kernels read per token, which must be what a token needs: each matrix
+  // once (within 5%). On the CPU backend it is a one-line error.
+  void benchProfileTimesKernelsAndWeightReads() {
+    const Run r =
+        runCli({"bench", "--backend", "vulkan", "--profile", "-p", "0", "-n", "2", "-r", "1"});
+    if (r.exitCode == 1 && r.err.contains("unavailable")) QSKIP("no Vulkan device");
+    QCOMPARE(r.exitCode, 0);
+    const QJsonObject profile = QJsonDocument::fromJson(r.out).object()["profile"].toObject();
+    const QJsonArray kernels = profile["kernels"].toArray();
+    QVERIFY(!kernels.isEmpty());
+    double share = 0;
+    bool sawProduct = false;
+    for (const auto& k : kernels) {
+      const QJsonObject row = k.toObject();
+      QVERIFY(row["us_per_token"].toDouble() >= 0);
+      share += row["share"].toDouble();
+      sawProduct = sawProduct || row["kernel"].toString().startsWith("matvec");
+    }
+    QVERIFY(sawProduct);
+    QVERIFY(std::abs(share - 1.0) < 1e-6);
+    const double ratio = profile["weight_read_ratio"].toDouble();
+    QVERIFY2(ratio > 0.95 && ratio < 1.05, qPrintable(QString::number(ratio)));
+    verifyOneLineError(runCli({"bench", "--profile", "-p", "0", "-n", "2", "-r", "1"}),
+                       "--profile needs a GPU stage");
+  }
 };
 
 QTEST_GUILESS_MAIN(TestCliContract)

@@ -24,7 +24,10 @@
 //    IQ4_XS, dense and as experts; Q5_1, Q5_0 and IQ4_NL) within the same tolerance;
 //  * a weight type without Vulkan kernels (BF16) is refused by name;
 //  * a decoded token's layer is at most 10 dispatches (llama's shape; the fused kernels), counted
-//    from the recorded command buffer.
+//    from the recorded command buffer;
+//  * a profiled decode step times every dispatch and reads each weight matrix exactly once;
+//  * a stage's device memory is known before upload (to the byte) and refused with the shortfall
+//    beyond the device's free memory.
 // Under the validation layer, which must report no error. Skipped without a Vulkan device.
 // Built twice: test_vulkan_layer_program runs the default (native) math, where every model is
 // held to the GPU tolerance; test_vulkan_layer_program_exact (SHOAL_TEST_EXACT_MATH) the opt-in
@@ -445,6 +448,40 @@ class VulkanLayerProgramTest : public QObject {
     qInfo("%s: %u dispatches for a decoded token, %.1f per layer", qPrintable(architecture), total,
           perLayer);
     if (most > 0) QVERIFY2(perLayer <= most, qPrintable(QString("%1 per layer").arg(perLayer)));
+  }
+
+  // Profiling a decode step: every dispatch of the pass is timed and named (the profile's
+  // dispatches add up to the pass's), and the products read each weight matrix exactly once: the
+  // weight bytes the kernels read are the stage's decodeWeightBytes (the embedding's one row, the
+  // layers' and the head's matrices).
+  void profileTimesEveryDispatchAndReadsEachWeightOnce() {
+    const auto m = loadModel(writeModel("llama"));
+    auto stage = vulkanStage(*m, 0, m->config.nLayer);
+    auto* device = dynamic_cast<vulkan::VulkanStage*>(stage.get());
+    QVERIFY(device);
+    if (!stage->setProfiling(true)) QSKIP("the device has no timestamps");
+    runtime::StageOutput out;
+    const runtime::Segment prompt[] = {{0, 0, int32_t(kPromptA.size()), LogitRows::Last}};
+    stage->forward(runtime::Batch{kPromptA, {}, prompt}, out);
+    QVERIFY(stage->setProfiling(true));  // cleared: only the decode step below
+    const int32_t token = 42;
+    const runtime::Segment step[] = {{0, int32_t(kPromptA.size()), 1, LogitRows::Last}};
+    stage->forward(runtime::Batch{std::span(&token, 1), {}, step}, out);
+    uint64_t dispatches = 0, weightBytes = 0;
+    double seconds = 0;
+    for (const runtime::KernelProfile& k : stage->profile()) {
+      QVERIFY2(k.seconds >= 0, k.kernel.c_str());
+      dispatches += k.dispatches;
+      weightBytes += k.weightBytes;
+      seconds += k.seconds;
+    }
+    qInfo("%llu dispatches, %.3g ms on the device, %llu weight bytes read",
+          (unsigned long long)dispatches, seconds * 1e3, (unsigned long long)weightBytes);
+    QCOMPARE(dispatches, uint64_t(device->lastDispatches()));
+    QVERIFY(seconds > 0);
+    QCOMPARE(weightBytes, stage->decodeWeightBytes());
+    QVERIFY(!stage->setProfiling(false));
+    QVERIFY(stage->profile().empty());
   }
 
   // The stage's device memory is known before anything is uploaded: deviceBytes is what the pool
