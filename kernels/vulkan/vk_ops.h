@@ -94,8 +94,10 @@ class Recorder {
   // `tokens` rows of x (16-byte aligned), with the epilogue's fusion (SwiGlu: exactly two
   // matrices of equal rows, the output in the first one's y). Default math and decode batches
   // only: canMatvecBlocks says whether it takes a product.
+  // rowsPerSlot: rows per slot of lanes (1, 2 or 4; 0: chosen for the device and the shape);
+  // the results do not depend on it (the op tests force each).
   void matvecBlocks(std::span<const MatvecOut> outs, VkDeviceAddress x, uint32_t tokens,
-                    MatvecEpilogue epilogue = MatvecEpilogue::Store);
+                    MatvecEpilogue epilogue = MatvecEpilogue::Store, uint32_t rowsPerSlot = 0);
   bool canMatvecBlocks(const DeviceMatrix& w, VkDeviceAddress x, uint32_t tokens) const;
 
   // act = x (tokens x cols floats, cols a multiple of 32) quantized as the CPU's Q8_0/Q8_1

@@ -12,20 +12,20 @@
 // Activations are f32, except with Q4_0, Q4_1 and Q8_0 weights (chunks.glsl Q8_ACTIVATIONS):
 // those take each 32-element block of x quantized to 8 bits as quantize_q8.comp does it, here in
 // the invocation that needs it, and integer dot products with the weights' quants, as
-// matvec_q8.comp (and the CPU backend, and llama.cpp) compute them; so the decode products of
-// these types round as the CPU's without a quantizing dispatch of their own (and as
-// matvec_q8.comp's, bit for bit: a decode row equals the same row of a prefill batch). The rows of a
-// workgroup quantize the same blocks again; x is a few KB in cache, the weights stream from
-// memory once.
+// matvec_q8.comp (and the CPU backend, and llama.cpp) compute them: the decode products of these
+// types round as the CPU's without a quantizing dispatch of their own, and as matvec_q8.comp's
+// bit for bit (a decode row equals the same row of a prefill batch).
 //
-// A workgroup takes ROWS = group size / LANES rows (LANES, specialization constant 1, a power of
-// two of at least TOKENS: the host gives short rows fewer lanes, by matvec_q8.comp's rule). The LANES invocations of a row
-// take its 32-element chunks in turn (chunks.glsl: a block, or a K-quant's sub-block, decoded in
-// one go from word loads), so neighbouring invocations read neighbouring blocks and the row
-// streams through memory once. Each decoded chunk meets up to TOKENS activation rows (16-byte
-// loads). The row's lanes then add their partial sums: subgroupAdd where a row spans whole
-// subgroups (USE_SUBGROUP), else a shared-memory tree. Groups stride over the rows beyond the
-// dispatch's width; the second dispatch dimension runs over tiles of TOKENS tokens.
+// A slot of LANES invocations (specialization constant 1, a power of two of at least TOKENS:
+// short rows get fewer, by matvec_q8.comp's rule) takes ROWS consecutive rows (constant 2); a
+// workgroup holds group size / LANES slots. The LANES invocations take the rows' 32-element
+// chunks in turn (chunks.glsl: a block, or a K-quant's sub-block, decoded in one go from word
+// loads), so neighbouring invocations read neighbouring blocks and each row streams through
+// memory once. An invocation loads (or quantizes) an activation chunk once for its ROWS rows:
+// the quantizing costs ALU per chunk, which ROWS rows share. Each row's lanes then add their
+// partial sums: subgroupAdd where a slot spans whole subgroups (USE_SUBGROUP), else a
+// shared-memory tree. Groups stride over the rows beyond the dispatch's width; the second
+// dispatch dimension runs over tiles of TOKENS tokens.
 #extension GL_EXT_buffer_reference_uvec2 : require
 #include "common.glsl"
 #include "blocks.glsl"
@@ -34,6 +34,7 @@
 
 #define TOKENS 4u
 layout(constant_id = 1) const uint LANES = 64;  // invocations per row; divides the group size
+layout(constant_id = 2) const uint ROWS = 1;    // consecutive rows per slot of LANES invocations
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Vec4s { vec4 v[]; };
 
@@ -49,8 +50,9 @@ layout(push_constant) uniform Push {
   uint epilogue;
 } p;
 
-// Per (value, token), one sum per invocation: value 1 is the up projection of epilogue 2.
-shared float partial[2u * TOKENS * gl_WorkGroupSize.x];
+// Per (row of the slot, value, token), one sum per invocation: value 1 is the up projection of
+// epilogue 2.
+shared float partial[ROWS * 2u * TOKENS * gl_WorkGroupSize.x];
 
 #ifdef Q8_ACTIVATIONS
 // The 32 activations from vec4 xAt on as quantize_q8.comp quantizes them: quants qx, the
@@ -92,18 +94,12 @@ float addDot(float acc, ivec4 q[8], float dw, float mw, ivec4 qx[8], float dx, f
 #endif
   return acc;
 }
-#else
-float dotChunk(vec4 w[8], uint xAt) {
-  Vec4s x = Vec4s(p.x);
-  float s = 0.0;
-  for (uint k = 0; k < 8u; ++k) s += dot(w[k], x.v[xAt + k]);
-  return s;
-}
 #endif
 
 void main() {
   const uint tid = gl_LocalInvocationID.x, group = gl_WorkGroupSize.x;
-  const uint lane = tid % LANES, slot = tid / LANES, rowsPerGroup = group / LANES;
+  const uint lane = tid % LANES, slot = tid / LANES, slots = group / LANES;
+  const uint rowsPerGroup = slots * ROWS;
   const uint chunks = p.cols / 32u;
   const bool swiglu = p.epilogue == 2u;
   const uint values = swiglu ? 2u : 1u;  // sums per (row, token)
@@ -111,71 +107,78 @@ void main() {
   const uint t0 = gl_WorkGroupID.y * TOKENS;
   const uint tileTokens = min(TOKENS, p.tokens - t0);
   // Every invocation runs the same number of iterations (barriers stay in uniform control flow);
-  // a slot past the last row computes nothing and writes nothing.
+  // a row past the last one computes nothing and writes nothing.
   for (uint first = gl_WorkGroupID.x * rowsPerGroup; first < total;
        first += gl_NumWorkGroups.x * rowsPerGroup) {
-    // This slot's row: row r of matrix m (the matrices' rows one after another).
-    uint m = 0u, r = first + slot;
-    if (!swiglu && r >= p.rows[0]) {
-      r -= p.rows[0];
-      m = 1u;
-      if (r >= p.rows[1]) {
-        r -= p.rows[1];
-        m = 2u;
+    // This slot's rows first + slot * ROWS + j: row r[j] of matrix m[j] (the matrices' rows one
+    // after another).
+    uint m[ROWS], r[ROWS];
+    for (uint j = 0; j < ROWS; ++j) {
+      m[j] = 0u;
+      r[j] = first + slot * ROWS + j;
+      if (!swiglu && r[j] >= p.rows[0]) {
+        r[j] -= p.rows[0];
+        m[j] = 1u;
+        if (r[j] >= p.rows[1]) {
+          r[j] -= p.rows[1];
+          m[j] = 2u;
+        }
       }
     }
-    float acc[2u * TOKENS];
-    for (uint i = 0; i < 2u * TOKENS; ++i) acc[i] = 0.0;
-    if (first + slot < total) {
-      const uint row = r * p.rowBytes;
-      for (uint c = lane; c < chunks; c += LANES) {
+    // acc[(j * 2 + v) * TOKENS + t]: row j, value v, token t.
+    float acc[ROWS * 2u * TOKENS];
+    for (uint i = 0; i < ROWS * 2u * TOKENS; ++i) acc[i] = 0.0;
+    for (uint c = lane; c < chunks; c += LANES) {
+      for (uint t = 0; t < tileTokens; ++t) {
+        const uint xAt = ((t0 + t) * p.cols + 32u * c) / 4u;
+        // The activations' chunk once for the slot's rows: quantized, or as loaded.
 #ifdef Q8_ACTIVATIONS
-        ivec4 q[8], q1[8];
-        float dw, mw, dw1 = 0.0, mw1 = 0.0;
-        quants32(Halves(p.w[m]), row, c, q, dw, mw);
-        if (swiglu) quants32(Halves(p.w[1]), row, c, q1, dw1, mw1);
-        for (uint t = 0; t < tileTokens; ++t) {
-          ivec4 qx[8];
-          float dx, sx;
-          quantizeBlock(((t0 + t) * p.cols + 32u * c) / 4u, qx, dx, sx);
-          acc[t] = addDot(acc[t], q, dw, mw, qx, dx, sx);
-          if (swiglu) acc[TOKENS + t] = addDot(acc[TOKENS + t], q1, dw1, mw1, qx, dx, sx);
-        }
+        ivec4 qx[8];
+        float dx, sx;
+        quantizeBlock(xAt, qx, dx, sx);
 #else
-        vec4 wv[8];
-        chunk32(Bytes(p.w[m]), Halves(p.w[m]), row, c, wv);
-        for (uint t = 0; t < tileTokens; ++t) {
-          acc[t] += dotChunk(wv, ((t0 + t) * p.cols + 32u * c) / 4u);
-        }
-        if (swiglu) {
-          chunk32(Bytes(p.w[1]), Halves(p.w[1]), row, c, wv);
-          for (uint t = 0; t < tileTokens; ++t) {
-            acc[TOKENS + t] += dotChunk(wv, ((t0 + t) * p.cols + 32u * c) / 4u);
+        vec4 xv[8];
+        for (uint k = 0; k < 8u; ++k) xv[k] = Vec4s(p.x).v[xAt + k];
+#endif
+        for (uint j = 0; j < ROWS; ++j) {
+          if (first + slot * ROWS + j >= total) break;
+          const uint row = r[j] * p.rowBytes;
+          for (uint v = 0; v < values; ++v) {
+            const uvec2 w = v == 0u ? p.w[m[j]] : p.w[1];
+            const uint at = (j * 2u + v) * TOKENS + t;
+#ifdef Q8_ACTIVATIONS
+            ivec4 q[8];
+            float dw, mw;
+            quants32(Halves(w), row, c, q, dw, mw);
+            acc[at] = addDot(acc[at], q, dw, mw, qx, dx, sx);
+#else
+            vec4 wv[8];
+            chunk32(Bytes(w), Halves(w), row, c, wv);
+            for (uint k = 0; k < 8u; ++k) acc[at] += dot(wv[k], xv[k]);
+#endif
           }
         }
-#endif
       }
     }
-    // The row's LANES partial sums, added: within subgroups, then their sums (a row of whole
-    // subgroups); or a tree over the row's lanes in shared memory. Entry (v, t) of slot `slot`
-    // lane `i` lives at ((v * TOKENS + t) * group + slot * width + i).
+    // Each row's LANES partial sums, added: within subgroups, then their sums (a row of whole
+    // subgroups); or a tree over the row's lanes in shared memory. Entry e = (j * 2 + v) *
+    // TOKENS + t of slot `slot`, lane i, lives at e * group + slot * width + i.
     uint width = LANES;
 #ifdef USE_SUBGROUP
     if (LANES >= gl_SubgroupSize) {
-      for (uint v = 0; v < values; ++v) {
-        for (uint t = 0; t < tileTokens; ++t) {
-          const float s = subgroupAdd(acc[v * TOKENS + t]);
-          if (gl_SubgroupInvocationID == 0u) partial[(v * TOKENS + t) * group + gl_SubgroupID] = s;
-        }
+      for (uint e = 0; e < ROWS * 2u * TOKENS; ++e) {
+        if (e % TOKENS >= tileTokens || (e / TOKENS) % 2u >= values) continue;  // uniform
+        const float s = subgroupAdd(acc[e]);
+        if (gl_SubgroupInvocationID == 0u) partial[e * group + gl_SubgroupID] = s;
       }
       barrier();
-      // Row `slot`'s subgroup sums are entries slot * width .. (subgroups hold consecutive
+      // Slot `slot`'s subgroup sums are entries slot * width .. (subgroups hold consecutive
       // invocations, as every driver assigns them).
       width = LANES / gl_SubgroupSize;
       if (lane < width) {
-        for (uint v = 0; v < values; ++v) {
-          for (uint t = 0; t < tileTokens; ++t) {
-            acc[v * TOKENS + t] = partial[(v * TOKENS + t) * group + slot * width + lane];
+        for (uint e = 0; e < ROWS * 2u * TOKENS; ++e) {
+          if (e % TOKENS < tileTokens && (e / TOKENS) % 2u < values) {
+            acc[e] = partial[e * group + slot * width + lane];
           }
         }
       }
@@ -183,44 +186,47 @@ void main() {
     }
 #endif
     if (lane < width) {
-      for (uint v = 0; v < values; ++v) {
-        for (uint t = 0; t < tileTokens; ++t) {
-          partial[(v * TOKENS + t) * group + slot * width + lane] = acc[v * TOKENS + t];
+      for (uint e = 0; e < ROWS * 2u * TOKENS; ++e) {
+        if (e % TOKENS < tileTokens && (e / TOKENS) % 2u < values) {
+          partial[e * group + slot * width + lane] = acc[e];
         }
       }
     }
     barrier();
     for (uint stride = width / 2u; stride > 0u; stride >>= 1) {
       if (lane < stride) {
-        for (uint v = 0; v < values; ++v) {
-          for (uint t = 0; t < tileTokens; ++t) {
-            const uint at = (v * TOKENS + t) * group + slot * width + lane;
+        for (uint e = 0; e < ROWS * 2u * TOKENS; ++e) {
+          if (e % TOKENS < tileTokens && (e / TOKENS) % 2u < values) {
+            const uint at = e * group + slot * width + lane;
             partial[at] += partial[at + stride];
           }
         }
       }
       barrier();
     }
-    // Lane t writes token t of the row.
-    if (first + slot < total && lane < tileTokens) {
-      const uint t = t0 + lane;
-      const float v = partial[lane * group + slot * width];
-      Floats y = Floats(p.y[m]);
-      const uint at = t * p.rows[m] + r;
-      if (swiglu) {
-        const float up = partial[(TOKENS + lane) * group + slot * width];
-        y.v[at] = v / (1.0 + exp(-v)) * up;
-      } else {
-        const uvec2 biasAt = p.bias[m];
-        float sum = v;
-        if (biasAt != uvec2(0u)) {
-          Floats b = Floats(biasAt);
-          sum += b.v[r];
-        }
-        if (p.epilogue == 1u) {
-          y.v[at] += sum;
+    // Lane t writes token t of each of the slot's rows.
+    if (lane < tileTokens) {
+      for (uint j = 0; j < ROWS; ++j) {
+        if (first + slot * ROWS + j >= total) break;
+        const uint t = t0 + lane;
+        const float v = partial[((j * 2u) * TOKENS + lane) * group + slot * width];
+        Floats y = Floats(p.y[m[j]]);
+        const uint at = t * p.rows[m[j]] + r[j];
+        if (swiglu) {
+          const float up = partial[((j * 2u + 1u) * TOKENS + lane) * group + slot * width];
+          y.v[at] = v / (1.0 + exp(-v)) * up;
         } else {
-          y.v[at] = sum;
+          const uvec2 biasAt = p.bias[m[j]];
+          float sum = v;
+          if (biasAt != uvec2(0u)) {
+            Floats b = Floats(biasAt);
+            sum += b.v[r[j]];
+          }
+          if (p.epilogue == 1u) {
+            y.v[at] += sum;
+          } else {
+            y.v[at] = sum;
+          }
         }
       }
     }

@@ -127,15 +127,32 @@ class VulkanOpsTest : public QObject {
     if (kernel == 1) rec.matvec(w, xb.address, yb.address, tokens);
     if (kernel == 2) rec.matmat(w, xb.address, yb.address, tokens);
     if (kernel == 0) rec.matmul(w, xb.address, yb.address, tokens);
+    // The block mat-vec with 1 and 2 rows per slot too: the same results bit for bit.
+    vulkan::Allocation yRows[2] = {pool.allocate(rows * tokens * 4),
+                                   pool.allocate(rows * tokens * 4)};
     if (kernel == 3) {
       const vulkan::MatvecOut out[] = {{&w, yb.address}};
-      rec.matvecBlocks(out, xb.address, tokens);
+      rec.matvecBlocks(out, xb.address, tokens, vulkan::MatvecEpilogue::Store, 4);
+      for (uint32_t i = 0; i < 2; ++i) {
+        const vulkan::MatvecOut other[] = {{&w, yRows[i].address}};
+        rec.matvecBlocks(other, xb.address, tokens, vulkan::MatvecEpilogue::Store, i + 1);
+      }
     }
     rec.finish();
     m_device->submitAndWait(cb);
     m_device->freeCommandBuffer(cb);
     std::vector<float> y(static_cast<size_t>(rows) * tokens);
     pool.download(yb, y.data(), y.size() * 4);
+    if (kernel == 3) {
+      for (uint32_t i = 0; i < 2; ++i) {
+        std::vector<float> other(y.size());
+        pool.download(yRows[i], other.data(), other.size() * 4);
+        if (const QString miss = bitMismatch(other, y); !miss.isEmpty()) {
+          qWarning("%u rows per slot against 4: %s", i + 1, qPrintable(miss));
+          return std::numeric_limits<double>::infinity();
+        }
+      }
+    }
     std::vector<double> want(y.size());
     for (uint32_t t = 0; t < tokens; ++t)
       for (int64_t r = 0; r < rows; ++r) {
@@ -192,6 +209,9 @@ class VulkanOpsTest : public QObject {
         // 64 lanes per row (whole subgroups), several blocks per lane.
         QTest::newRow((std::string(name) + " block wide rows").c_str())
             << int(type) << 3 << 9 << 4608 << 2;
+        // 16 lanes, 4 slots a group: 4, 2 and 1 rows per slot, the last group partial.
+        QTest::newRow((std::string(name) + " block many rows").c_str())
+            << int(type) << 3 << 1029 << 1024 << 1;
       }
     }
   }
@@ -367,7 +387,10 @@ class VulkanOpsTest : public QObject {
     // The default kernel's row shapes: 77 rows of 192 columns (6 blocks: 8 lanes a row, 8 rows
     // a group, the last group partial), 45 of 1536 (48 blocks: 16 lanes, 4 rows a group), and 3
     // of 4096 (128 blocks: 64 lanes, one row a group, two blocks a lane).
-    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{77, 192}, {45, 1536}, {3, 4096}}) {
+    // And 4099 of 1024 (32 blocks: 16 lanes, 4 slots a group; the block mat-vec puts up to 4
+    // rows in a slot).
+    for (const auto& [rows, cols] :
+         {std::pair<int64_t, int64_t>{77, 192}, {45, 1536}, {3, 4096}, {4099, 1024}}) {
       vulkan::MemoryPool pool(*m_device);
       const auto wf = randomFloats(size_t(rows * cols), 6);
       const size_t rowBytes = gguf::rowBytes(t, cols);
