@@ -100,17 +100,12 @@ void runBench(BenchOptions o) {
   run("pp", o.promptTokens, timePrompt);
   run("tg", o.genTokens, timeGenerate);
 
-  // --profile: one more generation run with every kernel timed on the device (apart from the
-  // timed runs: timestamps cost a little), by kernel, per generated token; and the weight bytes
-  // the kernels read per token against what a token must read (each matrix once).
-  nlohmann::json profile;
-  if (o.profile) {
+  // --profile: one more run of each test with every kernel timed on the device (apart from the
+  // timed runs: timestamps cost a little), by kernel, per token; and the weight bytes the kernels
+  // read per token against what a decoded token must read (each matrix once).
+  auto profileRun = [&](int tokens, auto&& timer) {
     for (size_t s = 0; s < chain.stageCount(); ++s) chain.stage(s).setProfiling(true);
-    const int tokens = std::max(o.genTokens, 1);
-    const int saved = o.genTokens;
-    o.genTokens = tokens;
-    timeGenerate();
-    o.genTokens = saved;
+    timer();
     std::map<std::string, runtime::KernelProfile> byKernel;
     uint64_t expected = 0;
     for (size_t s = 0; s < chain.stageCount(); ++s) {
@@ -142,12 +137,18 @@ void runBench(BenchOptions o) {
                       {"share", seconds > 0 ? k.seconds / seconds : 0.0},
                       {"weight_bytes_per_token", double(k.weightBytes) / tokens}});
     }
-    profile = {{"tokens", tokens},
-               {"gpu_us_per_token", seconds * 1e6 / tokens},
-               {"weight_bytes_per_token", double(weightBytes) / tokens},
-               {"decode_weight_bytes", expected},
-               {"weight_read_ratio", expected > 0 ? double(weightBytes) / tokens / expected : 0.0},
-               {"kernels", rows}};
+    return nlohmann::json{
+        {"tokens", tokens},
+        {"gpu_us_per_token", seconds * 1e6 / tokens},
+        {"weight_bytes_per_token", double(weightBytes) / tokens},
+        {"decode_weight_bytes", expected},
+        {"weight_read_ratio", expected > 0 ? double(weightBytes) / tokens / expected : 0.0},
+        {"kernels", rows}};
+  };
+  nlohmann::json profile, promptProfile;
+  if (o.profile) {
+    if (o.promptTokens > 0) promptProfile = profileRun(o.promptTokens, timePrompt);
+    if (o.genTokens > 0) profile = profileRun(o.genTokens, timeGenerate);
   }
 
   const auto& c = lm.model->config();
@@ -165,7 +166,10 @@ void runBench(BenchOptions o) {
                         {"anon_huge_page_bytes", huge.anonymous},
                         {"file_pmd_mapped_bytes", huge.filePmdMapped},
                         {"results", results}};
-  if (o.profile) out["profile"] = profile;
+  if (o.profile) {
+    out["profile"] = profile;               // the generation run (tg)
+    out["profile_prompt"] = promptProfile;  // the prompt run (pp)
+  }
   std::printf("%s\n", out.dump(2).c_str());
 }
 
@@ -185,7 +189,8 @@ void registerBenchCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--profile", o->profile,
-                "also time every GPU kernel of a generation run (JSON \"profile\")");
+                "also time every GPU kernel of a generation run and of a prompt run (JSON "
+                "\"profile\", \"profile_prompt\")");
   cmd->callback([o] { runBench(*o); });
 }
 
