@@ -419,6 +419,38 @@ void Recorder::rope(VkDeviceAddress x, VkDeviceAddress cosTable, VkDeviceAddress
 
 bool Recorder::exactMath() const { return m_device.exactMath(); }
 
+namespace {
+constexpr uint32_t kTopKChunk = 1024;  // topk.comp CHUNK
+}  // namespace
+
+uint64_t topKScratchBytes(uint32_t rows, uint32_t vocab, uint32_t k) {
+  // The first level's output is the largest intermediate one.
+  const uint64_t chunks = groups(vocab, kTopKChunk);
+  return chunks > 1 ? uint64_t{rows} * chunks * k * 4 : 0;
+}
+
+void Recorder::topK(VkDeviceAddress logits, uint32_t rows, uint32_t vocab, uint32_t k,
+                    const TopKScratch& scratch, VkDeviceAddress values, VkDeviceAddress ids) {
+  if (k == 0 || k > kMaxDeviceTopK) throw Error("Vulkan top-k: k of 1 to 64");
+  VkDeviceAddress inValues = logits, inIds = 0;
+  uint32_t width = vocab;
+  for (uint32_t level = 0;; ++level) {
+    const uint32_t chunks = static_cast<uint32_t>(groups(width, kTopKChunk));
+    const bool last = chunks == 1;
+    const VkDeviceAddress outValues = last ? values : scratch.values[level % 2];
+    const VkDeviceAddress outIds = last ? ids : scratch.ids[level % 2];
+    if (!last && (outValues == 0 || outIds == 0)) throw Error("Vulkan top-k: no scratch");
+    Push push;
+    push.ref(inValues).ref(inIds ? inIds : inValues).ref(outValues).ref(outIds);
+    push.u32(width).u32(level);
+    dispatch("topk", {256, k}, push, chunks, rows);
+    if (last) return;
+    inValues = outValues;
+    inIds = outIds;
+    width = chunks * k;
+  }
+}
+
 bool ropeStoreFits(uint32_t qHeads, uint32_t kvHeads, uint32_t headDim, uint32_t nRot,
                    uint32_t count) {
   const uint64_t perToken = uint64_t{qHeads} * (headDim / 2) + uint64_t{kvHeads} * headDim;

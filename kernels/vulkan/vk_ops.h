@@ -178,6 +178,16 @@ class Recorder {
   // greedy sampling on the device.
   void argmax(VkDeviceAddress logits, VkDeviceAddress tokens, uint32_t rows, uint32_t vocab);
 
+  // The top k (<= kMaxDeviceTopK) logits of each of `rows` rows, best first in the CPU sampler's
+  // order (higher first, lower id on ties), into values and ids (rows x k; id -1 past a row's
+  // entries): topk.comp, level by level through `scratch` (topKScratchBytes: two value and two
+  // id buffers of that many bytes each).
+  struct TopKScratch {
+    VkDeviceAddress values[2] = {0, 0}, ids[2] = {0, 0};
+  };
+  void topK(VkDeviceAddress logits, uint32_t rows, uint32_t vocab, uint32_t k,
+            const TopKScratch& scratch, VkDeviceAddress values, VkDeviceAddress ids);
+
   // Whether the device runs the exact-math variants (Device::exactMath).
   bool exactMath() const;
   // Dispatches recorded so far (what the dispatch-count checks read), and what each was.
@@ -205,6 +215,12 @@ class Recorder {
   std::vector<DispatchRecord> m_records;
   uint64_t m_weightBytes = 0;  // what the next dispatch reads of weights (set by its op)
 };
+
+// The most candidates topK keeps per row.
+inline constexpr uint32_t kMaxDeviceTopK = 64;
+// Bytes of each of topK's four scratch buffers for `rows` rows of `vocab` logits (0: one level,
+// no scratch).
+uint64_t topKScratchBytes(uint32_t rows, uint32_t vocab, uint32_t k);
 
 // Whether ropeStore takes `count` tokens in one dispatch (Vulkan's guaranteed 65535 groups).
 bool ropeStoreFits(uint32_t qHeads, uint32_t kvHeads, uint32_t headDim, uint32_t nRot,

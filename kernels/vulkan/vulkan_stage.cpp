@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/model/architecture.h"
+#include "engine/runtime/sampler.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/gpu_op_gaps.h"
 
@@ -24,6 +25,24 @@ size_t idx(TensorRole r) { return static_cast<size_t>(r); }
 
 // Recorded command buffers kept per stage; prefill shapes vary, so the cache is bounded.
 constexpr size_t kMaxRecordedShapes = 32;
+
+// A request's draw among a row's top k (best first, as topk.comp gives them). The CPU sampler's
+// chain over the whole row starts with the same top k (engine/runtime/sampler.h), and its order
+// among them is theirs, so the draw gives the token it would give over the whole row.
+int32_t sampleTopK(const runtime::SampleRequest& request, std::span<const float> values,
+                   std::span<const int32_t> ids) {
+  runtime::SamplerParams p;
+  p.temperature = request.temperature;
+  p.topK = request.topK;
+  p.topP = request.topP;
+  p.minP = request.minP;
+  p.repeatPenalty = 1.0f;  // a head stage samples only without one (it has no history)
+  p.seed = request.seed;
+  runtime::Sampler sampler(p);
+  const int32_t at = sampler.sample(values);
+  if (ids[sz(at)] < 0) throw Error("Vulkan stage: the top-k draw chose an empty candidate");
+  return ids[sz(at)];
+}
 
 // Bytes as "12.3 MiB".
 std::string mib(uint64_t bytes) {
@@ -100,6 +119,11 @@ uint64_t VulkanStage::deviceBytes(const runtime::ModelSource& model,
   total += fp(QuantizedActivations::quantBytes(widest)) +
            2 * fp(QuantizedActivations::scaleBytes(widest));
   if (const uint64_t scratch = attentionScratchFor(c, spec, programs)) total += fp(scratch);
+  if (spec.hasHead) {
+    if (const uint64_t top = topKScratchBytes(kTopKRows, u32(c.nVocab), kMaxDeviceTopK)) {
+      total += 4 * fp(top);
+    }
+  }
   if (experts) {
     const uint64_t entries = b * uint64_t(c.nExpertUsed);
     total +=
@@ -202,6 +226,12 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
   if (spec.hasHead) {
     m_logits = m_pool.allocateReadback(b * uint64_t(c.nVocab) * 4);
     m_sampled = m_pool.allocateReadback(b * 4);
+    m_topValues = m_pool.allocateReadback(uint64_t(kTopKRows) * kMaxDeviceTopK * 4);
+    m_topIds = m_pool.allocateReadback(uint64_t(kTopKRows) * kMaxDeviceTopK * 4);
+    const uint64_t topScratch = topKScratchBytes(kTopKRows, u32(c.nVocab), kMaxDeviceTopK);
+    if (topScratch > 0) {
+      for (Allocation& a : m_topScratch) a = m_pool.allocate(topScratch);
+    }
   } else {
     m_hiddenOut = m_pool.allocateReadback(b * uint64_t(c.nEmbd) * 4);
   }
@@ -294,7 +324,7 @@ void VulkanStage::buildRopeTables(const model::ModelWeights& w) {
 // The embedding (or the hidden states received), each layer's program, then the head: final
 // norm and output projection over the rows whose logits are wanted.
 void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, runtime::LogitRows logits,
-                         bool greedy) {
+                         uint32_t select) {
   const uint32_t n = u32(count), d = u32(m_config.nEmbd);
   PassContext ctx;
   ctx.config = &m_config;
@@ -336,7 +366,14 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, runtime
     if (const float cap = m_config.finalLogitSoftcap; cap > 0) {
       rec.softcap(m_logits.address, rows.count * u32(m_config.nVocab), cap);
     }
-    if (greedy) rec.argmax(m_logits.address, m_sampled.address, rows.count, u32(m_config.nVocab));
+    if (select == 1) {
+      rec.argmax(m_logits.address, m_sampled.address, rows.count, u32(m_config.nVocab));
+    } else if (select > 1) {
+      const Recorder::TopKScratch scratch{{m_topScratch[0].address, m_topScratch[1].address},
+                                          {m_topScratch[2].address, m_topScratch[3].address}};
+      rec.topK(m_logits.address, rows.count, u32(m_config.nVocab), select, scratch,
+               m_topValues.address, m_topIds.address);
+    }
   } else {
     rec.copy(m_buffers[idx(Buffer::X)], m_hiddenOut, uint64_t(n) * d * 4);
   }
@@ -348,8 +385,8 @@ void VulkanStage::release(Recorded& r) {
 }
 
 const VulkanStage::Recorded& VulkanStage::commandsFor(int32_t count, int32_t sequence,
-                                                      runtime::LogitRows logits, bool greedy) {
-  const auto key = std::make_tuple(count, sequence, logits, greedy);
+                                                      runtime::LogitRows logits, uint32_t select) {
+  const auto key = std::make_tuple(count, sequence, logits, select);
   if (auto it = m_commands.find(key); it != m_commands.end()) {
     m_lastDispatches = it->second.dispatches();
     return it->second;
@@ -379,7 +416,7 @@ const VulkanStage::Recorded& VulkanStage::commandsFor(int32_t count, int32_t seq
             "vkCreateQueryPool");
     }
     Recorder rec(*m_device, r.commands, r.timestamps, r.timestamps ? kProfileQueries : 0);
-    record(rec, count, sequence, logits, greedy);
+    record(rec, count, sequence, logits, select);
     rec.finish();
     r.records = rec.records();
   } catch (...) {
@@ -442,12 +479,12 @@ void VulkanStage::addToProfile(const Recorded& r) {
 }
 
 void VulkanStage::runSegment(const runtime::Batch& batch, int32_t row,
-                             const runtime::Segment& segment, bool greedy,
+                             const runtime::Segment& segment, uint32_t select,
                              runtime::StageOutput& out) {
   const size_t n = sz(segment.count), d = sz(m_config.nEmbd);
   // Without the head every row goes on as a hidden state: one recording serves every logits mode.
   const runtime::LogitRows logits = m_spec.hasHead ? segment.logits : runtime::LogitRows::All;
-  const Recorded& recorded = commandsFor(segment.count, segment.sequence, logits, greedy);
+  const Recorded& recorded = commandsFor(segment.count, segment.sequence, logits, select);
   static_cast<int32_t*>(m_params.mapped)[0] = segment.firstPosition;
   if (m_spec.hasEmbedding) {
     std::memcpy(m_tokens.mapped, batch.tokens.data() + row, n * 4);
@@ -460,10 +497,21 @@ void VulkanStage::runSegment(const runtime::Batch& batch, int32_t row,
     const size_t rows = logits == runtime::LogitRows::All    ? n
                         : logits == runtime::LogitRows::Last ? 1
                                                              : 0;
-    if (greedy) {
+    if (select == 1) {
       const int32_t* tokens = static_cast<const int32_t*>(m_sampled.mapped);
       out.tokens.insert(out.tokens.end(), tokens, tokens + rows);
       m_bytesReadBack += rows * 4;
+    } else if (select > 1) {
+      // Each row's top k from the device; the request's sampler draws among them as it would
+      // among the whole vocabulary (its chain starts with the same top k: sampleTopK).
+      const size_t k = std::min<size_t>(select, sz(m_config.nVocab));
+      const float* values = static_cast<const float*>(m_topValues.mapped);
+      const int32_t* ids = static_cast<const int32_t*>(m_topIds.mapped);
+      for (size_t r = 0; r < rows; ++r) {
+        out.tokens.push_back(sampleTopK(*batch.sample, std::span(values + r * select, k),
+                                        std::span(ids + r * select, k)));
+      }
+      m_bytesReadBack += rows * k * 8;
     } else {
       const float* values = static_cast<const float*>(m_logits.mapped);
       out.logits.insert(out.logits.end(), values, values + rows * sz(m_config.nVocab));
@@ -481,12 +529,21 @@ void VulkanStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   out.hidden.clear();
   out.logits.clear();
   out.tokens.clear();
-  // Greedy requests are sampled on the device (argmax.comp): a token reads back 4 bytes, not the
-  // vocabulary's logits. Other requests get logits back (the host samples them).
-  const bool greedy = m_spec.hasHead && batch.sample && batch.sample->temperature <= 0;
+  // Sampling on the device: greedy requests by argmax.comp (a token reads back 4 bytes), top-k
+  // ones (k <= kMaxDeviceTopK, a few logits rows) by topk.comp and a draw among the k on the
+  // host (k * 8 bytes). Other requests get logits back (the host samples them).
+  const size_t logitRows = m_spec.hasHead ? sz(runtime::SequenceBook::logitRows(batch)) : 0;
+  const runtime::SampleRequest* sample = m_spec.hasHead ? batch.sample : nullptr;
+  uint32_t select = 0;
+  if (sample && sample->temperature <= 0) {
+    select = 1;
+  } else if (sample && sample->topK > 0 && u32(sample->topK) <= kMaxDeviceTopK &&
+             logitRows <= kTopKRows) {
+    select = u32(sample->topK);
+  }
   if (m_spec.hasHead) {
-    const size_t rows = sz(runtime::SequenceBook::logitRows(batch));
-    if (greedy) {
+    const size_t rows = logitRows;
+    if (select > 0) {
       out.tokens.reserve(rows);
     } else {
       out.logits.reserve(rows * sz(m_config.nVocab));
@@ -499,7 +556,7 @@ void VulkanStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   // concurrent-batching work of issues 16 and 18.
   int32_t row = 0;
   for (const runtime::Segment& segment : batch.segments) {
-    runSegment(batch, row, segment, greedy, out);
+    runSegment(batch, row, segment, select, out);
     row += segment.count;
   }
   m_book.commit(batch);

@@ -69,9 +69,10 @@ class VulkanStage final : public runtime::LocalStage {
   void upload(const model::ModelWeights& weights);
   void buildRopeTables(const model::ModelWeights& weights);
   // One segment of a batch, its rows starting at `row` of the batch; appends to output.
-  // greedy: sample the logits rows on the device (argmax) and return tokens.
+  // select: 0 return the logits rows; 1 their argmax (greedy); k > 1 their top k, among which the
+  // batch's SampleRequest draws a token.
   void runSegment(const runtime::Batch& batch, int32_t row, const runtime::Segment& segment,
-                  bool greedy, runtime::StageOutput& output);
+                  uint32_t select, runtime::StageOutput& output);
   // A recorded pass: its command buffer, what each dispatch is, and (profiling) its timestamps.
   struct Recorded {
     VkCommandBuffer commands = VK_NULL_HANDLE;
@@ -83,11 +84,11 @@ class VulkanStage final : public runtime::LocalStage {
   static constexpr uint32_t kProfileQueries = 8192;
 
   const Recorded& commandsFor(int32_t count, int32_t sequence, runtime::LogitRows logits,
-                              bool greedy);
+                              uint32_t select);
   void release(Recorded& recorded);
   void addToProfile(const Recorded& recorded);
   void record(Recorder& rec, int32_t count, int32_t sequence, runtime::LogitRows logits,
-              bool greedy);
+              uint32_t select);
 
   std::shared_ptr<Device> m_device;
   MemoryPool m_pool;
@@ -108,11 +109,16 @@ class VulkanStage final : public runtime::LocalStage {
   // Host-visible: [firstPosition], token ids, hidden in/out, logits, sampled tokens (what the
   // host reads back is in host-cached memory where the device has it).
   Allocation m_params, m_tokens, m_hiddenIn, m_hiddenOut, m_logits, m_sampled;
+  // Top-k sampling: each logits row's k best (values, ids; host-cached), and topk.comp's scratch.
+  Allocation m_topValues, m_topIds;
+  std::array<Allocation, 4> m_topScratch;
+  // The most logits rows one pass samples by top-k on the device (more get their logits back).
+  static constexpr uint32_t kTopKRows = 16;
   uint64_t m_bytesReadBack = 0;
   Allocation m_moeLogits, m_moeIds, m_moeWeights, m_moeOutputs;  // MoeScratch, when experts
 
-  // By (rows, sequence, logits rows, greedy).
-  std::map<std::tuple<int32_t, int32_t, runtime::LogitRows, bool>, Recorded> m_commands;
+  // By (rows, sequence, logits rows, select).
+  std::map<std::tuple<int32_t, int32_t, runtime::LogitRows, uint32_t>, Recorded> m_commands;
   uint32_t m_lastDispatches = 0;
   bool m_profiling = false;
   std::map<std::string, runtime::KernelProfile> m_profile;  // by kernel, since setProfiling

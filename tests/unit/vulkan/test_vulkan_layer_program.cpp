@@ -40,6 +40,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,7 @@
 #include "engine/model/model_weights.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/runtime/chain.h"
+#include "engine/runtime/sampler.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/vulkan/vk_loader.h"
 #include "kernels/vulkan/vulkan_backend.h"
@@ -524,6 +526,64 @@ class VulkanLayerProgramTest : public QObject {
       QVERIFY2(what.contains("0.0 MiB free (short by ") && what.contains("--gpu-layers"),
                qPrintable(what));
     }
+  }
+
+  // A top-k SampleRequest is answered with a token drawn among the device's top k: the token the
+  // CPU sampler draws from the whole row of logits with the same parameters and seed, for many
+  // seeds and parameter sets, with k * 8 bytes read back per row instead of the vocabulary.
+  void topKSamplingDrawsAsTheHostSampler() {
+    const auto m = loadModel(writeModel("llama"));
+    auto stage = vulkanStage(*m, 0, m->config.nLayer);
+    auto* device = dynamic_cast<vulkan::VulkanStage*>(stage.get());
+    QVERIFY(device);
+    runtime::StageOutput out;
+    const runtime::Segment prompt[] = {{0, 0, int32_t(kPromptA.size()), LogitRows::Last}};
+    stage->forward(runtime::Batch{kPromptA, {}, prompt}, out);
+    const std::vector<float> logits = out.logits;
+    QCOMPARE(logits.size(), size_t(m->config.nVocab));
+    struct Params {
+      float temperature, topP, minP;
+      int32_t topK;
+    };
+    const Params sets[] = {{0.8f, 0.95f, 0.05f, 40},
+                           {1.5f, 1.0f, 0.0f, 64},
+                           {0.3f, 0.5f, 0.0f, 7},
+                           {1.0f, 1.0f, 0.0f, 1}};
+    int draws = 0, distinct = 0;
+    for (const Params& ps : sets) {
+      std::set<int32_t> seen;
+      for (uint64_t seed = 1; seed <= 12; ++seed) {
+        runtime::SampleRequest request;
+        request.temperature = ps.temperature;
+        request.topP = ps.topP;
+        request.minP = ps.minP;
+        request.topK = ps.topK;
+        request.seed = seed;
+        stage->truncate(0, int32_t(kPromptA.size()) - 1);
+        const uint64_t readBefore = device->bytesReadBack();
+        const runtime::Segment last[] = {{0, int32_t(kPromptA.size()) - 1, 1, LogitRows::Last}};
+        stage->forward(runtime::Batch{std::span(&kPromptA.back(), 1), {}, last, &request}, out);
+        QVERIFY(out.logits.empty());
+        QCOMPARE(out.tokens.size(), size_t(1));
+        QCOMPARE(device->bytesReadBack() - readBefore, uint64_t(ps.topK == 1 ? 4 : ps.topK * 8));
+        // The host's draw over the whole row (the decode step's logits equal the prompt run's
+        // last row: the same position, the block mat-vec rounds as the prefill kernel).
+        runtime::SamplerParams sp;
+        sp.temperature = ps.temperature;
+        sp.topP = ps.topP;
+        sp.minP = ps.minP;
+        sp.topK = ps.topK;
+        sp.repeatPenalty = 1.0f;
+        sp.seed = seed;
+        runtime::Sampler host(sp);
+        QCOMPARE(out.tokens[0], host.sample(logits));
+        seen.insert(out.tokens[0]);
+        ++draws;
+      }
+      distinct += int(seen.size());
+    }
+    qInfo("%d draws, %d distinct tokens over the parameter sets", draws, distinct);
+    QVERIFY(distinct > 8);  // the draws are not all the same token
   }
 
   void logitRowsSelectTheRows() {

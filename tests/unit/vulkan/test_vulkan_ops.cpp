@@ -862,6 +862,67 @@ class VulkanOpsTest : public QObject {
     }
   }
 
+  // Top-k on the device picks the CPU sampler's candidates in its order (higher logit first, lower
+  // id on ties, NaN as -inf, +inf as the largest float): one level (a vocabulary under 1024),
+  // two and three levels (a 300k vocabulary), with ties, NaN and -inf rows.
+  void topKPicksTheSamplersCandidates_data() {
+    QTest::addColumn<int>("vocab");
+    QTest::addColumn<int>("k");
+    QTest::newRow("1000 k 40") << 1000 << 40;
+    QTest::newRow("49157 k 40") << 49157 << 40;
+    QTest::newRow("49157 k 1") << 49157 << 1;
+    QTest::newRow("300000 k 64") << 300000 << 64;
+    QTest::newRow("50 k 64 (fewer entries than k)") << 50 << 64;
+  }
+  void topKPicksTheSamplersCandidates() {
+    QFETCH(int, vocab);
+    QFETCH(int, k);
+    vulkan::MemoryPool pool(*m_device);
+    const uint32_t rows = 3, n = uint32_t(vocab);
+    std::vector<float> logits = randomFloats(size_t(n) * rows, 60);
+    for (float& v : logits) v = std::round(v * 8.0f) / 8.0f;  // many ties, -0 and +0 among them
+    logits[7] = std::nanf("");
+    logits[n + 3] = std::numeric_limits<float>::infinity();
+    std::fill(logits.begin() + 2 * n, logits.end(), -std::numeric_limits<float>::infinity());
+    logits[2 * n + n / 2] = 1.0f;
+    auto lb = upload(pool, logits);
+    const uint64_t scratchBytes = std::max<uint64_t>(vulkan::topKScratchBytes(rows, n, k), 4);
+    vulkan::Allocation scratch[4];
+    for (auto& a : scratch) a = pool.allocate(scratchBytes);
+    const vulkan::Recorder::TopKScratch ts{{scratch[0].address, scratch[1].address},
+                                           {scratch[2].address, scratch[3].address}};
+    auto values = pool.allocate(size_t(rows) * k * 4), ids = pool.allocate(size_t(rows) * k * 4);
+    run([&](vulkan::Recorder& rec) {
+      rec.topK(lb.address, rows, n, uint32_t(k), ts, values.address, ids.address);
+    });
+    const auto gotValues = download(pool, values, size_t(rows) * k);
+    std::vector<int32_t> gotIds(size_t(rows) * k);
+    pool.download(ids, gotIds.data(), gotIds.size() * 4);
+    for (uint32_t r = 0; r < rows; ++r) {
+      std::vector<std::pair<float, int32_t>> want;
+      for (uint32_t i = 0; i < n; ++i) {
+        float v = logits[size_t(r) * n + i];
+        if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
+        if (v == std::numeric_limits<float>::infinity()) v = std::numeric_limits<float>::max();
+        want.push_back({v, int32_t(i)});
+      }
+      const size_t keep = std::min<size_t>(size_t(k), want.size());
+      std::partial_sort(want.begin(), want.begin() + std::ptrdiff_t(keep), want.end(),
+                        [](const auto& a, const auto& b) {
+                          return a.first > b.first || (a.first == b.first && a.second < b.second);
+                        });
+      for (size_t j = 0; j < size_t(k); ++j) {
+        const size_t at = size_t(r) * k + j;
+        if (j >= keep) {
+          QCOMPARE(gotIds[at], -1);
+          continue;
+        }
+        QCOMPARE(gotIds[at], want[j].second);
+        QCOMPARE(gotValues[at], want[j].first);
+      }
+    }
+  }
+
   // GeGLU against the CPU's f16 GELU table (the driver's tanh: within a step of f16), and the
   // Scale and soft-cap kernels (a product: bit for bit; tanh: NMSE).
   void gegluScaleAndSoftcapMatchCpu() {
