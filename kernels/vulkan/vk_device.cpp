@@ -151,6 +151,7 @@ std::vector<PhysicalDevice> enumerateDevices(const Instance& instance) {
     d.fp16 = f12.shaderFloat16 == VK_TRUE;
     d.int16 = features.features.shaderInt16 == VK_TRUE;
     d.int8Dot = hasDotExt && dot.shaderIntegerDotProduct == VK_TRUE;
+    d.int8DotExtension = ext.count(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME) > 0;
     d.maxAllocation = maint3.maxMemoryAllocationSize;
     d.maxSharedMemory = props.properties.limits.maxComputeSharedMemorySize;
 
@@ -281,6 +282,16 @@ Device::Device(std::shared_ptr<Instance> instance, const PhysicalDevice& physica
   features.features.shaderInt16 = physical.int16 ? VK_TRUE : VK_FALSE;
   std::vector<const char*> extensions;
   if (physical.memoryBudget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  VkPhysicalDeviceShaderIntegerDotProductFeatures dot{};
+  dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
+  if (physical.int8Dot && physical.int8DotExtension) {
+    dot.shaderIntegerDotProduct = VK_TRUE;
+    f12.pNext = &dot;
+    extensions.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    m_integerDotEnabled = true;
+  }
+  const char* noDot = std::getenv("SHOAL_VULKAN_NO_INT_DOT");
+  m_useIntegerDot = m_integerDotEnabled && !(noDot && std::string(noDot) == "1");
   VkDeviceCreateInfo ci{};
   ci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
   ci.pNext = &features;

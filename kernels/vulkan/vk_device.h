@@ -35,6 +35,7 @@ struct PhysicalDevice {
   bool fp64 = false;                // shaderFloat64: the opt-in exact-math shaders usable
   bool int16 = false;               // shaderInt16
   bool int8Dot = false;             // shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)
+  bool int8DotExtension = false;    // that extension listed (what the device enables for it)
   bool memoryBudget = false;        // VK_EXT_memory_budget present
   std::vector<MemoryHeap> heaps;
   uint64_t maxAllocation = 0;    // maxMemoryAllocationSize
@@ -74,6 +75,11 @@ class Device {
   VkPipelineLayout layout() const { return m_layout; }
   // Whether matvec uses subgroupAdd (SHOAL_VULKAN_NO_SUBGROUP=1 forces the shared-memory path).
   bool useSubgroups() const { return m_useSubgroups; }
+  // Whether the 8-bit integer products use packed dot-product instructions (SPV_KHR_integer_dot_
+  // product, enabled when the device has the extension and the feature): the same exact integer
+  // sums either way. SHOAL_VULKAN_NO_INT_DOT=1, or setIntegerDot(false) (the tests), turns it off.
+  bool useIntegerDot() const { return m_useIntegerDot; }
+  void setIntegerDot(bool on) { m_useIntegerDot = on && m_integerDotEnabled; }
   // Whether the kernels round bit for bit as the CPU backend (the "<name>_exact" shader
   // variants, shaders/math.glsl; needs shaderFloat64). Off by default: the default variants use
   // the device's own arithmetic, held to the GPU accuracy contract. SHOAL_VULKAN_MATH=exact turns
@@ -109,6 +115,7 @@ class Device {
   VkFence m_fence = VK_NULL_HANDLE;
   VkPipelineLayout m_layout = VK_NULL_HANDLE;
   bool m_useSubgroups = false;
+  bool m_integerDotEnabled = false, m_useIntegerDot = false;
   bool m_exactMath = false;
   uint64_t m_memoryLimit = 0;
   std::atomic<uint64_t> m_held{0};

@@ -333,7 +333,8 @@ void Recorder::matvecBlocks(std::span<const MatvecOut> outs, VkDeviceAddress x, 
   if (rowsPerSlot != 0) rows = rowsPerSlot;
   const uint64_t rowGroups = groups(total, slots * rows);
   const std::string name =
-      "matvec_block_" + typeSuffix(w0.type) + (m_device.useSubgroups() ? "_subgroup" : "");
+      "matvec_block_" + typeSuffix(w0.type) + (m_device.useSubgroups() ? "_subgroup" : "") +
+      (m_device.useIntegerDot() && quantizesActivations(w0.type) ? "_dot" : "");
   for (const MatvecOut& o : outs)
     m_weightBytes += matrixBytes(*o.w) * groups(tokens, kBlockMatvecTokens);
   dispatch(name, {kGroup, lanes, rows}, push,

@@ -27,6 +27,9 @@
 // shared-memory tree. Groups stride over the rows beyond the dispatch's width; the second
 // dispatch dimension runs over tiles of TOKENS tokens.
 #extension GL_EXT_buffer_reference_uvec2 : require
+#ifdef USE_INT_DOT
+#extension GL_EXT_spirv_intrinsics : require
+#endif
 #include "common.glsl"
 #include "blocks.glsl"
 #include "chunks.glsl"
@@ -55,6 +58,14 @@ layout(push_constant) uniform Push {
 shared float partial[ROWS * 2u * TOKENS * gl_WorkGroupSize.x];
 
 #ifdef Q8_ACTIVATIONS
+#ifdef USE_INT_DOT
+// OpSDot of two words of four signed bytes (SPV_KHR_integer_dot_product; format 0 is
+// PackedVectorFormat4x8Bit): this glslang has no GL_EXT_integer_dot_product, so the instruction
+// is declared by its opcode.
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
+                  id = 4450) int sdot4x8(int a, int b, spirv_literal int format);
+#endif
+
 // The 32 activations from vec4 xAt on as quantize_q8.comp quantizes them: quants qx, the
 // f16-rounded scale d and (Q8_1's extra) s = d * sum of the quants, f16-rounded.
 void quantizeBlock(uint xAt, out ivec4 qx[8], out float d, out float s) {
@@ -85,8 +96,13 @@ void quantizeBlock(uint xAt, out ivec4 qx[8], out float d, out float s) {
 float addDot(float acc, ivec4 q[8], float dw, float mw, ivec4 qx[8], float dx, float sx) {
   int sum = 0;
   for (uint k = 0; k < 8u; ++k) {
+#ifdef USE_INT_DOT
+    // The exact integer sum either way: packed dot products where the device has them.
+    sum += sdot4x8(pack32(i8vec4(q[k])), pack32(i8vec4(qx[k])), 0);
+#else
     const ivec4 m = q[k] * qx[k];
     sum += m.x + m.y + m.z + m.w;
+#endif
   }
   acc = fma(dw * dx, float(sum), acc);
 #if defined(WTYPE_Q4_1)

@@ -172,8 +172,9 @@ class VulkanOpsTest : public QObject {
     if (!a.available)
       QSKIP(qPrintable("no usable Vulkan device: " + QString::fromStdString(a.reason)));
     m_device = m_backend->device(m_backend->devices().front().id);
-    qInfo("device: %s (subgroups %s, %s math)", m_device->physical().info.name.c_str(),
-          m_device->useSubgroups() ? "on" : "off", m_device->exactMath() ? "exact" : "native");
+    qInfo("device: %s (subgroups %s, integer dot products %s, %s math)",
+          m_device->physical().info.name.c_str(), m_device->useSubgroups() ? "on" : "off",
+          m_device->useIntegerDot() ? "on" : "off", m_device->exactMath() ? "exact" : "native");
     QCOMPARE(m_device->exactMath(), kExactMath);
   }
 
@@ -403,15 +404,22 @@ class VulkanOpsTest : public QObject {
            s = pool.allocate(x.size() / 8), yb = pool.allocate(size_t(rows) * size_t(tokens) * 4);
       const vulkan::QuantizedActivations act{qs.address, d.address, s.address};
       // The decode batches also through the block mat-vec, which quantizes as it goes and must
-      // give the integer kernel's results bit for bit.
+      // give the integer kernel's results bit for bit: with packed integer dot products where the
+      // device has them, and without.
       const bool block = !kExactMath && uint32_t(tokens) < vulkan::kBlockMatvecTokens;
+      const bool intDot = m_device->useIntegerDot();
       auto blockY = pool.allocate(size_t(rows) * size_t(tokens) * 4);
+      auto plainY = pool.allocate(size_t(rows) * size_t(tokens) * 4);
       run([&](vulkan::Recorder& rec) {
         rec.quantizeQ8(xb.address, act, uint32_t(cols), uint32_t(tokens));
         rec.matmulQ8(w, act, yb.address, uint32_t(tokens));
         if (block) {
           const vulkan::MatvecOut out[] = {{&w, blockY.address}};
           rec.matvecBlocks(out, xb.address, uint32_t(tokens));
+          m_device->setIntegerDot(false);
+          const vulkan::MatvecOut plain[] = {{&w, plainY.address}};
+          rec.matvecBlocks(plain, xb.address, uint32_t(tokens));
+          m_device->setIntegerDot(intDot);
         }
       });
       const auto got = download(pool, yb, size_t(rows) * size_t(tokens));
@@ -436,6 +444,7 @@ class VulkanOpsTest : public QObject {
         // The same rounding as the integer kernel's, so a decoded row equals a prefill row.
         const auto gotBlock = download(pool, blockY, got.size());
         QCOMPARE(bitMismatch(gotBlock, got), QString());
+        QCOMPARE(bitMismatch(download(pool, plainY, got.size()), got), QString());
       }
     }
   }
