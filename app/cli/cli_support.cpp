@@ -12,6 +12,7 @@
 #include "app/cli/commands.h"
 #include "engine/error.h"
 #include "engine/model/default_model.h"
+#include "engine/runtime/local_chain.h"
 #include "kernels/backend_registry.h"
 
 namespace shoal::cli {
@@ -57,56 +58,6 @@ void addSamplerOptions(CLI::App& cmd, runtime::SamplerParams& p, CLI::Option** s
   p.seed = std::random_device{}();
 }
 
-namespace {
-
-// Layers of the model the GPU backend's device takes: --gpu-layers, or as many as its free memory
-// holds (all when the whole model fits; a stage needs its embedding and its layers' weights, KV
-// cache and activations: Backend::stageDeviceBytes). A split is said on stderr. CliExit{1} when
-// the device cannot hold even the embedding and one layer. A CPU backend takes every layer.
-int32_t deviceLayers(runtime::Backend& backend, const std::string& device,
-                     const runtime::ModelSource& src, const runtime::StageSpec& full,
-                     int requested) {
-  const int32_t layers = full.lastLayer;
-  const uint64_t need = backend.stageDeviceBytes(src, full);
-  if (need == 0) {
-    if (requested >= 0 && requested != layers) {
-      throw CliExit{2, "--gpu-layers needs a GPU backend (--backend vulkan or cuda)"};
-    }
-    return layers;
-  }
-  auto mib = [](uint64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; };
-  const uint64_t free = backend.freeDeviceBytes(device);
-  int32_t fit = std::min<int32_t>(requested, layers);
-  if (requested < 0) {
-    if (need <= free) return layers;
-    runtime::StageSpec part = full;
-    part.hasHead = false;
-    for (fit = layers - 1; fit > 0; --fit) {
-      part.lastLayer = fit;
-      if (backend.stageDeviceBytes(src, part) <= free) break;
-    }
-    if (fit == 0) {
-      part.lastLayer = 1;
-      throw CliExit{1, device + " has " + mib(free) + " free, less than the embedding and one " +
-                           "layer need (" + mib(backend.stageDeviceBytes(src, part)) +
-                           "); run on the CPU (--backend cpu)"};
-    }
-  }
-  if (fit == 0) {
-    std::fprintf(stderr, "note: %s takes no layer, the CPU runs the model\n", device.c_str());
-  } else if (fit < layers) {
-    std::fprintf(stderr, "note: %s takes layers 0-%d of %d, the CPU the rest%s\n", device.c_str(),
-                 fit - 1, layers,
-                 requested < 0 ? (" (the model needs " + mib(need) + ", the device has " +
-                                  mib(free) + " free)")
-                                     .c_str()
-                               : "");
-  }
-  return fit;
-}
-
-}  // namespace
-
 LoadedModel loadModel(const ModelOptions& o, bool withChain) {
   LoadedModel lm;
   const auto t0 = std::chrono::steady_clock::now();
@@ -146,26 +97,20 @@ LoadedModel loadModel(const ModelOptions& o, bool withChain) {
   spec.hasEmbedding = spec.hasHead = true;
   spec.contextLength = o.contextLength > 0 ? o.contextLength : std::min(c.nCtxTrain, 4096);
   runtime::ModelSource src{&lm.model->file(), &lm.model->config(), &lm.model->weights()};
-  const int32_t onDevice = deviceLayers(*lm.backend, device, src, spec, o.gpuLayers);
-  std::vector<std::unique_ptr<runtime::Stage>> stages;
+  if (o.gpuLayers >= 0 && lm.backend->stageDeviceBytes(src, spec) == 0) {
+    throw CliExit{2, "--gpu-layers needs a GPU backend (--backend vulkan or cuda)"};
+  }
   try {
-    if (onDevice == c.nLayer) {
-      stages.push_back(lm.backend->createStage(device, src, spec));
-    } else {
-      // The first layers (and the embedding) on the device, the rest and the head on the CPU.
-      lm.cpu = kernels::createBackend("cpu", bo);
-      runtime::StageSpec gpu = spec, cpu = spec;
-      gpu.lastLayer = cpu.firstLayer = onDevice;
-      gpu.hasHead = false;
-      cpu.hasEmbedding = false;
-      if (onDevice > 0) stages.push_back(lm.backend->createStage(device, src, gpu));
-      stages.push_back(
-          lm.cpu->createStage(lm.cpu->devices().front().id, src, onDevice > 0 ? cpu : spec));
+    const runtime::LocalSplit split =
+        runtime::planLocalSplit(*lm.backend, device, src, spec, o.gpuLayers);
+    if (const std::string line = split.describe(device, c.nLayer); !line.empty()) {
+      std::fprintf(stderr, "note: %s\n", line.c_str());
     }
+    if (split.deviceLayers < c.nLayer) lm.cpu = kernels::createBackend("cpu", bo);
+    lm.chain = runtime::buildLocalChain(*lm.backend, device, lm.cpu.get(), src, spec, split);
   } catch (const Error& e) {
     throw CliExit{1, e.what()};
   }
-  lm.chain = std::make_unique<runtime::Chain>(std::move(stages));
   lm.loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }

@@ -10,6 +10,7 @@
 #include "engine/model/model.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/chain.h"
+#include "engine/runtime/local_chain.h"
 #include "engine/runtime/session.h"
 #include "kernels/backend_registry.h"
 #include "lan/api/api_server.h"
@@ -20,9 +21,8 @@ namespace {
 
 // A chain of one stage holding every layer of `m` on `device`, with the app's context cap and
 // `sequences` KV slots (the chat's and, with the API on, the API's requests).
-std::unique_ptr<runtime::Chain> wholeModelChain(runtime::Backend& backend,
-                                                const std::string& device, const model::Model& m,
-                                                int32_t sequences = 1) {
+// The one-stage spec of the whole model for `sequences` conversations.
+runtime::StageSpec wholeModelSpec(const model::Model& m, int32_t sequences) {
   const model::ModelConfig& c = m.config();
   runtime::StageSpec spec;
   spec.firstLayer = 0;
@@ -30,10 +30,7 @@ std::unique_ptr<runtime::Chain> wholeModelChain(runtime::Backend& backend,
   spec.hasEmbedding = spec.hasHead = true;
   spec.contextLength = std::min<int32_t>(c.nCtxTrain, kMaxChatContext);
   spec.maxSequences = sequences;
-  const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
-  std::vector<std::unique_ptr<runtime::Stage>> stages;
-  stages.push_back(backend.createStage(device, src, spec));
-  return std::make_unique<runtime::Chain>(std::move(stages));
+  return spec;
 }
 
 }  // namespace
@@ -102,6 +99,7 @@ void ChatEngine::unload() {
   m_queue.reset();  // joins its worker: nothing touches the chain after this
   m_chain.reset();
   m_backend.reset();
+  m_cpuBackend.reset();
   m_model.reset();
 }
 
@@ -129,7 +127,16 @@ void ChatEngine::loadModel(const QString& path) {
     // and unload() takes them down in the reverse order whatever threw.
     m_model = std::move(loaded);
     m_backend = std::move(backend);
-    m_chain = wholeModelChain(*m_backend, device, *m_model, m_apiWanted ? 1 + kApiParallel : 1);
+    // A model larger than the GPU's free memory: the layers that fit on it, the rest on the CPU.
+    const runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
+    const runtime::StageSpec spec = wholeModelSpec(*m_model, m_apiWanted ? 1 + kApiParallel : 1);
+    const runtime::LocalSplit split = runtime::planLocalSplit(*m_backend, device, src, spec, -1);
+    if (split.deviceLayers < spec.lastLayer) {
+      m_cpuBackend = kernels::createBackend("cpu", options);
+      emit notice(tr("The model does not fit the GPU's free memory: %1.")
+                      .arg(QString::fromStdString(split.describe(device, spec.lastLayer))));
+    }
+    m_chain = runtime::buildLocalChain(*m_backend, device, m_cpuBackend.get(), src, spec, split);
     m_queue = std::make_unique<api::GenerationQueue>(*m_chain, m_model->tokenizer(),
                                                      api::kMaxQueuedRequests);
     m_modelPath = path;

@@ -94,8 +94,9 @@ class ChatEngine : public ReplyEngine {
   std::unique_ptr<model::Model> m_model;
   QString m_modelPath;  // the loaded file, to reload it with more KV slots
   std::unique_ptr<runtime::Backend> m_backend;
-  std::unique_ptr<runtime::Chain> m_chain;        // used by m_queue's worker only
-  std::unique_ptr<api::GenerationQueue> m_queue;  // the chat's and the API's generations
+  std::unique_ptr<runtime::Backend> m_cpuBackend;  // the CPU's layers when the GPU lacks memory
+  std::unique_ptr<runtime::Chain> m_chain;         // used by m_queue's worker only
+  std::unique_ptr<api::GenerationQueue> m_queue;   // the chat's and the API's generations
   QString m_backendName = "cpu";
   QString m_deviceId;
   int m_threads = 0;
