@@ -378,8 +378,9 @@ void Recorder::matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, 
   const uint32_t lanes = q8Lanes(w.cols);
   const uint64_t rowGroups = groups(static_cast<uint64_t>(w.rows), kGroup / lanes);
   m_weightBytes = matrixBytes(w) * groups(tokens, kQ8TokensPerGroup);
-  dispatch(name + (m_device.useSubgroups() ? "_subgroup" : ""), {kGroup, lanes}, push,
-           static_cast<uint32_t>(std::min<uint64_t>(rowGroups, 65535)),
+  dispatch(name + (m_device.useSubgroups() ? "_subgroup" : "") +
+               (m_device.useIntegerDot() ? "_dot" : ""),
+           {kGroup, lanes}, push, static_cast<uint32_t>(std::min<uint64_t>(rowGroups, 65535)),
            groups(tokens, kQ8TokensPerGroup));
 }
 

@@ -16,6 +16,9 @@
 // local array, no byte loads.
 // Groups stride over the rows beyond the dispatch's width (Vulkan guarantees 65535 groups in x);
 // the second dispatch dimension runs over tiles of TOKENS tokens.
+#ifdef USE_INT_DOT
+#extension GL_EXT_spirv_intrinsics : require
+#endif
 #include "common.glsl"
 
 #define TOKENS 8u
@@ -56,12 +59,25 @@ shared float partial[TOKENS * gl_WorkGroupSize.x];  // per token, one sum per in
 uint halfAt(uint byteOffset) { return uint(p.w.v[byteOffset >> 1]); }
 uint wordAt(uint byteOffset) { return halfAt(byteOffset) | (halfAt(byteOffset + 2u) << 16); }
 
+#ifdef USE_INT_DOT
+// OpSDot of two words of four signed bytes (SPV_KHR_integer_dot_product, format 0 =
+// PackedVectorFormat4x8Bit), declared by its opcode: Debian's glslang has no
+// GL_EXT_integer_dot_product.
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
+                  id = 4450) int sdot4x8(int a, int b, spirv_literal int format);
+#endif
+
 // Sum of the products of four signed bytes with four bytes (weights: signed, or unsigned nibbles
-// already offset into ivec4).
+// already offset into ivec4): the exact integer sum, by a packed dot product where the device has
+// one (USE_INT_DOT).
 int dot4(ivec4 a, uint xword) {
+#ifdef USE_INT_DOT
+  return sdot4x8(pack32(i8vec4(a)), int(xword), 0);
+#else
   const ivec4 b = ivec4(unpack8(int(xword)));
   const ivec4 m = a * b;
   return m.x + m.y + m.z + m.w;
+#endif
 }
 
 void main() {

@@ -410,9 +410,13 @@ class VulkanOpsTest : public QObject {
       const bool intDot = m_device->useIntegerDot();
       auto blockY = pool.allocate(size_t(rows) * size_t(tokens) * 4);
       auto plainY = pool.allocate(size_t(rows) * size_t(tokens) * 4);
+      auto plainQ8 = pool.allocate(size_t(rows) * size_t(tokens) * 4);
       run([&](vulkan::Recorder& rec) {
         rec.quantizeQ8(xb.address, act, uint32_t(cols), uint32_t(tokens));
         rec.matmulQ8(w, act, yb.address, uint32_t(tokens));
+        m_device->setIntegerDot(false);  // the same kernel without packed dot products
+        rec.matmulQ8(w, act, plainQ8.address, uint32_t(tokens));
+        m_device->setIntegerDot(intDot);
         if (block) {
           const vulkan::MatvecOut out[] = {{&w, blockY.address}};
           rec.matvecBlocks(out, xb.address, uint32_t(tokens));
@@ -440,6 +444,7 @@ class VulkanOpsTest : public QObject {
       QVERIFY2(contractMiss(got, want, kFloatOpNmse).isEmpty(),
                qPrintable(QString("%1 x %2: ").arg(rows).arg(cols) +
                           contractMiss(got, want, kFloatOpNmse)));
+      QCOMPARE(bitMismatch(download(pool, plainQ8, got.size()), got), QString());
       if (block) {
         // The same rounding as the integer kernel's, so a decoded row equals a prefill row.
         const auto gotBlock = download(pool, blockY, got.size());
