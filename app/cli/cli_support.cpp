@@ -98,7 +98,7 @@ LoadedModel loadModel(const ModelOptions& o, bool withChain) {
   spec.contextLength = o.contextLength > 0 ? o.contextLength : std::min(c.nCtxTrain, 4096);
   runtime::ModelSource src{&lm.model->file(), &lm.model->config(), &lm.model->weights()};
   if (o.gpuLayers >= 0 && lm.backend->stageDeviceBytes(src, spec) == 0) {
-    throw CliExit{2, "--gpu-layers needs a GPU backend (--backend vulkan or cuda)"};
+    throw CliExit{2, "--gpu-layers needs a GPU backend that reports its memory (--backend vulkan)"};
   }
   try {
     const runtime::LocalSplit split =
