@@ -563,15 +563,40 @@ void Recorder::matvecExperts(const DeviceMatrix& w, int64_t rowsPerExpert, VkDev
     throw Error("Vulkan experts: " + std::to_string(entries) +
                 " (token, expert) entries in one batch (at most 65535)");
   }
+  m_weightBytes = uint64_t{entries} * matrixBytes;  // each entry's expert matrix
+  const uint32_t rows = static_cast<uint32_t>(rowsPerExpert);
+  if (!m_device.exactMath() && w.cols % 32 == 0 && x % 16 == 0) {
+    // The block mat-vec's experts variant (matvec_block.comp EXPERTS): whole chunks, several
+    // rows per slot, 8-bit activations for Q4_0/Q4_1/Q8_0 as the CPU's mul_mat_id.
+    Push push;
+    push.ref(w.memory.address).ref(y).ref(x).ref(ids);
+    push.u32(rows).u32(static_cast<uint32_t>(w.cols)).u32(static_cast<uint32_t>(w.rowBytes));
+    push.u32(static_cast<uint32_t>(matrixBytes)).u32(used).u32(xPerEntry ? 1 : 0);
+    const uint32_t lanes = q8Lanes(w.cols), slots = kGroup / lanes;
+    // 4 rows per slot unless that leaves fewer workgroups than entries times 64 (a decode step's
+    // few entries spread over a GPU's compute units); a CPU implementation always takes 4.
+    uint32_t perSlot = 4;
+    const uint64_t minGroups = m_device.physical().info.type == "cpu" ? 1 : 256;
+    while (perSlot > 1 && groups(rows, uint64_t{slots} * perSlot) * entries < minGroups) {
+      perSlot /= 2;
+    }
+    const std::string name =
+        "matvec_block_id_" + typeSuffix(w.type) + (m_device.useSubgroups() ? "_subgroup" : "") +
+        (m_device.useIntegerDot() && quantizesActivations(w.type) ? "_dot" : "");
+    dispatch(
+        name, {kGroup, lanes, perSlot}, push,
+        static_cast<uint32_t>(std::min<uint64_t>(groups(rows, uint64_t{slots} * perSlot), 65535)),
+        entries);
+    return;
+  }
   Push push;
   push.ref(w.memory.address).ref(w.memory.address).ref(x).ref(y).ref(ids);
-  push.u32(static_cast<uint32_t>(rowsPerExpert)).u32(static_cast<uint32_t>(w.cols));
+  push.u32(rows).u32(static_cast<uint32_t>(w.cols));
   push.u32(static_cast<uint32_t>(w.rowBytes)).u32(static_cast<uint32_t>(matrixBytes));
   push.u32(used).u32(xPerEntry ? 1 : 0);
   const std::string name =
       "matvec_id_" + typeSuffix(w.type) + (m_device.useSubgroups() ? "_subgroup" : "");
-  m_weightBytes = uint64_t{entries} * matrixBytes;  // each entry's expert matrix
-  dispatch(name, {kGroup}, push, static_cast<uint32_t>(rowsPerExpert), entries);
+  dispatch(name, {kGroup}, push, rows, entries);
 }
 
 void Recorder::moeRoute(VkDeviceAddress logits, VkDeviceAddress ids, VkDeviceAddress weights,

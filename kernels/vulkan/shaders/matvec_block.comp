@@ -41,6 +41,23 @@ layout(constant_id = 2) const uint ROWS = 1;    // consecutive rows per slot of 
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Vec4s { vec4 v[]; };
 
+#ifdef EXPERTS
+// A mixture of experts' product (mul_mat_id): the second dispatch dimension runs over (token, k)
+// entries, one per workgroup; entry i multiplies expert ids[i]'s matrix with x row i
+// (xPerEntry) or i / used (its token's row), into y row i. No epilogue.
+layout(push_constant) uniform Push {
+  uvec2 w;           // every expert's matrix, one after another
+  uvec2 y;           // entries x rows
+  uvec2 x;           // input rows, 16-byte aligned
+  uvec2 ids;         // per entry: its expert
+  uint rows;         // rows per expert
+  uint cols;         // a multiple of 32
+  uint rowBytes;
+  uint matrixBytes;  // one expert's matrix
+  uint used;         // entries per token
+  uint xPerEntry;
+} p;
+#else
 layout(push_constant) uniform Push {
   uvec2 w[3];     // the matrices (device addresses; unused ones 0)
   uvec2 y[3];     // their outputs, rows[m] floats per token
@@ -52,6 +69,25 @@ layout(push_constant) uniform Push {
   uint tokens;
   uint epilogue;
 } p;
+#endif
+
+// Where a product's parts are, for the plain and the experts' variant: the matrix (and its
+// output) of matrix index m, the byte offset of row r in it, the activation row of token t, and
+// the output index of (m, t, r).
+#ifdef EXPERTS
+uint expertBase() { return uint(Ints(p.ids).v[gl_WorkGroupID.y]) * p.matrixBytes; }
+uvec2 matrixOf(uint m) { return p.w; }
+uvec2 outputOf(uint m) { return p.y; }
+uint rowOffset(uint m, uint r) { return expertBase() + r * p.rowBytes; }
+uint xRowOf(uint t) { return p.xPerEntry != 0u ? t : t / p.used; }
+uint outputIndex(uint m, uint t, uint r) { return t * p.rows + r; }
+#else
+uvec2 matrixOf(uint m) { return p.w[m]; }
+uvec2 outputOf(uint m) { return p.y[m]; }
+uint rowOffset(uint m, uint r) { return r * p.rowBytes; }
+uint xRowOf(uint t) { return t; }
+uint outputIndex(uint m, uint t, uint r) { return t * p.rows[m] + r; }
+#endif
 
 // Per (row of the slot, value, token), one sum per invocation: value 1 is the up projection of
 // epilogue 2.
@@ -117,11 +153,18 @@ void main() {
   const uint lane = tid % LANES, slot = tid / LANES, slots = group / LANES;
   const uint rowsPerGroup = slots * ROWS;
   const uint chunks = p.cols / 32u;
+#ifdef EXPERTS
+  // One entry per workgroup: its "token" is the entry.
+  const bool swiglu = false;
+  const uint total = p.rows;
+  const uint t0 = gl_WorkGroupID.y, tileTokens = 1u;
+#else
   const bool swiglu = p.epilogue == 2u;
-  const uint values = swiglu ? 2u : 1u;  // sums per (row, token)
   const uint total = swiglu ? p.rows[0] : p.rows[0] + p.rows[1] + p.rows[2];
   const uint t0 = gl_WorkGroupID.y * TOKENS;
   const uint tileTokens = min(TOKENS, p.tokens - t0);
+#endif
+  const uint values = swiglu ? 2u : 1u;  // sums per (row, token)
   // Every invocation runs the same number of iterations (barriers stay in uniform control flow);
   // a row past the last one computes nothing and writes nothing.
   for (uint first = gl_WorkGroupID.x * rowsPerGroup; first < total;
@@ -132,6 +175,7 @@ void main() {
     for (uint j = 0; j < ROWS; ++j) {
       m[j] = 0u;
       r[j] = first + slot * ROWS + j;
+#ifndef EXPERTS
       if (!swiglu && r[j] >= p.rows[0]) {
         r[j] -= p.rows[0];
         m[j] = 1u;
@@ -140,13 +184,14 @@ void main() {
           m[j] = 2u;
         }
       }
+#endif
     }
     // acc[(j * 2 + v) * TOKENS + t]: row j, value v, token t.
     float acc[ROWS * 2u * TOKENS];
     for (uint i = 0; i < ROWS * 2u * TOKENS; ++i) acc[i] = 0.0;
     for (uint c = lane; c < chunks; c += LANES) {
       for (uint t = 0; t < tileTokens; ++t) {
-        const uint xAt = ((t0 + t) * p.cols + 32u * c) / 4u;
+        const uint xAt = (xRowOf(t0 + t) * p.cols + 32u * c) / 4u;
         // The activations' chunk once for the slot's rows: quantized, or as loaded.
 #ifdef Q8_ACTIVATIONS
         ivec4 qx[8];
@@ -158,9 +203,9 @@ void main() {
 #endif
         for (uint j = 0; j < ROWS; ++j) {
           if (first + slot * ROWS + j >= total) break;
-          const uint row = r[j] * p.rowBytes;
+          const uint row = rowOffset(m[j], r[j]);
           for (uint v = 0; v < values; ++v) {
-            const uvec2 w = v == 0u ? p.w[m[j]] : p.w[1];
+            const uvec2 w = matrixOf(v == 0u ? m[j] : 1u);
             const uint at = (j * 2u + v) * TOKENS + t;
 #ifdef Q8_ACTIVATIONS
             ivec4 q[8];
@@ -226,8 +271,11 @@ void main() {
         if (first + slot * ROWS + j >= total) break;
         const uint t = t0 + lane;
         const float v = partial[((j * 2u) * TOKENS + lane) * group + slot * width];
-        Floats y = Floats(p.y[m[j]]);
-        const uint at = t * p.rows[m[j]] + r[j];
+        Floats y = Floats(outputOf(m[j]));
+        const uint at = outputIndex(m[j], t, r[j]);
+#ifdef EXPERTS
+        y.v[at] = v;
+#else
         if (swiglu) {
           const float up = partial[((j * 2u + 1u) * TOKENS + lane) * group + slot * width];
           y.v[at] = v / (1.0 + exp(-v)) * up;
@@ -244,6 +292,7 @@ void main() {
             y.v[at] = sum;
           }
         }
+#endif
       }
     }
     barrier();  // partial is reused by the next rows

@@ -971,6 +971,69 @@ class VulkanOpsTest : public QObject {
              qPrintable(QString("soft-cap nMSE %1").arg(nmse(gotCapped, wantCapped))));
   }
 
+  // A mixture of experts' products (matvecExperts): each (token, k) entry multiplies its expert's
+  // matrix with its token's row (gate, up) or its own row (down). Float-path types against f64
+  // sums of the dequantized weights; Q8_0 and Q4_0 against the CPU's integer dot products of
+  // 8-bit activations (what the CPU's mul_mat_id computes).
+  void expertProductsMatchTheCpu_data() {
+    QTest::addColumn<int>("type");
+    QTest::addColumn<bool>("xPerEntry");
+    for (auto [type, name] :
+         {std::pair{TensorType::Q8_0, "q8_0"}, std::pair{TensorType::Q4_0, "q4_0"},
+          std::pair{TensorType::Q4_K, "q4_k"}, std::pair{TensorType::F16, "f16"}}) {
+      QTest::newRow((std::string(name) + " token rows").c_str()) << int(type) << false;
+      QTest::newRow((std::string(name) + " entry rows").c_str()) << int(type) << true;
+    }
+  }
+  void expertProductsMatchTheCpu() {
+    QFETCH(int, type);
+    QFETCH(bool, xPerEntry);
+    const auto t = static_cast<TensorType>(type);
+    vulkan::MemoryPool pool(*m_device);
+    const int64_t experts = 4, rowsPerExpert = 40, cols = 512;
+    const uint32_t tokens = 3, used = 2, entries = tokens * used;
+    const size_t rowBytes = gguf::rowBytes(t, cols);
+    const int64_t rows = experts * rowsPerExpert;
+    const auto wf = randomFloats(size_t(rows * cols), 70);
+    std::vector<uint8_t> wq(rowBytes * size_t(rows));
+    std::vector<float> deq(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      gguf::quantizeRow(t, &wf[size_t(r * cols)], &wq[rowBytes * size_t(r)], cols);
+      gguf::dequantizeRow(t, &wq[rowBytes * size_t(r)], &deq[size_t(r * cols)], cols);
+    }
+    const std::vector<int32_t> ids = {3, 1, 0, 3, 2, 1};
+    const auto x = randomFloats(size_t(cols) * (xPerEntry ? entries : tokens), 71);
+    vulkan::DeviceMatrix w{t, rows, cols, rowBytes, upload(pool, wq)};
+    auto xb = upload(pool, x), ib = upload(pool, ids);
+    auto yb = pool.allocate(size_t(entries) * rowsPerExpert * 4);
+    run([&](vulkan::Recorder& rec) {
+      rec.matvecExperts(w, rowsPerExpert, ib.address, xb.address, yb.address, entries, used,
+                        xPerEntry);
+    });
+    const auto got = download(pool, yb, size_t(entries) * rowsPerExpert);
+    std::vector<float> want(got.size());
+    const bool integer = vulkan::quantizesActivations(t) && !kExactMath;
+    std::vector<uint8_t> a(gguf::rowBytes(TensorType::Q8_1, cols));
+    for (uint32_t e = 0; e < entries; ++e) {
+      const float* xr = &x[size_t(xPerEntry ? e : e / used) * cols];
+      if (integer) cpu::ref::quantizeQ8_0(xr, a.data(), cols);
+      for (int64_t r = 0; r < rowsPerExpert; ++r) {
+        const int64_t wr = ids[e] * rowsPerExpert + r;
+        double sum = 0;
+        if (integer) {
+          sum = cpu::ref::dot(cpu::weightKind(t), &wq[rowBytes * size_t(wr)], a.data(), cols,
+                              cpu::DotOrder::Vec);
+        } else {
+          for (int64_t c = 0; c < cols; ++c) sum += double(deq[size_t(wr * cols + c)]) * xr[c];
+        }
+        want[size_t(e * rowsPerExpert + r)] = float(sum);
+      }
+    }
+    const double e = nmse(got, want);
+    qInfo("nMSE %.3g", e);
+    QVERIFY2(e <= (integer ? kFloatOpNmse : 1e-9), qPrintable(QString("nMSE %1").arg(e)));
+  }
+
   // The router's choice (moe_route) against the CPU backend's rule (cpu_layer_moe.cpp): for
   // each row the same experts in the same order, and weights within rounding, for both gatings
   // (Softmax with normalized weights: qwen3moe; SoftmaxWeight: gpt-oss), 128 experts top 8.
