@@ -103,8 +103,7 @@ class LocalChainTest : public QObject {
       runtime::planLocalSplit(gpu, "gpu0", {}, whole(), -1);
       QFAIL("no error");
     } catch (const Error& e) {
-      QVERIFY2(QString(e.what()).contains("less than the embedding and one layer need"),
-               e.what());
+      QVERIFY2(QString(e.what()).contains("less than the embedding and one layer need"), e.what());
     }
   }
 
