@@ -278,6 +278,25 @@ uint32_t q8Lanes(int64_t cols) {
   return lanes;
 }
 
+// The block mat-vec's shader for a weight type: matvec_block[_id]_<type>[_subgroup][_dot].
+std::string blockShader(const Device& device, gguf::TensorType type, bool experts) {
+  return std::string(experts ? "matvec_block_id_" : "matvec_block_") + typeSuffix(type) +
+         (device.useSubgroups() ? "_subgroup" : "") +
+         (device.useIntegerDot() && quantizesActivations(type) ? "_dot" : "");
+}
+
+// Rows per slot of the block mat-vec for `rows` rows in `slots` slots per workgroup, the grid
+// repeated `copies` times (the experts' entries): 4 (an activation chunk loaded or quantized
+// once for 4 rows) while that leaves 256 workgroups or more to spread over a GPU's compute
+// units, else fewer. A CPU implementation (lavapipe) runs a workgroup per thread and always
+// takes 4: measured there on the default model, 4 rows per slot decode 2.3 tokens/s, 1 row 1.6.
+uint32_t blockRowsPerSlot(const Device& device, uint64_t rows, uint64_t slots, uint64_t copies) {
+  const uint64_t minGroups = device.physical().info.type == "cpu" ? 1 : 256;
+  uint32_t perSlot = 4;
+  while (perSlot > 1 && groups(rows, slots * perSlot) * copies < minGroups) perSlot /= 2;
+  return perSlot;
+}
+
 }  // namespace
 
 bool Recorder::canMatvecBlocks(const DeviceMatrix& w, VkDeviceAddress x, uint32_t tokens) const {
@@ -322,19 +341,11 @@ void Recorder::matvecBlocks(std::span<const MatvecOut> outs, VkDeviceAddress x, 
   // matmulQ8's lanes (which the integer path's rounding shares): about two chunks per lane, 8 to
   // 64 lanes, so short rows share a workgroup.
   const uint32_t lanes = q8Lanes(w0.cols);
-  // Rows per slot: 4 (an activation chunk loaded or quantized once for 4 rows) while that leaves
-  // 256 workgroups or more to spread over a GPU's compute units, else fewer. A CPU
-  // implementation (lavapipe) runs a workgroup per thread and always takes 4: measured there on
-  // the default model, 4 rows per slot decode 2.3 tokens/s, 1 row 1.6.
   const uint64_t slots = kGroup / lanes;
-  const uint64_t minGroups = m_device.physical().info.type == "cpu" ? 1 : 256;
-  uint32_t rows = 4;
-  while (rows > 1 && groups(total, slots * rows) < minGroups) rows /= 2;
-  if (rowsPerSlot != 0) rows = rowsPerSlot;
+  const uint32_t rows =
+      rowsPerSlot != 0 ? rowsPerSlot : blockRowsPerSlot(m_device, total, slots, 1);
   const uint64_t rowGroups = groups(total, slots * rows);
-  const std::string name =
-      "matvec_block_" + typeSuffix(w0.type) + (m_device.useSubgroups() ? "_subgroup" : "") +
-      (m_device.useIntegerDot() && quantizesActivations(w0.type) ? "_dot" : "");
+  const std::string name = blockShader(m_device, w0.type, false);
   for (const MatvecOut& o : outs)
     m_weightBytes += matrixBytes(*o.w) * groups(tokens, kBlockMatvecTokens);
   dispatch(name, {kGroup, lanes, rows}, push,
@@ -573,16 +584,8 @@ void Recorder::matvecExperts(const DeviceMatrix& w, int64_t rowsPerExpert, VkDev
     push.u32(rows).u32(static_cast<uint32_t>(w.cols)).u32(static_cast<uint32_t>(w.rowBytes));
     push.u32(static_cast<uint32_t>(matrixBytes)).u32(used).u32(xPerEntry ? 1 : 0);
     const uint32_t lanes = q8Lanes(w.cols), slots = kGroup / lanes;
-    // 4 rows per slot unless that leaves fewer workgroups than entries times 64 (a decode step's
-    // few entries spread over a GPU's compute units); a CPU implementation always takes 4.
-    uint32_t perSlot = 4;
-    const uint64_t minGroups = m_device.physical().info.type == "cpu" ? 1 : 256;
-    while (perSlot > 1 && groups(rows, uint64_t{slots} * perSlot) * entries < minGroups) {
-      perSlot /= 2;
-    }
-    const std::string name =
-        "matvec_block_id_" + typeSuffix(w.type) + (m_device.useSubgroups() ? "_subgroup" : "") +
-        (m_device.useIntegerDot() && quantizesActivations(w.type) ? "_dot" : "");
+    const uint32_t perSlot = blockRowsPerSlot(m_device, rows, slots, entries);
+    const std::string name = blockShader(m_device, w.type, true);
     dispatch(
         name, {kGroup, lanes, perSlot}, push,
         static_cast<uint32_t>(std::min<uint64_t>(groups(rows, uint64_t{slots} * perSlot), 65535)),
