@@ -8,6 +8,10 @@
 //
 // Times are the minimum over reps (the least disturbed run), in microseconds per call, and as
 // nanoseconds per 32-element weight block (per token) for the matrix kernels.
+//
+// A weight type that the level also reads in row groups (row_groups.h; Q4_K at AVX-512) gets a
+// second entry, "layout": "row_groups", with "equals_file_layout": whether its outputs equal the
+// file layout's bit for bit.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -22,6 +26,7 @@
 #include "engine/gguf/dequantize.h"
 #include "engine/gguf/tensor_type.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/row_groups.h"
 
 using namespace shoal;
 using namespace shoal::cpu;
@@ -127,16 +132,31 @@ int main(int argc, char** argv) {
                                                 cols);
         }
       });
-      const double gemmUs =
-          minMicros(useReps, [&] { k->gemm[static_cast<int>(kind)](g, 0, rows); });
       const double blocks = static_cast<double>(rows) * (cols / 32.0) * static_cast<double>(tokens);
-      results.push_back({{"isa", std::string(isaName(isa))},
-                         {"type", gguf::typeName(type)},
-                         {"gemm_us", gemmUs},
-                         {"ns_per_block", gemmUs * 1000.0 / blocks},
-                         // Weight bytes read per second (each weight is read once per call).
-                         {"weight_gb_per_s", static_cast<double>(w.size()) / (gemmUs * 1000.0)},
-                         {"convert_us", convertUs}});
+      auto measure = [&](const char* layout) {
+        const double gemmUs =
+            minMicros(useReps, [&] { k->gemm[static_cast<int>(kind)](g, 0, rows); });
+        results.push_back({{"isa", std::string(isaName(isa))},
+                           {"type", gguf::typeName(type)},
+                           {"layout", layout},
+                           {"gemm_us", gemmUs},
+                           {"ns_per_block", gemmUs * 1000.0 / blocks},
+                           // Weight bytes read per second (each weight is read once per call).
+                           {"weight_gb_per_s", static_cast<double>(w.size()) / (gemmUs * 1000.0)},
+                           {"convert_us", convertUs}});
+      };
+      measure("file");
+      // The row-group layout the CPU stage gives this kind where the level reads it
+      // (row_groups.h), with whether its results equal the file layout's bit for bit.
+      if (k->rowGroups[static_cast<int>(kind)] && rows % kGroupRows == 0) {
+        const std::vector<float> fileY = y;
+        groupRows(kind, w.data(), rows, cols);
+        g.rowGroups = true;
+        measure("row_groups");
+        results.back()["equals_file_layout"] =
+            std::memcmp(fileY.data(), y.data(), y.size() * sizeof(float)) == 0;
+        g.rowGroups = false;
+      }
     }
   }
   out["results"] = results;

@@ -50,21 +50,29 @@ struct BandTile {
   alignas(64) float dmin[kBandRows];
 };
 
-// Super-block b of the band's 16 rows into the tile.
-template <class K>
-void unpackBand(const typename K::Block* const* rows, int64_t b, int64_t blocks,
-                BandTile<K::kSubBlocks>& tile) {
+// The band's 16 rows in file layout: row r's blocks at rows[r].
+template <class Block>
+struct FileRows {
+  const Block* rows[16];
+  const Block& block(int r, int64_t b, Block& /*scratch*/) const { return rows[r][b]; }
+  void prefetch(int r, int64_t b) const {
+    const auto* p = reinterpret_cast<const char*>(&rows[r][b]);
+    for (size_t i = 0; i < sizeof(Block); i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
+  }
+};
+
+// Super-block b of the band's 16 rows (a row source as FileRows) into the tile.
+template <class K, class Rows>
+void unpackBand(const Rows& rows, int64_t b, int64_t blocks, BandTile<K::kSubBlocks>& tile) {
   static_assert(K::kSteps * K::kStepBytes == 256);
   // Each row's 256 codes in element order (one zmm per step), then 16x16 transposes of int32.
   alignas(64) uint8_t linear[kBandRows][256];
   for (int r = 0; r < kBandRows; ++r) {
-    const typename K::Block& x = rows[r][b];
+    typename K::Block scratch;
+    const typename K::Block& x = rows.block(r, b, scratch);
     // Super-block b + 4 of the row: the hardware prefetchers alone do not keep 16-32 row streams
     // ahead (measured 5-15% on a matrix in L3).
-    if (b + kPrefetchBlocks < blocks) {
-      const auto* ahead = reinterpret_cast<const char*>(&rows[r][b + kPrefetchBlocks]);
-      for (size_t i = 0; i < sizeof x; i += 64) _mm_prefetch(ahead + i, _MM_HINT_T0);
-    }
+    if (b + kPrefetchBlocks < blocks) rows.prefetch(r, b + kPrefetchBlocks);
     typename K::Context c;
     __m128i mins;
     K::prepare(x, c, mins);
@@ -173,18 +181,13 @@ void bandTokensFor(int n, const BandTile<K::kSubBlocks>* tiles, const BlockQ8_K*
   }
 }
 
-// H bands of 16 rows from row r0, for every token.
-template <class K, int H, int N>
-void bands(const GemmArgs& g, int64_t r0) {
-  using Block = typename K::Block;
+// H bands of 16 rows from row r0, for every token: band h's rows from rowsAt(g, r0 + 16h) (a
+// row source as FileRows).
+template <class K, int H, int N, class Rows>
+void bands(const GemmArgs& g, int64_t r0, Rows (*rowsAt)(const GemmArgs&, int64_t)) {
   const int64_t blocks = g.cols / 256;
-  const Block* rows[H][kBandRows];
-  for (int h = 0; h < H; ++h) {
-    for (int r = 0; r < kBandRows; ++r) {
-      rows[h][r] = reinterpret_cast<const Block*>(
-          g.weights + static_cast<size_t>(r0 + kBandRows * h + r) * g.weightStride);
-    }
-  }
+  Rows rows[H];
+  for (int h = 0; h < H; ++h) rows[h] = rowsAt(g, r0 + kBandRows * h);
   alignas(64) float acc[kBandChunk][H][16];
   BandTile<K::kSubBlocks> tiles[H];
   for (int64_t t0 = 0; t0 < g.tokens; t0 += kBandChunk) {
@@ -209,14 +212,29 @@ void bands(const GemmArgs& g, int64_t r0) {
   }
 }
 
+// The 16 rows from r0 of a matrix in file layout.
+template <class Block>
+FileRows<Block> fileRows(const GemmArgs& g, int64_t r0) {
+  FileRows<Block> rows;
+  for (int r = 0; r < kBandRows; ++r) {
+    rows.rows[r] =
+        reinterpret_cast<const Block*>(g.weights + static_cast<size_t>(r0 + r) * g.weightStride);
+  }
+  return rows;
+}
+
 // Rows [rowBegin, rowEnd) in bands of 16 for every token, in the tiled order (two bands at a
-// time, then one); returns the first row it did not compute (fewer than 16 remain).
-template <class K>
-int64_t gemmKBands(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+// time, then one), from a row source (fileRows by default); returns the first row it did not
+// compute (fewer than 16 remain).
+template <class K, class Rows = FileRows<typename K::Block>>
+int64_t gemmKBands(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd,
+                   Rows (*rowsAt)(const GemmArgs&, int64_t) = fileRows<typename K::Block>) {
   int64_t r0 = rowBegin;
-  for (; r0 + 2 * kBandRows <= rowEnd; r0 += 2 * kBandRows) bands<K, 2, kBandTokens2>(g, r0);
+  for (; r0 + 2 * kBandRows <= rowEnd; r0 += 2 * kBandRows) {
+    bands<K, 2, kBandTokens2>(g, r0, rowsAt);
+  }
   if (r0 + kBandRows <= rowEnd) {
-    bands<K, 1, kBandTokens>(g, r0);
+    bands<K, 1, kBandTokens>(g, r0, rowsAt);
     r0 += kBandRows;
   }
   return r0;

@@ -18,8 +18,9 @@
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/cpu/x86_kquant_kernels.h"
-// After x86_kquant_kernels.h, whose helpers it uses.
+// After x86_kquant_kernels.h, whose helpers they use.
 #include "kernels/cpu/avx512_kquant_bands.h"
+#include "kernels/cpu/avx512_q4k_groups.h"
 
 namespace shoal::cpu::avx512 {
 namespace {
@@ -201,6 +202,10 @@ struct Q6KTraits : Avx512KSteps {
 // The tiled order (prefill) in bands of 16 rows, the last rows and the vec order (decode) as the
 // AVX2 level orders them.
 void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.rowGroups) {
+    gemmQ4KGroups<Q4KTraits, gemmQ4_K>(g, b, e);
+    return;
+  }
   if (g.order == DotOrder::Tiled) b = gemmKBands<Q4KTraits>(g, b, e);
   gemmKTiled<Q4KTraits, dotQ4K<Q4KTraits>>(g, b, e);
 }

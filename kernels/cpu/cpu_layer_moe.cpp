@@ -201,6 +201,7 @@ void LayerRunner::runExperts(const BoundOp& op, const float* src, int64_t groups
     a.y = y + first * ldy;
     a.ldy = ldy;
     a.order = dotOrder(w, orderTokens(w, g % 2 == 0));
+    a.rowGroups = w.rowGroups;
     return a;
   };
 

@@ -1,6 +1,7 @@
 #include "kernels/cpu/cpu_stage.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -9,6 +10,7 @@
 #include "engine/gguf/dequantize.h"
 #include "engine/model/architecture.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/row_groups.h"
 
 namespace shoal::cpu {
 namespace {
@@ -95,7 +97,14 @@ void CpuStage::startWeightCopy(const runtime::ModelSource& model) {
   const size_t head = m_layers.size();
   auto add = [this](size_t reader, model::Tensor t) {
     if (!t) return;
-    m_weights.add(m_unitReader.size(), t->data, t->nbytes);
+    WeightArena::Transform group;
+    if (groupable(*t)) {
+      const WeightKind kind = weightKind(t->type);
+      const int64_t cols = t->dims[0];
+      const auto rows = static_cast<int64_t>(t->nbytes / gguf::rowBytes(t->type, cols));
+      group = [kind, rows, cols](uint8_t* copy, size_t) { groupRows(kind, copy, rows, cols); };
+    }
+    m_weights.add(m_unitReader.size(), t->data, t->nbytes, std::move(group));
     m_unitReader.push_back(reader);
   };
   if (m_spec.hasHead) {
@@ -121,6 +130,37 @@ void CpuStage::startWeightCopy(const runtime::ModelSource& model) {
         adoptCopiedWeights();
       },
       [this](const uint8_t* p, size_t n) { releaseMapping(p, n); }, m_unitsOfHead);
+}
+
+bool CpuStage::groupable(const gguf::TensorInfo& t) const {
+  if (t.type != gguf::TensorType::Q4_K || t.dims.size() < 2) return false;
+  // SHOAL_CPU_WEIGHTS=plain: the copy keeps the file layout (to measure what the groups buy).
+  if (const char* mode = std::getenv("SHOAL_CPU_WEIGHTS"); mode && std::string(mode) == "plain") {
+    return false;
+  }
+  const WeightKind kind = weightKind(t.type);
+  if (!hasRowGroups(kind) || !kernels().rowGroups[static_cast<int>(kind)]) return false;
+  const size_t rowBytes = gguf::rowBytes(t.type, t.dims[0]);
+  const size_t groupBytes = rowBytes * kGroupRows;
+  if (t.nbytes % groupBytes != 0) return false;
+  const auto begin = reinterpret_cast<uintptr_t>(t.data), end = begin + t.nbytes;
+  bool whole = true;
+  auto check = [&](const WeightMatrix& m) {
+    const auto p = reinterpret_cast<uintptr_t>(m.data);
+    if (p < begin || p >= end) return;
+    whole = whole && m.rowBytes == rowBytes && (p - begin) % groupBytes == 0 &&
+            m.rows % kGroupRows == 0;
+  };
+  for (const CpuLayer& layer : m_layers) {
+    for (const BoundOp& op : layer.ops) {
+      for (const WeightMatrix& m : op.matrices) check(m);
+      for (const ExpertMatrices& e : op.experts) {
+        if (e.first.data) check(e.first);
+      }
+    }
+  }
+  if (m_output.data) check(m_output);
+  return whole;
 }
 
 void CpuStage::releaseMapping(const uint8_t* p, size_t bytes) const {
@@ -151,19 +191,30 @@ void CpuStage::adoptUnit(size_t unit) {
   auto floats = [this](const float* p) {
     return reinterpret_cast<const float*>(m_weights.remap(reinterpret_cast<const uint8_t*>(p)));
   };
+  // A matrix that moves to a tensor the copy put into row groups learns so as it moves. (Any
+  // copied unit moves here, not only this one: a layer's ops are remapped together.)
+  auto move = [this](WeightMatrix& m) {
+    const uint8_t* to = m_weights.remap(m.data);
+    if (to != m.data && m_weights.transformed(m.data)) m.rowGroups = true;
+    m.data = to;
+  };
   const size_t reader = m_unitReader[unit];
   if (reader < m_layers.size()) {
     for (BoundOp& op : m_layers[reader].ops) {
-      for (WeightMatrix& m : op.matrices) m.data = m_weights.remap(m.data);
-      for (ExpertMatrices& e : op.experts) e.first.data = m_weights.remap(e.first.data);
+      for (WeightMatrix& m : op.matrices) move(m);
+      for (ExpertMatrices& e : op.experts) move(e.first);
       for (const float*& bias : op.moeBiases) bias = floats(bias);
       op.vector = floats(op.vector);
     }
   } else {
-    m_output.data = m_weights.remap(m_output.data);
+    move(m_output);
     m_outputNorm = floats(m_outputNorm);
     // A tied embedding is the output matrix: its rows are read from the copy too.
-    m_tokenEmbdData = m_weights.remap(m_tokenEmbdData);
+    const uint8_t* embd = m_weights.remap(m_tokenEmbdData);
+    if (embd != m_tokenEmbdData && m_weights.transformed(m_tokenEmbdData)) {
+      m_tokenEmbdGrouped = true;
+    }
+    m_tokenEmbdData = embd;
   }
   m_weights.forEachRange(unit, [this](const uint8_t* p, size_t n) { releaseMapping(p, n); });
 }
@@ -200,8 +251,13 @@ void CpuStage::embed(std::span<const int32_t> tokens) {
   const size_t rowBytes = gguf::rowBytes(m_tokenEmbd->type, d);
   float* x = m_runner->buffer(Buffer::X);
   for (size_t t = 0; t < tokens.size(); ++t) {
-    gguf::dequantizeRow(m_tokenEmbd->type, m_tokenEmbdData + sz(tokens[t]) * rowBytes,
-                        x + sz(d) * t, d);
+    const uint8_t* row = m_tokenEmbdData + sz(tokens[t]) * rowBytes;
+    if (m_tokenEmbdGrouped) {
+      m_embedRow.resize(rowBytes);
+      ungroupRow(weightKind(m_tokenEmbd->type), m_tokenEmbdData, d, tokens[t], m_embedRow.data());
+      row = m_embedRow.data();
+    }
+    gguf::dequantizeRow(m_tokenEmbd->type, row, x + sz(d) * t, d);
   }
 }
 

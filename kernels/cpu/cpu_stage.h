@@ -54,6 +54,8 @@ class CpuStage final : public runtime::LocalStage {
   // all; 0 and 0 without a copy.
   size_t weightUnitsInCopy();
   size_t weightUnits() const { return m_weights.bytes() ? m_weights.units() : 0; }
+  // Tensors of the copy in row groups (row_groups.h) so far.
+  size_t weightTensorsInRowGroups() const { return m_weights.transformedRanges(); }
 
  protected:
   void run(const runtime::Batch& batch, runtime::StageOutput& output) override;
@@ -65,6 +67,10 @@ class CpuStage final : public runtime::LocalStage {
   // Gives the file mapping's pages for [p, p + bytes) back (nothing when the weights are a
   // buffer: dropping its pages would zero it).
   void releaseMapping(const uint8_t* p, size_t bytes) const;
+  // Whether the copy may put tensor t's rows into row groups (row_groups.h): the active kernel
+  // level reads its type that way, and every matrix of the stage that reads it starts on a
+  // group and takes whole groups.
+  bool groupable(const gguf::TensorInfo& t) const;
   void embed(std::span<const int32_t> tokens);
   void head(runtime::StageOutput& output);
 
@@ -73,6 +79,8 @@ class CpuStage final : public runtime::LocalStage {
   runtime::SequenceBook m_book;
   const gguf::TensorInfo* m_tokenEmbd = nullptr;  // first stage
   const uint8_t* m_tokenEmbdData = nullptr;       // its rows: the mapping's, or m_weights'
+  bool m_tokenEmbdGrouped = false;                // ... in row groups (a tied output's copy)
+  std::vector<uint8_t> m_embedRow;                // one row taken out of its group
   const gguf::File* m_file = nullptr;  // the mapping the weights come from (null: a buffer)
   // Held by run() and by the copying thread while it adopts: the ops' weight pointers change
   // only under it.

@@ -96,6 +96,9 @@ struct GemmArgs {
   float* y = nullptr;
   int64_t ldy = 0;                 // floats from one token's outputs to the next
   DotOrder order = DotOrder::Vec;  // F32/F16/BF16 only
+  // The weights are in row groups (row_groups.h), row 0 starting a group; only for a kind the
+  // level's table marks in rowGroups.
+  bool rowGroups = false;
 };
 
 // Computes rows [rowBegin, rowEnd) for every token of the job.
@@ -108,6 +111,9 @@ struct KernelTable {
   Isa isa = Isa::Scalar;
   GemmFn gemm[static_cast<int>(WeightKind::Count)] = {};
   ConvertFn convert[static_cast<int>(ActKind::Count)] = {};
+  // Kinds whose gemm also reads weights in row groups (GemmArgs::rowGroups): the CPU stage's
+  // weight copy groups those matrices' rows (row_groups.h).
+  bool rowGroups[static_cast<int>(WeightKind::Count)] = {};
 
   // n halfs to floats / floats to halfs (round to nearest even).
   void (*halfToFloat)(const uint16_t* x, float* y, int64_t n) = nullptr;

@@ -119,6 +119,7 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
     g.y = jobs[i].y;
     g.ldy = w.rows;
     g.order = dotOrder(w, orderTokens > 0 ? orderTokens : tokens);
+    g.rowGroups = w.rowGroups;
   }
 }
 

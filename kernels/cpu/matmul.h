@@ -23,6 +23,9 @@ struct WeightMatrix {
   int64_t cols = 0;
   const uint8_t* data = nullptr;
   size_t rowBytes = 0;
+  // The rows are in groups of 8 (row_groups.h), as the CPU stage's weight copy leaves a matrix
+  // the active kernel level reads that way; row(r) is then no row of the file layout.
+  bool rowGroups = false;
 
   // Throws shoal::Error for a tensor that is not a 1-D/2-D matrix of a supported type.
   static WeightMatrix from(const gguf::TensorInfo& tensor);

@@ -50,10 +50,10 @@ WeightArena::~WeightArena() {
   if (m_mapping) munmap(m_mapping, m_mappingBytes);
 }
 
-void WeightArena::add(size_t unit, const uint8_t* p, size_t bytes) {
+void WeightArena::add(size_t unit, const uint8_t* p, size_t bytes, Transform transform) {
   if (p == nullptr || bytes == 0 || m_region) return;
   const auto begin = reinterpret_cast<uintptr_t>(p);
-  m_ranges.push_back({begin, begin + bytes, unit, 0});
+  m_ranges.push_back({begin, begin + bytes, unit, 0, std::move(transform)});
   m_units = std::max(m_units, unit + 1);
 }
 
@@ -75,6 +75,7 @@ bool WeightArena::start(OnCopied onCopied, Release release, size_t urgentUnits) 
     if (last && (r.begin < last->end || (r.begin == last->end && r.unit == last->unit))) {
       last->end = std::max(last->end, r.end);
       last->unit = std::min(last->unit, r.unit);
+      last->transform = {};  // a transform only of a range of its own
     } else {
       merged.push_back(r);
     }
@@ -139,6 +140,7 @@ void WeightArena::copyAll(bool ownThread) {
         std::memcpy(m_region + r.offset + (from - r.begin), source, n);
         if (m_release) m_release(source, n);
       }
+      if (r.transform) r.transform(m_region + r.offset, r.end - r.begin);
     }
     m_copied.store(unit + 1, std::memory_order_release);
     if (m_onCopied) m_onCopied(unit + 1, unit + 1 == m_units);
@@ -166,6 +168,24 @@ const uint8_t* WeightArena::remap(const uint8_t* p) const {
   --it;
   if (a >= it->end || it->unit >= copiedUnits()) return p;
   return m_region + it->offset + (a - it->begin);
+}
+
+bool WeightArena::transformed(const uint8_t* p) const {
+  if (!m_region || p == nullptr) return false;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = std::upper_bound(m_ranges.begin(), m_ranges.end(), a,
+                             [](uintptr_t v, const Range& r) { return v < r.begin; });
+  if (it == m_ranges.begin()) return false;
+  --it;
+  return a < it->end && it->transform && it->unit < copiedUnits();
+}
+
+size_t WeightArena::transformedRanges() const {
+  if (!m_region) return 0;
+  const size_t copied = copiedUnits();
+  return static_cast<size_t>(std::count_if(m_ranges.begin(), m_ranges.end(), [&](const Range& r) {
+    return r.transform && r.unit < copied;
+  }));
 }
 
 void WeightArena::forEachRange(size_t unit,

@@ -58,10 +58,16 @@ class WeightArena {
   WeightArena& operator=(const WeightArena&) = delete;
   ~WeightArena();  // stops the copy (within one chunk) and frees it
 
+  // Rewrites a range's bytes in the copy, in place, after its unit is copied and before it is
+  // published (CpuStage: a matrix's rows into row groups, row_groups.h).
+  using Transform = std::function<void(uint8_t* copy, size_t bytes)>;
+
   // Marks [p, p + bytes) as read by the stage as part of `unit` (before start). Ranges may
   // overlap or repeat, within a unit or across units; overlapping ones are copied once, with
-  // the lowest unit that reads them.
-  void add(size_t unit, const uint8_t* p, size_t bytes);
+  // the lowest unit that reads them. A transform is applied only to a range that no other range
+  // overlaps or touches (else the other's readers would find rewritten bytes); transformed()
+  // says whether it was.
+  void add(size_t unit, const uint8_t* p, size_t bytes, Transform transform = {});
 
   // Plans the copy and starts it; onCopied(copiedUnits, last) is called on the copying thread
   // after each unit, `last` after the final one, and release(source, bytes) after each chunk (at
@@ -90,11 +96,19 @@ class WeightArena {
 
   size_t bytes() const { return m_used; }  // bytes the copy takes (0 unless started)
 
+  // Whether p (a source address) lies in a range whose transform has been applied in the copy
+  // (its unit copied); false before start, outside the ranges, or where the copy kept the bytes
+  // as they were.
+  bool transformed(const uint8_t* p) const;
+  // Ranges whose transform has been applied so far.
+  size_t transformedRanges() const;
+
  private:
   struct Range {
     uintptr_t begin = 0, end = 0;  // source, half-open
     size_t unit = 0;               // copied with this unit
     size_t offset = 0;             // of begin in the region
+    Transform transform;           // applied after the copy (empty: none)
   };
   void copyAll(bool ownThread);  // the copying thread (or the caller's, when none can be had)
 

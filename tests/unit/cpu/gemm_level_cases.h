@@ -44,9 +44,10 @@ struct Problem {
     }
   }
 
-  // y of rows [rowBegin, rowEnd) for every token; other entries stay NaN.
-  std::vector<float> run(const KernelTable& k, DotOrder order, int64_t rowBegin,
-                         int64_t rowEnd) const {
+  // y of rows [rowBegin, rowEnd) for every token; other entries stay NaN. rowGroups: the
+  // weights were put into row groups (row_groups.h).
+  std::vector<float> run(const KernelTable& k, DotOrder order, int64_t rowBegin, int64_t rowEnd,
+                         bool rowGroups = false) const {
     std::vector<float> y(static_cast<size_t>(rows * tokens), NAN);
     GemmArgs g;
     g.weights = weights.data();
@@ -58,6 +59,7 @@ struct Problem {
     g.y = y.data();
     g.ldy = rows;
     g.order = order;
+    g.rowGroups = rowGroups;
     k.gemm[static_cast<int>(weightKind(type))](g, rowBegin, rowEnd);
     return y;
   }

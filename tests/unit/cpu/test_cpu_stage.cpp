@@ -91,6 +91,26 @@ std::unique_ptr<runtime::Stage> wholeModelStage(cpu::CpuBackend& backend, Loaded
   return backend.createStage("cpu0", src, s);
 }
 
+// The synthetic model `spec` written to `path`, and two whole-model stages of it: one reading
+// the file mapping throughout (SHOAL_CPU_WEIGHTS=mapped), one copying its weights (the default).
+struct MappedAndCopied {
+  Loaded loaded;
+  cpu::CpuBackend backend{2};
+  std::unique_ptr<runtime::Stage> mapped, copied;
+  MappedAndCopied(const model::SyntheticModelSpec& spec, const std::string& path, int32_t maxBatch)
+      : loaded(written(spec, path)) {
+    qputenv("SHOAL_CPU_WEIGHTS", "mapped");
+    mapped = wholeModelStage(backend, loaded, 96, maxBatch);
+    qunsetenv("SHOAL_CPU_WEIGHTS");
+    copied = wholeModelStage(backend, loaded, 96, maxBatch);
+  }
+  static std::string written(const model::SyntheticModelSpec& spec, const std::string& path) {
+    model::writeSyntheticModel(spec, path);
+    return path;
+  }
+  cpu::CpuStage& copiedStage() { return dynamic_cast<cpu::CpuStage&>(*copied); }
+};
+
 }  // namespace
 
 class CpuStageTest : public QObject {
@@ -377,20 +397,14 @@ class CpuStageTest : public QObject {
     spec.nVocab = 300;
     spec.weightType = gguf::TensorType::Q4_K;
     spec.typeOverrides = {{"ffn_down", gguf::TensorType::Q6_K}};
-    const std::string path = m_dir.filePath("copied.gguf").toStdString();
-    model::writeSyntheticModel(spec, path);
-    Loaded m(path);
-    cpu::CpuBackend backend(2);
-    qputenv("SHOAL_CPU_WEIGHTS", "mapped");
-    auto mapped = wholeModelStage(backend, m, 96, 8);
-    qunsetenv("SHOAL_CPU_WEIGHTS");
-    auto copying = wholeModelStage(backend, m, 96, 8);
-    auto& stage = dynamic_cast<cpu::CpuStage&>(*copying);
-    QCOMPARE(dynamic_cast<cpu::CpuStage&>(*mapped).weightUnits(), size_t{0});
+    MappedAndCopied stages(spec, m_dir.filePath("copied.gguf").toStdString(), 8);
+    runtime::Stage &mapped = *stages.mapped, &copying = *stages.copied;
+    cpu::CpuStage& stage = stages.copiedStage();
+    QCOMPARE(dynamic_cast<cpu::CpuStage&>(mapped).weightUnits(), size_t{0});
     const std::vector<int32_t> prompt = {5, 17, 230, 42};
     auto check = [&](int32_t first, const std::vector<int32_t>& tokens) {
-      const auto got = forward(*copying, first, tokens);  // first: while its copy runs
-      const auto want = forward(*mapped, first, tokens);
+      const auto got = forward(copying, first, tokens);  // first: while its copy runs
+      const auto want = forward(mapped, first, tokens);
       QCOMPARE(got.size(), want.size());
       QVERIFY(cpu::test::firstBitDifference(got.data(), want.data(), want.size()) < 0);
     };
@@ -408,6 +422,42 @@ class CpuStageTest : public QObject {
     QCOMPARE(units, size_t{8 * 9 + 2});
     QCOMPARE(stage.weightUnits(), units);
     for (int32_t pos = 40; pos < 44; ++pos) check(pos, {2 + (pos * 11) % 290});
+  }
+
+  // Once the copy is in place, the Q4_K matrices the active kernel level reads in row groups
+  // (row_groups.h) are grouped, the tied embedding/output among them (the embedding's rows are
+  // taken out of their groups), and the logits of a prompt (the tiled order), a 3-token batch and
+  // decode steps (the vec order) are those of the file layout, every logit (LogitRows::All).
+  void rowGroupedWeightsGiveTheFileLayoutsLogits() {
+    model::SyntheticModelSpec spec;
+    spec.nLayer = 2;
+    spec.nEmbd = 512;
+    spec.nHead = 8;
+    spec.nHeadKv = 4;
+    spec.nFf = 1024;
+    spec.nVocab = 304;  // whole groups of 8 rows
+    spec.weightType = gguf::TensorType::Q4_K;
+    spec.embedType = gguf::TensorType::Q4_K;
+    spec.tiedOutput = true;
+    spec.typeOverrides = {{"ffn_down", gguf::TensorType::Q6_K}};
+    MappedAndCopied stages(spec, m_dir.filePath("grouped.gguf").toStdString(), 16);
+    cpu::CpuStage& stage = stages.copiedStage();
+    stage.waitForWeightCopy();
+    if (stage.weightUnits() == 0)
+      QSKIP("no weight copy on this machine (transparent huge pages off)");
+    // Per layer attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up; and token_embd as output.
+    const bool grouping = cpu::kernels().rowGroups[static_cast<int>(cpu::WeightKind::Q4_K)];
+    QCOMPARE(stage.weightTensorsInRowGroups(), grouping ? size_t{2 * 6 + 1} : size_t{0});
+    const std::vector<std::vector<int32_t>> steps = {
+        {5, 17, 230, 42, 7, 99, 150, 3, 260, 301, 12, 64}, {8, 9, 10}, {77}, {200}};
+    int32_t first = 0;
+    for (const auto& tokens : steps) {
+      const auto got = forward(*stages.copied, first, tokens, 0, runtime::LogitRows::All);
+      const auto want = forward(*stages.mapped, first, tokens, 0, runtime::LogitRows::All);
+      QCOMPARE(got.size(), want.size());
+      QVERIFY(cpu::test::firstBitDifference(got.data(), want.data(), want.size()) < 0);
+      first += static_cast<int32_t>(tokens.size());
+    }
   }
 
   void observerSeesTheLayerProgram() {

@@ -184,6 +184,38 @@ class WeightArenaTest : public QObject {
     arena.wait();
   }
 
+  // A transform rewrites its range in the copy before the unit is published; a range another
+  // range overlaps keeps its bytes (the other's readers read them as they are).
+  void aTransformRewritesOnlyARangeOfItsOwn() {
+    const std::vector<uint8_t> src = pattern(size_t{3} << 20);
+    const uint8_t* s = src.data();
+    auto invert = [](uint8_t* copy, size_t n) {
+      for (size_t i = 0; i < n; ++i) copy[i] = static_cast<uint8_t>(~copy[i]);
+    };
+    WeightArena arena;
+    arena.add(0, s + 64, 4096, invert);                            // its own range
+    arena.add(1, s + 8192, 4096, invert);                          // overlapped by unit 2's
+    arena.add(2, s + 10000, 4096);                                 //
+    arena.add(3, s + (size_t{1} << 20), size_t{1} << 20, invert);  // longer than a chunk
+    QCOMPARE(arena.transformed(s + 64), false);                    // not started
+    if (!arena.start()) QSKIP("no weight copy on this machine (transparent huge pages off)");
+    arena.wait();
+    QVERIFY(arena.transformed(s + 64));
+    QVERIFY(arena.transformed(s + 64 + 4095));
+    QVERIFY(!arena.transformed(s + 64 + 4096));
+    QVERIFY(!arena.transformed(s + 8192));
+    QVERIFY(arena.transformed(s + (size_t{3} << 19)));
+    QCOMPARE(arena.transformedRanges(), size_t{2});
+    const uint8_t* a = arena.remap(s + 64);
+    for (size_t i = 0; i < 4096; ++i) QCOMPARE(a[i], static_cast<uint8_t>(~s[64 + i]));
+    const uint8_t* b = arena.remap(s + 8192);
+    QVERIFY(std::equal(b, b + 4096 + 1808, s + 8192));
+    const uint8_t* c = arena.remap(s + (size_t{1} << 20));
+    for (size_t i = 0; i < (size_t{1} << 20); i += 4099) {
+      QCOMPARE(c[i], static_cast<uint8_t>(~s[(size_t{1} << 20) + i]));
+    }
+  }
+
   void mappedModeCopiesNothing() {
     const std::vector<uint8_t> src = pattern(4096);
     qputenv("SHOAL_CPU_WEIGHTS", "mapped");

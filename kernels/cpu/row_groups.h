@@ -1,0 +1,59 @@
+#pragma once
+// Weight rows in groups of 8, interleaved super-block by super-block: the layout the CPU stage's
+// weight copy gives a matrix where the active kernel level reads it (KernelTable::rowGroups).
+//
+// Why: a decode mat-vec in file layout reads one row after another, and per 256-element block of
+// each row it pays for unpacking that row's scales, converting its d and dmin, its minimum terms
+// and its float epilogue. Those per-block costs were half of the AVX-512 Q4_K kernel's
+// instructions, and Q4_K decode was bound by them on one core (23.8 tok/s vs llama.cpp's 28.1 for
+// a 1B model). With eight rows' blocks side by side, one pass unpacks eight rows' scales and
+// minimums in a few 512-bit instructions, converts their 16 halves at once, shares the
+// activation loads and runs the epilogue two rows per register, and the weights of a thread's
+// rows are one front-to-back stream. ggml's CPU "extra buffer types" (ggml-cpu/repack.cpp,
+// block_q4_Kx8) interleave for the same reason; this layout is Shoal's own (each row's fields
+// kept whole, so that a row comes back with plain copies), and the kernels that read it keep the
+// file layout's rounding order, so results stay bit-identical.
+//
+// A grouped matrix keeps its size and the offset of every eighth row, so a view of rows that
+// starts on a group (a fused matrix's row range, one expert of a stack) is a grouped matrix too.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/kernel_table.h"
+
+namespace shoal::cpu {
+
+constexpr int kGroupRows = 8;
+
+// Super-block b of rows 8g .. 8g+7 of a Q4_K matrix: the eight rows' BlockQ4_K fields side by
+// side, row r's at index r.
+struct BlockQ4_Kx8 {
+  uint16_t d[kGroupRows];
+  uint16_t dmin[kGroupRows];
+  uint8_t scales[kGroupRows][12];
+  uint8_t qs[kGroupRows][128];
+};
+static_assert(sizeof(BlockQ4_Kx8) == kGroupRows * sizeof(BlockQ4_K));
+
+// Whether the weight type has a row-group layout (Q4_K).
+bool hasRowGroups(WeightKind kind);
+
+// Rewrites a matrix of `rows` rows (a multiple of kGroupRows) of `cols` elements in place into
+// row groups. Throws shoal::Error for a kind without the layout or a row count that does not
+// divide into groups.
+void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols);
+
+// Row r of a grouped matrix (row 0 starting a group), in file layout, into out (a row's bytes).
+void ungroupRow(WeightKind kind, const uint8_t* data, int64_t cols, int64_t r, uint8_t* out);
+
+// Row r (0-7) of one grouped super-block, in file layout.
+inline void ungroupBlock(const BlockQ4_Kx8& x, int r, BlockQ4_K& out) {
+  out.d = x.d[r];
+  out.dmin = x.dmin[r];
+  for (int i = 0; i < 12; ++i) out.scales[i] = x.scales[r][i];
+  for (int i = 0; i < 128; ++i) out.qs[i] = x.qs[r][i];
+}
+
+}  // namespace shoal::cpu

@@ -1,0 +1,87 @@
+// Weight rows in groups of 8 (row_groups.h): the layout round-trips, and every kernel level that
+// reads it gives the file layout's results bit for bit, for every order, batch size and row range
+// (whole groups, bands of 16, a lone last group, ranges that start or end inside a group).
+
+#include <QtTest>
+#include <vector>
+
+#include "engine/error.h"
+#include "gemm_level_cases.h"
+#include "kernels/cpu/row_groups.h"
+
+using namespace shoal;
+using namespace shoal::cpu;
+
+class CpuRowGroupsTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void ungroupingEachRowGivesTheFileLayoutBack() {
+    const test::Problem p(gguf::TensorType::Q4_K, 24, 768, 1, 11);
+    std::vector<uint8_t> grouped = p.weights;
+    groupRows(WeightKind::Q4_K, grouped.data(), p.rows, p.cols);
+    QVERIFY(grouped != p.weights);  // rearranged, same size
+    std::vector<uint8_t> row(p.weightRow);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      ungroupRow(WeightKind::Q4_K, grouped.data(), p.cols, r, row.data());
+      QVERIFY(std::equal(row.begin(), row.end(), p.weights.begin() + r * p.weightRow));
+    }
+  }
+
+  void matricesThatDoNotDivideIntoGroupsAreRefused() {
+    std::vector<uint8_t> bytes(gguf::rowBytes(gguf::TensorType::Q4_K, 256) * 12);
+    QVERIFY_THROWS_EXCEPTION(Error, groupRows(WeightKind::Q4_K, bytes.data(), 12, 256));
+    QVERIFY_THROWS_EXCEPTION(Error, groupRows(WeightKind::Q8_0, bytes.data(), 8, 256));
+    QVERIFY(hasRowGroups(WeightKind::Q4_K));
+    QVERIFY(!hasRowGroups(WeightKind::Q6_K));
+  }
+
+  void groupedKernelsMatchTheFileLayoutBitForBit_data() {
+    QTest::addColumn<int>("rows");
+    QTest::addColumn<int>("cols");
+    QTest::addColumn<int>("tokens");
+    for (int tokens : {1, 2, 3, 7, 8, 9, 20}) {
+      // 8: one group; 40: two bands of 16 and a lone group; 56 x 2816: 11 super-blocks.
+      QTest::addRow("8x512 t%d", tokens) << 8 << 512 << tokens;
+      QTest::addRow("40x256 t%d", tokens) << 40 << 256 << tokens;
+      QTest::addRow("56x2816 t%d", tokens) << 56 << 2816 << tokens;
+    }
+  }
+  void groupedKernelsMatchTheFileLayoutBitForBit() {
+    QFETCH(int, rows);
+    QFETCH(int, cols);
+    QFETCH(int, tokens);
+    int levels = 0;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDot}) {
+      const KernelTable* k = kernelsFor(isa);
+      if (!k || !k->rowGroups[static_cast<int>(WeightKind::Q4_K)]) continue;
+      ++levels;
+      test::Problem p(gguf::TensorType::Q4_K, rows, cols, tokens, 100 + rows + tokens);
+      test::Problem grouped = p;
+      groupRows(WeightKind::Q4_K, grouped.weights.data(), rows, cols);
+      // Whole ranges, ranges on group boundaries (how matmul hands rows to threads) and ranges
+      // that cut groups.
+      const std::pair<int64_t, int64_t> ranges[] = {
+          {0, rows}, {8, rows}, {0, rows - 8}, {3, rows}, {0, rows - 5}, {2, 6}, {5, rows - 1}};
+      for (DotOrder order : {DotOrder::Vec, DotOrder::Tiled}) {
+        if (order == DotOrder::Tiled && tokens < 2) continue;
+        for (auto [b, e] : ranges) {
+          if (b >= e) continue;
+          const std::vector<float> want = p.run(*k, order, b, e);
+          const std::vector<float> got = grouped.run(*k, order, b, e, true);
+          if (test::firstBitDifference(got.data(), want.data(), want.size()) >= 0) {
+            QFAIL(qPrintable(QString("%1, %2 order, rows [%3, %4): differs from the file layout")
+                                 .arg(isaName(isa).data())
+                                 .arg(order == DotOrder::Vec ? "vec" : "tiled")
+                                 .arg(b)
+                                 .arg(e)));
+          }
+        }
+      }
+    }
+    if (levels == 0) QSKIP("no kernel level of this CPU reads row groups");
+  }
+};
+
+QTEST_GUILESS_MAIN(CpuRowGroupsTest)
+#include "test_cpu_row_groups.moc"
