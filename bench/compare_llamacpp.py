@@ -32,9 +32,14 @@ q4_K_m, a Q4_K_M-style mix (Q4_K matrices, attn_v and ffn_down Q6_K in every lay
 embedding/output Q6_K; llama.cpp's Q4_K_M gives Q6_K to half of the attn_v/ffn_down layers).
 
 Roofline: the bytes one decode step reads (every weight tensor, token_embd only when it is also
-the output, of stacked experts only the routed top-k share) times tg tokens/s, over the DRAM read bandwidth shoal_membw measures with the same
-thread count (or --bandwidth-gibs). It is a DRAM figure only for models much larger than the
-last-level cache; a model that fits in it (SmolLM2-135M in a 480 MiB L3) can exceed 1.
+the output, of stacked experts only the routed top-k share) times tg tokens/s, over the DRAM read
+bandwidth shoal_membw measures with the same thread count (or --bandwidth-gibs). shoal_membw
+runs once per run, just before the run's tg measures, and each run's fractions use that run's
+bandwidth; the report gives the medians of the per-run fractions. Why per run: on the 2-core
+EPYC VM the 2-thread bandwidth switched between about 30 and 53-62 GiB/s from one minute to
+the next (1 thread: 27-29 throughout), so a single measurement at the start could be either.
+It is a DRAM figure only for models much larger than the last-level cache; a model that fits in
+it (SmolLM2-135M in a 480 MiB L3) can exceed 1.
 
 Usage: bench/compare_llamacpp.py [--build build] [--model M | --synthetic-1b TYPE]
                                  [--peer-repack auto|1|0] [--threads 2] [--runs 5] [-p 128]
@@ -297,11 +302,12 @@ def main():
         a.peer_repack = int(a.peer_repack)
 
     load_start = Path("/proc/loadavg").read_text().split()[:3]
-    bandwidth = membw(a)
     samples = {k: {"shoal": [], "llama.cpp": []}
                for k in ("pp", "tg", "rss", "startup", "generate")}
     ratios = {k: [] for k in samples}
+    bandwidths = []  # per run: shoal_membw just before its tg measures
     for _ in range(a.runs):
+        bandwidths.append(membw(a))
         s_pp, s_tg = shoal_bench(a)
         l_pp, l_tg = llama_bench(a)
         _, s_gen, s_rss = shoal_generate(a, a.n)
@@ -316,7 +322,9 @@ def main():
 
     median = {k: {who: statistics.median(v) for who, v in samples[k].items()} for k in samples}
     step_bytes = decode_bytes_per_token(a.model)
-    bps = bandwidth["bytes_per_s_median"]
+    fractions = {who: statistics.median(step_bytes * tg / b["bytes_per_s_median"]
+                                        for tg, b in zip(samples["tg"][who], bandwidths))
+                 for who in ("shoal", "llama.cpp")}
     report = {
         "model": Path(a.model).name,
         "model_file_bytes": os.path.getsize(a.model),
@@ -336,11 +344,12 @@ def main():
         "median_ratio_shoal_over_llamacpp": {k: statistics.median(v) for k, v in ratios.items()},
         "roofline": {
             "decode_bytes_per_token": step_bytes,
-            "dram_read_gib_per_s": bandwidth["gib_per_s_median"],
-            "bandwidth_source": bandwidth["source"],
-            # fraction of the DRAM bandwidth the median tg streams weights at
-            "fraction_of_dram_bandwidth": {who: step_bytes * tg / bps
-                                           for who, tg in median["tg"].items()},
+            "dram_read_gib_per_s": statistics.median(b["gib_per_s_median"] for b in bandwidths),
+            "dram_read_gib_per_s_per_run": [b["gib_per_s_median"] for b in bandwidths],
+            "bandwidth_source": bandwidths[0]["source"],
+            # the median over runs of the fraction of that run's DRAM bandwidth tg streams
+            # weights at
+            "fraction_of_dram_bandwidth": fractions,
         },
         "samples": samples,
     }
