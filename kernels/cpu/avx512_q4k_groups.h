@@ -12,7 +12,8 @@
 // 5 and 7, with the activations rearranged to match), four vpmaddubsw + vpdpwssd with the scales
 // picked by one in-lane byte shuffle each, and half of a two-row float epilogue. The integer lanes
 // are exact, and each row's float terms are added in the vec order's sequence (dotQ4K): the same
-// bits. About a third of the file-layout kernel's instructions per row and super-block.
+// bits. On one core of the Zen 4 VM, with a 295 KB matrix in cache, it ran at 30-31 GB/s against
+// the file layout's 17-21 (cpu_kernels_bench --rows 256 --cols 2048 --type q4_K).
 //
 // Prefetch: a thread's rows are one front-to-back stream here, which the hardware prefetchers of
 // the Zen 4 VM follow well: one core read a 75 MB matrix at 27.1-28.0 GB/s without software

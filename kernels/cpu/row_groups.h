@@ -48,8 +48,10 @@ void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols);
 // Row r of a grouped matrix (row 0 starting a group), in file layout, into out (a row's bytes).
 void ungroupRow(WeightKind kind, const uint8_t* data, int64_t cols, int64_t r, uint8_t* out);
 
-// Row r (0-7) of one grouped super-block, in file layout.
-inline void ungroupBlock(const BlockQ4_Kx8& x, int r, BlockQ4_K& out) {
+// Row r (0-7) of one grouped super-block, in file layout. Internal linkage on purpose: the
+// AVX-512 kernels include this header, and an inline function with external linkage could be
+// merged into one copy built with instructions other CPUs lack (see x86_kquant_kernels.h).
+static inline void ungroupBlock(const BlockQ4_Kx8& x, int r, BlockQ4_K& out) {
   out.d = x.d[r];
   out.dmin = x.dmin[r];
   for (int i = 0; i < 12; ++i) out.scales[i] = x.scales[r][i];
