@@ -62,7 +62,10 @@ class CpuStage final : public runtime::LocalStage {
 
  private:
   void startWeightCopy(const runtime::ModelSource& model);
-  void adoptCopiedWeights();  // with m_adoptMutex held
+  // Adopts every unit copied so far, and points the readers of the unit being copied at the
+  // rows already copied (followCopy); with m_adoptMutex held.
+  void adoptCopiedWeights();
+  void followCopy();
   void adoptUnit(size_t unit);
   // Gives the file mapping's pages for [p, p + bytes) back (nothing when the weights are a
   // buffer: dropping its pages would zero it).

@@ -123,6 +123,18 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
   }
 }
 
+// Rows [begin, end) of one product: those below w.copiedRows from their copy (args with the
+// copy's row 0), the others from w.data.
+void runRows(GemmFn fn, const WeightMatrix& w, const GemmArgs& args, int64_t begin, int64_t end) {
+  const int64_t split = std::clamp(w.copiedRows, begin, end);
+  if (begin < split) {
+    GemmArgs copy = args;
+    copy.weights = w.copied;
+    fn(copy, begin, split);
+  }
+  if (split < end) fn(args, split, end);
+}
+
 }  // namespace
 
 void matmul(const WeightMatrix& w, const float* x, int64_t tokens, float* y, ThreadPool& pool,
@@ -153,7 +165,7 @@ void matmul(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, Thr
       [&](int64_t begin, int64_t end, int) {
         for (size_t i = 0; i < jobs.size(); ++i) {
           const int64_t lo = std::max(begin, firstRow[i]), hi = std::min(end, firstRow[i + 1]);
-          if (lo < hi) fns[i](args[i], lo - firstRow[i], hi - firstRow[i]);
+          if (lo < hi) runRows(fns[i], *jobs[i].w, args[i], lo - firstRow[i], hi - firstRow[i]);
         }
       },
       kRowGrain);
@@ -176,8 +188,8 @@ void gatedFfn(const WeightMatrix& wGate, const WeightMatrix& wUp, const float* x
   pool.parallelFor(
       n,
       [&](int64_t begin, int64_t end, int) {
-        gateFn(args[0], begin, end);
-        upFn(args[1], begin, end);
+        runRows(gateFn, wGate, args[0], begin, end);
+        runRows(upFn, wUp, args[1], begin, end);
         // Chunks start on multiples of 16 and the last one ends the row, so each element gets
         // the vector or scalar SiLU that a whole-row call would give it.
         for (int64_t t = 0; t < tokens; ++t) {

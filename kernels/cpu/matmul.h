@@ -26,6 +26,11 @@ struct WeightMatrix {
   // The rows are in groups of 8 (row_groups.h), as the CPU stage's weight copy leaves a matrix
   // the active kernel level reads that way; row(r) is then no row of the file layout.
   bool rowGroups = false;
+  // While the CPU stage's weight copy is under way on this matrix's tensor: rows [0, copiedRows)
+  // are read from `copied`, their copy, and only the others from `data` (weight_arena.h,
+  // copiedPrefix), so that the rows whose source pages the copy gave back are not faulted in.
+  const uint8_t* copied = nullptr;
+  int64_t copiedRows = 0;
 
   // Throws shoal::Error for a tensor that is not a 1-D/2-D matrix of a supported type.
   static WeightMatrix from(const gguf::TensorInfo& tensor);

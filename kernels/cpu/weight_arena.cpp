@@ -138,10 +138,12 @@ void WeightArena::copyAll(bool ownThread) {
         const size_t n = std::min<size_t>(kChunkBytes, r.end - from);
         const auto* source = reinterpret_cast<const uint8_t*>(from);
         std::memcpy(m_region + r.offset + (from - r.begin), source, n);
+        m_copiedTo.store(from + n, std::memory_order_release);
         if (m_release) m_release(source, n);
       }
       if (r.transform) r.transform(m_region + r.offset, r.end - r.begin);
     }
+    m_copiedTo.store(0, std::memory_order_relaxed);
     m_copied.store(unit + 1, std::memory_order_release);
     if (m_onCopied) m_onCopied(unit + 1, unit + 1 == m_units);
   }
@@ -168,6 +170,21 @@ const uint8_t* WeightArena::remap(const uint8_t* p) const {
   --it;
   if (a >= it->end || it->unit >= copiedUnits()) return p;
   return m_region + it->offset + (a - it->begin);
+}
+
+size_t WeightArena::copiedPrefix(const uint8_t* p, size_t bytes, const uint8_t** copy) const {
+  if (!m_region || p == nullptr) return 0;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = std::upper_bound(m_ranges.begin(), m_ranges.end(), a,
+                             [](uintptr_t v, const Range& r) { return v < r.begin; });
+  if (it == m_ranges.begin()) return 0;
+  --it;
+  if (a >= it->end || it->transform || it->unit < copiedUnits()) return 0;
+  // Within the range in flight only: m_copiedTo lies inside it while it is being copied.
+  const uintptr_t to = m_copiedTo.load(std::memory_order_acquire);
+  if (to <= a || to > it->end) return 0;
+  *copy = m_region + it->offset + (a - it->begin);
+  return std::min<size_t>(bytes, to - a);
 }
 
 bool WeightArena::transformed(const uint8_t* p) const {

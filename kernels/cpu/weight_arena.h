@@ -91,6 +91,12 @@ class WeightArena {
 
   // Where p, inside an added range, is now: in the copy if its unit is copied, p itself if not.
   const uint8_t* remap(const uint8_t* p) const;
+  // For [p, p + bytes) inside the range being copied now (a unit not yet published): how many
+  // of its first bytes are already in the copy, at *copy. 0 for any other range, and for one
+  // with a transform (its bytes change once it is whole). A reader may read that prefix from the
+  // copy while the unit is under way: its source pages are released as they are copied, and
+  // reading them there would fault them back in (the unit held twice).
+  size_t copiedPrefix(const uint8_t* p, size_t bytes, const uint8_t** copy) const;
   // Calls fn(source, bytes) for each (merged) range copied with `unit`.
   void forEachRange(size_t unit, const std::function<void(const uint8_t*, size_t)>& fn) const;
 
@@ -122,6 +128,9 @@ class WeightArena {
   Release m_release;
   size_t m_urgentUnits = 0;
   std::atomic<size_t> m_copied{0};
+  // Source address up to which the range being copied is in the copy (a release store after
+  // each chunk; 0 between ranges).
+  std::atomic<uintptr_t> m_copiedTo{0};
   std::atomic<bool> m_stop{false};
   std::thread m_thread;
 };

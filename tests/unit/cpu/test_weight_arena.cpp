@@ -156,6 +156,51 @@ class WeightArenaTest : public QObject {
     }
   }
 
+  // While a unit is being copied, copiedPrefix() gives the part of a reader's range already in
+  // the copy (whole chunks: the copy's release callback runs after each), and nothing for a
+  // range with a transform, a unit not yet reached, or once the unit is published.
+  void theRangeInFlightShowsItsCopiedPrefix() {
+    const std::vector<uint8_t> src = pattern(size_t{4} << 20);
+    const uint8_t* s = src.data();
+    const size_t mib = size_t{1} << 20;
+    WeightArena arena;
+    arena.add(0, s, 3 * mib);                                     // 3 chunks
+    arena.add(1, s + 3 * mib, mib / 2, [](uint8_t*, size_t) {});  // transformed
+    arena.add(1, s + 3 * mib + mib / 2, mib / 2);
+    std::mutex mutex;
+    std::condition_variable changed;
+    int chunks = 0;
+    bool go = false;
+    const bool started = arena.start({}, [&](const uint8_t*, size_t) {
+      std::unique_lock lock(mutex);
+      ++chunks;
+      changed.notify_all();
+      if (chunks == 1) changed.wait(lock, [&] { return go; });  // hold after the first chunk
+    });
+    if (!started) QSKIP("no copy on this machine (transparent huge pages off, or low memory)");
+    {
+      std::unique_lock lock(mutex);
+      changed.wait(lock, [&] { return chunks == 1; });
+    }
+    const uint8_t* copy = nullptr;
+    // A reader of rows from byte 1000 on: the first chunk less those 1000 bytes is copied.
+    QCOMPARE(arena.copiedPrefix(s + 1000, 2 * mib, &copy), mib - 1000);
+    QVERIFY(std::equal(s + 1000, s + mib, copy));
+    QCOMPARE(arena.copiedPrefix(s + 1000, 100, &copy), size_t{100});   // clipped to the request
+    QCOMPARE(arena.copiedPrefix(s + 2 * mib, mib, &copy), size_t{0});  // not copied yet
+    QCOMPARE(arena.copiedPrefix(s + 3 * mib, mib / 2, &copy), size_t{0});
+    QCOMPARE(arena.remap(s + 1000), s + 1000);  // the unit is not published
+    {
+      const std::lock_guard lock(mutex);
+      go = true;
+    }
+    changed.notify_all();
+    arena.wait();
+    QCOMPARE(arena.copiedPrefix(s + 1000, mib, &copy), size_t{0});  // published: remap() it
+    QVERIFY(arena.remap(s + 1000) != s + 1000);
+    QCOMPARE(arena.copiedPrefix(s + 3 * mib + mib / 2, 10, &copy), size_t{0});
+  }
+
   // A stop leaves copiedUnits() where the copy got to, and remap() agrees with it.
   void aStoppedCopyIsConsistent() {
     const size_t unitBytes = size_t{4} << 20;
