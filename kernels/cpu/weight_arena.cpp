@@ -160,41 +160,37 @@ void WeightArena::stop() {
   wait();
 }
 
-const uint8_t* WeightArena::remap(const uint8_t* p) const {
-  if (!m_region || p == nullptr) return p;
+const WeightArena::Range* WeightArena::rangeOf(const uint8_t* p) const {
+  if (!m_region || p == nullptr) return nullptr;
   const auto a = reinterpret_cast<uintptr_t>(p);
   // The last range starting at or before a.
   auto it = std::upper_bound(m_ranges.begin(), m_ranges.end(), a,
                              [](uintptr_t v, const Range& r) { return v < r.begin; });
-  if (it == m_ranges.begin()) return p;
+  if (it == m_ranges.begin()) return nullptr;
   --it;
-  if (a >= it->end || it->unit >= copiedUnits()) return p;
-  return m_region + it->offset + (a - it->begin);
+  return a < it->end ? &*it : nullptr;
+}
+
+const uint8_t* WeightArena::remap(const uint8_t* p) const {
+  const Range* r = rangeOf(p);
+  if (r == nullptr || r->unit >= copiedUnits()) return p;
+  return m_region + r->offset + (reinterpret_cast<uintptr_t>(p) - r->begin);
 }
 
 size_t WeightArena::copiedPrefix(const uint8_t* p, size_t bytes, const uint8_t** copy) const {
-  if (!m_region || p == nullptr) return 0;
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  auto it = std::upper_bound(m_ranges.begin(), m_ranges.end(), a,
-                             [](uintptr_t v, const Range& r) { return v < r.begin; });
-  if (it == m_ranges.begin()) return 0;
-  --it;
-  if (a >= it->end || it->transform || it->unit < copiedUnits()) return 0;
+  const Range* r = rangeOf(p);
+  if (r == nullptr || r->transform || r->unit < copiedUnits()) return 0;
   // Within the range in flight only: m_copiedTo lies inside it while it is being copied.
+  const auto a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t to = m_copiedTo.load(std::memory_order_acquire);
-  if (to <= a || to > it->end) return 0;
-  *copy = m_region + it->offset + (a - it->begin);
+  if (to <= a || to > r->end) return 0;
+  *copy = m_region + r->offset + (a - r->begin);
   return std::min<size_t>(bytes, to - a);
 }
 
 bool WeightArena::transformed(const uint8_t* p) const {
-  if (!m_region || p == nullptr) return false;
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  auto it = std::upper_bound(m_ranges.begin(), m_ranges.end(), a,
-                             [](uintptr_t v, const Range& r) { return v < r.begin; });
-  if (it == m_ranges.begin()) return false;
-  --it;
-  return a < it->end && it->transform && it->unit < copiedUnits();
+  const Range* r = rangeOf(p);
+  return r != nullptr && r->transform && r->unit < copiedUnits();
 }
 
 size_t WeightArena::transformedRanges() const {

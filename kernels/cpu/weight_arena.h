@@ -117,6 +117,8 @@ class WeightArena {
     Transform transform;           // applied after the copy (empty: none)
   };
   void copyAll(bool ownThread);  // the copying thread (or the caller's, when none can be had)
+  // The range holding source address p (nullptr: none, or not started).
+  const Range* rangeOf(const uint8_t* p) const;
 
   std::vector<Range> m_ranges;  // sorted and merged by start
   size_t m_units = 0;
