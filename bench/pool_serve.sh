@@ -36,23 +36,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mkdir -p "$work/models"
-ln -s "$model" "$work/models/model.gguf"
-coordinator="$("$node" --print-device-id --config-dir "$work/cli")"
-trusted='{"devices": ['
-nodes=""
-for h in 1 2 3; do
-  id="$("$node" --print-device-id --config-dir "$work/node$h")"
-  netns_exec "h$h" "$node" --name "node$h" --config-dir "$work/node$h" --port 7000 \
-    --no-discovery --threads 1 --models-dir "$work/models" --trust "$coordinator" \
-    >"$work/node$h.out" 2>&1 &
-  pids+=($!)
-  [ "$h" = 1 ] || trusted+=", "
-  trusted+="{\"id\": \"$id\", \"name\": \"node$h\"}"
-  nodes+="${nodes:+,}$(netns_ip "h$h"):7000"
-done
-trusted+=']}'
-printf '%s\n' "$trusted" >"$work/cli/trusted.json"
+source "$here/pool_nodes.sh"
+pool_nodes_start "$work" "$node" "$model" 7000
 
 pool() { netns_exec h4 "$cli" pool "$@" --nodes "$nodes" --config-dir "$work/cli" --ctx 512; }
 for _ in $(seq 100); do pool status --json >/dev/null 2>&1 && break; sleep 0.2; done

@@ -147,7 +147,16 @@ runtime::GenerateOptions CompletionOptions::generateOptions() const {
   g.sampler = sampler;
   g.stop = stop;
   g.ignoreEndOfGeneration = ignoreEos;
+  g.lookup.maxDraft = draftMax;
   return g;
+}
+
+void addDraftOption(CLI::App& cmd, int& draftMax) {
+  cmd.add_option("--draft-max", draftMax,
+                 "most tokens drafted per step by prompt lookup (speculative decoding of greedy "
+                 "replies; the text is unchanged); 0 = off")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
 }
 
 void addCompletionOptions(CLI::App& cmd, CompletionOptions& o) {
@@ -158,6 +167,7 @@ void addCompletionOptions(CLI::App& cmd, CompletionOptions& o) {
   addSamplerOptions(cmd, o.sampler, nullptr);
   cmd.add_option("--stop", o.stop, "stop string (repeatable)");
   cmd.add_flag("--ignore-eos", o.ignoreEos, "keep generating past end-of-generation tokens");
+  addDraftOption(cmd, o.draftMax);
 }
 
 }  // namespace shoal::cli

@@ -40,14 +40,18 @@ struct CompletionOptions {
   runtime::SamplerParams sampler;
   std::vector<std::string> stop;  // --stop, repeatable
   bool ignoreEos = false;         // --ignore-eos
+  int draftMax = 8;               // --draft-max: prompt-lookup speculation (greedy only), 0 off
 
   // The prompt's tokens (BOS and special tokens parsed); CliExit{2} when it is empty.
   std::vector<model::TokenId> encodePrompt(const model::Tokenizer& tokenizer) const;
   runtime::GenerateOptions generateOptions() const;
 };
 
-// -p/--prompt (required), -n/--n-predict, the sampler options, --stop, --ignore-eos.
+// -p/--prompt (required), -n/--n-predict, the sampler options, --stop, --ignore-eos,
+// --draft-max.
 void addCompletionOptions(CLI::App& cmd, CompletionOptions& options);
+// --draft-max N: speculative decoding by prompt lookup (runtime::PromptLookupParams::maxDraft).
+void addDraftOption(CLI::App& cmd, int& draftMax);
 
 struct LoadedModel {
   std::unique_ptr<model::Model> model;

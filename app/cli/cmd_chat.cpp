@@ -30,6 +30,7 @@ struct ChatOptions {
   bool noThink = false;
   std::string reasoningEffort;
   runtime::SamplerParams sampler;
+  int draftMax = 8;  // --draft-max: prompt-lookup speculation of greedy replies (--temp 0)
 };
 
 class ChatLoop {
@@ -71,6 +72,7 @@ class ChatLoop {
     g.maxTokens = m_options.maxTokens;
     g.sampler = m_options.sampler;
     g.stop = model::chatStopStrings(m_template.format);
+    g.lookup.maxDraft = m_options.draftMax;
     runtime::ReasoningSplit split;
     bool inReasoning = false;
     const bool terminal = isatty(STDOUT_FILENO);
@@ -160,6 +162,7 @@ void registerChatCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   addSamplerOptions(*cmd, o->sampler, nullptr);
+  addDraftOption(*cmd, o->draftMax);
   cmd->callback([o] { runChat(*o); });
 }
 

@@ -42,10 +42,11 @@ void runGenerate(const GenerateOptions& o) {
                            : 0.0;
     std::fprintf(stderr,
                  "\n[prompt %d tokens in %.3f s, %zu tokens generated, %.2f tok/s, finish: %s, "
-                 "seed %llu]\n",
+                 "seed %llu, drafts accepted %d/%d in %d verifying steps]\n",
                  r.promptTokens, r.prefillSeconds, r.tokens.size(), tgs,
                  std::string(runtime::finishReasonName(r.finish)).c_str(),
-                 static_cast<unsigned long long>(o.completion.sampler.seed));
+                 static_cast<unsigned long long>(o.completion.sampler.seed), r.acceptedTokens,
+                 r.draftedTokens, r.verifySteps);
   }
 }
 

@@ -16,6 +16,7 @@
 // brackets); without --nodes, the trusted nodes LAN discovery finds in --seconds (3) are used.
 // Exit codes: 0 done, 1 runtime failure (unreachable, untrusted, no plan), 2 bad input.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +32,8 @@
 #include "app/cli/cli_support.h"
 #include "app/cli/commands.h"
 #include "engine/error.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/model_config.h"
 #include "engine/plan/plan_json.h"
 #include "engine/plan/pool_file.h"
 #include "lan/discovery/discovery.h"
@@ -52,9 +55,9 @@ struct PoolOptions {
   std::string configDir;
   std::string nodes;  // comma-separated host:port
   std::string model;
-  int contextLength = 2048;
-  int parallel = 1;  // generations at once (KV slots per stage)
-  int replies = 0;   // generate: copies of the prompt run at once (0: parallel)
+  int contextLength = 0;  // 0: as `generate`, min(the model's training context, 4096)
+  int parallel = 1;       // generations at once (KV slots per stage)
+  int replies = 0;        // generate: copies of the prompt run at once (0: parallel)
   int timeoutMs = 10000;
   double maxDeviceMemoryMb = 0;
   bool json = false;
@@ -135,6 +138,18 @@ std::vector<std::string> nodeList(const PoolOptions& o, Credentials& creds) {
   return out;
 }
 
+// --ctx, or its default as `shoal-cli generate` has it: the model's training context, at most 4096
+// (2048 when the model cannot be read: loading it later says why).
+int32_t contextFor(const PoolOptions& o) {
+  if (o.contextLength > 0) return o.contextLength;
+  try {
+    const gguf::File file = gguf::File::open(o.model.empty() ? defaultModelPath() : o.model);
+    return std::min(model::ModelConfig::fromGguf(file).nCtxTrain, 4096);
+  } catch (const std::exception&) {
+    return 2048;
+  }
+}
+
 std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials& creds) {
   const std::chrono::milliseconds timeout(o.timeoutMs);
   lan::Connector connector = [&creds, timeout](const std::string& address) {
@@ -142,7 +157,7 @@ std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials&
     return lan::connectTo(host, port, creds.identity, creds.trust, timeout);
   };
   lan::CoordinatorOptions co;
-  co.contextLength = o.contextLength;
+  co.contextLength = contextFor(o);
   co.maxSequences = o.parallel;
   co.maxDeviceMemoryBytes = static_cast<uint64_t>(o.maxDeviceMemoryMb * 1e6);
   co.requestTimeout = std::max(timeout, std::chrono::milliseconds(30000));
@@ -257,7 +272,8 @@ void runPair(const PoolOptions& o) {
                          o.name.empty() ? "shoal-cli" : o.name,
                          std::chrono::milliseconds(o.timeoutMs));
   } catch (const lan::TransportError& e) {
-    throw CliExit{1, "pairing with " + o.address + " failed: " + e.what()};
+    // The transport's message already names the peer ("pairing with HOST:PORT ...").
+    throw CliExit{1, e.what()};
   } catch (const Error& e) {
     throw CliExit{2, e.what()};
   }
@@ -376,7 +392,7 @@ void runPlanCommand(const PoolOptions& o) {
   // fit estimate made elsewhere (before a download) needs to predict this very plan.
   plan::PoolFile seen;
   seen.pool = c->pool();
-  seen.request.contextTokens = o.contextLength;
+  seen.request.contextTokens = contextFor(o);
   seen.request.sequences = o.parallel;
   out["pool"] = json::parse(plan::writePoolFile(seen));
   std::printf("%s\n", out.dump(2).c_str());
@@ -470,6 +486,18 @@ void runPoolGenerate(const PoolOptions& o) {
   }
   const double deploySeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!o.json) {
+    // Which node holds which layers, before the reply streams (the JSON has it as "stages").
+    std::string line;
+    for (const json& st : stagesJson(c->deployed(), c->nodes())) {
+      line += (line.empty() ? "" : ", ") + std::string("layers ") +
+              std::to_string(st["first_layer"].get<int>()) + "-" +
+              std::to_string(st["last_layer"].get<int>() - 1) + " on " +
+              st["node_name"].get<std::string>();
+    }
+    std::fprintf(stderr, "[pool: %s; predicted %.1f tokens/s]\n", line.c_str(),
+                 c->predictedTokensPerS());
+  }
   const model::Tokenizer& tok = c->model().tokenizer();
   const auto prompt = o.completion.encodePrompt(tok);
   const runtime::GenerateOptions g = o.completion.generateOptions();
@@ -498,6 +526,9 @@ void runPoolGenerate(const PoolOptions& o) {
                 {"prefill_s", r.prefillSeconds},
                 {"decode_s", r.decodeSeconds},
                 {"tokens_per_s", tokS},
+                {"drafted_tokens", r.draftedTokens},
+                {"accepted_tokens", r.acceptedTokens},
+                {"verify_steps", r.verifySteps},
                 {"predicted_tokens_per_s", c->predictedTokensPerS()},
                 {"stages", stagesJson(c->deployed(), c->nodes())},
                 {"recoveries", recoveries}};
@@ -505,9 +536,13 @@ void runPoolGenerate(const PoolOptions& o) {
     return;
   }
   std::fprintf(stderr,
-               "\n[%zu tokens, deploy %.2f s, prefill %.2f s, %.1f tokens/s, %zu stage(s)%s]\n",
+               "\n[%zu tokens, deploy %.2f s, prefill %.2f s, %.1f tokens/s, %zu stage(s)%s%s]\n",
                r.tokens.size(), deploySeconds, r.prefillSeconds, tokS, c->deployed().size(),
-               c->recoveries().empty() ? "" : ", recovered from a node failure");
+               c->recoveries().empty() ? "" : ", recovered from a node failure",
+               r.draftedTokens > 0 ? (", drafts accepted " + std::to_string(r.acceptedTokens) +
+                                      "/" + std::to_string(r.draftedTokens))
+                                         .c_str()
+                                   : "");
 }
 
 void addCommon(CLI::App& cmd, PoolOptions& o) {
@@ -526,8 +561,8 @@ void addPoolNodes(CLI::App& cmd, PoolOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(0.1, 600.0));
   cmd.add_option("-m,--model", o.model, "GGUF model file (default: the default model)");
-  cmd.add_option("--ctx", o.contextLength, "context length of every stage")
-      ->capture_default_str()
+  cmd.add_option("--ctx", o.contextLength,
+                 "context length of every stage (default: min(model, 4096), as generate)")
       ->check(CLI::Range(16, 1 << 20));
   cmd.add_option("--parallel", o.parallel,
                  "sequences every stage holds (the planner's S); generate runs the prompt as "

@@ -57,7 +57,8 @@ int32_t Chain::maxBatch() const {
 }
 
 void Chain::forward(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
-                    StageOutput& out, LogitRows logits, const SampleRequest* sample) {
+                    StageOutput& out, LogitRows logits, const SampleRequest* sample,
+                    bool decodeOrder) {
   if (tokens.empty()) throw Error("Chain::forward: no tokens");
   const size_t stages = m_stages.size();
   out.hidden.clear();
@@ -65,7 +66,7 @@ void Chain::forward(int32_t sequence, int32_t firstPosition, std::span<const int
   out.tokens.clear();
 
   try {
-    runWaves(sequence, firstPosition, tokens, out, logits, sample);
+    runWaves(sequence, firstPosition, tokens, out, logits, sample, decodeOrder);
   } catch (...) {
     const size_t failed = m_failedStage;
     for (size_t s = 0; s < stages; ++s) {
@@ -82,7 +83,8 @@ void Chain::forward(int32_t sequence, int32_t firstPosition, std::span<const int
 }
 
 void Chain::runWaves(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
-                     StageOutput& out, LogitRows logits, const SampleRequest* sample) {
+                     StageOutput& out, LogitRows logits, const SampleRequest* sample,
+                     bool decodeOrder) {
   const size_t batch = static_cast<size_t>(maxBatch());
   const size_t n = (tokens.size() + batch - 1) / batch;
   // The micro-batches, one segment each; kept as members so that a decode step allocates nothing.
@@ -98,6 +100,7 @@ void Chain::runWaves(int32_t sequence, int32_t firstPosition, std::span<const in
     seg.logits = logits == LogitRows::All                  ? LogitRows::All
                  : logits == LogitRows::Last && k + 1 == n ? LogitRows::Last
                                                            : LogitRows::None;
+    seg.decodeOrder = decodeOrder;
     Batch& b = m_microBatches[k];
     b.segments = std::span(&seg, 1);
     b.tokens = tokens.subspan(start, count);

@@ -27,10 +27,11 @@ class Chain {
   // Runs `tokens` of `sequence` at positions [firstPosition, firstPosition + size) and returns
   // what the head produced for the rows `logits` asks for: logits rows, or, when `sample` is
   // given and the head stage samples, one token per such row (out.tokens). For LogitRows::Last,
-  // only the final micro-batch's last row.
+  // only the final micro-batch's last row. decodeOrder: every row computed as if decoded alone
+  // (Segment::decodeOrder; speculative verification).
   void forward(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
                StageOutput& out, LogitRows logits = LogitRows::Last,
-               const SampleRequest* sample = nullptr);
+               const SampleRequest* sample = nullptr, bool decodeOrder = false);
   // Convenience for local chains: the logits of the last token (or of every token).
   void forward(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
                std::vector<float>& logits, bool allLogits = false);
@@ -57,7 +58,7 @@ class Chain {
   void checkJoins() const;
   // forward()'s micro-batches through forwardBatches, without its clean-up on failure.
   void runWaves(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
-                StageOutput& out, LogitRows logits, const SampleRequest* sample);
+                StageOutput& out, LogitRows logits, const SampleRequest* sample, bool decodeOrder);
 
   std::vector<std::shared_ptr<Stage>> m_stages;
   size_t m_failedStage = 0;

@@ -43,11 +43,13 @@ Session::Session(Chain& chain, const model::Tokenizer& tokenizer, int32_t sequen
 void Session::reset() {
   m_chain.truncate(m_sequence, 0);
   m_cached.clear();
-  m_stepStarts.clear();
+  m_steps.clear();
 }
 
-model::TokenId Session::compute(size_t from, Sampler& sampler, const GenerateOptions& options) {
+void Session::compute(size_t from, StepKind kind, Sampler& sampler,
+                      const GenerateOptions& options) {
   const std::span<const model::TokenId> tokens(m_cached.data() + from, m_cached.size() - from);
+  const bool verify = kind == StepKind::Verify;
   SampleRequest sample;
   sample.temperature = options.sampler.temperature;
   sample.topP = options.sampler.topP;
@@ -58,37 +60,55 @@ model::TokenId Session::compute(size_t from, Sampler& sampler, const GenerateOpt
   // A head stage that samples (on its device, or a pool's last node) has no token history, so a
   // repetition penalty needs the logits here.
   const bool headMaySample = options.sampler.repeatPenalty == 1.0f;
-  m_chain.forward(m_sequence, static_cast<int32_t>(from), tokens, m_out, LogitRows::Last,
-                  headMaySample ? &sample : nullptr);
+  m_chain.forward(m_sequence, static_cast<int32_t>(from), tokens, m_out,
+                  verify ? LogitRows::All : LogitRows::Last, headMaySample ? &sample : nullptr,
+                  verify);
+  const size_t rows = verify ? tokens.size() : 1;
+  m_predicted.clear();
   if (!m_out.tokens.empty()) {
-    const model::TokenId t = m_out.tokens.back();
-    if (t < 0 || t >= m_tokenizer.size()) throw Error("the head stage sampled an unknown token");
-    return t;
+    if (m_out.tokens.size() != rows) throw Error("the head stage sampled the wrong number of rows");
+    for (model::TokenId t : m_out.tokens) {
+      if (t < 0 || t >= m_tokenizer.size()) throw Error("the head stage sampled an unknown token");
+      m_predicted.push_back(t);
+    }
+    return;
   }
-  return sampler.sample(m_out.logits);
+  const size_t vocab = m_out.logits.size() / rows;
+  if (vocab == 0 || vocab * rows != m_out.logits.size()) {
+    throw Error("the head stage returned " + std::to_string(m_out.logits.size()) + " logits for " +
+                std::to_string(rows) + " rows");
+  }
+  // Verification is greedy only (produce()), so sampling each row does not depend on the others.
+  for (size_t r = 0; r < rows; ++r) {
+    m_predicted.push_back(sampler.sample(std::span(m_out.logits).subspan(r * vocab, vocab)));
+  }
 }
 
 void Session::replay() {
   m_chain.truncate(m_sequence, 0);
-  const std::vector<size_t> starts = m_stepStarts;
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const size_t end = i + 1 < starts.size() ? starts[i + 1] : m_cached.size();
-    const std::span<const model::TokenId> tokens(m_cached.data() + starts[i], end - starts[i]);
+  const std::vector<Step> steps = m_steps;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const size_t begin = steps[i].start;
+    const size_t end = i + 1 < steps.size() ? steps[i + 1].start : m_cached.size();
+    const std::span<const model::TokenId> tokens(m_cached.data() + begin, end - begin);
     // Only the caches are rebuilt: no logits (over a pool, none cross the network).
-    m_chain.forward(m_sequence, static_cast<int32_t>(starts[i]), tokens, m_out, LogitRows::None);
+    m_chain.forward(m_sequence, static_cast<int32_t>(begin), tokens, m_out, LogitRows::None,
+                    nullptr, steps[i].decodeOrder);
   }
 }
 
-model::TokenId Session::step(size_t from, Sampler& sampler, const GenerateOptions& options,
-                             GenerateResult& result) {
+const std::vector<model::TokenId>& Session::step(size_t from, StepKind kind, Sampler& sampler,
+                                                 const GenerateOptions& options,
+                                                 GenerateResult& result) {
   // Forget steps at or after `from` (a shorter prompt rewrote history) and record this one.
-  while (!m_stepStarts.empty() && m_stepStarts.back() >= from) m_stepStarts.pop_back();
-  m_stepStarts.push_back(from);
+  while (!m_steps.empty() && m_steps.back().start >= from) m_steps.pop_back();
+  m_steps.push_back({from, kind == StepKind::Verify});
   try {
     for (;;) {
       std::exception_ptr failure;
       try {
-        return compute(from, sampler, options);
+        compute(from, kind, sampler, options);
+        return m_predicted;
       } catch (const std::exception&) {
         if (!m_recovery) throw;
         failure = std::current_exception();
@@ -103,16 +123,16 @@ model::TokenId Session::step(size_t from, Sampler& sampler, const GenerateOption
         }
         ++result.recoveries;
         failure = nullptr;
-        const std::vector<size_t> starts = m_stepStarts;
+        const std::vector<Step> steps = m_steps;
         const std::vector<model::TokenId> all = m_cached;
         try {
-          m_stepStarts.pop_back();
+          m_steps.pop_back();
           m_cached.resize(from);
           replay();
         } catch (const std::exception&) {
           failure = std::current_exception();
         }
-        m_stepStarts = starts;
+        m_steps = steps;
         m_cached = all;
       }
     }
@@ -121,15 +141,56 @@ model::TokenId Session::step(size_t from, Sampler& sampler, const GenerateOption
     // forget its positions (best effort: a lost stage may refuse), so the next generate() on
     // this session reuses only what every stage really holds.
     m_cached.resize(from);
-    m_stepStarts.pop_back();
+    m_steps.pop_back();
     try {
       m_chain.truncate(m_sequence, static_cast<int32_t>(from));
     } catch (const std::exception&) {
       m_cached.clear();
-      m_stepStarts.clear();
+      m_steps.clear();
     }
     throw;
   }
+}
+
+void Session::produce(int32_t room, Sampler& sampler, const GenerateOptions& options,
+                      GenerateResult& result, std::vector<model::TokenId>& tokens) {
+  const size_t from = m_cached.size() - 1;
+  tokens.clear();
+  // Greedy without a penalty: each row's prediction depends on nothing but the tokens before
+  // it, so a confirmed draft is exactly what plain decoding would have produced.
+  const bool speculate = options.lookup.maxDraft > 0 && options.sampler.temperature <= 0 &&
+                         options.sampler.repeatPenalty == 1.0f;
+  m_draft.clear();
+  if (speculate && room > 0) {
+    draftByPromptLookup(m_cached, options.lookup, std::min(room, m_chain.maxBatch() - 1), m_draft);
+    if (options.lookup.adaptive) {
+      const int32_t length = m_draftPolicy.length(static_cast<int32_t>(m_draft.size()));
+      m_draft.resize(static_cast<size_t>(length));
+    }
+  }
+  const auto t0 = Clock::now();
+  if (m_draft.empty()) {
+    tokens.push_back(step(from, StepKind::Plain, sampler, options, result).front());
+    if (speculate) m_draftPolicy.plainStep(secondsSince(t0));
+    return;
+  }
+  m_cached.insert(m_cached.end(), m_draft.begin(), m_draft.end());
+  const std::vector<model::TokenId>& predicted =
+      step(from, StepKind::Verify, sampler, options, result);
+  // predicted[j] follows m_cached[from + j]; drafted token j stands at from + 1 + j.
+  size_t accepted = 0;
+  while (accepted < m_draft.size() && predicted[accepted] == m_draft[accepted]) ++accepted;
+  tokens.assign(m_draft.begin(), m_draft.begin() + static_cast<std::ptrdiff_t>(accepted));
+  tokens.push_back(predicted[accepted]);
+  // The rejected drafts' cache entries are left to be overwritten: a stage accepts a batch at
+  // any position up to what it holds (SequenceBook::check), and attention sees only earlier
+  // positions, so no truncate round trip is needed.
+  m_cached.resize(from + 1 + accepted);
+  m_draftPolicy.verifyStep(static_cast<int32_t>(m_draft.size()), static_cast<int32_t>(accepted),
+                           secondsSince(t0));
+  ++result.verifySteps;
+  result.draftedTokens += static_cast<int32_t>(m_draft.size());
+  result.acceptedTokens += static_cast<int32_t>(accepted);
 }
 
 GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
@@ -160,7 +221,7 @@ GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
     // repaired as for a failure mid-reply, and its empty caches start from position 0. The
     // cache is forgotten either way (no reply is under way: cachedTokens() is empty).
     m_cached.clear();
-    m_stepStarts.clear();
+    m_steps.clear();
     if (!m_recovery || !m_recovery(e, m_chain.failedStage())) throw;
     ++result.recoveries;
     common = 0;
@@ -172,7 +233,9 @@ GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
   for (model::TokenId t : prompt) sampler.accept(t);
 
   const auto t0 = Clock::now();
-  model::TokenId next = step(common, sampler, options, result);
+  // Tokens produced and not yet emitted: the prompt's next token, then each step's output.
+  std::vector<model::TokenId> pending{step(common, StepKind::Plain, sampler, options, result)[0]};
+  size_t emitted = 0;  // of pending
   result.prefillSeconds = secondsSince(t0);
 
   ReplyText text(m_tokenizer, options.stop);
@@ -190,10 +253,16 @@ GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
       result.finish = FinishReason::Cancelled;
       break;
     }
-    if (i > 0) {
+    if (emitted == pending.size()) {
       m_cached.push_back(result.tokens.back());
-      next = step(m_cached.size() - 1, sampler, options, result);
+      // Drafts may fill the tokens still wanted and the context still free (the loop's checks
+      // below see each token as if it had been decoded alone).
+      const int32_t room = std::min<int32_t>(options.maxTokens - i - 1,
+                                             ctx - 1 - static_cast<int32_t>(m_cached.size()));
+      produce(room, sampler, options, result, pending);
+      emitted = 0;
     }
+    const model::TokenId next = pending[emitted++];
     sampler.accept(next);
     result.tokens.push_back(next);
     if (!options.ignoreEndOfGeneration && m_tokenizer.isEndOfGeneration(next)) {
@@ -211,7 +280,7 @@ GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
       break;
     }
     if (i + 1 == options.maxTokens) break;
-    if (static_cast<int32_t>(m_cached.size()) + 1 >= ctx) {
+    if (emitted == pending.size() && static_cast<int32_t>(m_cached.size()) + 1 >= ctx) {
       result.finish = FinishReason::ContextFull;
       break;
     }

@@ -30,6 +30,8 @@
 
 #include "engine/model/tokenizer.h"
 #include "engine/runtime/chain.h"
+#include "engine/runtime/draft_policy.h"
+#include "engine/runtime/prompt_lookup.h"
 #include "engine/runtime/sampler.h"
 
 namespace shoal::runtime {
@@ -43,6 +45,11 @@ struct GenerateOptions {
   std::vector<std::string> stop;              // stop strings; the text ends before the first match
   bool ignoreEndOfGeneration = false;         // keep going past EOS/EOT (benchmarks, fixtures)
   const std::atomic<bool>* cancel = nullptr;  // checked before every token
+  // Speculative decoding by prompt lookup (greedy requests without a repetition penalty only;
+  // maxDraft 0: off). Drafted tokens are verified in one pass through the chain in decode order
+  // (Segment::decodeOrder), so the reply is the one plain decoding gives, token for token; how
+  // many are verified per pass is the session's DraftPolicy's choice (none where none pays).
+  PromptLookupParams lookup{.maxDraft = 0};
 };
 
 struct GenerateResult {
@@ -54,6 +61,11 @@ struct GenerateResult {
   double prefillSeconds = 0;  // computing the new prompt tokens
   double decodeSeconds = 0;   // generating (after the first token)
   int32_t recoveries = 0;     // times the chain was repaired during this reply
+  // Speculative decoding: tokens drafted, drafts that the model confirmed (each saved a pass
+  // through the chain), and passes that verified a draft.
+  int32_t draftedTokens = 0;
+  int32_t acceptedTokens = 0;
+  int32_t verifySteps = 0;
 };
 
 class Session {
@@ -84,23 +96,40 @@ class Session {
   const std::vector<model::TokenId>& cachedTokens() const { return m_cached; }
 
  private:
-  // Runs tokens[from..) of m_cached through the chain as one step (prompt: micro-batches of
-  // it; reply: one token) and returns the next token, sampled on the head stage or here.
-  // Recovers (and replays) when a stage fails.
-  model::TokenId step(size_t from, Sampler& sampler, const GenerateOptions& options,
-                      GenerateResult& result);
+  // How a step runs tokens[from..) of m_cached: the prompt (micro-batches of it) or one
+  // reply token, predicting the token after the last; or a reply token followed by drafted
+  // ones, in decode order, predicting the token after each (verification).
+  enum class StepKind { Plain, Verify };
+  // Runs one step, recovering (and replaying) when a stage fails, and returns the predicted
+  // tokens (sampled on the head stage or here): one for Plain, one per row for Verify.
+  const std::vector<model::TokenId>& step(size_t from, StepKind kind, Sampler& sampler,
+                                          const GenerateOptions& options, GenerateResult& result);
   // Recomputes m_cached from position 0 after a recovery, step by step as first computed.
   void replay();
-  model::TokenId compute(size_t from, Sampler& sampler, const GenerateOptions& options);
+  void compute(size_t from, StepKind kind, Sampler& sampler, const GenerateOptions& options);
+  // The next reply tokens after m_cached (whose last token is the last one emitted): one from a
+  // plain step, or the confirmed part of a draft plus the model's own next token. m_cached then
+  // holds every token whose cache entry is kept.
+  void produce(int32_t room, Sampler& sampler, const GenerateOptions& options,
+               GenerateResult& result, std::vector<model::TokenId>& tokens);
+
+  struct Step {
+    size_t start = 0;          // where the step began in m_cached
+    bool decodeOrder = false;  // its rows were computed as if decoded alone
+  };
 
   Chain& m_chain;
   const model::Tokenizer& m_tokenizer;
   int32_t m_sequence;
   Recovery m_recovery;
   std::vector<model::TokenId> m_cached;
-  // Where each step computed by the chain began in m_cached (so a replay repeats the steps).
-  std::vector<size_t> m_stepStarts;
+  // The steps computed by the chain, in order (so a replay repeats them); each ends where the
+  // next begins, the last at the end of m_cached.
+  std::vector<Step> m_steps;
   StageOutput m_out;
+  std::vector<model::TokenId> m_predicted;  // step()'s result
+  std::vector<model::TokenId> m_draft;      // scratch: the drafted tokens
+  DraftPolicy m_draftPolicy;                // learns across this session's replies
 };
 
 }  // namespace shoal::runtime

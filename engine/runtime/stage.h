@@ -40,6 +40,12 @@ struct Segment {
   int32_t firstPosition = 0;  // position of the segment's first row; the rest follow on
   int32_t count = 0;          // rows, >= 1
   LogitRows logits = LogitRows::Last;
+  // Compute every row as a batch of that one row would (the products' and attention's dot
+  // order of a single token), so that each row's results equal decoding the rows one at a
+  // time: speculative decoding verifies drafted tokens this way and keeps greedy output
+  // unchanged. The CPU stage honours it bit for bit; GPU stages, which promise accuracy rather
+  // than bit-identity, may ignore it.
+  bool decodeOrder = false;
   bool operator==(const Segment&) const = default;
 };
 

@@ -18,15 +18,16 @@ void AttentionScratch::reserve(const AttentionShape& shape, int threads) {
 
 void attention(const AttentionShape& s, const float* q, int32_t count, int32_t firstPosition,
                const uint16_t* keys, const uint16_t* values, float* out, ThreadPool& pool,
-               AttentionScratch& scratch) {
+               AttentionScratch& scratch, int32_t orderTokens) {
   const KernelTable& k = kernels();
   const int64_t hd = s.headDim, kvDim = s.kvDim(), qDim = static_cast<int64_t>(s.nHead) * hd;
   const int32_t group = s.nHead / s.nHeadKv;
   const int64_t vStride = s.valueStride();
   // ggml: one token -> ggml_vec_dot_f16; a batch -> tinyBLAS when its shape allows (kq: K rows
   // of headDim, a multiple of 16; kqv: headDim value rows, a multiple of 4).
-  const DotOrder kqOrder = count >= 2 && hd % 16 == 0 ? DotOrder::Tiled : DotOrder::Vec;
-  const DotOrder kqvOrder = count >= 2 && hd % 4 == 0 ? DotOrder::Tiled : DotOrder::Vec;
+  const int32_t batch = orderTokens > 0 ? orderTokens : count;
+  const DotOrder kqOrder = batch >= 2 && hd % 16 == 0 ? DotOrder::Tiled : DotOrder::Vec;
+  const DotOrder kqvOrder = batch >= 2 && hd % 4 == 0 ? DotOrder::Tiled : DotOrder::Vec;
   const int64_t pad = kqvOrder == DotOrder::Tiled ? 16 : 64;
 
   pool.parallelFor(static_cast<int64_t>(count) * s.nHead, [&](int64_t begin, int64_t end,

@@ -51,8 +51,10 @@ struct AttentionScratch {
 //  values: f16 values transposed: row (kvHead * headDim + i) holds dimension i of every
 //          position, valueStride() apart; positions past the cached ones must hold finite values
 //          (they meet zero probabilities).
+//  orderTokens: the dot products take the order of a batch of this many tokens (0: count); 1
+//          makes each token's result equal to attending it alone (Segment::decodeOrder).
 void attention(const AttentionShape& shape, const float* q, int32_t count, int32_t firstPosition,
                const uint16_t* keys, const uint16_t* values, float* out, ThreadPool& pool,
-               AttentionScratch& scratch);
+               AttentionScratch& scratch, int32_t orderTokens = 0);
 
 }  // namespace shoal::cpu

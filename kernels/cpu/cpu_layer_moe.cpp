@@ -112,7 +112,8 @@ void LayerRunner::moeFfn(const BoundOp& op, int32_t layer) {
           layer, s.weights.data(), m_rows, used);
 
   // Group the (row, k) entries by expert and dot order: group 2e holds the rows of segments
-  // that send 8+ rows to expert e, group 2e + 1 the others; rows ascending within a group.
+  // that send 8+ rows to expert e (unless the segment asks for decode order), group 2e + 1 the
+  // others; rows ascending within a group.
   const int64_t groups = experts * 2;
   int32_t* offset = s.perExpert.data();  // groups + 1
   std::fill(offset, offset + groups + 1, 0);
@@ -125,7 +126,8 @@ void LayerRunner::moeFfn(const BoundOp& op, int32_t layer) {
         ++s.segmentCount[sz(s.chosen[sz(i)])];
       for (int64_t i = row * used; i < (row + rows) * used; ++i) {
         const int32_t e = s.chosen[sz(i)];
-        visit(i, e * 2 + (s.segmentCount[sz(e)] >= kTiledRows ? 0 : 1));
+        const bool tiled = !seg.decodeOrder && s.segmentCount[sz(e)] >= kTiledRows;
+        visit(i, e * 2 + (tiled ? 0 : 1));
       }
       row += rows;
     }

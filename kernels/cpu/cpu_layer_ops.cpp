@@ -227,7 +227,7 @@ void LayerRunner::attend(const BoundOp& op, CpuLayer& layer) {
       for (int64_t i = 0; i < kv; ++i) values[i * vStride + pos] = m_halfRow[sz(i)];
     }
     attention(shape, q + row * qd, s.count, s.firstPosition, keys, values, out + row * qd, *m_pool,
-              m_attnScratch);
+              m_attnScratch, s.decodeOrder ? 1 : 0);
     row += s.count;
   }
 }
@@ -246,7 +246,7 @@ void LayerRunner::buildRuns() {
     const int64_t rows = liveRows(s);
     if (rows == 0) continue;
     // dotOrder's thresholds: 2+ tokens (tinyBLAS) and 8+ (the K-quant tiled kernel).
-    const int64_t order = rows >= 8 ? 8 : rows >= 2 ? 2 : 1;
+    const int64_t order = s.decodeOrder ? 1 : rows >= 8 ? 8 : rows >= 2 ? 2 : 1;
     if (!m_runs.empty() && m_runs.back().orderTokens == order) {
       m_runs.back().rows += rows;
     } else {

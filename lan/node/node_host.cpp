@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <span>
 
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
@@ -650,6 +651,10 @@ Message NodeHost::forward(const Message& request, const Session& session) {
       logits.is_string() ? parseLogitRows(logits.get<std::string>()) : std::nullopt;
   if (!rows) throw Error("forward: 'logits' must be \"none\", \"last\" or \"all\"");
   segment.logits = *rows;
+  if (const auto it = c.find("decode_order"); it != c.end() && !it->is_boolean()) {
+    throw Error("forward: 'decode_order' must be a boolean");
+  }
+  segment.decodeOrder = boolField(c, "decode_order");
   const size_t elements =
       spec.hasEmbedding ? size_t(segment.count) : size_t(segment.count) * size_t(nEmbd);
   if (request.blob.size() != elements * 4) {
@@ -676,8 +681,8 @@ Message NodeHost::forward(const Message& request, const Session& session) {
   if (!sample.is_null() && !spec.hasHead) {
     throw Error("forward: 'sample' given to a stage without the head");
   }
-  if (!sample.is_null() && segment.logits != runtime::LogitRows::Last) {
-    throw Error("forward: 'sample' needs the logits of the last row (\"logits\": \"last\")");
+  if (!sample.is_null() && segment.logits == runtime::LogitRows::None) {
+    throw Error("forward: 'sample' needs logits rows (\"logits\": \"last\" or \"all\")");
   }
   runtime::SamplerParams sp;
   if (sample.is_object()) {
@@ -689,6 +694,11 @@ Message NodeHost::forward(const Message& request, const Session& session) {
     sp.seed = sample.value("seed", sp.seed);
   } else if (!sample.is_null()) {
     throw Error("forward: 'sample' must be null or an object");
+  }
+  // Every row sampled (speculative verification): only greedy, which needs no sampler state.
+  const bool sampleEveryRow = sample.is_object() && segment.logits == runtime::LogitRows::All;
+  if (sampleEveryRow && !(sp.temperature <= 0)) {
+    throw Error("forward: 'sample' of every row (\"logits\": \"all\") needs temperature <= 0");
   }
 
   runtime::StageOutput out;
@@ -704,7 +714,15 @@ Message NodeHost::forward(const Message& request, const Session& session) {
     // base seed plus the position, so in practice a fresh sampler per token: a replay after a
     // recovery draws the same numbers, and the repetition penalty sees no history.
     s->stage->forward(batch, out);
-    if (sample.is_object()) {
+    if (sampleEveryRow) {
+      const size_t vocab = size_t(s->model->config.nVocab);
+      json sampled = json::array();
+      runtime::Sampler greedy(sp);
+      for (size_t r = 0; r * vocab < out.logits.size(); ++r) {
+        sampled.push_back(greedy.sample(std::span(out.logits).subspan(r * vocab, vocab)));
+      }
+      m.control["tokens"] = std::move(sampled);
+    } else if (sample.is_object()) {
       auto& [params, sampler] = s->samplers[segment.sequence];
       if (!sampler || params != sp || segment.firstPosition == 0) {
         params = sp;

@@ -313,6 +313,7 @@ NodeClient::RequestId NodeClient::sendForward(const ForwardRequest& r) {
                {"sequence", r.sequence}, {"first_position", r.firstPosition},
                {"count", r.count},       {"logits", logitRowsName(r.logits)},
                {"sample", nullptr}};
+  if (r.decodeOrder) m.control["decode_order"] = true;
   if (r.sample) {
     m.control["sample"] = {{"temperature", r.sample->temperature},
                            {"top_p", r.sample->topP},
@@ -335,6 +336,20 @@ ForwardReply NodeClient::receiveForward(RequestId id) {
       throw Error("node " + peerAddress() + ": forward_result token is not an id: " + t->dump());
     }
     out.token = static_cast<int32_t>(t->get<int64_t>());
+    return out;
+  }
+  if (const auto t = reply.control.find("tokens"); t != reply.control.end()) {
+    if (!t->is_array()) {
+      throw Error("node " + peerAddress() + ": forward_result tokens is not an array");
+    }
+    for (const json& value : *t) {
+      if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+          value.get<int64_t>() > INT32_MAX) {
+        throw Error("node " + peerAddress() +
+                    ": forward_result tokens hold a non-id: " + value.dump());
+      }
+      out.tokens.push_back(static_cast<int32_t>(value.get<int64_t>()));
+    }
     return out;
   }
   if (reply.blob.size() % sizeof(float) != 0) {

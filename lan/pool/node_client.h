@@ -72,13 +72,15 @@ struct ForwardRequest {
   std::span<const int32_t> tokens;  // first stage: count ids
   std::span<const float> hidden;    // other stages: count x nEmbd
   // Head stage: the node samples the last row instead of returning logits (greedy when
-  // temperature <= 0).
+  // temperature <= 0); with logits All, every row (greedy only: speculative verification).
   const runtime::SampleRequest* sample = nullptr;
+  bool decodeOrder = false;  // runtime::Segment::decodeOrder
 };
 
 struct ForwardReply {
-  std::vector<float> values;  // hidden (count x nEmbd) or logits; empty when a token came back
-  int32_t token = -1;         // the sampled token when sampling was asked for
+  std::vector<float> values;    // hidden (count x nEmbd) or logits; empty when tokens came back
+  int32_t token = -1;           // the sampled token when the last row was sampled
+  std::vector<int32_t> tokens;  // the sampled tokens when every row was (logits All)
 };
 
 class NodeClient {

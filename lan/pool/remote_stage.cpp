@@ -50,11 +50,14 @@ runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
   InFlight f;
   f.output = &output;
   f.segments.assign(batch.segments.begin(), batch.segments.end());
-  // The node samples one token per segment from its last row; any other shape of logits rows
+  // The node samples one token per segment from its last row, or greedily from every row of
+  // segments that want all rows (speculative verification); any other shape of logits rows
   // comes back as logits (a stage may ignore a SampleRequest).
+  const bool greedy = batch.sample && batch.sample->temperature <= 0;
   f.sampled = m_spec.hasHead && batch.sample &&
-              std::all_of(f.segments.begin(), f.segments.end(), [](const runtime::Segment& s) {
-                return s.logits == runtime::LogitRows::Last;
+              std::all_of(f.segments.begin(), f.segments.end(), [&](const runtime::Segment& s) {
+                return s.logits == runtime::LogitRows::Last ||
+                       (s.logits == runtime::LogitRows::All && greedy);
               });
   size_t row = 0;
   try {
@@ -65,6 +68,7 @@ runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
       r.firstPosition = s.firstPosition;
       r.count = s.count;
       r.logits = s.logits;
+      r.decodeOrder = s.decodeOrder;
       const auto rows = static_cast<size_t>(s.count);
       if (m_spec.hasEmbedding) {
         r.tokens = batch.tokens.subspan(row, rows);
@@ -95,12 +99,22 @@ void RemoteStage::complete(InFlight& f) {
     ForwardReply r = m_client->receiveForward(f.requests[i]);
     f.requests[i] = 0;  // received
     if (f.sampled) {
-      if (r.token < 0 || r.token >= m_nVocab) {
-        throw Error("node " + m_client->peerAddress() + ": stage " + m_stageId +
-                    " returned no valid token (got " + std::to_string(r.token) + ", vocabulary " +
-                    std::to_string(m_nVocab) + ")");
+      const bool everyRow = s.logits == runtime::LogitRows::All;
+      const std::vector<int32_t> one{r.token};
+      const std::vector<int32_t>& tokens = everyRow ? r.tokens : one;
+      if (tokens.size() != (everyRow ? size_t(s.count) : 1)) {
+        throw Error("node " + m_client->peerAddress() + ": stage " + m_stageId + " returned " +
+                    std::to_string(tokens.size()) + " sampled tokens for " +
+                    std::to_string(everyRow ? s.count : 1) + " rows");
       }
-      out.tokens.push_back(r.token);
+      for (int32_t t : tokens) {
+        if (t < 0 || t >= m_nVocab) {
+          throw Error("node " + m_client->peerAddress() + ": stage " + m_stageId +
+                      " returned no valid token (got " + std::to_string(t) + ", vocabulary " +
+                      std::to_string(m_nVocab) + ")");
+        }
+        out.tokens.push_back(t);
+      }
       continue;
     }
     size_t expected = size_t(s.count) * size_t(m_nEmbd);

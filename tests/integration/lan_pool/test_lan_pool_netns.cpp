@@ -1,7 +1,8 @@
 // The pool across a real (namespaced) LAN: four shoal-node hosts and shoal-cli as the
 // coordinator on a fifth (tests/integration/netns). Discovery finds the nodes; a pooled greedy
 // reply of 200 tokens survives a SIGKILL of the middle node and equals `shoal-cli generate` on
-// one machine, and so does a mixture of experts over three nodes; the fit estimate made from a
+// one machine, and so do a mixture of experts over three nodes and a reply decoded
+// speculatively; the fit estimate made from a
 // model's header agrees with what the pool does. Needs
 // root for the namespaces; skips otherwise.
 
@@ -296,6 +297,36 @@ class TestLanPoolNetns : public QObject {
     const nlohmann::json j = nlohmann::json::parse(out.mid(out.indexOf('{')).toStdString());
     QCOMPARE(int(j.at("stages").size()), 3);
     QCOMPARE(QString::fromStdString(j.at("text").get<std::string>()), QString::fromUtf8(reference));
+  }
+
+  // Speculative decoding over the pool (prompt lookup, drafts verified by one pass through the
+  // three nodes, the head node returning one greedy token per row): the same text as without
+  // it, and as one machine.
+  void speculationOverThePoolLeavesTheReplyUnchanged() {
+    const QString prompt =
+        "<|im_start|>user\nRepeat this list exactly:\n- apples, pears and plums\n- red, green "
+        "and blue\n- one, two, three, four, five<|im_end|>\n<|im_start|>assistant\n- apples";
+    const QByteArray reference = runLocal(
+        SHOAL_CLI_BINARY, {"generate", "-p", prompt, "-n", "48", "--temp", "0", "--threads", "1",
+                           "--ctx", QString::number(kContext), "--draft-max", "0"});
+    QVERIFY(!reference.isEmpty());
+    nlohmann::json runs[2];
+    for (int i = 0; i < 2; ++i) {
+      QByteArray out;
+      QCOMPARE(m_lan->run(1, SHOAL_CLI_BINARY,
+                          {"pool", "generate", "--nodes", m_nodes, "--config-dir", m_cliConfig,
+                           "-p", prompt, "-n", "48", "--temp", "0", "--ctx",
+                           QString::number(kContext), "--max-device-memory-mb", m_memoryCapMb,
+                           "--draft-max", i == 0 ? "0" : "8", "--json"},
+                          &out, 120000),
+               0);
+      runs[i] = nlohmann::json::parse(out.mid(out.indexOf('{')).toStdString());
+      QCOMPARE(runs[i].at("stages").size(), size_t(3));
+      QCOMPARE(QByteArray::fromStdString(runs[i].at("text").get<std::string>()), reference);
+    }
+    QCOMPARE(runs[0].at("verify_steps").get<int>(), 0);
+    QVERIFY2(runs[1].at("verify_steps").get<int>() > 0, runs[1].dump().c_str());
+    QCOMPARE(runs[1].at("tokens"), runs[0].at("tokens"));
   }
 
   void killedMiddleNodeDuringA200TokenReplyLeavesTheReplyUnchanged() {

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# One conversation over a pool behind an emulated home LAN: three shoal-node processes in network
+# namespaces (veth + bridge, tests/integration/netns), each behind shoal_link_emulator (delay,
+# jitter, rate, loss; bench/link_emulator — this kernel has no netem qdisc), the coordinator
+# (shoal-cli) in a fourth. Per link profile it measures, as JSON:
+#   - rtt_ms: the round trip the coordinator measured to each node through the emulator;
+#   - decode_tokens_per_s: one greedy stream, 128 tokens, no speculation;
+#   - ttft_s: time to the first token for prompts of about 32, 512 and 2048 tokens;
+#   - speculation: the code-editing workload (bench/code_edit_prompt.py, 256 tokens) without and
+#     with prompt-lookup drafts: tok/s of each, their ratio, the acceptance, whether the texts
+#     are identical;
+# plus, once, compute_only_tokens_per_s: `shoal-cli generate` on one machine with one thread (the
+# nodes' thread count), i.e. the model's whole compute with no network — the bound a pipeline of
+# these nodes approaches. Each figure is the median of R runs, profiles alternated per run.
+# Needs root.
+#
+# Usage: bench/pool_latency.sh [BUILD_DIR] [R (default 3)] [PROFILES (default none,1gbe,2.5gbe,wifi)]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+build="${1:-$root/build}"
+reps="${2:-3}"
+profiles="${3:-none,1gbe,2.5gbe,wifi}"
+node="$build/app/node/shoal-node"
+cli="$build/app/cli/shoal-cli"
+emulator="$build/bench/link_emulator/shoal_link_emulator"
+for b in "$node" "$cli" "$emulator"; do
+  [ -x "$b" ] || { echo "pool_latency: build $(basename "$b") first" >&2; exit 2; }
+done
+model="${SHOAL_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+ctx=4096
+
+source "$root/tests/integration/netns/netns.sh"
+if ! why="$(netns_unavailable_reason)"; then
+  echo "pool_latency: $why" >&2
+  exit 2
+fi
+work="$(mktemp -d)"
+netns_setup 4
+pids=()
+emulators=()
+cleanup() {
+  for p in "${emulators[@]}" "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  netns_teardown
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+source "$here/pool_nodes.sh"
+pool_nodes_start "$work" "$node" "$model" 7100
+
+# profile NAME -> emulator options
+profile_args() {
+  case "$1" in
+    none) echo "" ;;
+    1gbe) echo "--rtt-ms 0.3 --rate-mbit 940" ;;
+    2.5gbe) echo "--rtt-ms 0.2 --rate-mbit 2350" ;;
+    wifi) echo "--rtt-ms 4 --jitter-ms 2 --rate-mbit 200 --loss 0.001" ;;
+    *) echo "pool_latency: unknown profile '$1'" >&2; exit 2 ;;
+  esac
+}
+use_profile() {
+  for p in "${emulators[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${emulators[@]}"; do wait "$p" 2>/dev/null || true; done
+  emulators=()
+  local args h
+  args="$(profile_args "$1")"
+  for h in 1 2 3; do
+    # A simple command, not netns_exec (a function: `&` would fork a shell whose pid $! is, and
+    # killing that would leave the emulator listening); ip netns exec execs the emulator.
+    # shellcheck disable=SC2086
+    ip netns exec "$(netns_ns "h$h")" "$emulator" --listen "$(netns_ip "h$h"):7100" \
+      --connect 127.0.0.1:7000 --seed "$h" $args >>"$work/emulator$h.out" 2>&1 &
+    emulators+=($!)
+  done
+  sleep 0.3
+}
+
+pool() { netns_exec h4 "$cli" pool "$@" --nodes "$nodes" --config-dir "$work/cli" --ctx "$ctx"; }
+use_profile none
+for _ in $(seq 100); do pool status --json >/dev/null 2>&1 && break; sleep 0.2; done
+
+# The smallest per-device cap (MB) with which the plan needs all three nodes.
+size_mb=$(($(stat -L -c %s "$model") / 1000000))
+cap=""
+for pct in 34 36 38 40 42 45 50 55 60 70; do
+  mb=$((size_mb * pct / 100 + 40))
+  stages="$(pool plan --max-device-memory-mb "$mb" 2>/dev/null |
+    python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("deploy") or []))' || echo 0)"
+  if [ "$stages" = 3 ]; then cap="$mb"; break; fi
+done
+[ -n "$cap" ] || { echo "pool_latency: no cap gives a three-stage plan" >&2; exit 1; }
+
+words() { python3 -c "import sys; print(' '.join(['the quiet harbour light']*(int(sys.argv[1])//4)))" "$1"; }
+python3 "$here/code_edit_prompt.py" >"$work/code_edit.txt"
+gen() { pool generate --max-device-memory-mb "$cap" --temp 0 --json "$@"; }
+
+results="$work/results.jsonl"
+compute="$("$cli" generate -p "Once upon a time, in a small village by the sea," -n 128 --ignore-eos \
+  --temp 0 --threads 1 --ctx "$ctx" --draft-max 0 -v 2>&1 >/dev/null |
+  sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p')"
+for rep in $(seq "$reps"); do
+  for prof in ${profiles//,/ }; do
+    use_profile "$prof"
+    rtt="$(pool status 2>/dev/null | sed -n 's/^link to .*: rtt \([0-9.]*\) ms.*/\1/p' | paste -sd, -)"
+    decode="$(gen -p "Once upon a time, in a small village by the sea," -n 128 --ignore-eos --draft-max 0)"
+    t32="$(gen -p "$(words 32)" -n 1 --draft-max 0)"
+    t512="$(gen -p "$(words 512)" -n 1 --draft-max 0)"
+    t2048="$(gen -p "$(words 2048)" -n 1 --draft-max 0)"
+    plain="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 0)"
+    spec="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 8)"
+    python3 - "$prof" "$rtt" "$decode" "$t32" "$t512" "$t2048" "$plain" "$spec" >>"$results" <<'PY'
+import json, sys
+prof, rtt = sys.argv[1], sys.argv[2]
+decode, t32, t512, t2048, plain, spec = (json.loads(a) for a in sys.argv[3:])
+print(json.dumps({
+    "profile": prof,
+    "rtt_ms": [float(x) for x in rtt.split(",") if x],
+    "decode_tokens_per_s": decode["tokens_per_s"],
+    "ttft_s": {str(t["prompt_tokens"]): t["prefill_s"] for t in (t32, t512, t2048)},
+    "plain_tokens_per_s": plain["tokens_per_s"],
+    "speculative_tokens_per_s": spec["tokens_per_s"],
+    "drafted": spec["drafted_tokens"], "accepted": spec["accepted_tokens"],
+    "identical": plain["text"] == spec["text"],
+}))
+PY
+  done
+done
+cat "$work"/emulator*.out >&2
+python3 - "$results" "$compute" "$cap" "$reps" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+compute, cap, reps = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+med = statistics.median
+out = {"model": "SmolLM2-135M-Instruct.Q4_1", "nodes": 3, "node_threads": 1, "runs": reps,
+       "max_device_memory_mb": cap, "compute_only_tokens_per_s": compute, "profiles": {}}
+for prof in dict.fromkeys(r["profile"] for r in rows):
+    rs = [r for r in rows if r["profile"] == prof]
+    ratios = [r["speculative_tokens_per_s"] / r["plain_tokens_per_s"] for r in rs]
+    decode = med(r["decode_tokens_per_s"] for r in rs)
+    out["profiles"][prof] = {
+        "rtt_ms_median": med([x for r in rs for x in r["rtt_ms"]] or [0]),
+        "decode_tokens_per_s": decode,
+        "decode_over_compute_only": decode / compute,
+        "ttft_s": {k: med(r["ttft_s"][k] for r in rs) for k in rs[0]["ttft_s"]},
+        "speculation": {
+            "plain_tokens_per_s": med(r["plain_tokens_per_s"] for r in rs),
+            "speculative_tokens_per_s": med(r["speculative_tokens_per_s"] for r in rs),
+            "speedup_median_of_pairs": med(ratios),
+            "acceptance": sum(r["accepted"] for r in rs) / max(1, sum(r["drafted"] for r in rs)),
+            "texts_identical": all(r["identical"] for r in rs),
+        },
+    }
+print(json.dumps(out, indent=2))
+PY

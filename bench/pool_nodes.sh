@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Sourced by the pool benchmarks (pool_serve.sh, pool_latency.sh), after
+# tests/integration/netns/netns.sh and `netns_setup`: three shoal-node processes on hosts h1..h3
+# (port 7000, one thread each, no discovery, the model from a shared models folder), trusting a
+# coordinator identity made in $work/cli, which trusts them in turn.
+#
+#   pool_nodes_start WORK NODE_BINARY MODEL ADDRESS_PORT
+# appends the nodes' pids to the caller's `pids` array and sets `nodes` to the comma-separated
+# addresses the coordinator uses: each host's IPv4 with ADDRESS_PORT (7000 to reach the node
+# itself, another port where something sits in front of it).
+pool_nodes_start() {
+  local work="$1" node="$2" model="$3" port="$4"
+  local coordinator trusted='{"devices": [' h id
+  mkdir -p "$work/models"
+  ln -s "$model" "$work/models/model.gguf"
+  coordinator="$("$node" --print-device-id --config-dir "$work/cli")"
+  nodes=""
+  for h in 1 2 3; do
+    id="$("$node" --print-device-id --config-dir "$work/node$h")"
+    netns_exec "h$h" "$node" --name "node$h" --config-dir "$work/node$h" --port 7000 \
+      --no-discovery --threads 1 --models-dir "$work/models" --trust "$coordinator" \
+      >"$work/node$h.out" 2>&1 &
+    pids+=($!)
+    [ "$h" = 1 ] || trusted+=", "
+    trusted+="{\"id\": \"$id\", \"name\": \"node$h\"}"
+    nodes+="${nodes:+,}$(netns_ip "h$h"):$port"
+  done
+  trusted+=']}'
+  printf '%s\n' "$trusted" >"$work/cli/trusted.json"
+}
