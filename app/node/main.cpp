@@ -12,7 +12,9 @@
 // The pairing code is never logged: when stdout is the systemd journal (JOURNAL_STREAM names
 // it), where every member of group adm could read it for as long as the journal is kept, the
 // code goes to <config dir>/pairing-code (mode 0600, removed at exit) and stdout names that file.
-// SIGTERM/SIGINT stop the servers, cancel the running generation and exit 0.
+// SIGTERM/SIGINT stop the servers, cancel the running generation and exit 0. SIGUSR1 shows a new
+// pairing code the same way (a code pairs one device, once: `kill -USR1 <pid>` or
+// `systemctl kill -s USR1 shoal-node` lets the next one pair without a restart).
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,6 +51,9 @@ constexpr auto kPairingValidity = std::chrono::minutes(5);
 std::atomic<bool> g_stopRequested{false};
 
 extern "C" void onStopSignal(int) { g_stopRequested.store(true); }
+// SIGUSR1: show a new pairing code (each code pairs once; a second coordinator needs another).
+std::atomic<bool> g_newCodeRequested{false};
+extern "C" void onNewCodeSignal(int) { g_newCodeRequested.store(true); }
 
 struct NodeOptions {
   std::string model;
@@ -211,6 +216,7 @@ int run(const NodeOptions& o) {
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGTERM, onStopSignal);
   std::signal(SIGINT, onStopSignal);
+  std::signal(SIGUSR1, onNewCodeSignal);
   std::unique_ptr<lan::NodeService> service;
   if (o.pool) {
     service = startPool(o);
@@ -221,11 +227,19 @@ int run(const NodeOptions& o) {
     return 2;
   }
 
+  // The signals' flags, seen every 100 ms by this thread or the API's watcher.
+  auto serveSignals = [&] {
+    if (g_newCodeRequested.exchange(false) && service) {
+      showPairingCode(o, service->name(), service->startPairing(kPairingValidity));
+      std::fflush(stdout);
+    }
+  };
   if (apiPart.server) {
     std::atomic<bool> served{false};
     std::thread watcher([&] {
       while (!g_stopRequested.load() && !served.load()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        serveSignals();
       }
       if (g_stopRequested.load()) std::fprintf(stderr, "shoal-node: stopping\n");
       apiPart.server->stop();
@@ -234,7 +248,10 @@ int run(const NodeOptions& o) {
     served.store(true);
     watcher.join();
   } else {
-    while (!g_stopRequested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    while (!g_stopRequested.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      serveSignals();
+    }
     std::fprintf(stderr, "shoal-node: stopping\n");
   }
   if (service) service->stop();

@@ -30,7 +30,8 @@ std::unique_ptr<Connection> connectTo(const std::string& host, uint16_t port,
     conn->close();
     throw TransportError(TransportError::Kind::Auth,
                          host + ":" + std::to_string(port) + " presents device ID " + id +
-                             ", which this node does not trust (pair with it first)");
+                             ", which this device (" + identity.deviceId +
+                             ") does not trust yet: pair with it first");
   }
   // Pinned: from here on the server may send session-sized frames (after its welcome).
   conn->enterSession();

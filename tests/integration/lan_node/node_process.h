@@ -7,6 +7,7 @@
 #include <QRegularExpression>
 #include <QString>
 #include <QStringList>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -67,6 +68,9 @@ class NodeProcess {
     m_process.waitForFinished(30000);
     return m_process.exitStatus() == QProcess::NormalExit ? m_process.exitCode() : -1;
   }
+
+  // Sends the node a signal (SIGUSR1: a new pairing code).
+  void signal(int sig) { ::kill(static_cast<pid_t>(m_process.processId()), sig); }
 
   // The node's resident memory (VmRSS of /proc/<pid>/status) in bytes; 0 when unreadable.
   uint64_t residentBytes() const {

@@ -354,6 +354,22 @@ class TestNodeProcesses : public QObject {
     QCOMPARE(call(*c, {{"op", "ping"}, {"t", 9}}).control.value("t", 0), 9);
     // The node saved us in its trusted.json.
     QVERIFY(std::filesystem::exists(cfg[0] / "trusted.json"));
+
+    // The code is spent; SIGUSR1 shows a new one, with which a second device pairs, no restart.
+    const Identity second = createIdentity();
+    TrustStore theirs;
+    const qsizetype seen = out.size();
+    node.signal(SIGUSR1);
+    QString newCode;
+    for (int i = 0; i < 20 && newCode.isEmpty(); ++i) {
+      out = node.stdoutText(500);
+      const auto m = codeLine.match(out.mid(seen));
+      if (m.hasMatch()) newCode = m.captured(1);
+    }
+    QVERIFY2(!newCode.isEmpty(), qPrintable(out));
+    QVERIFY(newCode.toStdString() != code);
+    QCOMPARE(pairWith("127.0.0.1", node.port(), second, theirs, newCode.toStdString(), "second"),
+             node.deviceId());
   }
 
   void untrustedClientIsRefused() {
