@@ -65,6 +65,45 @@ void Sampler::reset() {
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
+  size_t count = 0;
+  double total = 0;
+  const int32_t decided = prepare(logits, count, total);
+  if (decided >= 0) return decided;
+  return draw(nextUniform() * total, count, -1);
+}
+
+int32_t Sampler::sampleDraft(std::span<const float> logits, int32_t draft, bool& accepted) {
+  size_t count = 0;
+  double total = 0;
+  const int32_t decided = prepare(logits, count, total);
+  if (decided >= 0) {  // a point mass: the draft is accepted exactly when it is that token
+    accepted = decided == draft;
+    return decided;
+  }
+  double draftWeight = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (m_candidates[i].second == draft) draftWeight = m_weights[i];
+  }
+  accepted = nextUniform() * total < draftWeight;
+  if (accepted) return draft;
+  // The rest of the distribution, renormalized: every other token keeps its share.
+  return draw(nextUniform() * (total - draftWeight), count, draft);
+}
+
+int32_t Sampler::draw(double r, size_t count, int32_t skip) const {
+  double cumulative = 0.0;
+  size_t lastPositive = count;
+  for (size_t i = 0; i < count; ++i) {
+    if (m_weights[i] <= 0.0 || m_candidates[i].second == skip) continue;
+    lastPositive = i;
+    cumulative += m_weights[i];
+    if (r < cumulative) return m_candidates[i].second;
+  }
+  // Rounding left r at or past the summed mass: the last id that has any probability.
+  return m_candidates[lastPositive < count ? lastPositive : 0].second;
+}
+
+int32_t Sampler::prepare(std::span<const float> logits, size_t& countOut, double& totalOut) {
   if (logits.empty()) throw Error("sampler: empty logits row");
   if (logits.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     throw Error("sampler: logits row of " + std::to_string(logits.size()) +
@@ -190,17 +229,9 @@ int32_t Sampler::sample(std::span<const float> logits) {
     total += m_weights[i];
   }
 
-  const double r = nextUniform() * total;
-  double cumulative = 0.0;
-  size_t lastPositive = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if (m_weights[i] <= 0.0) continue;
-    lastPositive = i;
-    cumulative += m_weights[i];
-    if (r < cumulative) return m_candidates[i].second;
-  }
-  // Rounding left r at or past the summed mass: the last id that has any probability.
-  return m_candidates[lastPositive].second;
+  countOut = count;
+  totalOut = total;
+  return -1;
 }
 
 }  // namespace shoal::runtime

@@ -38,6 +38,14 @@ class Sampler {
   // -infinity; when every logit is -infinity the lowest id is returned. Allocates only on the
   // first call (or when the vocabulary grows): scratch buffers are kept between calls.
   int32_t sample(std::span<const float> logits);
+  // Speculative decoding's rejection rule for a token drafted with certainty (prompt lookup):
+  // the draft is accepted with the probability p(draft) this sampler's chain gives it; otherwise
+  // the token is drawn from p without the draft, renormalized. Over the draws that is exactly p
+  // (the draft comes out with probability p(draft), any other token t with
+  // (1 - p(draft)) * p(t) / (1 - p(draft))), so speculation leaves the reply's distribution
+  // unchanged; it uses the random numbers differently, so a seeded reply is another sample of
+  // it. Greedy: the argmax, accepted when it is the draft. Sets `accepted`.
+  int32_t sampleDraft(std::span<const float> logits, int32_t draft, bool& accepted);
   // Tell the sampler a token was accepted (prompt or generated) for the repetition penalty.
   // Negative ids are refused (shoal::Error); ids beyond a later call's vocabulary are ignored.
   void accept(int32_t token);
@@ -48,6 +56,12 @@ class Sampler {
  private:
   // Uniform double in [0, 1) from the top 53 bits of one mt19937_64 output.
   double nextUniform();
+  // The chain up to the draw: returns the token when it is decided without one (greedy, a
+  // single candidate left, no finite logit), else -1 with m_candidates[0..count) and their
+  // m_weights (summing to total) ready to draw from.
+  int32_t prepare(std::span<const float> logits, size_t& count, double& total);
+  // The candidate where the cumulative weight passes r, `skip` left out (-1: none).
+  int32_t draw(double r, size_t count, int32_t skip) const;
 
   SamplerParams m_params;
   std::mt19937_64 m_rng;

@@ -59,7 +59,9 @@ void Session::compute(size_t from, StepKind kind, Sampler& sampler,
   sample.seed = options.sampler.seed + m_cached.size();
   // A head stage that samples (on its device, or a pool's last node) has no token history, so a
   // repetition penalty needs the logits here.
-  const bool headMaySample = options.sampler.repeatPenalty == 1.0f;
+  // Verifying a sampled reply's drafts takes the rows' logits here (the rejection rule).
+  const bool sampledVerify = verify && options.sampler.temperature > 0;
+  const bool headMaySample = options.sampler.repeatPenalty == 1.0f && !sampledVerify;
   m_chain.forward(m_sequence, static_cast<int32_t>(from), tokens, m_out,
                   verify ? LogitRows::All : LogitRows::Last, headMaySample ? &sample : nullptr,
                   verify);
@@ -78,9 +80,16 @@ void Session::compute(size_t from, StepKind kind, Sampler& sampler,
     throw Error("the head stage returned " + std::to_string(m_out.logits.size()) + " logits for " +
                 std::to_string(rows) + " rows");
   }
-  // Verification is greedy only (produce()), so sampling each row does not depend on the others.
   for (size_t r = 0; r < rows; ++r) {
-    m_predicted.push_back(sampler.sample(std::span(m_out.logits).subspan(r * vocab, vocab)));
+    const std::span<const float> row = std::span(m_out.logits).subspan(r * vocab, vocab);
+    if (!sampledVerify || r + 1 == rows) {
+      m_predicted.push_back(sampler.sample(row));
+      continue;
+    }
+    // Row r decides the draft at from + 1 + r: kept, or replaced and the rest dropped.
+    bool accepted = false;
+    m_predicted.push_back(sampler.sampleDraft(row, m_cached[from + 1 + r], accepted));
+    if (!accepted) break;
   }
 }
 
@@ -156,10 +165,10 @@ void Session::produce(int32_t room, Sampler& sampler, const GenerateOptions& opt
                       GenerateResult& result, std::vector<model::TokenId>& tokens) {
   const size_t from = m_cached.size() - 1;
   tokens.clear();
-  // Greedy without a penalty: each row's prediction depends on nothing but the tokens before
-  // it, so a confirmed draft is exactly what plain decoding would have produced.
-  const bool speculate = options.lookup.maxDraft > 0 && options.sampler.temperature <= 0 &&
-                         options.sampler.repeatPenalty == 1.0f;
+  // Without a penalty each row's distribution depends on nothing but the tokens before it:
+  // greedy, a confirmed draft is exactly what plain decoding produces; sampled, the rejection
+  // rule (Sampler::sampleDraft) keeps the reply's distribution.
+  const bool speculate = options.lookup.maxDraft > 0 && options.sampler.repeatPenalty == 1.0f;
   m_draft.clear();
   if (speculate && room > 0) {
     draftByPromptLookup(m_cached, options.lookup, std::min(room, m_chain.maxBatch() - 1), m_draft);
@@ -177,9 +186,13 @@ void Session::produce(int32_t room, Sampler& sampler, const GenerateOptions& opt
   m_cached.insert(m_cached.end(), m_draft.begin(), m_draft.end());
   const std::vector<model::TokenId>& predicted =
       step(from, StepKind::Verify, sampler, options, result);
-  // predicted[j] follows m_cached[from + j]; drafted token j stands at from + 1 + j.
+  // predicted[j] follows m_cached[from + j]; drafted token j stands at from + 1 + j. A sampled
+  // verification stops at its first rejection, whose token differs from the draft.
   size_t accepted = 0;
-  while (accepted < m_draft.size() && predicted[accepted] == m_draft[accepted]) ++accepted;
+  while (accepted < m_draft.size() && accepted + 1 < predicted.size() &&
+         predicted[accepted] == m_draft[accepted]) {
+    ++accepted;
+  }
   tokens.assign(m_draft.begin(), m_draft.begin() + static_cast<std::ptrdiff_t>(accepted));
   tokens.push_back(predicted[accepted]);
   // The rejected drafts' cache entries are left to be overwritten: a stage accepts a batch at

@@ -45,10 +45,12 @@ struct GenerateOptions {
   std::vector<std::string> stop;              // stop strings; the text ends before the first match
   bool ignoreEndOfGeneration = false;         // keep going past EOS/EOT (benchmarks, fixtures)
   const std::atomic<bool>* cancel = nullptr;  // checked before every token
-  // Speculative decoding by prompt lookup (greedy requests without a repetition penalty only;
-  // maxDraft 0: off). Drafted tokens are verified in one pass through the chain in decode order
-  // (Segment::decodeOrder), so the reply is the one plain decoding gives, token for token; how
-  // many are verified per pass is the session's DraftPolicy's choice (none where none pays).
+  // Speculative decoding by prompt lookup (requests without a repetition penalty; maxDraft 0:
+  // off). Drafted tokens are verified in one pass through the chain in decode order
+  // (Segment::decodeOrder), so a greedy reply is the one plain decoding gives, token for token,
+  // and a sampled one keeps its distribution (Sampler::sampleDraft's rejection rule; a seed then
+  // gives another sample than without drafts); how many are verified per pass is the session's
+  // DraftPolicy's choice (none where none pays).
   PromptLookupParams lookup{.maxDraft = 0};
 };
 
@@ -101,7 +103,8 @@ class Session {
   // ones, in decode order, predicting the token after each (verification).
   enum class StepKind { Plain, Verify };
   // Runs one step, recovering (and replaying) when a stage fails, and returns the predicted
-  // tokens (sampled on the head stage or here): one for Plain, one per row for Verify.
+  // tokens (sampled on the head stage or here): one for Plain, one per row for Verify (a
+  // sampled verification stops at its first rejected draft).
   const std::vector<model::TokenId>& step(size_t from, StepKind kind, Sampler& sampler,
                                           const GenerateOptions& options, GenerateResult& result);
   // Recomputes m_cached from position 0 after a recovery, step by step as first computed.

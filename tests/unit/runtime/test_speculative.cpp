@@ -208,6 +208,24 @@ class TestSpeculative : public QObject {
     }
   }
 
+  // Sampled replies speculate too (the rejection rule's distribution is tested in test_sampler):
+  // drafts are verified and accepted, and a seed still fixes the reply.
+  void sampledReplySpeculatesAndASeedFixesIt() {
+    if (!m_model) QSKIP("default model absent (run scripts/setup)");
+    auto options = greedy(64, 8, false);
+    options.sampler.temperature = 0.3f;
+    options.sampler.seed = 7;
+    std::vector<runtime::GenerateResult> runs;
+    for (int i = 0; i < 2; ++i) {
+      auto c = chain(*m_model);
+      runtime::Session s(*c, m_model->tokenizer());
+      runs.push_back(s.generate(quotingPrompt(), options));
+    }
+    QVERIFY(runs[0].verifySteps > 0);
+    QVERIFY2(runs[0].acceptedTokens > 0, qPrintable(QString::fromStdString(runs[0].text)));
+    QCOMPARE(runs[1].tokens, runs[0].tokens);
+  }
+
   void greedyReplyIsUnchangedAcrossALostStage() {
     if (!m_model) QSKIP("default model absent (run scripts/setup)");
     const auto prompt = quotingPrompt();

@@ -185,6 +185,46 @@ class TestSampler : public QObject {
     }
   }
 
+  // Speculative decoding's rejection rule keeps the distribution whatever the draft: a likely
+  // one, an unlikely one, one that top-k filters out (never accepted); greedy accepts exactly
+  // the argmax.
+  void draftRejectionRuleKeepsTheDistribution() {
+    const std::vector<double> probs = {0.1, 0.6, 0.25, 0.05};
+    const auto logits = logitsOf(probs);
+    SamplerParams p = plainParams(61);
+    p.topK = 3;  // id 3 is out: the others renormalized to 0.1/0.95, 0.6/0.95, 0.25/0.95
+    for (const int32_t draftId : {1, 0, 3}) {
+      Sampler sampler(p);
+      const int n = 20000;
+      std::map<int32_t, int> counts;
+      int accepted = 0;
+      for (int i = 0; i < n; ++i) {
+        bool ok = false;
+        const int32_t t = sampler.sampleDraft(logits, draftId, ok);
+        QCOMPARE(ok, t == draftId);
+        accepted += ok ? 1 : 0;
+        ++counts[t];
+      }
+      for (int32_t id = 0; id < 4; ++id) {
+        const double want = id == 3 ? 0.0 : probs[static_cast<size_t>(id)] / 0.95;
+        const double observed = static_cast<double>(counts[id]) / n;
+        QVERIFY2(std::abs(observed - want) < 0.02,
+                 qPrintable(QString("draft %1, id %2: %3 (want %4)")
+                                .arg(draftId)
+                                .arg(id)
+                                .arg(observed)
+                                .arg(want)));
+      }
+      QCOMPARE(accepted, counts[draftId]);
+    }
+    Sampler greedy(greedyParams());
+    bool ok = false;
+    QCOMPARE(greedy.sampleDraft(logits, 1, ok), 1);
+    QVERIFY(ok);
+    QCOMPARE(greedy.sampleDraft(logits, 2, ok), 1);
+    QVERIFY(!ok);
+  }
+
   void lowTemperatureConcentratesOnTheArgmax() {
     SamplerParams p = plainParams(51);
     p.temperature = 0.01f;
