@@ -105,15 +105,19 @@ for rep in $(seq "$reps"); do
     use_profile "$prof"
     rtt="$(pool status 2>/dev/null | sed -n 's/^link to .*: rtt \([0-9.]*\) ms.*/\1/p' | paste -sd, -)"
     decode="$(gen -p "Once upon a time, in a small village by the sea," -n 128 --ignore-eos --draft-max 0)"
+    # The planner's own choice, no memory cap: a model that fits one node should stay on one
+    # node whenever the links would make it slower ("adding a machine never makes it slower").
+    free="$(pool generate --temp 0 --json -p "Once upon a time, in a small village by the sea," \
+      -n 128 --ignore-eos --draft-max 0)"
     t32="$(gen -p "$(words 32)" -n 1 --draft-max 0)"
     t512="$(gen -p "$(words 512)" -n 1 --draft-max 0)"
     t2048="$(gen -p "$(words 2048)" -n 1 --draft-max 0)"
     plain="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 0)"
     spec="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 8)"
-    python3 - "$prof" "$rtt" "$decode" "$t32" "$t512" "$t2048" "$plain" "$spec" >>"$results" <<'PY'
+    python3 - "$prof" "$rtt" "$decode" "$t32" "$t512" "$t2048" "$plain" "$spec" "$free" >>"$results" <<'PY'
 import json, sys
 prof, rtt = sys.argv[1], sys.argv[2]
-decode, t32, t512, t2048, plain, spec = (json.loads(a) for a in sys.argv[3:])
+decode, t32, t512, t2048, plain, spec, free = (json.loads(a) for a in sys.argv[3:])
 print(json.dumps({
     "profile": prof,
     "rtt_ms": [float(x) for x in rtt.split(",") if x],
@@ -123,6 +127,8 @@ print(json.dumps({
     "speculative_tokens_per_s": spec["tokens_per_s"],
     "drafted": spec["drafted_tokens"], "accepted": spec["accepted_tokens"],
     "identical": plain["text"] == spec["text"],
+    "uncapped_stages": len(free["stages"]),
+    "uncapped_tokens_per_s": free["tokens_per_s"],
 }))
 PY
   done
@@ -144,6 +150,8 @@ for prof in dict.fromkeys(r["profile"] for r in rows):
         "decode_tokens_per_s": decode,
         "decode_over_compute_only": decode / compute,
         "ttft_s": {k: med(r["ttft_s"][k] for r in rs) for k in rs[0]["ttft_s"]},
+        "uncapped": {"stages": sorted({r["uncapped_stages"] for r in rs}),
+                     "decode_tokens_per_s": med(r["uncapped_tokens_per_s"] for r in rs)},
         "speculation": {
             "plain_tokens_per_s": med(r["plain_tokens_per_s"] for r in rs),
             "speculative_tokens_per_s": med(r["speculative_tokens_per_s"] for r in rs),

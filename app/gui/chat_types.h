@@ -43,7 +43,9 @@ struct ReplyStats {
   int droppedTurns = 0;        // oldest turns left out so the prompt fits (context policy)
   double tokensPerSecond = 0;  // decode speed (0 when fewer than two tokens were generated)
   double prefillSeconds = 0;
-  QString finishReason;  // runtime::finishReasonName: "length", "eog", "stop", "cancelled", ...
+  int draftedTokens = 0;   // speculative decoding: tokens drafted by prompt lookup
+  int acceptedTokens = 0;  // of those, the ones the model confirmed (not kept in the store)
+  QString finishReason;    // runtime::finishReasonName: "length", "eog", "stop", "cancelled", ...
 };
 
 }  // namespace shoal::gui

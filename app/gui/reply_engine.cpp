@@ -30,6 +30,7 @@ runtime::GenerateOptions generateOptions(const GenerationSettings& settings,
   g.sampler.seed = settings.seed >= 0 ? static_cast<uint64_t>(settings.seed)
                                       : QRandomGenerator::global()->generate64();
   g.stop = model::chatStopStrings(tmpl.format);
+  g.lookup.maxDraft = 8;  // prompt-lookup speculation: same replies (greedy) or distribution
   return g;
 }
 
@@ -45,6 +46,8 @@ ReplyStats statsOf(const runtime::GenerateResult& r, int32_t contextLength, int 
                           ? static_cast<double>(r.tokens.size() - 1) / r.decodeSeconds
                           : 0.0;
   s.prefillSeconds = r.prefillSeconds;
+  s.draftedTokens = r.draftedTokens;
+  s.acceptedTokens = r.acceptedTokens;
   const std::string_view finish = runtime::finishReasonName(r.finish);
   s.finishReason = QString::fromUtf8(finish.data(), static_cast<qsizetype>(finish.size()));
   return s;

@@ -65,6 +65,10 @@ QString replyStatsLine(const ReplyStats& s) {
                      .arg(s.contextUsed)
                      .arg(s.contextLength)
                      .arg(finishText(s.finishReason));
+  if (s.draftedTokens > 0) {
+    line += QObject::tr(" · drafts %1% accepted")
+                .arg(100.0 * s.acceptedTokens / s.draftedTokens, 0, 'f', 0);
+  }
   if (s.droppedTurns > 0) {
     line +=
         QObject::tr(" · %n oldest turn(s) left out to fit the context", nullptr, s.droppedTurns);

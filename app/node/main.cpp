@@ -290,6 +290,12 @@ int main(int argc, char** argv) {
                  "prompts faster")
       ->capture_default_str()
       ->check(CLI::Range(2, 4096));
+  app.add_option("--draft-max", o.apiOptions.draftMax,
+                 "most tokens drafted per step by prompt lookup for API replies (speculative "
+                 "decoding: greedy replies unchanged, sampled ones keep their distribution); 0 = "
+                 "off")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_flag("--api", o.api, "serve the OpenAI-compatible API over the model");
   auto* apiHost = app.add_option("--api-host", o.apiOptions.host, "address the API listens on")
                       ->capture_default_str();

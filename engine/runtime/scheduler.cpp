@@ -311,17 +311,24 @@ bool Scheduler::step() {
   struct Piece {
     size_t member;  // m_active index
     int32_t count;
-    bool logits;  // the piece ends what the sequence had to read: sample from its last row
+    bool logits;          // the piece ends what the sequence had to read: sample from its last row
+    int32_t drafted = 0;  // a decoding piece's drafted tokens (its rows after the first)
   };
   std::vector<Piece> pieces;
   int32_t budget = m_budget;
   const size_t n = m_active.size();
+  int32_t drafted = 0;
   for (size_t k = 0; k < n && budget > 0; ++k) {
     const size_t i = (m_decodeStart + k) % n;
-    const Active& a = *m_active[i];
+    Active& a = *m_active[i];
     if (a.unread() != 1 || pieceEnd(a) != a.tokens.size()) continue;
-    pieces.push_back({i, 1, true});
-    --budget;
+    // Budget left after one row for each decoding sequence still to come.
+    draftFor(a, budget - static_cast<int32_t>(n - k), m_draft);
+    const auto d = static_cast<int32_t>(m_draft.size());
+    a.tokens.insert(a.tokens.end(), m_draft.begin(), m_draft.end());
+    pieces.push_back({i, 1 + d, true, d});
+    budget -= 1 + d;
+    drafted += d;
   }
   m_decodeStart = n ? (m_decodeStart + 1) % n : 0;
   // Then the pieces of the sequences reading (a prompt, or a replay): each one whole or not at
@@ -331,6 +338,9 @@ bool Scheduler::step() {
     const size_t end = pieceEnd(a);
     const auto count = static_cast<int32_t>(end - a.computed);
     if (a.unread() == 1 && end == a.tokens.size()) continue;  // decoding: above
+    if (std::any_of(pieces.begin(), pieces.end(), [i](const Piece& p) { return p.member == i; })) {
+      continue;  // decoding with a draft: above
+    }
     if (count > budget) continue;
     pieces.push_back({i, count, end == a.tokens.size()});
     budget -= count;
@@ -351,8 +361,13 @@ bool Scheduler::step() {
     const Active& a = *m_active[p.member];
     const auto from = a.tokens.begin() + static_cast<ptrdiff_t>(a.computed);
     g.rows.insert(g.rows.end(), from, from + p.count);
-    g.segments.push_back({a.slot, static_cast<int32_t>(a.computed), p.count,
-                          p.logits ? LogitRows::Last : LogitRows::None});
+    Segment seg{a.slot, static_cast<int32_t>(a.computed), p.count,
+                p.logits ? LogitRows::Last : LogitRows::None};
+    if (p.drafted > 0) {  // verifying: every row's token, each row as if decoded alone
+      seg.logits = LogitRows::All;
+      seg.decodeOrder = true;
+    }
+    g.segments.push_back(seg);
     g.members.push_back(p.member);
   }
   // A head that samples (a pool's last node) answers greedy rows with tokens, so their logits
@@ -365,7 +380,7 @@ bool Scheduler::step() {
     bool greedy = true;
     for (size_t k = 0; k < g.segments.size(); ++k) {
       const SamplerParams& sp = m_active[g.members[k]]->request.options.sampler;
-      if (g.segments[k].logits == LogitRows::Last &&
+      if (g.segments[k].logits != LogitRows::None &&
           (sp.temperature > 0 || sp.repeatPenalty != 1)) {
         greedy = false;
       }
@@ -376,14 +391,21 @@ bool Scheduler::step() {
     members.insert(members.end(), g.members.begin(), g.members.end());
   }
   m_outs.resize(groups);
+  const auto t0 = Clock::now();
   try {
     m_chain.forwardBatches(batches, m_outs);
   } catch (const std::exception& e) {
     ++m_stats.steps;
+    // The drafts were never computed: each verifying sequence decodes its last token again.
+    for (const Piece& p : pieces) {
+      Active& a = *m_active[p.member];
+      a.tokens.resize(a.tokens.size() - static_cast<size_t>(p.drafted));
+    }
     recoverOrFail(e, members);
     std::erase_if(m_active, [](const auto& a) { return a->done; });
     return true;
   }
+  const double seconds = secondsBetween(t0, Clock::now());
   ++m_stats.steps;
   for (const Group& g : m_groups) m_stats.rowsRun += g.rows.size();
 
@@ -391,7 +413,11 @@ bool Scheduler::step() {
     const Group& g = m_groups[gi];
     const StageOutput& out = m_outs[gi];
     size_t logitRows = 0;
-    for (const Segment& seg : g.segments) logitRows += seg.logits == LogitRows::Last ? 1 : 0;
+    for (const Segment& seg : g.segments) {
+      logitRows += seg.logits == LogitRows::All    ? static_cast<size_t>(seg.count)
+                   : seg.logits == LogitRows::Last ? 1
+                                                   : 0;
+    }
     const bool sampled = !out.tokens.empty();
     if (logitRows > 0 && (sampled ? out.tokens.size() != logitRows
                                   : out.logits.empty() || out.logits.size() % logitRows != 0)) {
@@ -404,6 +430,37 @@ bool Scheduler::step() {
     size_t row = 0;
     for (size_t k = 0; k < g.segments.size(); ++k) {
       Active& a = *m_active[g.members[k]];
+      if (g.segments[k].decodeOrder) {
+        // A verifying segment: the token after each row, then what of the draft holds.
+        const auto rows = static_cast<size_t>(g.segments[k].count);
+        const size_t firstDraft = a.computed + 1;
+        m_predicted.clear();
+        bool bad = false;
+        for (size_t r = 0; r < rows; ++r) {
+          const std::span<const float> logits =
+              sampled ? std::span<const float>()
+                      : std::span<const float>(out.logits.data() + (row + r) * vocab, vocab);
+          model::TokenId t = sampled ? out.tokens[row + r] : -1;
+          if (!sampled && a.request.options.sampler.temperature > 0 && r + 1 < rows) {
+            bool kept = false;
+            t = a.sampler.sampleDraft(logits, a.tokens[firstDraft + r], kept);
+            m_predicted.push_back(t);
+            if (!kept) break;
+            continue;
+          }
+          if (!sampled) t = a.sampler.sample(logits);
+          if (t < 0 || t >= m_tokenizer.size()) bad = true;
+          m_predicted.push_back(t);
+        }
+        row += rows;
+        if (bad) {
+          a.tokens.resize(firstDraft);
+          failBatch({g.members[k]}, "the head stage sampled an unknown token");
+          continue;
+        }
+        acceptVerified(a, rows - 1, m_predicted);
+        continue;
+      }
       a.starts.push_back(a.computed);
       a.computed += static_cast<size_t>(g.segments[k].count);
       if (g.segments[k].logits != LogitRows::Last) continue;
@@ -422,8 +479,64 @@ bool Scheduler::step() {
       accept(a, next);
     }
   }
+  if (drafted > 0) {
+    int32_t accepted = 0;
+    for (const Piece& p : pieces) {
+      if (p.drafted > 0) accepted += m_active[p.member]->lastAccepted;
+    }
+    m_draftPolicy.verifyStep(drafted, accepted, seconds);
+  } else if (std::any_of(pieces.begin(), pieces.end(), [this](const Piece& p) {
+               return m_active[p.member]->request.options.lookup.maxDraft > 0;
+             })) {
+    m_draftPolicy.plainStep(seconds);
+  }
   std::erase_if(m_active, [](const auto& a) { return a->done; });
   return true;
+}
+
+void Scheduler::draftFor(const Active& a, int32_t budget, std::vector<model::TokenId>& draft) {
+  draft.clear();
+  const GenerateOptions& o = a.request.options;
+  // As Session: without a repetition penalty, each row's distribution depends on the tokens
+  // before it only.
+  if (o.lookup.maxDraft <= 0 || o.sampler.repeatPenalty != 1.0f) return;
+  const auto room = std::min<int64_t>(
+      {int64_t{budget}, int64_t{o.maxTokens} - static_cast<int64_t>(a.result.tokens.size()) - 1,
+       int64_t{m_contextLength} - 1 - static_cast<int64_t>(a.tokens.size())});
+  if (room <= 0) return;
+  draftByPromptLookup(a.tokens, o.lookup, static_cast<int32_t>(room), draft);
+  if (o.lookup.adaptive) {
+    draft.resize(static_cast<size_t>(m_draftPolicy.length(static_cast<int32_t>(draft.size()))));
+  }
+}
+
+void Scheduler::acceptVerified(Active& a, size_t drafted,
+                               const std::vector<model::TokenId>& predicted) {
+  // predicted[j] follows row j; drafted token j stands at position computed + 1 + j.
+  const size_t base = a.computed, firstDraft = base + 1;
+  size_t kept = 0;
+  while (kept < drafted && kept + 1 < predicted.size() &&
+         predicted[kept] == a.tokens[firstDraft + kept]) {
+    ++kept;
+  }
+  const std::vector<model::TokenId> confirmed(
+      a.tokens.begin() + static_cast<ptrdiff_t>(firstDraft),
+      a.tokens.begin() + static_cast<ptrdiff_t>(firstDraft + kept));
+  ++a.result.verifySteps;
+  a.result.draftedTokens += static_cast<int32_t>(drafted);
+  a.result.acceptedTokens += static_cast<int32_t>(kept);
+  a.lastAccepted = static_cast<int32_t>(kept);
+  // The rows are kept as one-row pieces (decode order made each equal to one), so a replay
+  // reproduces them; the rejected rows' cache entries are overwritten later.
+  a.tokens.resize(firstDraft);
+  a.starts.push_back(base);
+  a.computed = firstDraft;
+  for (model::TokenId t : confirmed) {
+    if (accept(a, t)) return;  // pushed it to a.tokens unless it ended the generation
+    a.starts.push_back(a.computed);
+    ++a.computed;  // its row was computed in this step
+  }
+  accept(a, predicted[kept]);
 }
 
 void Scheduler::replayEverything() {

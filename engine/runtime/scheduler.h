@@ -28,6 +28,13 @@
 // sampled sequences bring their logits back (the sampler runs here, per sequence). Recovery from
 // a failed stage: SchedulerOptions::recovery.
 //
+// Speculative decoding (GenerateOptions::lookup, as Session has it): a decoding sequence whose
+// history offers a prompt-lookup draft runs its last token plus the draft as one segment in
+// decode order (Segment::decodeOrder), so each row is what decoding it alone gives; the
+// confirmed drafts and the next token are accepted one by one through the same finish rules,
+// and the kept rows are recorded as one-row pieces, which a replay reproduces bit for bit. One
+// DraftPolicy sizes the drafts from what this scheduler's steps cost and earn.
+//
 // Threading: one thread calls everything (the API's worker); the callbacks run on it, inside
 // step() and cancelAll(), and may call cancel() but not add().
 
@@ -43,6 +50,7 @@
 
 #include "engine/model/tokenizer.h"
 #include "engine/runtime/chain.h"
+#include "engine/runtime/draft_policy.h"
 #include "engine/runtime/reply_text.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/session.h"
@@ -132,6 +140,7 @@ class Scheduler {
     // during such a replay, where the original pieces ended.
     std::vector<size_t> starts;
     std::vector<size_t> replayEnds;
+    int32_t lastAccepted = 0;   // drafts its last verifying step confirmed
     bool cancelled = false;     // cancel() was called
     bool done = false;          // finished: the step removes it
     Clock::time_point started;  // admission: prefill time counts from here
@@ -162,6 +171,12 @@ class Scheduler {
   void finishWaiting(Waiting& w);  // a queued request ends as Cancelled
   // Feeds a sampled token to its generation; returns true when the generation has ended.
   bool accept(Active& a, model::TokenId token);
+  // Drafted tokens `a` should verify this step, within `budget` more rows (none: decode one).
+  void draftFor(const Active& a, int32_t budget, std::vector<model::TokenId>& draft);
+  // The outcome of a verifying segment of `a` (its last token plus `drafted` tokens at the end of
+  // a.tokens): `predicted` holds the token after each row (a sampled verification stops at its
+  // first rejected draft). Keeps the confirmed drafts, accepts them and the next token.
+  void acceptVerified(Active& a, size_t drafted, const std::vector<model::TokenId>& predicted);
   void finish(Active& a, FinishReason reason);
   void release(Active& a);  // frees the slot, remembering what it caches
   void failBatch(const std::vector<size_t>& members, const std::string& error);
@@ -181,6 +196,7 @@ class Scheduler {
   Id m_nextId = 1;
   size_t m_decodeStart = 0;  // rotates which decoding sequences go first when over budget
   SchedulerStats m_stats;
+  DraftPolicy m_draftPolicy;  // learns from this scheduler's steps
 
   // One batch of a step (several on a chain of several stages, in flight at once).
   struct Group {
@@ -192,6 +208,7 @@ class Scheduler {
   // Scratch reused by every step.
   std::vector<Group> m_groups;
   std::vector<StageOutput> m_outs;
+  std::vector<model::TokenId> m_draft, m_predicted;
 };
 
 }  // namespace shoal::runtime

@@ -59,6 +59,7 @@ runtime::GenerateOptions generateOptions(const SamplingRequest& s, const ApiServ
   g.sampler.seed = s.seed ? *s.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull;
   g.stop = s.stop;
   g.ignoreEndOfGeneration = s.ignoreEos;
+  g.lookup.maxDraft = o.draftMax;
   return g;
 }
 

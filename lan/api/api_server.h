@@ -65,6 +65,9 @@ struct ApiServerOptions {
   std::string modelId;                    // empty: the model file's name without ".gguf"
   int32_t defaultTopK = 40;               // top-k/min-p are not OpenAI parameters; Shoal's defaults
   float defaultMinP = 0.05f;
+  // Speculative decoding by prompt lookup (runtime::PromptLookupParams::maxDraft; 0: off): a
+  // greedy reply stays byte for byte the same, a sampled one keeps its distribution.
+  int32_t draftMax = 8;
 };
 
 // Why these options must not be served, or empty when they may: a host beyond loopback without

@@ -1,5 +1,6 @@
 // The transcript's Markdown: a reply's <think> reasoning is collapsed into a link that names its
-// length, quoted under a "Hide reasoning" link once expanded, and never mixed into the answer.
+// length, quoted under a "Hide reasoning" link once expanded, and never mixed into the answer;
+// the reply's stats line.
 
 #include <QTextDocument>
 #include <QtTest>
@@ -29,6 +30,21 @@ class TestTranscriptMarkdown : public QObject {
   Q_OBJECT
 
  private slots:
+  // A reply decoded speculatively shows the share of drafts the model confirmed next to its
+  // speed; one without drafts does not mention them.
+  void statsLineShowsTheDraftsAccepted() {
+    ReplyStats s;
+    s.tokensPerSecond = 42.0;
+    s.generatedTokens = 100;
+    s.finishReason = "eog";
+    QVERIFY(!replyStatsLine(s).contains("drafts"));
+    s.draftedTokens = 40;
+    s.acceptedTokens = 30;
+    QVERIFY2(replyStatsLine(s).contains("42.0 tokens/s · 100 tokens"),
+             qPrintable(replyStatsLine(s)));
+    QVERIFY2(replyStatsLine(s).contains("drafts 75% accepted"), qPrintable(replyStatsLine(s)));
+  }
+
   void reasoningIsCollapsedUntilExpanded() {
     const QString collapsed = transcriptMarkdown(conversation(), {}, false);
     QVERIFY2(collapsed.contains("Show reasoning (4 words)"), qPrintable(collapsed));

@@ -378,6 +378,52 @@ class TestScheduler : public QObject {
     }
   }
 
+  // Speculative decoding in the scheduler: replies that quote their prompts, drafted by prompt
+  // lookup and verified in decode order alongside other sequences' rows, equal their plain solo
+  // runs byte for byte — in one step of several stages too, and across a lost stage (the kept
+  // rows replay as one-row pieces).
+  void speculativeRepliesEqualTheirPlainSoloRuns() {
+    const std::vector<std::string> quotes = {
+        "Repeat exactly: red, green and blue; one, two, three, four, five.",
+        "Repeat exactly: apples, pears and plums; north, south, east and west.",
+        "Repeat exactly: Monday, Tuesday, Wednesday, Thursday, Friday.",
+        "Repeat exactly: the quick brown fox jumps over the lazy dog."};
+    std::vector<std::vector<model::TokenId>> prompts;
+    std::vector<GenerateResult> want;
+    for (const std::string& q : quotes) {
+      prompts.push_back(chatPrompt(q));
+      want.push_back(solo(prompts.back(), greedy(40)));
+    }
+    GenerateOptions speculative = greedy(40);
+    speculative.lookup.maxDraft = 6;
+    speculative.lookup.adaptive = false;
+    for (const int failAt : {0, 9}) {
+      const int32_t layers = m_model->config().nLayer;
+      std::vector<std::unique_ptr<runtime::Stage>> stages;
+      stages.push_back(stage(0, 15, 4, 256));
+      stages.push_back(
+          std::make_unique<FailingStage>(stage(15, layers, 4, 256), failAt ? failAt : 1 << 30));
+      runtime::Chain c(std::move(stages));
+      runtime::SchedulerOptions o;
+      o.tokenBudget = 40;
+      o.recovery = [&](const std::exception&, size_t) {
+        for (int32_t s = 0; s < 4; ++s) c.truncate(s, 0);
+        return true;
+      };
+      runtime::Scheduler sched(c, m_model->tokenizer(), o);
+      std::vector<Outcome> got(quotes.size());
+      for (size_t i = 0; i < got.size(); ++i) sched.add(request(prompts[i], speculative, got[i]));
+      sched.runUntilIdle();
+      int accepted = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        compareWithSolo(got[i], want[i]);
+        accepted += got[i].result.acceptedTokens;
+        QCOMPARE(got[i].result.recoveries, failAt ? 1 : 0);
+      }
+      QVERIFY2(accepted > 0, "no draft was ever confirmed");
+    }
+  }
+
   // A stage lost between two requests fails the next admission's truncate first: recovered the
   // same way, and the new request's reply is its solo run.
   void aStageLostBetweenRequestsIsRecoveredAtAdmission() {
