@@ -18,9 +18,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -60,6 +62,7 @@ struct PoolOptions {
   int replies = 0;        // generate: copies of the prompt run at once (0: parallel)
   int timeoutMs = 10000;
   double maxDeviceMemoryMb = 0;
+  int stages = 0;  // --stages: a plan over exactly this many stages (0: the planner's choice)
   bool json = false;
   bool verbose = false;
   // discover
@@ -378,12 +381,47 @@ void runStatus(const PoolOptions& o) {
   }
 }
 
+// The plan, or with --stages N one over exactly N stages. The planner uses the fewest devices
+// that give the fastest chat, so N is reached by capping every device's memory: the largest cap
+// (bisected between 1 MB and the largest device's memory, within 0.5%) whose plan has N stages.
+// A cap also given by --max-device-memory-mb stays an upper bound.
+plan::Plan planFor(lan::Coordinator& c, const PoolOptions& o) {
+  if (o.stages <= 0) return c.makePlan();
+  auto stagesAt = [&](double capBytes) {
+    c.setMaxDeviceMemory(static_cast<uint64_t>(capBytes));
+    const plan::Plan p = c.makePlan();
+    return p.feasible ? lan::pipelineStages(p).size() : std::numeric_limits<size_t>::max();
+  };
+  double hi = 0;
+  for (const plan::Device& d : c.pool().devices) hi = std::max(hi, d.memoryBytes);
+  if (o.maxDeviceMemoryMb > 0) hi = std::min(hi, o.maxDeviceMemoryMb * 1e6);
+  const auto want = static_cast<size_t>(o.stages);
+  double lo = 1e6;  // the largest cap known to give at least `want` stages (or none)
+  if (stagesAt(hi) >= want) {
+    lo = hi;
+  } else {
+    while (hi / lo > 1.005) {
+      const double mid = std::sqrt(lo * hi);
+      (stagesAt(mid) >= want ? lo : hi) = mid;
+    }
+  }
+  const size_t got = stagesAt(lo);
+  if (got != want) {
+    throw CliExit{1, "no plan over exactly " + std::to_string(want) + " stage(s) on this pool (" +
+                         (got == std::numeric_limits<size_t>::max()
+                              ? std::string("none fits")
+                              : "the nearest has " + std::to_string(got)) +
+                         ")"};
+  }
+  return c.makePlan();
+}
+
 void runPlanCommand(const PoolOptions& o) {
   auto creds = loadCredentials(o);
   auto c = connectPool(o, *creds);
   prepareModel(*c, o);
   const auto t0 = std::chrono::steady_clock::now();
-  const plan::Plan p = c->makePlan();
+  const plan::Plan p = planFor(*c, o);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   json out = json::parse(plan::planToJson(p, ms));
@@ -472,7 +510,7 @@ void runPoolGenerate(const PoolOptions& o) {
   auto c = connectPool(o, *creds);
   prepareModel(*c, o);
   const auto t0 = std::chrono::steady_clock::now();
-  const plan::Plan p = c->makePlan();
+  const plan::Plan p = planFor(*c, o);
   if (!p.feasible) throw CliExit{1, "no plan for this pool: " + p.infeasibleReason};
   try {
     c->deploy(p, [&](const lan::DeployProgress& d) {
@@ -572,6 +610,10 @@ void addPoolNodes(CLI::App& cmd, PoolOptions& o) {
   cmd.add_option("--max-device-memory-mb", o.maxDeviceMemoryMb,
                  "use at most this much memory of any device (default: all it has free)")
       ->check(CLI::Range(0.0, 1e9));
+  cmd.add_option("--stages", o.stages,
+                 "place the model on exactly this many stages (by capping each device's memory; "
+                 "default: the planner's choice, the fastest chat)")
+      ->check(CLI::Range(1, 64));
 }
 
 }  // namespace

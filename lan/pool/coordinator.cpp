@@ -142,20 +142,26 @@ const model::Model& Coordinator::model() const {
 plan::Pool Coordinator::pool() const {
   std::vector<NodeInfo> infos;
   std::vector<NodeLinkProfile> profiles;
+  uint64_t cap = 0;
   {
     std::lock_guard lock(m_mutex);
     for (const std::string& id : m_memberOrder) {
       infos.push_back(m_members.at(id).info);
       profiles.push_back(m_members.at(id).link);
     }
+    cap = m_options.maxDeviceMemoryBytes;
   }
   plan::Pool p = buildPool(infos, profiles);
-  if (m_options.maxDeviceMemoryBytes > 0) {
-    for (plan::Device& d : p.devices) {
-      d.memoryBytes = std::min(d.memoryBytes, static_cast<double>(m_options.maxDeviceMemoryBytes));
-    }
+  if (cap > 0) {
+    for (plan::Device& d : p.devices)
+      d.memoryBytes = std::min(d.memoryBytes, static_cast<double>(cap));
   }
   return p;
+}
+
+void Coordinator::setMaxDeviceMemory(uint64_t bytes) {
+  std::lock_guard lock(m_mutex);
+  m_options.maxDeviceMemoryBytes = bytes;
 }
 
 plan::Plan Coordinator::makePlan() const {

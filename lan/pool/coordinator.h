@@ -105,6 +105,9 @@ class Coordinator {
   // chat, fastest pipeline) over it.
   plan::Pool pool() const;
   plan::Plan makePlan() const;
+  // Plans from now on (and re-plans) use at most this much memory of any device (0: all it has);
+  // CoordinatorOptions::maxDeviceMemoryBytes at first.
+  void setMaxDeviceMemory(uint64_t bytes);
 
   // Loads the plan's fastest pipeline (stages already loaded as asked are kept). Throws
   // TransportError / shoal::Error when a node fails to load.

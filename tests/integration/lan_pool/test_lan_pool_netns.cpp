@@ -154,6 +154,28 @@ class TestLanPoolNetns : public QObject {
     }
   }
 
+  // --stages N places the model on exactly N stages without memory arithmetic by the user; a
+  // count the pool cannot give is refused by name.
+  void stagesOptionGivesExactlyThatManyStages() {
+    for (const int stages : {1, 2, 3}) {
+      QByteArray out;
+      QCOMPARE(m_lan->run(1, SHOAL_CLI_BINARY,
+                          {"pool", "plan", "--nodes", m_nodes, "--config-dir", m_cliConfig, "--ctx",
+                           QString::number(kContext), "--stages", QString::number(stages)},
+                          &out, 120000),
+               0);
+      const nlohmann::json j = nlohmann::json::parse(out.mid(out.indexOf('{')).toStdString());
+      QCOMPARE(j.at("deploy").size(), size_t(stages));
+    }
+    QByteArray err;
+    QCOMPARE(m_lan->run(1, SHOAL_CLI_BINARY,
+                        {"pool", "plan", "--nodes", m_nodes, "--config-dir", m_cliConfig, "--ctx",
+                         QString::number(kContext), "--stages", "9"},
+                        &err, 120000),
+             1);
+    QVERIFY2(err.contains("no plan over exactly 9 stage(s)"), err.constData());
+  }
+
   // Fit before download (the model library): the verdict estimateFit gives from a header
   // prefix, on the pool as the coordinator sees it, is what the pool then does — the default
   // model and a small synthetic one run, a synthetic one whose KV cache at a long context needs
