@@ -6,12 +6,16 @@
 #   - rtt_ms: the round trip the coordinator measured to each node through the emulator;
 #   - decode_tokens_per_s: one greedy stream, 128 tokens, no speculation;
 #   - ttft_s: time to the first token for prompts of about 32, 512 and 2048 tokens;
+#   - relay: decode and the 2048-token TTFT again with every hop relayed through the coordinator
+#     (`--relay`, the pool before direct forwarding), and direct ÷ relay of each (median of the
+#     pairs);
 #   - speculation: the code-editing workload (bench/code_edit_prompt.py, 256 tokens) without and
 #     with prompt-lookup drafts: tok/s of each, their ratio, the acceptance, whether the texts
 #     are identical;
-# plus, once, compute_only_tokens_per_s: `shoal-cli generate` on one machine with one thread (the
-# nodes' thread count), i.e. the model's whole compute with no network — the bound a pipeline of
-# these nodes approaches. Each figure is the median of R runs, profiles alternated per run.
+# plus, once, compute_only_tokens_per_s and compute_only_ttft_2048_s: `shoal-cli generate` on one
+# machine with one thread (the nodes' thread count), i.e. the model's whole compute with no
+# network — the bound a pipeline of these nodes approaches in decode, and what pipelined prefill
+# divides (at most by the number of nodes, and by no more than the cores the machine has). Each figure is the median of R runs, profiles alternated per run.
 # Needs root.
 #
 # Usage: bench/pool_latency.sh [BUILD_DIR] [R (default 3)] [PROFILES (default none,1gbe,2.5gbe,wifi)]
@@ -100,6 +104,8 @@ results="$work/results.jsonl"
 compute="$("$cli" generate -p "Once upon a time, in a small village by the sea," -n 128 --ignore-eos \
   --temp 0 --threads 1 --ctx "$ctx" --draft-max 0 -v 2>&1 >/dev/null |
   sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p')"
+compute_ttft="$("$cli" generate -p "$(words 2048)" -n 1 --temp 0 --threads 1 --ctx "$ctx" \
+  --draft-max 0 -v 2>&1 >/dev/null | sed -n 's/.*tokens in \([0-9.]*\) s.*/\1/p')"
 for rep in $(seq "$reps"); do
   for prof in ${profiles//,/ }; do
     use_profile "$prof"
@@ -112,13 +118,20 @@ for rep in $(seq "$reps"); do
     t32="$(gen -p "$(words 32)" -n 1 --draft-max 0)"
     t512="$(gen -p "$(words 512)" -n 1 --draft-max 0)"
     t2048="$(gen -p "$(words 2048)" -n 1 --draft-max 0)"
+    rdecode="$(gen -p "Once upon a time, in a small village by the sea," -n 128 --ignore-eos \
+      --draft-max 0 --relay)"
+    r2048="$(gen -p "$(words 2048)" -n 1 --draft-max 0 --relay)"
     plain="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 0)"
     spec="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 8)"
-    python3 - "$prof" "$rtt" "$decode" "$t32" "$t512" "$t2048" "$plain" "$spec" "$free" >>"$results" <<'PY'
+    python3 - "$prof" "$rtt" "$decode" "$t32" "$t512" "$t2048" "$plain" "$spec" "$free" \
+      "$rdecode" "$r2048" >>"$results" <<'PY'
 import json, sys
 prof, rtt = sys.argv[1], sys.argv[2]
-decode, t32, t512, t2048, plain, spec, free = (json.loads(a) for a in sys.argv[3:])
+decode, t32, t512, t2048, plain, spec, free, rdecode, r2048 = (json.loads(a) for a in sys.argv[3:])
 print(json.dumps({
+    "direct_hops": all(h["direct"] for h in decode["hops"]),
+    "relay_decode_tokens_per_s": rdecode["tokens_per_s"],
+    "relay_ttft_2048_s": r2048["prefill_s"],
     "profile": prof,
     "rtt_ms": [float(x) for x in rtt.split(",") if x],
     "decode_tokens_per_s": decode["tokens_per_s"],
@@ -134,13 +147,14 @@ PY
   done
 done
 cat "$work"/emulator*.out >&2
-python3 - "$results" "$compute" "$cap" "$reps" <<'PY'
+python3 - "$results" "$compute" "$cap" "$reps" "$(basename "$model" .gguf)" "$compute_ttft" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 compute, cap, reps = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 med = statistics.median
-out = {"model": "SmolLM2-135M-Instruct.Q4_1", "nodes": 3, "node_threads": 1, "runs": reps,
-       "max_device_memory_mb": cap, "compute_only_tokens_per_s": compute, "profiles": {}}
+out = {"model": sys.argv[5], "nodes": 3, "node_threads": 1, "runs": reps,
+       "max_device_memory_mb": cap, "compute_only_tokens_per_s": compute,
+       "compute_only_ttft_2048_s": float(sys.argv[6]), "profiles": {}}
 for prof in dict.fromkeys(r["profile"] for r in rows):
     rs = [r for r in rows if r["profile"] == prof]
     ratios = [r["speculative_tokens_per_s"] / r["plain_tokens_per_s"] for r in rs]
@@ -150,6 +164,15 @@ for prof in dict.fromkeys(r["profile"] for r in rows):
         "decode_tokens_per_s": decode,
         "decode_over_compute_only": decode / compute,
         "ttft_s": {k: med(r["ttft_s"][k] for r in rs) for k in rs[0]["ttft_s"]},
+        "direct_hops": all(r["direct_hops"] for r in rs),
+        "relay": {
+            "decode_tokens_per_s": med(r["relay_decode_tokens_per_s"] for r in rs),
+            "ttft_2048_s": med(r["relay_ttft_2048_s"] for r in rs),
+            "decode_direct_over_relay": med(r["decode_tokens_per_s"] / r["relay_decode_tokens_per_s"]
+                                            for r in rs),
+            "ttft_2048_direct_over_relay": med(r["ttft_s"][max(r["ttft_s"], key=int)]
+                                               / r["relay_ttft_2048_s"] for r in rs),
+        },
         "uncapped": {"stages": sorted({r["uncapped_stages"] for r in rs}),
                      "decode_tokens_per_s": med(r["uncapped_tokens_per_s"] for r in rs)},
         "speculation": {

@@ -65,6 +65,7 @@ struct PoolOptions {
   int stages = 0;  // --stages: a plan over exactly this many stages (0: the planner's choice)
   bool json = false;
   bool verbose = false;
+  bool relay = false;  // --relay: every hop through the coordinator (no direct forwarding)
   // discover
   double seconds = 3;
   // forget
@@ -164,6 +165,7 @@ std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials&
   co.maxSequences = o.parallel;
   co.maxDeviceMemoryBytes = static_cast<uint64_t>(o.maxDeviceMemoryMb * 1e6);
   co.requestTimeout = std::max(timeout, std::chrono::milliseconds(30000));
+  co.directForwarding = !o.relay;
   if (o.verbose) {
     co.log = [](const std::string& line) { std::fprintf(stderr, "pool: %s\n", line.c_str()); };
   }
@@ -204,6 +206,32 @@ json stagesJson(const std::vector<lan::StagePlacement>& stages,
                    {"has_head", s.hasHead}});
   }
   return out;
+}
+
+json hopsJson(const std::vector<lan::PipelineHop>& hops) {
+  json out = json::array();
+  for (const lan::PipelineHop& h : hops) {
+    out.push_back({{"from", h.fromNode}, {"to", h.toNode}, {"direct", h.direct}, {"note", h.note}});
+  }
+  return out;
+}
+
+// "layers 0-0 on a, direct to layers 1-20 on b, relayed to layers 21-29 on c": which node holds
+// which layers and how each hop travels.
+std::string pipelineLine(const lan::Coordinator& c) {
+  const std::vector<lan::PipelineHop> hops = c.hops();
+  std::string line;
+  size_t i = 0;
+  for (const json& st : stagesJson(c.deployed(), c.nodes())) {
+    if (i > 0) {
+      line += i - 1 < hops.size() && hops[i - 1].direct ? ", direct to " : ", relayed to ";
+    }
+    line += "layers " + std::to_string(st["first_layer"].get<int>()) + "-" +
+            std::to_string(st["last_layer"].get<int>() - 1) + " on " +
+            st["node_name"].get<std::string>();
+    ++i;
+  }
+  return line;
 }
 
 // Peers announcing themselves during o.seconds.
@@ -354,11 +382,38 @@ void runStatus(const PoolOptions& o) {
       warnings.push_back({{"node", n.name}, {"device_id", n.deviceId}, {"warning", w}});
     }
   }
+  // Which of this coordinator's stages forward straight to the next node (direct forwarding), as
+  // the nodes report them; the other hops of a deployment are relayed through the coordinator.
+  json forwarding = json::array();
+  const std::vector<lan::NodeInfo> members = c->nodes();
+  for (const lan::NodeInfo& n : members) {
+    for (const lan::NodeForward& f : n.forwards) {
+      std::string to = f.toDevice;
+      for (const lan::NodeInfo& m : members) {
+        if (m.deviceId == f.toDevice) to = m.name;
+      }
+      forwarding.push_back({{"node", n.name},
+                            {"stage_id", f.stageId},
+                            {"first_layer", f.firstLayer},
+                            {"last_layer", f.lastLayer},
+                            {"to", to},
+                            {"to_device", f.toDevice},
+                            {"address", f.address},
+                            {"open", f.open}});
+    }
+  }
   if (o.json) {
     json out = s;
     if (!warnings.empty()) out["warnings"] = warnings;
+    out["direct_forwarding"] = forwarding;
     std::printf("%s\n", out.dump(2).c_str());
     return;
+  }
+  for (const json& f : forwarding) {
+    std::printf("%s forwards layers %d-%d directly to %s (%s)\n",
+                f["node"].get<std::string>().c_str(), f["first_layer"].get<int>(),
+                f["last_layer"].get<int>() - 1, f["to"].get<std::string>().c_str(),
+                f["open"].get<bool>() ? "link up" : "link down: relayed");
   }
   for (const json& w : warnings) {
     std::printf("warning from %s: %s\n", w["node"].get<std::string>().c_str(),
@@ -492,6 +547,7 @@ void runConcurrently(lan::Coordinator& c, const PoolOptions& o,
                           {"aggregate_tokens_per_s", aggregate},
                           {"predicted_tokens_per_s", c.predictedTokensPerS()},
                           {"stages", stagesJson(c.deployed(), c.nodes())},
+                          {"hops", hopsJson(c.hops())},
                           {"recoveries", recoveriesJson(c)}};
     std::printf("%s\n", summary.dump().c_str());
   } else {
@@ -525,15 +581,9 @@ void runPoolGenerate(const PoolOptions& o) {
   const double deploySeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.json) {
-    // Which node holds which layers, before the reply streams (the JSON has it as "stages").
-    std::string line;
-    for (const json& st : stagesJson(c->deployed(), c->nodes())) {
-      line += (line.empty() ? "" : ", ") + std::string("layers ") +
-              std::to_string(st["first_layer"].get<int>()) + "-" +
-              std::to_string(st["last_layer"].get<int>() - 1) + " on " +
-              st["node_name"].get<std::string>();
-    }
-    std::fprintf(stderr, "[pool: %s; predicted %.1f tokens/s]\n", line.c_str(),
+    // Which node holds which layers, before the reply streams (the JSON has it as "stages" and
+    // "hops").
+    std::fprintf(stderr, "[pool: %s; predicted %.1f tokens/s]\n", pipelineLine(*c).c_str(),
                  c->predictedTokensPerS());
   }
   const model::Tokenizer& tok = c->model().tokenizer();
@@ -569,6 +619,7 @@ void runPoolGenerate(const PoolOptions& o) {
                 {"verify_steps", r.verifySteps},
                 {"predicted_tokens_per_s", c->predictedTokensPerS()},
                 {"stages", stagesJson(c->deployed(), c->nodes())},
+                {"hops", hopsJson(c->hops())},
                 {"recoveries", recoveries}};
     std::printf("%s\n", out.dump().c_str());
     return;
@@ -610,6 +661,9 @@ void addPoolNodes(CLI::App& cmd, PoolOptions& o) {
   cmd.add_option("--max-device-memory-mb", o.maxDeviceMemoryMb,
                  "use at most this much memory of any device (default: all it has free)")
       ->check(CLI::Range(0.0, 1e9));
+  cmd.add_flag("--relay", o.relay,
+               "relay every hidden state through this coordinator instead of letting each node "
+               "send it straight to the next (direct forwarding, the default)");
   cmd.add_option("--stages", o.stages,
                  "place the model on exactly this many stages (by capping each device's memory; "
                  "default: the planner's choice, the fastest chat)")

@@ -358,6 +358,39 @@ PipelineResult optimizeSplit(const SearchContext& ctx, std::span<const int> orde
   return result;
 }
 
+void balanceSplit(const SearchContext& ctx, PipelineResult& result) {
+  if (!ctx.uniform()) return balanceRangeSplit(ctx, result);
+  if (!result.feasible || result.order.size() < 2) return;
+  SplitProblem problem;
+  if (!problem.prepare(ctx, result.order)) return;
+  const int n = static_cast<int>(result.order.size());
+  double current = 0, slowest = 0;
+  for (int i = 0; i < n; ++i) {
+    const double t = problem.stageTime(i, result.layers[static_cast<size_t>(i)]);
+    current += t;
+    slowest = std::max(slowest, t);
+  }
+  const double least = problem.fill(std::numeric_limits<double>::infinity(), nullptr);
+  const double allowed = least * (1 + 1e-12);  // the same total, to rounding
+  // A split a stage bound already shaped (its total above the least) is left as it is.
+  if (!(current <= allowed)) return;
+  std::vector<int> layers;
+  double lo = problem.balanced(layers), hi = slowest;
+  const auto leastWithin = [&](double tau, std::vector<int>* out) {
+    return problem.fill(tau, out) <= allowed;
+  };
+  if (leastWithin(lo, &layers)) {
+    result.layers = layers;
+    return;
+  }
+  // The least total only grows as the bound tightens: bisect for the tightest bound keeping it.
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (leastWithin(mid, nullptr) ? hi : lo) = mid;
+  }
+  if (leastWithin(hi, &layers)) result.layers = layers;
+}
+
 namespace {
 
 bool better(const PipelineResult& a, const PipelineResult& b) {

@@ -115,6 +115,17 @@ PipelineResult optimizeSplit(const SearchContext& ctx, std::span<const int> orde
 // boundaries, optimal to a relative 1e-12 of X_p.
 PipelineResult optimizeRangeSplit(const SearchContext& ctx, std::span<const int> order);
 
+// Among the splits of result.order with the least total stage time, the one whose slowest stage
+// is fastest: layers spread evenly over like devices (identical figures: a pool file, unprofiled
+// GPUs on their fallback figures) rather than each filled to its memory in turn. X_p and T_p stay
+// the same; a prompt's micro-batches pipelined through the stages (direct forwarding's pipelined
+// prefill) wait less for the slowest one. Only exact ties (to rounding): measured devices differ
+// by a few percent, and trading total time for balance is a planner decision that would need the
+// prefill time in the objective (not modelled yet). A split shaped by a bound (S > 1) is kept.
+void balanceSplit(const SearchContext& ctx, PipelineResult& result);
+// balanceSplit for models whose layers differ (range_split.cpp).
+void balanceRangeSplit(const SearchContext& ctx, PipelineResult& result);
+
 // Scores a split with the cost-model formulas (stage times of the ranges, links, X_p).
 void scoreSplit(const SearchContext& ctx, double linkSum, double linkMax, PipelineResult& result);
 

@@ -147,7 +147,8 @@ Plan toPlan(const SearchContext& ctx, const Layout& layout) {
   const Pool& pool = ctx.pool();
   Plan out;
   std::vector<char> used(pool.devices.size(), 0);
-  for (const detail::PipelineResult& r : layout.pipelines) {
+  for (detail::PipelineResult r : layout.pipelines) {
+    balanceSplit(ctx, r);
     Pipeline p;
     int first = 0;
     for (size_t i = 0; i < r.order.size(); ++i) {

@@ -109,6 +109,17 @@ class RangeSplit {
     return total;
   }
 
+  double totalStages(const std::vector<int>& layers) const {
+    double total = 0;
+    int first = 0;
+    const size_t n = m_order.size();
+    for (size_t i = 0; i < n; ++i) {
+      total += m_ctx->stageS(m_order[i], first, layers[i], i + 1 == n);
+      first += layers[i];
+    }
+    return total;
+  }
+
   double slowestStage(const std::vector<int>& layers) const {
     double slowest = 0;
     int first = 0;
@@ -287,6 +298,26 @@ PipelineResult optimizeRangeSplit(const SearchContext& ctx, std::span<const int>
   }
   scoreSplit(ctx, problem.linkSum(), problem.linkMax(), result);
   return result;
+}
+
+void balanceRangeSplit(const SearchContext& ctx, PipelineResult& result) {
+  if (!result.feasible || result.order.size() < 2) return;
+  thread_local RangeSplit problem;
+  if (!problem.prepare(ctx, result.order)) return;
+  std::vector<int> layers;
+  const double least = problem.fill(kInf, &layers);
+  if (!std::isfinite(least)) return;
+  const double allowed = least * (1 + 1e-12);  // the same total, to rounding
+  // A split a stage cap already shaped (its total above the least) is left as it is.
+  if (!(problem.totalStages(result.layers) <= allowed)) return;
+  // The least total under a cap only grows as the cap tightens: bisect for the tightest cap that
+  // keeps it.
+  double lo = 0, hi = problem.slowestStage(result.layers);
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (problem.fill(mid, nullptr) <= allowed ? hi : lo) = mid;
+  }
+  if (problem.fill(hi, &layers) <= allowed) result.layers = layers;
 }
 
 }  // namespace shoal::plan::detail

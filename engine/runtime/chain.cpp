@@ -56,6 +56,12 @@ int32_t Chain::maxBatch() const {
   return n;
 }
 
+size_t Chain::pipelineDepth() const {
+  size_t n = 0;
+  for (const auto& s : m_stages) n += std::max<size_t>(1, s->pipelineDepth());
+  return n;
+}
+
 void Chain::forward(int32_t sequence, int32_t firstPosition, std::span<const int32_t> tokens,
                     StageOutput& out, LogitRows logits, const SampleRequest* sample,
                     bool decodeOrder) {
@@ -142,6 +148,20 @@ void Chain::forwardBatches(std::span<const Batch> batches, std::span<StageOutput
   if (batches.size() == 1) return forwardBatch(batches[0], outs[0]);
   const size_t stages = m_stages.size();
   const size_t n = batches.size();
+  if (stages == 1) {
+    // One stage that may span several devices: a window of its depth in flight, oldest waited
+    // for first (submission order).
+    Stage& only = *m_stages[0];
+    const size_t depth = std::max<size_t>(1, only.pipelineDepth());
+    m_failedStage = 0;
+    std::vector<Stage::Ticket> window(n);
+    for (size_t k = 0; k < n; ++k) {
+      if (k >= depth) only.wait(window[k - depth]);
+      window[k] = only.submit(batches[k], outs[k]);
+    }
+    for (size_t k = n > depth ? n - depth : 0; k < n; ++k) only.wait(window[k]);
+    return;
+  }
   m_outputs.resize(2);
   for (auto& slot : m_outputs) slot.resize(stages);
   std::vector<Stage::Ticket> tickets(stages);

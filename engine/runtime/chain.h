@@ -39,14 +39,19 @@ class Chain {
   void forwardBatch(const Batch& batch, StageOutput& out);
   // Several batches (of different sequences, each at most maxBatch rows) through every stage as
   // a wavefront: batch k + 1 enters stage 0 while batch k is in stage 1, so on a chain of remote
-  // stages every node works at once; outs[k] receives batch k's head output. The result is the
-  // same as running them one after another. The batches' spans must live during the call.
+  // stages every node works at once; outs[k] receives batch k's head output. A chain of one stage
+  // keeps up to its pipelineDepth() batches in flight instead (nodes linked directly pass the
+  // batches on among themselves). The result is the same as running them one after another. The
+  // batches' spans must live during the call.
   void forwardBatches(std::span<const Batch> batches, std::span<StageOutput> outs);
 
   void truncate(int32_t sequence, int32_t fromPosition);
 
   int32_t contextLength() const;  // the smallest of the stages'
   int32_t maxBatch() const;
+  // Batches in flight that keep every device of the chain busy: the stages' pipelineDepth()
+  // added up (a scheduler cuts a step into that many batches).
+  size_t pipelineDepth() const;
   size_t stageCount() const { return m_stages.size(); }
   Stage& stage(size_t i) { return *m_stages[i]; }
   // The index of the stage whose submit/wait/truncate threw last (for recovery: which node).

@@ -346,9 +346,10 @@ bool Scheduler::step() {
     budget -= count;
   }
 
-  // Groups: on a chain of several stages the pieces go into as many batches as there are stages,
-  // in flight at once (a wavefront: every stage busy on a different group).
-  const size_t groups = std::max<size_t>(1, std::min(m_chain.stageCount(), pieces.size()));
+  // Groups: on a chain of several stages (or nodes linked directly) the pieces go into as many
+  // batches as the chain's pipeline depth, in flight at once (every stage busy on a different
+  // group).
+  const size_t groups = std::max<size_t>(1, std::min(m_chain.pipelineDepth(), pieces.size()));
   m_groups.resize(groups);
   for (Group& g : m_groups) {
     g.rows.clear();

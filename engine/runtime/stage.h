@@ -130,6 +130,11 @@ class Stage {
   // embedding's one row). 0 where unknown. A profile's weight bytes per token over it shows
   // whether a kernel reads weights more than once.
   virtual uint64_t decodeWeightBytes() const { return 0; }
+
+  // How many batches in flight keep every device of the stage busy: 1 for a stage on one device;
+  // a stage that spans several nodes forwarding to each other directly (lan/pool/linked_stages.h)
+  // has one per node. The chain submits that many before it waits (Chain::forwardBatches).
+  virtual size_t pipelineDepth() const { return 1; }
 };
 
 }  // namespace shoal::runtime

@@ -25,7 +25,7 @@ SequenceBook::SequenceBook(std::string who, const StageSpec& spec, int32_t nLaye
   m_cached.assign(sz(spec.maxSequences), 0);
 }
 
-void SequenceBook::check(const Batch& batch) const {
+void SequenceBook::check(const Batch& batch, bool rowsElsewhere) const {
   if (batch.segments.empty()) throw Error(m_who + ": a batch without segments");
   int64_t rows = 0;
   for (size_t i = 0; i < batch.segments.size(); ++i) {
@@ -63,7 +63,7 @@ void SequenceBook::check(const Batch& batch) const {
         throw Error(m_who + ": token id " + std::to_string(t) + " outside the vocabulary");
       }
     }
-  } else if (batch.hidden.size() != sz(rows) * sz(m_nEmbd)) {
+  } else if (!rowsElsewhere && batch.hidden.size() != sz(rows) * sz(m_nEmbd)) {
     throw Error(m_who + ": expected " + std::to_string(rows) + " x " + std::to_string(m_nEmbd) +
                 " hidden values, got " + std::to_string(batch.hidden.size()));
   }

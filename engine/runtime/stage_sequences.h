@@ -23,8 +23,10 @@ class SequenceBook {
   // Throws shoal::Error for a batch the stage must refuse: no segments, a sequence out of range
   // or twice in one batch, rows outside 1..maxBatch, positions that do not follow the cached
   // ones or pass the context, token ids outside the vocabulary, a hidden-state size that does
-  // not match. (Stages without the head ignore the segments' logits field.)
-  void check(const Batch& batch) const;
+  // not match. (Stages without the head ignore the segments' logits field.) rowsElsewhere: the
+  // stage gets its hidden-state rows by another way (a remote stage linked directly to the
+  // previous node), so the batch carries none to check.
+  void check(const Batch& batch, bool rowsElsewhere = false) const;
   // Counts the batch's positions as cached (call once it is submitted).
   void commit(const Batch& batch);
   void truncate(int32_t sequence, int32_t fromPosition);  // throws for a bad sequence

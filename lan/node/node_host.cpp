@@ -168,6 +168,11 @@ struct NodeHost::HostedStage {
   std::atomic<int64_t> tokens{0};
   std::atomic<int32_t> waiting{0};
   int64_t lastBusyNs = 0, lastTokens = 0, lastSampleNs = 0;
+  // Direct forwarding (stage_links.h), guarded by linkMutex: the route's inbox this stage reads
+  // from_link rows from, and its link to the next stage's node.
+  std::mutex linkMutex;
+  std::shared_ptr<LinkInbox> inbox;
+  std::shared_ptr<StageLink> next;
 };
 
 struct NodeHost::Session {
@@ -233,18 +238,29 @@ size_t NodeHost::stageCount() const {
   return m_stages.size();
 }
 
-void NodeHost::serve(Connection& connection, const std::atomic<bool>& stop) {
+void NodeHost::serve(Connection& connection, const std::atomic<bool>& stop, bool linkOnly) {
   Session session;
   session.serial = m_nextSession++;
   session.peer = connection.peerDeviceId();
+  const auto start = Clock::now();
+  bool first = true;
   while (!stop.load() && connection.isOpen()) {
     Message request;
     try {
       request = connection.receive(kPollInterval);
     } catch (const TransportError& e) {
-      if (e.kind() == TransportError::Kind::Timeout) continue;
+      if (e.kind() == TransportError::Kind::Timeout) {
+        if (linkOnly && Clock::now() - start > kLinkConnectTimeout) break;
+        continue;
+      }
       break;
     }
+    if (first && request.control.value("op", "") == "link_hello") {
+      serveLink(connection, request, stop);
+      break;
+    }
+    first = false;
+    if (linkOnly) break;  // an introduced device gets nothing but its link
     std::optional<Message> answer = handle(request, session);
     if (!answer) continue;
     try {
@@ -264,6 +280,7 @@ std::optional<Message> NodeHost::handle(const Message& request, Session& session
     if (op == "node_info") {
       Message m = nodeInfo();
       m.control["id"] = request.control.value("id", json());
+      m.control["links"] = linksOf(session.peer);
       return m;
     }
     if (op == "ping") {
@@ -298,6 +315,8 @@ std::optional<Message> NodeHost::handle(const Message& request, Session& session
     }
     if (op == "weights_done") return weightsDone(request, session);
     if (op == "forward") return forward(request, session);
+    if (op == "link_accept") return linkAccept(request, session);
+    if (op == "link_connect") return linkConnect(request, session);
     if (op == "truncate") {
       auto s = findStage(request.control.value("stage_id", json()), session);
       const int32_t seq =
@@ -325,6 +344,7 @@ std::optional<Message> NodeHost::handle(const Message& request, Session& session
   } catch (const std::exception& e) {
     Message m = reply(request, "error");
     m.control["message"] = e.what();
+    if (dynamic_cast<const LinkFailure*>(&e)) m.control["link_failed"] = true;
     return m;
   }
 }
@@ -422,6 +442,7 @@ void NodeHost::install(const StageKey& key, std::shared_ptr<HostedStage> stage, 
     replaced = std::move(slot);
     slot = std::move(stage);
   }
+  if (replaced) closeLinks(key, *replaced, "the stage was replaced");
   if (std::find(session.stageKeys.begin(), session.stageKeys.end(), key.second) ==
       session.stageKeys.end()) {
     session.stageKeys.push_back(key.second);
@@ -437,6 +458,7 @@ void NodeHost::unload(const StageKey& key) {
     gone = std::move(it->second);
     m_stages.erase(it);
   }
+  closeLinks(key, *gone, "the stage was unloaded");
   // Freed here, outside the map lock; a forward still running on it holds its own reference.
 }
 
@@ -640,7 +662,6 @@ Message NodeHost::forward(const Message& request, const Session& session) {
   const json& c = request.control;
   auto s = findStage(c.value("stage_id", json()), session);
   const runtime::StageSpec& spec = s->stage->spec();
-  const int32_t nEmbd = s->model->config.nEmbd;
   // One segment per request; the stage checks it against the positions it holds.
   runtime::Segment segment;
   segment.sequence = intField(c, "sequence", 0, spec.maxSequences - 1);
@@ -655,9 +676,66 @@ Message NodeHost::forward(const Message& request, const Session& session) {
     throw Error("forward: 'decode_order' must be a boolean");
   }
   segment.decodeOrder = boolField(c, "decode_order");
+  for (const char* flag : {"from_link", "to_link"}) {
+    if (const auto it = c.find(flag); it != c.end() && !it->is_boolean()) {
+      throw Error(std::string("forward: '") + flag + "' must be a boolean");
+    }
+  }
+  const bool toLink = boolField(c, "to_link");
+  std::shared_ptr<StageLink> next;
+  if (toLink) {
+    if (spec.hasHead) throw Error("forward: 'to_link' given to the head stage");
+    std::lock_guard lock(s->linkMutex);
+    next = s->next;
+    if (!next) throw LinkFailure("forward: this stage has no link to the next node");
+  }
+  // From here on a failure is pushed down the link too, so that the next node's forward of these
+  // rows fails at once instead of waiting for them.
+  try {
+    return runForward(request, *s, segment, next.get());
+  } catch (const std::exception& e) {
+    if (next) {
+      try {
+        next->push(
+            LinkedRows{segment.sequence, segment.firstPosition, segment.count, {}, e.what()});
+      } catch (const std::exception&) {
+        // The link is gone as well: the next node's wait fails on its own.
+      }
+    }
+    throw;
+  }
+}
+
+Message NodeHost::runForward(const Message& request, HostedStage& stage, runtime::Segment segment,
+                             StageLink* next) {
+  const json& c = request.control;
+  HostedStage* s = &stage;
+  const runtime::StageSpec& spec = s->stage->spec();
+  const int32_t nEmbd = s->model->config.nEmbd;
+  const bool fromLink = boolField(c, "from_link");
+  if (fromLink && spec.hasEmbedding) throw Error("forward: 'from_link' given to the first stage");
   const size_t elements =
       spec.hasEmbedding ? size_t(segment.count) : size_t(segment.count) * size_t(nEmbd);
-  if (request.blob.size() != elements * 4) {
+  // The rows of a from_link forward: what the previous node pushed down its link.
+  std::vector<float> linked;
+  if (fromLink) {
+    if (!request.blob.empty()) throw Error("forward: 'from_link' with a blob");
+    std::shared_ptr<LinkInbox> inbox;
+    {
+      std::lock_guard lock(s->linkMutex);
+      inbox = s->inbox;
+    }
+    if (!inbox) throw LinkFailure("forward: no link into this stage (link_accept first)");
+    const int32_t waitMs = c.contains("link_wait_ms") ? intField(c, "link_wait_ms", 1, 600000)
+                                                      : int32_t(kLinkWaitDefault.count());
+    LinkedRows rows = inbox->take(segment.sequence, segment.firstPosition, segment.count,
+                                  std::chrono::milliseconds(waitMs));
+    if (rows.hidden.size() != elements) {
+      throw LinkFailure("forward: the link brought " + std::to_string(rows.hidden.size()) +
+                        " floats, expected " + std::to_string(elements));
+    }
+    linked = std::move(rows.hidden);
+  } else if (request.blob.size() != elements * 4) {
     throw Error(
         "forward: blob of " + std::to_string(request.blob.size()) + " bytes, expected " +
         std::to_string(elements * 4) + " (" + std::to_string(segment.count) +
@@ -672,12 +750,15 @@ Message NodeHost::forward(const Message& request, const Session& session) {
     tokens.resize(elements);
     std::memcpy(tokens.data(), request.blob.data(), request.blob.size());
     batch.tokens = tokens;
+  } else if (fromLink) {
+    batch.hidden = linked;
   } else {
     hidden.resize(elements);
     std::memcpy(hidden.data(), request.blob.data(), request.blob.size());
     batch.hidden = hidden;
   }
   const json sample = c.value("sample", json());
+  if (!sample.is_null() && next) throw Error("forward: 'sample' with 'to_link'");
   if (!sample.is_null() && !spec.hasHead) {
     throw Error("forward: 'sample' given to a stage without the head");
   }
@@ -735,13 +816,170 @@ Message NodeHost::forward(const Message& request, const Session& session) {
     s->busyNs += nowNs() - t0;
     s->tokens += segment.count;
   }
-  if (!sample.is_object()) {
+  if (next) {
+    m.control["count"] = segment.count;
+    m.control["forwarded"] = true;
+    next->push(LinkedRows{
+        segment.sequence, segment.firstPosition, segment.count, std::move(out.hidden), {}});
+  } else if (!sample.is_object()) {
     const std::vector<float>& v = spec.hasHead ? out.logits : out.hidden;
     m.blob.resize(v.size() * sizeof(float));
     if (!m.blob.empty()) std::memcpy(m.blob.data(), v.data(), m.blob.size());
     m.control["count"] = segment.count;
   }
   return m;
+}
+
+Message NodeHost::linkAccept(const Message& request, const Session& session) {
+  const json& c = request.control;
+  const json stageId = c.value("stage_id", json());
+  auto s = findStage(stageId, session);
+  if (s->stage->spec().hasEmbedding) throw Error("link_accept: the first stage takes token ids");
+  const std::string from = c.value("from_device", "");
+  // A device ID as identity.h spells them; anything else could never present a certificate.
+  if (from.empty() || from.size() > 128 || !std::all_of(from.begin(), from.end(), [](char ch) {
+        return (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-';
+      })) {
+    throw Error("link_accept: field 'from_device' missing or not a device ID");
+  }
+  auto inbox = std::make_shared<LinkInbox>(s->model->config.nEmbd, s->stage->spec().maxBatch);
+  const std::string key = stageKey(stageId);
+  {
+    std::lock_guard lock(s->linkMutex);
+    if (s->inbox) s->inbox->close("the stage was linked again");
+    s->inbox = inbox;
+  }
+  const std::string route = m_routes.open(session.serial, key, from, inbox);
+  Message m = reply(request, "link_accepted");
+  m.control["stage_id"] = stageId;
+  m.control["route"] = route;
+  return m;
+}
+
+Message NodeHost::linkConnect(const Message& request, const Session& session) {
+  const json& c = request.control;
+  const json stageId = c.value("stage_id", json());
+  auto s = findStage(stageId, session);
+  if (s->stage->spec().hasHead) throw Error("link_connect: the head stage has no next stage");
+  const std::string address = c.value("address", "");
+  const std::string device = c.value("device_id", "");
+  const std::string route = c.value("route", "");
+  if (address.empty() || address.size() > 300 || device.empty() || device.size() > 128 ||
+      route.empty() || route.size() > 64) {
+    throw Error("link_connect: fields 'address', 'device_id' and 'route' are required");
+  }
+  {
+    // The old link goes first: one link per stage.
+    std::lock_guard lock(s->linkMutex);
+    s->next.reset();
+  }
+  if (!m_options.linkConnector) throw LinkFailure("link_connect: this node opens no links");
+  std::unique_ptr<Connection> connection;
+  try {
+    connection = m_options.linkConnector(address, device);
+    Message hello;
+    hello.control = {{"op", "link_hello"}, {"route", route}};
+    connection->send(hello, kLinkConnectTimeout);
+    const Message answer = connection->receive(kLinkConnectTimeout);
+    if (answer.control.value("op", "") != "link_ready") {
+      throw Error(answer.control.value("message", std::string("refused")));
+    }
+  } catch (const std::exception& e) {
+    throw LinkFailure("link_connect: cannot link to " + address + ": " + e.what());
+  }
+  auto link = std::make_shared<StageLink>(std::move(connection), route, address);
+  {
+    std::lock_guard lock(s->linkMutex);
+    s->next = std::move(link);
+  }
+  return reply(request, "ok");
+}
+
+json NodeHost::linksOf(const std::string& owner) const {
+  json out = json::array();
+  std::lock_guard lock(m_mutex);
+  for (const auto& [key, s] : m_stages) {
+    if (s->owner != owner) continue;  // another coordinator's deployment is none of its business
+    std::lock_guard link(s->linkMutex);
+    if (!s->next) continue;
+    out.push_back({{"stage_id", json::parse(key.second)},
+                   {"first_layer", s->stage->spec().firstLayer},
+                   {"last_layer", s->stage->spec().lastLayer},
+                   {"to_device", s->next->peerDeviceId()},
+                   {"address", s->next->address()},
+                   {"open", s->next->isOpen()}});
+  }
+  return out;
+}
+
+void NodeHost::closeLinks(const StageKey& key, HostedStage& stage, const std::string& why) {
+  m_routes.revoke(key.first, key.second, why);
+  std::lock_guard lock(stage.linkMutex);
+  if (stage.inbox) stage.inbox->close(why);
+  stage.next.reset();
+}
+
+void NodeHost::serveLink(Connection& connection, const Message& hello,
+                         const std::atomic<bool>& stop) {
+  const std::string peer = connection.peerDeviceId();
+  std::string token;
+  std::shared_ptr<LinkInbox> inbox;
+  int32_t nEmbd = 0, maxBatch = 0;
+  try {
+    token = hello.control.value("route", "");
+    inbox = m_routes.bind(token, peer, connection);
+    nEmbd = inbox->nEmbd();
+    maxBatch = inbox->maxBatch();
+    Message ready;
+    ready.control = {{"op", "link_ready"}};
+    connection.send(ready, kLinkConnectTimeout);
+  } catch (const std::exception& e) {
+    try {
+      Message refused;
+      refused.control = {{"op", "error"}, {"message", e.what()}};
+      connection.send(refused, std::chrono::milliseconds(1000));
+    } catch (const std::exception&) {
+    }
+    if (inbox) m_routes.unbind(token, connection, "link refused");
+    connection.close();
+    return;
+  }
+  std::string why = "the link from " + connection.peerAddress() + " closed";
+  while (!stop.load() && connection.isOpen()) {
+    Message m;
+    try {
+      m = connection.receive(kPollInterval);
+    } catch (const TransportError& e) {
+      if (e.kind() == TransportError::Kind::Timeout) continue;
+      why = std::string("the link from the previous node failed: ") + e.what();
+      break;
+    }
+    try {
+      const json& c = m.control;
+      if (c.value("op", "") != "link_hidden") throw Error("unexpected op on a link");
+      LinkedRows rows;
+      rows.sequence = intField(c, "sequence", 0, INT32_MAX);
+      rows.firstPosition = intField(c, "first_position", 0, INT32_MAX);
+      rows.count = intField(c, "count", 1, maxBatch);
+      if (const auto it = c.find("error"); it != c.end()) {
+        rows.error = it->is_string() ? it->get<std::string>().substr(0, 1000) : "failed";
+        if (rows.error.empty()) rows.error = "failed";
+      } else {
+        const size_t elements = size_t(rows.count) * size_t(nEmbd);
+        if (m.blob.size() != elements * 4) throw Error("link_hidden: wrong blob size");
+        rows.hidden.resize(elements);
+        std::memcpy(rows.hidden.data(), m.blob.data(), m.blob.size());
+      }
+      inbox->push(std::move(rows), kLinkWaitDefault);
+    } catch (const std::exception& e) {
+      // A misbehaving or stuck link is dropped; the stage's forwards then fail (link_failed)
+      // and the coordinator relays.
+      why = std::string("link from the previous node dropped: ") + e.what();
+      break;
+    }
+  }
+  m_routes.unbind(token, connection, why);
+  connection.close();
 }
 
 void NodeHost::sampleTelemetry() {

@@ -7,7 +7,8 @@
 // Protocol summary (control JSON "op"; a reply carries the request's integer "id"; failures are
 // {"op":"error","id","message"}):
 //   node_info -> node_info {name, device_id, devices[], models[], weight_bytes_received (since
-//     start: a restarted node that loads from its shard cache reports 0), and what
+//     start: a restarted node that loads from its shard cache reports 0), links[] (the asking
+//     coordinator's stages linked to a next node: NodeHost::linksOf), and what
 //     setInfoExtras adds (NodeService: warnings[] for the user, discovery{} counters)}
 //   ping {t} -> pong {t};  bandwidth_probe (blob) -> pong {bytes}
 //   load_stage {stage_id, model{sha256,name,size}, device, first_layer, last_layer,
@@ -27,6 +28,13 @@
 //     (default "last": n_vocab values; "all": count x n_vocab; "none": empty), or
 //     forward_result {stage_id, token} when the head samples (sample needs "last"). Requests
 //     are answered in the order they came, so a coordinator may keep several in flight
+//   forward's direct forwarding (stage_links.h): "to_link": true pushes the output down the
+//     stage's link instead (-> forward_result {stage_id, count, forwarded: true}, no blob);
+//     "from_link": true takes the input rows from the stage's route instead of the blob
+//     (optional "link_wait_ms", default 30000); an error caused by the link carries
+//     "link_failed": true
+//   link_accept {stage_id, from_device} -> link_accepted {stage_id, route}
+//   link_connect {stage_id, address, device_id, route} -> ok (or an error with link_failed)
 //   truncate {stage_id, sequence, from_position} -> ok;  unload_stage {stage_id} -> ok
 //   (a refused weights_chunk gets one error; the rest of that stream is dropped unanswered and
 //   its weights_done gets an error; node_info's memory_free is what stages left of the device)
@@ -60,6 +68,7 @@
 #include "lan/node/device_profile.h"
 #include "lan/node/model_catalog.h"
 #include "lan/node/shard_cache.h"
+#include "lan/node/stage_links.h"
 #include "lan/pool/telemetry.h"
 #include "lan/transport/connection.h"
 
@@ -93,6 +102,12 @@ struct NodeHostOptions {
   // Off by default: such a device computes on the same cores as the CPU backend, far slower, and
   // unprofiled it would look to the planner like a GPU with fallback figures.
   bool offerSoftwareGpus = false;
+  // Opens a link to the node at `address` ("host:port") whose certificate must be `deviceId`
+  // (direct forwarding, stage_links.h); NodeService connects with the node's own identity. Empty:
+  // link_connect is refused and the coordinator relays.
+  std::function<std::unique_ptr<Connection>(const std::string& address,
+                                            const std::string& deviceId)>
+      linkConnector;
 };
 
 class NodeHost {
@@ -105,8 +120,15 @@ class NodeHost {
   NodeHost& operator=(const NodeHost&) = delete;
 
   // Answer requests on `connection` until it closes or `stop` is set (checked every 200 ms).
-  // Returns normally on close; the connection's stages are unloaded.
-  void serve(Connection& connection, const std::atomic<bool>& stop);
+  // Returns normally on close; the connection's stages are unloaded. A connection whose first
+  // message is link_hello is a link from another node (direct forwarding): it is served as one.
+  // linkOnly (a device the node does not trust, only a coordinator introduced): nothing else is
+  // served, and a connection that sends no link_hello within kLinkConnectTimeout is closed.
+  void serve(Connection& connection, const std::atomic<bool>& stop, bool linkOnly = false);
+
+  // Whether a route accepts links from `deviceId` now (the listener welcomes it then, though
+  // the trust store does not know it).
+  bool isIntroduced(const std::string& deviceId) const { return m_routes.isIntroduced(deviceId); }
 
   // Compute the telemetry figures over the interval since the last call (the service calls
   // this every 500 ms).
@@ -142,6 +164,21 @@ class NodeHost {
   Message loadStage(const Message& request, Session& session);
   Message weightsDone(const Message& request, Session& session);
   Message forward(const Message& request, const Session& session);
+  // forward() once the stage and the segment are known; `next`: the stage's link when the rows go
+  // on to the next node (to_link).
+  Message runForward(const Message& request, HostedStage& stage, runtime::Segment segment,
+                     StageLink* next);
+  // A link from a node a coordinator introduced (stage_links.h), after its link_hello (which
+  // must name a route opened for its device): only link_hidden, into that route's inbox, until
+  // the connection closes, the route is revoked or `stop` is set.
+  void serveLink(Connection& connection, const Message& hello, const std::atomic<bool>& stop);
+  Message linkAccept(const Message& request, const Session& session);
+  Message linkConnect(const Message& request, const Session& session);
+  // The links to next nodes of the stages `owner` (a coordinator's device ID) loaded, for its
+  // node_info ("links": stage_id, first_layer, last_layer, to_device, address, open).
+  nlohmann::json linksOf(const std::string& owner) const;
+  // Closes a stage's links: its route (inbox) and its link to the next node.
+  void closeLinks(const StageKey& key, HostedStage& stage, const std::string& why);
   Message telemetry() const;
   // The stage `stageId` of this session; "unknown stage" (shoal::Error) for any other.
   std::shared_ptr<HostedStage> findStage(const nlohmann::json& stageId,
@@ -193,6 +230,7 @@ class NodeHost {
   std::atomic<uint64_t> m_nextSession{1};                          // Session serials
 
   std::atomic<uint64_t> m_weightBytesReceived{0};
+  LinkRoutes m_routes;  // direct-forwarding routes into this node's stages
   std::function<nlohmann::json()> m_infoExtras;
   mutable std::mutex m_idMutex;  // guards m_options.deviceId
 };

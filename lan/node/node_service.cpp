@@ -14,6 +14,8 @@
 #include "engine/error.h"
 #include "kernels/backend_registry.h"
 #include "lan/discovery/discovery.h"
+#include "lan/transport/connect.h"
+#include "lan/transport/host_port.h"
 #include "lan/transport/identity.h"
 #include "lan/transport/listener.h"
 #include "lan/transport/pairing.h"
@@ -153,6 +155,19 @@ NodeService::NodeService(NodeServiceOptions options) : m_options(std::move(optio
   ho.configDir = m_options.configDir;
   ho.shardCacheMaxBytes = m_options.shardCacheMaxBytes;
   if (m_options.profile) ho.profiles = profileCpuDevices(backends, m_options);
+  // Links to the next stage's node (direct forwarding): TLS with this node's identity, the peer
+  // pinned to the one device ID the coordinator named.
+  ho.linkConnector = [this](const std::string& address, const std::string& deviceId) {
+    const HostPort hp = splitHostPort(address);
+    Identity identity;
+    {
+      std::lock_guard lock(m_netMutex);
+      identity = *m_identity;
+    }
+    TrustStore pinned;  // in memory only
+    pinned.add(deviceId, "next stage");
+    return connectTo(hp.host, hp.port, identity, pinned, kLinkConnectTimeout);
+  };
   m_host = std::make_unique<NodeHost>(
       ho, std::move(backends),
       std::make_shared<ModelCatalog>(m_options.modelsDir, m_options.configDir));
@@ -202,6 +217,7 @@ void NodeService::startListener(uint16_t port) {
       m_options.bindHost, port, *m_identity, *m_trust,
       [this](std::unique_ptr<Connection> c) { onConnection(std::move(c)); });
   m_listener->setLocalName(m_options.name);
+  m_listener->setIntroduced([this](const std::string& id) { return m_host->isIntroduced(id); });
   const auto now = std::chrono::steady_clock::now();
   if (!m_pairingCode.empty() && m_pairingUntil > now) {
     m_listener->setPairingCode(
@@ -454,16 +470,24 @@ void NodeService::onConnection(std::unique_ptr<Connection> connection) {
     return true;
   });
   if (m_stop.load()) return;
-  std::fprintf(stderr, "shoal-node: coordinator %s connected (%s)\n",
-               connection->peerAddress().c_str(), connection->peerDeviceId().c_str());
+  // A device the listener welcomed without trusting it was introduced by a coordinator: it may
+  // only push hidden states down a link (NodeHost::serve with linkOnly).
+  const bool linkOnly = !m_trust->isTrusted(connection->peerDeviceId());
+  if (!linkOnly) {
+    std::fprintf(stderr, "shoal-node: coordinator %s connected (%s)\n",
+                 connection->peerAddress().c_str(), connection->peerDeviceId().c_str());
+  }
   auto served = std::make_unique<Served>();
   served->connection = std::move(connection);
+  served->link = linkOnly;
   Served* s = served.get();
   s->thread = std::thread([this, s] {
-    m_host->serve(*s->connection, m_stop);
+    m_host->serve(*s->connection, m_stop, s->link);
     s->connection->close();
-    std::fprintf(stderr, "shoal-node: coordinator %s disconnected\n",
-                 s->connection->peerAddress().c_str());
+    if (!s->link) {
+      std::fprintf(stderr, "shoal-node: coordinator %s disconnected\n",
+                   s->connection->peerAddress().c_str());
+    }
     s->done.store(true);
   });
   m_served.push_back(std::move(served));
@@ -482,13 +506,14 @@ void NodeService::closeRevokedSessions() {
   {
     std::lock_guard lock(m_servedMutex);
     for (const auto& s : m_served)
-      if (!s->done.load() && !s->revoked) peers.insert(s->connection->peerDeviceId());
+      if (!s->done.load() && !s->revoked && !s->link) peers.insert(s->connection->peerDeviceId());
   }
   std::erase_if(peers, [this](const std::string& id) { return m_trust->isTrusted(id); });
   if (peers.empty()) return;
   std::lock_guard lock(m_servedMutex);
   for (auto& s : m_served) {
-    if (s->done.load() || s->revoked || !peers.count(s->connection->peerDeviceId())) continue;
+    if (s->done.load() || s->revoked || s->link || !peers.count(s->connection->peerDeviceId()))
+      continue;
     s->revoked = true;
     std::fprintf(stderr, "shoal-node: %s (%s) is no longer trusted: closing its session\n",
                  s->connection->peerAddress().c_str(), s->connection->peerDeviceId().c_str());

@@ -145,6 +145,9 @@ class NodeService {
     std::thread thread;
     std::atomic<bool> done{false};
     bool revoked = false;  // closed because its device is no longer trusted (m_servedMutex)
+    // An introduced node's link (stage_links.h), not a coordinator: closed when its route is
+    // revoked, never by the trust check.
+    bool link = false;
   };
   void onConnection(std::unique_ptr<Connection> connection);
   // On the telemetry thread, every tick: re-reads trusted.json when it changed (shoal-cli pool

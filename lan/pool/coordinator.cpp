@@ -1,12 +1,14 @@
 #include "lan/pool/coordinator.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/plan/model_cost.h"
 #include "engine/plan/planner.h"
 #include "engine/plan/replan.h"
 #include "engine/runtime/scheduler.h"
+#include "lan/pool/forward_fields.h"
 #include "lan/pool/sha256.h"
 #include "lan/pool/snapshot.h"
 
@@ -283,8 +285,54 @@ void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
     }
     throw;
   }
+  {
+    std::lock_guard lock(m_mutex);
+    m_stages = std::move(after);
+  }
+  linkHops();
+}
+
+void Coordinator::linkHops() {
+  LiveStages stages;
+  std::vector<std::string> addresses;
+  {
+    std::lock_guard lock(m_mutex);
+    stages = m_stages;
+    for (const auto& s : stages) {
+      const auto it = m_members.find(s->placement().nodeId);
+      addresses.push_back(it == m_members.end() ? std::string() : it->second.address);
+    }
+  }
+  std::vector<PipelineHop> hops;
+  for (size_t i = 0; i + 1 < stages.size(); ++i) {
+    RemoteStage& from = *stages[i];
+    RemoteStage& to = *stages[i + 1];
+    PipelineHop hop;
+    hop.fromNode = nodeName(from.placement().nodeId);
+    hop.toNode = nodeName(to.placement().nodeId);
+    if (!m_options.directForwarding) {
+      hop.note = "direct forwarding off";
+    } else {
+      try {
+        const std::string route = to.client()->linkAccept(to.stageId(), from.placement().nodeId);
+        from.client()->linkConnect(from.stageId(), addresses[i + 1], to.placement().nodeId, route);
+        hop.direct = true;
+      } catch (const std::exception& e) {
+        // The nodes cannot reach each other (or one is older, or gone: generation finds out):
+        // this hop is relayed.
+        hop.note = e.what();
+        log("stage " + from.stageId() + " -> " + to.stageId() + " relayed: " + e.what());
+      }
+    }
+    hops.push_back(std::move(hop));
+  }
   std::lock_guard lock(m_mutex);
-  m_stages = std::move(after);
+  m_hops = std::move(hops);
+}
+
+std::vector<PipelineHop> Coordinator::hops() const {
+  std::lock_guard lock(m_mutex);
+  return m_hops;
 }
 
 std::vector<StagePlacement> Coordinator::deployed() const {
@@ -343,28 +391,63 @@ std::vector<RecoveryEvent> Coordinator::recoveries() const {
 
 void Coordinator::rebuildChain() {
   LiveStages stages;
+  std::vector<PipelineHop> hops;
   {
     std::lock_guard lock(m_mutex);
     stages = m_stages;
+    hops = m_hops;
   }
   if (stages.empty()) throw Error("no pipeline deployed (deploy a plan first)");
-  std::vector<std::shared_ptr<runtime::Stage>> links(stages.begin(), stages.end());
+  // Consecutive stages joined by direct hops form one group; a relayed hop starts a new one.
+  std::vector<std::shared_ptr<LinkedStages>> groups;
+  std::vector<std::shared_ptr<RemoteStage>> parts;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    parts.push_back(stages[i]);
+    const bool direct = i < hops.size() && hops[i].direct;
+    if (!direct) groups.push_back(std::make_shared<LinkedStages>(std::exchange(parts, {})));
+  }
+  std::vector<std::shared_ptr<runtime::Stage>> links(groups.begin(), groups.end());
   // Replaced in place: the session keeps a reference to the chain.
   if (m_chain) {
     *m_chain = runtime::Chain(std::move(links));
   } else {
     m_chain = std::make_unique<runtime::Chain>(std::move(links));
   }
-  m_chainStages = std::move(stages);
+  m_chainStages = std::move(groups);
+}
+
+std::string Coordinator::failedNodeOf(size_t chainStage) const {
+  const LinkedStages& group = *m_chainStages.at(chainStage);
+  return group.parts().at(group.failedPart())->placement().nodeId;
 }
 
 bool Coordinator::repairChain(const std::exception& error, size_t failedStage, int32_t generated,
                               int32_t slots) {
+  if (dynamic_cast<const LinkFailure*>(&error)) {
+    // Direct forwarding broke (not a node: a node that died throws TransportError first):
+    // relay every hop until the next deploy links them again, and replay.
+    bool anyDirect = false;
+    {
+      std::lock_guard lock(m_mutex);
+      for (PipelineHop& h : m_hops) {
+        if (!h.direct) continue;
+        anyDirect = true;
+        h.direct = false;
+        h.note = std::string("a link failed: ") + error.what();
+      }
+    }
+    if (!anyDirect) return false;
+    log(std::string("direct forwarding failed (") + error.what() +
+        "): relaying through the coordinator");
+    rebuildChain();
+    for (int32_t s = 0; s < slots; ++s) m_chain->truncate(s, 0);
+    return true;
+  }
   // A node that answers with an error is not failing: that error reaches the caller.
   if (!dynamic_cast<const TransportError*>(&error) || failedStage >= m_chainStages.size()) {
     return false;
   }
-  StageFailure failure{m_chainStages[failedStage]->placement().nodeId, error.what()};
+  StageFailure failure{failedNodeOf(failedStage), error.what()};
   for (;;) {
     try {
       recover(failure, generated);
@@ -375,7 +458,7 @@ bool Coordinator::repairChain(const std::exception& error, size_t failedStage, i
     } catch (const StageFailure& again) {
       failure = again;  // a node failed while loading the new plan: drop it too
     } catch (const TransportError& e) {
-      failure = {m_chainStages[m_chain->failedStage()]->placement().nodeId, e.what()};
+      failure = {failedNodeOf(m_chain->failedStage()), e.what()};
     }
   }
 }

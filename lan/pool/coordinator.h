@@ -24,6 +24,7 @@
 #include "engine/model/model.h"
 #include "engine/plan/types.h"
 #include "engine/runtime/session.h"
+#include "lan/pool/linked_stages.h"
 #include "lan/pool/node_client.h"
 #include "lan/pool/node_info.h"
 #include "lan/pool/pool_builder.h"
@@ -56,6 +57,18 @@ struct CoordinatorOptions {
   // (`shoal-cli pool forget`) leaves the pool at once, as the node side drops its sessions.
   // Empty: members stay until removed.
   std::function<bool(const std::string& deviceId)> isTrusted;
+  // Direct forwarding (lan/node/stage_links.h): after a deploy the coordinator introduces each
+  // stage's node to the next one, which then receives the hidden states straight from it; a hop
+  // whose nodes cannot link is relayed through the coordinator. false: relay every hop.
+  bool directForwarding = true;
+};
+
+// How one hop of the deployed pipeline (stage i -> stage i + 1) carries its hidden states.
+struct PipelineHop {
+  std::string fromNode;  // node names
+  std::string toNode;
+  bool direct = false;  // node to node; false: relayed through the coordinator
+  std::string note;     // why it is relayed (empty when direct)
 };
 
 struct DeployProgress {
@@ -113,6 +126,8 @@ class Coordinator {
   // TransportError / shoal::Error when a node fails to load.
   void deploy(const plan::Plan& plan, const DeployCallback& progress = {});
   std::vector<StagePlacement> deployed() const;
+  // The hops of the deployed pipeline, in order (direct or relayed, and why).
+  std::vector<PipelineHop> hops() const;
   double predictedTokensPerS() const;
 
   // Generates a reply to `prompt` on the deployed pipeline: runtime::Session over a Chain of
@@ -182,8 +197,14 @@ class Coordinator {
   // `failedStage`, then hands the session the repaired chain with empty caches. false for any
   // other error (it reaches the caller).
   bool recoverStage(const std::exception& error, size_t failedStage);
-  // m_chain over the deployed stages (replaced in place: the session keeps a reference).
+  // Introduces each deployed stage's node to the next one's (direct forwarding) and records in
+  // m_hops which hops are direct.
+  void linkHops();
+  // m_chain over the deployed stages (replaced in place: the session keeps a reference): the
+  // stages of consecutive direct hops form one LinkedStages.
   void rebuildChain();
+  // The node of the chain stage's part that failed last.
+  std::string failedNodeOf(size_t chainStage) const;
   // recover() from a TransportError of stage `failedStage`, rebuildChain(), and empty `slots`
   // sequences of every stage (those the new plan kept still hold them). false for other errors.
   bool repairChain(const std::exception& error, size_t failedStage, int32_t generated,
@@ -201,6 +222,7 @@ class Coordinator {
   ModelIdentity m_modelIdentity;
   plan::ModelCost m_modelCost;
   LiveStages m_stages;
+  std::vector<PipelineHop> m_hops;  // m_stages.size() - 1 of them
   double m_predictedTokensPerS = 0;
   uint64_t m_nextStage = 1;
   std::vector<RecoveryEvent> m_recoveries;
@@ -208,7 +230,8 @@ class Coordinator {
   // Generation (under m_runMutex): the session over a chain of the deployed stages, kept from
   // one generate() to the next (prompt-prefix reuse) until a deploy or a failure.
   std::unique_ptr<runtime::Chain> m_chain;
-  LiveStages m_chainStages;  // m_chain's stages, in order
+  // m_chain's stages, in order: groups of deployed stages linked node to node.
+  std::vector<std::shared_ptr<LinkedStages>> m_chainStages;
   std::unique_ptr<runtime::Session> m_session;
   size_t m_promptTokens = 0;  // of the generation running
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string_view>
 
+#include "engine/error.h"
 #include "engine/runtime/stage.h"
 
 namespace shoal::lan {
@@ -29,5 +30,14 @@ inline std::optional<runtime::LogitRows> parseLogitRows(std::string_view name) {
   if (name == "all") return runtime::LogitRows::All;
   return std::nullopt;
 }
+
+// A forward that failed because of direct forwarding's link (lan/node/stage_links.h): the next
+// node unreachable, the previous one gone, a wait for its rows timed out, rows out of step. The
+// node's error reply says so ("link_failed": true) and NodeClient rethrows it as this type, so
+// that the coordinator falls back to relaying instead of treating it as the request's fault.
+class LinkFailure : public Error {
+ public:
+  using Error::Error;
+};
 
 }  // namespace shoal::lan

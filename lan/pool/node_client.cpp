@@ -143,9 +143,13 @@ Message NodeClient::awaitReply(RequestId id, std::chrono::milliseconds timeout) 
       const Message& reply = *done.reply;
       if (opOf(reply) == "error") {
         const auto msg = reply.control.find("message");
-        throw Error("node " + peerAddress() + ": " +
-                    (msg != reply.control.end() && msg->is_string() ? msg->get<std::string>()
-                                                                    : std::string("error")));
+        const std::string text =
+            "node " + peerAddress() + ": " +
+            (msg != reply.control.end() && msg->is_string() ? msg->get<std::string>()
+                                                            : std::string("error"));
+        // A failure of direct forwarding's link, not of the request itself.
+        if (reply.control.value("link_failed", false) == true) throw LinkFailure(text);
+        throw Error(text);
       }
       return std::move(*done.reply);
     }
@@ -307,6 +311,29 @@ LoadStageResult NodeClient::loadStage(const LoadStageRequest& r, const gguf::Fil
   return result;
 }
 
+std::string NodeClient::linkAccept(const std::string& stageId, const std::string& fromDevice) {
+  Message m;
+  m.control = {{"op", "link_accept"}, {"stage_id", stageId}, {"from_device", fromDevice}};
+  const Message reply = request(std::move(m), m_timeout);
+  const auto route = reply.control.find("route");
+  if (opOf(reply) != "link_accepted" || route == reply.control.end() || !route->is_string() ||
+      route->get<std::string>().empty() || route->get<std::string>().size() > 64) {
+    throw Error("node " + peerAddress() + ": link_accept answered by '" + opOf(reply) + "'");
+  }
+  return route->get<std::string>();
+}
+
+void NodeClient::linkConnect(const std::string& stageId, const std::string& address,
+                             const std::string& deviceId, const std::string& route) {
+  Message m;
+  m.control = {{"op", "link_connect"},
+               {"stage_id", stageId},
+               {"address", address},
+               {"device_id", deviceId},
+               {"route", route}};
+  request(std::move(m), m_timeout);
+}
+
 NodeClient::RequestId NodeClient::sendForward(const ForwardRequest& r) {
   Message m;
   m.control = {{"op", "forward"},        {"stage_id", r.stageId},
@@ -314,6 +341,11 @@ NodeClient::RequestId NodeClient::sendForward(const ForwardRequest& r) {
                {"count", r.count},       {"logits", logitRowsName(r.logits)},
                {"sample", nullptr}};
   if (r.decodeOrder) m.control["decode_order"] = true;
+  if (r.fromLink) {
+    m.control["from_link"] = true;
+    m.control["link_wait_ms"] = static_cast<int64_t>(m_timeout.count());
+  }
+  if (r.toLink) m.control["to_link"] = true;
   if (r.sample) {
     m.control["sample"] = {{"temperature", r.sample->temperature},
                            {"top_p", r.sample->topP},
@@ -331,6 +363,10 @@ ForwardReply NodeClient::receiveForward(RequestId id) {
     throw Error("node " + peerAddress() + ": forward answered by '" + opOf(reply) + "'");
   }
   ForwardReply out;
+  if (reply.control.value("forwarded", false) == true) {
+    out.forwarded = true;
+    return out;
+  }
   if (const auto t = reply.control.find("token"); t != reply.control.end() && !t->is_null()) {
     if (!t->is_number_integer() || t->get<int64_t>() < 0) {
       throw Error("node " + peerAddress() + ": forward_result token is not an id: " + t->dump());

@@ -7,7 +7,8 @@
 // connection and hands each reply to the request it answers.
 //
 // Failures: TransportError (lan/transport/connection.h) when the node is unreachable, closed
-// or too slow (recovery keys on it); shoal::Error for an `error` reply or a malformed reply.
+// or too slow (recovery keys on it); LinkFailure (forward_fields.h) for an `error` reply caused by
+// direct forwarding's link; shoal::Error for any other `error` reply or a malformed reply.
 
 #include <chrono>
 #include <condition_variable>
@@ -75,12 +76,18 @@ struct ForwardRequest {
   // temperature <= 0); with logits All, every row (greedy only: speculative verification).
   const runtime::SampleRequest* sample = nullptr;
   bool decodeOrder = false;  // runtime::Segment::decodeOrder
+  // Direct forwarding (lan/node/stage_links.h): the input rows come down the link from the
+  // previous stage's node (`hidden` stays empty), and/or the output goes down the link to the
+  // next one (the reply is only an acknowledgement, ForwardReply::forwarded).
+  bool fromLink = false;
+  bool toLink = false;
 };
 
 struct ForwardReply {
   std::vector<float> values;    // hidden (count x nEmbd) or logits; empty when tokens came back
   int32_t token = -1;           // the sampled token when the last row was sampled
   std::vector<int32_t> tokens;  // the sampled tokens when every row was (logits All)
+  bool forwarded = false;       // the output went down the stage's link (toLink)
 };
 
 class NodeClient {
@@ -119,6 +126,13 @@ class NodeClient {
   ForwardReply forward(const ForwardRequest& request) {
     return receiveForward(sendForward(request));
   }
+  // Direct forwarding (lan/node/stage_links.h). linkAccept: the node accepts a link from
+  // `fromDevice` into `stageId` and returns the route token; linkConnect: the node links
+  // `stageId` to the node at `address` (pinned to `deviceId`) over `route`. LinkFailure when the
+  // node cannot reach that one.
+  std::string linkAccept(const std::string& stageId, const std::string& fromDevice);
+  void linkConnect(const std::string& stageId, const std::string& address,
+                   const std::string& deviceId, const std::string& route);
   void truncate(const std::string& stageId, int32_t sequence, int32_t fromPosition);
   void unloadStage(const std::string& stageId);
   // unload_stage sent, the answer not waited for (a destructor's: never blocks on a dead node

@@ -115,6 +115,37 @@ NodeInfo parseNodeInfo(const json& reply) {
           sanitizeDisplayText(w.get_ref<const std::string&>(), kMaxNodeInfoWarningBytes));
     }
   }
+  if (const auto it = reply.find("links"); it != reply.end()) {
+    if (!it->is_array()) throw Error(path + ".links: must be an array");
+    if (it->size() > kMaxNodeInfoLinks) {
+      throw Error(path + ".links: " + std::to_string(it->size()) + " entries, at most " +
+                  std::to_string(kMaxNodeInfoLinks));
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& l = (*it)[i];
+      const std::string at = path + ".links[" + std::to_string(i) + "]";
+      if (!l.is_object()) throw Error(at + ": must be an object");
+      NodeForward f;
+      const json& stage = l.value("stage_id", json());
+      f.stageId =
+          sanitizeDisplayText(stage.is_string() ? stage.get<std::string>() : stage.dump(), 128);
+      const auto layer = [&](const char* key) {
+        const auto v = l.find(key);
+        if (v == l.end() || !v->is_number_integer() || v->get<int64_t>() < 0 ||
+            v->get<int64_t>() > 1000000) {
+          throw Error(at + "." + key + ": must be a layer number");
+        }
+        return static_cast<int32_t>(v->get<int64_t>());
+      };
+      f.firstLayer = layer("first_layer");
+      f.lastLayer = layer("last_layer");
+      f.toDevice = sanitizeDisplayText(stringField(l, "to_device", at), 128);
+      f.address = sanitizeDisplayText(stringField(l, "address", at, false), 300);
+      const auto open = l.find("open");
+      f.open = open != l.end() && open->is_boolean() && open->get<bool>();
+      info.forwards.push_back(std::move(f));
+    }
+  }
   return info;
 }
 
@@ -140,6 +171,18 @@ json nodeInfoToJson(const NodeInfo& info) {
               {"devices", devices},
               {"models", models}};
   if (!info.warnings.empty()) out["warnings"] = info.warnings;
+  if (!info.forwards.empty()) {
+    json links = json::array();
+    for (const NodeForward& f : info.forwards) {
+      links.push_back({{"stage_id", f.stageId},
+                       {"first_layer", f.firstLayer},
+                       {"last_layer", f.lastLayer},
+                       {"to_device", f.toDevice},
+                       {"address", f.address},
+                       {"open", f.open}});
+    }
+    out["links"] = links;
+  }
   return out;
 }
 

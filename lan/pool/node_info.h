@@ -32,6 +32,19 @@ inline constexpr size_t kMaxNodeInfoWarnings = 16;
 // One warning names an endpoint, a device ID and a path: a few hundred bytes.
 inline constexpr size_t kMaxNodeInfoWarningBytes = 1024;
 
+// A stage of the asking coordinator's whose node sends its hidden states straight to the next
+// stage's node (direct forwarding, lan/node/stage_links.h); optional "links" of the reply.
+struct NodeForward {
+  std::string stageId;  // as the coordinator named it (JSON text of a non-string id)
+  int32_t firstLayer = 0;
+  int32_t lastLayer = 0;
+  std::string toDevice;  // the next node's device ID
+  std::string address;   // where this node reached it
+  bool open = false;     // the link is up
+};
+// A node holds at most kMaxStagesPerPeer (32) stages of one coordinator; more is a broken node.
+inline constexpr size_t kMaxNodeInfoLinks = 64;
+
 struct NodeInfo {
   std::string name;      // display name
   std::string deviceId;  // the node's identity (certificate fingerprint)
@@ -41,6 +54,7 @@ struct NodeInfo {
   // `shoal-cli pool status` and the app. Optional in the reply; sanitized to one safe line each
   // (lan/discovery/display_name.h), at most kMaxNodeInfoWarnings of kMaxNodeInfoWarningBytes.
   std::vector<std::string> warnings;
+  std::vector<NodeForward> forwards;  // the asking coordinator's links ("links")
 
   // True when the node holds a file with this SHA-256 (it can load any stage without streaming).
   bool hasModel(const std::string& sha256) const;

@@ -46,7 +46,7 @@ std::unique_ptr<RemoteStage> RemoteStage::deploy(std::shared_ptr<NodeClient> cli
 
 runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
                                            runtime::StageOutput& output) {
-  m_book.check(batch);
+  m_book.check(batch, m_fromPrevious);
   InFlight f;
   f.output = &output;
   f.segments.assign(batch.segments.begin(), batch.segments.end());
@@ -54,7 +54,7 @@ runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
   // segments that want all rows (speculative verification); any other shape of logits rows
   // comes back as logits (a stage may ignore a SampleRequest).
   const bool greedy = batch.sample && batch.sample->temperature <= 0;
-  f.sampled = m_spec.hasHead && batch.sample &&
+  f.sampled = m_spec.hasHead && !m_toNext && batch.sample &&
               std::all_of(f.segments.begin(), f.segments.end(), [&](const runtime::Segment& s) {
                 return s.logits == runtime::LogitRows::Last ||
                        (s.logits == runtime::LogitRows::All && greedy);
@@ -69,10 +69,12 @@ runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
       r.count = s.count;
       r.logits = s.logits;
       r.decodeOrder = s.decodeOrder;
+      r.fromLink = m_fromPrevious;
+      r.toLink = m_toNext;
       const auto rows = static_cast<size_t>(s.count);
       if (m_spec.hasEmbedding) {
         r.tokens = batch.tokens.subspan(row, rows);
-      } else {
+      } else if (!m_fromPrevious) {
         r.hidden = batch.hidden.subspan(row * size_t(m_nEmbd), rows * size_t(m_nEmbd));
       }
       if (f.sampled) r.sample = batch.sample;
@@ -98,6 +100,13 @@ void RemoteStage::complete(InFlight& f) {
     const runtime::Segment& s = f.segments[i];
     ForwardReply r = m_client->receiveForward(f.requests[i]);
     f.requests[i] = 0;  // received
+    if (m_toNext) {
+      if (!r.forwarded) {
+        throw Error("node " + m_client->peerAddress() + ": stage " + m_stageId +
+                    " returned its rows instead of passing them on");
+      }
+      continue;
+    }
     if (f.sampled) {
       const bool everyRow = s.logits == runtime::LogitRows::All;
       const std::vector<int32_t> one{r.token};
@@ -174,6 +183,12 @@ void RemoteStage::truncate(int32_t sequence, int32_t fromPosition) {
 }
 
 int32_t RemoteStage::cachedPositions(int32_t sequence) const { return m_book.cached(sequence); }
+
+void RemoteStage::setLinks(bool fromPrevious, bool toNext) {
+  abandonAll();  // batches of the chain this stage was in before (a failure left them)
+  m_fromPrevious = fromPrevious && !m_spec.hasEmbedding;
+  m_toNext = toNext && !m_spec.hasHead;
+}
 
 void RemoteStage::unload() {
   if (!m_isLoaded || !m_client->isOpen()) return;

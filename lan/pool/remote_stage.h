@@ -65,6 +65,16 @@ class RemoteStage final : public runtime::Stage {
   // Drops the stage on the node and waits for its answer (the destructor then sends nothing).
   void unload();
 
+  // Direct forwarding (lan/node/stage_links.h; LinkedStages sets these): fromPrevious, the rows
+  // come down the link from the previous stage's node (submit() sends none of batch.hidden);
+  // toNext, the output goes down the link to the next one (wait() leaves the output empty).
+  // Batches still in flight (of the chain the stage was in before) are abandoned.
+  void setLinks(bool fromPrevious, bool toNext);
+  // Forgets every batch in flight (their replies are skipped when they come); the positions
+  // they counted stay counted: truncate to rewrite them.
+  void abandonInFlight() { abandonAll(); }
+  bool linkedToNext() const { return m_toNext; }
+
   const std::string& stageId() const { return m_stageId; }
   const StagePlacement& placement() const { return m_placement; }
   const LoadStageResult& loaded() const { return m_loaded; }  // source, load ms, bytes streamed
@@ -98,6 +108,8 @@ class RemoteStage final : public runtime::Stage {
   Ticket m_completed = 0;  // the last ticket waited for (or dropped by truncate)
   LoadStageResult m_loaded;
   bool m_isLoaded = false;
+  bool m_fromPrevious = false;  // setLinks
+  bool m_toNext = false;
 };
 
 }  // namespace shoal::lan

@@ -76,6 +76,7 @@ struct Listener::Impl {
   VettingSlots slots;
   std::deque<std::string> selfProbes;  // newest last, at most kMaxRememberedSelfProbes
   std::string localName = "shoal";
+  std::function<bool(const std::string&)> introduced;  // setIntroduced (guarded by mutex)
   std::chrono::milliseconds handshakeTimeout{10000};
   bool stopping = false;
 };
@@ -152,10 +153,12 @@ void Listener::Impl::releaseSlot(Vetting& v) {
 void Listener::Impl::vet(Vetting& v, std::unique_ptr<TlsConnection> conn) {
   std::chrono::milliseconds timeout;
   std::string name;
+  std::function<bool(const std::string&)> isIntroduced;
   {
     std::lock_guard lock(mutex);
     timeout = handshakeTimeout;
     name = localName;
+    isIntroduced = introduced;
   }
   // The handshake and the first frame share one deadline from the accept: a slow-loris peer that
   // trickles its handshake gets no fresh timeout per step.
@@ -181,7 +184,8 @@ void Listener::Impl::vet(Vetting& v, std::unique_ptr<TlsConnection> conn) {
     }
     const std::string op = first.control["op"].get<std::string>();
     if (op == ops::kHello) {
-      if (trust.isTrusted(conn->peerDeviceId())) {
+      if (trust.isTrusted(conn->peerDeviceId()) ||
+          (isIntroduced && isIntroduced(conn->peerDeviceId()))) {
         // Known from here on, before the welcome: once the peer holds it, its next connection
         // must find the reserved slots (it may open one at once, before this thread runs on).
         {
@@ -288,6 +292,11 @@ bool Listener::sawSelfProbe(const std::string& token) const {
 void Listener::setLocalName(std::string name) {
   std::lock_guard lock(m_impl->mutex);
   m_impl->localName = std::move(name);
+}
+
+void Listener::setIntroduced(std::function<bool(const std::string& deviceId)> introduced) {
+  std::lock_guard lock(m_impl->mutex);
+  m_impl->introduced = std::move(introduced);
 }
 
 void Listener::setHandshakeTimeout(std::chrono::milliseconds timeout) {

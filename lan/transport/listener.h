@@ -1,8 +1,8 @@
 #pragma once
 // Accepting connections from peer nodes. A Listener owns an accept thread; each incoming
 // connection is TLS-handshaken and vetted on a thread of its own before the application sees it:
-//  - a trusted client (device ID in the TrustStore) that asks for a session is welcomed and handed
-//    to onConnection;
+//  - a trusted client (device ID in the TrustStore), or one the application says was introduced
+//    (setIntroduced), that asks for a session is welcomed and handed to onConnection;
 //  - an untrusted client gets one "refused" frame naming the reason, and the connection closes;
 //    it never reaches onConnection, so no request of it is ever processed;
 //  - while a pairing code is set (setPairingCode), any client may run the pairing exchange
@@ -71,6 +71,12 @@ class Listener {
   // The name this node gives itself when pairing (stored in the peer's trust store). Default
   // "shoal".
   void setLocalName(std::string name);
+
+  // Devices welcomed though the trust store does not know them: those a trusted coordinator
+  // introduced for a deployment (direct forwarding between stages, lan/node/stage_links.h). The
+  // application decides what such a connection may do (NodeService serves it only as a link).
+  // Asked on a vetting thread for each hello from an untrusted device.
+  void setIntroduced(std::function<bool(const std::string& deviceId)> introduced);
 
   // How long a new connection may take from its accept to its first frame, TLS handshake
   // included. Default 10 s. Its TLS ClientHello must start within kClientHelloTimeout (or this

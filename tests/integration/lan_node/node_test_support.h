@@ -20,6 +20,7 @@
 #include "engine/runtime/chain.h"
 #include "engine/runtime/sampler.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "lan/pool/linked_stages.h"
 #include "lan/pool/node_client.h"
 #include "lan/pool/remote_stage.h"
 #include "lan/pool/sha256.h"
@@ -105,13 +106,23 @@ inline GreedyRun localGreedy(const model::Model& m, std::span<const int32_t> pro
 }
 
 // The same through remote stages, as the coordinator runs a pool: a Chain of them (hidden
-// states node to node through the caller), the last node sampling greedily. The KV caches are
-// reset first.
+// states node to node through the caller), the last node sampling greedily. linked: the nodes
+// were linked (link_accept/link_connect) and forward to each other directly, one LinkedStages.
+// The KV caches are reset first.
 inline GreedyRun remoteGreedy(std::vector<std::unique_ptr<RemoteStage>>& stages,
-                              std::span<const int32_t> prompt, int steps) {
+                              std::span<const int32_t> prompt, int steps, bool linked = false) {
   using Clock = std::chrono::steady_clock;
   std::vector<std::shared_ptr<runtime::Stage>> links;
-  for (auto& s : stages) links.emplace_back(s.get(), [](runtime::Stage*) {});  // `stages` owns
+  if (linked) {
+    std::vector<std::shared_ptr<RemoteStage>> parts;
+    for (auto& s : stages) parts.emplace_back(s.get(), [](RemoteStage*) {});  // `stages` owns
+    links.push_back(std::make_shared<LinkedStages>(std::move(parts)));
+  } else {
+    for (auto& s : stages) {
+      s->setLinks(false, false);  // relayed by the caller, whatever a LinkedStages set before
+      links.emplace_back(s.get(), [](runtime::Stage*) {});  // `stages` owns
+    }
+  }
   runtime::Chain chain(std::move(links));
   chain.truncate(0, 0);
   const runtime::SampleRequest greedy;  // temperature 0

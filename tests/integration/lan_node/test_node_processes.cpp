@@ -2,6 +2,10 @@
 // the coordinator: node_info; a model split over three nodes generates exactly what one local
 // stage generates; weights stream to nodes without the model and a restarted node serves them
 // from its shard cache (0 bytes received); a client the node does not trust gets a refusal.
+// Direct forwarding (lan/node/stage_links.h): nodes linked by the coordinator pass hidden states
+// to each other and generate the same tokens, a long prompt's micro-batches in flight at once; a
+// device a coordinator introduced gets nothing but its link into the one stage, and nothing once
+// that stage is unloaded.
 
 #include <QProcess>
 #include <QRegularExpression>
@@ -13,6 +17,7 @@
 #include "engine/gguf/gguf_writer.h"
 #include "engine/model/model.h"
 #include "lan/node/shard_cache.h"
+#include "lan/pool/forward_fields.h"
 #include "lan/pool/remote_stage.h"
 #include "lan/pool/sha256.h"
 #include "lan/transport/connect.h"
@@ -194,6 +199,145 @@ class TestNodeProcesses : public QObject {
     }
     qInfo("pooled greedy: %s",
           m_model->tokenizer().decode(remoteGreedy(stages, m_prompts[0])).c_str());
+  }
+
+  // Issue 20 item 1: each node sends its hidden states straight to the next one. The greedy
+  // tokens equal one local stage's, for prompts shorter and longer than a forward's batch (the
+  // latter go as several micro-batches in flight through the linked nodes at once).
+  void linkedNodesForwardDirectlyAndGenerateWhatOneStageGenerates() {
+    TrustStore trust;
+    const auto cfg = configs("linked", trust);
+    std::vector<std::unique_ptr<NodeProcess>> nodes;
+    for (const auto& c : cfg) {
+      nodes.push_back(std::make_unique<NodeProcess>(c, m_modelsDir, m_client.deviceId));
+    }
+    std::vector<std::shared_ptr<NodeClient>> clients;
+    for (auto& node : nodes) {
+      clients.push_back(std::make_shared<NodeClient>(
+          connectTo("127.0.0.1", node->port(), m_client, trust, std::chrono::seconds(30)),
+          std::chrono::seconds(60)));
+    }
+    auto stages = test::deploySplit(clients, *m_model, m_sha, "stage", 256, {}, 16);
+    try {
+      for (size_t k = 0; k + 1 < stages.size(); ++k) {
+        const std::string route =
+            clients[k + 1]->linkAccept(stages[k + 1]->stageId(), nodes[k]->deviceId());
+        clients[k]->linkConnect(stages[k]->stageId(),
+                                "127.0.0.1:" + std::to_string(nodes[k + 1]->port()),
+                                nodes[k + 1]->deviceId(), route);
+      }
+    } catch (const std::exception& e) {
+      QFAIL(e.what());
+    }
+    std::vector<int32_t> longPrompt;
+    while (longPrompt.size() < 40) {
+      longPrompt.insert(longPrompt.end(), m_prompts[0].begin(), m_prompts[0].end());
+    }
+    // Prompts within one forward equal one local stage; the long one, cut into micro-batches of
+    // 16, equals the same micro-batches relayed by the caller.
+    for (const auto& prompt : {m_prompts[0], m_prompts[1], longPrompt}) {
+      const auto direct = test::remoteGreedy(stages, prompt, kSteps, true).tokens;
+      const auto relayed = test::remoteGreedy(stages, prompt, kSteps, false).tokens;
+      QCOMPARE(direct, relayed);
+      if (prompt.size() <= 16) QCOMPARE(direct, localGreedy(*m_model, prompt));
+    }
+    // The nodes report their links (what `shoal-cli pool status` prints).
+    const nlohmann::json info =
+        call(*connectTo("127.0.0.1", nodes[0]->port(), m_client, trust, std::chrono::seconds(30)),
+             {{"op", "node_info"}})
+            .control;
+    QVERIFY2(info.contains("links") && info["links"].size() == 1, info.dump().c_str());
+    QCOMPARE(info["links"][0].value("to_device", ""), nodes[1]->deviceId());
+    QCOMPARE(info["links"][0].value("open", false), true);
+  }
+
+  // A device a trusted coordinator introduced (link_accept) is welcomed by the listener, but may
+  // only push hidden states into that one stage: any other request closes its connection, a
+  // route not its own is refused, a malformed push drops the link (the coordinator's forward then
+  // fails as a link failure, so it relays), and once the stage is unloaded it is a stranger again.
+  void anIntroducedDeviceGetsOnlyItsLinkAndOnlyWhileTheStageLives() {
+    TrustStore trust;
+    const auto cfg = configs("introduced", trust);
+    NodeProcess node(cfg[0], m_modelsDir, m_client.deviceId);
+    const Identity peer = createIdentity();  // the previous stage's node
+    const auto strangerConnects = [&] {
+      try {
+        connectTo("127.0.0.1", node.port(), peer, trust, std::chrono::seconds(30));
+        return true;
+      } catch (const TransportError&) {
+        return false;
+      }
+    };
+    QVERIFY(!strangerConnects());
+
+    auto client = std::make_shared<NodeClient>(
+        connectTo("127.0.0.1", node.port(), m_client, trust, std::chrono::seconds(30)),
+        std::chrono::seconds(60));
+    auto stage = deployLayerOne(client, *m_model, m_sha);
+    const std::string route = client->linkAccept(stage->stageId(), peer.deviceId);
+    // A route never goes to the first stage (token ids come from the coordinator).
+    QVERIFY(!route.empty());
+
+    // Welcomed now, but anything other than its link closes the connection unanswered.
+    {
+      auto c = connectTo("127.0.0.1", node.port(), peer, trust, std::chrono::seconds(30));
+      Message m;
+      m.control = {{"op", "node_info"}, {"id", 1}};
+      c->send(m);
+      QVERIFY_THROWS_EXCEPTION(TransportError, c->receive(std::chrono::seconds(10)));
+    }
+    // A route that is not its own.
+    {
+      auto c = connectTo("127.0.0.1", node.port(), peer, trust, std::chrono::seconds(30));
+      Message m;
+      m.control = {{"op", "link_hello"}, {"route", std::string(32, 'a')}};
+      c->send(m);
+      QCOMPARE(c->receive(std::chrono::seconds(10)).control.value("op", ""), std::string("error"));
+    }
+    // Its route: the rows it pushes are what the stage computes on.
+    const int32_t nEmbd = m_model->config().nEmbd;
+    std::vector<float> hidden(size_t(nEmbd), 0.01f);
+    auto link = connectTo("127.0.0.1", node.port(), peer, trust, std::chrono::seconds(30));
+    {
+      Message hello;
+      hello.control = {{"op", "link_hello"}, {"route", route}};
+      link->send(hello);
+      QCOMPARE(link->receive(std::chrono::seconds(10)).control.value("op", ""),
+               std::string("link_ready"));
+      Message rows;
+      rows.control = {{"op", "link_hidden"}, {"sequence", 0}, {"first_position", 0}, {"count", 1}};
+      rows.blob.resize(hidden.size() * sizeof(float));
+      std::memcpy(rows.blob.data(), hidden.data(), rows.blob.size());
+      link->send(rows);
+    }
+    stage->setLinks(true, false);
+    runtime::StageOutput got, want;
+    test::forwardHidden(*stage, {}, 0, got);
+    cpu::CpuBackend cpu(kThreads);
+    const runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
+    auto reference = cpu.createStage("cpu0", src, stage->spec());
+    test::forwardHidden(*reference, hidden, 0, want);
+    QVERIFY(!want.hidden.empty());
+    QVERIFY(got.hidden == want.hidden);
+
+    // A push of the wrong size drops the link; the stage's next forward is a link failure.
+    {
+      Message bad;
+      bad.control = {{"op", "link_hidden"}, {"sequence", 0}, {"first_position", 1}, {"count", 1}};
+      bad.blob.resize(12);
+      link->send(bad);
+      QVERIFY_THROWS_EXCEPTION(TransportError, link->receive(std::chrono::seconds(10)));
+    }
+    QVERIFY_THROWS_EXCEPTION(LinkFailure, test::forwardHidden(*stage, {}, 1, got));
+
+    // Unloaded: the route is revoked and the device is a stranger again.
+    stage->unload();
+    QVERIFY(!strangerConnects());
+    // The node still serves its coordinator.
+    QCOMPARE(call(*connectTo("127.0.0.1", node.port(), m_client, trust, std::chrono::seconds(30)),
+                  {{"op", "ping"}, {"t", 5}})
+                 .control.value("op", ""),
+             std::string("pong"));
   }
 
   void streamedWeightsAreCachedSoARestartedNodeReceivesNone() {

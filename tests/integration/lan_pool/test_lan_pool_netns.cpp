@@ -1,10 +1,10 @@
 // The pool across a real (namespaced) LAN: four shoal-node hosts and shoal-cli as the
 // coordinator on a fifth (tests/integration/netns). Discovery finds the nodes; a pooled greedy
-// reply of 200 tokens survives a SIGKILL of the middle node and equals `shoal-cli generate` on
-// one machine, and so do a mixture of experts over three nodes and a reply decoded
-// speculatively; the fit estimate made from a
-// model's header agrees with what the pool does. Needs
-// root for the namespaces; skips otherwise.
+// reply of 200 tokens (the nodes forwarding to each other directly) survives a SIGKILL of the
+// middle node and equals `shoal-cli generate` on one machine; direct forwarding gives the reply
+// that relaying through the coordinator gives; and so do a mixture of experts over three nodes and
+// a reply decoded speculatively; the fit estimate made from a model's header agrees with what the
+// pool does. Needs root for the namespaces; skips otherwise.
 
 #include <QFile>
 #include <QProcess>
@@ -351,6 +351,48 @@ class TestLanPoolNetns : public QObject {
     QCOMPARE(runs[1].at("tokens"), runs[0].at("tokens"));
   }
 
+  // Issue 20 item 1: each node sends its hidden states straight to the next one's host, and the
+  // reply is the same as with every hop relayed through the coordinator, for a prompt longer than
+  // a forward's batch (its micro-batches in flight through the linked nodes at once).
+  void directForwardingGivesTheRelayedReply() {
+    QString prompt;
+    while (prompt.size() < 1400) prompt += "The keeper climbed the stairs to light the lamp. ";
+    nlohmann::json runs[2];
+    for (int i = 0; i < 2; ++i) {
+      QByteArray out;
+      QStringList args{"pool",
+                       "generate",
+                       "--nodes",
+                       m_nodes,
+                       "--config-dir",
+                       m_cliConfig,
+                       "-p",
+                       prompt,
+                       "-n",
+                       "32",
+                       "--temp",
+                       "0",
+                       "--ignore-eos",
+                       "--ctx",
+                       QString::number(kContext),
+                       "--max-device-memory-mb",
+                       m_memoryCapMb,
+                       "--draft-max",
+                       "0",
+                       "--json"};
+      if (i == 1) args << "--relay";
+      QCOMPARE(m_lan->run(1, SHOAL_CLI_BINARY, args, &out, 120000), 0);
+      runs[i] = nlohmann::json::parse(out.mid(out.indexOf('{')).toStdString());
+      QCOMPARE(runs[i].at("stages").size(), size_t(3));
+      QVERIFY2(runs[i].at("prompt_tokens").get<int>() > 256, runs[i].dump().c_str());
+      QCOMPARE(runs[i].at("hops").size(), size_t(2));
+      for (const auto& hop : runs[i].at("hops")) {
+        QVERIFY2(hop.at("direct").get<bool>() == (i == 0), hop.dump().c_str());
+      }
+    }
+    QCOMPARE(runs[0].at("tokens"), runs[1].at("tokens"));
+  }
+
   void killedMiddleNodeDuringA200TokenReplyLeavesTheReplyUnchanged() {
     const QByteArray reference = runLocal(
         SHOAL_CLI_BINARY, {"generate", "-p", kPrompt, "-n", "200", "--temp", "0", "--ignore-eos",
@@ -388,6 +430,8 @@ class TestLanPoolNetns : public QObject {
     log += cli->readAllStandardError();
     QCOMPARE(cli->exitCode(), 0);
     QVERIFY2(log.contains("failed after"), log.constData());
+    // The nodes forwarded to each other directly before the kill (the plan line).
+    QVERIFY2(log.contains("direct to"), log.constData());
     QVERIFY(reference.startsWith(atKill));
     QCOMPARE(text, reference);
   }

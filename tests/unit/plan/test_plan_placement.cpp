@@ -211,6 +211,29 @@ class PlanPlacementTest : public QObject {
     QCOMPARE(p.pipelines[0].stages.front().deviceId, std::string("cpu"));
   }
 
+  void likeDevicesShareTheLayersEvenly() {
+    // Three like devices, none of which holds more than 14 layers beside the embedding or the
+    // head: every split of one chat over them has the same total time, and the one taken spreads
+    // the layers (the slowest stage as fast as any split allows: 11/11/10 with the head's read
+    // as heavy as a layer) rather than filling each device to its memory in turn. The same when
+    // the model lists its (here alike) layers one by one, which takes the range split.
+    Pool pool;
+    for (const char* d : {"a", "b", "c"}) pool.devices.push_back(device(d, d, 1.55e9, 5e10, 1e12));
+    pool.defaultLink = Link{1e-4, 1e8};
+    ModelCost listed = smallModel();
+    listed.perLayer.assign(32, LayerCost{1e8, 1e8, 2e8, 0, 0});
+    for (const ModelCost& m : {smallModel(), listed}) {
+      const Plan p = plan(pool, m, Request{4096, 1});
+      QVERIFY(p.feasible);
+      QCOMPARE(p.pipelines.size(), size_t{1});
+      QCOMPARE(p.pipelines[0].stages.size(), size_t{3});
+      const auto& st = p.pipelines[0].stages;
+      QCOMPARE(st[0].lastLayer - st[0].firstLayer, 11);
+      QCOMPARE(st[1].lastLayer - st[1].firstLayer, 11);
+      QCOMPARE(st[2].lastLayer - st[2].firstLayer, 10);
+    }
+  }
+
   void buildsSeveralReplicasWhenThatServesMoreSequences() {
     // Four identical GPUs that each hold the model: four one-stage pipelines beat any chain.
     Pool pool;
