@@ -4,7 +4,8 @@
 # jitter, rate, loss; bench/link_emulator — this kernel has no netem qdisc), the coordinator
 # (shoal-cli) in a fourth. Per link profile it measures, as JSON:
 #   - rtt_ms: the round trip the coordinator measured to each node through the emulator;
-#   - decode_tokens_per_s: one greedy stream, 128 tokens, no speculation;
+#   - decode_tokens_per_s: one greedy stream, 128 tokens, no speculation, and the planner's
+#     prediction for it (predicted_tokens_per_s, predicted_over_measured);
 #   - ttft_s: time to the first token for prompts of about 32, 512 and 2048 tokens;
 #   - relay: decode and the 2048-token TTFT again with every hop relayed through the coordinator
 #     (`--relay`, the pool before direct forwarding), and direct ÷ relay of each (median of the
@@ -130,6 +131,7 @@ prof, rtt = sys.argv[1], sys.argv[2]
 decode, t32, t512, t2048, plain, spec, free, rdecode, r2048 = (json.loads(a) for a in sys.argv[3:])
 print(json.dumps({
     "direct_hops": all(h["direct"] for h in decode["hops"]),
+    "predicted_tokens_per_s": decode["predicted_tokens_per_s"],
     "relay_decode_tokens_per_s": rdecode["tokens_per_s"],
     "relay_ttft_2048_s": r2048["prefill_s"],
     "profile": prof,
@@ -163,6 +165,9 @@ for prof in dict.fromkeys(r["profile"] for r in rows):
         "rtt_ms_median": med([x for r in rs for x in r["rtt_ms"]] or [0]),
         "decode_tokens_per_s": decode,
         "decode_over_compute_only": decode / compute,
+        "predicted_tokens_per_s": med(r["predicted_tokens_per_s"] for r in rs),
+        "predicted_over_measured": med(r["predicted_tokens_per_s"] / r["decode_tokens_per_s"]
+                                       for r in rs),
         "ttft_s": {k: med(r["ttft_s"][k] for r in rs) for k in rs[0]["ttft_s"]},
         "direct_hops": all(r["direct_hops"] for r in rs),
         "relay": {

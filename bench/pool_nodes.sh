@@ -5,7 +5,8 @@
 # coordinator identity made in $work/cli, which trusts them in turn.
 #
 #   pool_nodes_start WORK NODE_BINARY MODEL ADDRESS_PORT
-# appends the nodes' pids to the caller's `pids` array and sets `nodes` to the comma-separated
+# (started one after the other, each once its CPU profile is measured) appends the nodes' pids to
+# the caller's `pids` array and sets `nodes` to the comma-separated
 # addresses the coordinator uses: each host's IPv4 with ADDRESS_PORT (7000 to reach the node
 # itself, another port where something sits in front of it).
 pool_nodes_start() {
@@ -21,6 +22,9 @@ pool_nodes_start() {
       --no-discovery --threads 1 --models-dir "$work/models" --trust "$coordinator" \
       >"$work/node$h.out" 2>&1 &
     pids+=($!)
+    # One node profiles its CPU at a time (device_profile.h): started together, three nodes on
+    # two cores would measure each other instead, and the planner would see unlike machines.
+    for _ in $(seq 100); do grep -q "profile:" "$work/node$h.out" 2>/dev/null && break; sleep 0.1; done
     [ "$h" = 1 ] || trusted+=", "
     trusted+="{\"id\": \"$id\", \"name\": \"node$h\"}"
     nodes+="${nodes:+,}$(netns_ip "h$h"):$port"

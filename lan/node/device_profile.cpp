@@ -26,8 +26,8 @@ using nlohmann::json;
 
 // Each probe repeats its pass until this much time has gone by and keeps the best pass: the
 // figure the hardware can sustain, with the first (cold) pass and preempted ones ignored.
-// Two probes of 0.12 s plus set-up (filling 64 MiB, quantizing the matrix) stay under the
-// 0.5 s the node start may spend.
+// Three probes of 0.12 s plus set-up (filling 64 MiB and 66 MB, quantizing the matmul's matrix)
+// take about half a second of the node's first start (later starts read the cache).
 constexpr double kProbeSeconds = 0.12;
 
 // Larger than any last-level cache of a desktop CPU, so the reads come from DRAM as a decode's
@@ -40,6 +40,17 @@ constexpr size_t kReadBytes = size_t{64} << 20;
 constexpr int64_t kMatmulCols = 2048;
 constexpr int64_t kMatmulRows = 1024;
 constexpr int64_t kMatmulTokens = 32;
+
+// The decode probe: one token through a Q4_0 matrix larger than the caches (28672 x 4096: 66 MB),
+// the product a decoded token runs for every weight matrix. Its weight bytes per second is what
+// decoding reads at, which on few threads is well below what a plain read reaches (one thread
+// here sums 35 GB/s but unpacks and multiplies Q4_0 at about 12).
+constexpr int64_t kDecodeCols = 4096;
+constexpr int64_t kDecodeRows = 28672;
+
+// Cached entries carry the probe set that made them; older ones (without the decode probe) are
+// measured again.
+constexpr int kProbeVersion = 2;
 
 double seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -121,6 +132,42 @@ double measureMatmulFlops(cpu::ThreadPool& pool) {
   return best;
 }
 
+double measureDecodeBytes(cpu::ThreadPool& pool) {
+  // Blocks written directly rather than quantized (66 MB would take longer than the probe): a
+  // fixed scale (fp16 0.0625) and a varied nibble pattern, so nothing is zero for a kernel to
+  // skip.
+  const size_t rowBytes = gguf::rowBytes(gguf::TensorType::Q4_0, kDecodeCols);
+  std::vector<uint8_t> weights(rowBytes * static_cast<size_t>(kDecodeRows));
+  constexpr size_t kBlock = 18;  // Q4_0: fp16 scale + 16 bytes of 32 nibbles (ggml's block_q4_0)
+  for (size_t b = 0; b < weights.size() / kBlock; ++b) {
+    uint8_t* block = weights.data() + b * kBlock;
+    block[0] = 0x00;
+    block[1] = 0x2C;
+    for (size_t j = 0; j < 16; ++j) block[2 + j] = static_cast<uint8_t>((b * 37 + j * 11) & 0xFF);
+  }
+  gguf::TensorInfo tensor;
+  tensor.name = "profile.decode.q4_0";
+  tensor.type = gguf::TensorType::Q4_0;
+  tensor.dims = {kDecodeCols, kDecodeRows};
+  tensor.nbytes = weights.size();
+  tensor.data = weights.data();
+  const cpu::WeightMatrix w = cpu::WeightMatrix::from(tensor);
+  std::vector<float> x(static_cast<size_t>(kDecodeCols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(int(i % 199) - 99) / 99.0f;
+  std::vector<float> y(static_cast<size_t>(kDecodeRows));
+  cpu::MatmulScratch scratch;
+  scratch.reserve(w, 1);
+  double best = 0;
+  const auto start = Clock::now();
+  do {
+    const auto t0 = Clock::now();
+    cpu::matmul(w, x.data(), 1, y.data(), pool, scratch);
+    const double s = seconds(t0);
+    if (s > 0) best = std::max(best, static_cast<double>(weights.size()) / s);
+  } while (seconds(start) < kProbeSeconds);
+  return best;
+}
+
 json readCache(const std::filesystem::path& file) {
   std::ifstream in(file);
   if (!in) return json::object();
@@ -140,7 +187,9 @@ double positiveField(const json& entry, const char* key) {
 DeviceProfile measureCpuProfile(int threads) {
   cpu::ThreadPool pool(threads > 0 ? threads : cpu::defaultCpuThreads());
   DeviceProfile p;
-  p.bandwidthBytesPerS = measureReadBandwidth(pool);
+  // What decoding reads weights at: the memory, or the kernels when they are slower (few
+  // threads), whichever limits.
+  p.bandwidthBytesPerS = std::min(measureReadBandwidth(pool), measureDecodeBytes(pool));
   p.flopsPerS = measureMatmulFlops(pool);
   return p;
 }
@@ -150,7 +199,8 @@ DeviceProfile cachedProfile(const std::filesystem::path& configDir, const std::s
   const std::filesystem::path file = configDir / kDeviceProfilesFile;
   json cache = readCache(file);
   if (!remeasure) {
-    if (const auto it = cache.find(key); it != cache.end() && it->is_object()) {
+    if (const auto it = cache.find(key);
+        it != cache.end() && it->is_object() && it->value("probe", json()) == kProbeVersion) {
       DeviceProfile p;
       p.bandwidthBytesPerS = positiveField(*it, "bandwidth_bytes_per_s");
       p.flopsPerS = positiveField(*it, "flops_per_s");
@@ -158,7 +208,9 @@ DeviceProfile cachedProfile(const std::filesystem::path& configDir, const std::s
     }
   }
   const DeviceProfile p = measure();
-  cache[key] = {{"bandwidth_bytes_per_s", p.bandwidthBytesPerS}, {"flops_per_s", p.flopsPerS}};
+  cache[key] = {{"bandwidth_bytes_per_s", p.bandwidthBytesPerS},
+                {"flops_per_s", p.flopsPerS},
+                {"probe", kProbeVersion}};
   std::error_code ec;
   std::filesystem::create_directories(configDir, ec);
   // Written aside and renamed, so a node killed mid-write leaves the old cache, not half a file.

@@ -3,9 +3,12 @@
 // flops_per_s, and the planner (engine/plan) uses as a device's B and P instead of the
 // coordinator's conservative fallbacks (lan/pool/pool_builder.h).
 //
-// The CPU is measured at node start with two short probes (under 0.5 s together): a
-// multi-threaded read of a buffer larger than the caches (decode is memory bound: B) and a
-// quantized (Q4_0) matmul of a batch of activations through the same kernels a stage runs (P).
+// The CPU is measured at node start with three short probes (about 0.5 s together): a
+// multi-threaded read of a buffer larger than the caches and a one-token Q4_0 product of a matrix
+// larger than the caches through the same kernels a stage runs, the lower of the two being the
+// rate a decode reads weights at (B: memory bound on many threads, kernel bound on one or two),
+// and a Q4_0 matmul of a batch of activations (P). Entries cached before the decode probe existed
+// (no "probe": 2) are measured again.
 // Figures are cached in the config dir, keyed by the device's name, which for the CPU is
 // "<CPU model> (<N> threads)": a later start with the same CPU and thread count is instant, and
 // another machine with a copied config dir or another --threads measures again.
@@ -19,7 +22,7 @@
 namespace shoal::lan {
 
 struct DeviceProfile {
-  double bandwidthBytesPerS = 0;  // memory read bandwidth
+  double bandwidthBytesPerS = 0;  // the rate decoding reads weights at (memory or kernels)
   double flopsPerS = 0;           // sustained FLOP/s of a quantized matmul
 };
 

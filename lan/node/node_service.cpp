@@ -66,7 +66,7 @@ std::map<std::string, DeviceProfile> profileCpuDevices(
       const std::string how =
           measured ? "measured in " + std::to_string(static_cast<int>(ms)) + " ms" : "cached";
       std::fprintf(stderr,
-                   "shoal-node: %s profile: %.1f GB/s read, %.1f GFLOP/s Q4_0 matmul (%s)\n",
+                   "shoal-node: %s profile: %.1f GB/s decode read, %.1f GFLOP/s Q4_0 matmul (%s)\n",
                    d.id.c_str(), p.bandwidthBytesPerS / 1e9, p.flopsPerS / 1e9, how.c_str());
       out[d.id] = p;
     }

@@ -52,7 +52,7 @@ class TestDeviceProfile : public QObject {
     const auto t0 = std::chrono::steady_clock::now();
     const DeviceProfile p = measureCpuProfile(1);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    qInfo("1 thread: %.2f GB/s read, %.2f GFLOP/s Q4_0 matmul, probes took %.3f s",
+    qInfo("1 thread: %.2f GB/s decode read, %.2f GFLOP/s Q4_0 matmul, probes took %.3f s",
           p.bandwidthBytesPerS / 1e9, p.flopsPerS / 1e9, s);
     QVERIFY(p.bandwidthBytesPerS > 0);
     QVERIFY(p.flopsPerS > 0);
@@ -95,9 +95,12 @@ class TestDeviceProfile : public QObject {
     QTest::newRow("not json") << QByteArray("{not json");
     QTest::newRow("not an object") << QByteArray("[1, 2]");
     QTest::newRow("zero figures") << QByteArray(R"({"k": {"bandwidth_bytes_per_s": 0,
-                                                          "flops_per_s": 1e9}})");
+                                                          "flops_per_s": 1e9, "probe": 2}})");
+    // Good figures from before the decode probe: their bandwidth overstates decoding.
+    QTest::newRow("older probes") << QByteArray(R"({"k": {"bandwidth_bytes_per_s": 3e10,
+                                                          "flops_per_s": 1e11}})");
     QTest::newRow("negative figures") << QByteArray(R"({"k": {"bandwidth_bytes_per_s": -1,
-                                                              "flops_per_s": -1}})");
+                                                              "flops_per_s": -1, "probe": 2}})");
     QTest::newRow("strings") << QByteArray(R"({"k": {"bandwidth_bytes_per_s": "fast",
                                                      "flops_per_s": "faster"}})");
   }
