@@ -56,6 +56,20 @@ double seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// `amount` (bytes, FLOPs) over the fastest of the passes `pass` makes in kProbeSeconds.
+template <class Pass>
+double bestRate(double amount, Pass pass) {
+  double best = 0;
+  const auto start = Clock::now();
+  do {
+    const auto t0 = Clock::now();
+    pass();
+    const double s = seconds(t0);
+    if (s > 0) best = std::max(best, amount / s);
+  } while (seconds(start) < kProbeSeconds);
+  return best;
+}
+
 double measureReadBandwidth(cpu::ThreadPool& pool) {
   const size_t words = kReadBytes / sizeof(uint64_t);
   std::vector<uint64_t> buffer(words);
@@ -79,14 +93,8 @@ double measureReadBandwidth(cpu::ThreadPool& pool) {
     }
     sums[static_cast<size_t>(thread)].value += a + b + c + d;
   };
-  double best = 0;
-  const auto start = Clock::now();
-  do {
-    const auto t0 = Clock::now();
-    pool.parallelFor(blocks, pass);
-    const double s = seconds(t0);
-    if (s > 0) best = std::max(best, static_cast<double>(blocks * kBlockWords * 8) / s);
-  } while (seconds(start) < kProbeSeconds);
+  const double best = bestRate(static_cast<double>(blocks * kBlockWords * 8),
+                               [&] { pool.parallelFor(blocks, pass); });
   // The sums are the probe's output as far as the optimizer knows.
   uint64_t total = 0;
   for (const Sum& s : sums) total += s.value;
@@ -121,15 +129,7 @@ double measureMatmulFlops(cpu::ThreadPool& pool) {
   cpu::MatmulScratch scratch;
   scratch.reserve(w, kMatmulTokens);
   const double flops = 2.0 * double(kMatmulRows) * double(kMatmulCols) * double(kMatmulTokens);
-  double best = 0;
-  const auto start = Clock::now();
-  do {
-    const auto t0 = Clock::now();
-    cpu::matmul(w, x.data(), kMatmulTokens, y.data(), pool, scratch);
-    const double s = seconds(t0);
-    if (s > 0) best = std::max(best, flops / s);
-  } while (seconds(start) < kProbeSeconds);
-  return best;
+  return bestRate(flops, [&] { cpu::matmul(w, x.data(), kMatmulTokens, y.data(), pool, scratch); });
 }
 
 double measureDecodeBytes(cpu::ThreadPool& pool) {
@@ -157,15 +157,8 @@ double measureDecodeBytes(cpu::ThreadPool& pool) {
   std::vector<float> y(static_cast<size_t>(kDecodeRows));
   cpu::MatmulScratch scratch;
   scratch.reserve(w, 1);
-  double best = 0;
-  const auto start = Clock::now();
-  do {
-    const auto t0 = Clock::now();
-    cpu::matmul(w, x.data(), 1, y.data(), pool, scratch);
-    const double s = seconds(t0);
-    if (s > 0) best = std::max(best, static_cast<double>(weights.size()) / s);
-  } while (seconds(start) < kProbeSeconds);
-  return best;
+  return bestRate(static_cast<double>(weights.size()),
+                  [&] { cpu::matmul(w, x.data(), 1, y.data(), pool, scratch); });
 }
 
 json readCache(const std::filesystem::path& file) {
