@@ -70,6 +70,17 @@ double bestRate(double amount, Pass pass) {
   return best;
 }
 
+// Q4_0 rows in `weights` (kept alive by the caller) as the kernels' weight matrix.
+cpu::WeightMatrix q4_0Matrix(const std::vector<uint8_t>& weights, int64_t cols, int64_t rows) {
+  gguf::TensorInfo tensor;
+  tensor.name = "profile.q4_0";
+  tensor.type = gguf::TensorType::Q4_0;
+  tensor.dims = {cols, rows};
+  tensor.nbytes = weights.size();
+  tensor.data = weights.data();
+  return cpu::WeightMatrix::from(tensor);
+}
+
 double measureReadBandwidth(cpu::ThreadPool& pool) {
   const size_t words = kReadBytes / sizeof(uint64_t);
   std::vector<uint64_t> buffer(words);
@@ -116,13 +127,7 @@ double measureMatmulFlops(cpu::ThreadPool& pool) {
     gguf::quantizeRow(gguf::TensorType::Q4_0, row.data(), weights.data() + size_t(r) * rowBytes,
                       kMatmulCols);
   }
-  gguf::TensorInfo tensor;
-  tensor.name = "profile.q4_0";
-  tensor.type = gguf::TensorType::Q4_0;
-  tensor.dims = {kMatmulCols, kMatmulRows};
-  tensor.nbytes = weights.size();
-  tensor.data = weights.data();
-  const cpu::WeightMatrix w = cpu::WeightMatrix::from(tensor);
+  const cpu::WeightMatrix w = q4_0Matrix(weights, kMatmulCols, kMatmulRows);
   std::vector<float> x(static_cast<size_t>(kMatmulCols * kMatmulTokens));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(int(i % 199) - 99) / 99.0f;
   std::vector<float> y(static_cast<size_t>(kMatmulRows * kMatmulTokens));
@@ -145,13 +150,7 @@ double measureDecodeBytes(cpu::ThreadPool& pool) {
     block[1] = 0x2C;
     for (size_t j = 0; j < 16; ++j) block[2 + j] = static_cast<uint8_t>((b * 37 + j * 11) & 0xFF);
   }
-  gguf::TensorInfo tensor;
-  tensor.name = "profile.decode.q4_0";
-  tensor.type = gguf::TensorType::Q4_0;
-  tensor.dims = {kDecodeCols, kDecodeRows};
-  tensor.nbytes = weights.size();
-  tensor.data = weights.data();
-  const cpu::WeightMatrix w = cpu::WeightMatrix::from(tensor);
+  const cpu::WeightMatrix w = q4_0Matrix(weights, kDecodeCols, kDecodeRows);
   std::vector<float> x(static_cast<size_t>(kDecodeCols));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(int(i % 199) - 99) / 99.0f;
   std::vector<float> y(static_cast<size_t>(kDecodeRows));
