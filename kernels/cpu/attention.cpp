@@ -52,8 +52,10 @@ void attention(const AttentionShape& s, const float* q, int32_t count, int32_t f
       float maxScore = -INFINITY;
       const float invCap = s.softcap > 0 ? 1.0f / s.softcap : 0.0f;
       std::fill(scores + from, scores + first, -INFINITY);
+      k.dotsF16(keys + first * kvDim + kvHead * hd, kvDim, q16, hd, visible - first, kqOrder,
+                scores + first);
       for (int64_t p = first; p < visible; ++p) {
-        float dot = k.dotF16(keys + p * kvDim + kvHead * hd, q16, hd, kqOrder);
+        float dot = scores[p];
         if (s.softcap > 0) dot = std::tanh(dot * invCap) * s.softcap;
         scores[p] = dot * s.scale;  // ggml_soft_max_ext: kq * scale + mask (0 where visible)
         maxScore = std::max(maxScore, scores[p]);
@@ -68,9 +70,7 @@ void attention(const AttentionShape& s, const float* q, int32_t count, int32_t f
       k.floatToHalf(scores + first, probs + first, visible - first);
       std::fill(probs + visible, probs + padded, uint16_t{0});
       const uint16_t* vRows = values + kvHead * hd * vStride;
-      float* o = out + t * qDim + h * hd;
-      for (int64_t i = 0; i < hd; ++i)
-        o[i] = k.dotF16(vRows + i * vStride, probs, padded, kqvOrder);
+      k.dotsF16(vRows, vStride, probs, padded, hd, kqvOrder, out + t * qDim + h * hd);
     }
   });
 }

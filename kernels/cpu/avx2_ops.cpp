@@ -381,6 +381,7 @@ KernelTable makeTable() {
   t.halfToFloat = halfToFloat;
   t.floatToHalf = floatToHalf;
   t.dotF16 = dotHalf;
+  t.dotsF16 = dotsOneByOne<dotHalf>;
   t.softmaxExp = softmaxExp;
   t.swiglu = swiglu;
   return t;

@@ -20,6 +20,7 @@ KernelTable makeTable() {
   set(WeightKind::Q5_K, gemmQ5_K);
   set(WeightKind::Q6_K, gemmQ6_K);
   t.rowGroups[static_cast<int>(WeightKind::Q4_K)] = true;  // avx512_q4k_groups.h
+  t.dotsF16 = dotsHalf;
   return t;
 }
 

@@ -51,6 +51,7 @@ KernelTable makeReferenceTable() {
   t.halfToFloat = ref::halfToFloat;
   t.floatToHalf = ref::floatToHalf;
   t.dotF16 = ref::dotHalf;
+  t.dotsF16 = dotsOneByOne<ref::dotHalf>;
   t.softmaxExp = ref::softmaxExp;
   t.swiglu = ref::swiglu;
   return t;

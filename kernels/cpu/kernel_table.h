@@ -122,6 +122,12 @@ struct KernelTable {
   // Dot product of two f16 rows in one of the two orders (Tiled needs n % 16 == 0).
   float (*dotF16)(const uint16_t* x, const uint16_t* y, int64_t n, DotOrder order) = nullptr;
 
+  // count dot products sharing one argument, out[j] = dotF16(rows + j * rowStride, y, n, order)
+  // bit for bit: attention's K·q (rows: the cached keys) and V·p (rows: the transposed value
+  // dimensions). Computed together, the dots share y's loads and overlap their reductions.
+  void (*dotsF16)(const uint16_t* rows, int64_t rowStride, const uint16_t* y, int64_t n,
+                  int64_t count, DotOrder order, float* out) = nullptr;
+
   // Softmax numerator: y[i] = exp(x[i] - max) for i < n (ggml_vec_soft_max_f32, AVX-512: groups
   // of 16, each group reduced by reduce16 and added to a double). A last partial group counts
   // as padded with zeros, as ggml's masked, 256-padded KV rows are. Returns the sum.
@@ -131,6 +137,13 @@ struct KernelTable {
   // the last n % 16 elements use libm's expf, as ggml's scalar tail does).
   void (*swiglu)(const float* gate, const float* up, float* y, int64_t n) = nullptr;
 };
+
+// dotsF16 as one Dot call per row, for the levels without a kernel of their own.
+template <float (*Dot)(const uint16_t*, const uint16_t*, int64_t, DotOrder)>
+void dotsOneByOne(const uint16_t* rows, int64_t rowStride, const uint16_t* y, int64_t n,
+                  int64_t count, DotOrder order, float* out) {
+  for (int64_t j = 0; j < count; ++j) out[j] = Dot(rows + j * rowStride, y, n, order);
+}
 
 // The table of the active level (activeIsa()).
 const KernelTable& kernels();

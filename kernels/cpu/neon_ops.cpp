@@ -262,6 +262,7 @@ KernelTable makeTable(Isa isa, void (*setQuantGemms)(KernelTable&)) {
   t.convert[static_cast<int>(ActKind::Q8_1)] = quantizeQ8_1;
   t.convert[static_cast<int>(ActKind::Q8_K)] = quantizeQ8_K;
   t.dotF16 = dotHalf;
+  t.dotsF16 = dotsOneByOne<dotHalf>;
   return t;
 }
 
