@@ -27,27 +27,43 @@ struct AttentionShape {
   // ggml_scale in llama.cpp's graph).
   float softcap = 0;
 
+  // Key cache layout. false: position-major, kvDim halfs per position with the KV heads side by
+  // side (llama.cpp's layout). true: head-major, each KV head's keys contiguous, contextLength x
+  // headDim, so that the K·q of one head streams through memory instead of reading headDim of
+  // every kvDim halfs (the CPU stage's cache; the arithmetic is the same either way).
+  bool headMajorKeys = false;
+
   int32_t kvDim() const { return nHeadKv * headDim; }
+  // Halfs between the keys of consecutive positions of one KV head, and between KV heads.
+  int64_t keyPositionStride() const { return headMajorKeys ? headDim : kvDim(); }
+  int64_t keyHeadStride() const {
+    return headMajorKeys ? static_cast<int64_t>(contextLength) * headDim : headDim;
+  }
   // Stride of a transposed value row: the context rounded up to 64 positions, so that a row can
   // be read zero-padded to the 64-position steps of the dot products.
   int64_t valueStride() const { return (static_cast<int64_t>(contextLength) + 63) / 64 * 64; }
 };
 
-// Per-thread scratch, sized once for a shape and a thread count.
+// Per-thread scratch, sized once for a shape and a thread count. A thread works on up to
+// `queries` (token, head) pairs at once, each with its own rows below.
 struct AttentionScratch {
   void reserve(const AttentionShape& shape, int threads);
-  std::vector<uint16_t> query;  // threads x headDim
-  std::vector<float> scores;    // threads x valueStride
-  std::vector<uint16_t> probs;  // threads x valueStride
-  int64_t stride = 0;           // valueStride of the reserved shape
+  std::vector<uint16_t> query16;  // threads x queries x headDim: q rounded to f16
+  std::vector<float> query32;     // the same, as floats
+  std::vector<float> scores;      // threads x queries x valueStride
+  std::vector<uint16_t> probs16;  // threads x queries x valueStride: probabilities as f16
+  std::vector<float> probs32;     // the same, as floats
+  std::vector<float> outs;        // threads x queries x headDim
+  int64_t stride = 0;             // valueStride of the reserved shape
   int32_t headDim = 0;
+  int32_t queries = 0;  // (token, head) pairs per work item
 };
 
 // out[t * nHead * headDim + h * headDim + i] for t < count: attention of token t (position
 // firstPosition + t, sees positions 0..firstPosition + t, or with a window the last `window` of
 // them, as llama.cpp's sliding-window mask) and head h.
 //  q:      count x nHead x headDim floats (after RoPE)
-//  keys:   position-major f16 keys, kvDim per position (after RoPE)
+//  keys:   f16 keys after RoPE, laid out as shape.headMajorKeys says
 //  values: f16 values transposed: row (kvHead * headDim + i) holds dimension i of every
 //          position, valueStride() apart; positions past the cached ones must hold finite values
 //          (they meet zero probabilities).

@@ -1,15 +1,17 @@
-// AVX-512 f16 dot products that share one argument (KernelTable::dotsF16): attention's K·q over
-// the cached positions and V·p over the value dimensions.
+// AVX-512 batches of f16 dot products (KernelTable::dotsF16): attention's K·q over the cached
+// positions and V·p over the value dimensions, for several heads and tokens at once.
 //
 // Each dot keeps exactly the arithmetic of dotF16 in its order (the AVX2 kernel's two ymm halves
-// are one zmm here, lane for lane), so the results are bit-identical to one call per row; what
+// are one zmm here, lane for lane), so the results are bit-identical to one call per dot; what
 // changes is how the work overlaps:
-//  - short rows (K·q, n = head dimension): the shared query is converted to f32 once, each row's
-//    products are summed per lane, and 16 rows' lanes are then reduced together by a transposing
-//    tree that adds the same lane pairs as _mm512_reduce_add_ps does for each row alone;
-//  - long rows (V·p, n = the visible positions): several rows stream side by side, so one load
-//    and conversion of the shared probabilities feeds all of them, and their accumulator chains
-//    (one per row in the tiled order, whose single chain made V·p latency-bound) overlap.
+//  - short rows (K·q, n = a head dimension of 64 or 128): each row is converted to f32 once for
+//    all queries, each query's products are summed per lane, and 16 rows' lanes are then reduced
+//    together by a transposing tree that adds the same lane pairs as _mm512_reduce_add_ps does
+//    for each row alone;
+//  - long rows (V·p, n = the visible positions): a tile of rows and queries streams side by
+//    side, so one conversion of a value row feeds several queries' probabilities (already f32),
+//    and the accumulator chains (one per dot in the tiled order, whose single chain made V·p
+//    latency-bound) overlap.
 //
 // Compiled for AVX-512; reached only through the AVX-512 table.
 
@@ -61,98 +63,141 @@ inline __m512 reduce16x16(const __m512 r[16]) {
   return _mm512_permutexvar_ps(toRow, s);
 }
 
-// One row's 16 lanes before the final reduction, y already in f32. Tiled: one accumulator over
-// steps of 16. Vec: four accumulators over steps of 64, folded as ggml's GGML_F32x16_REDUCE.
-template <DotOrder Order>
-inline __m512 rowLanes(const uint16_t* x, const float* y, int64_t n) {
+// One dot's 16 lanes before the final reduction: x's N / 16 vectors (converted once for all
+// queries) times y's. Tiled: one accumulator over steps of 16. Vec: four accumulators over steps
+// of 64, folded as ggml's GGML_F32x16_REDUCE.
+template <DotOrder Order, int N>
+inline __m512 rowLanes(const __m512* x, const float* y) {
   if constexpr (Order == DotOrder::Tiled) {
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16)
-      acc = _mm512_fmadd_ps(load16(x + i), _mm512_loadu_ps(y + i), acc);
+    for (int i = 0; i < N / 16; ++i) acc = _mm512_fmadd_ps(x[i], _mm512_loadu_ps(y + 16 * i), acc);
     return acc;
   } else {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                      _mm512_setzero_ps()};
-    for (int64_t i = 0; i < n; i += 64)
-      for (int j = 0; j < 4; ++j)
-        acc[j] = _mm512_fmadd_ps(load16(x + i + 16 * j), _mm512_loadu_ps(y + i + 16 * j), acc[j]);
+    for (int i = 0; i < N / 16; ++i)
+      acc[i % 4] = _mm512_fmadd_ps(x[i], _mm512_loadu_ps(y + 16 * i), acc[i % 4]);
     acc[0] = _mm512_add_ps(acc[0], acc[2]);
     acc[1] = _mm512_add_ps(acc[1], acc[3]);
     return _mm512_add_ps(acc[0], acc[1]);
   }
 }
 
-constexpr int64_t kShortRow = 256;  // longest n whose shared argument is held as f32
+// Short rows of N halfs (K·q): in blocks of 16 rows, each row converted once into registers and
+// multiplied by up to kQueryChunk queries, whose lanes wait in `lanes` for the block's reduction.
+constexpr int kQueryChunk = 8;
 
-template <DotOrder Order>
-void shortRows(const uint16_t* rows, int64_t stride, const uint16_t* y, int64_t n, int64_t count,
-               float* out) {
-  alignas(64) float yf[kShortRow];
-  for (int64_t i = 0; i < n; i += 16) _mm512_store_ps(yf + i, load16(y + i));
-  __m512 lanes[16];
-  for (int64_t j = 0; j < count; j += 16) {
-    const int64_t m = count - j < 16 ? count - j : 16;
-    for (int64_t r = 0; r < m; ++r) lanes[r] = rowLanes<Order>(rows + (j + r) * stride, yf, n);
-    for (int64_t r = m; r < 16; ++r) lanes[r] = _mm512_setzero_ps();
-    _mm512_mask_storeu_ps(out + j, static_cast<__mmask16>((1u << m) - 1), reduce16x16(lanes));
+template <DotOrder Order, int N>
+void shortRows(const HalfDots& d) {
+  __m512 lanes[kQueryChunk][16];
+  for (int32_t q0 = 0; q0 < d.queries; q0 += kQueryChunk) {
+    const int qc = d.queries - q0 < kQueryChunk ? d.queries - q0 : kQueryChunk;
+    for (int64_t j = 0; j < d.count; j += 16) {
+      const int64_t m = d.count - j < 16 ? d.count - j : 16;
+      for (int64_t r = 0; r < m; ++r) {
+        const uint16_t* row = d.rows + (j + r) * d.rowStride;
+        __m512 x[N / 16];
+        for (int i = 0; i < N / 16; ++i) x[i] = load16(row + 16 * i);
+        for (int q = 0; q < qc; ++q)
+          lanes[q][r] = rowLanes<Order, N>(x, d.y32 + (q0 + q) * d.yStride);
+      }
+      for (int q = 0; q < qc; ++q) {
+        for (int64_t r = m; r < 16; ++r) lanes[q][r] = _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(d.out + (q0 + q) * d.outStride + j,
+                              static_cast<__mmask16>((1u << m) - 1), reduce16x16(lanes[q]));
+      }
+    }
   }
 }
 
-// R rows side by side over long n, each with its own accumulators.
-template <int R>
-void longRowsTiled(const uint16_t* rows, int64_t stride, const uint16_t* y, int64_t n, float* out) {
-  __m512 acc[R];
-  for (auto& a : acc) a = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m512 yv = load16(y + i);
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(load16(rows + r * stride + i), yv, acc[r]);
-  }
-  for (int r = 0; r < R; ++r) out[r] = reduce16(acc[r]);
-}
-
-template <int R>
-void longRowsVec(const uint16_t* rows, int64_t stride, const uint16_t* y, int64_t n, float* out) {
-  __m512 acc[R][4];
+// RD rows times QC queries over long n: each value row's step is converted once for the QC
+// queries, whose probabilities are read as floats. A accumulators per dot (the order's).
+template <DotOrder Order, int QC, int RD>
+void longTile(const HalfDots& d, int64_t q0, int64_t r0) {
+  constexpr int A = Order == DotOrder::Vec ? 4 : 1;
+  __m512 acc[RD][QC][A];
   for (auto& row : acc)
-    for (auto& a : row) a = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 64) {
-    __m512 yv[4];
-    for (int j = 0; j < 4; ++j) yv[j] = load16(y + i + 16 * j);
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 4; ++j)
-        acc[r][j] = _mm512_fmadd_ps(load16(rows + r * stride + i + 16 * j), yv[j], acc[r][j]);
+    for (auto& dot : row)
+      for (auto& a : dot) a = _mm512_setzero_ps();
+  const uint16_t* rows = d.rows + r0 * d.rowStride;
+  const float* ys = d.y32 + q0 * d.yStride;
+  for (int64_t i = 0; i < d.n; i += 16 * A) {
+    for (int r = 0; r < RD; ++r) {
+      __m512 x[A];
+      for (int a = 0; a < A; ++a) x[a] = load16(rows + r * d.rowStride + i + 16 * a);
+      for (int q = 0; q < QC; ++q)
+        for (int a = 0; a < A; ++a)
+          acc[r][q][a] =
+              _mm512_fmadd_ps(x[a], _mm512_loadu_ps(ys + q * d.yStride + i + 16 * a), acc[r][q][a]);
+    }
   }
-  for (int r = 0; r < R; ++r) {
-    const __m512 a = _mm512_add_ps(acc[r][0], acc[r][2]), b = _mm512_add_ps(acc[r][1], acc[r][3]);
-    out[r] = reduce16(_mm512_add_ps(a, b));
+  for (int r = 0; r < RD; ++r) {
+    for (int q = 0; q < QC; ++q) {
+      __m512 sum = acc[r][q][0];
+      if constexpr (A == 4) {
+        sum = _mm512_add_ps(_mm512_add_ps(acc[r][q][0], acc[r][q][2]),
+                            _mm512_add_ps(acc[r][q][1], acc[r][q][3]));
+      }
+      d.out[(q0 + q) * d.outStride + r0 + r] = reduce16(sum);
+    }
   }
+}
+
+// Every row for queries q0..q0+QC.
+template <DotOrder Order, int QC, int RD>
+void longQueries(const HalfDots& d, int64_t q0) {
+  int64_t r = 0;
+  for (; r + RD <= d.count; r += RD) longTile<Order, QC, RD>(d, q0, r);
+  for (; r < d.count; ++r) longTile<Order, QC, 1>(d, q0, r);
+}
+
+// Tiles of at most 16 accumulators (plus the converted row): Vec 4 per dot, Tiled 1.
+void longRowsVec(const HalfDots& d) {
+  int64_t q = 0;
+  for (; q + 4 <= d.queries; q += 4) longQueries<DotOrder::Vec, 4, 1>(d, q);
+  if (q + 2 <= d.queries) {
+    longQueries<DotOrder::Vec, 2, 2>(d, q);
+    q += 2;
+  }
+  if (q < d.queries) longQueries<DotOrder::Vec, 1, 4>(d, q);
+}
+
+void longRowsTiled(const HalfDots& d) {
+  int64_t q = 0;
+  for (; q + 8 <= d.queries; q += 8) longQueries<DotOrder::Tiled, 8, 2>(d, q);
+  if (q + 4 <= d.queries) {
+    longQueries<DotOrder::Tiled, 4, 4>(d, q);
+    q += 4;
+  }
+  if (q + 2 <= d.queries) {
+    longQueries<DotOrder::Tiled, 2, 8>(d, q);
+    q += 2;
+  }
+  if (q < d.queries) longQueries<DotOrder::Tiled, 1, 8>(d, q);
 }
 
 }  // namespace
 
-void dotsHalf(const uint16_t* rows, int64_t stride, const uint16_t* y, int64_t n, int64_t count,
-              DotOrder order, float* out) {
-  const bool tiled = order == DotOrder::Tiled;
-  if (n % (tiled ? 16 : 64) != 0 || n == 0) {
-    // A ragged Vec tail is summed in double one element at a time: the one-row kernel does that.
+void dotsHalf(const HalfDots& d) {
+  const bool tiled = d.order == DotOrder::Tiled;
+  if (d.n % (tiled ? 16 : 64) != 0 || d.n == 0) {
+    // A ragged Vec tail is summed in double one element at a time: the one-dot kernel does that.
     const auto dot = avx2Kernels()->dotF16;
-    for (int64_t j = 0; j < count; ++j) out[j] = dot(rows + j * stride, y, n, order);
+    for (int32_t q = 0; q < d.queries; ++q)
+      for (int64_t j = 0; j < d.count; ++j)
+        d.out[q * d.outStride + j] =
+            dot(d.rows + j * d.rowStride, d.y16 + q * d.yStride, d.n, d.order);
     return;
   }
-  if (n <= kShortRow) {
+  if (d.n == 64 || d.n == 128) {
     if (tiled)
-      shortRows<DotOrder::Tiled>(rows, stride, y, n, count, out);
+      d.n == 64 ? shortRows<DotOrder::Tiled, 64>(d) : shortRows<DotOrder::Tiled, 128>(d);
     else
-      shortRows<DotOrder::Vec>(rows, stride, y, n, count, out);
-    return;
-  }
-  int64_t j = 0;
-  if (tiled) {
-    for (; j + 8 <= count; j += 8) longRowsTiled<8>(rows + j * stride, stride, y, n, out + j);
-    for (; j < count; ++j) longRowsTiled<1>(rows + j * stride, stride, y, n, out + j);
+      d.n == 64 ? shortRows<DotOrder::Vec, 64>(d) : shortRows<DotOrder::Vec, 128>(d);
+  } else if (tiled) {
+    longRowsTiled(d);
   } else {
-    for (; j + 4 <= count; j += 4) longRowsVec<4>(rows + j * stride, stride, y, n, out + j);
-    for (; j < count; ++j) longRowsVec<1>(rows + j * stride, stride, y, n, out + j);
+    longRowsVec(d);
   }
 }
 

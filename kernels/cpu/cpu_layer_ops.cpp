@@ -222,7 +222,11 @@ void LayerRunner::attend(const BoundOp& op, CpuLayer& layer) {
     uint16_t* values = layer.values[sz(s.sequence)].data();
     for (int64_t t = row; t < row + s.count; ++t) {
       const int64_t pos = m_positions[sz(t)];
-      kernels().floatToHalf(k + t * kv, keys + pos * kv, kv);
+      for (int64_t g = 0; g < shape.nHeadKv; ++g) {
+        kernels().floatToHalf(k + t * kv + g * shape.headDim,
+                              keys + g * shape.keyHeadStride() + pos * shape.keyPositionStride(),
+                              shape.headDim);
+      }
       kernels().floatToHalf(v + t * kv, m_halfRow.data(), kv);
       for (int64_t i = 0; i < kv; ++i) values[i * vStride + pos] = m_halfRow[sz(i)];
     }

@@ -360,6 +360,7 @@ class Binder {
     s.sinks = params.sinks ? vector(TensorRole::AttnSinks, s.nHead) : nullptr;
     if (!(params.softcap >= 0) || !std::isfinite(params.softcap)) fail("has an invalid soft-cap");
     s.softcap = params.softcap;
+    s.headMajorKeys = true;
     // Zero-filled: value positions past the cached ones are read (times probability 0) by the
     // zero-padded dot products and must be finite.
     m_layer.keys.resize(static_cast<size_t>(m_b.sequences));

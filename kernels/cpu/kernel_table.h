@@ -107,6 +107,25 @@ using GemmFn = void (*)(const GemmArgs& args, int64_t rowBegin, int64_t rowEnd);
 // Converts n floats to an activation format (n a multiple of its block size).
 using ConvertFn = void (*)(const float* x, void* dst, int64_t n);
 
+// Attention's dot products as one batch: K·q (rows: cached keys; queries: the heads and tokens
+// that read them) and V·p (rows: transposed value dimensions; queries: the probabilities of each
+// head and token). out[q * outStride + j] = dotF16(rows + j * rowStride, y16 + q * yStride, n,
+// order) for q < queries, j < count. Computed together, the dots share the loads and
+// conversions of their common rows and overlap their reductions.
+struct HalfDots {
+  const uint16_t* rows = nullptr;  // count rows of n halfs, rowStride halfs apart
+  int64_t rowStride = 0;
+  int64_t count = 0;
+  const uint16_t* y16 = nullptr;  // queries arguments of n halfs, yStride apart
+  const float* y32 = nullptr;     // the same arguments as floats (each exactly its half)
+  int64_t yStride = 0;
+  int32_t queries = 0;
+  int64_t n = 0;  // elements per dot product (Tiled: a multiple of 16)
+  DotOrder order = DotOrder::Vec;
+  float* out = nullptr;  // out[q * outStride + j]
+  int64_t outStride = 0;
+};
+
 struct KernelTable {
   Isa isa = Isa::Scalar;
   GemmFn gemm[static_cast<int>(WeightKind::Count)] = {};
@@ -122,11 +141,8 @@ struct KernelTable {
   // Dot product of two f16 rows in one of the two orders (Tiled needs n % 16 == 0).
   float (*dotF16)(const uint16_t* x, const uint16_t* y, int64_t n, DotOrder order) = nullptr;
 
-  // count dot products sharing one argument, out[j] = dotF16(rows + j * rowStride, y, n, order)
-  // bit for bit: attention's K·q (rows: the cached keys) and V·p (rows: the transposed value
-  // dimensions). Computed together, the dots share y's loads and overlap their reductions.
-  void (*dotsF16)(const uint16_t* rows, int64_t rowStride, const uint16_t* y, int64_t n,
-                  int64_t count, DotOrder order, float* out) = nullptr;
+  // Every row's dot product with every query argument, each bit for bit dotF16's (HalfDots).
+  void (*dotsF16)(const HalfDots& d) = nullptr;
 
   // Softmax numerator: y[i] = exp(x[i] - max) for i < n (ggml_vec_soft_max_f32, AVX-512: groups
   // of 16, each group reduced by reduce16 and added to a double). A last partial group counts
@@ -138,11 +154,15 @@ struct KernelTable {
   void (*swiglu)(const float* gate, const float* up, float* y, int64_t n) = nullptr;
 };
 
-// dotsF16 as one Dot call per row, for the levels without a kernel of their own.
+// dotsF16 as one Dot call per dot product, for the levels without a kernel of their own.
 template <float (*Dot)(const uint16_t*, const uint16_t*, int64_t, DotOrder)>
-void dotsOneByOne(const uint16_t* rows, int64_t rowStride, const uint16_t* y, int64_t n,
-                  int64_t count, DotOrder order, float* out) {
-  for (int64_t j = 0; j < count; ++j) out[j] = Dot(rows + j * rowStride, y, n, order);
+void dotsOneByOne(const HalfDots& d) {
+  for (int32_t q = 0; q < d.queries; ++q) {
+    for (int64_t j = 0; j < d.count; ++j) {
+      d.out[q * d.outStride + j] =
+          Dot(d.rows + j * d.rowStride, d.y16 + q * d.yStride, d.n, d.order);
+    }
+  }
 }
 
 // The table of the active level (activeIsa()).

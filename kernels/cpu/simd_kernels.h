@@ -43,6 +43,5 @@ void gemmQ4_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ5_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ6_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 // KernelTable::dotsF16 (avx512_half_dots.cpp).
-void dotsHalf(const uint16_t* rows, int64_t stride, const uint16_t* y, int64_t n, int64_t count,
-              DotOrder order, float* out);
+void dotsHalf(const HalfDots& d);
 }  // namespace shoal::cpu::avx512

@@ -45,13 +45,30 @@ struct Setup {
     }
   }
 
-  std::vector<float> run(int32_t count, int32_t first, int threads, int32_t window = 0) {
+  std::vector<float> run(int32_t count, int32_t first, int threads, int32_t window = 0,
+                         bool headMajor = false, int32_t orderTokens = 0, int32_t queryRow = 0) {
     shape.window = window;
+    shape.headMajorKeys = headMajor;
     ThreadPool pool(threads);
     AttentionScratch scratch;
     scratch.reserve(shape, threads);
     std::vector<float> out(static_cast<size_t>(count * shape.nHead * shape.headDim), NAN);
-    attention(shape, q.data(), count, first, keys.data(), values.data(), out.data(), pool, scratch);
+    const std::vector<uint16_t> k = headMajor ? headMajorKeys() : keys;
+    attention(shape, q.data() + static_cast<size_t>(queryRow * shape.nHead * shape.headDim), count,
+              first, k.data(), values.data(), out.data(), pool, scratch, orderTokens);
+    shape.headMajorKeys = false;
+    return out;
+  }
+
+  // The keys laid out head-major (AttentionShape::headMajorKeys).
+  std::vector<uint16_t> headMajorKeys() const {
+    const int64_t hd = shape.headDim, kv = shape.kvDim();
+    std::vector<uint16_t> out(keys.size());
+    for (int64_t p = 0; p < shape.contextLength; ++p)
+      for (int64_t g = 0; g < shape.nHeadKv; ++g)
+        for (int64_t i = 0; i < hd; ++i)
+          out[static_cast<size_t>((g * shape.contextLength + p) * hd + i)] =
+              keys[static_cast<size_t>(p * kv + g * hd + i)];
     return out;
   }
 
@@ -184,6 +201,34 @@ class CpuAttentionTest : public QObject {
     const auto full = s.run(5, 35, 2);
     const auto windowed = s.run(5, 35, 2, 40);
     QVERIFY(test::firstBitDifference(full.data(), windowed.data(), full.size()) < 0);
+  }
+
+  // The CPU stage's head-major key cache gives the same bits as llama.cpp's position-major one.
+  void keyLayoutsGiveTheSameBits() {
+    Setup s(6, 70, 31);
+    for (int threads : {1, 3}) {
+      for (int32_t window : {0, 20}) {
+        const auto byPosition = s.run(6, 64, threads, window);
+        const auto byHead = s.run(6, 64, threads, window, true);
+        QVERIFY(test::firstBitDifference(byPosition.data(), byHead.data(), byPosition.size()) < 0);
+      }
+    }
+  }
+
+  // In decode order, tokens attended together (sharing key and value rows, some of them across a
+  // 64-position padding boundary) each give exactly what attending it alone gives.
+  void decodeOrderTokensMatchTheirSoloRuns() {
+    Setup s(9, 70, 41);
+    const int64_t width = s.shape.nHead * s.shape.headDim;
+    for (int threads : {1, 2}) {
+      const auto together = s.run(9, 58, threads, 0, true, 1);
+      for (int32_t t = 0; t < 9; ++t) {
+        const auto alone = s.run(1, 58 + t, threads, 0, true, 1, t);
+        QVERIFY2(test::firstBitDifference(together.data() + t * width, alone.data(),
+                                          static_cast<size_t>(width)) < 0,
+                 qPrintable(QString("token %1, %2 threads").arg(t).arg(threads)));
+      }
+    }
   }
 
   void resultDoesNotDependOnThreadCount() {

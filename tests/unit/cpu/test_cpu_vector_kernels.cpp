@@ -112,38 +112,64 @@ class CpuVectorKernelsTest : public QObject {
     }
   }
 
-  // dotsF16 (attention's K·q and V·p) gives each row exactly its dotF16: short rows (reduced
-  // 16 at a time), long rows (streamed side by side), ragged counts, strides wider than a row,
-  // and a Vec length with a tail that the one-row kernel sums.
-  void sharedArgumentHalfDotsMatchOneDotPerRow() {
+  // dotsF16 (attention's K·q and V·p) gives each (query, row) exactly its dotF16: short rows
+  // (reduced 16 at a time), long rows (tiles of rows and queries), ragged row and query counts,
+  // strides wider than a row, and a Vec length with a tail that the one-dot kernel sums.
+  void halfDotBatchesMatchOneDotEach() {
     for (int64_t n : {16, 64, 128, 256, 272, 320, 1024, 1040, 100}) {
-      for (int64_t count : {1, 3, 16, 17, 64, 101}) {
-        const int64_t stride = n + 24;
-        const auto rf = test::randomValues(static_cast<size_t>(stride * count), 5u + n, 2.0f);
-        const auto yf = test::randomValues(static_cast<size_t>(n), 7u + count);
-        std::vector<uint16_t> rows(rf.size()), y(yf.size());
-        referenceKernels().floatToHalf(rf.data(), rows.data(), static_cast<int64_t>(rf.size()));
-        referenceKernels().floatToHalf(yf.data(), y.data(), n);
-        for (DotOrder order : {DotOrder::Vec, DotOrder::Tiled}) {
-          if (order == DotOrder::Tiled && n % 16 != 0) continue;
-          for (const KernelTable* t :
-               {&referenceKernels(), kernelsFor(Isa::Avx2), kernelsFor(Isa::Avx512),
-                kernelsFor(Isa::Neon), kernelsFor(Isa::NeonDot)}) {
-            if (!t) continue;
-            std::vector<float> got(static_cast<size_t>(count) + 1, NAN);
-            t->dotsF16(rows.data(), stride, y.data(), n, count, order, got.data());
-            for (int64_t j = 0; j < count; ++j) {
-              const float want =
-                  referenceKernels().dotF16(rows.data() + j * stride, y.data(), n, order);
-              QVERIFY2(test::firstBitDifference(&got[static_cast<size_t>(j)], &want, 1) < 0,
-                       qPrintable(levelName(t->isa) +
-                                  QString(" n=%1 count=%2 row %3 order %4")
-                                      .arg(n)
-                                      .arg(count)
-                                      .arg(j)
-                                      .arg(order == DotOrder::Vec ? "vec" : "tiled")));
+      for (int64_t count : {1, 3, 16, 17, 64}) {
+        for (int32_t queries : {1, 2, 3, 5, 8, 13}) {
+          const int64_t stride = n + 24, yStride = n + 8, outStride = count + 5;
+          const auto rf = test::randomValues(static_cast<size_t>(stride * count),
+                                             static_cast<uint32_t>(5 + n), 2.0f);
+          const auto yf = test::randomValues(static_cast<size_t>(yStride * queries),
+                                             static_cast<uint32_t>(7 + count));
+          std::vector<uint16_t> rows(rf.size()), y16(yf.size());
+          std::vector<float> y32(yf.size());
+          referenceKernels().floatToHalf(rf.data(), rows.data(), static_cast<int64_t>(rf.size()));
+          referenceKernels().floatToHalf(yf.data(), y16.data(), static_cast<int64_t>(yf.size()));
+          referenceKernels().halfToFloat(y16.data(), y32.data(), static_cast<int64_t>(yf.size()));
+          for (DotOrder order : {DotOrder::Vec, DotOrder::Tiled}) {
+            if (order == DotOrder::Tiled && n % 16 != 0) continue;
+            for (const KernelTable* t :
+                 {&referenceKernels(), kernelsFor(Isa::Avx2), kernelsFor(Isa::Avx512),
+                  kernelsFor(Isa::Neon), kernelsFor(Isa::NeonDot)}) {
+              if (!t) continue;
+              std::vector<float> got(static_cast<size_t>(outStride * queries), NAN);
+              HalfDots d;
+              d.rows = rows.data();
+              d.rowStride = stride;
+              d.count = count;
+              d.y16 = y16.data();
+              d.y32 = y32.data();
+              d.yStride = yStride;
+              d.queries = queries;
+              d.n = n;
+              d.order = order;
+              d.out = got.data();
+              d.outStride = outStride;
+              t->dotsF16(d);
+              for (int32_t q = 0; q < queries; ++q) {
+                for (int64_t j = 0; j < outStride; ++j) {
+                  const float g = got[static_cast<size_t>(q * outStride + j)];
+                  if (j >= count) {
+                    QVERIFY(std::isnan(g));  // nothing written past count
+                    continue;
+                  }
+                  const float want = referenceKernels().dotF16(rows.data() + j * stride,
+                                                               y16.data() + q * yStride, n, order);
+                  QVERIFY2(test::firstBitDifference(&g, &want, 1) < 0,
+                           qPrintable(levelName(t->isa) +
+                                      QString(" n=%1 count=%2 queries=%3 (%4, %5) order %6")
+                                          .arg(n)
+                                          .arg(count)
+                                          .arg(queries)
+                                          .arg(q)
+                                          .arg(j)
+                                          .arg(order == DotOrder::Vec ? "vec" : "tiled")));
+                }
+              }
             }
-            QVERIFY(std::isnan(got[static_cast<size_t>(count)]));  // nothing written past count
           }
         }
       }
