@@ -13,6 +13,9 @@
 #   - speculation: the code-editing workload (bench/code_edit_prompt.py, 256 tokens) without and
 #     with prompt-lookup drafts: tok/s of each, their ratio, the acceptance, whether the texts
 #     are identical;
+#   - draft_model (only with SHOAL_DRAFT_MODEL=PATH): a story prompt (128 tokens) without and
+#     with that draft model proposing tokens on the coordinator (`--draft-model`): tok/s of each,
+#     their ratio, the draft model's acceptance, whether the texts are identical;
 # plus, once, compute_only_tokens_per_s and compute_only_ttft_2048_s: `shoal-cli generate` on one
 # machine with one thread (the nodes' thread count), i.e. the model's whole compute with no
 # network — the bound a pipeline of these nodes approaches in decode, and what pipelined prefill
@@ -99,6 +102,9 @@ done
 
 words() { python3 -c "import sys; print(' '.join(['the quiet harbour light']*(int(sys.argv[1])//4)))" "$1"; }
 python3 "$here/code_edit_prompt.py" >"$work/code_edit.txt"
+# The draft-model workload: a chat request for new prose (nothing to quote, so prompt lookup
+# rarely drafts and the draft model's proposals are what is measured).
+story="$(printf '<|im_start|>user\nWrite a short story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n')"
 gen() { pool generate --max-device-memory-mb "$cap" --temp 0 --json "$@"; }
 
 results="$work/results.jsonl"
@@ -123,13 +129,25 @@ for rep in $(seq "$reps"); do
       --draft-max 0 --relay)"
     r2048="$(gen -p "$(words 2048)" -n 1 --draft-max 0 --relay)"
     plain="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 0)"
-    spec="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 8)"
+    spec="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 8 --draft-model none)"
+    dplain='{}' dspec='{}'
+    if [ -n "${SHOAL_DRAFT_MODEL:-}" ]; then
+      dplain="$(gen -p "$story" -n 128 --ignore-eos --draft-max 8 --draft-model none)"
+      dspec="$(gen -p "$story" -n 128 --ignore-eos --draft-max 8 --draft-model "$SHOAL_DRAFT_MODEL")"
+    fi
     python3 - "$prof" "$rtt" "$decode" "$t32" "$t512" "$t2048" "$plain" "$spec" "$free" \
-      "$rdecode" "$r2048" >>"$results" <<'PY'
+      "$rdecode" "$r2048" "$dplain" "$dspec" >>"$results" <<'PY'
 import json, sys
 prof, rtt = sys.argv[1], sys.argv[2]
-decode, t32, t512, t2048, plain, spec, free, rdecode, r2048 = (json.loads(a) for a in sys.argv[3:])
+(decode, t32, t512, t2048, plain, spec, free, rdecode, r2048, dplain,
+ dspec) = (json.loads(a) for a in sys.argv[3:])
+draft = {}
+if dspec:
+    draft = {"plain_tokens_per_s": dplain["tokens_per_s"], "tokens_per_s": dspec["tokens_per_s"],
+             "drafted": dspec["model_drafted_tokens"], "accepted": dspec["model_accepted_tokens"],
+             "identical": dplain["text"] == dspec["text"]}
 print(json.dumps({
+    "draft_model": draft,
     "direct_hops": all(h["direct"] for h in decode["hops"]),
     "predicted_tokens_per_s": decode["predicted_tokens_per_s"],
     "relay_decode_tokens_per_s": rdecode["tokens_per_s"],
@@ -149,7 +167,8 @@ PY
   done
 done
 cat "$work"/emulator*.out >&2
-python3 - "$results" "$compute" "$cap" "$reps" "$(basename "$model" .gguf)" "$compute_ttft" <<'PY'
+python3 - "$results" "$compute" "$cap" "$reps" "$(basename "$model" .gguf)" "$compute_ttft" \
+  "$(basename "${SHOAL_DRAFT_MODEL:-none}" .gguf)" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 compute, cap, reps = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
@@ -188,5 +207,15 @@ for prof in dict.fromkeys(r["profile"] for r in rows):
             "texts_identical": all(r["identical"] for r in rs),
         },
     }
+    ds = [r["draft_model"] for r in rs if r["draft_model"]]
+    if ds:
+        out["profiles"][prof]["draft_model"] = {
+            "model": sys.argv[7],
+            "plain_tokens_per_s": med(d["plain_tokens_per_s"] for d in ds),
+            "tokens_per_s": med(d["tokens_per_s"] for d in ds),
+            "speedup_median_of_pairs": med(d["tokens_per_s"] / d["plain_tokens_per_s"] for d in ds),
+            "acceptance": sum(d["accepted"] for d in ds) / max(1, sum(d["drafted"] for d in ds)),
+            "texts_identical": all(d["identical"] for d in ds),
+        }
 print(json.dumps(out, indent=2))
 PY

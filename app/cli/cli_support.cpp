@@ -159,6 +159,67 @@ void addDraftOption(CLI::App& cmd, int& draftMax) {
       ->check(CLI::Range(0, 64));
 }
 
+void addDraftModelOption(CLI::App& cmd, std::string& choice, const std::string& defaultChoice) {
+  choice = defaultChoice;
+  cmd.add_option("--draft-model", choice,
+                 "a small model with the same vocabulary that drafts tokens for speculative "
+                 "decoding on this machine (a GGUF path; auto: the largest one at most 1/8 of the "
+                 "model's size next to it or in the model folders; none)")
+      ->capture_default_str();
+}
+
+std::unique_ptr<DraftModel> loadDraftModel(const std::string& choice,
+                                           const std::filesystem::path& targetPath,
+                                           const model::Tokenizer& target, int threads,
+                                           bool verbose) {
+  namespace fs = std::filesystem;
+  if (choice.empty() || choice == "none") return nullptr;
+  fs::path path;
+  if (choice == "auto") {
+    std::error_code ec;
+    const auto targetSize = fs::file_size(targetPath, ec);
+    if (ec) return nullptr;
+    std::vector<fs::path> dirs = {targetPath.parent_path()};
+    for (const std::string& d : model::defaultModelDirs()) dirs.emplace_back(d);
+    uintmax_t best = 0;
+    for (const fs::path& dir : dirs) {
+      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const fs::path p = it->path();
+        if (p.extension() != ".gguf" || fs::equivalent(p, targetPath, ec)) continue;
+        const auto size = fs::file_size(p, ec);
+        if (ec || size > targetSize / 8 || size <= best) continue;
+        try {
+          const auto candidate = model::Model::load(p);
+          if (!runtime::draftVocabularyMismatch(target, candidate->tokenizer()).empty()) continue;
+        } catch (const std::exception&) {
+          continue;  // not a model this build loads
+        }
+        best = size;
+        path = p;
+      }
+      ec.clear();
+    }
+    if (path.empty()) {
+      if (verbose) std::fprintf(stderr, "[draft model: none found for auto]\n");
+      return nullptr;
+    }
+  } else {
+    path = choice;
+  }
+  ModelOptions mo;
+  mo.model = path.string();
+  mo.threads = threads;
+  auto d = std::make_unique<DraftModel>();
+  d->loaded = loadModel(mo);
+  const std::string why = runtime::draftVocabularyMismatch(target, d->loaded.model->tokenizer());
+  if (!why.empty()) {
+    throw CliExit{2, "draft model " + path.string() + " cannot draft for this model: " + why};
+  }
+  d->drafter = std::make_unique<runtime::ModelDrafter>(*d->loaded.chain);
+  if (verbose) std::fprintf(stderr, "[draft model %s]\n", path.string().c_str());
+  return d;
+}
+
 void addCompletionOptions(CLI::App& cmd, CompletionOptions& o) {
   cmd.add_option("-p,--prompt", o.prompt, "prompt text")->required();
   cmd.add_option("-n,--n-predict", o.maxTokens, "tokens to generate")

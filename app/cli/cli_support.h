@@ -2,6 +2,7 @@
 // Options and model loading shared by the shoal-cli commands that run a model.
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "engine/model/model.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/chain.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/session.h"
 
@@ -65,6 +67,24 @@ struct LoadedModel {
 // on a GPU backend whose device lacks the memory (or with --gpu-layers) the first layers there
 // and the rest on the CPU, said on stderr.
 LoadedModel loadModel(const ModelOptions& options, bool withChain = true);
+
+// A draft model for speculative decoding (runtime::ModelDrafter) and what it runs on.
+struct DraftModel {
+  LoadedModel loaded;
+  std::unique_ptr<runtime::ModelDrafter> drafter;
+};
+
+// --draft-model CHOICE for a target model at `targetPath` with tokenizer `target`: a GGUF path;
+// "auto", the largest model with the target's vocabulary and at most an eighth of its file size
+// found next to it or in the default model folders; or "none". nullptr for none (and for auto
+// without a candidate); CliExit{2} for a file that cannot be read or cannot draft for the
+// target. The draft model runs on this machine's CPU with `threads` threads.
+std::unique_ptr<DraftModel> loadDraftModel(const std::string& choice,
+                                           const std::filesystem::path& targetPath,
+                                           const model::Tokenizer& target, int threads,
+                                           bool verbose);
+// --draft-model PATH|auto|none.
+void addDraftModelOption(CLI::App& cmd, std::string& choice, const std::string& defaultChoice);
 
 // Peak resident set size of this process, in bytes.
 uint64_t peakRssBytes();

@@ -14,6 +14,7 @@ namespace {
 struct GenerateOptions {
   ModelOptions model;
   CompletionOptions completion;
+  std::string draftModel;  // --draft-model
   bool verbose = false;
 };
 
@@ -26,6 +27,10 @@ void runGenerate(const GenerateOptions& o) {
 
   runtime::Session session(*lm.chain, tok);
   const runtime::GenerateOptions g = o.completion.generateOptions();
+  const auto draft = g.lookup.maxDraft > 0 ? loadDraftModel(o.draftModel, lm.model->path(), tok,
+                                                            o.model.threads, o.verbose)
+                                           : nullptr;
+  if (draft) session.setDrafter(draft->drafter.get());
   runtime::GenerateResult r;
   try {
     r = session.generate(prompt, g, [](std::string_view piece) {
@@ -42,11 +47,12 @@ void runGenerate(const GenerateOptions& o) {
                            : 0.0;
     std::fprintf(stderr,
                  "\n[prompt %d tokens in %.3f s, %zu tokens generated, %.2f tok/s, finish: %s, "
-                 "seed %llu, drafts accepted %d/%d in %d verifying steps]\n",
+                 "seed %llu, drafts accepted %d/%d in %d verifying steps, of a draft model "
+                 "%d/%d]\n",
                  r.promptTokens, r.prefillSeconds, r.tokens.size(), tgs,
                  std::string(runtime::finishReasonName(r.finish)).c_str(),
                  static_cast<unsigned long long>(o.completion.sampler.seed), r.acceptedTokens,
-                 r.draftedTokens, r.verifySteps);
+                 r.draftedTokens, r.verifySteps, r.modelAcceptedTokens, r.modelDraftedTokens);
   }
 }
 
@@ -57,6 +63,7 @@ void registerGenerateCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "complete a prompt (no chat template)");
   addModelOptions(*cmd, o->model);
   addCompletionOptions(*cmd, o->completion);
+  addDraftModelOption(*cmd, o->draftModel, "none");
   cmd->add_flag("-v,--verbose", o->verbose, "print the model's path and timings to stderr");
   cmd->callback([o] { runGenerate(*o); });
 }

@@ -76,6 +76,7 @@ struct PoolOptions {
   std::string name;
   // generate
   CompletionOptions completion;
+  std::string draftModel;  // --draft-model
 };
 
 std::filesystem::path configDirOf(const PoolOptions& o) {
@@ -590,6 +591,11 @@ void runPoolGenerate(const PoolOptions& o) {
   const auto prompt = o.completion.encodePrompt(tok);
   const runtime::GenerateOptions g = o.completion.generateOptions();
   if (o.parallel > 1 || o.replies > 0) return runConcurrently(*c, o, prompt, g, deploySeconds);
+  // A draft model on this machine proposes tokens that one pass through the pool verifies.
+  const auto draft = g.lookup.maxDraft > 0 ? loadDraftModel(o.draftModel, c->model().path(), tok, 0,
+                                                            o.verbose && !o.json)
+                                           : nullptr;
+  c->setDrafter(draft ? draft->drafter.get() : nullptr);
   runtime::GenerateResult r;
   try {
     r = c->generate(prompt, g, [&](std::string_view piece) {
@@ -617,6 +623,8 @@ void runPoolGenerate(const PoolOptions& o) {
                 {"drafted_tokens", r.draftedTokens},
                 {"accepted_tokens", r.acceptedTokens},
                 {"verify_steps", r.verifySteps},
+                {"model_drafted_tokens", r.modelDraftedTokens},
+                {"model_accepted_tokens", r.modelAcceptedTokens},
                 {"predicted_tokens_per_s", c->predictedTokensPerS()},
                 {"stages", stagesJson(c->deployed(), c->nodes())},
                 {"hops", hopsJson(c->hops())},
@@ -716,6 +724,7 @@ void registerPoolCommand(CLI::App& app) {
   addCommon(*gen, *opt);
   addPoolNodes(*gen, *opt);
   addCompletionOptions(*gen, opt->completion);
+  addDraftModelOption(*gen, opt->draftModel, "auto");
   gen->add_option("--replies", opt->replies,
                   "copies of the prompt generated at once (default: --parallel); e.g. 1 to "
                   "measure one stream on the deployment that --parallel plans")

@@ -8,6 +8,7 @@ namespace {
 constexpr double kDecay = 0.9;           // weight of the past in each average
 constexpr double kUnmeasuredRow = 0.25;  // a row's cost, in plain steps, until measured
 constexpr int32_t kProbeEvery = 32;      // plain steps before trying a draft again
+constexpr int32_t kMostWait = 1024;      // the longest wait after fruitless probes
 
 }  // namespace
 
@@ -30,7 +31,11 @@ int32_t DraftPolicy::length(int32_t available) {
       bestD = d;
     }
   }
-  if (bestD == 0 && ++m_sinceDraft >= kProbeEvery) bestD = available;
+  m_probing = false;
+  if (bestD == 0 && ++m_sinceDraft >= m_probeEvery) {
+    bestD = m_probeLength > 0 ? std::min(available, m_probeLength) : available;
+    m_probing = true;
+  }
   if (bestD > 0) m_sinceDraft = 0;
   return bestD;
 }
@@ -40,6 +45,10 @@ void DraftPolicy::plainStep(double seconds) {
 }
 
 void DraftPolicy::verifyStep(int32_t drafted, int32_t accepted, double seconds) {
+  // A probe that confirmed nothing waits twice as long for the next one (a drafter that never
+  // agrees with the model then costs almost nothing); one that confirmed a draft resets the wait.
+  if (m_probing) m_probeEvery = accepted > 0 ? kProbeEvery : std::min(2 * m_probeEvery, kMostWait);
+  m_probing = false;
   m_accepted = kDecay * m_accepted + accepted;
   m_rejected = kDecay * m_rejected + (accepted < drafted ? 1 : 0);
   if (m_plain <= 0 || drafted <= 0) return;

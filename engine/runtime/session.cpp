@@ -170,17 +170,34 @@ void Session::produce(int32_t room, Sampler& sampler, const GenerateOptions& opt
   // rule (Sampler::sampleDraft) keeps the reply's distribution.
   const bool speculate = options.lookup.maxDraft > 0 && options.sampler.repeatPenalty == 1.0f;
   m_draft.clear();
+  const auto t0 = Clock::now();
+  bool byModel = false;
+  double oneOff = 0;  // a draft model's prefill of a new prompt: not a cost of this step
   if (speculate && room > 0) {
-    draftByPromptLookup(m_cached, options.lookup, std::min(room, m_chain.maxBatch() - 1), m_draft);
+    const int32_t limit = std::min(room, m_chain.maxBatch() - 1);
+    draftByPromptLookup(m_cached, options.lookup, limit, m_draft);
     if (options.lookup.adaptive) {
       const int32_t length = m_draftPolicy.length(static_cast<int32_t>(m_draft.size()));
       m_draft.resize(static_cast<size_t>(length));
     }
+    if (m_draft.empty() && m_drafter) {
+      // A draft model's tokens cost time to make: its policy sizes them before they are made.
+      const int32_t most = std::min(limit, options.lookup.maxDraft);
+      const int32_t want = options.lookup.adaptive ? m_modelPolicy.length(most) : most;
+      if (want > 0) {
+        oneOff = m_drafter->propose(m_cached, want, m_draft);
+        byModel = !m_draft.empty();
+      }
+    }
   }
-  const auto t0 = Clock::now();
+  DraftPolicy& policy = byModel ? m_modelPolicy : m_draftPolicy;
   if (m_draft.empty()) {
     tokens.push_back(step(from, StepKind::Plain, sampler, options, result).front());
-    if (speculate) m_draftPolicy.plainStep(secondsSince(t0));
+    if (speculate) {
+      const double seconds = secondsSince(t0);
+      m_draftPolicy.plainStep(seconds);
+      m_modelPolicy.plainStep(seconds);
+    }
     return;
   }
   m_cached.insert(m_cached.end(), m_draft.begin(), m_draft.end());
@@ -199,11 +216,15 @@ void Session::produce(int32_t room, Sampler& sampler, const GenerateOptions& opt
   // any position up to what it holds (SequenceBook::check), and attention sees only earlier
   // positions, so no truncate round trip is needed.
   m_cached.resize(from + 1 + accepted);
-  m_draftPolicy.verifyStep(static_cast<int32_t>(m_draft.size()), static_cast<int32_t>(accepted),
-                           secondsSince(t0));
+  policy.verifyStep(static_cast<int32_t>(m_draft.size()), static_cast<int32_t>(accepted),
+                    secondsSince(t0) - oneOff);
   ++result.verifySteps;
   result.draftedTokens += static_cast<int32_t>(m_draft.size());
   result.acceptedTokens += static_cast<int32_t>(accepted);
+  if (byModel) {
+    result.modelDraftedTokens += static_cast<int32_t>(m_draft.size());
+    result.modelAcceptedTokens += static_cast<int32_t>(accepted);
+  }
 }
 
 GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,

@@ -31,6 +31,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/runtime/chain.h"
 #include "engine/runtime/draft_policy.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/prompt_lookup.h"
 #include "engine/runtime/sampler.h"
 
@@ -64,10 +65,13 @@ struct GenerateResult {
   double decodeSeconds = 0;   // generating (after the first token)
   int32_t recoveries = 0;     // times the chain was repaired during this reply
   // Speculative decoding: tokens drafted, drafts that the model confirmed (each saved a pass
-  // through the chain), and passes that verified a draft.
+  // through the chain), and passes that verified a draft; the part of each that came from a
+  // draft model (Session::setDrafter).
   int32_t draftedTokens = 0;
   int32_t acceptedTokens = 0;
   int32_t verifySteps = 0;
+  int32_t modelDraftedTokens = 0;
+  int32_t modelAcceptedTokens = 0;
 };
 
 class Session {
@@ -92,6 +96,12 @@ class Session {
 
   // Forget the cache (e.g. /reset).
   void reset();
+
+  // A draft model (ModelDrafter) for speculative decoding, or nullptr (the default): where
+  // prompt lookup offers no draft, requests with lookup.maxDraft > 0 let the draft model
+  // propose up to maxDraft tokens, as many as its own DraftPolicy finds worth their cost. Not
+  // owned; it must outlive its use by this session.
+  void setDrafter(ModelDrafter* drafter) { m_drafter = drafter; }
 
   int32_t contextLength() const { return m_chain.contextLength(); }
   // Tokens the KV cache holds now (prompt + reply of the last call).
@@ -132,7 +142,9 @@ class Session {
   StageOutput m_out;
   std::vector<model::TokenId> m_predicted;  // step()'s result
   std::vector<model::TokenId> m_draft;      // scratch: the drafted tokens
-  DraftPolicy m_draftPolicy;                // learns across this session's replies
+  DraftPolicy m_draftPolicy;                // prompt-lookup drafts; learns across replies
+  ModelDrafter* m_drafter = nullptr;        // the draft model, if any
+  DraftPolicy m_modelPolicy{1};             // the draft model's (they cost time to make)
 };
 
 }  // namespace shoal::runtime

@@ -519,6 +519,11 @@ std::vector<Coordinator::PoolReply> Coordinator::generateConcurrently(
   return replies;
 }
 
+void Coordinator::setDrafter(runtime::ModelDrafter* drafter) {
+  std::lock_guard run(m_runMutex);
+  m_drafter = drafter;
+}
+
 runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>& prompt,
                                               const runtime::GenerateOptions& options,
                                               const runtime::Session::TextCallback& onText) {
@@ -531,6 +536,7 @@ runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>&
           return recoverStage(e, failedStage);
         });
   }
+  m_session->setDrafter(m_drafter);
   m_promptTokens = prompt.size();
   try {
     return m_session->generate(prompt, options, onText);

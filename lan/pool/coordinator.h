@@ -142,6 +142,9 @@ class Coordinator {
                                    const runtime::GenerateOptions& options,
                                    const runtime::Session::TextCallback& onText = {});
   std::vector<RecoveryEvent> recoveries() const;
+  // A draft model for generate()'s speculative decoding (runtime::Session::setDrafter), or
+  // nullptr. Not owned; it must outlive the generations that use it.
+  void setDrafter(runtime::ModelDrafter* drafter);
 
   // Several generations at once on the deployed pipeline (continuous batching,
   // engine/runtime/scheduler.h): up to options.maxSequences share each step, split into as many
@@ -213,7 +216,8 @@ class Coordinator {
   Connector m_connector;
   CoordinatorOptions m_options;
 
-  std::mutex m_runMutex;       // one deploy() or generate() at a time (one KV sequence)
+  std::mutex m_runMutex;  // one deploy() or generate() at a time (one KV sequence)
+  runtime::ModelDrafter* m_drafter = nullptr;  // generate()'s draft model (under m_runMutex)
   mutable std::mutex m_mutex;  // guards the members, the deployment and the recoveries
   std::map<std::string, Member> m_members;
   std::vector<std::string> m_memberOrder;  // join order: the pool's device order

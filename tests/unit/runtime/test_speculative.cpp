@@ -10,8 +10,10 @@
 
 #include "engine/model/model.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/model/truncated_model.h"
 #include "engine/runtime/chain.h"
 #include "engine/runtime/draft_policy.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/prompt_lookup.h"
 #include "engine/runtime/session.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -131,6 +133,27 @@ class TestSpeculative : public QObject {
     int drafts = 0;
     for (int i = 0; i < 64; ++i) drafts += dear.length(4) > 0 ? 1 : 0;
     QCOMPARE(drafts, 2);  // one probe every 32 plain steps
+    // A draft model's probes draft one token: they cost the draft model's time to make.
+    runtime::DraftPolicy model(1);
+    model.plainStep(0.010);
+    for (int i = 0; i < 10; ++i) model.verifyStep(4, 0, 0.050);
+    std::vector<int32_t> probes;
+    for (int i = 0; i < 64; ++i) {
+      if (const int32_t d = model.length(8); d > 0) probes.push_back(d);
+    }
+    QCOMPARE(probes, (std::vector<int32_t>{1, 1}));
+    // Probes that confirm nothing come ever more rarely: after 32 plain steps, then 64, 128.
+    runtime::DraftPolicy futile(1);
+    futile.plainStep(0.010);
+    for (int i = 0; i < 10; ++i) futile.verifyStep(4, 0, 0.050);
+    std::vector<int> at;
+    for (int i = 1; i <= 300; ++i) {
+      if (futile.length(8) > 0) {
+        at.push_back(i);
+        futile.verifyStep(1, 0, 0.020);
+      }
+    }
+    QCOMPARE(at, (std::vector<int>{32, 96, 224}));
   }
 
   // Nine rows of one segment in decode order give, bit for bit, what nine one-row steps give;
@@ -206,6 +229,65 @@ class TestSpeculative : public QObject {
       const auto want2 = plain.generate(next, greedy(32, 0, true));
       QCOMPARE(got2.tokens, want2.tokens);
     }
+  }
+
+  // A draft model proposes where prompt lookup has nothing: the reply is the plain one token for
+  // token, whether the draft model is the model itself (every draft confirmed: the verifying rows
+  // in decode order give the draft model's own decode bits) or a weaker one with the same
+  // vocabulary (the default model cut to its first 12 layers: some drafts rejected).
+  void greedyReplyIsUnchangedByADraftModel() {
+    if (!m_model) QSKIP("default model absent (run scripts/setup)");
+    const auto prompt = m_model->tokenizer().encode(
+        "<|im_start|>user\nWrite two sentences about a lighthouse keeper.<|im_end|>\n"
+        "<|im_start|>assistant\n",
+        false, true);
+    auto plainChain = chain(*m_model);
+    runtime::Session plain(*plainChain, m_model->tokenizer());
+    const auto want = plain.generate(prompt, greedy(48, 0, true));
+
+    const auto truncatedPath = std::filesystem::path(m_dir.path().toStdString()) / "draft12.gguf";
+    model::writeTruncatedModel(m_model->path(), 12, truncatedPath);
+    const auto truncated = model::Model::load(truncatedPath);
+    QCOMPARE(runtime::draftVocabularyMismatch(m_model->tokenizer(), truncated->tokenizer()),
+             std::string());
+    for (const model::Model* draftModel : {m_model.get(), truncated.get()}) {
+      auto draftChain = chain(*draftModel);
+      runtime::ModelDrafter drafter(*draftChain);
+      auto c = chain(*m_model);
+      runtime::Session s(*c, m_model->tokenizer());
+      s.setDrafter(&drafter);
+      const auto got = s.generate(prompt, greedy(48, 4, false));
+      QCOMPARE(got.tokens, want.tokens);
+      QVERIFY(got.modelDraftedTokens > 0);
+      QCOMPARE(got.modelDraftedTokens, static_cast<int32_t>(drafter.draftedTokens()));
+      if (draftModel == m_model.get()) {
+        QCOMPARE(got.modelAcceptedTokens, got.modelDraftedTokens);
+      } else {
+        QVERIFY(got.modelAcceptedTokens < got.modelDraftedTokens);
+      }
+      // The next turn rolls the draft model back to what it shares with the new history.
+      auto next = prompt;
+      next.insert(next.end(), want.tokens.begin(), want.tokens.end());
+      const auto more = m_model->tokenizer().encode("\nAnd one more.", false, true);
+      next.insert(next.end(), more.begin(), more.end());
+      QCOMPARE(s.generate(next, greedy(24, 4, false)).tokens,
+               plain.generate(next, greedy(24, 0, true)).tokens);
+    }
+  }
+
+  void draftModelNeedsTheSameVocabulary() {
+    if (!m_model) QSKIP("default model absent (run scripts/setup)");
+    model::SyntheticModelSpec spec;
+    spec.nLayer = 1;
+    spec.nEmbd = 64;
+    spec.nHead = 2;
+    spec.nHeadKv = 2;
+    spec.nFf = 128;
+    spec.nVocab = 300;
+    const auto path = std::filesystem::path(m_dir.path().toStdString()) / "other-vocab.gguf";
+    model::writeSyntheticModel(spec, path);
+    const auto other = model::Model::load(path);
+    QVERIFY(!runtime::draftVocabularyMismatch(m_model->tokenizer(), other->tokenizer()).empty());
   }
 
   // Sampled replies speculate too (the rejection rule's distribution is tested in test_sampler):
