@@ -281,6 +281,14 @@ std::optional<Message> NodeHost::handle(const Message& request, Session& session
       Message m = nodeInfo();
       m.control["id"] = request.control.value("id", json());
       m.control["links"] = linksOf(session.peer);
+      // The shards this coordinator streamed here before: its planner prefers a layout that
+      // reuses them (lan/pool/cached_layout.h).
+      json shards = json::array();
+      for (const ShardCache::Shard& sh : m_shardCache->shardsOf(session.peer, kMaxNodeInfoShards)) {
+        shards.push_back(
+            {{"model", sh.sha256}, {"first_layer", sh.firstLayer}, {"last_layer", sh.lastLayer}});
+      }
+      m.control["shards"] = std::move(shards);
       return m;
     }
     if (op == "ping") {

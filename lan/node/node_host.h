@@ -8,7 +8,8 @@
 // {"op":"error","id","message"}):
 //   node_info -> node_info {name, device_id, devices[], models[], weight_bytes_received (since
 //     start: a restarted node that loads from its shard cache reports 0), links[] (the asking
-//     coordinator's stages linked to a next node: NodeHost::linksOf), and what
+//     coordinator's stages linked to a next node: NodeHost::linksOf), shards[] (the asking
+//     coordinator's cached shards: {model, first_layer, last_layer}), and what
 //     setInfoExtras adds (NodeService: warnings[] for the user, discovery{} counters)}
 //   ping {t} -> pong {t};  bandwidth_probe (blob) -> pong {bytes}
 //   load_stage {stage_id, model{sha256,name,size}, device, first_layer, last_layer,

@@ -289,6 +289,31 @@ uint64_t ShardCache::usedBytes() const {
   return m_state->fileBytes + m_state->reservedBytes;
 }
 
+std::vector<ShardCache::Shard> ShardCache::shardsOf(const std::string& owner, size_t most) const {
+  // pathFor's folder for this owner: <root>/<owner folder>/<sha256>/<first>-<last>.gguf.
+  const fs::path folder = pathFor(owner, "x", 0, 1).parent_path().parent_path();
+  std::vector<Shard> out;
+  std::lock_guard lock(m_state->mutex);
+  for (const auto& [key, entry] : m_state->entries) {
+    if (out.size() >= most) break;
+    const fs::path p(key);
+    if (p.parent_path().parent_path() != folder || p.extension() != ".gguf") continue;
+    Shard shard;
+    shard.sha256 = p.parent_path().filename().string();
+    int first = -1, last = -1;
+    char tail = 0;
+    const std::string stem = p.stem().string();
+    if (std::sscanf(stem.c_str(), "%d-%d%c", &first, &last, &tail) != 2 || first < 0 ||
+        last <= first) {
+      continue;
+    }
+    shard.firstLayer = first;
+    shard.lastLayer = last;
+    out.push_back(std::move(shard));
+  }
+  return out;
+}
+
 bool ShardCache::contains(const fs::path& shard) const {
   std::lock_guard lock(m_state->mutex);
   return m_state->entries.count(shard.string()) > 0;

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace shoal::lan {
 
@@ -108,6 +109,14 @@ class ShardCache {
   // of it, so no peer-chosen text becomes a path.
   std::filesystem::path pathFor(const std::string& owner, const std::string& sha256,
                                 int32_t firstLayer, int32_t lastLayer) const;
+
+  // The shards cached for `owner`: model SHA-256 and layer range of each (at most `most`).
+  struct Shard {
+    std::string sha256;
+    int32_t firstLayer = 0;
+    int32_t lastLayer = 0;
+  };
+  std::vector<Shard> shardsOf(const std::string& owner, size_t most) const;
 
   // The cached shard at `shard`, pinned and marked used now; nullopt when it is not cached.
   std::optional<Pin> acquire(const std::filesystem::path& shard);

@@ -146,6 +146,32 @@ NodeInfo parseNodeInfo(const json& reply) {
       info.forwards.push_back(std::move(f));
     }
   }
+  if (const auto it = reply.find("shards"); it != reply.end()) {
+    if (!it->is_array()) throw Error(path + ".shards: must be an array");
+    if (it->size() > kMaxNodeInfoShards) {
+      throw Error(path + ".shards: " + std::to_string(it->size()) + " entries, at most " +
+                  std::to_string(kMaxNodeInfoShards));
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& e = (*it)[i];
+      const std::string at = path + ".shards[" + std::to_string(i) + "]";
+      if (!e.is_object()) throw Error(at + ": must be an object");
+      CachedShard c;
+      c.model = stringField(e, "model", at);
+      const auto layer = [&](const char* key) {
+        const auto v = e.find(key);
+        if (v == e.end() || !v->is_number_integer() || v->get<int64_t>() < 0 ||
+            v->get<int64_t>() > 1000000) {
+          throw Error(at + "." + key + ": must be a layer number");
+        }
+        return static_cast<int32_t>(v->get<int64_t>());
+      };
+      c.firstLayer = layer("first_layer");
+      c.lastLayer = layer("last_layer");
+      if (c.lastLayer <= c.firstLayer) throw Error(at + ": an empty layer range");
+      info.shards.push_back(std::move(c));
+    }
+  }
   return info;
 }
 
@@ -182,6 +208,14 @@ json nodeInfoToJson(const NodeInfo& info) {
                        {"open", f.open}});
     }
     out["links"] = links;
+  }
+  if (!info.shards.empty()) {
+    json shards = json::array();
+    for (const CachedShard& c : info.shards) {
+      shards.push_back(
+          {{"model", c.model}, {"first_layer", c.firstLayer}, {"last_layer", c.lastLayer}});
+    }
+    out["shards"] = shards;
   }
   return out;
 }

@@ -45,6 +45,15 @@ struct NodeForward {
 // A node holds at most kMaxStagesPerPeer (32) stages of one coordinator; more is a broken node.
 inline constexpr size_t kMaxNodeInfoLinks = 64;
 
+// A weight shard the asking coordinator streamed to the node before, still in its shard cache
+// (lan/node/shard_cache.h): loading that exact range again streams nothing. Optional "shards".
+struct CachedShard {
+  std::string model;  // the model's SHA-256 (hex)
+  int32_t firstLayer = 0;
+  int32_t lastLayer = 0;  // exclusive
+};
+inline constexpr size_t kMaxNodeInfoShards = 256;
+
 struct NodeInfo {
   std::string name;      // display name
   std::string deviceId;  // the node's identity (certificate fingerprint)
@@ -55,6 +64,7 @@ struct NodeInfo {
   // (lan/discovery/display_name.h), at most kMaxNodeInfoWarnings of kMaxNodeInfoWarningBytes.
   std::vector<std::string> warnings;
   std::vector<NodeForward> forwards;  // the asking coordinator's links ("links")
+  std::vector<CachedShard> shards;    // shards the asking coordinator streamed here ("shards")
 
   // True when the node holds a file with this SHA-256 (it can load any stage without streaming).
   bool hasModel(const std::string& sha256) const;

@@ -8,6 +8,7 @@
 #include "engine/plan/cost_model.h"
 #include "engine/plan/planner.h"
 #include "engine/plan/replan.h"
+#include "lan/pool/cached_layout.h"
 #include "lan/pool/node_info.h"
 #include "lan/pool/pool_builder.h"
 #include "lan/pool/snapshot.h"
@@ -190,6 +191,81 @@ class TestPoolBuilder : public QObject {
     checkCoversModel(after, 30);
     for (const StagePlacement& s : after) QVERIFY(s.nodeId != lost);
     QVERIFY(r.movedBytes > 0);  // the lost layers have to be loaded somewhere
+  }
+
+  void cachedShardsRoundTripAndBadOnesAreRefused() {
+    NodeInfo n = node("A", 1e9);
+    n.shards.push_back(CachedShard{"abc", 0, 9});
+    const NodeInfo back = parseNodeInfo(nodeInfoToJson(n));
+    QCOMPARE(back.shards.size(), size_t(1));
+    QCOMPARE(back.shards[0].model, std::string("abc"));
+    QCOMPARE(back.shards[0].lastLayer, 9);
+    nlohmann::json j = nodeInfoToJson(n);
+    j["shards"][0]["last_layer"] = 0;  // an empty range
+    QVERIFY_THROWS_EXCEPTION(Error, parseNodeInfo(j));
+    j["shards"] = "x";
+    QVERIFY_THROWS_EXCEPTION(Error, parseNodeInfo(j));
+  }
+
+  // Ranges the nodes cached in an earlier run are deployed again when that costs (almost) no
+  // speed, so nothing is streamed; a node with the file streams nothing anyway; a cached layout
+  // that is slower by more than the tolerance, or does not fit, is not used.
+  void cachedRangesAreReusedWhenNearlyAsFast() {
+    const double m = fortyPercent();
+    std::vector<NodeInfo> nodes{node("A", m), node("B", m), node("C", m)};
+    const plan::Pool pool = buildPool(nodes, {});
+    const plan::Plan best = plan::plan(pool, modelCost(), request(), oneChat());
+    QVERIFY(best.feasible);
+    QVERIFY(streamedBytes(best, modelCost(), request(), nodes, "sha") > 0);
+
+    // Last run put the same ranges on other nodes (each one node later, the last on the first
+    // node's): they are cached there, so that layout streams nothing at the same speed.
+    const std::vector<StagePlacement> planned = pipelineStages(best);
+    QCOMPARE(planned.size(), size_t(3));
+    auto nodeAfter = [&](const std::string& id) {
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (nodes[i].deviceId == id) return (i + 1) % nodes.size();
+      }
+      return size_t(0);
+    };
+    for (const StagePlacement& st : planned) {
+      nodes[nodeAfter(st.nodeId)].shards.push_back(CachedShard{"sha", st.firstLayer, st.lastLayer});
+    }
+    nodes[2].shards.push_back(CachedShard{"other-model", 0, 30});
+    const plan::Plan reuse = preferCachedShards(best, pool, modelCost(), request(), nodes, "sha");
+    const std::vector<StagePlacement> stages = pipelineStages(reuse);
+    checkCoversModel(stages, 30);
+    for (size_t i = 0; i < stages.size(); ++i) {
+      QCOMPARE(stages[i].firstLayer, planned[i].firstLayer);
+      QCOMPARE(stages[i].nodeId, nodes[nodeAfter(planned[i].nodeId)].deviceId);
+    }
+    QCOMPARE(streamedBytes(reuse, modelCost(), request(), nodes, "sha"), 0.0);
+    QVERIFY(reuse.throughputTokS >= 0.95 * best.throughputTokS);
+
+    // A node with the model file streams nothing: the best plan stays as it is.
+    std::vector<NodeInfo> withFile = nodes;
+    for (NodeInfo& n : withFile) n.models.push_back(NodeModel{"m.gguf", "sha", 1});
+    QCOMPARE(streamedBytes(best, modelCost(), request(), withFile, "sha"), 0.0);
+    const plan::Plan same = preferCachedShards(best, pool, modelCost(), request(), withFile, "sha");
+    QVERIFY(pipelineStages(same) == pipelineStages(best));
+
+    // Too slow: the cached layout puts a stage on a node ten times slower.
+    std::vector<NodeInfo> slow = nodes;
+    slow[0] = node("A", m, 2e9);
+    slow[0].shards = nodes[0].shards;
+    QVERIFY(!slow[0].shards.empty());
+    const plan::Pool slowPool = buildPool(slow, {});
+    const plan::Plan slowBest = plan::plan(slowPool, modelCost(), request(), oneChat());
+    const plan::Plan kept =
+        preferCachedShards(slowBest, slowPool, modelCost(), request(), slow, "sha");
+    QVERIFY(pipelineStages(kept) == pipelineStages(slowBest));
+
+    // Does not fit: a cached range larger than a node's memory is never deployed.
+    std::vector<NodeInfo> big = {node("A", m), node("B", m), node("C", m)};
+    big[0].shards.push_back(CachedShard{"sha", 0, 25});
+    big[1].shards.push_back(CachedShard{"sha", 25, 30});
+    const plan::Plan noFit = preferCachedShards(best, pool, modelCost(), request(), big, "sha");
+    QVERIFY(pipelineStages(noFit) == pipelineStages(best));
   }
 
   void planOfStagesReadsBackTheSameStages() {

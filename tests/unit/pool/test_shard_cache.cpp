@@ -173,6 +173,22 @@ class TestShardCache : public QObject {
              root("owners") / "AAAA-BBBB" / kModel / "0-4.gguf");
   }
 
+  // node_info.shards: a coordinator learns its own cached ranges, never another one's.
+  void shardsOfListsOneOwnersRanges() {
+    ShardCache cache(root("listing"), 1000);
+    { stream(cache, cache.pathFor("AAAA-BBBB", kModel, 0, 4), 10); }
+    { stream(cache, cache.pathFor("AAAA-BBBB", kModel, 4, 9), 10); }
+    { stream(cache, cache.pathFor("CCCC-DDDD", kModel, 9, 12), 10); }
+    const auto mine = cache.shardsOf("AAAA-BBBB", 10);
+    QCOMPARE(mine.size(), size_t(2));
+    QCOMPARE(mine[0].sha256, std::string(kModel));
+    QCOMPARE(mine[0].firstLayer + mine[1].firstLayer, 4);
+    QCOMPARE(mine[0].lastLayer + mine[1].lastLayer, 13);
+    QCOMPARE(cache.shardsOf("CCCC-DDDD", 10).size(), size_t(1));
+    QCOMPARE(cache.shardsOf("AAAA-BBBB", 1).size(), size_t(1));  // capped
+    QVERIFY(cache.shardsOf("EEEE-FFFF", 10).empty());
+  }
+
   void ownerThatIsNotADeviceIdNeverBecomesAPath() {
     ShardCache cache(root("hostile"), 1000);
     const auto p = cache.pathFor("../../etc", kModel, 0, 1);
