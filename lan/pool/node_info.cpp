@@ -17,6 +17,25 @@ const json& field(const json& object, const char* key, const std::string& path) 
   return *it;
 }
 
+// A layer number field (0 .. 1,000,000).
+int32_t layerField(const json& object, const char* key, const std::string& at) {
+  const auto v = object.find(key);
+  if (v == object.end() || !v->is_number_integer() || v->get<int64_t>() < 0 ||
+      v->get<int64_t>() > 1000000) {
+    throw Error(at + "." + key + ": must be a layer number");
+  }
+  return static_cast<int32_t>(v->get<int64_t>());
+}
+
+// An array of at most `most` entries.
+void checkArray(const json& value, const std::string& at, size_t most) {
+  if (!value.is_array()) throw Error(at + ": must be an array");
+  if (value.size() > most) {
+    throw Error(at + ": " + std::to_string(value.size()) + " entries, at most " +
+                std::to_string(most));
+  }
+}
+
 std::string stringField(const json& object, const char* key, const std::string& path,
                         bool required = true) {
   const auto it = object.find(key);
@@ -116,11 +135,7 @@ NodeInfo parseNodeInfo(const json& reply) {
     }
   }
   if (const auto it = reply.find("links"); it != reply.end()) {
-    if (!it->is_array()) throw Error(path + ".links: must be an array");
-    if (it->size() > kMaxNodeInfoLinks) {
-      throw Error(path + ".links: " + std::to_string(it->size()) + " entries, at most " +
-                  std::to_string(kMaxNodeInfoLinks));
-    }
+    checkArray(*it, path + ".links", kMaxNodeInfoLinks);
     for (size_t i = 0; i < it->size(); ++i) {
       const json& l = (*it)[i];
       const std::string at = path + ".links[" + std::to_string(i) + "]";
@@ -129,16 +144,8 @@ NodeInfo parseNodeInfo(const json& reply) {
       const json& stage = l.value("stage_id", json());
       f.stageId =
           sanitizeDisplayText(stage.is_string() ? stage.get<std::string>() : stage.dump(), 128);
-      const auto layer = [&](const char* key) {
-        const auto v = l.find(key);
-        if (v == l.end() || !v->is_number_integer() || v->get<int64_t>() < 0 ||
-            v->get<int64_t>() > 1000000) {
-          throw Error(at + "." + key + ": must be a layer number");
-        }
-        return static_cast<int32_t>(v->get<int64_t>());
-      };
-      f.firstLayer = layer("first_layer");
-      f.lastLayer = layer("last_layer");
+      f.firstLayer = layerField(l, "first_layer", at);
+      f.lastLayer = layerField(l, "last_layer", at);
       f.toDevice = sanitizeDisplayText(stringField(l, "to_device", at), 128);
       f.address = sanitizeDisplayText(stringField(l, "address", at, false), 300);
       const auto open = l.find("open");
@@ -147,27 +154,15 @@ NodeInfo parseNodeInfo(const json& reply) {
     }
   }
   if (const auto it = reply.find("shards"); it != reply.end()) {
-    if (!it->is_array()) throw Error(path + ".shards: must be an array");
-    if (it->size() > kMaxNodeInfoShards) {
-      throw Error(path + ".shards: " + std::to_string(it->size()) + " entries, at most " +
-                  std::to_string(kMaxNodeInfoShards));
-    }
+    checkArray(*it, path + ".shards", kMaxNodeInfoShards);
     for (size_t i = 0; i < it->size(); ++i) {
       const json& e = (*it)[i];
       const std::string at = path + ".shards[" + std::to_string(i) + "]";
       if (!e.is_object()) throw Error(at + ": must be an object");
       CachedShard c;
       c.model = stringField(e, "model", at);
-      const auto layer = [&](const char* key) {
-        const auto v = e.find(key);
-        if (v == e.end() || !v->is_number_integer() || v->get<int64_t>() < 0 ||
-            v->get<int64_t>() > 1000000) {
-          throw Error(at + "." + key + ": must be a layer number");
-        }
-        return static_cast<int32_t>(v->get<int64_t>());
-      };
-      c.firstLayer = layer("first_layer");
-      c.lastLayer = layer("last_layer");
+      c.firstLayer = layerField(e, "first_layer", at);
+      c.lastLayer = layerField(e, "last_layer", at);
       if (c.lastLayer <= c.firstLayer) throw Error(at + ": an empty layer range");
       info.shards.push_back(std::move(c));
     }
