@@ -280,6 +280,20 @@ class TestNodeHost : public QObject {
     for (int k = 0; k < 3; ++k) {
       nodes.push_back(std::make_unique<TestNode>(named("n", k), configs[size_t(k)], emptyModels));
     }
+    // node_info tells the coordinator that streamed them (only it) which ranges are cached.
+    int next = 0;
+    for (int k = 0; k < 3; ++k) {
+      const NodeInfo info =
+          parseNodeInfo(call(*nodes[size_t(k)]->connect(), {{"op", "node_info"}}).control);
+      QCOMPARE(info.shards.size(), size_t(1));
+      QCOMPARE(info.shards[0].model, m_sha);
+      QCOMPARE(info.shards[0].firstLayer, next);
+      next = info.shards[0].lastLayer;
+      QVERIFY(parseNodeInfo(
+                  call(*nodes[size_t(k)]->connect("someone-else"), {{"op", "node_info"}}).control)
+                  .shards.empty());
+    }
+    QCOMPARE(next, m_model->config().nLayer);
     auto stages = deployThree(nodes, *m_model, m_sha);
     for (const auto& s : stages) {
       QCOMPARE(s->loaded().source, std::string("shard-cache"));
