@@ -6,7 +6,8 @@
 #   - rtt_ms: the round trip the coordinator measured to each node through the emulator;
 #   - decode_tokens_per_s: one greedy stream, 128 tokens, no speculation, and the planner's
 #     prediction for it (predicted_tokens_per_s, predicted_over_measured);
-#   - ttft_s: time to the first token for prompts of about 32, 512 and 2048 tokens;
+#   - ttft_s: time to the first token for prompts of about 32, 512 and 2048 tokens, and the
+#     planner's prediction for each (predicted_ttft_s, predicted_ttft_over_measured);
 #   - relay: decode and the 2048-token TTFT again with every hop relayed through the coordinator
 #     (`--relay`, the pool before direct forwarding), and direct ÷ relay of each (median of the
 #     pairs);
@@ -156,6 +157,7 @@ print(json.dumps({
     "rtt_ms": [float(x) for x in rtt.split(",") if x],
     "decode_tokens_per_s": decode["tokens_per_s"],
     "ttft_s": {str(t["prompt_tokens"]): t["prefill_s"] for t in (t32, t512, t2048)},
+    "predicted_ttft_s": {str(t["prompt_tokens"]): t["predicted_ttft_s"] for t in (t32, t512, t2048)},
     "plain_tokens_per_s": plain["tokens_per_s"],
     "speculative_tokens_per_s": spec["tokens_per_s"],
     "drafted": spec["drafted_tokens"], "accepted": spec["accepted_tokens"],
@@ -188,6 +190,10 @@ for prof in dict.fromkeys(r["profile"] for r in rows):
         "predicted_over_measured": med(r["predicted_tokens_per_s"] / r["decode_tokens_per_s"]
                                        for r in rs),
         "ttft_s": {k: med(r["ttft_s"][k] for r in rs) for k in rs[0]["ttft_s"]},
+        "predicted_ttft_s": {k: med(r["predicted_ttft_s"][k] for r in rs)
+                             for k in rs[0]["predicted_ttft_s"]},
+        "predicted_ttft_over_measured": {
+            k: med(r["predicted_ttft_s"][k] / r["ttft_s"][k] for r in rs) for k in rs[0]["ttft_s"]},
         "direct_hops": all(r["direct_hops"] for r in rs),
         "relay": {
             "decode_tokens_per_s": med(r["relay_decode_tokens_per_s"] for r in rs),

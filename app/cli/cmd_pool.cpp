@@ -581,14 +581,15 @@ void runPoolGenerate(const PoolOptions& o) {
   }
   const double deploySeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const model::Tokenizer& tok = c->model().tokenizer();
+  const auto prompt = o.completion.encodePrompt(tok);
+  const double predictedTtft = c->predictedTtftS(static_cast<int>(prompt.size()));
   if (!o.json) {
     // Which node holds which layers, before the reply streams (the JSON has it as "stages" and
     // "hops").
-    std::fprintf(stderr, "[pool: %s; predicted %.1f tokens/s]\n", pipelineLine(*c).c_str(),
-                 c->predictedTokensPerS());
+    std::fprintf(stderr, "[pool: %s; predicted %.1f tokens/s, first token in %.2f s]\n",
+                 pipelineLine(*c).c_str(), c->predictedTokensPerS(), predictedTtft);
   }
-  const model::Tokenizer& tok = c->model().tokenizer();
-  const auto prompt = o.completion.encodePrompt(tok);
   const runtime::GenerateOptions g = o.completion.generateOptions();
   if (o.parallel > 1 || o.replies > 0) return runConcurrently(*c, o, prompt, g, deploySeconds);
   // A draft model on this machine proposes tokens that one pass through the pool verifies.
@@ -626,6 +627,7 @@ void runPoolGenerate(const PoolOptions& o) {
                 {"model_drafted_tokens", r.modelDraftedTokens},
                 {"model_accepted_tokens", r.modelAcceptedTokens},
                 {"predicted_tokens_per_s", c->predictedTokensPerS()},
+                {"predicted_ttft_s", predictedTtft},
                 {"stages", stagesJson(c->deployed(), c->nodes())},
                 {"hops", hopsJson(c->hops())},
                 {"recoveries", recoveries}};

@@ -236,6 +236,35 @@ PipelineMetrics evaluatePipeline(const Pool& pool, const LinkTable& links, const
   return m;
 }
 
+double prefillTimeS(const Pool& pool, const LinkTable& links, const ModelCost& model,
+                    std::span<const StageAssignment> stages, int promptTokens, int chunkTokens) {
+  if (stages.empty() || promptTokens <= 0) return 0;
+  const double chunk = static_cast<double>(std::min(std::max(chunkTokens, 1), promptTokens));
+  const double chunks = std::ceil(static_cast<double>(promptTokens) / chunk);
+  double first = 0, slowest = 0;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const StageAssignment& s = stages[i];
+    const Device& d = pool.devices[static_cast<size_t>(s.device)];
+    const RangeCost r = rangeCost(model, Request{}, s.firstLayer, s.lastLayer - s.firstLayer);
+    double t = std::max(r.readBytes / d.bandwidthBytesPerS, chunk * r.flops / d.flopsPerS);
+    if (i + 1 == stages.size()) {
+      t += std::max(model.headBytes / d.bandwidthBytesPerS, model.headFlopsPerToken / d.flopsPerS);
+    }
+    first += t;
+    slowest = std::max(slowest, t);
+    if (i + 1 < stages.size()) {
+      const Link& l =
+          links.between(links.nodeOfDevice(s.device), links.nodeOfDevice(stages[i + 1].device));
+      const double h = l.latencyS + chunk * model.hiddenBytesPerToken / l.bandwidthBytesPerS;
+      first += h;
+      slowest = std::max(slowest, h);
+    }
+  }
+  first += returnTimeS(links, links.nodeOfDevice(stages.back().device),
+                       links.nodeOfDevice(stages.front().device));
+  return first + (chunks - 1) * slowest;
+}
+
 void evaluatePlan(const Pool& pool, const ModelCost& model, const Request& request, Plan& plan) {
   evaluatePlan(pool, LinkTable(pool), model, request, plan);
 }

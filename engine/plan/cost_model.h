@@ -149,6 +149,16 @@ struct PipelineMetrics {
 PipelineMetrics evaluatePipeline(const Pool& pool, const LinkTable& links, const ModelCost& model,
                                  const Request& request, std::span<const StageAssignment> stages);
 
+// Time to the first token of a `promptTokens`-token prompt on a pipeline (pipelined prefill):
+// the prompt in chunks of at most `chunkTokens` (the chain's micro-batches) that follow one
+// another through the stages, so the first chunk crosses every stage, hop and the return, and
+// each further chunk adds the slowest step. A stage's chunk time is the larger of its weight
+// reads (R / B: weights are read once per chunk) and c·ΣF / P; the head runs for the last row
+// only. Attention's growth with the context is not counted (a few percent for short prompts of
+// large models, more for small models and long prompts).
+double prefillTimeS(const Pool& pool, const LinkTable& links, const ModelCost& model,
+                    std::span<const StageAssignment> stages, int promptTokens, int chunkTokens);
+
 // Fills stageS, latencyS and throughputTokS of every pipeline and the plan's throughput.
 void evaluatePlan(const Pool& pool, const ModelCost& model, const Request& request, Plan& plan);
 void evaluatePlan(const Pool& pool, const LinkTable& links, const ModelCost& model,

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "engine/error.h"
+#include "engine/plan/cost_model.h"
 #include "engine/plan/model_cost.h"
 #include "engine/plan/planner.h"
 #include "engine/plan/replan.h"
@@ -385,6 +386,19 @@ void Coordinator::recover(const StageFailure& failure, int32_t generated) {
       " weight bytes to load by the new plan)");
   std::lock_guard lock(m_mutex);
   m_recoveries.push_back(std::move(event));
+}
+
+double Coordinator::predictedTtftS(int promptTokens) const {
+  const std::vector<StagePlacement> stages = deployed();
+  if (stages.empty()) return 0;
+  const plan::Pool p = pool();
+  const plan::Plan deployedPlan = planOfStages(stages, p);
+  for (const plan::StageAssignment& s : deployedPlan.pipelines.front().stages) {
+    if (s.device < 0) return 0;  // a node left since: no figure
+  }
+  return plan::prefillTimeS(p, plan::LinkTable(p), m_modelCost,
+                            deployedPlan.pipelines.front().stages, promptTokens,
+                            m_options.maxBatch);
 }
 
 std::vector<RecoveryEvent> Coordinator::recoveries() const {

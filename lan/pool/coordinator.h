@@ -129,6 +129,10 @@ class Coordinator {
   // The hops of the deployed pipeline, in order (direct or relayed, and why).
   std::vector<PipelineHop> hops() const;
   double predictedTokensPerS() const;
+  // The cost model's time to the first token of a `promptTokens`-token prompt on the deployed
+  // pipeline (plan::prefillTimeS, in micro-batches of CoordinatorOptions::maxBatch); 0 when
+  // nothing is deployed.
+  double predictedTtftS(int promptTokens) const;
 
   // Generates a reply to `prompt` on the deployed pipeline: runtime::Session over a Chain of
   // the RemoteStages. The last stage samples on its node (greedy when

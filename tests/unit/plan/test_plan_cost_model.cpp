@@ -160,6 +160,21 @@ class PlanCostModelTest : public QObject {
     QVERIFY(qFuzzyCompare(m.throughputTokS, 0.08));
   }
 
+  void prefillPipelinesChunksBehindTheFirst() {
+    const Pool p = pool();
+    const LinkTable links(p);
+    const std::vector<StageAssignment> stages{stage(0, 0, 2), stage(2, 2, 10)};
+    // 10 tokens in chunks of 4: 3 chunks of (at most) 4.
+    // a: max(2000/1000, 4 × 8000/1000) = 32; c: max(8000/2000, 4 × 32000/2000) = 64, plus the
+    // head once: max(500/2000, 9000/2000) = 4.5 -> 68.5; hop a→c: 0.5 + 4 × 100/100 = 4.5;
+    // return c→a: 0.5. TTFT = 32 + 4.5 + 68.5 + 0.5 + 2 × 68.5.
+    QVERIFY(qFuzzyCompare(prefillTimeS(p, links, model(), stages, 10, 4),
+                          32 + 4.5 + 68.5 + 0.5 + 2 * 68.5));
+    // One chunk: no pipelining; a one-token prompt is a decode step but for the head's rows.
+    QVERIFY(qFuzzyCompare(prefillTimeS(p, links, model(), stages, 4, 512), 32 + 4.5 + 68.5 + 0.5));
+    QCOMPARE(prefillTimeS(p, links, model(), stages, 0, 4), 0.0);
+  }
+
   void tokenReturnIsFreeOnOneNode() {
     const Pool p = pool();
     const LinkTable links(p);
