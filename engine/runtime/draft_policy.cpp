@@ -45,9 +45,12 @@ void DraftPolicy::plainStep(double seconds) {
 }
 
 void DraftPolicy::verifyStep(int32_t drafted, int32_t accepted, double seconds) {
-  // A probe that confirmed nothing waits twice as long for the next one (a drafter that never
-  // agrees with the model then costs almost nothing); one that confirmed a draft resets the wait.
-  if (m_probing) m_probeEvery = accepted > 0 ? kProbeEvery : std::min(2 * m_probeEvery, kMostWait);
+  // A draft model's probe that confirmed nothing waits twice as long for the next one (a draft
+  // model that never agrees with the model then costs almost nothing); one that confirmed a
+  // draft resets the wait. Prompt-lookup probes cost next to nothing: they keep their pace.
+  if (m_probing && m_probeLength > 0) {
+    m_probeEvery = accepted > 0 ? kProbeEvery : std::min(2 * m_probeEvery, kMostWait);
+  }
   m_probing = false;
   m_accepted = kDecay * m_accepted + accepted;
   m_rejected = kDecay * m_rejected + (accepted < drafted ? 1 : 0);

@@ -6,8 +6,8 @@
 // is (each row attends on its own). With a per-token acceptance rate a, the expected yield is
 // 1 + a + ... + a^d, so the policy picks the d with the best yield per second, 0 (a plain step)
 // when no draft pays. It learns a, plain and row as it goes (decaying averages), and tries a
-// draft again now and then after choosing plain steps (after 32, then twice as many after each
-// probe that confirmed nothing), so that a change of text is noticed.
+// draft again now and then after choosing plain steps (every 32; for a draft model's drafts,
+// twice as many after each probe that confirmed nothing), so that a change of text is noticed.
 // The output never depends on it (speculation is verified): only the speed does.
 
 #include <cstdint>
@@ -37,7 +37,8 @@ class DraftPolicy {
   double m_rejected = 1;     // decayed count of verifications that stopped at a rejected draft
   int32_t m_sinceDraft = 0;  // plain steps taken since the last draft although one was offered
   int32_t m_probeLength = 0;
-  int32_t m_probeEvery = 32;  // plain steps between probes (doubles after fruitless ones)
+  int32_t m_probeEvery = 32;  // plain steps between probes (probeLength > 0: doubles after
+                              // fruitless ones)
   bool m_probing = false;     // the last length() was a probe
 };
 
