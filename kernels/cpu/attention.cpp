@@ -59,7 +59,7 @@ void attention(const AttentionShape& s, const float* q, int32_t count, int32_t f
   int32_t heads = group, tokens = 1;
   int64_t items = 0;
   for (;; --heads) {
-    if (group % heads != 0 || heads > scratch.queries) continue;
+    if (heads > 1 && (group % heads != 0 || heads > scratch.queries)) continue;
     tokens = std::max(1, std::min(count, scratch.queries / heads));
     items = (count + tokens - 1) / tokens * (s.nHead / heads);
     if (heads == 1 || threads == 1 || items % threads == 0 || items >= 4 * threads) break;
