@@ -189,6 +189,24 @@ void Chain::forwardBatches(std::span<const Batch> batches, std::span<StageOutput
   }
 }
 
+size_t Chain::asyncDepth() const {
+  if (m_stages.size() != 1) return 0;
+  const size_t depth = m_stages[0]->pipelineDepth();
+  return depth > 1 ? depth : 0;
+}
+
+Stage::Ticket Chain::submit(const Batch& batch, StageOutput& out) {
+  if (asyncDepth() == 0) throw Error("Chain::submit: the chain does not pipeline on its own");
+  m_failedStage = 0;
+  return m_stages[0]->submit(batch, out);
+}
+
+void Chain::wait(Stage::Ticket ticket) {
+  if (asyncDepth() == 0) throw Error("Chain::wait: the chain does not pipeline on its own");
+  m_failedStage = 0;
+  m_stages[0]->wait(ticket);
+}
+
 void Chain::truncate(int32_t sequence, int32_t fromPosition) {
   for (size_t s = 0; s < m_stages.size(); ++s) {
     m_failedStage = s;

@@ -45,6 +45,15 @@ class Chain {
   // batches' spans must live during the call.
   void forwardBatches(std::span<const Batch> batches, std::span<StageOutput> outs);
 
+  // A chain of one stage that keeps several batches in flight (nodes linked directly: the
+  // stage's pipelineDepth() > 1) can also run them one at a time without waves: submit() a batch,
+  // wait() for it later, in submission order, with others in flight meanwhile — so a scheduler
+  // refills the pipeline as each batch comes back instead of draining it every step. Returns
+  // that depth; 0 for any other chain (submit/wait then throw shoal::Error).
+  size_t asyncDepth() const;
+  Stage::Ticket submit(const Batch& batch, StageOutput& out);
+  void wait(Stage::Ticket ticket);
+
   void truncate(int32_t sequence, int32_t fromPosition);
 
   int32_t contextLength() const;  // the smallest of the stages'

@@ -87,7 +87,16 @@ void Scheduler::cancel(Id id) {
   }
 }
 
+Scheduler::~Scheduler() {
+  try {
+    drainInFlight();
+  } catch (...) {
+    // A destructor must not throw; the stage forgets what it still holds when it goes.
+  }
+}
+
 void Scheduler::cancelAll() {
+  drainInFlight();
   std::deque<Waiting> waiting;
   waiting.swap(m_waiting);
   for (Waiting& w : waiting) {
@@ -271,9 +280,10 @@ bool Scheduler::accept(Active& a, model::TokenId token) {
   return false;
 }
 
-void Scheduler::failBatch(const std::vector<size_t>& members, const std::string& error) {
-  for (size_t i : members) {
-    Active& a = *m_active[i];
+void Scheduler::failBatch(const std::vector<Active*>& members, const std::string& error) {
+  for (Active* member : members) {
+    Active& a = *member;
+    if (a.done) continue;
     // The stages before the failed one kept this step's rows: forget the whole slot.
     try {
       m_chain.truncate(a.slot, 0);
@@ -289,12 +299,13 @@ void Scheduler::failBatch(const std::vector<size_t>& members, const std::string&
   }
 }
 
-bool Scheduler::step() {
-  // Cancellations first: their slots go to waiting requests in this very step.
+void Scheduler::finishCancelled() {
+  // Cancellations first: their slots go to waiting requests in this very step. A sequence whose
+  // batch is in flight keeps its slot until the batch is back.
   for (auto& a : m_active) {
     const bool flag =
         a->request.options.cancel && a->request.options.cancel->load(std::memory_order_relaxed);
-    if (!a->done && (a->cancelled || flag)) finish(*a, FinishReason::Cancelled);
+    if (!a->done && !a->inFlight && (a->cancelled || flag)) finish(*a, FinishReason::Cancelled);
   }
   std::erase_if(m_active, [](const auto& a) { return a->done; });
   for (Waiting& w : m_waiting) {
@@ -302,93 +313,198 @@ bool Scheduler::step() {
       w.cancelled = true;
     }
   }
-  admit();
-  if (m_active.empty()) return false;
+}
 
-  // Pieces: one row per decoding sequence (rotating who goes first when they exceed the
-  // budget), then chunks of what the others still have to read (a prompt, or everything after
-  // a recovery emptied the caches) with what is left.
-  struct Piece {
-    size_t member;  // m_active index
-    int32_t count;
-    bool logits;          // the piece ends what the sequence had to read: sample from its last row
-    int32_t drafted = 0;  // a decoding piece's drafted tokens (its rows after the first)
-  };
-  std::vector<Piece> pieces;
+void Scheduler::collectPieces(const std::vector<Active*>& candidates, size_t most,
+                              std::vector<Piece>& pieces) {
+  pieces.clear();
   int32_t budget = m_budget;
-  const size_t n = m_active.size();
-  int32_t drafted = 0;
-  for (size_t k = 0; k < n && budget > 0; ++k) {
-    const size_t i = (m_decodeStart + k) % n;
-    Active& a = *m_active[i];
+  const size_t n = candidates.size();
+  // One row per decoding sequence (rotating who goes first when they exceed the budget or the
+  // count), then chunks of what the others still have to read (a prompt, or everything after a
+  // recovery emptied the caches) with what is left.
+  for (size_t k = 0; k < n && budget > 0 && pieces.size() < most; ++k) {
+    Active& a = *candidates[(m_decodeStart + k) % n];
     if (a.unread() != 1 || pieceEnd(a) != a.tokens.size()) continue;
     // Budget left after one row for each decoding sequence still to come.
     draftFor(a, budget - static_cast<int32_t>(n - k), m_draft);
     const auto d = static_cast<int32_t>(m_draft.size());
     a.tokens.insert(a.tokens.end(), m_draft.begin(), m_draft.end());
-    pieces.push_back({i, 1 + d, true, d});
+    pieces.push_back({&a, 1 + d, true, d});
     budget -= 1 + d;
-    drafted += d;
   }
   m_decodeStart = n ? (m_decodeStart + 1) % n : 0;
-  // Then the pieces of the sequences reading (a prompt, or a replay): each one whole or not at
-  // all this step, so that its shape never depends on what else is in the batch.
-  for (size_t i = 0; i < n && budget > 0; ++i) {
-    const Active& a = *m_active[i];
+  // Each reading sequence's piece whole or not at all this step, so that its shape never depends
+  // on what else is in the batch.
+  for (size_t i = 0; i < n && budget > 0 && pieces.size() < most; ++i) {
+    Active& a = *candidates[i];
     const size_t end = pieceEnd(a);
     const auto count = static_cast<int32_t>(end - a.computed);
     if (a.unread() == 1 && end == a.tokens.size()) continue;  // decoding: above
-    if (std::any_of(pieces.begin(), pieces.end(), [i](const Piece& p) { return p.member == i; })) {
+    if (std::any_of(pieces.begin(), pieces.end(),
+                    [&a](const Piece& p) { return p.member == &a; })) {
       continue;  // decoding with a draft: above
     }
     if (count > budget) continue;
-    pieces.push_back({i, count, end == a.tokens.size()});
+    pieces.push_back({&a, count, end == a.tokens.size()});
     budget -= count;
   }
+}
 
-  // Groups: on a chain of several stages (or nodes linked directly) the pieces go into as many
-  // batches as the chain's pipeline depth, in flight at once (every stage busy on a different
-  // group).
-  const size_t groups = std::max<size_t>(1, std::min(m_chain.pipelineDepth(), pieces.size()));
+void Scheduler::addPiece(Group& g, const Piece& p) {
+  const Active& a = *p.member;
+  const auto from = a.tokens.begin() + static_cast<ptrdiff_t>(a.computed);
+  g.rows.insert(g.rows.end(), from, from + p.count);
+  Segment seg{a.slot, static_cast<int32_t>(a.computed), p.count,
+              p.logits ? LogitRows::Last : LogitRows::None};
+  if (p.drafted > 0) {  // verifying: every row's token, each row as if decoded alone
+    seg.logits = LogitRows::All;
+    seg.decodeOrder = true;
+  }
+  g.segments.push_back(seg);
+  g.members.push_back(p.member);
+  g.drafted.push_back(p.drafted);
+}
+
+Batch Scheduler::batchOf(const Group& g) const {
+  // A head that samples (a pool's last node) answers greedy rows with tokens, so their logits
+  // need not cross the network; it has no history for a repetition penalty.
+  static const SampleRequest kGreedy{};
+  bool greedy = true;
+  for (size_t k = 0; k < g.segments.size(); ++k) {
+    const SamplerParams& sp = g.members[k]->request.options.sampler;
+    if (g.segments[k].logits != LogitRows::None && (sp.temperature > 0 || sp.repeatPenalty != 1)) {
+      greedy = false;
+    }
+  }
+  Batch b;
+  b.tokens = g.rows;
+  b.segments = g.segments;
+  b.sample = greedy ? &kGreedy : nullptr;
+  return b;
+}
+
+void Scheduler::undoDrafts(const Group& g) {
+  for (size_t k = 0; k < g.members.size(); ++k) {
+    Active& a = *g.members[k];
+    a.tokens.resize(a.tokens.size() - static_cast<size_t>(g.drafted[k]));
+  }
+}
+
+Scheduler::Learned Scheduler::consume(Group& g, const StageOutput& out) {
+  Learned learned;
+  for (size_t k = 0; k < g.members.size(); ++k) {
+    if (g.members[k]->request.options.lookup.maxDraft > 0) learned.lookup = true;
+  }
+  size_t logitRows = 0;
+  for (const Segment& seg : g.segments) {
+    logitRows += seg.logits == LogitRows::All    ? static_cast<size_t>(seg.count)
+                 : seg.logits == LogitRows::Last ? 1
+                                                 : 0;
+  }
+  const bool sampled = !out.tokens.empty();
+  if (logitRows > 0 && (sampled ? out.tokens.size() != logitRows
+                                : out.logits.empty() || out.logits.size() % logitRows != 0)) {
+    undoDrafts(g);
+    failBatch(g.members, "the head stage returned " + std::to_string(out.tokens.size()) +
+                             " tokens and " + std::to_string(out.logits.size()) + " logits for " +
+                             std::to_string(logitRows) + " rows");
+    return learned;
+  }
+  const size_t vocab = logitRows && !sampled ? out.logits.size() / logitRows : 0;
+  size_t row = 0;
+  for (size_t k = 0; k < g.segments.size(); ++k) {
+    Active& a = *g.members[k];
+    if (g.segments[k].decodeOrder) {
+      // A verifying segment: the token after each row, then what of the draft holds.
+      const auto rows = static_cast<size_t>(g.segments[k].count);
+      const size_t firstDraft = a.computed + 1;
+      m_predicted.clear();
+      bool bad = false;
+      for (size_t r = 0; r < rows; ++r) {
+        const std::span<const float> logits =
+            sampled ? std::span<const float>()
+                    : std::span<const float>(out.logits.data() + (row + r) * vocab, vocab);
+        model::TokenId t = sampled ? out.tokens[row + r] : -1;
+        if (!sampled && a.request.options.sampler.temperature > 0 && r + 1 < rows) {
+          bool kept = false;
+          t = a.sampler.sampleDraft(logits, a.tokens[firstDraft + r], kept);
+          m_predicted.push_back(t);
+          if (!kept) break;
+          continue;
+        }
+        if (!sampled) t = a.sampler.sample(logits);
+        if (t < 0 || t >= m_tokenizer.size()) bad = true;
+        m_predicted.push_back(t);
+      }
+      row += rows;
+      if (bad) {
+        a.tokens.resize(firstDraft);
+        failBatch({&a}, "the head stage sampled an unknown token");
+        continue;
+      }
+      acceptVerified(a, rows - 1, m_predicted);
+      learned.drafted += g.drafted[k];
+      learned.accepted += a.lastAccepted;
+      continue;
+    }
+    a.starts.push_back(a.computed);
+    a.computed += static_cast<size_t>(g.segments[k].count);
+    if (g.segments[k].logits != LogitRows::Last) continue;
+    model::TokenId next;
+    if (sampled) {
+      next = out.tokens[row];
+      if (next < 0 || next >= m_tokenizer.size()) {
+        failBatch({&a}, "the head stage sampled an unknown token");
+        ++row;
+        continue;
+      }
+    } else {
+      next = a.sampler.sample(std::span<const float>(out.logits.data() + row * vocab, vocab));
+    }
+    ++row;
+    accept(a, next);
+  }
+  return learned;
+}
+
+void Scheduler::learn(const Learned& l, double seconds) {
+  if (l.drafted > 0) {
+    m_draftPolicy.verifyStep(l.drafted, l.accepted, seconds);
+  } else if (l.lookup) {
+    m_draftPolicy.plainStep(seconds);
+  }
+}
+
+bool Scheduler::step() {
+  finishCancelled();
+  const size_t depth = m_chain.asyncDepth();
+  if (depth > 0) return pipelinedStep(depth);
+  admit();
+  if (m_active.empty()) return false;
+  return wavefrontStep();
+}
+
+bool Scheduler::wavefrontStep() {
+  m_ready.clear();
+  for (auto& a : m_active) m_ready.push_back(a.get());
+  collectPieces(m_ready, m_ready.size(), m_pieces);
+
+  // On a chain of several stages the pieces go into as many batches as the chain's pipeline
+  // depth, in flight at once (every stage busy on a different group).
+  const size_t groups = std::max<size_t>(1, std::min(m_chain.pipelineDepth(), m_pieces.size()));
   m_groups.resize(groups);
   for (Group& g : m_groups) {
     g.rows.clear();
     g.segments.clear();
     g.members.clear();
+    g.drafted.clear();
   }
-  for (size_t k = 0; k < pieces.size(); ++k) {
-    const Piece& p = pieces[k];
-    Group& g = m_groups[k % groups];
-    const Active& a = *m_active[p.member];
-    const auto from = a.tokens.begin() + static_cast<ptrdiff_t>(a.computed);
-    g.rows.insert(g.rows.end(), from, from + p.count);
-    Segment seg{a.slot, static_cast<int32_t>(a.computed), p.count,
-                p.logits ? LogitRows::Last : LogitRows::None};
-    if (p.drafted > 0) {  // verifying: every row's token, each row as if decoded alone
-      seg.logits = LogitRows::All;
-      seg.decodeOrder = true;
-    }
-    g.segments.push_back(seg);
-    g.members.push_back(p.member);
-  }
-  // A head that samples (a pool's last node) answers greedy rows with tokens, so their logits
-  // need not cross the network; it has no history for a repetition penalty.
-  static const SampleRequest kGreedy{};
-  std::vector<Batch> batches(groups);
-  std::vector<size_t> members;
-  for (size_t gi = 0; gi < groups; ++gi) {
-    Group& g = m_groups[gi];
-    bool greedy = true;
-    for (size_t k = 0; k < g.segments.size(); ++k) {
-      const SamplerParams& sp = m_active[g.members[k]]->request.options.sampler;
-      if (g.segments[k].logits != LogitRows::None &&
-          (sp.temperature > 0 || sp.repeatPenalty != 1)) {
-        greedy = false;
-      }
-    }
-    batches[gi].tokens = g.rows;
-    batches[gi].segments = g.segments;
-    batches[gi].sample = greedy ? &kGreedy : nullptr;
+  for (size_t k = 0; k < m_pieces.size(); ++k) addPiece(m_groups[k % groups], m_pieces[k]);
+  std::vector<Batch> batches;
+  std::vector<Active*> members;
+  for (const Group& g : m_groups) {
+    batches.push_back(batchOf(g));
     members.insert(members.end(), g.members.begin(), g.members.end());
   }
   m_outs.resize(groups);
@@ -397,102 +513,110 @@ bool Scheduler::step() {
     m_chain.forwardBatches(batches, m_outs);
   } catch (const std::exception& e) {
     ++m_stats.steps;
-    // The drafts were never computed: each verifying sequence decodes its last token again.
-    for (const Piece& p : pieces) {
-      Active& a = *m_active[p.member];
-      a.tokens.resize(a.tokens.size() - static_cast<size_t>(p.drafted));
-    }
+    for (const Group& g : m_groups) undoDrafts(g);
     recoverOrFail(e, members);
     std::erase_if(m_active, [](const auto& a) { return a->done; });
     return true;
   }
   const double seconds = secondsBetween(t0, Clock::now());
   ++m_stats.steps;
-  for (const Group& g : m_groups) m_stats.rowsRun += g.rows.size();
-
+  Learned step;
   for (size_t gi = 0; gi < groups; ++gi) {
-    const Group& g = m_groups[gi];
-    const StageOutput& out = m_outs[gi];
-    size_t logitRows = 0;
-    for (const Segment& seg : g.segments) {
-      logitRows += seg.logits == LogitRows::All    ? static_cast<size_t>(seg.count)
-                   : seg.logits == LogitRows::Last ? 1
-                                                   : 0;
-    }
-    const bool sampled = !out.tokens.empty();
-    if (logitRows > 0 && (sampled ? out.tokens.size() != logitRows
-                                  : out.logits.empty() || out.logits.size() % logitRows != 0)) {
-      failBatch(g.members, "the head stage returned " + std::to_string(out.tokens.size()) +
-                               " tokens and " + std::to_string(out.logits.size()) + " logits for " +
-                               std::to_string(logitRows) + " rows");
-      continue;
-    }
-    const size_t vocab = logitRows && !sampled ? out.logits.size() / logitRows : 0;
-    size_t row = 0;
-    for (size_t k = 0; k < g.segments.size(); ++k) {
-      Active& a = *m_active[g.members[k]];
-      if (g.segments[k].decodeOrder) {
-        // A verifying segment: the token after each row, then what of the draft holds.
-        const auto rows = static_cast<size_t>(g.segments[k].count);
-        const size_t firstDraft = a.computed + 1;
-        m_predicted.clear();
-        bool bad = false;
-        for (size_t r = 0; r < rows; ++r) {
-          const std::span<const float> logits =
-              sampled ? std::span<const float>()
-                      : std::span<const float>(out.logits.data() + (row + r) * vocab, vocab);
-          model::TokenId t = sampled ? out.tokens[row + r] : -1;
-          if (!sampled && a.request.options.sampler.temperature > 0 && r + 1 < rows) {
-            bool kept = false;
-            t = a.sampler.sampleDraft(logits, a.tokens[firstDraft + r], kept);
-            m_predicted.push_back(t);
-            if (!kept) break;
-            continue;
-          }
-          if (!sampled) t = a.sampler.sample(logits);
-          if (t < 0 || t >= m_tokenizer.size()) bad = true;
-          m_predicted.push_back(t);
-        }
-        row += rows;
-        if (bad) {
-          a.tokens.resize(firstDraft);
-          failBatch({g.members[k]}, "the head stage sampled an unknown token");
-          continue;
-        }
-        acceptVerified(a, rows - 1, m_predicted);
-        continue;
-      }
-      a.starts.push_back(a.computed);
-      a.computed += static_cast<size_t>(g.segments[k].count);
-      if (g.segments[k].logits != LogitRows::Last) continue;
-      model::TokenId next;
-      if (sampled) {
-        next = out.tokens[row];
-        if (next < 0 || next >= m_tokenizer.size()) {
-          failBatch({g.members[k]}, "the head stage sampled an unknown token");
-          ++row;
-          continue;
-        }
-      } else {
-        next = a.sampler.sample(std::span<const float>(out.logits.data() + row * vocab, vocab));
-      }
-      ++row;
-      accept(a, next);
-    }
+    m_stats.rowsRun += m_groups[gi].rows.size();
+    const Learned l = consume(m_groups[gi], m_outs[gi]);
+    step.drafted += l.drafted;
+    step.accepted += l.accepted;
+    step.lookup = step.lookup || l.lookup;
   }
-  if (drafted > 0) {
-    int32_t accepted = 0;
-    for (const Piece& p : pieces) {
-      if (p.drafted > 0) accepted += m_active[p.member]->lastAccepted;
-    }
-    m_draftPolicy.verifyStep(drafted, accepted, seconds);
-  } else if (std::any_of(pieces.begin(), pieces.end(), [this](const Piece& p) {
-               return m_active[p.member]->request.options.lookup.maxDraft > 0;
-             })) {
-    m_draftPolicy.plainStep(seconds);
-  }
+  learn(step, seconds);
   std::erase_if(m_active, [](const auto& a) { return a->done; });
   return true;
+}
+
+bool Scheduler::pipelinedStep(size_t depth) {
+  if (m_inFlight.empty()) {
+    admit();
+    if (m_active.empty()) return false;
+  }
+  // A waiting request that a free slot could take: let the pipeline drain (admit() above).
+  const bool admissionDue =
+      !m_waiting.empty() &&
+      std::any_of(m_slots.begin(), m_slots.end(), [](const Slot& s) { return !s.busy; });
+  if (m_inFlight.size() < depth && !(admissionDue && !m_inFlight.empty())) {
+    m_ready.clear();
+    for (auto& a : m_active) {
+      if (!a->inFlight && !a->done) m_ready.push_back(a.get());
+    }
+    if (!m_ready.empty()) {
+      // An equal share of the sequences not in flight per batch still to fill the pipeline: with
+      // S sequences and depth D, groups of about S / D that keep going round.
+      const size_t open = depth - m_inFlight.size();
+      collectPieces(m_ready, (m_ready.size() + open - 1) / open, m_pieces);
+      if (!m_pieces.empty()) {
+        Group& g = m_inFlight.emplace_back();
+        for (const Piece& p : m_pieces) {
+          addPiece(g, p);
+          p.member->inFlight = true;
+        }
+        g.submitted = Clock::now();
+        try {
+          g.ticket = m_chain.submit(batchOf(g), g.out);
+        } catch (const std::exception& e) {
+          abandonInFlight(e);
+        }
+        return true;
+      }
+    }
+  }
+  if (m_inFlight.empty()) throw Error("scheduler: no piece fits the token budget");
+  completeOldest();
+  return true;
+}
+
+void Scheduler::completeOldest() {
+  Group& g = m_inFlight.front();
+  try {
+    m_chain.wait(g.ticket);
+  } catch (const std::exception& e) {
+    abandonInFlight(e);
+    return;
+  }
+  const double seconds = secondsBetween(g.submitted, Clock::now());
+  ++m_stats.steps;
+  m_stats.rowsRun += g.rows.size();
+  for (Active* a : g.members) a->inFlight = false;
+  learn(consume(g, g.out), seconds);
+  m_inFlight.pop_front();
+  std::erase_if(m_active, [](const auto& a) { return a->done; });
+}
+
+void Scheduler::abandonInFlight(const std::exception& error) {
+  // The stage forgot every batch in flight when it threw (Stage: a failure abandons them).
+  std::vector<Active*> members;
+  for (const Group& g : m_inFlight) {
+    undoDrafts(g);
+    for (Active* a : g.members) a->inFlight = false;
+    members.insert(members.end(), g.members.begin(), g.members.end());
+  }
+  m_inFlight.clear();
+  ++m_stats.steps;
+  recoverOrFail(error, members);
+  std::erase_if(m_active, [](const auto& a) { return a->done; });
+}
+
+void Scheduler::drainInFlight() {
+  while (!m_inFlight.empty()) {
+    try {
+      m_chain.wait(m_inFlight.front().ticket);
+    } catch (const std::exception&) {
+      break;  // the stage abandoned the rest
+    }
+    undoDrafts(m_inFlight.front());
+    m_inFlight.pop_front();
+  }
+  for (const Group& g : m_inFlight) undoDrafts(g);
+  m_inFlight.clear();
+  for (auto& a : m_active) a->inFlight = false;
 }
 
 void Scheduler::draftFor(const Active& a, int32_t budget, std::vector<model::TokenId>& draft) {
@@ -556,7 +680,7 @@ void Scheduler::replayEverything() {
   }
 }
 
-void Scheduler::recoverOrFail(const std::exception& error, const std::vector<size_t>& members) {
+void Scheduler::recoverOrFail(const std::exception& error, const std::vector<Active*>& members) {
   if (m_recovery) {
     try {
       if (m_recovery(error, m_chain.failedStage())) {

@@ -22,11 +22,21 @@
 // when the prompt fits one chunk (tests/unit/runtime/test_scheduler.cpp). A recovery replays
 // each sequence in its original pieces.
 //
-// Over a chain of several stages (a pool) a step's sequences are split into as many batches as
-// there are stages, in flight at once (Chain::forwardBatches), so every node works on a
-// different group. A head stage that samples answers a batch of greedy rows with tokens; rows of
-// sampled sequences bring their logits back (the sampler runs here, per sequence). Recovery from
-// a failed stage: SchedulerOptions::recovery.
+// Over a chain of several stages (a pool) the sequences are split into as many groups as the
+// chain's pipeline depth, each its own batch, so every node works on a different group:
+//  - a pool whose nodes forward to each other directly (Chain::asyncDepth() > 0) keeps the groups
+//    in flight continuously: each step() either submits the next batch of the sequences that are
+//    not in flight (about an equal share of them, while fewer than depth batches are out) or
+//    waits for the oldest batch and takes its tokens, so a group goes round again as soon as it
+//    is back and the pipeline never drains. A request waiting for a free slot is admitted once
+//    nothing is in flight (admission truncates a slot, which abandons batches in flight on
+//    remote stages), so each admission drains the pipeline once;
+//  - any other chain of several stages runs a step's groups as one wavefront
+//    (Chain::forwardBatches), which drains at the end of every step.
+// A head stage that samples answers a batch of greedy rows with tokens; rows of sampled
+// sequences bring their logits back (the sampler runs here, per sequence). Recovery from a failed
+// stage: SchedulerOptions::recovery (every batch in flight is abandoned first). A sequence's
+// pieces do not depend on how sequences are grouped, so batch invariance holds in both modes.
 //
 // Speculative decoding (GenerateOptions::lookup, as Session has it): a decoding sequence whose
 // history offers a prompt-lookup draft runs its last token plus the draft as one segment in
@@ -36,7 +46,8 @@
 // DraftPolicy sizes the drafts from what this scheduler's steps cost and earn.
 //
 // Threading: one thread calls everything (the API's worker); the callbacks run on it, inside
-// step() and cancelAll(), and may call cancel() but not add().
+// step() and cancelAll(), and may call cancel() but not add(). A cancelled sequence whose batch
+// is in flight ends when that batch is back.
 
 #include <chrono>
 #include <cstdint>
@@ -101,6 +112,10 @@ class Scheduler {
   // The chain's stages must all hold at least one KV slot; the scheduler uses as many as the
   // stage with the fewest holds. The chain and tokenizer must outlive the scheduler.
   Scheduler(Chain& chain, const model::Tokenizer& tokenizer, SchedulerOptions options = {});
+  // Waits for the batches still in flight (their outputs live here).
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a generation. Throws shoal::Error for a request that can never run (empty prompt, ids
   // outside the vocabulary, a prompt that does not fit the context) before taking a place.
@@ -110,7 +125,8 @@ class Scheduler {
   // Ends every generation, queued and running, as Cancelled now (the callbacks run).
   void cancelAll();
 
-  // Runs one batch; false when there was nothing to run (no request left).
+  // Runs one batch (on a chain that pipelines on its own: submits one, or completes the oldest
+  // in flight); false when there was nothing to run (no request left).
   bool step();
   // step() until every request has finished.
   void runUntilIdle();
@@ -141,6 +157,7 @@ class Scheduler {
     std::vector<size_t> starts;
     std::vector<size_t> replayEnds;
     int32_t lastAccepted = 0;   // drafts its last verifying step confirmed
+    bool inFlight = false;      // a batch with its next piece is in flight (pipelined steps)
     bool cancelled = false;     // cancel() was called
     bool done = false;          // finished: the step removes it
     Clock::time_point started;  // admission: prefill time counts from here
@@ -164,10 +181,59 @@ class Scheduler {
     uint64_t lastUsed = 0;  // step it was last freed: among equal prefixes the oldest is reused
   };
 
+  // A piece of a step: the rows one sequence runs.
+  struct Piece {
+    Active* member = nullptr;
+    int32_t count = 0;
+    bool logits = false;  // the piece ends what the sequence had to read: sample from its last row
+    int32_t drafted = 0;  // a decoding piece's drafted tokens (its rows after the first)
+  };
+  // One batch: the pieces of some sequences. Pipelined steps keep it, with its output, until
+  // it is back.
+  struct Group {
+    std::vector<int32_t> rows;
+    std::vector<Segment> segments;
+    std::vector<Active*> members;  // of each segment
+    std::vector<int32_t> drafted;  // of each segment
+    StageOutput out;
+    Stage::Ticket ticket = 0;
+    Clock::time_point submitted;
+  };
+  // What one group's outcome teaches the draft policy.
+  struct Learned {
+    int32_t drafted = 0;
+    int32_t accepted = 0;
+    bool lookup = false;  // a member asked for prompt lookup
+  };
+
   void admit();
+  // Ends the generations cancelled since the last step (those not in flight).
+  void finishCancelled();
   // Where the next piece of `a` ends: its original piece's end while replaying; otherwise one
   // row while decoding, a chunk of at most m_chunk rows while reading.
   size_t pieceEnd(const Active& a) const;
+  // The pieces of at most `most` of `candidates` (in admission order) under the token budget:
+  // one row (plus a draft) per decoding sequence, rotating who goes first, then whole chunks of
+  // those reading.
+  void collectPieces(const std::vector<Active*>& candidates, size_t most,
+                     std::vector<Piece>& pieces);
+  static void addPiece(Group& g, const Piece& p);
+  Batch batchOf(const Group& g) const;
+  // Takes a group's head output: accepts each member's tokens (or fails the members when the
+  // output is malformed).
+  Learned consume(Group& g, const StageOutput& out);
+  void learn(const Learned& l, double seconds);
+  // A step's drafts were never computed: each verifying sequence decodes its last token again.
+  static void undoDrafts(const Group& g);
+  // Runs a step's groups as one wavefront (any chain but one that pipelines on its own).
+  bool wavefrontStep();
+  // Submits a group or completes the oldest in flight (Chain::asyncDepth() = depth > 0).
+  bool pipelinedStep(size_t depth);
+  void completeOldest();
+  // A submit or wait threw: every batch in flight is abandoned, then recoverOrFail.
+  void abandonInFlight(const std::exception& error);
+  // Waits for every batch in flight, discarding what comes back (cancelAll, destruction).
+  void drainInFlight();
   void finishWaiting(Waiting& w);  // a queued request ends as Cancelled
   // Feeds a sampled token to its generation; returns true when the generation has ended.
   bool accept(Active& a, model::TokenId token);
@@ -179,11 +245,11 @@ class Scheduler {
   void acceptVerified(Active& a, size_t drafted, const std::vector<model::TokenId>& predicted);
   void finish(Active& a, FinishReason reason);
   void release(Active& a);  // frees the slot, remembering what it caches
-  void failBatch(const std::vector<size_t>& members, const std::string& error);
+  void failBatch(const std::vector<Active*>& members, const std::string& error);
   // After a recovery emptied every cache: each active generation replays its pieces.
   void replayEverything();
   // A step threw: recovery (SchedulerOptions::recovery) or failBatch of its members.
-  void recoverOrFail(const std::exception& error, const std::vector<size_t>& members);
+  void recoverOrFail(const std::exception& error, const std::vector<Active*>& members);
 
   Chain& m_chain;
   const model::Tokenizer& m_tokenizer;
@@ -198,16 +264,14 @@ class Scheduler {
   SchedulerStats m_stats;
   DraftPolicy m_draftPolicy;  // learns from this scheduler's steps
 
-  // One batch of a step (several on a chain of several stages, in flight at once).
-  struct Group {
-    std::vector<int32_t> rows;
-    std::vector<Segment> segments;
-    std::vector<size_t> members;  // m_active index of each segment
-  };
   Recovery m_recovery;
+  std::deque<Group>
+      m_inFlight;  // pipelined steps' batches, oldest first (a deque: outputs stay put)
   // Scratch reused by every step.
-  std::vector<Group> m_groups;
+  std::vector<Group> m_groups;  // a wavefront's
   std::vector<StageOutput> m_outs;
+  std::vector<Piece> m_pieces;
+  std::vector<Active*> m_ready;
   std::vector<model::TokenId> m_draft, m_predicted;
 };
 

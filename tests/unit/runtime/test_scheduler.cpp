@@ -14,12 +14,14 @@
 #include "engine/runtime/session.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/unit/runtime/failing_stage.h"
+#include "tests/unit/runtime/pipelined_stage.h"
 
 using namespace shoal;
 using runtime::FinishReason;
 using runtime::GenerateOptions;
 using runtime::GenerateResult;
 using test::FailingStage;
+using test::PipelinedStage;
 
 namespace {
 
@@ -124,6 +126,34 @@ class TestScheduler : public QObject {
     QCOMPARE(got.streamed, want.text);
     QCOMPARE(got.result.finish, want.finish);
     QCOMPARE(got.result.promptTokens, want.promptTokens);
+  }
+
+  // Four greedy replies over `c`, whose stage `lostStage` fails once ("stage lost"): the
+  // recovery hook empties every slot (as a re-plan onto fresh stages does), and each reply equals
+  // its solo run after one recovery.
+  void fourRepliesAcrossALostStage(runtime::Chain& c, size_t lostStage) {
+    int recoveries = 0;
+    runtime::SchedulerOptions o;
+    o.recovery = [&](const std::exception& e, size_t failedStage) {
+      if (std::string_view(e.what()) != "stage lost" || failedStage != lostStage) return false;
+      ++recoveries;
+      for (int32_t s = 0; s < 4; ++s) c.truncate(s, 0);
+      return true;
+    };
+    runtime::Scheduler sched(c, m_model->tokenizer(), o);
+    std::vector<Outcome> got(4);
+    std::vector<GenerateResult> want;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto p = chatPrompt(m_questions[i + 2]);
+      want.push_back(solo(p, greedy(16)));
+      sched.add(request(p, greedy(16), got[i]));
+    }
+    sched.runUntilIdle();
+    QCOMPARE(recoveries, 1);
+    for (size_t i = 0; i < got.size(); ++i) {
+      compareWithSolo(got[i], want[i]);
+      QCOMPARE(got[i].result.recoveries, 1);
+    }
   }
 
   const std::vector<std::string> m_questions = {
@@ -342,6 +372,60 @@ class TestScheduler : public QObject {
     for (size_t i = 0; i < got.size(); ++i) compareWithSolo(got[i], want[i]);
   }
 
+  // Nodes linked directly (a stage that keeps 3 batches in flight on its own): the scheduler
+  // refills the pipeline as each batch comes back — several batches out at once, never
+  // drained by a step — and admits late requests only when nothing is in flight (a truncate
+  // would lose the batches out). Replies, speculative ones too, equal their solo runs; a
+  // sequence cancelled while its batch is out ends when the batch is back.
+  void linkedNodesKeepThePipelineFullWithoutDraining() {
+    auto pipelined =
+        std::make_unique<PipelinedStage>(stage(0, m_model->config().nLayer, 8, 256), 3);
+    PipelinedStage* node = pipelined.get();
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(std::move(pipelined));
+    runtime::Chain c(std::move(stages));
+    QCOMPARE(c.asyncDepth(), size_t{3});
+    runtime::Scheduler sched(c, m_model->tokenizer(), budget(24));
+    const size_t n = m_questions.size();
+    std::vector<Outcome> got(n + 1);
+    std::vector<GenerateResult> want;
+    GenerateOptions speculative = greedy(20);
+    speculative.lookup.maxDraft = 4;
+    speculative.lookup.adaptive = false;
+    for (size_t i = 0; i < n; ++i) {
+      const auto p = chatPrompt(m_questions[i]);
+      want.push_back(solo(p, greedy(20)));
+      sched.add(request(p, i % 2 ? speculative : greedy(20), got[i]));
+      if (i == 4) {  // the rest arrive while the first ones are in flight
+        for (int k = 0; k < 6; ++k) QVERIFY(sched.step());
+      }
+    }
+    const auto cancelled = sched.add(request(chatPrompt(m_questions[0]), greedy(200), got[n]));
+    while (sched.step()) {
+      if (!got[n].streamed.empty()) sched.cancel(cancelled);  // once it has begun its reply
+    }
+    for (size_t i = 0; i < n; ++i) compareWithSolo(got[i], want[i]);
+    QVERIFY(got[n].finished);
+    QCOMPARE(got[n].result.finish, FinishReason::Cancelled);
+    QCOMPARE(node->mostInFlight(), size_t{3});
+    QCOMPARE(node->truncatesInFlight(), 0);
+    QCOMPARE(sched.stats().completed, uint64_t{n});
+  }
+
+  // A linked pool that loses a node with batches in flight: every batch out is abandoned, the
+  // recovery repairs the chain, and each generation replays its own tokens: replies unchanged.
+  void aLinkedPoolLostWithBatchesInFlightIsRecovered() {
+    auto pipelined =
+        std::make_unique<PipelinedStage>(stage(0, m_model->config().nLayer, 4, 256), 3, 14);
+    PipelinedStage* node = pipelined.get();
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(std::move(pipelined));
+    runtime::Chain c(std::move(stages));
+    fourRepliesAcrossALostStage(c, 0);
+    QVERIFY(node->failed());
+    QVERIFY(node->lostInFlight() > 0);
+  }
+
   // A stage fails mid-reply with 4 generations in flight; the recovery hook repairs the chain
   // (here: empties every slot, as a re-plan onto fresh stages does) and every generation reads
   // its prompt and reply so far again: each reply equals its solo run.
@@ -353,29 +437,8 @@ class TestScheduler : public QObject {
     FailingStage* middle = failing.get();
     stages.push_back(std::move(failing));
     runtime::Chain c(std::move(stages));
-    int recoveries = 0;
-    runtime::SchedulerOptions o;
-    o.recovery = [&](const std::exception& e, size_t failedStage) {
-      if (std::string_view(e.what()) != "stage lost" || failedStage != 1) return false;
-      ++recoveries;
-      for (int32_t s = 0; s < 4; ++s) c.truncate(s, 0);
-      return true;
-    };
-    runtime::Scheduler sched(c, m_model->tokenizer(), o);
-    std::vector<Outcome> got(4);
-    std::vector<GenerateResult> want;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const auto p = chatPrompt(m_questions[i + 2]);
-      want.push_back(solo(p, greedy(16)));
-      sched.add(request(p, greedy(16), got[i]));
-    }
-    sched.runUntilIdle();
+    fourRepliesAcrossALostStage(c, 1);
     QVERIFY(middle->failed());
-    QCOMPARE(recoveries, 1);
-    for (size_t i = 0; i < got.size(); ++i) {
-      compareWithSolo(got[i], want[i]);
-      QCOMPARE(got[i].result.recoveries, 1);
-    }
   }
 
   // Speculative decoding in the scheduler: replies that quote their prompts, drafted by prompt
