@@ -10,6 +10,8 @@
 //   shoal-cli pool plan --nodes A,B,... [-m GGUF] [--ctx N] the pipeline it would deploy (JSON)
 //   shoal-cli pool generate --nodes A,B,... -p PROMPT [-n N] [--json] [sampling options]
 //                                      prints only the new text, as `shoal-cli generate` does
+//   shoal-cli pool serve --nodes A,B,... [--parallel N] [--api-port P] ...
+//                                      the OpenAI-compatible API over the pool (pool_serve.h)
 //
 // Every command takes --config-dir (default $XDG_CONFIG_HOME/shoal or ~/.config/shoal): the
 // coordinator's identity and trusted.json, as on a node. Nodes are "host:port" (IPv6 in
@@ -33,6 +35,9 @@
 
 #include "app/cli/cli_support.h"
 #include "app/cli/commands.h"
+#ifdef SHOAL_CLI_POOL_SERVE
+#include "app/cli/pool_serve.h"
+#endif
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/model_config.h"
@@ -77,6 +82,10 @@ struct PoolOptions {
   // generate
   CompletionOptions completion;
   std::string draftModel;  // --draft-model
+#ifdef SHOAL_CLI_POOL_SERVE
+  // serve
+  api::ApiServerOptions api;
+#endif
 };
 
 std::filesystem::path configDirOf(const PoolOptions& o) {
@@ -562,15 +571,13 @@ void runConcurrently(lan::Coordinator& c, const PoolOptions& o,
   if (!firstError.empty()) throw CliExit{1, "generation failed: " + firstError};
 }
 
-void runPoolGenerate(const PoolOptions& o) {
-  auto creds = loadCredentials(o);
-  auto c = connectPool(o, *creds);
-  prepareModel(*c, o);
+// Plans (planFor) and deploys the model over the pool; returns the seconds both took.
+double planAndDeploy(lan::Coordinator& c, const PoolOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  const plan::Plan p = planFor(*c, o);
+  const plan::Plan p = planFor(c, o);
   if (!p.feasible) throw CliExit{1, "no plan for this pool: " + p.infeasibleReason};
   try {
-    c->deploy(p, [&](const lan::DeployProgress& d) {
+    c.deploy(p, [&](const lan::DeployProgress& d) {
       if (o.verbose && d.done) {
         std::fprintf(stderr, "stage %zu/%zu on %s ready\n", d.stage + 1, d.stages,
                      d.nodeName.c_str());
@@ -579,8 +586,14 @@ void runPoolGenerate(const PoolOptions& o) {
   } catch (const std::exception& e) {
     throw CliExit{1, std::string("deploy failed: ") + e.what()};
   }
-  const double deploySeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void runPoolGenerate(const PoolOptions& o) {
+  auto creds = loadCredentials(o);
+  auto c = connectPool(o, *creds);
+  prepareModel(*c, o);
+  const double deploySeconds = planAndDeploy(*c, o);
   const model::Tokenizer& tok = c->model().tokenizer();
   const auto prompt = o.completion.encodePrompt(tok);
   const double predictedTtft = c->predictedTtftS(static_cast<int>(prompt.size()));
@@ -643,6 +656,25 @@ void runPoolGenerate(const PoolOptions& o) {
                                          .c_str()
                                    : "");
 }
+
+#ifdef SHOAL_CLI_POOL_SERVE
+void runPoolServe(const PoolOptions& o) {
+  if (const std::string why = api::unsafeOptions(o.api); !why.empty()) throw CliExit{2, why};
+  auto creds = loadCredentials(o);
+  auto c = connectPool(o, *creds);
+  prepareModel(*c, o);
+  planAndDeploy(*c, o);
+  char predicted[64];
+  std::snprintf(predicted, sizeof predicted, "; predicted %.1f tokens/s", c->predictedTokensPerS());
+  try {
+    servePoolApi(*c, o.api, pipelineLine(*c) + predicted);
+  } catch (const CliExit&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CliExit{1, std::string("serving failed: ") + e.what()};
+  }
+}
+#endif
 
 void addCommon(CLI::App& cmd, PoolOptions& o) {
   cmd.add_option("--config-dir", o.configDir,
@@ -732,6 +764,45 @@ void registerPoolCommand(CLI::App& app) {
                   "measure one stream on the deployment that --parallel plans")
       ->check(CLI::Range(1, 256));
   gen->callback([opt] { runPoolGenerate(*opt); });
+
+#ifdef SHOAL_CLI_POOL_SERVE
+  CLI::App* serve = pool->add_subcommand("serve",
+                                         "Deploy the model over the nodes and serve the OpenAI API "
+                                         "(--parallel replies at once: 4 unless given)");
+  addCommon(*serve, *opt);
+  addPoolNodes(*serve, *opt);
+  serve->add_option("--api-host", opt->api.host, "address the API listens on")
+      ->capture_default_str();
+  serve->add_option("--api-port", opt->api.port, "API port (0: any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  // As shoal-node's: the key belongs in SHOAL_API_KEY (a command line shows in ps).
+  serve
+      ->add_option("--api-key", opt->api.apiKey,
+                   "require 'Authorization: Bearer <key>' on the API (better: set SHOAL_API_KEY; "
+                   "command lines show in ps); needed beyond loopback")
+      ->envname("SHOAL_API_KEY");
+  serve
+      ->add_option("--max-queue", opt->api.maxQueued,
+                   "requests that may wait for a free slot (--parallel) before 429")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, api::kMaxQueuedRequests));
+  serve
+      ->add_option("--draft-max", opt->api.draftMax,
+                   "most tokens drafted per step by prompt lookup (speculative decoding: greedy "
+                   "replies unchanged, sampled ones keep their distribution); 0 = off")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  serve->callback([opt, serve] {
+    // Replies at once: --parallel (the KV slots of every stage), 4 unless given, as shoal-node.
+    if (serve->get_option("--parallel")->count() == 0) opt->parallel = 4;
+    if (opt->parallel > static_cast<int>(api::kMaxParallel)) {
+      throw CliExit{2, "--parallel: at most " + std::to_string(api::kMaxParallel) +
+                           " replies at once over the API"};
+    }
+    runPoolServe(*opt);
+  });
+#endif
 }
 
 }  // namespace shoal::cli

@@ -536,6 +536,27 @@ std::vector<Coordinator::PoolReply> Coordinator::generateConcurrently(
   return replies;
 }
 
+void Coordinator::serve(const ServeBody& body) {
+  std::lock_guard run(m_runMutex);
+  if (!m_model) throw Error("no model set (setModel)");
+  if (!m_chain) rebuildChain();
+  m_session.reset();  // the scheduler uses the slots as it sees fit
+  runtime::SchedulerOptions o;
+  o.recovery = [this](const std::exception& e, size_t failedStage) {
+    return repairChain(e, failedStage, 0, m_options.maxSequences);
+  };
+  try {
+    body(*m_chain, std::move(o));
+  } catch (...) {
+    m_chain.reset();
+    m_chainStages.clear();
+    throw;
+  }
+  // Clients left the slots in any state: the next generation starts over.
+  m_chain.reset();
+  m_chainStages.clear();
+}
+
 void Coordinator::setDrafter(runtime::ModelDrafter* drafter) {
   std::lock_guard run(m_runMutex);
   m_drafter = drafter;

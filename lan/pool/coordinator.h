@@ -23,6 +23,7 @@
 
 #include "engine/model/model.h"
 #include "engine/plan/types.h"
+#include "engine/runtime/scheduler.h"
 #include "engine/runtime/session.h"
 #include "lan/pool/linked_stages.h"
 #include "lan/pool/node_client.h"
@@ -167,6 +168,16 @@ class Coordinator {
     std::string error;  // non-empty when this generation failed
   };
   std::vector<PoolReply> generateConcurrently(const std::vector<PoolRequest>& requests);
+
+  // Serving clients that come and go (the OpenAI API over the pool, `shoal-cli pool serve`):
+  // calls `body` with the deployed pipeline's chain (options.maxSequences KV slots) and scheduler
+  // options whose recovery hook repairs it as generateConcurrently()'s does — a failed node is
+  // dropped, the rest re-planned and every generation replays its own tokens. The chain object
+  // stays the same across repairs. It is body's alone until body returns (deploy() and
+  // generate() wait); body may run a scheduler over it on another thread, where the recovery
+  // then runs, but must have stopped that thread before it returns.
+  using ServeBody = std::function<void(runtime::Chain& chain, runtime::SchedulerOptions options)>;
+  void serve(const ServeBody& body);
 
   // One telemetry poll of every member (telemetry + ping) now; first removes the members whose
   // device options.isTrusted no longer trusts.
