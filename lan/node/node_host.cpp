@@ -666,24 +666,54 @@ std::shared_ptr<NodeHost::HostedStage> NodeHost::findStage(const json& stageId,
   return it->second;
 }
 
+std::vector<runtime::Segment> NodeHost::forwardSegments(const json& c,
+                                                        const runtime::StageSpec& spec) {
+  // One segment's fields: at the top level, or each entry of "segments".
+  auto segmentOf = [&spec](const json& fields) {
+    runtime::Segment segment;
+    segment.sequence = intField(fields, "sequence", 0, spec.maxSequences - 1);
+    segment.firstPosition = intField(fields, "first_position", 0, spec.contextLength - 1);
+    segment.count = intField(fields, "count", 1, spec.maxBatch);
+    const json logits = fields.value("logits", json("last"));
+    const std::optional<runtime::LogitRows> rows =
+        logits.is_string() ? parseLogitRows(logits.get<std::string>()) : std::nullopt;
+    if (!rows) throw Error("forward: 'logits' must be \"none\", \"last\" or \"all\"");
+    segment.logits = *rows;
+    if (const auto it = fields.find("decode_order"); it != fields.end() && !it->is_boolean()) {
+      throw Error("forward: 'decode_order' must be a boolean");
+    }
+    segment.decodeOrder = boolField(fields, "decode_order");
+    return segment;
+  };
+  const auto list = c.find("segments");
+  if (list == c.end()) return {segmentOf(c)};
+  // A batch of several sequences (RemoteStage: weights read once for all of them).
+  if (!list->is_array() || list->empty() || list->size() > size_t(spec.maxBatch)) {
+    throw Error("forward: 'segments' must be an array of 1 to " + std::to_string(spec.maxBatch) +
+                " segments");
+  }
+  std::vector<runtime::Segment> segments;
+  int64_t rows = 0;
+  for (size_t i = 0; i < list->size(); ++i) {
+    if (!(*list)[i].is_object()) throw Error("forward: segments[" + std::to_string(i) + "]");
+    json fields = (*list)[i];
+    fields["op"] = "forward: segments[" + std::to_string(i) + "]";  // for intField's messages
+    segments.push_back(segmentOf(fields));
+    rows += segments.back().count;
+  }
+  if (rows > spec.maxBatch) {
+    throw Error("forward: " + std::to_string(rows) + " rows in all, the stage takes at most " +
+                std::to_string(spec.maxBatch));
+  }
+  return segments;
+}
+
 Message NodeHost::forward(const Message& request, const Session& session) {
   const json& c = request.control;
   auto s = findStage(c.value("stage_id", json()), session);
   const runtime::StageSpec& spec = s->stage->spec();
-  // One segment per request; the stage checks it against the positions it holds.
-  runtime::Segment segment;
-  segment.sequence = intField(c, "sequence", 0, spec.maxSequences - 1);
-  segment.firstPosition = intField(c, "first_position", 0, spec.contextLength - 1);
-  segment.count = intField(c, "count", 1, spec.maxBatch);
-  const json logits = c.value("logits", json("last"));
-  const std::optional<runtime::LogitRows> rows =
-      logits.is_string() ? parseLogitRows(logits.get<std::string>()) : std::nullopt;
-  if (!rows) throw Error("forward: 'logits' must be \"none\", \"last\" or \"all\"");
-  segment.logits = *rows;
-  if (const auto it = c.find("decode_order"); it != c.end() && !it->is_boolean()) {
-    throw Error("forward: 'decode_order' must be a boolean");
-  }
-  segment.decodeOrder = boolField(c, "decode_order");
+  // The stage checks the segments against the positions it holds.
+  const std::vector<runtime::Segment> segments = forwardSegments(c, spec);
   for (const char* flag : {"from_link", "to_link"}) {
     if (const auto it = c.find(flag); it != c.end() && !it->is_boolean()) {
       throw Error(std::string("forward: '") + flag + "' must be a boolean");
@@ -700,12 +730,14 @@ Message NodeHost::forward(const Message& request, const Session& session) {
   // From here on a failure is pushed down the link too, so that the next node's forward of these
   // rows fails at once instead of waiting for them.
   try {
-    return runForward(request, *s, segment, next.get());
+    return runForward(request, *s, segments, next.get());
   } catch (const std::exception& e) {
     if (next) {
       try {
-        next->push(
-            LinkedRows{segment.sequence, segment.firstPosition, segment.count, {}, e.what()});
+        for (const runtime::Segment& segment : segments) {
+          next->push(
+              LinkedRows{segment.sequence, segment.firstPosition, segment.count, {}, e.what()});
+        }
       } catch (const std::exception&) {
         // The link is gone as well: the next node's wait fails on its own.
       }
@@ -714,17 +746,20 @@ Message NodeHost::forward(const Message& request, const Session& session) {
   }
 }
 
-Message NodeHost::runForward(const Message& request, HostedStage& stage, runtime::Segment segment,
-                             StageLink* next) {
+Message NodeHost::runForward(const Message& request, HostedStage& stage,
+                             const std::vector<runtime::Segment>& segments, StageLink* next) {
   const json& c = request.control;
   HostedStage* s = &stage;
   const runtime::StageSpec& spec = s->stage->spec();
   const int32_t nEmbd = s->model->config.nEmbd;
   const bool fromLink = boolField(c, "from_link");
   if (fromLink && spec.hasEmbedding) throw Error("forward: 'from_link' given to the first stage");
-  const size_t elements =
-      spec.hasEmbedding ? size_t(segment.count) : size_t(segment.count) * size_t(nEmbd);
-  // The rows of a from_link forward: what the previous node pushed down its link.
+  size_t rowCount = 0;
+  for (const runtime::Segment& segment : segments) rowCount += size_t(segment.count);
+  const size_t rowElements = spec.hasEmbedding ? 1 : size_t(nEmbd);
+  const size_t elements = rowCount * rowElements;
+  // The rows of a from_link forward: what the previous node pushed down its link, one push per
+  // segment, in order.
   std::vector<float> linked;
   if (fromLink) {
     if (!request.blob.empty()) throw Error("forward: 'from_link' with a blob");
@@ -736,21 +771,25 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage, runtime
     if (!inbox) throw LinkFailure("forward: no link into this stage (link_accept first)");
     const int32_t waitMs = c.contains("link_wait_ms") ? intField(c, "link_wait_ms", 1, 600000)
                                                       : int32_t(kLinkWaitDefault.count());
-    LinkedRows rows = inbox->take(segment.sequence, segment.firstPosition, segment.count,
-                                  std::chrono::milliseconds(waitMs));
-    if (rows.hidden.size() != elements) {
-      throw LinkFailure("forward: the link brought " + std::to_string(rows.hidden.size()) +
-                        " floats, expected " + std::to_string(elements));
+    linked.reserve(elements);
+    for (const runtime::Segment& segment : segments) {
+      LinkedRows rows = inbox->take(segment.sequence, segment.firstPosition, segment.count,
+                                    std::chrono::milliseconds(waitMs));
+      if (rows.hidden.size() != size_t(segment.count) * rowElements) {
+        throw LinkFailure("forward: the link brought " + std::to_string(rows.hidden.size()) +
+                          " floats, expected " +
+                          std::to_string(size_t(segment.count) * rowElements));
+      }
+      linked.insert(linked.end(), rows.hidden.begin(), rows.hidden.end());
     }
-    linked = std::move(rows.hidden);
   } else if (request.blob.size() != elements * 4) {
     throw Error(
         "forward: blob of " + std::to_string(request.blob.size()) + " bytes, expected " +
-        std::to_string(elements * 4) + " (" + std::to_string(segment.count) +
+        std::to_string(elements * 4) + " (" + std::to_string(rowCount) +
         (spec.hasEmbedding ? " int32 token ids)" : " x " + std::to_string(nEmbd) + " f32)"));
   }
   runtime::Batch batch;
-  batch.segments = std::span(&segment, 1);
+  batch.segments = segments;
   // Copied out of the blob: its bytes carry no alignment guarantee for int32/float.
   std::vector<int32_t> tokens;
   std::vector<float> hidden;
@@ -770,9 +809,6 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage, runtime
   if (!sample.is_null() && !spec.hasHead) {
     throw Error("forward: 'sample' given to a stage without the head");
   }
-  if (!sample.is_null() && segment.logits == runtime::LogitRows::None) {
-    throw Error("forward: 'sample' needs logits rows (\"logits\": \"last\" or \"all\")");
-  }
   runtime::SamplerParams sp;
   if (sample.is_object()) {
     sp.temperature = sample.value("temperature", sp.temperature);
@@ -784,10 +820,14 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage, runtime
   } else if (!sample.is_null()) {
     throw Error("forward: 'sample' must be null or an object");
   }
-  // Every row sampled (speculative verification): only greedy, which needs no sampler state.
-  const bool sampleEveryRow = sample.is_object() && segment.logits == runtime::LogitRows::All;
-  if (sampleEveryRow && !(sp.temperature <= 0)) {
-    throw Error("forward: 'sample' of every row (\"logits\": \"all\") needs temperature <= 0");
+  for (const runtime::Segment& segment : segments) {
+    if (!sample.is_null() && segment.logits == runtime::LogitRows::None) {
+      throw Error("forward: 'sample' needs logits rows (\"logits\": \"last\" or \"all\")");
+    }
+    // Every row sampled (speculative verification): only greedy, which needs no sampler state.
+    if (sample.is_object() && segment.logits == runtime::LogitRows::All && !(sp.temperature <= 0)) {
+      throw Error("forward: 'sample' of every row (\"logits\": \"all\") needs temperature <= 0");
+    }
   }
 
   runtime::StageOutput out;
@@ -803,37 +843,61 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage, runtime
     // base seed plus the position, so in practice a fresh sampler per token: a replay after a
     // recovery draws the same numbers, and the repetition penalty sees no history.
     s->stage->forward(batch, out);
-    if (sampleEveryRow) {
+    if (sample.is_object()) {
+      // Each segment's logits rows, in row order: one token (the last row) or every row's.
       const size_t vocab = size_t(s->model->config.nVocab);
-      json sampled = json::array();
-      runtime::Sampler greedy(sp);
-      for (size_t r = 0; r * vocab < out.logits.size(); ++r) {
-        sampled.push_back(greedy.sample(std::span(out.logits).subspan(r * vocab, vocab)));
+      json perSegment = json::array();
+      size_t row = 0;
+      for (const runtime::Segment& segment : segments) {
+        json sampled = json::array();
+        if (segment.logits == runtime::LogitRows::All) {
+          runtime::Sampler greedy(sp);
+          for (int32_t r = 0; r < segment.count; ++r, ++row) {
+            sampled.push_back(greedy.sample(std::span(out.logits).subspan(row * vocab, vocab)));
+          }
+        } else {
+          auto& [params, sampler] = s->samplers[segment.sequence];
+          if (!sampler || params != sp || segment.firstPosition == 0) {
+            params = sp;
+            sampler = std::make_unique<runtime::Sampler>(sp);
+          }
+          const int32_t token = sampler->sample(std::span(out.logits).subspan(row * vocab, vocab));
+          sampler->accept(token);
+          sampled.push_back(token);
+          ++row;
+        }
+        perSegment.push_back(std::move(sampled));
       }
-      m.control["tokens"] = std::move(sampled);
-    } else if (sample.is_object()) {
-      auto& [params, sampler] = s->samplers[segment.sequence];
-      if (!sampler || params != sp || segment.firstPosition == 0) {
-        params = sp;
-        sampler = std::make_unique<runtime::Sampler>(sp);
+      if (c.contains("segments")) {
+        m.control["segment_tokens"] = std::move(perSegment);
+      } else if (segments.front().logits == runtime::LogitRows::All) {
+        m.control["tokens"] = std::move(perSegment.front());
+      } else {
+        m.control["token"] = perSegment.front().front();
       }
-      const int32_t token = sampler->sample(out.logits);
-      sampler->accept(token);
-      m.control["token"] = token;
     }
     s->busyNs += nowNs() - t0;
-    s->tokens += segment.count;
+    s->tokens += static_cast<int64_t>(rowCount);
   }
   if (next) {
-    m.control["count"] = segment.count;
+    m.control["count"] = static_cast<int64_t>(rowCount);
     m.control["forwarded"] = true;
-    next->push(LinkedRows{
-        segment.sequence, segment.firstPosition, segment.count, std::move(out.hidden), {}});
+    size_t at = 0;
+    for (const runtime::Segment& segment : segments) {
+      const size_t n = size_t(segment.count) * size_t(nEmbd);
+      next->push(LinkedRows{segment.sequence,
+                            segment.firstPosition,
+                            segment.count,
+                            std::vector<float>(out.hidden.begin() + ptrdiff_t(at),
+                                               out.hidden.begin() + ptrdiff_t(at + n)),
+                            {}});
+      at += n;
+    }
   } else if (!sample.is_object()) {
     const std::vector<float>& v = spec.hasHead ? out.logits : out.hidden;
     m.blob.resize(v.size() * sizeof(float));
     if (!m.blob.empty()) std::memcpy(m.blob.data(), v.data(), m.blob.size());
-    m.control["count"] = segment.count;
+    m.control["count"] = static_cast<int64_t>(rowCount);
   }
   return m;
 }

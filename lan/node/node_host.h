@@ -165,10 +165,14 @@ class NodeHost {
   Message loadStage(const Message& request, Session& session);
   Message weightsDone(const Message& request, Session& session);
   Message forward(const Message& request, const Session& session);
-  // forward() once the stage and the segment are known; `next`: the stage's link when the rows go
-  // on to the next node (to_link).
-  Message runForward(const Message& request, HostedStage& stage, runtime::Segment segment,
-                     StageLink* next);
+  // A forward request's segments: one from its top-level fields, or the entries of "segments" (a
+  // batch of several sequences, run together so the weights are read once for all).
+  static std::vector<runtime::Segment> forwardSegments(const nlohmann::json& control,
+                                                       const runtime::StageSpec& spec);
+  // forward() once the stage and the segments are known; `next`: the stage's link when the rows
+  // go on to the next node (to_link), one push per segment.
+  Message runForward(const Message& request, HostedStage& stage,
+                     const std::vector<runtime::Segment>& segments, StageLink* next);
   // A link from a node a coordinator introduced (stage_links.h), after its link_hello (which
   // must name a route opened for its device): only link_hidden, into that route's inbox, until
   // the connection closes, the route is revoked or `stop` is set.

@@ -2,22 +2,28 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace shoal::lan {
 
 void LinkInbox::push(LinkedRows rows, std::chrono::milliseconds timeout) {
   std::unique_lock lock(m_mutex);
-  const bool room = m_changed.wait_for(
-      lock, timeout, [&] { return !m_closed.empty() || m_queue.size() < kLinkInboxSegments; });
+  const size_t most = kLinkInboxBatches * size_t(m_maxBatch);
+  const bool room = m_changed.wait_for(lock, timeout, [&] {
+    return !m_closed.empty() || m_queue.empty() ||
+           m_queuedRows + size_t(std::max(rows.count, 0)) <= most;
+  });
   if (!m_closed.empty()) throw LinkFailure(m_closed);
   if (!room) {
     m_closed = "the stage took no hidden states from its link for " +
                std::to_string(timeout.count()) + " ms";
     m_queue.clear();  // the link is dropped: what it brought is out of step from here on
+    m_queuedRows = 0;
     m_changed.notify_all();
     throw LinkFailure(m_closed);
   }
+  m_queuedRows += size_t(std::max(rows.count, 0));
   m_queue.push_back(std::move(rows));
   m_changed.notify_all();
 }
@@ -30,6 +36,7 @@ LinkedRows LinkInbox::take(int32_t sequence, int32_t firstPosition, int32_t coun
   if (!m_queue.empty()) {
     LinkedRows rows = std::move(m_queue.front());
     m_queue.pop_front();
+    m_queuedRows -= size_t(std::max(rows.count, 0));
     m_changed.notify_all();
     if (rows.sequence != sequence || rows.firstPosition != firstPosition || rows.count != count) {
       m_closed = "link out of step: expected sequence " + std::to_string(sequence) + " rows [" +
@@ -38,6 +45,7 @@ LinkedRows LinkInbox::take(int32_t sequence, int32_t firstPosition, int32_t coun
                  std::to_string(rows.firstPosition) + ", " +
                  std::to_string(rows.firstPosition + rows.count) + ")";
       m_queue.clear();
+      m_queuedRows = 0;
       throw LinkFailure(m_closed);
     }
     if (!rows.error.empty()) throw LinkFailure("the previous stage failed: " + rows.error);

@@ -40,10 +40,10 @@
 
 namespace shoal::lan {
 
-// Hidden-state rows waiting for a forward: at most this many segments per route, so that an
-// upstream node far ahead (a long prompt's micro-batches) is held back by TCP instead of filling
-// memory.
-inline constexpr size_t kLinkInboxSegments = 8;
+// Hidden-state rows waiting for a forward: at most this many full batches' worth per route (in
+// rows: a batch of many sequences pushes one segment each), so that an upstream node far ahead (a
+// long prompt's micro-batches) is held back by TCP instead of filling memory.
+inline constexpr size_t kLinkInboxBatches = 8;
 // How long a from_link forward waits for its rows unless the request says ("link_wait_ms"): the
 // coordinator's own default request timeout.
 inline constexpr std::chrono::milliseconds kLinkWaitDefault{30000};
@@ -66,7 +66,8 @@ class LinkInbox {
   LinkInbox(int32_t nEmbd, int32_t maxBatch) : m_nEmbd(nEmbd), m_maxBatch(maxBatch) {}
   int32_t nEmbd() const { return m_nEmbd; }
   int32_t maxBatch() const { return m_maxBatch; }
-  // Queues rows; waits while kLinkInboxSegments are queued (up to `timeout`, then LinkFailure).
+  // Queues rows; waits while kLinkInboxBatches × maxBatch rows are queued (up to `timeout`, then
+  // LinkFailure).
   // Throws LinkFailure once closed.
   void push(LinkedRows rows, std::chrono::milliseconds timeout);
   // The next rows, which must be (sequence, firstPosition, count) — the link is out of step
@@ -85,7 +86,8 @@ class LinkInbox {
   std::mutex m_mutex;
   std::condition_variable m_changed;
   std::deque<LinkedRows> m_queue;
-  std::string m_closed;  // why, once closed
+  size_t m_queuedRows = 0;  // of m_queue
+  std::string m_closed;     // why, once closed
 };
 
 // The routes coordinators opened on this node (downstream side).

@@ -336,11 +336,27 @@ void NodeClient::linkConnect(const std::string& stageId, const std::string& addr
 
 NodeClient::RequestId NodeClient::sendForward(const ForwardRequest& r) {
   Message m;
-  m.control = {{"op", "forward"},        {"stage_id", r.stageId},
-               {"sequence", r.sequence}, {"first_position", r.firstPosition},
-               {"count", r.count},       {"logits", logitRowsName(r.logits)},
-               {"sample", nullptr}};
-  if (r.decodeOrder) m.control["decode_order"] = true;
+  if (r.segments.empty()) {
+    m.control = {{"op", "forward"},        {"stage_id", r.stageId},
+                 {"sequence", r.sequence}, {"first_position", r.firstPosition},
+                 {"count", r.count},       {"logits", logitRowsName(r.logits)},
+                 {"sample", nullptr}};
+    if (r.decodeOrder) m.control["decode_order"] = true;
+  } else {
+    json segments = json::array();
+    for (const runtime::Segment& s : r.segments) {
+      json one = {{"sequence", s.sequence},
+                  {"first_position", s.firstPosition},
+                  {"count", s.count},
+                  {"logits", logitRowsName(s.logits)}};
+      if (s.decodeOrder) one["decode_order"] = true;
+      segments.push_back(std::move(one));
+    }
+    m.control = {{"op", "forward"},
+                 {"stage_id", r.stageId},
+                 {"segments", std::move(segments)},
+                 {"sample", nullptr}};
+  }
   if (r.fromLink) {
     m.control["from_link"] = true;
     m.control["link_wait_ms"] = static_cast<int64_t>(m_timeout.count());
@@ -374,18 +390,31 @@ ForwardReply NodeClient::receiveForward(RequestId id) {
     out.token = static_cast<int32_t>(t->get<int64_t>());
     return out;
   }
-  if (const auto t = reply.control.find("tokens"); t != reply.control.end()) {
-    if (!t->is_array()) {
-      throw Error("node " + peerAddress() + ": forward_result tokens is not an array");
+  // An array of token ids (checked: they come from the network).
+  auto idsOf = [this](const json& list, const char* field) {
+    if (!list.is_array()) {
+      throw Error("node " + peerAddress() + ": forward_result " + field + " is not an array");
     }
-    for (const json& value : *t) {
+    std::vector<int32_t> ids;
+    for (const json& value : list) {
       if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
           value.get<int64_t>() > INT32_MAX) {
-        throw Error("node " + peerAddress() +
-                    ": forward_result tokens hold a non-id: " + value.dump());
+        throw Error("node " + peerAddress() + ": forward_result " + field +
+                    " hold a non-id: " + value.dump());
       }
-      out.tokens.push_back(static_cast<int32_t>(value.get<int64_t>()));
+      ids.push_back(static_cast<int32_t>(value.get<int64_t>()));
     }
+    return ids;
+  };
+  if (const auto t = reply.control.find("tokens"); t != reply.control.end()) {
+    out.tokens = idsOf(*t, "tokens");
+    return out;
+  }
+  if (const auto t = reply.control.find("segment_tokens"); t != reply.control.end()) {
+    if (!t->is_array()) {
+      throw Error("node " + peerAddress() + ": forward_result segment_tokens is not an array");
+    }
+    for (const json& one : *t) out.segmentTokens.push_back(idsOf(one, "segment_tokens"));
     return out;
   }
   if (reply.blob.size() % sizeof(float) != 0) {

@@ -65,6 +65,9 @@ using WeightsProgress = std::function<void(uint64_t sent, uint64_t total)>;
 // One forward request: one segment of one sequence (the protocol carries one per request).
 struct ForwardRequest {
   std::string stageId;
+  // Several sequences run as one batch on the node (weights read once for all): their segments
+  // in row order, `tokens`/`hidden` holding all their rows. Empty: the one segment below.
+  std::span<const runtime::Segment> segments;
   int32_t sequence = 0;
   int32_t firstPosition = 0;
   int32_t count = 0;
@@ -87,7 +90,10 @@ struct ForwardReply {
   std::vector<float> values;    // hidden (count x nEmbd) or logits; empty when tokens came back
   int32_t token = -1;           // the sampled token when the last row was sampled
   std::vector<int32_t> tokens;  // the sampled tokens when every row was (logits All)
-  bool forwarded = false;       // the output went down the stage's link (toLink)
+  // A request of several segments that the node sampled: per segment, its last row's token or
+  // every row's.
+  std::vector<std::vector<int32_t>> segmentTokens;
+  bool forwarded = false;  // the output went down the stage's link (toLink)
 };
 
 class NodeClient {

@@ -7,6 +7,16 @@
 #include "engine/model/model_config.h"
 
 namespace shoal::lan {
+namespace {
+
+// The logits rows a segment returns on the head.
+size_t logitsRowsOf(const runtime::Segment& s) {
+  return s.logits == runtime::LogitRows::All    ? size_t(s.count)
+         : s.logits == runtime::LogitRows::Last ? 1
+                                                : 0;
+}
+
+}  // namespace
 
 RemoteStage::RemoteStage(std::shared_ptr<NodeClient> client, const LoadStageRequest& request,
                          int32_t nLayer, int32_t nEmbd, int32_t nVocab)
@@ -47,6 +57,7 @@ std::unique_ptr<RemoteStage> RemoteStage::deploy(std::shared_ptr<NodeClient> cli
 runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
                                            runtime::StageOutput& output) {
   m_book.check(batch, m_fromPrevious);
+  if (batch.segments.empty()) throw Error("remote stage " + m_stageId + ": a batch of no segment");
   InFlight f;
   f.output = &output;
   f.segments.assign(batch.segments.begin(), batch.segments.end());
@@ -59,28 +70,30 @@ runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
                 return s.logits == runtime::LogitRows::Last ||
                        (s.logits == runtime::LogitRows::All && greedy);
               });
-  size_t row = 0;
   try {
-    for (const runtime::Segment& s : f.segments) {
-      ForwardRequest r;
-      r.stageId = m_stageId;
+    // One request for the whole batch: the node runs its segments together, reading its weights
+    // once (a batch of one segment names it at the top level).
+    ForwardRequest r;
+    r.stageId = m_stageId;
+    if (f.segments.size() == 1) {
+      const runtime::Segment& s = f.segments.front();
       r.sequence = s.sequence;
       r.firstPosition = s.firstPosition;
       r.count = s.count;
       r.logits = s.logits;
       r.decodeOrder = s.decodeOrder;
-      r.fromLink = m_fromPrevious;
-      r.toLink = m_toNext;
-      const auto rows = static_cast<size_t>(s.count);
-      if (m_spec.hasEmbedding) {
-        r.tokens = batch.tokens.subspan(row, rows);
-      } else if (!m_fromPrevious) {
-        r.hidden = batch.hidden.subspan(row * size_t(m_nEmbd), rows * size_t(m_nEmbd));
-      }
-      if (f.sampled) r.sample = batch.sample;
-      f.requests.push_back(m_client->sendForward(r));
-      row += rows;
+    } else {
+      r.segments = f.segments;
     }
+    r.fromLink = m_fromPrevious;
+    r.toLink = m_toNext;
+    if (m_spec.hasEmbedding) {
+      r.tokens = batch.tokens;
+    } else if (!m_fromPrevious) {
+      r.hidden = batch.hidden;
+    }
+    if (f.sampled) r.sample = batch.sample;
+    f.requests.push_back(m_client->sendForward(r));
   } catch (...) {
     for (NodeClient::RequestId id : f.requests) m_client->abandon(id);
     throw;
@@ -91,11 +104,55 @@ runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
   return m_submitted;
 }
 
+void RemoteStage::completeBatched(InFlight& f) {
+  runtime::StageOutput& out = *f.output;
+  ForwardReply r = m_client->receiveForward(f.requests.front());
+  f.requests.front() = 0;  // received
+  const std::string who = "node " + m_client->peerAddress() + ": stage " + m_stageId;
+  if (m_toNext) {
+    if (!r.forwarded) throw Error(who + " returned its rows instead of passing them on");
+    return;
+  }
+  if (f.sampled) {
+    if (r.segmentTokens.size() != f.segments.size()) {
+      throw Error(who + " returned sampled tokens for " + std::to_string(r.segmentTokens.size()) +
+                  " segments, expected " + std::to_string(f.segments.size()));
+    }
+    for (size_t i = 0; i < f.segments.size(); ++i) {
+      const std::vector<int32_t>& tokens = r.segmentTokens[i];
+      if (tokens.size() != logitsRowsOf(f.segments[i])) {
+        throw Error(who + " returned " + std::to_string(tokens.size()) +
+                    " sampled tokens for a segment of " +
+                    std::to_string(logitsRowsOf(f.segments[i])) + " logits rows");
+      }
+      for (int32_t t : tokens) {
+        if (t < 0 || t >= m_nVocab) {
+          throw Error(who + " returned no valid token (got " + std::to_string(t) + ", vocabulary " +
+                      std::to_string(m_nVocab) + ")");
+        }
+        out.tokens.push_back(t);
+      }
+    }
+    return;
+  }
+  size_t expected = 0;
+  for (const runtime::Segment& s : f.segments) {
+    expected +=
+        m_spec.hasHead ? logitsRowsOf(s) * size_t(m_nVocab) : size_t(s.count) * size_t(m_nEmbd);
+  }
+  if (r.values.size() != expected) {
+    throw Error(who + " returned " + std::to_string(r.values.size()) + " floats, expected " +
+                std::to_string(expected));
+  }
+  (m_spec.hasHead ? out.logits : out.hidden) = std::move(r.values);
+}
+
 void RemoteStage::complete(InFlight& f) {
   runtime::StageOutput& out = *f.output;
   out.hidden.clear();
   out.logits.clear();
   out.tokens.clear();
+  if (f.segments.size() > 1) return completeBatched(f);
   for (size_t i = 0; i < f.requests.size(); ++i) {
     const runtime::Segment& s = f.segments[i];
     ForwardReply r = m_client->receiveForward(f.requests[i]);
@@ -126,13 +183,8 @@ void RemoteStage::complete(InFlight& f) {
       }
       continue;
     }
-    size_t expected = size_t(s.count) * size_t(m_nEmbd);
-    if (m_spec.hasHead) {
-      const size_t rows = s.logits == runtime::LogitRows::All    ? size_t(s.count)
-                          : s.logits == runtime::LogitRows::Last ? 1
-                                                                 : 0;
-      expected = rows * size_t(m_nVocab);
-    }
+    const size_t expected =
+        m_spec.hasHead ? logitsRowsOf(s) * size_t(m_nVocab) : size_t(s.count) * size_t(m_nEmbd);
     if (r.values.size() != expected) {
       throw Error("node " + m_client->peerAddress() + ": stage " + m_stageId + " returned " +
                   std::to_string(r.values.size()) + " floats, expected " +

@@ -2,9 +2,9 @@
 // A stage whose layers run on another node of the pool: the coordinator's proxy for a stage
 // hosted by lan/node's NodeHost. It has the runtime::Stage interface, so it stands wherever a
 // local stage does (the Coordinator's Chain): submit() sends the batch through the node's
-// NodeClient, one forward request per segment (the protocol carries one sequence per request),
-// and wait() receives the replies, so several batches may be in flight on one stage. The
-// protocol itself lives in NodeClient only.
+// NodeClient, one forward request per batch (its segments: one per sequence, which the node runs
+// together, reading its weights once for all), and wait() receives the replies, so several
+// batches may be in flight on one stage. The protocol itself lives in NodeClient only.
 //
 // The head samples on its node when the batch carries a SampleRequest and every segment wants
 // the logits of its last row (StageOutput::tokens, no logits cross the network); otherwise it
@@ -94,6 +94,9 @@ class RemoteStage final : public runtime::Stage {
               int32_t nEmbd, int32_t nVocab);
   // Receives the replies of the oldest batch in flight into its output.
   void complete(InFlight& batch);
+  // complete() for a batch of several segments, sent as one request (the node runs them
+  // together).
+  void completeBatched(InFlight& batch);
   void abandonAll();
 
   std::shared_ptr<NodeClient> m_client;

@@ -379,6 +379,75 @@ class TestNodeHost : public QObject {
     QCOMPARE(pong.control.value("op", ""), std::string("pong"));
   }
 
+  // A forward of several sequences ("segments") runs them as one batch: each segment's rows come
+  // back as they do when it is sent alone; malformed segment lists are errors, and the node keeps
+  // serving.
+  void aForwardOfSeveralSegmentsEqualsEachSegmentAlone() {
+    using nlohmann::json;
+    TestNode node("alpha", dir("segments-config"), m_modelsDir);
+    auto c = node.connect();
+    const int32_t nEmbd = m_model->config().nEmbd;
+    for (const char* id : {"together", "alone"}) {
+      json load = loadRequest(m_sha, id, 1, 3);
+      load["max_sequences"] = 2;
+      load["max_batch"] = 4;
+      QCOMPARE(opOf(call(*c, load)), std::string("stage_ready"));
+    }
+    std::vector<float> rows(3 * size_t(nEmbd));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = 0.01f * float(i % 97) - 0.4f;
+    auto blobOf = [](const float* x, size_t n) {
+      std::vector<uint8_t> b(n * sizeof(float));
+      std::memcpy(b.data(), x, b.size());
+      return b;
+    };
+    const json segments = json::array({{{"sequence", 0}, {"first_position", 0}, {"count", 2}},
+                                       {{"sequence", 1}, {"first_position", 0}, {"count", 1}}});
+    const Message together = call(
+        *c,
+        {{"op", "forward"}, {"stage_id", "together"}, {"segments", segments}, {"sample", nullptr}},
+        blobOf(rows.data(), rows.size()));
+    QCOMPARE(opOf(together), std::string("forward_result"));
+    QCOMPARE(together.control.value("count", 0), 3);
+    std::vector<uint8_t> alone;
+    for (const auto& [sequence, first, count] :
+         {std::tuple{0, size_t(0), size_t(2)}, std::tuple{1, size_t(2), size_t(1)}}) {
+      const Message one = call(*c,
+                               {{"op", "forward"},
+                                {"stage_id", "alone"},
+                                {"sequence", sequence},
+                                {"first_position", 0},
+                                {"count", count},
+                                {"sample", nullptr}},
+                               blobOf(rows.data() + first * size_t(nEmbd), count * size_t(nEmbd)));
+      QCOMPARE(opOf(one), std::string("forward_result"));
+      alone.insert(alone.end(), one.blob.begin(), one.blob.end());
+    }
+    QCOMPARE(together.blob, alone);
+
+    const std::vector<std::pair<const char*, json>> bad = {
+        {"not an array", json("all of them")},
+        {"no segment", json::array()},
+        {"an entry that is not an object", json::array({1, 2})},
+        {"a count of 0", json::array({{{"sequence", 0}, {"first_position", 2}, {"count", 0}}})},
+        {"more rows than the stage takes",
+         json::array({{{"sequence", 0}, {"first_position", 2}, {"count", 3}},
+                      {{"sequence", 1}, {"first_position", 1}, {"count", 2}}})},
+        {"a sequence beyond the slots",
+         json::array({{{"sequence", 2}, {"first_position", 0}, {"count", 1}}})},
+        {"one sequence twice",
+         json::array({{{"sequence", 1}, {"first_position", 1}, {"count", 1}},
+                      {{"sequence", 1}, {"first_position", 1}, {"count", 1}}})},
+    };
+    for (const auto& [what, list] : bad) {
+      const Message r = call(
+          *c,
+          {{"op", "forward"}, {"stage_id", "together"}, {"segments", list}, {"sample", nullptr}},
+          blobOf(rows.data(), size_t(nEmbd)));
+      QVERIFY2(opOf(r) == "error", what);
+    }
+    QCOMPARE(opOf(call(*c, {{"op", "ping"}, {"t", 4}})), std::string("pong"));
+  }
+
   void malformedRequestsGetErrorRepliesAndTheNodeKeepsServing_data() {
     QTest::addColumn<QByteArray>("request");
     QTest::addColumn<QByteArray>("blob");

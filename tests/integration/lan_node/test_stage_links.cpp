@@ -68,15 +68,19 @@ class TestStageLinks : public QObject {
     QVERIFY(std::chrono::steady_clock::now() - t0 < 10s);
   }
 
+  // The bound is in rows (kLinkInboxBatches full batches of maxBatch = 16 rows), whatever the
+  // segments: a batch of many sequences pushes one small segment each.
   void aFullInboxHoldsThePusherBackThenGivesUp() {
     LinkInbox inbox(4, 16);
-    for (int32_t i = 0; i < int32_t(kLinkInboxSegments); ++i) inbox.push(rows(i, 1), 1s);
+    const auto full = int32_t(kLinkInboxBatches) * 16;
+    for (int32_t i = 0; i < full / 2; ++i) inbox.push(rows(i, 1), 1s);
+    for (int32_t i = full / 2; i < full; i += 8) inbox.push(rows(i, 8), 1s);
     // A taker makes room: the waiting push goes in.
     std::thread taker([&] {
       std::this_thread::sleep_for(50ms);
       inbox.take(0, 0, 1, 1s);
     });
-    inbox.push(rows(int32_t(kLinkInboxSegments), 1), 10s);
+    inbox.push(rows(full, 1), 10s);
     taker.join();
     // Nobody takes: the push gives up and the link is dropped.
     QVERIFY_THROWS_EXCEPTION(LinkFailure, inbox.push(rows(99, 1), 30ms));

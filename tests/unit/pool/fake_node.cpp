@@ -190,13 +190,20 @@ Message FakeNode::forward(const Message& request) {
   ++forwards;
   const json& c = request.control;
   runtime::Stage& stage = *m_stages.at(c.at("stage_id").get<std::string>());
-  runtime::Segment segment;
-  segment.sequence = c.at("sequence").get<int32_t>();
-  segment.firstPosition = c.at("first_position").get<int32_t>();
-  segment.count = c.at("count").get<int32_t>();
-  segment.logits = parseLogitRows(c.value("logits", "last")).value();
+  // One segment at the top level, or several in "segments" (run as one batch, as NodeHost does).
+  std::vector<runtime::Segment> segments;
+  for (const json& f : c.contains("segments") ? c.at("segments") : json::array({c})) {
+    runtime::Segment segment;
+    segment.sequence = f.at("sequence").get<int32_t>();
+    segment.firstPosition = f.at("first_position").get<int32_t>();
+    segment.count = f.at("count").get<int32_t>();
+    segment.logits = parseLogitRows(f.value("logits", "last")).value();
+    segment.decodeOrder = f.value("decode_order", false);
+    segments.push_back(segment);
+  }
+  if (segments.size() > 1) ++batchedForwards;
   runtime::Batch batch;
-  batch.segments = std::span(&segment, 1);
+  batch.segments = segments;
   std::vector<int32_t> tokens;
   std::vector<float> hidden;
   if (stage.spec().hasEmbedding) {
@@ -217,8 +224,26 @@ Message FakeNode::forward(const Message& request) {
     params.topP = c.at("sample").at("top_p").get<float>();
     params.minP = 0;
     params.seed = c.at("sample").at("seed").get<uint64_t>();
-    runtime::Sampler sampler(params);
-    return reply(request, {{"op", "forward_result"}, {"token", sampler.sample(out.logits)}});
+    // Each segment's logits rows in row order: its last row's token, or every row's.
+    const size_t vocab = size_t(m_model.config().nVocab);
+    json perSegment = json::array();
+    size_t row = 0;
+    for (const runtime::Segment& s : segments) {
+      json sampled = json::array();
+      const int32_t rows = s.logits == runtime::LogitRows::All ? s.count : 1;
+      for (int32_t r = 0; r < rows; ++r, ++row) {
+        runtime::Sampler sampler(params);
+        sampled.push_back(sampler.sample(std::span(out.logits).subspan(row * vocab, vocab)));
+      }
+      perSegment.push_back(std::move(sampled));
+    }
+    if (c.contains("segments")) {
+      return reply(request, {{"op", "forward_result"}, {"segment_tokens", perSegment}});
+    }
+    if (segments.front().logits == runtime::LogitRows::All) {
+      return reply(request, {{"op", "forward_result"}, {"tokens", perSegment.front()}});
+    }
+    return reply(request, {{"op", "forward_result"}, {"token", perSegment.front().front()}});
   }
   const std::vector<float>& values = stage.spec().hasHead ? out.logits : out.hidden;
   std::vector<uint8_t> blob(values.size() * 4);

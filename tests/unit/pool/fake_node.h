@@ -39,6 +39,7 @@ class FakeNode {
   }
   // What the node received and did, for assertions.
   int forwards = 0;
+  int batchedForwards = 0;  // forwards of several segments (sequences) at once
   int loads = 0;
   int unloads = 0;
   uint64_t streamedBytes = 0;  // weight bytes received and verified

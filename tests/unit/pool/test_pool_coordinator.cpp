@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <thread>
 
 #include "engine/error.h"
@@ -119,6 +120,22 @@ class TestPoolCoordinator : public QObject {
     return runtime::Chain(std::move(stages));
   }
 
+  // A greedy request of `tokens` tokens per prompt, and what each generates alone on one local
+  // chain.
+  void greedyRequests(std::span<const char* const> prompts, int32_t tokens,
+                      std::vector<Coordinator::PoolRequest>& requests,
+                      std::vector<runtime::GenerateResult>& want) {
+    for (const char* p : prompts) {
+      Coordinator::PoolRequest r;
+      r.prompt = m_model->tokenizer().encode(p, true, false);
+      r.options = greedy(tokens);
+      runtime::Chain chain = localChain();
+      runtime::Session session(chain, m_model->tokenizer());
+      want.push_back(session.generate(r.prompt, r.options));
+      requests.push_back(std::move(r));
+    }
+  }
+
   // Adds the nodes, profiles, plans and deploys; returns the coordinator.
   std::unique_ptr<Coordinator> deployed(FakePool& fakes, const std::vector<std::string>& addrs,
                                         CoordinatorOptions o = {}) {
@@ -206,15 +223,7 @@ class TestPoolCoordinator : public QObject {
                              "The capital of Italy is", "A haiku about autumn:"};
     std::vector<Coordinator::PoolRequest> requests;
     std::vector<runtime::GenerateResult> want;
-    for (const char* p : prompts) {
-      Coordinator::PoolRequest r;
-      r.prompt = m_model->tokenizer().encode(p, true, false);
-      r.options = greedy(24);
-      runtime::Chain chain = localChain();
-      runtime::Session session(chain, m_model->tokenizer());
-      want.push_back(session.generate(r.prompt, r.options));
-      requests.push_back(std::move(r));
-    }
+    greedyRequests(prompts, 24, requests, want);
     FakePool fakes;
     std::vector<std::string> addrs;
     for (int i = 0; i < 5; ++i) {
@@ -250,6 +259,33 @@ class TestPoolCoordinator : public QObject {
     // The single-sequence path still works on the same deployment afterwards.
     const runtime::GenerateResult again = c->generate(requests[0].prompt, greedy(24));
     QCOMPARE(again.tokens, want[0].tokens);
+  }
+
+  // Six generations over two nodes: each node gets one forward per batch of several sequences
+  // (weights read once for all of them), and every reply equals its solo greedy run.
+  void severalSequencesShareOneForwardPerNode() {
+    const char* prompts[] = {
+        "The three primary colors are", "Water boils at",  "The capital of Italy is",
+        "A haiku about autumn:",        "Two plus two is", "My favourite fruit is"};
+    std::vector<Coordinator::PoolRequest> requests;
+    std::vector<runtime::GenerateResult> want;
+    greedyRequests(prompts, 12, requests, want);
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 2; ++i) {
+      addrs.push_back(fakes.add(config(i, 5 * m_fortyPercent), *m_model, m_sha, *m_backend));
+    }
+    CoordinatorOptions o = options();
+    o.maxSequences = 6;
+    auto c = deployed(fakes, addrs, o);
+    const std::vector<Coordinator::PoolReply> got = c->generateConcurrently(requests);
+    for (size_t i = 0; i < got.size(); ++i) {
+      QVERIFY2(got[i].error.empty(), got[i].error.c_str());
+      QCOMPARE(got[i].result.tokens, want[i].tokens);
+    }
+    int batched = 0;
+    for (const auto& node : fakes.nodes) batched += node->batchedForwards;
+    QVERIFY2(batched > 0, "no forward carried several sequences");
   }
 
   void promptLongerThanABatchGoesThroughTheNodesInMicroBatches() {
