@@ -568,7 +568,13 @@ bool Scheduler::pipelinedStep(size_t depth) {
       }
     }
   }
-  if (m_inFlight.empty()) throw Error("scheduler: no piece fits the token budget");
+  if (m_inFlight.empty()) {
+    // Nothing could be formed (cannot happen while chunks fit the budget): end those
+    // generations rather than spin.
+    failBatch(m_ready, "scheduler: no piece fits the token budget");
+    std::erase_if(m_active, [](const auto& a) { return a->done; });
+    return true;
+  }
   completeOldest();
   return true;
 }
