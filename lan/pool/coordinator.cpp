@@ -177,7 +177,19 @@ plan::Plan Coordinator::makePlan() const {
   request.sequences = m_options.maxSequences;
   // Shards the nodes hold from earlier runs are reused where that costs under 5% of speed.
   return preferCachedShards(plan::plan(p, m_modelCost, request, singleChatOptions()), p,
-                            m_modelCost, request, nodes(), m_modelIdentity.sha256);
+                            m_modelCost, request, holdings(), m_modelIdentity.sha256);
+}
+
+std::vector<NodeInfo> Coordinator::holdings() const {
+  std::vector<NodeInfo> out = nodes();
+  for (const StagePlacement& s : deployed()) {
+    for (NodeInfo& n : out) {
+      if (n.deviceId == s.nodeId) {
+        n.shards.push_back({m_modelIdentity.sha256, s.firstLayer, s.lastLayer});
+      }
+    }
+  }
+  return out;
 }
 
 void Coordinator::deploy(const plan::Plan& plan, const DeployCallback& progress) {
@@ -374,15 +386,21 @@ void Coordinator::recover(const StageFailure& failure, int32_t generated) {
     throw Error("node " + event.failedNodeName +
                 " failed and the rest cannot hold the model: " + next.plan.infeasibleReason);
   }
-  deployStages(pipelineStages(next.plan), {});
+  // replan() counts as moved every layer new to a device; what a node must really be sent
+  // excludes the shards it cached in earlier runs and the stage it holds now. A layout of those
+  // within 5% of the re-plan's speed streams nothing (a spare that once held the lost node's
+  // layers takes them back from its cache).
+  const plan::Plan chosen =
+      preferCachedShards(next.plan, p, m_modelCost, request, holdings(), m_modelIdentity.sha256);
+  deployStages(pipelineStages(chosen), {});
   {
     std::lock_guard lock(m_mutex);
-    m_predictedTokensPerS = next.plan.pipelines.front().throughputTokS;
+    m_predictedTokensPerS = chosen.pipelines.front().throughputTokS;
   }
-  event.movedBytes = next.movedBytes;
+  event.movedBytes = plan::movedWeightBytes(previous, chosen, m_modelCost);
   event.seconds = secondsSince(t0);
   log("recovered in " + std::to_string(event.seconds) + " s (" +
-      std::to_string(static_cast<int64_t>(next.movedBytes)) +
+      std::to_string(static_cast<int64_t>(event.movedBytes)) +
       " weight bytes to load by the new plan)");
   std::lock_guard lock(m_mutex);
   m_recoveries.push_back(std::move(event));

@@ -203,6 +203,9 @@ class Coordinator {
   };
 
   void log(const std::string& line) const;
+  // What the members hold of the model for a plan to reuse (cached_layout.h): their cached
+  // shards, plus the stages deployed on them now (loading the same range again keeps them).
+  std::vector<NodeInfo> holdings() const;
   std::shared_ptr<NodeClient> clientOf(const std::string& nodeId) const;
   std::string nodeName(const std::string& nodeId) const;
   // removeNode() for every member options.isTrusted no longer trusts (asked without m_mutex).

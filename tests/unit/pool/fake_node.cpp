@@ -1,5 +1,6 @@
 #include "tests/unit/pool/fake_node.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/error.h"
@@ -32,6 +33,9 @@ NodeInfo FakeNode::info() const {
   if (m_config.hasModelFile) {
     info.models.push_back(
         NodeModel{m_model.path().filename().string(), m_modelSha256, m_model.file().fileSize()});
+  }
+  for (const auto& [first, last] : m_config.cachedRanges) {
+    info.shards.push_back({m_modelSha256, first, last});
   }
   return info;
 }
@@ -128,6 +132,12 @@ Message FakeNode::loadStage(const Message& request) {
     throw Error("load_stage: unknown model");
   }
   if (m_config.hasModelFile) return finishLoad(c, request, stageId, "local-file");
+  const std::pair<int32_t, int32_t> range{c.at("first_layer").get<int32_t>(),
+                                          c.at("last_layer").get<int32_t>()};
+  if (std::find(m_config.cachedRanges.begin(), m_config.cachedRanges.end(), range) !=
+      m_config.cachedRanges.end()) {
+    return finishLoad(c, request, stageId, "shard-cache");
+  }
   // The stage's layers are a tensor-less GGUF of the model's metadata away from a shard.
   const gguf::File meta = gguf::File::fromBuffer(request.blob, "load_stage metadata");
   if (!meta.find("general.architecture") || !meta.tensors().empty()) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/model.h"
@@ -19,9 +20,12 @@ namespace shoal::lan::testing {
 
 struct FakeNodeConfig {
   std::string name;
-  std::string deviceId;       // the node's identity
-  uint64_t memoryBytes = 0;   // of its one device, "cpu0"
-  bool hasModelFile = true;   // false: it asks for the weights (need_weights)
+  std::string deviceId;      // the node's identity
+  uint64_t memoryBytes = 0;  // of its one device, "cpu0"
+  bool hasModelFile = true;  // false: it asks for the weights (need_weights)
+  // Layer ranges [first, last) of the model in its shard cache (streamed by this coordinator in
+  // an earlier run): reported in node_info's shards, loaded without asking for weights.
+  std::vector<std::pair<int32_t, int32_t>> cachedRanges;
   int dieAfterForwards = -1;  // >= 0: the connection dies when this forward request arrives
 };
 

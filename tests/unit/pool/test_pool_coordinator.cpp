@@ -334,6 +334,51 @@ class TestPoolCoordinator : public QObject {
     QCOMPARE(r.reusedTokens, int32_t(m_prompt.size() + first.tokens.size() - 1));
   }
 
+  // Issue 20: a re-plan reuses what the nodes hold. No node has the model file; the spare cached
+  // the middle node's layers in an earlier run (its shard cache). When the middle node dies the
+  // spare takes exactly those layers back from its cache and the others keep their stages:
+  // nothing is streamed, and the reply is unchanged.
+  void aSpareThatCachedTheLostNodesLayersTakesThemWithoutStreaming() {
+    // Four nodes without the file; node `spare` has `range` in its shard cache.
+    auto withoutFile = [&](FakePool& fakes, size_t spare, std::pair<int32_t, int32_t> range) {
+      std::vector<std::string> addrs;
+      for (size_t i = 0; i < 4; ++i) {
+        FakeNodeConfig cfg = config(int(i), m_fortyPercent);
+        cfg.hasModelFile = false;
+        if (i == spare) cfg.cachedRanges = {range};
+        addrs.push_back(fakes.add(cfg, *m_model, m_sha, *m_backend));
+      }
+      return addrs;
+    };
+    // Where the plan puts the layers (deterministic), and which node it leaves spare.
+    FakePool first;
+    const std::vector<StagePlacement> layout =
+        deployed(first, withoutFile(first, 4, {0, 0}))->deployed();
+    QCOMPARE(layout.size(), size_t(3));
+    std::set<std::string> used;
+    for (const StagePlacement& s : layout) used.insert(s.nodeId);
+    size_t spare = 0;
+    while (used.count(first.nodes[spare]->info().deviceId)) ++spare;
+
+    FakePool fakes;
+    auto c =
+        deployed(fakes, withoutFile(fakes, spare, {layout[1].firstLayer, layout[1].lastLayer}));
+    QCOMPARE(c->deployed(), layout);
+    std::map<std::string, uint64_t> streamedBefore;
+    for (const auto& n : fakes.nodes) streamedBefore[n->info().deviceId] = n->streamedBytes;
+    fakes.byId(layout[1].nodeId).dieAfterForwards(10);
+
+    const runtime::GenerateResult r = c->generate(m_prompt, greedy());
+    QCOMPARE(r.tokens, m_reference.tokens);
+    QCOMPARE(c->recoveries().size(), size_t(1));
+    FakeNode& taker = *fakes.nodes[spare];
+    QCOMPARE(taker.loadSources, std::vector<std::string>{"shard-cache"});
+    for (const auto& n : fakes.nodes) {
+      QCOMPARE(n->streamedBytes, streamedBefore[n->info().deviceId]);
+    }
+    QCOMPARE(c->recoveries()[0].movedBytes > 0, true);  // the spare loads layers, from its cache
+  }
+
   void nodeLostBetweenTwoRepliesIsReplacedForTheNext() {
     FakePool fakes;
     std::vector<std::string> addrs;
