@@ -96,6 +96,7 @@ LoadedModel loadModel(const ModelOptions& o, bool withChain) {
   spec.lastLayer = c.nLayer;
   spec.hasEmbedding = spec.hasHead = true;
   spec.contextLength = o.contextLength > 0 ? o.contextLength : std::min(c.nCtxTrain, 4096);
+  spec.maxSequences = std::max(o.sequences, 1);
   runtime::ModelSource src{&lm.model->file(), &lm.model->config(), &lm.model->weights()};
   if (o.gpuLayers >= 0 && lm.backend->stageDeviceBytes(src, spec) == 0) {
     throw CliExit{2, "--gpu-layers needs a GPU backend that reports its memory (--backend vulkan)"};
@@ -171,7 +172,7 @@ void addDraftModelOption(CLI::App& cmd, std::string& choice, const std::string& 
 std::unique_ptr<DraftModel> loadDraftModel(const std::string& choice,
                                            const std::filesystem::path& targetPath,
                                            const model::Tokenizer& target, int threads,
-                                           bool verbose) {
+                                           bool verbose, int sequences, int contextLength) {
   namespace fs = std::filesystem;
   if (choice.empty() || choice == "none") return nullptr;
   fs::path path;
@@ -209,6 +210,8 @@ std::unique_ptr<DraftModel> loadDraftModel(const std::string& choice,
   ModelOptions mo;
   mo.model = path.string();
   mo.threads = threads;
+  mo.sequences = sequences;
+  mo.contextLength = contextLength;
   auto d = std::make_unique<DraftModel>();
   d->loaded = loadModel(mo);
   const std::string why = runtime::draftVocabularyMismatch(target, d->loaded.model->tokenizer());

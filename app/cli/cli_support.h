@@ -26,6 +26,7 @@ struct ModelOptions {
   // many as fit its free memory (all when the model fits).
   int gpuLayers = -1;
   int gpuMemoryMiB = 0;  // --gpu-memory: the most a GPU backend may take per device; 0: its budget
+  int sequences = 1;     // KV slots of the chain (not an option: a draft model for N replies)
 };
 
 // -m/--model, --threads, --backend, --device, --ctx, --gpu-layers, --gpu-memory.
@@ -78,11 +79,13 @@ struct DraftModel {
 // "auto", the largest model with the target's vocabulary and at most an eighth of its file size
 // found next to it or in the default model folders; or "none". nullptr for none (and for auto
 // without a candidate); CliExit{2} for a file that cannot be read or cannot draft for the
-// target. The draft model runs on this machine's CPU with `threads` threads.
+// target. The draft model runs on this machine's CPU with `threads` threads, holding `sequences`
+// histories of `contextLength` tokens (0: its default context) — one per reply drafted for at
+// once.
 std::unique_ptr<DraftModel> loadDraftModel(const std::string& choice,
                                            const std::filesystem::path& targetPath,
                                            const model::Tokenizer& target, int threads,
-                                           bool verbose);
+                                           bool verbose, int sequences = 1, int contextLength = 0);
 // --draft-model PATH|auto|none.
 void addDraftModelOption(CLI::App& cmd, std::string& choice, const std::string& defaultChoice);
 

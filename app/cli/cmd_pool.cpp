@@ -664,10 +664,15 @@ void runPoolServe(const PoolOptions& o) {
   auto c = connectPool(o, *creds);
   prepareModel(*c, o);
   planAndDeploy(*c, o);
+  // A draft model on this machine proposes tokens for each reply where prompt lookup has none.
+  const auto draft = o.api.draftMax > 0
+                         ? loadDraftModel(o.draftModel, c->model().path(), c->model().tokenizer(),
+                                          0, o.verbose, o.parallel, contextFor(o))
+                         : nullptr;
   char predicted[64];
   std::snprintf(predicted, sizeof predicted, "; predicted %.1f tokens/s", c->predictedTokensPerS());
   try {
-    servePoolApi(*c, o.api, pipelineLine(*c) + predicted);
+    servePoolApi(*c, o.api, pipelineLine(*c) + predicted, draft ? draft->drafter.get() : nullptr);
   } catch (const CliExit&) {
     throw;
   } catch (const std::exception& e) {
@@ -793,6 +798,7 @@ void registerPoolCommand(CLI::App& app) {
                    "replies unchanged, sampled ones keep their distribution); 0 = off")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  addDraftModelOption(*serve, opt->draftModel, "auto");
   serve->callback([opt, serve] {
     // Replies at once: --parallel (the KV slots of every stage), 4 unless given, as shoal-node.
     if (serve->get_option("--parallel")->count() == 0) opt->parallel = 4;

@@ -30,10 +30,11 @@ struct StopSignals {
 }  // namespace
 
 void servePoolApi(lan::Coordinator& coordinator, const api::ApiServerOptions& options,
-                  const std::string& pipeline) {
+                  const std::string& pipeline, runtime::ModelDrafter* drafter) {
   g_stopRequested.store(false);
   const StopSignals signals;
   coordinator.serve([&](runtime::Chain& chain, runtime::SchedulerOptions schedule) {
+    schedule.drafter = drafter;
     // The queue's worker owns the chain from here; a node's failure is repaired on it.
     api::GenerationQueue queue(chain, coordinator.model().tokenizer(), options.maxQueued,
                                std::move(schedule));

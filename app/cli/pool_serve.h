@@ -13,8 +13,9 @@
 namespace shoal::cli {
 
 // Serves until SIGINT or SIGTERM. `pipeline` describes the deployment for the start-up line.
-// Throws CliExit{1} when the API cannot bind.
+// `drafter`: a draft model on this machine for speculative decoding (slots for every reply at
+// once), or nullptr. Throws CliExit{1} when the API cannot bind.
 void servePoolApi(lan::Coordinator& coordinator, const api::ApiServerOptions& options,
-                  const std::string& pipeline);
+                  const std::string& pipeline, runtime::ModelDrafter* drafter = nullptr);
 
 }  // namespace shoal::cli

@@ -24,19 +24,26 @@ namespace shoal::runtime {
 
 class ModelDrafter {
  public:
-  // `chain`: the draft model's chain (local stages), whose sequence 0 this drafter uses; it must
-  // outlive the drafter.
+  // `chain`: the draft model's chain (local stages); it must outlive the drafter. Each of its
+  // KV slots keeps one history (a Session drafts in slot 0; a Scheduler in the slot of the
+  // sequence it drafts for).
   explicit ModelDrafter(Chain& chain);
 
   // Fills `draft` with up to `count` tokens the draft model decodes greedily after `history`
-  // (fewer where its context ends; none for an empty history). Returns the seconds spent
-  // catching up with a history that grew by more than kPrefillTokens since the last call (a new
-  // prompt: paid once per prompt, not per draft), else 0.
-  double propose(std::span<const model::TokenId> history, int32_t count,
+  // (fewer where its context ends; none for an empty history), in KV slot `sequence` (< slotCount()).
+  // Returns the seconds spent catching up with a history that grew by more than kPrefillTokens
+  // since that slot's last call (a new prompt: paid once per prompt, not per draft), else 0.
+  double propose(int32_t sequence, std::span<const model::TokenId> history, int32_t count,
                  std::vector<model::TokenId>& draft);
+  double propose(std::span<const model::TokenId> history, int32_t count,
+                 std::vector<model::TokenId>& draft) {
+    return propose(0, history, count, draft);
+  }
   static constexpr size_t kPrefillTokens = 16;
 
-  // Forget the draft model's cache.
+  // Histories the drafter keeps at once: the chain's KV slots.
+  int32_t slotCount() const { return static_cast<int32_t>(m_fed.size()); }
+  // Forget the draft model's cache (every slot).
   void reset();
 
   // Tokens drafted so far and the seconds spent drafting them (prefills included).
@@ -45,7 +52,8 @@ class ModelDrafter {
 
  private:
   Chain& m_chain;
-  std::vector<model::TokenId> m_fed;  // the tokens whose cache entries the draft model holds
+  // Per slot: the tokens whose cache entries the draft model holds.
+  std::vector<std::vector<model::TokenId>> m_fed;
   StageOutput m_out;
   int64_t m_drafted = 0;
   double m_seconds = 0;

@@ -37,6 +37,7 @@ Scheduler::Scheduler(Chain& chain, const model::Tokenizer& tokenizer, SchedulerO
     : m_chain(chain),
       m_tokenizer(tokenizer),
       m_contextLength(chain.contextLength()),
+      m_drafter(options.drafter),
       m_recovery(std::move(options.recovery)) {
   int32_t slots = chain.stage(0).spec().maxSequences;
   for (size_t i = 1; i < chain.stageCount(); ++i) {
@@ -52,6 +53,10 @@ Scheduler::Scheduler(Chain& chain, const model::Tokenizer& tokenizer, SchedulerO
   }
   // With every other slot decoding one row, a whole chunk still fits: chunks never wait forever.
   m_chunk = static_cast<size_t>(m_budget - slots + 1);
+  if (m_drafter && m_drafter->slotCount() < slots) {
+    throw Error("scheduler: the draft model holds " + std::to_string(m_drafter->slotCount()) +
+                " KV slots for " + std::to_string(slots) + " sequences");
+  }
 }
 
 size_t Scheduler::pieceEnd(const Active& a) const {
@@ -318,6 +323,7 @@ void Scheduler::finishCancelled() {
 void Scheduler::collectPieces(const std::vector<Active*>& candidates, size_t most,
                               std::vector<Piece>& pieces) {
   pieces.clear();
+  m_pieceDraftSeconds = 0;
   int32_t budget = m_budget;
   const size_t n = candidates.size();
   // One row per decoding sequence (rotating who goes first when they exceed the budget or the
@@ -327,10 +333,11 @@ void Scheduler::collectPieces(const std::vector<Active*>& candidates, size_t mos
     Active& a = *candidates[(m_decodeStart + k) % n];
     if (a.unread() != 1 || pieceEnd(a) != a.tokens.size()) continue;
     // Budget left after one row for each decoding sequence still to come.
-    draftFor(a, budget - static_cast<int32_t>(n - k), m_draft);
+    const bool byModel =
+        draftFor(a, budget - static_cast<int32_t>(n - k), m_draft, m_pieceDraftSeconds);
     const auto d = static_cast<int32_t>(m_draft.size());
     a.tokens.insert(a.tokens.end(), m_draft.begin(), m_draft.end());
-    pieces.push_back({&a, 1 + d, true, d});
+    pieces.push_back({&a, 1 + d, true, d, byModel});
     budget -= 1 + d;
   }
   m_decodeStart = n ? (m_decodeStart + 1) % n : 0;
@@ -364,6 +371,7 @@ void Scheduler::addPiece(Group& g, const Piece& p) {
   g.segments.push_back(seg);
   g.members.push_back(p.member);
   g.drafted.push_back(p.drafted);
+  g.byModel.push_back(p.byModel ? 1 : 0);
 }
 
 Batch Scheduler::batchOf(const Group& g) const {
@@ -393,6 +401,7 @@ void Scheduler::undoDrafts(const Group& g) {
 
 Scheduler::Learned Scheduler::consume(Group& g, const StageOutput& out) {
   Learned learned;
+  learned.modelSeconds = g.draftSeconds;
   for (size_t k = 0; k < g.members.size(); ++k) {
     if (g.members[k]->request.options.lookup.maxDraft > 0) learned.lookup = true;
   }
@@ -443,9 +452,10 @@ Scheduler::Learned Scheduler::consume(Group& g, const StageOutput& out) {
         failBatch({&a}, "the head stage sampled an unknown token");
         continue;
       }
-      acceptVerified(a, rows - 1, m_predicted);
-      learned.drafted += g.drafted[k];
-      learned.accepted += a.lastAccepted;
+      const bool byModel = g.byModel[k] != 0;
+      acceptVerified(a, rows - 1, m_predicted, byModel);
+      (byModel ? learned.modelDrafted : learned.drafted) += g.drafted[k];
+      (byModel ? learned.modelAccepted : learned.accepted) += a.lastAccepted;
       continue;
     }
     a.starts.push_back(a.computed);
@@ -469,10 +479,14 @@ Scheduler::Learned Scheduler::consume(Group& g, const StageOutput& out) {
 }
 
 void Scheduler::learn(const Learned& l, double seconds) {
-  if (l.drafted > 0) {
-    m_draftPolicy.verifyStep(l.drafted, l.accepted, seconds);
-  } else if (l.lookup) {
+  if (l.drafted > 0) m_draftPolicy.verifyStep(l.drafted, l.accepted, seconds);
+  // The model's drafts cost their making too (as in Session).
+  if (l.modelDrafted > 0) {
+    m_modelPolicy.verifyStep(l.modelDrafted, l.modelAccepted, seconds + l.modelSeconds);
+  }
+  if (l.drafted == 0 && l.modelDrafted == 0 && l.lookup) {
     m_draftPolicy.plainStep(seconds);
+    if (m_drafter) m_modelPolicy.plainStep(seconds);
   }
 }
 
@@ -499,8 +513,11 @@ bool Scheduler::wavefrontStep() {
     g.segments.clear();
     g.members.clear();
     g.drafted.clear();
+    g.byModel.clear();
+    g.draftSeconds = 0;
   }
   for (size_t k = 0; k < m_pieces.size(); ++k) addPiece(m_groups[k % groups], m_pieces[k]);
+  m_groups.front().draftSeconds = m_pieceDraftSeconds;  // the step's: learned once
   std::vector<Batch> batches;
   std::vector<Active*> members;
   for (const Group& g : m_groups) {
@@ -558,6 +575,7 @@ bool Scheduler::pipelinedStep(size_t depth) {
           addPiece(g, p);
           p.member->inFlight = true;
         }
+        g.draftSeconds = m_pieceDraftSeconds;
         g.submitted = Clock::now();
         try {
           g.ticket = m_chain.submit(batchOf(g), g.out);
@@ -625,24 +643,34 @@ void Scheduler::drainInFlight() {
   for (auto& a : m_active) a->inFlight = false;
 }
 
-void Scheduler::draftFor(const Active& a, int32_t budget, std::vector<model::TokenId>& draft) {
+bool Scheduler::draftFor(const Active& a, int32_t budget, std::vector<model::TokenId>& draft,
+                         double& modelSeconds) {
   draft.clear();
   const GenerateOptions& o = a.request.options;
   // As Session: without a repetition penalty, each row's distribution depends on the tokens
   // before it only.
-  if (o.lookup.maxDraft <= 0 || o.sampler.repeatPenalty != 1.0f) return;
+  if (o.lookup.maxDraft <= 0 || o.sampler.repeatPenalty != 1.0f) return false;
   const auto room = std::min<int64_t>(
       {int64_t{budget}, int64_t{o.maxTokens} - static_cast<int64_t>(a.result.tokens.size()) - 1,
        int64_t{m_contextLength} - 1 - static_cast<int64_t>(a.tokens.size())});
-  if (room <= 0) return;
+  if (room <= 0) return false;
   draftByPromptLookup(a.tokens, o.lookup, static_cast<int32_t>(room), draft);
   if (o.lookup.adaptive) {
     draft.resize(static_cast<size_t>(m_draftPolicy.length(static_cast<int32_t>(draft.size()))));
   }
+  if (!draft.empty() || !m_drafter) return false;
+  // A draft model's tokens cost time to make: its policy sizes them before they are made.
+  const auto most = static_cast<int32_t>(std::min<int64_t>(room, o.lookup.maxDraft));
+  const int32_t want = o.lookup.adaptive ? m_modelPolicy.length(most) : most;
+  if (want <= 0) return false;
+  const auto t0 = Clock::now();
+  const double prefill = m_drafter->propose(a.slot, a.tokens, want, draft);
+  modelSeconds += secondsBetween(t0, Clock::now()) - prefill;
+  return !draft.empty();
 }
 
 void Scheduler::acceptVerified(Active& a, size_t drafted,
-                               const std::vector<model::TokenId>& predicted) {
+                               const std::vector<model::TokenId>& predicted, bool byModel) {
   // predicted[j] follows row j; drafted token j stands at position computed + 1 + j.
   const size_t base = a.computed, firstDraft = base + 1;
   size_t kept = 0;
@@ -656,6 +684,10 @@ void Scheduler::acceptVerified(Active& a, size_t drafted,
   ++a.result.verifySteps;
   a.result.draftedTokens += static_cast<int32_t>(drafted);
   a.result.acceptedTokens += static_cast<int32_t>(kept);
+  if (byModel) {
+    a.result.modelDraftedTokens += static_cast<int32_t>(drafted);
+    a.result.modelAcceptedTokens += static_cast<int32_t>(kept);
+  }
   a.lastAccepted = static_cast<int32_t>(kept);
   // The rows are kept as one-row pieces (decode order made each equal to one), so a replay
   // reproduces them; the rejected rows' cache entries are overwritten later.

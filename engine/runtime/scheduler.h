@@ -39,11 +39,13 @@
 // pieces do not depend on how sequences are grouped, so batch invariance holds in both modes.
 //
 // Speculative decoding (GenerateOptions::lookup, as Session has it): a decoding sequence whose
-// history offers a prompt-lookup draft runs its last token plus the draft as one segment in
-// decode order (Segment::decodeOrder), so each row is what decoding it alone gives; the
-// confirmed drafts and the next token are accepted one by one through the same finish rules,
-// and the kept rows are recorded as one-row pieces, which a replay reproduces bit for bit. One
-// DraftPolicy sizes the drafts from what this scheduler's steps cost and earn.
+// history offers a prompt-lookup draft — or, where it offers none, a draft model's
+// (SchedulerOptions::drafter, in the sequence's own slot of the draft model's chain) — runs its
+// last token plus the draft as one segment in decode order (Segment::decodeOrder), so each row
+// is what decoding it alone gives; the confirmed drafts and the next token are accepted one by
+// one through the same finish rules, and the kept rows are recorded as one-row pieces, which a
+// replay reproduces bit for bit. A DraftPolicy per kind of draft sizes them from what this
+// scheduler's steps cost and earn (a draft model's time making its drafts counted too).
 //
 // Threading: one thread calls everything (the API's worker); the callbacks run on it, inside
 // step() and cancelAll(), and may call cancel() but not add(). A cancelled sequence whose batch
@@ -62,6 +64,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/runtime/chain.h"
 #include "engine/runtime/draft_policy.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/reply_text.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/session.h"
@@ -79,6 +82,11 @@ struct SchedulerOptions {
   // each generation then reads its prompt and reply so far again and continues — a greedy
   // reply is unchanged. False, a throw, or no hook: the step's generations end with the error.
   std::function<bool(const std::exception& error, size_t failedStage)> recovery;
+  // A draft model (ModelDrafter) that proposes tokens for sequences prompt lookup has nothing
+  // for (speculative decoding, GenerateOptions::lookup), or nullptr. Its chain must hold at
+  // least as many KV slots as this scheduler uses: slot i drafts for the sequence in slot i. Its
+  // drafts have their own DraftPolicy (a draft model's tokens cost time to make). Not owned.
+  ModelDrafter* drafter = nullptr;
 };
 
 struct SchedulerStats {
@@ -185,8 +193,9 @@ class Scheduler {
   struct Piece {
     Active* member = nullptr;
     int32_t count = 0;
-    bool logits = false;  // the piece ends what the sequence had to read: sample from its last row
-    int32_t drafted = 0;  // a decoding piece's drafted tokens (its rows after the first)
+    bool logits = false;   // the piece ends what the sequence had to read: sample from its last row
+    int32_t drafted = 0;   // a decoding piece's drafted tokens (its rows after the first)
+    bool byModel = false;  // drafted by the draft model (else by prompt lookup)
   };
   // One batch: the pieces of some sequences. Pipelined steps keep it, with its output, until
   // it is back.
@@ -195,15 +204,20 @@ class Scheduler {
     std::vector<Segment> segments;
     std::vector<Active*> members;  // of each segment
     std::vector<int32_t> drafted;  // of each segment
+    std::vector<char> byModel;     // of each segment: its draft came from the draft model
+    double draftSeconds = 0;       // the draft model's time making this batch's drafts
     StageOutput out;
     Stage::Ticket ticket = 0;
     Clock::time_point submitted;
   };
   // What one group's outcome teaches the draft policy.
   struct Learned {
-    int32_t drafted = 0;
+    int32_t drafted = 0;  // by prompt lookup
     int32_t accepted = 0;
-    bool lookup = false;  // a member asked for prompt lookup
+    int32_t modelDrafted = 0;  // by the draft model
+    int32_t modelAccepted = 0;
+    double modelSeconds = 0;  // making the model's drafts
+    bool lookup = false;      // a member asked for speculation
   };
 
   void admit();
@@ -237,12 +251,16 @@ class Scheduler {
   void finishWaiting(Waiting& w);  // a queued request ends as Cancelled
   // Feeds a sampled token to its generation; returns true when the generation has ended.
   bool accept(Active& a, model::TokenId token);
-  // Drafted tokens `a` should verify this step, within `budget` more rows (none: decode one).
-  void draftFor(const Active& a, int32_t budget, std::vector<model::TokenId>& draft);
+  // Drafted tokens `a` should verify this step, within `budget` more rows (none: decode one):
+  // prompt lookup's, else the draft model's (then true, with the seconds it spent drafting,
+  // a new prompt's prefill left out, added to `modelSeconds`).
+  bool draftFor(const Active& a, int32_t budget, std::vector<model::TokenId>& draft,
+                double& modelSeconds);
   // The outcome of a verifying segment of `a` (its last token plus `drafted` tokens at the end of
   // a.tokens): `predicted` holds the token after each row (a sampled verification stops at its
   // first rejected draft). Keeps the confirmed drafts, accepts them and the next token.
-  void acceptVerified(Active& a, size_t drafted, const std::vector<model::TokenId>& predicted);
+  void acceptVerified(Active& a, size_t drafted, const std::vector<model::TokenId>& predicted,
+                      bool byModel);
   void finish(Active& a, FinishReason reason);
   void release(Active& a);  // frees the slot, remembering what it caches
   void failBatch(const std::vector<Active*>& members, const std::string& error);
@@ -262,7 +280,10 @@ class Scheduler {
   Id m_nextId = 1;
   size_t m_decodeStart = 0;  // rotates which decoding sequences go first when over budget
   SchedulerStats m_stats;
-  DraftPolicy m_draftPolicy;  // learns from this scheduler's steps
+  DraftPolicy m_draftPolicy;  // prompt lookup's, learns from this scheduler's steps
+  ModelDrafter* m_drafter = nullptr;
+  DraftPolicy m_modelPolicy{1};    // the draft model's (its probes draft one token)
+  double m_pieceDraftSeconds = 0;  // collectPieces: the draft model's time for the pieces
 
   Recovery m_recovery;
   std::deque<Group>

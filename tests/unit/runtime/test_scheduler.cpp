@@ -9,6 +9,8 @@
 
 #include "engine/error.h"
 #include "engine/model/model.h"
+#include "engine/model/truncated_model.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/chain.h"
 #include "engine/runtime/scheduler.h"
 #include "engine/runtime/session.h"
@@ -484,6 +486,68 @@ class TestScheduler : public QObject {
         QCOMPARE(got[i].result.recoveries, failAt ? 1 : 0);
       }
       QVERIFY2(accepted > 0, "no draft was ever confirmed");
+    }
+  }
+
+  // A draft model drafts for the sequences that prompt lookup has nothing for, each in its own
+  // slot of the draft model's chain: replies equal their plain solo runs, over a local chain
+  // (wavefront steps) and over nodes linked directly (pipelined steps), whether the draft model
+  // is the target itself (its drafts confirmed) or the target cut to 12 layers (mostly refused).
+  void draftModelRepliesEqualTheirPlainSoloRuns() {
+    QTemporaryDir dir;
+    const auto truncatedPath = std::filesystem::path(dir.path().toStdString()) / "draft12.gguf";
+    model::writeTruncatedModel(m_model->path(), 12, truncatedPath);
+    const auto truncated = model::Model::load(truncatedPath);
+    std::vector<std::vector<model::TokenId>> prompts;
+    std::vector<GenerateResult> want;
+    for (size_t i = 0; i < 4; ++i) {
+      prompts.push_back(chatPrompt(m_questions[i + 1]));
+      want.push_back(solo(prompts.back(), greedy(20)));
+    }
+    GenerateOptions speculative = greedy(20);
+    speculative.lookup.maxDraft = 4;
+    speculative.lookup.adaptive = false;
+    for (const model::Model* draftModel : {m_model.get(), truncated.get()}) {
+      for (const bool linked : {false, true}) {
+        runtime::StageSpec spec;
+        spec.lastLayer = draftModel->config().nLayer;
+        spec.hasEmbedding = spec.hasHead = true;
+        spec.contextLength = 256;
+        spec.maxSequences = 4;
+        const runtime::ModelSource src{&draftModel->file(), &draftModel->config(),
+                                       &draftModel->weights()};
+        std::vector<std::unique_ptr<runtime::Stage>> draftStages;
+        draftStages.push_back(m_cpu->createStage("cpu0", src, spec));
+        runtime::Chain draftChain(std::move(draftStages));
+        runtime::ModelDrafter drafter(draftChain);
+        QCOMPARE(drafter.slotCount(), 4);
+
+        std::vector<std::unique_ptr<runtime::Stage>> stages;
+        auto target = stage(0, m_model->config().nLayer, 4, 256);
+        stages.push_back(linked ? std::make_unique<PipelinedStage>(std::move(target), 3)
+                                : std::move(target));
+        runtime::Chain c(std::move(stages));
+        runtime::SchedulerOptions o = budget(32);
+        o.drafter = &drafter;
+        runtime::Scheduler sched(c, m_model->tokenizer(), o);
+        std::vector<Outcome> got(prompts.size());
+        for (size_t i = 0; i < got.size(); ++i) sched.add(request(prompts[i], speculative, got[i]));
+        sched.runUntilIdle();
+        int drafted = 0, accepted = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          compareWithSolo(got[i], want[i]);
+          drafted += got[i].result.modelDraftedTokens;
+          accepted += got[i].result.modelAcceptedTokens;
+        }
+        QVERIFY2(drafted > 0, "the draft model drafted nothing");
+        if (draftModel == m_model.get()) {
+          QVERIFY2(accepted * 10 >= drafted * 9, qPrintable(QString("%1 of %2 confirmed")
+                                                                .arg(accepted)
+                                                                .arg(drafted)));
+        } else {
+          QVERIFY(accepted < drafted);
+        }
+      }
     }
   }
 
