@@ -12,6 +12,7 @@
 #include "app/cli/commands.h"
 #include "engine/error.h"
 #include "engine/model/default_model.h"
+#include "engine/runtime/draft_model_choice.h"
 #include "engine/runtime/local_chain.h"
 #include "kernels/backend_registry.h"
 
@@ -173,39 +174,10 @@ std::unique_ptr<DraftModel> loadDraftModel(const std::string& choice,
                                            const std::filesystem::path& targetPath,
                                            const model::Tokenizer& target, int threads,
                                            bool verbose, int sequences, int contextLength) {
-  namespace fs = std::filesystem;
-  if (choice.empty() || choice == "none") return nullptr;
-  fs::path path;
-  if (choice == "auto") {
-    std::error_code ec;
-    const auto targetSize = fs::file_size(targetPath, ec);
-    if (ec) return nullptr;
-    std::vector<fs::path> dirs = {targetPath.parent_path()};
-    for (const std::string& d : model::defaultModelDirs()) dirs.emplace_back(d);
-    uintmax_t best = 0;
-    for (const fs::path& dir : dirs) {
-      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-        const fs::path p = it->path();
-        if (p.extension() != ".gguf" || fs::equivalent(p, targetPath, ec)) continue;
-        const auto size = fs::file_size(p, ec);
-        if (ec || size > targetSize / 8 || size <= best) continue;
-        try {
-          const auto candidate = model::Model::load(p);
-          if (!runtime::draftVocabularyMismatch(target, candidate->tokenizer()).empty()) continue;
-        } catch (const std::exception&) {
-          continue;  // not a model this build loads
-        }
-        best = size;
-        path = p;
-      }
-      ec.clear();
-    }
-    if (path.empty()) {
-      if (verbose) std::fprintf(stderr, "[draft model: none found for auto]\n");
-      return nullptr;
-    }
-  } else {
-    path = choice;
+  const std::filesystem::path path = runtime::chooseDraftModel(choice, targetPath, target);
+  if (path.empty()) {
+    if (verbose && choice == "auto") std::fprintf(stderr, "[draft model: none found for auto]\n");
+    return nullptr;
   }
   ModelOptions mo;
   mo.model = path.string();

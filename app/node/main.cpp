@@ -34,6 +34,8 @@
 #include "engine/model/default_model.h"
 #include "engine/model/model.h"
 #include "engine/runtime/chain.h"
+#include "engine/runtime/draft_model_choice.h"
+#include "engine/runtime/model_drafter.h"
 #include "kernels/backend_registry.h"
 #include "lan/api/api_server.h"
 #include "lan/node/node_service.h"
@@ -64,7 +66,8 @@ struct NodeOptions {
   int contextLength = 0;
   int parallel = 4;      // API requests generated at once (KV slots of contextLength each)
   int stepTokens = 128;  // most rows one batch of the API's scheduler carries
-  bool api = false;      // resolved in main(): serve the OpenAI API
+  std::string draftModel = "auto";  // --draft-model: PATH, auto or none (draft_model_choice.h)
+  bool api = false;                 // resolved in main(): serve the OpenAI API
   api::ApiServerOptions apiOptions;
   bool pool = true;
   lan::NodeServiceOptions service;
@@ -77,6 +80,11 @@ struct ApiPart {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<runtime::Backend> backend;
   std::unique_ptr<runtime::Chain> chain;
+  // A draft model on the CPU (a KV slot per request run at once), or none.
+  std::unique_ptr<model::Model> draftModel;
+  std::unique_ptr<runtime::Backend> draftBackend;
+  std::unique_ptr<runtime::Chain> draftChain;
+  std::unique_ptr<runtime::ModelDrafter> drafter;
   std::unique_ptr<api::GenerationQueue> queue;  // its worker owns the chain
   std::unique_ptr<api::ApiServer> server;
 };
@@ -133,6 +141,36 @@ int startApi(const NodeOptions& o, ApiPart& part) {
 
   runtime::SchedulerOptions schedule;
   schedule.tokenBudget = std::max(o.stepTokens, o.parallel + 1);
+  // A draft model proposes tokens where prompt lookup has none (speculative decoding).
+  const std::filesystem::path draftPath =
+      o.apiOptions.draftMax > 0
+          ? runtime::chooseDraftModel(o.draftModel, path, part.model->tokenizer())
+          : std::filesystem::path();
+  if (!draftPath.empty()) {
+    try {
+      part.draftModel = model::Model::load(draftPath);
+      const std::string why =
+          runtime::draftVocabularyMismatch(part.model->tokenizer(), part.draftModel->tokenizer());
+      if (!why.empty()) throw Error("draft model " + draftPath.string() + ": " + why);
+      kernels::BackendOptions cpu;
+      cpu.cpuThreads = o.threads;
+      part.draftBackend = kernels::createBackend("cpu", cpu);
+      runtime::StageSpec draftSpec = spec;
+      draftSpec.lastLayer = part.draftModel->config().nLayer;
+      const runtime::ModelSource draftSrc{&part.draftModel->file(), &part.draftModel->config(),
+                                          &part.draftModel->weights()};
+      std::vector<std::unique_ptr<runtime::Stage>> stages;
+      stages.push_back(part.draftBackend->createStage(part.draftBackend->devices().front().id,
+                                                      draftSrc, draftSpec));
+      part.draftChain = std::make_unique<runtime::Chain>(std::move(stages));
+      part.drafter = std::make_unique<runtime::ModelDrafter>(*part.draftChain);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "shoal-node: %s\n", e.what());
+      return 2;
+    }
+    schedule.drafter = part.drafter.get();
+    std::fprintf(stderr, "shoal-node: draft model %s\n", draftPath.string().c_str());
+  }
   part.queue = std::make_unique<api::GenerationQueue>(*part.chain, part.model->tokenizer(),
                                                       o.apiOptions.maxQueued, schedule);
   part.server = std::make_unique<api::ApiServer>(*part.model, *part.queue, o.apiOptions);
@@ -296,6 +334,12 @@ int main(int argc, char** argv) {
                  "off")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  app.add_option(
+         "--draft-model", o.draftModel,
+         "a small model with the same vocabulary that drafts tokens for API replies where "
+         "prompt lookup has none, on this machine's CPU (a GGUF path; auto: the largest one "
+         "at most 1/8 of the model's size next to it or in the model folders; none)")
+      ->capture_default_str();
   app.add_flag("--api", o.api, "serve the OpenAI-compatible API over the model");
   auto* apiHost = app.add_option("--api-host", o.apiOptions.host, "address the API listens on")
                       ->capture_default_str();
