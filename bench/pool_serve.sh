@@ -42,10 +42,11 @@ pool_nodes_start "$work" "$node" "$model" 7000
 pool() { netns_exec h4 "$cli" pool "$@" --nodes "$nodes" --config-dir "$work/cli" --ctx 512; }
 for _ in $(seq 100); do pool status --json >/dev/null 2>&1 && break; sleep 0.2; done
 
-# The smallest per-device cap (in MB, from the model's size down) with which three nodes hold it.
+# The smallest per-device cap (in MB, from a third of the model's size up: the KV caches of N
+# sequences may need more than the model) with which three nodes hold it.
 size_mb=$(($(stat -L -c %s "$model") / 1000000))
 cap=""
-for pct in 34 36 38 40 42 45 50 55 60 70; do
+for pct in 34 36 38 40 42 45 50 55 60 70 80 90 100 120 140 160; do
   mb=$((size_mb * pct / 100 + 20))
   stages="$(pool plan --parallel "$parallel" --max-device-memory-mb "$mb" 2>/dev/null |
     python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("deploy") or []))' || echo 0)"
