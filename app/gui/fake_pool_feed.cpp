@@ -42,8 +42,8 @@ lan::PoolSnapshot FakePoolFeed::snapshotAt(int tick, qint64 unixMs) {
                        wave(1.0, 0.65, 0.9), 3 * kGiB, 8 * kGiB, rate, 0, 18, 28});
   s.devices.push_back({"node-c", "nas", "cpu0", "Intel Core i5-12400 (6 threads)", "cpu",
                        wave(2.0, 0.4, 0.7), 2 * kGiB, 32 * kGiB, rate, 1, 28, 32});
-  s.links.push_back({"node-a", "node-b", wave(0.5, 0.8, 1.6), 110e6});
-  s.links.push_back({"node-b", "node-c", wave(1.5, 1.1, 2.4), 95e6});
+  s.links.push_back({"node-a", "node-b", wave(0.5, 0.8, 1.6), 110e6, true});
+  s.links.push_back({"node-b", "node-c", wave(1.5, 1.1, 2.4), 95e6, false});
   return s;
 }
 

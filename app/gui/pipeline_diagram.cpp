@@ -54,7 +54,8 @@ void PipelineDiagram::setSnapshot(const lan::PoolSnapshot& snapshot) {
     for (const lan::LinkTelemetry& l : snapshot.links) {
       if (l.fromNodeId == stages[i]->nodeId && l.toNodeId == stages[i + 1]->nodeId &&
           l.fromNodeId != l.toNodeId) {
-        label = tr("%1 ms").arg(l.rttMs, 0, 'f', 1);
+        // A direct hop goes node to node; a relayed one through this coordinator (its RTT).
+        label = l.direct ? tr("direct") : tr("%1 ms via here").arg(l.rttMs, 0, 'f', 1);
       }
     }
     m_links << label;

@@ -639,6 +639,7 @@ PoolSnapshot Coordinator::pollSnapshot() {
     context.modelLayers = m_modelCost.layers;
     context.predictedTokensPerS = m_predictedTokensPerS;
     for (const auto& s : m_stages) context.stages.push_back(s->placement());
+    for (const PipelineHop& h : m_hops) context.directHops.push_back(h.direct);
   }
   for (auto& [client, report] : polls) {
     try {

@@ -88,6 +88,7 @@ PoolSnapshot buildSnapshot(const SnapshotContext& context, const std::vector<Nod
     LinkTelemetry link;
     link.fromNodeId = from;
     link.toNodeId = to;
+    link.direct = i - 1 < context.directHops.size() && context.directHops[i - 1];
     const NodeReport* a = reportOf(from);
     const NodeReport* b = reportOf(to);
     if (a && b && a->rttS > 0 && b->rttS > 0) link.rttMs = (a->rttS + b->rttS) * 1e3;

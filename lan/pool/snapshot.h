@@ -32,12 +32,13 @@ struct SnapshotContext {
   int32_t modelLayers = 0;
   double predictedTokensPerS = 0;
   std::vector<StagePlacement> stages;  // deployed pipeline, in order (may be empty)
+  std::vector<bool> directHops;        // per hop stage i -> i + 1: node to node (else relayed)
 };
 
 // Every device of every node, with the node's verified id and name (the coordinator's, not
 // what the reply claims) and the layer range the deployed pipeline gives it; one link per hop
 // between consecutive stages on different nodes (the relayed path: round trip rttA + rttB,
-// bandwidth the smaller of the two).
+// bandwidth the smaller of the two), marked direct where the hop is node to node.
 PoolSnapshot buildSnapshot(const SnapshotContext& context, const std::vector<NodeReport>& nodes);
 
 }  // namespace shoal::lan

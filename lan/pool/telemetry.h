@@ -29,6 +29,9 @@ struct LinkTelemetry {
   std::string toNodeId;
   double rttMs = 0;               // last measured round trip
   double bandwidthBytesPerS = 0;  // last measured, 0 when not measured
+  // The first node sends its hidden states straight to the second (direct forwarding); false:
+  // they travel through the coordinator (rttMs is that relayed path's).
+  bool direct = false;
 };
 
 struct PoolSnapshot {
@@ -46,7 +49,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DeviceTelemetry, nodeId, nodeNam
                                                 memoryTotal, tokensPerS, queueDepth, firstLayer,
                                                 lastLayer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LinkTelemetry, fromNodeId, toNodeId, rttMs,
-                                                bandwidthBytesPerS)
+                                                bandwidthBytesPerS, direct)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PoolSnapshot, unixMs, modelName, modelLayers,
                                                 predictedTokensPerS, devices, links)
 

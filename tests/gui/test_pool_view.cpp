@@ -57,7 +57,10 @@ class TestPoolView : public QObject {
     }
     QCOMPARE(segs.last().lastLayer, s.modelLayers);
     QCOMPARE(view.diagram()->linkLabels().size(), static_cast<int>(s.links.size()));
-    QCOMPARE(view.diagram()->linkLabels()[0], QString("%1 ms").arg(s.links[0].rttMs, 0, 'f', 1));
+    QVERIFY(s.links[0].direct && !s.links[1].direct);  // the fake feed has one of each
+    QCOMPARE(view.diagram()->linkLabels()[0], QString("direct"));
+    QCOMPARE(view.diagram()->linkLabels()[1],
+             QString("%1 ms via here").arg(s.links[1].rttMs, 0, 'f', 1));
     QVERIFY2(view.planText().contains(
                  QString("predicted %1 tokens/s").arg(s.predictedTokensPerS, 0, 'f', 1)),
              qPrintable(view.planText()));

@@ -289,6 +289,7 @@ class TestPoolBuilder : public QObject {
     ctx.modelLayers = 30;
     ctx.stages = {StagePlacement{"A", "cpu0", 0, 10, true, false},
                   StagePlacement{"B", "cpu0", 10, 30, false, true}};
+    ctx.directHops = {true};
     std::vector<NodeReport> reports(3);
     const char* ids[] = {"A", "B", "C"};
     for (int i = 0; i < 3; ++i) {
@@ -312,6 +313,7 @@ class TestPoolBuilder : public QObject {
     QCOMPARE(s.links[0].fromNodeId, std::string("A"));
     QCOMPARE(s.links[0].toNodeId, std::string("B"));
     QVERIFY(std::abs(s.links[0].rttMs - 3.0) < 1e-9);
+    QVERIFY(s.links[0].direct);
     QCOMPARE(s.modelLayers, 30);
   }
 
