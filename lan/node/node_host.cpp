@@ -843,6 +843,20 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
     // base seed plus the position, so in practice a fresh sampler per token: a replay after a
     // recovery draws the same numbers, and the repetition penalty sees no history.
     s->stage->forward(batch, out);
+    // What the segments asked for, before it is sliced per segment.
+    size_t logitsRows = 0;
+    for (const runtime::Segment& segment : segments) {
+      logitsRows += segment.logits == runtime::LogitRows::All    ? size_t(segment.count)
+                    : segment.logits == runtime::LogitRows::Last ? 1
+                                                                 : 0;
+    }
+    const size_t expected =
+        spec.hasHead ? logitsRows * size_t(s->model->config.nVocab) : rowCount * size_t(nEmbd);
+    if ((spec.hasHead ? out.logits.size() : out.hidden.size()) != expected) {
+      throw Error("forward: the stage returned " +
+                  std::to_string(spec.hasHead ? out.logits.size() : out.hidden.size()) +
+                  " values, expected " + std::to_string(expected));
+    }
     if (sample.is_object()) {
       // Each segment's logits rows, in row order: one token (the last row) or every row's.
       const size_t vocab = size_t(s->model->config.nVocab);
