@@ -28,7 +28,8 @@ double ModelDrafter::propose(int32_t sequence, std::span<const model::TokenId> h
   using Clock = std::chrono::steady_clock;
   draft.clear();
   if (sequence < 0 || sequence >= slotCount()) {
-    throw Error("draft model: slot " + std::to_string(sequence) + " of " + std::to_string(slotCount()));
+    throw Error("draft model: slot " + std::to_string(sequence) + " of " +
+                std::to_string(slotCount()));
   }
   std::vector<model::TokenId>& fed = m_fed[static_cast<size_t>(sequence)];
   const auto t0 = Clock::now();

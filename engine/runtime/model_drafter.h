@@ -30,9 +30,10 @@ class ModelDrafter {
   explicit ModelDrafter(Chain& chain);
 
   // Fills `draft` with up to `count` tokens the draft model decodes greedily after `history`
-  // (fewer where its context ends; none for an empty history), in KV slot `sequence` (< slotCount()).
-  // Returns the seconds spent catching up with a history that grew by more than kPrefillTokens
-  // since that slot's last call (a new prompt: paid once per prompt, not per draft), else 0.
+  // (fewer where its context ends; none for an empty history), in KV slot `sequence` (one of
+  // slotCount()). Returns the seconds spent catching up with a history that grew by more than
+  // kPrefillTokens since that slot's last call (a new prompt: paid once per prompt, not per
+  // draft), else 0.
   double propose(int32_t sequence, std::span<const model::TokenId> history, int32_t count,
                  std::vector<model::TokenId>& draft);
   double propose(std::span<const model::TokenId> history, int32_t count,

@@ -10,8 +10,8 @@
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/model/truncated_model.h"
-#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/chain.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/scheduler.h"
 #include "engine/runtime/session.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -541,9 +541,8 @@ class TestScheduler : public QObject {
         }
         QVERIFY2(drafted > 0, "the draft model drafted nothing");
         if (draftModel == m_model.get()) {
-          QVERIFY2(accepted * 10 >= drafted * 9, qPrintable(QString("%1 of %2 confirmed")
-                                                                .arg(accepted)
-                                                                .arg(drafted)));
+          QVERIFY2(accepted * 10 >= drafted * 9,
+                   qPrintable(QString("%1 of %2 confirmed").arg(accepted).arg(drafted)));
         } else {
           QVERIFY(accepted < drafted);
         }
