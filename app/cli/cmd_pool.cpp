@@ -663,12 +663,13 @@ void runPoolServe(const PoolOptions& o) {
   auto creds = loadCredentials(o);
   auto c = connectPool(o, *creds);
   prepareModel(*c, o);
-  planAndDeploy(*c, o);
-  // A draft model on this machine proposes tokens for each reply where prompt lookup has none.
+  // A draft model on this machine proposes tokens for each reply where prompt lookup has none
+  // (loaded before deploying: a bad file is refused before the nodes load anything).
   const auto draft = o.api.draftMax > 0
                          ? loadDraftModel(o.draftModel, c->model().path(), c->model().tokenizer(),
                                           0, o.verbose, o.parallel, contextFor(o))
                          : nullptr;
+  planAndDeploy(*c, o);
   char predicted[64];
   std::snprintf(predicted, sizeof predicted, "; predicted %.1f tokens/s", c->predictedTokensPerS());
   try {
