@@ -39,24 +39,8 @@ done
 model="${SHOAL_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 ctx=4096
 
-source "$root/tests/integration/netns/netns.sh"
-if ! why="$(netns_unavailable_reason)"; then
-  echo "pool_latency: $why" >&2
-  exit 2
-fi
-work="$(mktemp -d)"
-netns_setup 4
-pids=()
-emulators=()
-cleanup() {
-  for p in "${emulators[@]}" "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  netns_teardown
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 source "$here/pool_nodes.sh"
+pool_bench_hosts pool_latency 4
 pool_nodes_start "$work" "$node" "$model" 7100
 
 # profile NAME -> emulator options

@@ -1,22 +1,49 @@
 #!/usr/bin/env bash
-# Sourced by the pool benchmarks (pool_serve.sh, pool_latency.sh), after
-# tests/integration/netns/netns.sh and `netns_setup`: three shoal-node processes on hosts h1..h3
-# (port 7000, one thread each, no discovery, the model from a shared models folder), trusting a
-# coordinator identity made in $work/cli, which trusts them in turn.
+# Sourced by the pool benchmarks (pool_serve.sh, pool_latency.sh, pool_replicas.sh).
 #
-#   pool_nodes_start WORK NODE_BINARY MODEL ADDRESS_PORT
+#   pool_bench_hosts NAME HOSTS
+# sources tests/integration/netns/netns.sh (exits 2 with NAME and the reason where network
+# namespaces are unavailable), builds HOSTS hosts, makes a scratch folder `work` and an empty
+# `pids` array, and on exit kills those pids (and any in `emulators`), removes the hosts and the
+# folder.
+#
+# Then: COUNT (default three) shoal-node processes
+# on hosts h1..hCOUNT (port 7000, one thread each, no discovery, the model from a shared models
+# folder), trusting a coordinator identity made in $work/cli, which trusts them in turn.
+#
+#   pool_nodes_start WORK NODE_BINARY MODEL ADDRESS_PORT [COUNT]
 # (started one after the other, each once its CPU profile is measured) appends the nodes' pids to
 # the caller's `pids` array and sets `nodes` to the comma-separated
 # addresses the coordinator uses: each host's IPv4 with ADDRESS_PORT (7000 to reach the node
 # itself, another port where something sits in front of it).
+pool_bench_hosts() {
+  source "$root/tests/integration/netns/netns.sh"
+  if ! why="$(netns_unavailable_reason)"; then
+    echo "$1: $why" >&2
+    exit 2
+  fi
+  work="$(mktemp -d)"
+  netns_setup "$2"
+  pids=()
+  emulators=()
+  trap _pool_bench_cleanup EXIT
+}
+
+_pool_bench_cleanup() {
+  for p in "${emulators[@]}" "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  netns_teardown
+  rm -rf "$work"
+}
+
 pool_nodes_start() {
-  local work="$1" node="$2" model="$3" port="$4"
+  local work="$1" node="$2" model="$3" port="$4" count="${5:-3}"
   local coordinator trusted='{"devices": [' h id
   mkdir -p "$work/models"
   ln -s "$model" "$work/models/model.gguf"
   coordinator="$("$node" --print-device-id --config-dir "$work/cli")"
   nodes=""
-  for h in 1 2 3; do
+  for h in $(seq "$count"); do
     id="$("$node" --print-device-id --config-dir "$work/node$h")"
     netns_exec "h$h" "$node" --name "node$h" --config-dir "$work/node$h" --port 7000 \
       --no-discovery --threads 1 --models-dir "$work/models" --trust "$coordinator" \

@@ -20,23 +20,8 @@ cli="$build/app/cli/shoal-cli"
 [ -x "$node" ] && [ -x "$cli" ] || { echo "build shoal-node and shoal-cli first" >&2; exit 2; }
 model="${SHOAL_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 
-source "$root/tests/integration/netns/netns.sh"
-if ! why="$(netns_unavailable_reason)"; then
-  echo "pool_serve: $why" >&2
-  exit 2
-fi
-work="$(mktemp -d)"
-netns_setup 4
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  netns_teardown
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 source "$here/pool_nodes.sh"
+pool_bench_hosts pool_serve 4
 pool_nodes_start "$work" "$node" "$model" 7000
 
 pool() { netns_exec h4 "$cli" pool "$@" --nodes "$nodes" --config-dir "$work/cli" --ctx 512; }

@@ -67,7 +67,8 @@ struct PoolOptions {
   int replies = 0;        // generate: copies of the prompt run at once (0: parallel)
   int timeoutMs = 10000;
   double maxDeviceMemoryMb = 0;
-  int stages = 0;  // --stages: a plan over exactly this many stages (0: the planner's choice)
+  int stages = 0;    // --stages: a plan over exactly this many stages (0: the planner's choice)
+  int replicas = 1;  // serve --replicas: at most this many pipelines (0: the planner's choice)
   bool json = false;
   bool verbose = false;
   bool relay = false;  // --relay: every hop through the coordinator (no direct forwarding)
@@ -173,6 +174,7 @@ std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials&
   lan::CoordinatorOptions co;
   co.contextLength = contextFor(o);
   co.maxSequences = o.parallel;
+  co.maxPipelines = o.replicas;
   co.maxDeviceMemoryBytes = static_cast<uint64_t>(o.maxDeviceMemoryMb * 1e6);
   co.requestTimeout = std::max(timeout, std::chrono::milliseconds(30000));
   co.directForwarding = !o.relay;
@@ -228,11 +230,11 @@ json hopsJson(const std::vector<lan::PipelineHop>& hops) {
 
 // "layers 0-0 on a, direct to layers 1-20 on b, relayed to layers 21-29 on c": which node holds
 // which layers and how each hop travels.
-std::string pipelineLine(const lan::Coordinator& c) {
-  const std::vector<lan::PipelineHop> hops = c.hops();
+std::string pipelineLine(const lan::Coordinator& c, size_t replica = 0) {
+  const std::vector<lan::PipelineHop> hops = c.hops(replica);
   std::string line;
   size_t i = 0;
-  for (const json& st : stagesJson(c.deployed(), c.nodes())) {
+  for (const json& st : stagesJson(c.deployed(replica), c.nodes())) {
     if (i > 0) {
       line += i - 1 < hops.size() && hops[i - 1].direct ? ", direct to " : ", relayed to ";
     }
@@ -670,10 +672,30 @@ void runPoolServe(const PoolOptions& o) {
                                           0, o.verbose, o.parallel, contextFor(o))
                          : nullptr;
   planAndDeploy(*c, o);
-  char predicted[64];
-  std::snprintf(predicted, sizeof predicted, "; predicted %.1f tokens/s", c->predictedTokensPerS());
+  // A drafter serves one scheduler: each further replica gets its own copy of the draft model.
+  std::vector<std::unique_ptr<DraftModel>> moreDrafts;
+  std::vector<runtime::ModelDrafter*> drafters;
+  if (draft) {
+    drafters.push_back(draft->drafter.get());
+    for (size_t r = 1; r < c->replicaCount(); ++r) {
+      moreDrafts.push_back(loadDraftModel(o.draftModel, c->model().path(), c->model().tokenizer(),
+                                          0, false, o.parallel, contextFor(o)));
+      drafters.push_back(moreDrafts.back()->drafter.get());
+    }
+  }
+  std::string line;
+  for (size_t r = 0; r < c->replicaCount(); ++r) {
+    char predicted[64];
+    std::snprintf(predicted, sizeof predicted, " (predicted %.1f tokens/s)",
+                  c->predictedTokensPerS(r));
+    line += (r                       ? "; replica "
+             : c->replicaCount() > 1 ? "replica "
+                                     : "") +
+            (c->replicaCount() > 1 ? std::to_string(r + 1) + ": " : std::string()) +
+            pipelineLine(*c, r) + predicted;
+  }
   try {
-    servePoolApi(*c, o.api, pipelineLine(*c) + predicted, draft ? draft->drafter.get() : nullptr);
+    servePoolApi(*c, o.api, line, drafters);
   } catch (const CliExit&) {
     throw;
   } catch (const std::exception& e) {
@@ -797,6 +819,13 @@ void registerPoolCommand(CLI::App& app) {
       ->add_option("--draft-max", opt->api.draftMax,
                    "most tokens drafted per step by prompt lookup (speculative decoding: greedy "
                    "replies unchanged, sampled ones keep their distribution); 0 = off")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  serve
+      ->add_option("--replicas", opt->replicas,
+                   "at most this many replicas of the model, each a pipeline over devices of its "
+                   "own, with every request routed to the one that will answer it soonest (0: as "
+                   "many as give the most throughput)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
   addDraftModelOption(*serve, opt->draftModel, "auto");

@@ -168,6 +168,7 @@ runtime::GenerateResult ChatEngine::runReply(const std::vector<int32_t>& prompt,
       throw Error("the model is busy with " + std::to_string(m_queue->maxWaiting()) +
                   " waiting API requests; try again in a moment");
     case api::GenerationQueue::Submit::ShuttingDown:
+    case api::GenerationQueue::Submit::Unavailable:  // a router's answer, not one queue's
       throw Error("the model is being unloaded");
   }
   // The stop flag is read here, between pieces, and handed on as the job's cancellation.

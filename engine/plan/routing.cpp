@@ -94,4 +94,44 @@ Route route(const Pool& pool, const ModelCost& model, std::span<const RoutableSt
   return best;
 }
 
+int chooseReplica(const Pool& pool, const ModelCost& model,
+                  std::span<const std::vector<RoutableStage>> replicas) {
+  const LinkTable links(pool);
+  const double inf = std::numeric_limits<double>::infinity();
+  int best = -1;
+  bool bestFull = true;
+  double bestCost = inf;
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    const std::vector<RoutableStage>& stages = replicas[r];
+    if (stages.empty()) continue;
+    bool wellFormed = stages.front().firstLayer == 0 && stages.back().lastLayer == model.layers;
+    bool full = false;
+    double cost = 0;
+    for (size_t i = 0; i < stages.size() && wellFormed; ++i) {
+      const RoutableStage& s = stages[i];
+      wellFormed = s.device >= 0 && static_cast<size_t>(s.device) < pool.devices.size() &&
+                   s.lastLayer > s.firstLayer && s.secondsPerToken >= 0 && s.kvSlots > 0 &&
+                   (i == 0 || s.firstLayer == stages[i - 1].lastLayer);
+      if (!wellFormed) break;
+      const int depth = std::max(0, s.queueDepth);
+      full = full || depth >= s.kvSlots;
+      cost += s.secondsPerToken * (1.0 + static_cast<double>(depth) / s.kvSlots);
+      if (i > 0) {
+        cost += hopTimeS(links, model, links.nodeOfDevice(stages[i - 1].device),
+                         links.nodeOfDevice(s.device));
+      }
+    }
+    if (!wellFormed) continue;
+    cost += returnTimeS(links, links.nodeOfDevice(stages.back().device),
+                        links.nodeOfDevice(stages.front().device));
+    // A replica with room beats any full one; among equals the cheaper one wins.
+    if (best < 0 || (bestFull && !full) || (full == bestFull && cost < bestCost)) {
+      best = static_cast<int>(r);
+      bestFull = full;
+      bestCost = cost;
+    }
+  }
+  return best;
+}
+
 }  // namespace shoal::plan

@@ -39,4 +39,14 @@ std::vector<RoutableStage> routableStages(const Plan& plan, const Request& reque
 // the ranges do not join up. Deterministic: ties go to lower stage indices.
 Route route(const Pool& pool, const ModelCost& model, std::span<const RoutableStage> stages);
 
+// Phase 2 where the runtime keeps each replica whole (a sequence's KV cache lives on the stages
+// of one deployed pipeline, and one scheduler drives each): the replica a new request joins.
+// Each entry is one replica's stages in execution order (covering [0, L) without gaps, as
+// deployed); its cost is the chain cost above. A replica with a full stage (queueDepth ≥
+// kvSlots) is chosen only when every replica is full: the request then waits where the
+// expected latency with the whole queue counted is least. -1 when no replica is well formed.
+// Ties go to the lower index.
+int chooseReplica(const Pool& pool, const ModelCost& model,
+                  std::span<const std::vector<RoutableStage>> replicas);
+
 }  // namespace shoal::plan

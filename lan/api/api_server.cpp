@@ -72,7 +72,7 @@ std::string randomHex() {
 
 }  // namespace
 
-ApiServer::ApiServer(const model::Model& model, GenerationQueue& queue, ApiServerOptions options)
+ApiServer::ApiServer(const model::Model& model, JobSink& queue, ApiServerOptions options)
     : m_model(model),
       m_options(std::move(options)),
       m_modelId(m_options.modelId.empty() ? model.path().stem().string() : m_options.modelId),
@@ -195,17 +195,32 @@ void ApiServer::installRoutes() {
       return;
     }
     const QueueStats s = m_queue.stats();
-    const json body = {{"status", "ok"},
-                       {"model", m_modelId},
-                       {"queue",
-                        {{"waiting", s.waiting},
-                         {"running", s.running},
-                         {"slots", s.slotCount},
-                         {"kv_cache_bytes", m_kvCacheBytes},
-                         {"max_waiting", m_queue.maxWaiting()},
-                         {"completed", s.completed},
-                         {"cancelled", s.cancelled},
-                         {"rejected", s.rejected}}}};
+    json body = {{"status", "ok"},
+                 {"model", m_modelId},
+                 {"queue",
+                  {{"waiting", s.waiting},
+                   {"running", s.running},
+                   {"slots", s.slotCount},
+                   {"kv_cache_bytes", m_kvCacheBytes},
+                   {"max_waiting", m_queue.maxWaiting()},
+                   {"completed", s.completed},
+                   {"cancelled", s.cancelled},
+                   {"rejected", s.rejected}}}};
+    const std::vector<QueueStats> replicas = m_queue.replicaStats();
+    if (replicas.size() > 1) {
+      // Each replica of the model (a pipeline over the pool) with its own load.
+      json list = json::array();
+      for (const QueueStats& r : replicas) {
+        list.push_back({{"waiting", r.waiting},
+                        {"running", r.running},
+                        {"slots", r.slotCount},
+                        {"completed", r.completed},
+                        {"generated_tokens", r.generatedTokens},
+                        {"seconds_per_token",
+                         r.generatedTokens > 0 ? r.jobSeconds / r.generatedTokens : 0.0}});
+      }
+      body["replicas"] = std::move(list);
+    }
     res.set_content(dumpJson(body), "application/json");
   });
 
@@ -279,15 +294,18 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
   if (!track(job))
     throw ApiError(503, "server_error", "shutting_down", "the server is shutting down");
   switch (m_queue.submit(job)) {
-    case GenerationQueue::Submit::Accepted:
+    case JobSink::Submit::Accepted:
       break;
-    case GenerationQueue::Submit::Full:
+    case JobSink::Submit::Full:
       res.set_header("Retry-After", "1");
       throw ApiError(429, "rate_limit_error", "rate_limit_exceeded",
                      "the server is busy: " + std::to_string(m_queue.maxWaiting()) +
                          " requests are already waiting; retry later");
-    case GenerationQueue::Submit::ShuttingDown:
+    case JobSink::Submit::ShuttingDown:
       throw ApiError(503, "server_error", "shutting_down", "the server is shutting down");
+    case JobSink::Submit::Unavailable:
+      throw ApiError(503, "server_error", "model_unavailable",
+                     "no replica of the model is left to run the request");
   }
   if (droppedTurns > 0) res.set_header("X-Shoal-Dropped-Turns", std::to_string(droppedTurns));
 

@@ -78,10 +78,11 @@ std::string unsafeOptions(const ApiServerOptions& options);
 
 class ApiServer {
  public:
-  // `model` and `queue` (the generation worker over the model's chain; the desktop app's chat
-  // submits to the same one) must outlive the server. Requests run at once up to the queue's
-  // slots; options.maxQueued is for the HTTP threads and should be the queue's maxWaiting.
-  ApiServer(const model::Model& model, GenerationQueue& queue, ApiServerOptions options);
+  // `model` and `queue` (the generation worker over the model's chain, which the desktop app's
+  // chat submits to as well, or a router over the pool's replicas) must outlive the server.
+  // Requests run at once up to the queue's slots; options.maxQueued is for the HTTP threads and
+  // should be the queue's maxWaiting.
+  ApiServer(const model::Model& model, JobSink& queue, ApiServerOptions options);
   ~ApiServer();  // stop()
 
   ApiServer(const ApiServer&) = delete;
@@ -120,7 +121,7 @@ class ApiServer {
   uint64_t m_kvCacheBytes = 0;  // the KV budget of every slot (kv_footprint.h, as the planner)
   int m_port = 0;
   std::atomic<uint64_t> m_nextId{1};
-  GenerationQueue& m_queue;
+  JobSink& m_queue;
   std::mutex m_jobsMutex;                            // guards the two below
   std::vector<std::weak_ptr<GenerationJob>> m_jobs;  // submitted by this server, maybe finished
   bool m_stopping = false;

@@ -1,6 +1,9 @@
 #include "lan/api/generation_queue.h"
 
+#include <algorithm>
+#include <chrono>
 #include <exception>
+#include <utility>
 
 namespace shoal::api {
 
@@ -101,6 +104,7 @@ QueueStats GenerationQueue::stats() const {
   s.waiting = pending > free ? pending - free : 0;
   s.running = m_schedulerRunning;
   s.slotCount = m_slots;
+  s.holding = m_jobs.size() + m_schedulerWaiting + m_schedulerRunning;
   return s;
 }
 
@@ -108,7 +112,8 @@ void GenerationQueue::start(const std::shared_ptr<GenerationJob>& job) {
   runtime::Scheduler::Request r;
   r.prompt = job->m_prompt;
   r.options = job->m_options;  // its cancel flag is the job's
-  r.onText = [job](std::string_view piece) {
+  r.onText = [this, job](std::string_view piece) {
+    ++m_stepTokens;
     job->push(piece);
     return !job->cancelled();
   };
@@ -133,12 +138,15 @@ void GenerationQueue::start(const std::shared_ptr<GenerationJob>& job) {
 
 void GenerationQueue::workerLoop() {
   std::deque<std::shared_ptr<GenerationJob>> incoming;
+  double stepJobSeconds = 0;  // the last step's wall time × the jobs it ran
   for (;;) {
     {
       std::unique_lock lock(m_mutex);
       const runtime::SchedulerStats st = m_scheduler.stats();
       m_schedulerWaiting = st.waiting;
       m_schedulerRunning = st.active;
+      m_stats.generatedTokens += std::exchange(m_stepTokens, 0);
+      m_stats.jobSeconds += std::exchange(stepJobSeconds, 0.0);
       m_wake.wait(lock, [&] { return m_stopping || !m_jobs.empty() || !m_scheduler.idle(); });
       if (m_stopping) break;
       incoming.swap(m_jobs);
@@ -160,7 +168,11 @@ void GenerationQueue::workerLoop() {
       }
     }
     incoming.clear();
+    const size_t running = m_scheduler.stats().active;
+    const auto t0 = std::chrono::steady_clock::now();
     m_scheduler.step();
+    stepJobSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
+                     static_cast<double>(std::max<size_t>(running, m_scheduler.stats().active));
   }
   // Shutting down: every job the scheduler holds ends as Cancelled (their readers stop waiting).
   m_scheduler.cancelAll();

@@ -68,36 +68,64 @@ class GenerationJob {
 };
 
 struct QueueStats {
-  size_t waiting = 0;      // jobs queued for a KV slot
-  size_t running = 0;      // jobs holding a slot (reading their prompt or generating)
-  size_t slotCount = 0;    // jobs that can run at once (the chain's KV slots)
+  size_t waiting = 0;    // jobs queued for a KV slot
+  size_t running = 0;    // jobs holding a slot (reading their prompt or generating)
+  size_t slotCount = 0;  // jobs that can run at once (the chain's KV slots)
+  // Jobs accepted and not finished: running, about to take a free slot, or waiting (what a
+  // router counts as the load; running + waiting leaves out those about to start).
+  size_t holding = 0;
   uint64_t completed = 0;  // jobs that ran to a finish reason other than Cancelled
   uint64_t cancelled = 0;  // jobs cancelled (client gone, or shutdown)
   uint64_t rejected = 0;   // submissions refused because the queue was full
+  // How fast it generates, for a router: tokens the worker produced (streamed pieces, about one
+  // per token), and the wall time of its steps, each running job counted (a step of 3 jobs that
+  // took 10 ms adds 30 ms). Their ratio is the time one job waits per token, prompts included.
+  uint64_t generatedTokens = 0;
+  double jobSeconds = 0;
 };
 
-class GenerationQueue {
+// What the API server hands generation jobs to: one GenerationQueue (one chain), or a router
+// over the queues of several replicas of the model (replica_router.h).
+class JobSink {
+ public:
+  enum class Submit {
+    Accepted,
+    Full,          // the server answers 429
+    ShuttingDown,  // 503
+    Unavailable,   // no replica of the model is left to run it (503)
+  };
+  virtual ~JobSink() = default;
+  virtual Submit submit(const std::shared_ptr<GenerationJob>& job) = 0;
+  virtual QueueStats stats() const = 0;  // the whole: sums over replicas
+  // One entry per replica (one for a single queue), for a status page.
+  virtual std::vector<QueueStats> replicaStats() const { return {stats()}; }
+  virtual size_t maxWaiting() const = 0;      // jobs that may wait before Full
+  virtual size_t slotCount() const = 0;       // jobs that run at once
+  virtual int32_t contextLength() const = 0;  // per job: prompt + reply
+};
+
+class GenerationQueue final : public JobSink {
  public:
   // `chain` is used only by the worker thread from now on; it and `tokenizer` must outlive the
   // queue. maxWaiting bounds the jobs that wait for a slot (a burst first fills the free
   // slots); a submission beyond it is refused (the server answers 429).
   GenerationQueue(runtime::Chain& chain, const model::Tokenizer& tokenizer, size_t maxWaiting,
                   runtime::SchedulerOptions options = {});
-  ~GenerationQueue();  // shutdown()
+  ~GenerationQueue() override;  // shutdown()
 
   GenerationQueue(const GenerationQueue&) = delete;
   GenerationQueue& operator=(const GenerationQueue&) = delete;
 
-  enum class Submit { Accepted, Full, ShuttingDown };
-  Submit submit(const std::shared_ptr<GenerationJob>& job);
+  // Accepted, Full or ShuttingDown.
+  Submit submit(const std::shared_ptr<GenerationJob>& job) override;
 
   // Cancel the running jobs and every queued one (they finish as Cancelled) and join the worker.
   void shutdown();
 
-  QueueStats stats() const;
-  size_t maxWaiting() const { return m_maxWaiting; }
-  size_t slotCount() const { return m_slots; }               // jobs that run at once
-  int32_t contextLength() const { return m_contextLength; }  // per job: prompt + reply
+  QueueStats stats() const override;
+  size_t maxWaiting() const override { return m_maxWaiting; }
+  size_t slotCount() const override { return m_slots; }
+  int32_t contextLength() const override { return m_contextLength; }
 
  private:
   void workerLoop();
@@ -118,7 +146,8 @@ class GenerationQueue {
   size_t m_schedulerRunning = 0;
   bool m_stopping = false;
   QueueStats m_stats;
-  std::thread m_worker;  // last: started once everything above exists
+  uint64_t m_stepTokens = 0;  // the worker's count of generated pieces (its thread only)
+  std::thread m_worker;       // last: started once everything above exists
 };
 
 }  // namespace shoal::api

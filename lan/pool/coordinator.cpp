@@ -8,6 +8,7 @@
 #include "engine/plan/model_cost.h"
 #include "engine/plan/planner.h"
 #include "engine/plan/replan.h"
+#include "engine/plan/routing.h"
 #include "engine/runtime/scheduler.h"
 #include "lan/pool/cached_layout.h"
 #include "lan/pool/forward_fields.h"
@@ -132,7 +133,9 @@ void Coordinator::setModel(const std::filesystem::path& ggufPath) {
   identity.size = loaded->file().fileSize();
   const plan::ModelCost cost = plan::modelCostFromGguf(loaded->file(), m_options.contextLength);
   std::lock_guard lock(m_mutex);
-  if (!m_stages.empty()) throw Error("setModel: a model is deployed; the pool must be idle");
+  for (const auto& r : m_replicas) {
+    if (!r->stages.empty()) throw Error("setModel: a model is deployed; the pool must be idle");
+  }
   m_model = std::move(loaded);
   m_modelIdentity = std::move(identity);
   m_modelCost = cost;
@@ -143,13 +146,14 @@ const model::Model& Coordinator::model() const {
   return *m_model;
 }
 
-plan::Pool Coordinator::pool() const {
+plan::Pool Coordinator::poolWithout(const std::vector<std::string>& excluded) const {
   std::vector<NodeInfo> infos;
   std::vector<NodeLinkProfile> profiles;
   uint64_t cap = 0;
   {
     std::lock_guard lock(m_mutex);
     for (const std::string& id : m_memberOrder) {
+      if (std::find(excluded.begin(), excluded.end(), id) != excluded.end()) continue;
       infos.push_back(m_members.at(id).info);
       profiles.push_back(m_members.at(id).link);
     }
@@ -163,6 +167,8 @@ plan::Pool Coordinator::pool() const {
   return p;
 }
 
+plan::Pool Coordinator::pool() const { return poolWithout({}); }
+
 void Coordinator::setMaxDeviceMemory(uint64_t bytes) {
   std::lock_guard lock(m_mutex);
   m_options.maxDeviceMemoryBytes = bytes;
@@ -175,17 +181,25 @@ plan::Plan Coordinator::makePlan() const {
   plan::Request request;
   request.contextTokens = m_options.contextLength;
   request.sequences = m_options.maxSequences;
-  // Shards the nodes hold from earlier runs are reused where that costs under 5% of speed.
-  return preferCachedShards(plan::plan(p, m_modelCost, request, singleChatOptions()), p,
-                            m_modelCost, request, holdings(), m_modelIdentity.sha256);
+  plan::PlanOptions options;
+  options.maxPipelines = std::max(0, m_options.maxPipelines);
+  plan::Plan best = plan::plan(p, m_modelCost, request, options);
+  // Shards the nodes hold from earlier runs are reused where that costs under 5% of speed (a
+  // one-pipeline layout: a plan of replicas stays as it is).
+  if (best.pipelines.size() > 1) return best;
+  return preferCachedShards(best, p, m_modelCost, request, holdings(), m_modelIdentity.sha256);
 }
 
 std::vector<NodeInfo> Coordinator::holdings() const {
   std::vector<NodeInfo> out = nodes();
-  for (const StagePlacement& s : deployed()) {
-    for (NodeInfo& n : out) {
-      if (n.deviceId == s.nodeId) {
-        n.shards.push_back({m_modelIdentity.sha256, s.firstLayer, s.lastLayer});
+  std::lock_guard lock(m_mutex);
+  for (const auto& replica : m_replicas) {
+    for (const auto& stage : replica->stages) {
+      const StagePlacement& s = stage->placement();
+      for (NodeInfo& n : out) {
+        if (n.deviceId == s.nodeId) {
+          n.shards.push_back({m_modelIdentity.sha256, s.firstLayer, s.lastLayer});
+        }
       }
     }
   }
@@ -195,27 +209,61 @@ std::vector<NodeInfo> Coordinator::holdings() const {
 void Coordinator::deploy(const plan::Plan& plan, const DeployCallback& progress) {
   std::lock_guard run(m_runMutex);
   if (!m_model) throw Error("no model set (setModel)");
-  const std::vector<StagePlacement> stages = pipelineStages(plan);
+  std::vector<std::vector<StagePlacement>> pipelines;
+  std::vector<StagePlacement> want;
+  for (size_t i = 0; i < (plan.feasible ? plan.pipelines.size() : 1); ++i) {
+    pipelines.push_back(pipelineStages(plan, i));  // throws for an infeasible plan
+    want.insert(want.end(), pipelines.back().begin(), pipelines.back().end());
+  }
   // The next generation starts over on the new stages (their caches are not the session's).
   m_session.reset();
-  m_chain.reset();
-  m_chainStages.clear();
-  try {
-    deployStages(stages, progress);
-  } catch (const StageFailure& f) {
-    throw Error("node " + nodeName(f.nodeId) + " failed while loading: " + f.cause);
-  }
-  std::lock_guard lock(m_mutex);
-  m_predictedTokensPerS = plan.pipelines.front().throughputTokS;
-}
-
-void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
-                               const DeployCallback& progress) {
+  resetChains();
   LiveStages before;
   {
     std::lock_guard lock(m_mutex);
-    before = m_stages;
+    for (const auto& r : m_replicas)
+      before.insert(before.end(), r->stages.begin(), r->stages.end());
   }
+  bool unloadedAny = false;
+  LiveStages loaded;
+  auto forgetReplicas = [&] {
+    // The old replicas lost the stages unloaded: none is left (generate() refuses until the
+    // next deploy). The new stages are unloaded as the last references to them go
+    // (RemoteStage's destructor), so the next deploy finds their memory free.
+    if (!unloadedAny) return;
+    std::lock_guard lock(m_mutex);
+    m_replicas.clear();
+  };
+  try {
+    loaded = loadStages(before, want, progress, unloadedAny);
+  } catch (const StageFailure& f) {
+    forgetReplicas();
+    throw Error("node " + nodeName(f.nodeId) + " failed while loading: " + f.cause);
+  } catch (...) {
+    forgetReplicas();
+    throw;
+  }
+  std::vector<std::unique_ptr<Replica>> replicas;
+  size_t at = 0;
+  for (size_t i = 0; i < pipelines.size(); ++i) {
+    auto r = std::make_unique<Replica>();
+    const auto first = loaded.begin() + static_cast<std::ptrdiff_t>(at);
+    r->stages.assign(first, first + static_cast<std::ptrdiff_t>(pipelines[i].size()));
+    r->predictedTokensPerS = plan.pipelines[i].throughputTokS;
+    at += pipelines[i].size();
+    replicas.push_back(std::move(r));
+  }
+  {
+    std::lock_guard lock(m_mutex);
+    m_replicas = std::move(replicas);
+  }
+  for (size_t r = 0; r < pipelines.size(); ++r) linkHops(r);
+}
+
+Coordinator::LiveStages Coordinator::loadStages(const LiveStages& before,
+                                                const std::vector<StagePlacement>& stages,
+                                                const DeployCallback& progress, bool& unloadedAny) {
+  unloadedAny = false;
   // A stage already loaded exactly as wanted keeps its weights (its KV cache is reset by the
   // next generation).
   LiveStages reuse(stages.size());
@@ -233,7 +281,6 @@ void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
   // count) is a budget its loaded stages hold until they unload, so a replacement loaded beside
   // the stage it replaces would need room for both. Stages of a node that is gone (closed
   // client: recovery) have nothing to unload.
-  bool unloadedAny = false;
   for (size_t b = 0; b < before.size(); ++b) {
     if (kept[b] || !before[b]->client()->isOpen()) continue;
     unloadedAny = true;
@@ -246,74 +293,57 @@ void Coordinator::deployStages(const std::vector<StagePlacement>& stages,
     }
   }
   LiveStages after;
-  try {
-    for (size_t i = 0; i < stages.size(); ++i) {
-      const StagePlacement& want = stages[i];
-      DeployProgress dp;
-      dp.stage = i;
-      dp.stages = stages.size();
-      dp.nodeName = nodeName(want.nodeId);
-      if (reuse[i]) {
-        after.push_back(reuse[i]);
-      } else {
-        std::shared_ptr<NodeClient> client = clientOf(want.nodeId);
-        LoadStageRequest r;
-        {
-          std::lock_guard lock(m_mutex);
-          r.stageId = "stage-" + std::to_string(m_nextStage++);
-        }
-        r.model = m_modelIdentity;
-        r.placement = want;
-        r.contextLength = m_options.contextLength;
-        r.maxSequences = m_options.maxSequences;
-        r.maxBatch = m_options.maxBatch;
-        WeightsProgress onBytes = [&](uint64_t sent, uint64_t total) {
-          dp.bytesSent = sent;
-          dp.bytesTotal = total;
-          if (progress) progress(dp);
-        };
-        std::shared_ptr<RemoteStage> stage;
-        try {
-          stage = RemoteStage::deploy(client, m_model->file(), r, onBytes, m_options.loadTimeout);
-        } catch (const TransportError& e) {
-          throw StageFailure{want.nodeId, e.what()};
-        }
-        const LoadStageResult& loaded = stage->loaded();
-        log("stage " + r.stageId + " layers [" + std::to_string(want.firstLayer) + ", " +
-            std::to_string(want.lastLayer) + ") on " + dp.nodeName + "/" + want.deviceId + ": " +
-            loaded.source + " in " + std::to_string(static_cast<int64_t>(loaded.loadMs)) + " ms" +
-            (loaded.streamedBytes ? ", " + std::to_string(loaded.streamedBytes) + " bytes streamed"
-                                  : std::string()));
-        after.push_back(std::move(stage));
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const StagePlacement& want = stages[i];
+    DeployProgress dp;
+    dp.stage = i;
+    dp.stages = stages.size();
+    dp.nodeName = nodeName(want.nodeId);
+    if (reuse[i]) {
+      after.push_back(reuse[i]);
+    } else {
+      std::shared_ptr<NodeClient> client = clientOf(want.nodeId);
+      LoadStageRequest r;
+      {
+        std::lock_guard lock(m_mutex);
+        r.stageId = "stage-" + std::to_string(m_nextStage++);
       }
-      dp.done = true;
-      if (progress) progress(dp);
+      r.model = m_modelIdentity;
+      r.placement = want;
+      r.contextLength = m_options.contextLength;
+      r.maxSequences = m_options.maxSequences;
+      r.maxBatch = m_options.maxBatch;
+      WeightsProgress onBytes = [&](uint64_t sent, uint64_t total) {
+        dp.bytesSent = sent;
+        dp.bytesTotal = total;
+        if (progress) progress(dp);
+      };
+      std::shared_ptr<RemoteStage> stage;
+      try {
+        stage = RemoteStage::deploy(client, m_model->file(), r, onBytes, m_options.loadTimeout);
+      } catch (const TransportError& e) {
+        throw StageFailure{want.nodeId, e.what()};
+      }
+      const LoadStageResult& loaded = stage->loaded();
+      log("stage " + r.stageId + " layers [" + std::to_string(want.firstLayer) + ", " +
+          std::to_string(want.lastLayer) + ") on " + dp.nodeName + "/" + want.deviceId + ": " +
+          loaded.source + " in " + std::to_string(static_cast<int64_t>(loaded.loadMs)) + " ms" +
+          (loaded.streamedBytes ? ", " + std::to_string(loaded.streamedBytes) + " bytes streamed"
+                                : std::string()));
+      after.push_back(std::move(stage));
     }
-  } catch (...) {
-    // The old pipeline lost the stages unloaded above: no pipeline is left (generate() refuses
-    // until the next deploy; recovery re-plans from nothing). The kept and the new stages are
-    // unloaded as the last references to them go (RemoteStage's destructor), so the next
-    // deploy finds their memory free.
-    if (unloadedAny) {
-      std::lock_guard lock(m_mutex);
-      m_stages.clear();
-      m_predictedTokensPerS = 0;
-    }
-    throw;
+    dp.done = true;
+    if (progress) progress(dp);
   }
-  {
-    std::lock_guard lock(m_mutex);
-    m_stages = std::move(after);
-  }
-  linkHops();
+  return after;
 }
 
-void Coordinator::linkHops() {
+void Coordinator::linkHops(size_t replica) {
   LiveStages stages;
   std::vector<std::string> addresses;
   {
     std::lock_guard lock(m_mutex);
-    stages = m_stages;
+    stages = m_replicas.at(replica)->stages;
     for (const auto& s : stages) {
       const auto it = m_members.find(s->placement().nodeId);
       addresses.push_back(it == m_members.end() ? std::string() : it->second.address);
@@ -343,29 +373,45 @@ void Coordinator::linkHops() {
     hops.push_back(std::move(hop));
   }
   std::lock_guard lock(m_mutex);
-  m_hops = std::move(hops);
+  m_replicas.at(replica)->hops = std::move(hops);
 }
 
-std::vector<PipelineHop> Coordinator::hops() const {
+size_t Coordinator::replicaCount() const {
   std::lock_guard lock(m_mutex);
-  return m_hops;
+  return m_replicas.size();
 }
 
-std::vector<StagePlacement> Coordinator::deployed() const {
+std::vector<PipelineHop> Coordinator::hops(size_t replica) const {
+  std::lock_guard lock(m_mutex);
+  if (replica >= m_replicas.size()) return {};
+  return m_replicas[replica]->hops;
+}
+
+std::vector<StagePlacement> Coordinator::deployed(size_t replica) const {
   std::lock_guard lock(m_mutex);
   std::vector<StagePlacement> out;
-  for (const auto& s : m_stages) out.push_back(s->placement());
+  if (replica >= m_replicas.size()) return out;
+  for (const auto& s : m_replicas[replica]->stages) out.push_back(s->placement());
   return out;
 }
 
 double Coordinator::predictedTokensPerS() const {
   std::lock_guard lock(m_mutex);
-  return m_predictedTokensPerS;
+  double sum = 0;
+  for (const auto& r : m_replicas) sum += r->predictedTokensPerS;
+  return sum;
 }
 
-void Coordinator::recover(const StageFailure& failure, int32_t generated) {
+double Coordinator::predictedTokensPerS(size_t replica) const {
+  std::lock_guard lock(m_mutex);
+  return replica < m_replicas.size() ? m_replicas[replica]->predictedTokensPerS : 0.0;
+}
+
+void Coordinator::recover(const StageFailure& failure, int32_t generated, size_t replica) {
+  std::lock_guard recovering(m_recoverMutex);
   const auto t0 = Clock::now();
   RecoveryEvent event;
+  event.replica = replica;
   event.failedNodeId = failure.nodeId;
   event.failedNodeName = nodeName(failure.nodeId);
   event.cause = failure.cause;
@@ -374,17 +420,47 @@ void Coordinator::recover(const StageFailure& failure, int32_t generated) {
       " token(s): " + failure.cause + "; re-planning without it");
   removeNode(failure.nodeId);
 
-  const plan::Pool p = pool();
-  if (p.devices.empty())
-    throw Error("node " + event.failedNodeName + " failed and no node is left");
+  // The replica is rebuilt on its own surviving devices and the spare ones: the nodes of the
+  // other replicas are serving their own generations.
+  std::vector<std::string> othersNodes;
+  LiveStages current;
+  bool several = false;
+  {
+    std::lock_guard lock(m_mutex);
+    several = m_replicas.size() > 1;
+    for (size_t r = 0; r < m_replicas.size(); ++r) {
+      if (r == replica) continue;
+      for (const auto& s : m_replicas[r]->stages) othersNodes.push_back(s->placement().nodeId);
+    }
+    current = m_replicas.at(replica)->stages;
+  }
+  auto retire = [&](const std::string& why) {
+    {
+      std::lock_guard lock(m_mutex);
+      Replica& r = *m_replicas.at(replica);
+      r.stages.clear();
+      r.hops.clear();
+      r.predictedTokensPerS = 0;
+      r.retired = true;
+    }
+    log("replica " + std::to_string(replica + 1) + " retired: " + why);
+    return Error(why);
+  };
+  const plan::Pool p = poolWithout(othersNodes);
+  const std::string lost = "node " + event.failedNodeName + " failed and ";
+  if (p.devices.empty()) {
+    throw retire(lost + (several ? "no spare node is left for its replica" : "no node is left"));
+  }
   plan::Request request;
   request.contextTokens = m_options.contextLength;
   request.sequences = m_options.maxSequences;
-  const plan::Plan previous = planOfStages(deployed(), p);
+  std::vector<StagePlacement> placements;
+  for (const auto& s : current) placements.push_back(s->placement());
+  const plan::Plan previous = planOfStages(placements, p);
   const plan::Replan next = plan::replan(previous, p, m_modelCost, request, singleChatOptions());
   if (!next.plan.feasible) {
-    throw Error("node " + event.failedNodeName +
-                " failed and the rest cannot hold the model: " + next.plan.infeasibleReason);
+    throw retire(lost + (several ? "its replica's nodes and the spare ones" : "the rest") +
+                 " cannot hold the model: " + next.plan.infeasibleReason);
   }
   // replan() counts as moved every layer new to a device; what a node must really be sent
   // excludes the shards it cached in earlier runs and the stage it holds now. A layout of those
@@ -392,11 +468,25 @@ void Coordinator::recover(const StageFailure& failure, int32_t generated) {
   // layers takes them back from its cache).
   const plan::Plan chosen =
       preferCachedShards(next.plan, p, m_modelCost, request, holdings(), m_modelIdentity.sha256);
-  deployStages(pipelineStages(chosen), {});
+  bool unloadedAny = false;
+  LiveStages loaded;
+  try {
+    loaded = loadStages(current, pipelineStages(chosen), {}, unloadedAny);
+  } catch (...) {
+    // The replica lost the stages unloaded; the next recovery plans it from nothing.
+    if (unloadedAny) {
+      std::lock_guard lock(m_mutex);
+      m_replicas.at(replica)->stages.clear();
+      m_replicas.at(replica)->predictedTokensPerS = 0;
+    }
+    throw;
+  }
   {
     std::lock_guard lock(m_mutex);
-    m_predictedTokensPerS = chosen.pipelines.front().throughputTokS;
+    m_replicas.at(replica)->stages = std::move(loaded);
+    m_replicas.at(replica)->predictedTokensPerS = chosen.pipelines.front().throughputTokS;
   }
+  linkHops(replica);
   event.movedBytes = plan::movedWeightBytes(previous, chosen, m_modelCost);
   event.seconds = secondsSince(t0);
   log("recovered in " + std::to_string(event.seconds) + " s (" +
@@ -419,18 +509,68 @@ double Coordinator::predictedTtftS(int promptTokens) const {
                             m_options.maxBatch);
 }
 
+int Coordinator::routeRequest(const std::vector<ReplicaLoad>& loads) const {
+  std::vector<std::vector<StagePlacement>> placements;
+  {
+    std::lock_guard lock(m_mutex);
+    for (const auto& r : m_replicas) {
+      placements.emplace_back();
+      for (const auto& s : r->stages) placements.back().push_back(s->placement());
+    }
+  }
+  const plan::Pool p = pool();
+  if (p.devices.empty()) return -1;
+  const plan::LinkTable links(p);
+  plan::Request request;
+  request.contextTokens = m_options.contextLength;
+  request.sequences = m_options.maxSequences;
+  std::vector<std::vector<plan::RoutableStage>> replicas(placements.size());
+  for (size_t r = 0; r < placements.size(); ++r) {
+    if (placements[r].empty()) continue;  // retired: malformed, never chosen
+    const plan::Plan deployedPlan = planOfStages(placements[r], p);
+    const std::vector<plan::StageAssignment>& stages = deployedPlan.pipelines.front().stages;
+    if (std::any_of(stages.begin(), stages.end(), [](const auto& s) { return s.device < 0; })) {
+      continue;  // a node left since (its recovery is under way)
+    }
+    const plan::PipelineMetrics planned =
+        plan::evaluatePipeline(p, links, m_modelCost, request, stages);
+    const ReplicaLoad load = r < loads.size() ? loads[r] : ReplicaLoad{};
+    // What was measured replaces the plan's figure: the stage times are scaled by the ratio of
+    // the measured time per token to the planned latency (hops and return included), so a
+    // replica slower than planned (a busy node, a slow link) is seen as slower.
+    const double scale = load.measuredSecondsPerToken > 0 && planned.latencyS > 0
+                             ? load.measuredSecondsPerToken / planned.latencyS
+                             : 1.0;
+    for (size_t i = 0; i < stages.size(); ++i) {
+      plan::RoutableStage s;
+      s.device = stages[i].device;
+      s.firstLayer = stages[i].firstLayer;
+      s.lastLayer = stages[i].lastLayer;
+      s.secondsPerToken = planned.stageS[i] * scale;
+      s.queueDepth = load.sequences;
+      s.kvSlots = std::max(1, m_options.maxSequences);
+      replicas[r].push_back(s);
+    }
+  }
+  return plan::chooseReplica(p, m_modelCost, replicas);
+}
+
 std::vector<RecoveryEvent> Coordinator::recoveries() const {
   std::lock_guard lock(m_mutex);
   return m_recoveries;
 }
 
-void Coordinator::rebuildChain() {
+void Coordinator::rebuildChain(size_t replica) {
   LiveStages stages;
   std::vector<PipelineHop> hops;
+  Replica* r = nullptr;
   {
     std::lock_guard lock(m_mutex);
-    stages = m_stages;
-    hops = m_hops;
+    if (replica < m_replicas.size()) {
+      r = m_replicas[replica].get();
+      stages = r->stages;
+      hops = r->hops;
+    }
   }
   if (stages.empty()) throw Error("no pipeline deployed (deploy a plan first)");
   // Consecutive stages joined by direct hops form one group; a relayed hop starts a new one.
@@ -442,29 +582,37 @@ void Coordinator::rebuildChain() {
     if (!direct) groups.push_back(std::make_shared<LinkedStages>(std::exchange(parts, {})));
   }
   std::vector<std::shared_ptr<runtime::Stage>> links(groups.begin(), groups.end());
-  // Replaced in place: the session keeps a reference to the chain.
-  if (m_chain) {
-    *m_chain = runtime::Chain(std::move(links));
+  // Replaced in place: the session or scheduler keeps a reference to the chain.
+  if (r->chain) {
+    *r->chain = runtime::Chain(std::move(links));
   } else {
-    m_chain = std::make_unique<runtime::Chain>(std::move(links));
+    r->chain = std::make_unique<runtime::Chain>(std::move(links));
   }
-  m_chainStages = std::move(groups);
+  r->chainStages = std::move(groups);
 }
 
-std::string Coordinator::failedNodeOf(size_t chainStage) const {
-  const LinkedStages& group = *m_chainStages.at(chainStage);
+void Coordinator::resetChains() {
+  for (const auto& r : m_replicas) {
+    r->chain.reset();
+    r->chainStages.clear();
+  }
+}
+
+std::string Coordinator::failedNodeOf(size_t replica, size_t chainStage) const {
+  const LinkedStages& group = *m_replicas.at(replica)->chainStages.at(chainStage);
   return group.parts().at(group.failedPart())->placement().nodeId;
 }
 
-bool Coordinator::repairChain(const std::exception& error, size_t failedStage, int32_t generated,
-                              int32_t slots) {
+bool Coordinator::repairChain(size_t replica, const std::exception& error, size_t failedStage,
+                              int32_t generated, int32_t slots) {
+  Replica& r = *m_replicas.at(replica);
   if (dynamic_cast<const LinkFailure*>(&error)) {
     // Direct forwarding broke (not a node: a node that died throws TransportError first):
     // relay every hop until the next deploy links them again, and replay.
     bool anyDirect = false;
     {
       std::lock_guard lock(m_mutex);
-      for (PipelineHop& h : m_hops) {
+      for (PipelineHop& h : r.hops) {
         if (!h.direct) continue;
         anyDirect = true;
         h.direct = false;
@@ -474,26 +622,26 @@ bool Coordinator::repairChain(const std::exception& error, size_t failedStage, i
     if (!anyDirect) return false;
     log(std::string("direct forwarding failed (") + error.what() +
         "): relaying through the coordinator");
-    rebuildChain();
-    for (int32_t s = 0; s < slots; ++s) m_chain->truncate(s, 0);
+    rebuildChain(replica);
+    for (int32_t s = 0; s < slots; ++s) r.chain->truncate(s, 0);
     return true;
   }
   // A node that answers with an error is not failing: that error reaches the caller.
-  if (!dynamic_cast<const TransportError*>(&error) || failedStage >= m_chainStages.size()) {
+  if (!dynamic_cast<const TransportError*>(&error) || failedStage >= r.chainStages.size()) {
     return false;
   }
-  StageFailure failure{failedNodeOf(failedStage), error.what()};
+  StageFailure failure{failedNodeOf(replica, failedStage), error.what()};
   for (;;) {
     try {
-      recover(failure, generated);
-      rebuildChain();
+      recover(failure, generated, replica);
+      rebuildChain(replica);
       // Stages the new plan kept still hold the sequences; they are replayed from 0.
-      for (int32_t s = 0; s < slots; ++s) m_chain->truncate(s, 0);
+      for (int32_t s = 0; s < slots; ++s) r.chain->truncate(s, 0);
       return true;
     } catch (const StageFailure& again) {
       failure = again;  // a node failed while loading the new plan: drop it too
     } catch (const TransportError& e) {
-      failure = {failedNodeOf(m_chain->failedStage()), e.what()};
+      failure = {failedNodeOf(replica, r.chain->failedStage()), e.what()};
     }
   }
 }
@@ -503,14 +651,16 @@ bool Coordinator::recoverStage(const std::exception& error, size_t failedStage) 
   const auto generated =
       static_cast<int32_t>(m_session->cachedTokens().size() -
                            std::min(m_promptTokens, m_session->cachedTokens().size()));
-  return repairChain(error, failedStage, generated, 1);
+  return repairChain(0, error, failedStage, generated, 1);
 }
 
 std::vector<Coordinator::PoolReply> Coordinator::generateConcurrently(
     const std::vector<PoolRequest>& requests) {
   std::lock_guard run(m_runMutex);
   if (!m_model) throw Error("no model set (setModel)");
-  if (!m_chain) rebuildChain();
+  if (m_replicas.empty()) throw Error("no pipeline deployed (deploy a plan first)");
+  Replica& first = *m_replicas.front();
+  if (!first.chain) rebuildChain(0);
   // The scheduler uses the slots as it sees fit: the session's idea of slot 0 is stale after it.
   m_session.reset();
   std::vector<PoolReply> replies(requests.size());
@@ -519,10 +669,10 @@ std::vector<Coordinator::PoolReply> Coordinator::generateConcurrently(
   o.recovery = [this, &generated](const std::exception& e, size_t failedStage) {
     // The event counts the reply furthest along (in streamed pieces, about one per token).
     const int32_t most = *std::max_element(generated.begin(), generated.end());
-    return repairChain(e, failedStage, most, m_options.maxSequences);
+    return repairChain(0, e, failedStage, most, m_options.maxSequences);
   };
   try {
-    runtime::Scheduler scheduler(*m_chain, m_model->tokenizer(), std::move(o));
+    runtime::Scheduler scheduler(*first.chain, m_model->tokenizer(), std::move(o));
     for (size_t i = 0; i < requests.size(); ++i) {
       runtime::Scheduler::Request r;
       r.prompt = requests[i].prompt;
@@ -539,15 +689,13 @@ std::vector<Coordinator::PoolReply> Coordinator::generateConcurrently(
     }
     scheduler.runUntilIdle();
   } catch (...) {
-    m_chain.reset();
-    m_chainStages.clear();
+    resetChains();
     throw;
   }
   // A failed generation leaves its slot in an unknown state: the next run starts over.
   for (const PoolReply& r : replies) {
     if (!r.error.empty()) {
-      m_chain.reset();
-      m_chainStages.clear();
+      resetChains();
       break;
     }
   }
@@ -557,22 +705,27 @@ std::vector<Coordinator::PoolReply> Coordinator::generateConcurrently(
 void Coordinator::serve(const ServeBody& body) {
   std::lock_guard run(m_runMutex);
   if (!m_model) throw Error("no model set (setModel)");
-  if (!m_chain) rebuildChain();
-  m_session.reset();  // the scheduler uses the slots as it sees fit
-  runtime::SchedulerOptions o;
-  o.recovery = [this](const std::exception& e, size_t failedStage) {
-    return repairChain(e, failedStage, 0, m_options.maxSequences);
-  };
+  if (m_replicas.empty()) throw Error("no pipeline deployed (deploy a plan first)");
+  m_session.reset();  // the schedulers use the slots as they see fit
+  std::vector<ServedReplica> served;
+  for (size_t r = 0; r < m_replicas.size(); ++r) {
+    // A replica retired earlier has no stages: this throws, and a new deploy is needed.
+    if (!m_replicas[r]->chain) rebuildChain(r);
+    ServedReplica s;
+    s.chain = m_replicas[r]->chain.get();
+    s.options.recovery = [this, r](const std::exception& e, size_t failedStage) {
+      return repairChain(r, e, failedStage, 0, m_options.maxSequences);
+    };
+    served.push_back(std::move(s));
+  }
   try {
-    body(*m_chain, std::move(o));
+    body(served);
   } catch (...) {
-    m_chain.reset();
-    m_chainStages.clear();
+    resetChains();
     throw;
   }
   // Clients left the slots in any state: the next generation starts over.
-  m_chain.reset();
-  m_chainStages.clear();
+  resetChains();
 }
 
 void Coordinator::setDrafter(runtime::ModelDrafter* drafter) {
@@ -585,12 +738,14 @@ runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>&
                                               const runtime::Session::TextCallback& onText) {
   std::lock_guard run(m_runMutex);
   if (!m_model) throw Error("no model set (setModel)");
-  if (!m_chain) rebuildChain();
+  if (m_replicas.empty()) throw Error("no pipeline deployed (deploy a plan first)");
+  if (!m_replicas.front()->chain) rebuildChain(0);
   if (!m_session) {
-    m_session = std::make_unique<runtime::Session>(
-        *m_chain, m_model->tokenizer(), 0, [this](const std::exception& e, size_t failedStage) {
-          return recoverStage(e, failedStage);
-        });
+    m_session =
+        std::make_unique<runtime::Session>(*m_replicas.front()->chain, m_model->tokenizer(), 0,
+                                           [this](const std::exception& e, size_t failedStage) {
+                                             return recoverStage(e, failedStage);
+                                           });
   }
   m_session->setDrafter(m_drafter);
   m_promptTokens = prompt.size();
@@ -600,8 +755,7 @@ runtime::GenerateResult Coordinator::generate(const std::vector<model::TokenId>&
     // The caches are in an unknown state (or the pipeline is gone): the next generation
     // starts over.
     m_session.reset();
-    m_chain.reset();
-    m_chainStages.clear();
+    resetChains();
     throw;
   }
 }
@@ -637,9 +791,14 @@ PoolSnapshot Coordinator::pollSnapshot() {
     }
     if (m_model) context.modelName = m_modelIdentity.name;
     context.modelLayers = m_modelCost.layers;
-    context.predictedTokensPerS = m_predictedTokensPerS;
-    for (const auto& s : m_stages) context.stages.push_back(s->placement());
-    for (const PipelineHop& h : m_hops) context.directHops.push_back(h.direct);
+    // The diagram shows the first replica (the one a chat uses); the figure counts them all.
+    for (const auto& r : m_replicas) context.predictedTokensPerS += r->predictedTokensPerS;
+    if (!m_replicas.empty()) {
+      for (const auto& s : m_replicas.front()->stages) context.stages.push_back(s->placement());
+      for (const PipelineHop& h : m_replicas.front()->hops) {
+        context.directHops.push_back(h.direct);
+      }
+    }
   }
   for (auto& [client, report] : polls) {
     try {

@@ -1,8 +1,15 @@
 #pragma once
 // The pool coordinator: membership, profiling, planning, deployment, generation with recovery,
 // and telemetry. It hosts no stage itself: it holds the model file (for the tokenizer, the
-// planner's costs and streaming weights to nodes that lack them) and relays every hop (star
-// topology, see pool_builder.h), so only token ids and hidden states cross the network.
+// planner's costs and streaming weights to nodes that lack them) and relays the hops whose nodes
+// cannot link directly (star topology, see pool_builder.h), so only token ids and hidden states
+// cross the network.
+//
+// Replicas: a plan may hold several pipelines (CoordinatorOptions::maxPipelines); deploy() loads
+// them all, each a replica of the whole model on its own devices. generate() and
+// generateConcurrently() run on the first; serve() hands every replica to a scheduler of its own
+// and routeRequest() picks, per request, the replica that will answer it soonest (the planner's
+// phase 2, engine/plan/routing.h, over live load).
 //
 // Threading: the public methods may be called from any thread; generation and deployment block
 // (the GUI never calls them on its own thread) and are serialized: one runs at a time. The
@@ -48,6 +55,10 @@ struct CoordinatorOptions {
   // Sequences every stage holds KV caches for (the planner's S): how many generations
   // generateConcurrently() runs at once; more wait for a slot.
   int32_t maxSequences = 1;
+  // Replicas a plan may hold (plan::PlanOptions::maxPipelines): 1, one pipeline over the devices
+  // that make one chat fastest (the home default); 0, as many as give the most throughput
+  // (serving many clients); N, at most N.
+  int maxPipelines = 1;
   int32_t maxBatch = 256;  // prompt tokens per forward (bounds a hidden-state frame)
   // Most memory the pool may use on any one device (0: what the node reports free). Lets a
   // user keep part of each machine for other work (and tests force a model over several nodes).
@@ -84,6 +95,7 @@ using DeployCallback = std::function<void(const DeployProgress&)>;
 
 // One recovery from a stage failure during generation.
 struct RecoveryEvent {
+  size_t replica = 0;  // which replica lost the node
   std::string failedNodeId;
   std::string failedNodeName;
   std::string cause;            // the transport error
@@ -115,21 +127,26 @@ class Coordinator {
   const model::Model& model() const;
   const plan::ModelCost& modelCost() const { return m_modelCost; }
 
-  // The planner's view of the members, and the single-pipeline plan (the home default: one
-  // chat, fastest pipeline) over it.
+  // The planner's view of the members, and the plan over it (at most
+  // CoordinatorOptions::maxPipelines replicas; one by default: the fastest pipeline for one chat).
   plan::Pool pool() const;
   plan::Plan makePlan() const;
   // Plans from now on (and re-plans) use at most this much memory of any device (0: all it has);
   // CoordinatorOptions::maxDeviceMemoryBytes at first.
   void setMaxDeviceMemory(uint64_t bytes);
 
-  // Loads the plan's fastest pipeline (stages already loaded as asked are kept). Throws
-  // TransportError / shoal::Error when a node fails to load.
+  // Loads every pipeline of the plan, a replica each (stages already loaded as asked are
+  // kept). Throws TransportError / shoal::Error when a node fails to load.
   void deploy(const plan::Plan& plan, const DeployCallback& progress = {});
-  std::vector<StagePlacement> deployed() const;
-  // The hops of the deployed pipeline, in order (direct or relayed, and why).
-  std::vector<PipelineHop> hops() const;
+  // Replicas deployed (one retired after losing a node counts, with no stages).
+  size_t replicaCount() const;
+  // The stages of a replica, in order (the first by default: the one generate() uses).
+  std::vector<StagePlacement> deployed(size_t replica = 0) const;
+  // The hops of a replica's pipeline, in order (direct or relayed, and why).
+  std::vector<PipelineHop> hops(size_t replica = 0) const;
+  // The planner's throughput of the replicas deployed (their sum, X), or of one of them.
   double predictedTokensPerS() const;
+  double predictedTokensPerS(size_t replica) const;
   // The cost model's time to the first token of a `promptTokens`-token prompt on the deployed
   // pipeline (plan::prefillTimeS, in micro-batches of CoordinatorOptions::maxBatch); 0 when
   // nothing is deployed.
@@ -170,15 +187,34 @@ class Coordinator {
   std::vector<PoolReply> generateConcurrently(const std::vector<PoolRequest>& requests);
 
   // Serving clients that come and go (the OpenAI API over the pool, `shoal-cli pool serve`):
-  // calls `body` with the deployed pipeline's chain (options.maxSequences KV slots) and scheduler
-  // options whose recovery hook repairs it as generateConcurrently()'s does — a failed node is
-  // dropped, the rest re-planned and every generation replays its own tokens. The chain object
-  // stays the same across repairs. It is body's alone until body returns (deploy() and
-  // generate() wait); body may run a scheduler over it on another thread, where the recovery
-  // then runs, but must have stopped that thread before it returns.
-  using ServeBody = std::function<void(runtime::Chain& chain, runtime::SchedulerOptions options)>;
+  // calls `body` with each replica's chain (options.maxSequences KV slots) and scheduler options
+  // whose recovery hook repairs it as generateConcurrently()'s does — a failed node is dropped,
+  // the rest re-planned and every generation replays its own tokens. A chain object stays the
+  // same across repairs. The chains are body's alone until body returns (deploy() and
+  // generate() wait); body may run a scheduler over each on a thread of its own, where the
+  // recovery then runs, but must have stopped those threads before it returns.
+  //
+  // With several replicas, a replica's recovery repairs only it, from its surviving devices and
+  // the spare ones; when they cannot hold the model the replica is retired: its hook fails its
+  // generations and routeRequest() passes it over from then on.
+  struct ServedReplica {
+    runtime::Chain* chain = nullptr;
+    runtime::SchedulerOptions options;  // the recovery hook
+  };
+  using ServeBody = std::function<void(std::vector<ServedReplica>& replicas)>;
   void serve(const ServeBody& body);
 
+  // The live load of one replica, as its scheduler's queue sees it.
+  struct ReplicaLoad {
+    int sequences = 0;  // generations running or waiting on it
+    // Measured seconds per token of one of its generations (its steps' wall time, each running
+    // generation counted, over the tokens they produced); 0 until measured.
+    double measuredSecondsPerToken = 0;
+  };
+  // Phase 2: the index of the replica a new request should join (plan::chooseReplica over each
+  // replica's stages, their planned times scaled to what was measured, stretched by the load);
+  // -1 when none is left. `loads` has one entry per replica, in deploy order.
+  int routeRequest(const std::vector<ReplicaLoad>& loads) const;
   // One telemetry poll of every member (telemetry + ping) now; first removes the members whose
   // device options.isTrusted no longer trusts.
   PoolSnapshot pollSnapshot();
@@ -194,8 +230,21 @@ class Coordinator {
     std::shared_ptr<NodeClient> client;
     NodeLinkProfile link;
   };
-  // The deployed pipeline's stages, in order (shared: the chain and snapshots hold them too).
+  // A pipeline's stages, in order (shared: the chain and snapshots hold them too).
   using LiveStages = std::vector<std::shared_ptr<RemoteStage>>;
+  // One deployed pipeline.
+  struct Replica {
+    // Under m_mutex:
+    LiveStages stages;
+    std::vector<PipelineHop> hops;  // stages.size() - 1 of them
+    double predictedTokensPerS = 0;
+    bool retired = false;  // lost a node and could not be rebuilt: no stages, never routed to
+    // Its driver's alone (generate()'s session or one serving scheduler, under m_runMutex): the
+    // chain over its stages, kept across generations (prompt-prefix reuse) until a deploy or
+    // a failure, and the chain's stages: groups of deployed stages linked node to node.
+    std::unique_ptr<runtime::Chain> chain;
+    std::vector<std::shared_ptr<LinkedStages>> chainStages;
+  };
   // A node failed (TransportError) while loading a stage.
   struct StageFailure {
     std::string nodeId;
@@ -210,32 +259,44 @@ class Coordinator {
   std::string nodeName(const std::string& nodeId) const;
   // removeNode() for every member options.isTrusted no longer trusts (asked without m_mutex).
   void dropUntrustedMembers();
-  void deployStages(const std::vector<StagePlacement>& stages, const DeployCallback& progress);
-  // Drops the failed node, re-plans over the rest and deploys the new plan (StageFailure when
-  // another node fails while loading).
-  void recover(const StageFailure& failure, int32_t generated);
+  // The pool of the members but those in `excluded` (node ids), capped as pool() is.
+  plan::Pool poolWithout(const std::vector<std::string>& excluded) const;
+  // Loads `want`, keeping the stages of `before` loaded exactly as wanted and unloading the
+  // others first; returns the stages of `want`, in order. Throws StageFailure (or
+  // shoal::Error); `unloadedAny` then tells whether stages of `before` are gone.
+  LiveStages loadStages(const LiveStages& before, const std::vector<StagePlacement>& want,
+                        const DeployCallback& progress, bool& unloadedAny);
+  // Drops the failed node, re-plans the replica over its surviving devices and the spare ones
+  // (on no other replica) and deploys it (StageFailure when another node fails while loading;
+  // shoal::Error, the replica retired, when they cannot hold the model).
+  void recover(const StageFailure& failure, int32_t generated, size_t replica);
   // The session's Recovery hook: recover() from a TransportError of the chain's stage
   // `failedStage`, then hands the session the repaired chain with empty caches. false for any
   // other error (it reaches the caller).
   bool recoverStage(const std::exception& error, size_t failedStage);
-  // Introduces each deployed stage's node to the next one's (direct forwarding) and records in
-  // m_hops which hops are direct.
-  void linkHops();
-  // m_chain over the deployed stages (replaced in place: the session keeps a reference): the
-  // stages of consecutive direct hops form one LinkedStages.
-  void rebuildChain();
+  // Introduces each stage's node of the replica to the next one's (direct forwarding) and
+  // records in its hops which are direct.
+  void linkHops(size_t replica);
+  // The replica's chain over its stages (replaced in place: a session or scheduler keeps a
+  // reference): the stages of consecutive direct hops form one LinkedStages.
+  void rebuildChain(size_t replica);
+  // Drops every replica's chain: the next generation starts over.
+  void resetChains();
   // The node of the chain stage's part that failed last.
-  std::string failedNodeOf(size_t chainStage) const;
+  std::string failedNodeOf(size_t replica, size_t chainStage) const;
   // recover() from a TransportError of stage `failedStage`, rebuildChain(), and empty `slots`
   // sequences of every stage (those the new plan kept still hold them). false for other errors.
-  bool repairChain(const std::exception& error, size_t failedStage, int32_t generated,
-                   int32_t slots);
+  bool repairChain(size_t replica, const std::exception& error, size_t failedStage,
+                   int32_t generated, int32_t slots);
 
   Connector m_connector;
   CoordinatorOptions m_options;
 
   std::mutex m_runMutex;  // one deploy() or generate() at a time (one KV sequence)
   runtime::ModelDrafter* m_drafter = nullptr;  // generate()'s draft model (under m_runMutex)
+  // One recovery at a time: replicas served at once may fail at once, and each re-plans over
+  // the devices that no other replica uses.
+  std::mutex m_recoverMutex;
   mutable std::mutex m_mutex;  // guards the members, the deployment and the recoveries
   std::map<std::string, Member> m_members;
   std::vector<std::string> m_memberOrder;  // join order: the pool's device order
@@ -243,17 +304,14 @@ class Coordinator {
   std::unique_ptr<model::Model> m_model;
   ModelIdentity m_modelIdentity;
   plan::ModelCost m_modelCost;
-  LiveStages m_stages;
-  std::vector<PipelineHop> m_hops;  // m_stages.size() - 1 of them
-  double m_predictedTokensPerS = 0;
+  // The deployed replicas. The vector changes only in deploy() (under m_runMutex and m_mutex);
+  // each Replica's fields as it says.
+  std::vector<std::unique_ptr<Replica>> m_replicas;
   uint64_t m_nextStage = 1;
   std::vector<RecoveryEvent> m_recoveries;
 
-  // Generation (under m_runMutex): the session over a chain of the deployed stages, kept from
-  // one generate() to the next (prompt-prefix reuse) until a deploy or a failure.
-  std::unique_ptr<runtime::Chain> m_chain;
-  // m_chain's stages, in order: groups of deployed stages linked node to node.
-  std::vector<std::shared_ptr<LinkedStages>> m_chainStages;
+  // generate()'s session over the first replica's chain (under m_runMutex), kept from one
+  // generate() to the next (prompt-prefix reuse) until a deploy or a failure.
   std::unique_ptr<runtime::Session> m_session;
   size_t m_promptTokens = 0;  // of the generation running
 

@@ -68,13 +68,16 @@ plan::Pool buildPool(const std::vector<NodeInfo>& nodes,
   return pool;
 }
 
-std::vector<StagePlacement> pipelineStages(const plan::Plan& plan) {
+std::vector<StagePlacement> pipelineStages(const plan::Plan& plan, size_t pipeline) {
   if (!plan.feasible || plan.pipelines.empty()) {
     throw Error("no plan for the pool: " + (plan.infeasibleReason.empty()
                                                 ? std::string("no pipeline")
                                                 : plan.infeasibleReason));
   }
-  const plan::Pipeline& best = plan.pipelines.front();
+  if (pipeline >= plan.pipelines.size()) {
+    throw Error("the plan has no pipeline " + std::to_string(pipeline + 1));
+  }
+  const plan::Pipeline& best = plan.pipelines[pipeline];
   std::vector<StagePlacement> stages;
   for (size_t i = 0; i < best.stages.size(); ++i) {
     const plan::StageAssignment& s = best.stages[i];

@@ -55,9 +55,10 @@ struct StagePlacement {
   bool operator==(const StagePlacement&) const = default;
 };
 
-// The fastest pipeline of a feasible plan (plan::plan orders them fastest first) as stages.
-// Throws shoal::Error when the plan is infeasible (with its reason).
-std::vector<StagePlacement> pipelineStages(const plan::Plan& plan);
+// A pipeline of a feasible plan as stages, by default the fastest (plan::plan orders them
+// fastest first). Throws shoal::Error when the plan is infeasible (with its reason) or has no
+// such pipeline.
+std::vector<StagePlacement> pipelineStages(const plan::Plan& plan, size_t pipeline = 0);
 
 // A one-pipeline plan::Plan for stages (device ids as planDeviceId), so that replan() can
 // compare what is deployed now with the candidates.

@@ -6,7 +6,9 @@ or four of them (each may use 75% of its size) and serves the API. Checks: /v1/m
 /health; four greedy chat requests streamed at once each get exactly the text the same request
 gets alone; the same four again while a middle node is killed with SIGKILL mid-reply: every
 stream completes with its solo text (the pool re-plans over the other nodes and each reply
-replays its own tokens).
+replays its own tokens). Then, over the three survivors and a fifth node, the API with two
+replicas (`--replicas 2`, each a pipeline of two nodes): eight streams at once, routed between
+the replicas, each get their solo text, and /health shows both replicas serving.
 
 Standard library only. Run by CTest (tests/integration/api/CMakeLists.txt). Exit 77 = skipped
 (no default model).
@@ -87,18 +89,18 @@ def stream_chat(port, question, max_tokens, first_text=None):
     return text, finish
 
 
-def concurrently(port, max_tokens, while_running=None):
-    results = [None] * len(QUESTIONS)
-    started = [threading.Event() for _ in QUESTIONS]
+def concurrently(port, max_tokens, while_running=None, questions=QUESTIONS):
+    results = [None] * len(questions)
+    started = [threading.Event() for _ in questions]
 
     def run(i):
         try:
-            results[i] = stream_chat(port, QUESTIONS[i], max_tokens, started[i])
+            results[i] = stream_chat(port, questions[i], max_tokens, started[i])
         except Exception as e:  # reported by the main thread
             results[i] = e
             started[i].set()
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(QUESTIONS))]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(questions))]
     for t in threads:
         t.start()
     if while_running:
@@ -107,7 +109,7 @@ def concurrently(port, max_tokens, while_running=None):
         while_running()
     for t in threads:
         t.join()
-    for q, r in zip(QUESTIONS, results):
+    for q, r in zip(questions, results):
         if isinstance(r, Exception):
             fail(f"{q!r}: {r}")
     return results
@@ -132,7 +134,7 @@ def main():
         coordinator = subprocess.run([a.node, "--print-device-id", "--config-dir", cli_dir],
                                      check=True, capture_output=True, text=True).stdout.strip()
         nodes, trusted = [], []
-        for i in range(1, 5):
+        for i in range(1, 6):
             name = f"node{i}"
             out = os.path.join(work, f"{name}.out")
             with open(out, "w") as log:
@@ -156,7 +158,7 @@ def main():
         serve_out = os.path.join(work, "serve.out")
         with open(serve_out, "w") as log:
             procs["serve"] = subprocess.Popen(
-                [a.cli, "pool", "serve", "--nodes", ",".join(nodes), "--config-dir", cli_dir,
+                [a.cli, "pool", "serve", "--nodes", ",".join(nodes[:4]), "--config-dir", cli_dir,
                  "-m", a.model, "--ctx", "512", "--max-device-memory-mb", str(cap_mb),
                  "--parallel", "4", "--api-port", "0", "-v"],
                 stdout=log, stderr=subprocess.STDOUT)
@@ -192,8 +194,40 @@ def main():
             log = f.read()
         if "failed after" not in log:
             fail(f"no recovery was logged:\n{log}")
+        procs["serve"].send_signal(signal.SIGTERM)
+        procs["serve"].wait(60)
+
+        # Two replicas over the three survivors and node5: each node may hold the whole
+        # model's size, not its KV caches and both ends, so a replica takes two nodes.
+        lost = int(holders[1][4:]) - 1
+        left = [n for i, n in enumerate(nodes) if i != lost]
+        cap_mb = os.path.getsize(a.model) // 1000000
+        serve_out = os.path.join(work, "replicas.out")
+        with open(serve_out, "w") as log:
+            procs["serve"] = subprocess.Popen(
+                [a.cli, "pool", "serve", "--nodes", ",".join(left), "--config-dir", cli_dir,
+                 "-m", a.model, "--ctx", "512", "--max-device-memory-mb", str(cap_mb),
+                 "--parallel", "2", "--replicas", "2", "--api-port", "0", "-v"],
+                stdout=log, stderr=subprocess.STDOUT)
+        api_line = r"\[pool: (replica 1: .*); 4 replies at once\] API on http://127\.0\.0\.1:(\d+)/v1"
+        m = wait_for_line(serve_out, api_line, "the API line with two replicas", procs["serve"],
+                          timeout=180)
+        replicas, port = m.group(1), int(m.group(2))
+        if "replica 2: " not in replicas:
+            fail(f"expected two replicas, got: {replicas}")
+        questions = QUESTIONS + [q + " Answer briefly." for q in QUESTIONS]
+        solo = [stream_chat(port, q, 24) for q in questions]
+        together = concurrently(port, 24, questions=questions)
+        for q, s, t in zip(questions, solo, together):
+            if s != t:
+                fail(f"{q!r} over two replicas: alone {s!r}, with the others {t!r}")
+        status, health = get_json(port, "/health")
+        served = [r.get("completed", 0) for r in health.get("replicas", [])]
+        if status != 200 or len(served) != 2 or min(served) == 0:
+            fail(f"/health should show two replicas that both served: {status} {health}")
         print(f"ok: pool API over {pipeline}; four streams equal their solo runs, also across "
-              f"the loss of {holders[1]}")
+              f"the loss of {holders[1]}; eight over two replicas ({replicas}), "
+              f"requests completed per replica {served}")
     finally:
         for p in procs.values():
             if p.poll() is None:

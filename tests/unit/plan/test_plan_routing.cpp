@@ -132,6 +132,39 @@ class PlanRoutingTest : public QObject {
     QCOMPARE(stages[r.stages.front()].firstLayer, 0);
     QCOMPARE(stages[r.stages.back()].lastLayer, 32);
   }
+
+  // Whole replicas (the runtime's routing): the cheaper one under load, a full one only when
+  // every one is full, and malformed ones never.
+  void chooseReplicaWeighsEachReplicaByItsLoad() {
+    // A: d0 → d1 inside n0, 0.020 + 0.0011 + 0.020 + a return inside n0;
+    // B: d2 → d4 across nodes, 0.022 + 0.011 + 0.022 + a 0.010 return = 0.065.
+    std::vector<std::vector<RoutableStage>> replicas{
+        {stage(0, 0, 10, 0.020), stage(1, 10, 20, 0.020)},
+        {stage(2, 0, 10, 0.022), stage(4, 10, 20, 0.022)}};
+    QCOMPARE(chooseReplica(pool(), model(), replicas), 0);
+    // Three of A's four slots taken: 0.040 × 1.75 + 0.0011 > 0.065.
+    for (RoutableStage& s : replicas[0]) s.queueDepth = 3;
+    QCOMPARE(chooseReplica(pool(), model(), replicas), 1);
+    // B full (depth = slots): A wins while it has room, whatever its stretch.
+    for (RoutableStage& s : replicas[1]) s.queueDepth = 4;
+    QCOMPARE(chooseReplica(pool(), model(), replicas), 0);
+    // Both full: the one whose whole queue costs least. A: 0.040 × (1 + 9/4) + 0.0011 > 0.13;
+    // B: 0.044 × 2 + 0.021 = 0.109.
+    for (RoutableStage& s : replicas[0]) s.queueDepth = 9;
+    QCOMPARE(chooseReplica(pool(), model(), replicas), 1);
+  }
+
+  void chooseReplicaSkipsMalformedReplicas() {
+    const std::vector<std::vector<RoutableStage>> replicas{
+        {},                                                       // none
+        {stage(0, 0, 10, 0.001), stage(1, 12, 20, 0.001)},        // a gap
+        {stage(0, 0, 10, 0.001)},                                 // stops short of layer 20
+        {stage(9, 0, 20, 0.001)},                                 // no such device
+        {stage(2, 0, 10, 0.030), stage(3, 10, 20, 0.030, 7, 2)},  // full, but well formed
+    };
+    QCOMPARE(chooseReplica(pool(), model(), replicas), 4);
+    QCOMPARE(chooseReplica(pool(), model(), std::span(replicas).first(4)), -1);
+  }
 };
 
 QTEST_GUILESS_MAIN(PlanRoutingTest)

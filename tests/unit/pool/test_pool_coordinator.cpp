@@ -18,6 +18,7 @@
 #include "engine/model/model.h"
 #include "engine/plan/cost_model.h"
 #include "engine/plan/model_cost.h"
+#include "engine/runtime/scheduler.h"
 #include "engine/runtime/session.h"
 #include "kernels/backend_registry.h"
 #include "lan/pool/coordinator.h"
@@ -527,6 +528,142 @@ class TestPoolCoordinator : public QObject {
     QCOMPARE(c.nodes().size(), size_t(1));
     QCOMPARE(c.nodes().front().deviceId, config(1, 0).deviceId);
     QCOMPARE(s.devices.size(), size_t(1));
+  }
+
+  // Replicas (CoordinatorOptions::maxPipelines): deploys `nodes` fakes (80% of the model each,
+  // so a replica takes two), each with a CPU backend of its own (replicas compute on threads of
+  // their own, and a backend's thread pool serves one caller at a time), as two replicas.
+  std::unique_ptr<Coordinator> twoReplicas(FakePool& fakes, int nodes,
+                                           std::vector<std::unique_ptr<runtime::Backend>>& cpus) {
+    std::vector<std::string> addrs;
+    for (int i = 0; i < nodes; ++i) {
+      kernels::BackendOptions bo;
+      bo.cpuThreads = 1;
+      cpus.push_back(kernels::createBackend("cpu", bo));
+      addrs.push_back(fakes.add(config(i, m_fortyPercent * 2), *m_model, m_sha, *cpus.back()));
+    }
+    CoordinatorOptions o = options();
+    o.maxSequences = 2;
+    o.maxPipelines = 2;
+    return deployed(fakes, addrs, o);
+  }
+
+  // Runs each replica's requests on a scheduler of its own, on a thread each, as `pool serve`
+  // does; returns the replies of every replica, in order.
+  static std::vector<std::vector<Coordinator::PoolReply>> serveReplicas(
+      Coordinator& c, const std::vector<std::vector<Coordinator::PoolRequest>>& perReplica,
+      const model::Tokenizer& tokenizer) {
+    std::vector<std::vector<Coordinator::PoolReply>> replies(perReplica.size());
+    c.serve([&](std::vector<Coordinator::ServedReplica>& replicas) {
+      QCOMPARE(replicas.size(), perReplica.size());
+      std::vector<std::thread> threads;
+      for (size_t r = 0; r < replicas.size(); ++r) {
+        replies[r].resize(perReplica[r].size());
+        threads.emplace_back([&, r] {
+          runtime::Scheduler scheduler(*replicas[r].chain, tokenizer, replicas[r].options);
+          for (size_t i = 0; i < perReplica[r].size(); ++i) {
+            runtime::Scheduler::Request q;
+            q.prompt = perReplica[r][i].prompt;
+            q.options = perReplica[r][i].options;
+            q.onFinish = [&, r, i](const runtime::GenerateResult& result, std::string_view error) {
+              replies[r][i].result = result;
+              replies[r][i].error = std::string(error);
+            };
+            scheduler.add(std::move(q));
+          }
+          scheduler.runUntilIdle();
+        });
+      }
+      for (std::thread& t : threads) t.join();
+    });
+    return replies;
+  }
+
+  static std::set<std::string> nodesOf(const std::vector<StagePlacement>& stages) {
+    std::set<std::string> out;
+    for (const StagePlacement& s : stages) out.insert(s.nodeId);
+    return out;
+  }
+
+  // Two replicas on disjoint nodes serve at once; a node of the second dies mid-way: only that
+  // replica is re-planned (onto the spare node), and every reply of both equals its solo run.
+  void aReplicaThatLosesANodeIsRebuiltOnTheSpareWhileTheOtherServes() {
+    const char* prompts[] = {"The three primary colors are", "Water boils at",
+                             "The capital of Italy is", "A haiku about autumn:"};
+    std::vector<Coordinator::PoolRequest> requests;
+    std::vector<runtime::GenerateResult> want;
+    greedyRequests(prompts, 16, requests, want);
+    FakePool fakes;
+    std::vector<std::unique_ptr<runtime::Backend>> cpus;
+    auto c = twoReplicas(fakes, 5, cpus);
+    QCOMPARE(c->replicaCount(), size_t(2));
+    const std::vector<StagePlacement> first = c->deployed(0);
+    const std::vector<StagePlacement> second = c->deployed(1);
+    QCOMPARE(first.size(), size_t(2));
+    QCOMPARE(second.size(), size_t(2));
+    std::set<std::string> used = nodesOf(first);
+    for (const std::string& n : nodesOf(second)) QVERIFY(used.insert(n).second);  // disjoint
+    QVERIFY(c->predictedTokensPerS() > c->predictedTokensPerS(0));
+
+    FakeNode& victim = fakes.byId(second[1].nodeId);
+    victim.dieAfterForwards(12);
+    const auto got = serveReplicas(*c, {{requests[0], requests[1]}, {requests[2], requests[3]}},
+                                   m_model->tokenizer());
+    QVERIFY(victim.dead);
+    for (size_t r = 0; r < 2; ++r) {
+      for (size_t i = 0; i < 2; ++i) {
+        const Coordinator::PoolReply& reply = got[r][i];
+        QVERIFY2(reply.error.empty(), reply.error.c_str());
+        QCOMPARE(reply.result.tokens, want[2 * r + i].tokens);
+        QCOMPARE(reply.result.recoveries, r == 1 ? 1 : 0);
+      }
+    }
+    const std::vector<RecoveryEvent> events = c->recoveries();
+    QCOMPARE(events.size(), size_t(1));
+    QCOMPARE(events[0].replica, size_t(1));
+    QCOMPARE(c->deployed(0), first);  // untouched
+    const std::set<std::string> rebuilt = nodesOf(c->deployed(1));
+    QVERIFY(!rebuilt.count(second[1].nodeId));
+    for (const std::string& n : rebuilt) QVERIFY(!nodesOf(first).count(n));
+  }
+
+  // Without a spare, a replica that loses a node is retired: its generations fail with the
+  // reason, the other replica's complete, and requests are routed to the survivor only.
+  void aReplicaThatCannotBeRebuiltIsRetiredAndNoLongerRouted() {
+    const char* prompts[] = {"The three primary colors are", "Water boils at"};
+    std::vector<Coordinator::PoolRequest> requests;
+    std::vector<runtime::GenerateResult> want;
+    greedyRequests(prompts, 12, requests, want);
+    FakePool fakes;
+    std::vector<std::unique_ptr<runtime::Backend>> cpus;
+    auto c = twoReplicas(fakes, 4, cpus);
+    QCOMPARE(c->replicaCount(), size_t(2));
+    fakes.byId(c->deployed(0)[0].nodeId).dieAfterForwards(5);
+    const auto got = serveReplicas(*c, {{requests[0]}, {requests[1]}}, m_model->tokenizer());
+    QVERIFY(!got[0][0].error.empty());
+    QVERIFY2(got[0][0].error.find("no spare node") != std::string::npos ||
+                 got[0][0].error.find("cannot hold the model") != std::string::npos,
+             got[0][0].error.c_str());
+    QVERIFY2(got[1][0].error.empty(), got[1][0].error.c_str());
+    QCOMPARE(got[1][0].result.tokens, want[1].tokens);
+    QVERIFY(c->deployed(0).empty());
+    QCOMPARE(c->routeRequest({{0, 0}, {5, 0}}), 1);  // even loaded, the survivor
+  }
+
+  // Phase 2 over whole replicas: the idle one over a loaded one, a full one only when all are,
+  // and what was measured over what was planned.
+  void requestsAreRoutedByLiveLoad() {
+    FakePool fakes;
+    std::vector<std::unique_ptr<runtime::Backend>> cpus;
+    auto c = twoReplicas(fakes, 4, cpus);
+    QCOMPARE(c->replicaCount(), size_t(2));
+    QCOMPARE(c->routeRequest({{1, 0}, {0, 0}}), 1);
+    QCOMPARE(c->routeRequest({{0, 0}, {1, 0}}), 0);
+    QCOMPARE(c->routeRequest({{2, 0}, {1, 0}}), 1);  // replica 0 full (2 slots)
+    QCOMPARE(c->routeRequest({{1, 0}, {2, 0}}), 0);
+    // Equal load: a replica measured ten times slower than the other loses.
+    QCOMPARE(c->routeRequest({{0, 1.0}, {0, 0.1}}), 1);
+    QCOMPARE(c->routeRequest({{0, 0.1}, {0, 1.0}}), 0);
   }
 
   void generateWithoutADeployedPipelineIsRefused() {
