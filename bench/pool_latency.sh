@@ -148,6 +148,7 @@ print(json.dumps({
     "identical": plain["text"] == spec["text"],
     "uncapped_stages": len(free["stages"]),
     "uncapped_tokens_per_s": free["tokens_per_s"],
+    "uncapped_ahead_tokens": free.get("ahead_tokens", 0),
 }))
 PY
   done
@@ -188,7 +189,9 @@ for prof in dict.fromkeys(r["profile"] for r in rows):
                                                / r["relay_ttft_2048_s"] for r in rs),
         },
         "uncapped": {"stages": sorted({r["uncapped_stages"] for r in rs}),
-                     "decode_tokens_per_s": med(r["uncapped_tokens_per_s"] for r in rs)},
+                     "decode_tokens_per_s": med(r["uncapped_tokens_per_s"] for r in rs),
+                     "over_compute_only": med(r["uncapped_tokens_per_s"] for r in rs) / compute,
+                     "ahead_tokens": med(r["uncapped_ahead_tokens"] for r in rs)},
         "speculation": {
             "plain_tokens_per_s": med(r["plain_tokens_per_s"] for r in rs),
             "speculative_tokens_per_s": med(r["speculative_tokens_per_s"] for r in rs),

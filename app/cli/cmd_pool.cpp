@@ -641,6 +641,8 @@ void runPoolGenerate(const PoolOptions& o) {
                 {"verify_steps", r.verifySteps},
                 {"model_drafted_tokens", r.modelDraftedTokens},
                 {"model_accepted_tokens", r.modelAcceptedTokens},
+                {"ahead_steps", r.aheadSteps},
+                {"ahead_tokens", r.aheadTokens},
                 {"predicted_tokens_per_s", c->predictedTokensPerS()},
                 {"predicted_ttft_s", predictedTtft},
                 {"stages", stagesJson(c->deployed(), c->nodes())},

@@ -207,6 +207,20 @@ void Chain::wait(Stage::Ticket ticket) {
   m_stages[0]->wait(ticket);
 }
 
+int32_t Chain::decodeAheadLimit() const {
+  return m_stages.size() == 1 ? m_stages[0]->decodeAheadLimit() : 0;
+}
+
+std::vector<int32_t> Chain::decodeAhead(int32_t sequence, int32_t position, int32_t token,
+                                        int32_t count, const SampleRequest& sample) {
+  if (decodeAheadLimit() < count) {
+    throw Error("Chain::decodeAhead: the chain cannot decode " + std::to_string(count) +
+                " tokens ahead");
+  }
+  m_failedStage = 0;
+  return m_stages[0]->decodeAhead(sequence, position, token, count, sample);
+}
+
 void Chain::truncate(int32_t sequence, int32_t fromPosition) {
   for (size_t s = 0; s < m_stages.size(); ++s) {
     m_failedStage = s;

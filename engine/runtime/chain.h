@@ -56,6 +56,12 @@ class Chain {
 
   void truncate(int32_t sequence, int32_t fromPosition);
 
+  // Decoding ahead (Stage::decodeAhead) on a chain of one stage that can: the most tokens one
+  // call may decode, 0 for any other chain (decodeAhead then throws shoal::Error).
+  int32_t decodeAheadLimit() const;
+  std::vector<int32_t> decodeAhead(int32_t sequence, int32_t position, int32_t token, int32_t count,
+                                   const SampleRequest& sample);
+
   int32_t contextLength() const;  // the smallest of the stages'
   int32_t maxBatch() const;
   // Batches in flight that keep every device of the chain busy: the stages' pipelineDepth()

@@ -62,6 +62,21 @@ void Session::compute(size_t from, StepKind kind, Sampler& sampler,
   // Verifying a sampled reply's drafts takes the rows' logits here (the rejection rule).
   const bool sampledVerify = verify && options.sampler.temperature > 0;
   const bool headMaySample = options.sampler.repeatPenalty == 1.0f && !sampledVerify;
+  // A chain repaired during the step may no longer decode ahead (a node lost, the model now
+  // over two): the step then yields one token, as a plain one.
+  if (kind == StepKind::Ahead && m_chain.decodeAheadLimit() >= m_aheadCount) {
+    // produce() asks for it only where the head samples (no repetition penalty).
+    m_predicted = m_chain.decodeAhead(m_sequence, static_cast<int32_t>(from), m_cached[from],
+                                      m_aheadCount, sample);
+    if (m_predicted.size() != static_cast<size_t>(m_aheadCount)) {
+      throw Error("the chain decoded " + std::to_string(m_predicted.size()) +
+                  " tokens ahead, not " + std::to_string(m_aheadCount));
+    }
+    for (model::TokenId t : m_predicted) {
+      if (t < 0 || t >= m_tokenizer.size()) throw Error("the head stage sampled an unknown token");
+    }
+    return;
+  }
   m_chain.forward(m_sequence, static_cast<int32_t>(from), tokens, m_out,
                   verify ? LogitRows::All : LogitRows::Last, headMaySample ? &sample : nullptr,
                   verify);
@@ -111,7 +126,8 @@ const std::vector<model::TokenId>& Session::step(size_t from, StepKind kind, Sam
                                                  GenerateResult& result) {
   // Forget steps at or after `from` (a shorter prompt rewrote history) and record this one.
   while (!m_steps.empty() && m_steps.back().start >= from) m_steps.pop_back();
-  m_steps.push_back({from, kind == StepKind::Verify});
+  // A replay computes an Ahead step's tokens as one batch in decode order: the cache it left.
+  m_steps.push_back({from, kind != StepKind::Plain});
   try {
     for (;;) {
       std::exception_ptr failure;
@@ -192,11 +208,34 @@ void Session::produce(int32_t room, Sampler& sampler, const GenerateOptions& opt
   }
   DraftPolicy& policy = byModel ? m_modelPolicy : m_draftPolicy;
   if (m_draft.empty()) {
-    tokens.push_back(step(from, StepKind::Plain, sampler, options, result).front());
+    // Decoding ahead: as many tokens as about kDecodeAheadBurstSeconds of decoding at the
+    // measured pace (2 before anything is measured), within what is wanted and what fits.
+    int32_t ahead = 1;
+    if (options.decodeAhead > 1 && options.sampler.repeatPenalty == 1.0f && room > 0) {
+      const int32_t byTime =
+          m_secondsPerToken > 0 ? static_cast<int32_t>(kDecodeAheadBurstSeconds / m_secondsPerToken)
+                                : 2;
+      ahead = std::min(
+          {options.decodeAhead, m_chain.decodeAheadLimit(), room + 1, std::max(2, byTime)});
+    }
+    if (ahead > 1) {
+      m_aheadCount = ahead;
+      tokens = step(from, StepKind::Ahead, sampler, options, result);
+      // The chain cached all but the last of them (the next step feeds that one).
+      m_cached.insert(m_cached.end(), tokens.begin(), tokens.end() - 1);
+      if (tokens.size() > 1) {
+        ++result.aheadSteps;
+        result.aheadTokens += static_cast<int32_t>(tokens.size());
+      }
+    } else {
+      tokens.push_back(step(from, StepKind::Plain, sampler, options, result).front());
+    }
+    const double perToken = secondsSince(t0) / static_cast<double>(tokens.size());
+    m_secondsPerToken = m_secondsPerToken > 0 ? 0.5 * (m_secondsPerToken + perToken) : perToken;
     if (speculate) {
-      const double seconds = secondsSince(t0);
-      m_draftPolicy.plainStep(seconds);
-      m_modelPolicy.plainStep(seconds);
+      // What a token costs without drafts: a plain step, or its share of an Ahead step.
+      m_draftPolicy.plainStep(perToken);
+      m_modelPolicy.plainStep(perToken);
     }
     return;
   }

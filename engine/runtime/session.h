@@ -53,7 +53,21 @@ struct GenerateOptions {
   // gives another sample than without drafts); how many are verified per pass is the session's
   // DraftPolicy's choice (none where none pays).
   PromptLookupParams lookup{.maxDraft = 0};
+  // Decoding ahead on a chain that can (one stage holding the whole model on a pool node,
+  // Chain::decodeAheadLimit): where no draft is verified, a step asks the node for up to this
+  // many tokens at once, so a reply pays one network round trip per that many tokens rather than
+  // per token. The output is the same (each token is still decoded alone, sampled with the
+  // seed of its position); what changes is that text arrives in bursts (at most about
+  // kDecodeAheadBurstSeconds of decoding each) and a stop is noticed up to a burst late (the
+  // extra tokens are computed and dropped). Requests with a repetition penalty never decode
+  // ahead (the node has no token history). 0 or 1: off.
+  int32_t decodeAhead = 16;
 };
+
+// How long one burst of decoding ahead may take (Session sizes the bursts from the time per
+// token it measured): long enough to hide a Wi-Fi round trip many times over, short enough
+// that text still streams.
+inline constexpr double kDecodeAheadBurstSeconds = 0.25;
 
 struct GenerateResult {
   std::string text;                    // the reply, stop string excluded
@@ -72,6 +86,10 @@ struct GenerateResult {
   int32_t verifySteps = 0;
   int32_t modelDraftedTokens = 0;
   int32_t modelAcceptedTokens = 0;
+  // Decoding ahead (GenerateOptions::decodeAhead): steps that asked the chain for several
+  // tokens, and the tokens they brought.
+  int32_t aheadSteps = 0;
+  int32_t aheadTokens = 0;
 };
 
 class Session {
@@ -110,11 +128,12 @@ class Session {
  private:
   // How a step runs tokens[from..) of m_cached: the prompt (micro-batches of it) or one
   // reply token, predicting the token after the last; or a reply token followed by drafted
-  // ones, in decode order, predicting the token after each (verification).
-  enum class StepKind { Plain, Verify };
+  // ones, in decode order, predicting the token after each (verification); or one reply token
+  // from which the chain decodes m_aheadCount tokens on its own (Chain::decodeAhead).
+  enum class StepKind { Plain, Verify, Ahead };
   // Runs one step, recovering (and replaying) when a stage fails, and returns the predicted
   // tokens (sampled on the head stage or here): one for Plain, one per row for Verify (a
-  // sampled verification stops at its first rejected draft).
+  // sampled verification stops at its first rejected draft), m_aheadCount for Ahead.
   const std::vector<model::TokenId>& step(size_t from, StepKind kind, Sampler& sampler,
                                           const GenerateOptions& options, GenerateResult& result);
   // Recomputes m_cached from position 0 after a recovery, step by step as first computed.
@@ -145,6 +164,8 @@ class Session {
   DraftPolicy m_draftPolicy;                // prompt-lookup drafts; learns across replies
   ModelDrafter* m_drafter = nullptr;        // the draft model, if any
   DraftPolicy m_modelPolicy{1};             // the draft model's (they cost time to make)
+  int32_t m_aheadCount = 0;                 // tokens the next Ahead step asks for
+  double m_secondsPerToken = 0;  // measured decode time per token (sizes the Ahead bursts)
 };
 
 }  // namespace shoal::runtime

@@ -135,6 +135,19 @@ class Stage {
   // a stage that spans several nodes forwarding to each other directly (lan/pool/linked_stages.h)
   // has one per node. The chain submits that many before it waits (Chain::forwardBatches).
   virtual size_t pipelineDepth() const { return 1; }
+
+  // Decoding ahead, for a stage that holds the whole model (embedding and head) far from its
+  // caller (a pool node: each call costs a network round trip): from `token` at `position` of
+  // `sequence`, decode `count` tokens one after another, each computed as a decode step alone,
+  // sampled by `sample` with seed sample.seed + j for the j-th (as a caller sampling each step
+  // would seed it: Session seeds by position) and fed back as the next input. Returns the
+  // tokens; positions [position, position + count) are cached afterwards (the last token is not
+  // fed). So one round trip yields `count` tokens. decodeAheadLimit() is the most `count` may be;
+  // 0 (the default) where the stage cannot, and decodeAhead() then throws shoal::Error. No batch
+  // may be in flight.
+  virtual int32_t decodeAheadLimit() const { return 0; }
+  virtual std::vector<int32_t> decodeAhead(int32_t sequence, int32_t position, int32_t token,
+                                           int32_t count, const SampleRequest& sample);
 };
 
 }  // namespace shoal::runtime

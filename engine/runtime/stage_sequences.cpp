@@ -93,6 +93,10 @@ int32_t SequenceBook::logitRows(const Batch& batch) {
   return n;
 }
 
+std::vector<int32_t> Stage::decodeAhead(int32_t, int32_t, int32_t, int32_t, const SampleRequest&) {
+  throw Error("this stage cannot decode ahead");
+}
+
 Stage::Ticket LocalStage::submit(const Batch& batch, StageOutput& output) {
   run(batch, output);
   return ++m_submitted;

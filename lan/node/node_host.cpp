@@ -13,6 +13,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
 #include "engine/model/tensor_table.h"
+#include "engine/runtime/decode_ahead.h"
 #include "engine/runtime/sampler.h"
 #include "lan/node/shard_receiver.h"
 #include "lan/pool/forward_fields.h"
@@ -380,6 +381,7 @@ Message NodeHost::nodeInfo() const {
     info.devices.push_back(std::move(dev));
   }
   for (const auto& lm : m_catalog->models()) info.models.push_back({lm.file, lm.sha256, lm.size});
+  info.features.push_back(kFeatureDecodeAhead);
   Message m;
   m.control = nodeInfoToJson(info);
   m.control["weight_bytes_received"] = m_weightBytesReceived.load();
@@ -820,6 +822,20 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
   } else if (!sample.is_null()) {
     throw Error("forward: 'sample' must be null or an object");
   }
+  // Decoding ahead: the one token given, then its successors, each decoded alone and sampled
+  // here, fed back to the stage without a round trip to the coordinator.
+  int32_t ahead = 0;
+  if (c.contains("decode_ahead")) {
+    ahead = intField(c, "decode_ahead", 1, runtime::kMaxDecodeAhead);
+    if (!spec.hasEmbedding || !spec.hasHead) {
+      throw Error("forward: 'decode_ahead' needs a stage with the embedding and the head");
+    }
+    if (!sample.is_object()) throw Error("forward: 'decode_ahead' needs 'sample'");
+    if (segments.size() != 1 || segments.front().count != 1 ||
+        segments.front().logits != runtime::LogitRows::Last || c.contains("segments")) {
+      throw Error("forward: 'decode_ahead' takes one segment of one row (\"logits\": \"last\")");
+    }
+  }
   for (const runtime::Segment& segment : segments) {
     if (!sample.is_null() && segment.logits == runtime::LogitRows::None) {
       throw Error("forward: 'sample' needs logits rows (\"logits\": \"last\" or \"all\")");
@@ -838,6 +854,16 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
     std::lock_guard lock(s->mutex);
     --s->waiting;
     const int64_t t0 = nowNs();
+    if (ahead > 0) {
+      const runtime::Segment& segment = segments.front();
+      const std::vector<int32_t> decoded = runtime::decodeAheadLocally(
+          *s->stage, segment.sequence, segment.firstPosition, tokens.front(), ahead, sp);
+      s->samplers.erase(segment.sequence);  // the per-token path starts afresh after it
+      m.control["tokens"] = decoded;
+      s->busyNs += nowNs() - t0;
+      s->tokens += ahead;
+      return m;
+    }
     // The node samples itself (batch.sample stays null). Its sampler per sequence is rebuilt
     // whenever the parameters change — and the coordinator's Session seeds each draw with the
     // base seed plus the position, so in practice a fresh sampler per token: a replay after a

@@ -324,6 +324,12 @@ Coordinator::LiveStages Coordinator::loadStages(const LiveStages& before,
       } catch (const TransportError& e) {
         throw StageFailure{want.nodeId, e.what()};
       }
+      {
+        std::lock_guard lock(m_mutex);
+        const auto it = m_members.find(want.nodeId);
+        stage->setDecodeAhead(it != m_members.end() &&
+                              it->second.info.hasFeature(kFeatureDecodeAhead));
+      }
       const LoadStageResult& loaded = stage->loaded();
       log("stage " + r.stageId + " layers [" + std::to_string(want.firstLayer) + ", " +
           std::to_string(want.lastLayer) + ") on " + dp.nodeName + "/" + want.deviceId + ": " +

@@ -105,6 +105,18 @@ void LinkedStages::truncate(int32_t sequence, int32_t fromPosition) {
   }
 }
 
+int32_t LinkedStages::decodeAheadLimit() const {
+  return m_parts.size() == 1 && m_inFlight.empty() ? m_parts.front()->decodeAheadLimit() : 0;
+}
+
+std::vector<int32_t> LinkedStages::decodeAhead(int32_t sequence, int32_t position, int32_t token,
+                                               int32_t count,
+                                               const runtime::SampleRequest& sample) {
+  if (m_parts.size() != 1) throw Error("linked stages cannot decode ahead");
+  m_failedPart = 0;
+  return m_parts.front()->decodeAhead(sequence, position, token, count, sample);
+}
+
 int32_t LinkedStages::cachedPositions(int32_t sequence) const {
   return m_parts.front()->cachedPositions(sequence);
 }

@@ -41,6 +41,10 @@ class LinkedStages final : public runtime::Stage {
   void truncate(int32_t sequence, int32_t fromPosition) override;
   int32_t cachedPositions(int32_t sequence) const override;
   size_t pipelineDepth() const override { return m_parts.size(); }
+  // A group of one part decodes ahead where that part can (RemoteStage::decodeAhead).
+  int32_t decodeAheadLimit() const override;
+  std::vector<int32_t> decodeAhead(int32_t sequence, int32_t position, int32_t token, int32_t count,
+                                   const runtime::SampleRequest& sample) override;
 
   // The part whose submit/wait/truncate threw last.
   size_t failedPart() const { return m_failedPart; }

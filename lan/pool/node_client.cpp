@@ -362,6 +362,7 @@ NodeClient::RequestId NodeClient::sendForward(const ForwardRequest& r) {
     m.control["link_wait_ms"] = static_cast<int64_t>(m_timeout.count());
   }
   if (r.toLink) m.control["to_link"] = true;
+  if (r.decodeAhead > 0) m.control["decode_ahead"] = r.decodeAhead;
   if (r.sample) {
     m.control["sample"] = {{"temperature", r.sample->temperature},
                            {"top_p", r.sample->topP},

@@ -84,6 +84,10 @@ struct ForwardRequest {
   // next one (the reply is only an acknowledgement, ForwardReply::forwarded).
   bool fromLink = false;
   bool toLink = false;
+  // Decoding ahead (a node with kFeatureDecodeAhead; one segment of one token, `sample` given, a
+  // stage with both ends): the node decodes this many tokens from the one given and returns
+  // them (ForwardReply::tokens). 0: a plain forward.
+  int32_t decodeAhead = 0;
 };
 
 struct ForwardReply {

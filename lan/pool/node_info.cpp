@@ -73,6 +73,13 @@ bool NodeInfo::hasModel(const std::string& sha256) const {
   return false;
 }
 
+bool NodeInfo::hasFeature(const std::string& name) const {
+  for (const std::string& f : features) {
+    if (f == name) return true;
+  }
+  return false;
+}
+
 NodeInfo parseNodeInfo(const json& reply) {
   const std::string path = "node_info";
   if (!reply.is_object()) throw Error(path + ": not a JSON object");
@@ -167,6 +174,13 @@ NodeInfo parseNodeInfo(const json& reply) {
       info.shards.push_back(std::move(c));
     }
   }
+  if (const auto it = reply.find("features"); it != reply.end()) {
+    checkArray(*it, path + ".features", kMaxNodeInfoFeatures);
+    for (const json& f : *it) {
+      // Names this coordinator does not know are kept and never matched.
+      if (f.is_string()) info.features.push_back(sanitizeDisplayText(f.get<std::string>(), 64));
+    }
+  }
   return info;
 }
 
@@ -212,6 +226,7 @@ json nodeInfoToJson(const NodeInfo& info) {
     }
     out["shards"] = shards;
   }
+  if (!info.features.empty()) out["features"] = info.features;
   return out;
 }
 

@@ -54,6 +54,12 @@ struct CachedShard {
 };
 inline constexpr size_t kMaxNodeInfoShards = 256;
 
+// A forward may carry "decode_ahead": N (lan/node/README.md): the node decodes N tokens on its
+// own from the one it is given, so a pool of one node pays one round trip per N tokens.
+inline constexpr const char* kFeatureDecodeAhead = "decode_ahead";
+// At most this many features are read from a node_info reply.
+inline constexpr size_t kMaxNodeInfoFeatures = 32;
+
 struct NodeInfo {
   std::string name;      // display name
   std::string deviceId;  // the node's identity (certificate fingerprint)
@@ -65,9 +71,13 @@ struct NodeInfo {
   std::vector<std::string> warnings;
   std::vector<NodeForward> forwards;  // the asking coordinator's links ("links")
   std::vector<CachedShard> shards;    // shards the asking coordinator streamed here ("shards")
+  // Protocol extensions the node understands ("features"; optional, older nodes send none):
+  // kFeatureDecodeAhead.
+  std::vector<std::string> features;
 
   // True when the node holds a file with this SHA-256 (it can load any stage without streaming).
   bool hasModel(const std::string& sha256) const;
+  bool hasFeature(const std::string& name) const;
 };
 
 // Throws shoal::Error naming the field ("node_info.devices[1].memory_total: ...") when a

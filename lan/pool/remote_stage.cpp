@@ -5,6 +5,7 @@
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/model_config.h"
+#include "engine/runtime/decode_ahead.h"
 
 namespace shoal::lan {
 namespace {
@@ -240,6 +241,56 @@ void RemoteStage::setLinks(bool fromPrevious, bool toNext) {
   abandonAll();  // batches of the chain this stage was in before (a failure left them)
   m_fromPrevious = fromPrevious && !m_spec.hasEmbedding;
   m_toNext = toNext && !m_spec.hasHead;
+}
+
+int32_t RemoteStage::decodeAheadLimit() const {
+  const bool whole = m_spec.hasEmbedding && m_spec.hasHead && !m_fromPrevious && !m_toNext;
+  return m_decodeAhead && whole ? runtime::kMaxDecodeAhead : 0;
+}
+
+std::vector<int32_t> RemoteStage::decodeAhead(int32_t sequence, int32_t position, int32_t token,
+                                              int32_t count, const runtime::SampleRequest& sample) {
+  const std::string who = "node " + m_client->peerAddress() + ": stage " + m_stageId;
+  if (count < 1 || count > decodeAheadLimit()) {
+    throw Error("remote stage " + m_stageId + " cannot decode " + std::to_string(count) +
+                " tokens ahead");
+  }
+  if (!m_inFlight.empty()) throw Error("remote stage " + m_stageId + ": batches in flight");
+  // Checked as the one-token batch it starts with; counted as the `count` positions it fills.
+  const runtime::Segment first{sequence, position, 1, runtime::LogitRows::Last};
+  runtime::Batch batch;
+  batch.tokens = std::span(&token, 1);
+  batch.segments = std::span(&first, 1);
+  m_book.check(batch);
+  ForwardRequest r;
+  r.stageId = m_stageId;
+  r.sequence = sequence;
+  r.firstPosition = position;
+  r.count = 1;
+  r.logits = runtime::LogitRows::Last;
+  r.tokens = batch.tokens;
+  r.sample = &sample;
+  r.decodeAhead = count;
+  const ForwardReply reply = m_client->forward(r);
+  if (reply.tokens.size() != static_cast<size_t>(count)) {
+    throw Error(who + " decoded " + std::to_string(reply.tokens.size()) + " tokens ahead, not " +
+                std::to_string(count));
+  }
+  for (int32_t t : reply.tokens) {
+    if (t < 0 || t >= m_nVocab) {
+      throw Error(who + " returned no valid token (got " + std::to_string(t) + ", vocabulary " +
+                  std::to_string(m_nVocab) + ")");
+    }
+  }
+  // The node cached the given token and all but the last decoded one.
+  std::vector<int32_t> fed{token};
+  fed.insert(fed.end(), reply.tokens.begin(), reply.tokens.end() - 1);
+  const runtime::Segment all{sequence, position, count, runtime::LogitRows::Last};
+  runtime::Batch filled;
+  filled.tokens = fed;
+  filled.segments = std::span(&all, 1);
+  m_book.commit(filled);
+  return reply.tokens;
 }
 
 void RemoteStage::unload() {

@@ -65,6 +65,14 @@ class RemoteStage final : public runtime::Stage {
   // Drops the stage on the node and waits for its answer (the destructor then sends nothing).
   void unload();
 
+  // Decoding ahead (Stage::decodeAhead): one forward request that the node answers with
+  // `count` tokens. Only where the node understands it (setDecodeAhead: the coordinator knows
+  // from its node_info) and the stage holds the whole model, unlinked.
+  int32_t decodeAheadLimit() const override;
+  std::vector<int32_t> decodeAhead(int32_t sequence, int32_t position, int32_t token, int32_t count,
+                                   const runtime::SampleRequest& sample) override;
+  void setDecodeAhead(bool nodeSupportsIt) { m_decodeAhead = nodeSupportsIt; }
+
   // Direct forwarding (lan/node/stage_links.h; LinkedStages sets these): fromPrevious, the rows
   // come down the link from the previous stage's node (submit() sends none of batch.hidden);
   // toNext, the output goes down the link to the next one (wait() leaves the output empty).
@@ -113,6 +121,7 @@ class RemoteStage final : public runtime::Stage {
   bool m_isLoaded = false;
   bool m_fromPrevious = false;  // setLinks
   bool m_toNext = false;
+  bool m_decodeAhead = false;  // setDecodeAhead
 };
 
 }  // namespace shoal::lan

@@ -448,6 +448,82 @@ class TestNodeHost : public QObject {
     QCOMPARE(opOf(call(*c, {{"op", "ping"}, {"t", 4}})), std::string("pong"));
   }
 
+  // decode_ahead on a real node: the tokens equal decoding them one per request — greedy
+  // against one local stage, sampled against the node's own per-token sampling with the seeds a
+  // session gives each position; a shape it cannot run is an error reply, and the node serves on.
+  void aNodeDecodesAheadWhatItDecodesTokenByToken() {
+    TestNode node("ahead", dir("ahead-config"), m_modelsDir);
+    auto client = node.client();
+    {
+      auto raw = node.connect();
+      QVERIFY(
+          parseNodeInfo(call(*raw, {{"op", "node_info"}}).control).hasFeature(kFeatureDecodeAhead));
+    }
+    const int32_t layers = m_model->config().nLayer;
+    LoadStageRequest r;
+    r.stageId = "whole";
+    r.model = {m_sha, "m", m_model->file().fileSize()};
+    r.placement = {client->peerDeviceId(), "cpu0", 0, layers, true, true};
+    r.contextLength = 256;
+    std::unique_ptr<RemoteStage> stage = RemoteStage::deploy(client, m_model->file(), r);
+    QCOMPARE(stage->decodeAheadLimit(), 0);  // until told the node can
+    stage->setDecodeAhead(true);
+    QVERIFY(stage->decodeAheadLimit() >= 16);
+
+    const std::vector<int32_t>& prompt = m_prompts[0];
+    const auto p = static_cast<int32_t>(prompt.size());
+    runtime::SampleRequest greedy;
+    runtime::StageOutput out;
+    const runtime::Segment all{0, 0, p, runtime::LogitRows::Last};
+    runtime::Batch batch;
+    batch.tokens = prompt;
+    batch.segments = std::span(&all, 1);
+    batch.sample = &greedy;
+    stage->forward(batch, out);
+    QCOMPARE(out.tokens.size(), size_t(1));
+    const std::vector<int32_t> want = localGreedy(*m_model, prompt);
+    QCOMPARE(out.tokens[0], want[0]);
+    const std::vector<int32_t> ahead = stage->decodeAhead(0, p, out.tokens[0], 16, greedy);
+    QCOMPARE(ahead, std::vector<int32_t>(want.begin() + 1, want.begin() + 17));
+    QCOMPARE(stage->cachedPositions(0), p + 16);
+
+    // Sampled: one request of 12 against 12 requests of one, seeded as a session seeds them.
+    runtime::SampleRequest sampled;
+    sampled.temperature = 0.9f;
+    sampled.topK = 40;
+    sampled.topP = 0.95f;
+    sampled.seed = 77;
+    stage->truncate(0, p);
+    const std::vector<int32_t> burst = stage->decodeAhead(0, p, want[0], 12, sampled);
+    stage->truncate(0, p);
+    std::vector<int32_t> single;
+    int32_t token = want[0];
+    for (int32_t j = 0; j < 12; ++j) {
+      runtime::SampleRequest one = sampled;
+      one.seed = sampled.seed + uint64_t(j);
+      const runtime::Segment seg{0, p + j, 1, runtime::LogitRows::Last};
+      runtime::Batch b;
+      b.tokens = std::span(&token, 1);
+      b.segments = std::span(&seg, 1);
+      b.sample = &one;
+      stage->forward(b, out);
+      token = out.tokens.at(0);
+      single.push_back(token);
+    }
+    QCOMPARE(burst, single);
+
+    // Refused: more tokens than the most, and a stage without both ends; the node serves on.
+    QVERIFY_THROWS_EXCEPTION(Error, stage->decodeAhead(0, p, want[0], 1000, greedy));
+    auto c = node.connect();
+    QCOMPARE(opOf(call(*c, loadRequest(m_sha, "middle", 1, 2))), std::string("stage_ready"));
+    const nlohmann::json bad = {{"op", "forward"},     {"stage_id", "middle"}, {"sequence", 0},
+                                {"first_position", 0}, {"count", 1},           {"sample", nullptr},
+                                {"decode_ahead", 4}};
+    QVERIFY(says(call(*c, bad, std::vector<uint8_t>(size_t(m_model->config().nEmbd) * 4, 0)),
+                 "embedding and the head"));
+    QCOMPARE(opOf(call(*c, {{"op", "ping"}, {"t", 1}})), std::string("pong"));
+  }
+
   void malformedRequestsGetErrorRepliesAndTheNodeKeepsServing_data() {
     QTest::addColumn<QByteArray>("request");
     QTest::addColumn<QByteArray>("blob");

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "engine/runtime/decode_ahead.h"
 #include "engine/runtime/sampler.h"
 #include "lan/pool/forward_fields.h"
 #include "lan/pool/sha256.h"
@@ -37,6 +38,7 @@ NodeInfo FakeNode::info() const {
   for (const auto& [first, last] : m_config.cachedRanges) {
     info.shards.push_back({m_modelSha256, first, last});
   }
+  if (m_config.decodeAhead) info.features.push_back(kFeatureDecodeAhead);
   return info;
 }
 
@@ -225,15 +227,27 @@ Message FakeNode::forward(const Message& request) {
     std::memcpy(hidden.data(), request.blob.data(), request.blob.size());
     batch.hidden = hidden;
   }
-  runtime::StageOutput out;
-  stage.forward(batch, out);
+  runtime::SamplerParams params;
   if (stage.spec().hasHead && !c.at("sample").is_null()) {
-    runtime::SamplerParams params;
     params.temperature = c.at("sample").at("temperature").get<float>();
     params.topK = c.at("sample").at("top_k").get<int32_t>();
     params.topP = c.at("sample").at("top_p").get<float>();
     params.minP = 0;
     params.seed = c.at("sample").at("seed").get<uint64_t>();
+  }
+  if (c.contains("decode_ahead")) {
+    // As NodeHost: the given token and its successors, each decoded alone and sampled here.
+    if (!m_config.decodeAhead) throw Error("forward: unknown field 'decode_ahead'");
+    const std::vector<int32_t> decoded = runtime::decodeAheadLocally(
+        stage, segments.front().sequence, segments.front().firstPosition, tokens.at(0),
+        c.at("decode_ahead").get<int32_t>(), params);
+    ++aheadForwards;
+    aheadTokens += static_cast<int>(decoded.size());
+    return reply(request, {{"op", "forward_result"}, {"tokens", decoded}});
+  }
+  runtime::StageOutput out;
+  stage.forward(batch, out);
+  if (stage.spec().hasHead && !c.at("sample").is_null()) {
     // Each segment's logits rows in row order: its last row's token, or every row's.
     const size_t vocab = size_t(m_model.config().nVocab);
     json perSegment = json::array();

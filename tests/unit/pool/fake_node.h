@@ -27,6 +27,7 @@ struct FakeNodeConfig {
   // an earlier run): reported in node_info's shards, loaded without asking for weights.
   std::vector<std::pair<int32_t, int32_t>> cachedRanges;
   int dieAfterForwards = -1;  // >= 0: the connection dies when this forward request arrives
+  bool decodeAhead = true;    // understands "decode_ahead" (and says so in node_info's features)
 };
 
 // The node's state; outlives its connections (a test inspects it after the coordinator hung up).
@@ -44,6 +45,8 @@ class FakeNode {
   // What the node received and did, for assertions.
   int forwards = 0;
   int batchedForwards = 0;  // forwards of several segments (sequences) at once
+  int aheadForwards = 0;    // forwards that decoded ahead
+  int aheadTokens = 0;      // the tokens they returned
   int loads = 0;
   int unloads = 0;
   uint64_t streamedBytes = 0;  // weight bytes received and verified

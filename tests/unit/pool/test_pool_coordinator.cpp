@@ -467,6 +467,83 @@ class TestPoolCoordinator : public QObject {
     QCOMPARE(r.text, ref.substr(0, ref.find(stop)));
   }
 
+  // A model that fits one node: the pool is that node alone, and the session asks it for
+  // several tokens per request (decode ahead) instead of one round trip per token. The reply is
+  // the one decoding token by token gives: greedy, sampled with a seed, cut by a stop string in
+  // the middle of a burst (and the follow-up that reuses the cache), and across the node's death
+  // (the spare takes the model and the burst is replayed).
+  void aOneNodePoolDecodesAheadAndTheReplyIsUnchanged() {
+    FakePool fakes;
+    const std::string one = fakes.add(config(0, 5 * m_fortyPercent), *m_model, m_sha, *m_backend);
+    auto c = deployed(fakes, {one});
+    QCOMPARE(c->deployed().size(), size_t(1));
+    FakeNode& node = *fakes.nodes[0];
+
+    const runtime::GenerateResult r = c->generate(m_prompt, greedy());
+    QCOMPARE(r.tokens, m_reference.tokens);
+    QVERIFY(r.aheadSteps > 0);
+    QVERIFY(node.aheadForwards > 0);
+    // Bursts, not a round trip per token: the prompt, a first 2-token burst, then bigger ones.
+    QVERIFY2(node.forwards < kReplyTokens / 2, std::to_string(node.forwards).c_str());
+
+    // Sampled: the same draws as token by token (decodeAhead 0), seed for seed.
+    runtime::GenerateOptions sampled = greedy();
+    sampled.sampler.temperature = 0.9f;
+    sampled.sampler.seed = 1234;
+    runtime::GenerateOptions oneByOne = sampled;
+    oneByOne.decodeAhead = 0;
+    const runtime::GenerateResult a = c->generate(m_prompt, sampled);
+    const int before = node.aheadForwards;
+    const runtime::GenerateResult b = c->generate(m_prompt, oneByOne);
+    QCOMPARE(node.aheadForwards, before);
+    QCOMPARE(a.tokens, b.tokens);
+    QVERIFY(a.aheadSteps > 0);
+
+    // A stop string inside a burst; the next prompt extends the reply and reuses the cache.
+    const std::string stop = m_reference.text.substr(20, 4);
+    runtime::GenerateOptions stopped = greedy();
+    stopped.stop = {stop};
+    const runtime::GenerateResult cut = c->generate(m_prompt, stopped);
+    QCOMPARE(cut.finish, runtime::FinishReason::StopString);
+    QCOMPARE(cut.text, m_reference.text.substr(0, m_reference.text.find(stop)));
+    std::vector<model::TokenId> followUp = m_prompt;
+    followUp.insert(followUp.end(), m_reference.tokens.begin(), m_reference.tokens.begin() + 10);
+    runtime::Chain chain = localChain();
+    runtime::Session local(chain, m_model->tokenizer());
+    const runtime::GenerateResult want = local.generate(followUp, greedy(16));
+    const runtime::GenerateResult got = c->generate(followUp, greedy(16));
+    QVERIFY(got.reusedTokens > 0);
+    QCOMPARE(got.tokens, want.tokens);
+  }
+
+  void aNodeLostMidBurstIsReplacedAndTheReplyIsUnchanged() {
+    FakePool fakes;
+    std::vector<std::string> addrs;
+    for (int i = 0; i < 2; ++i) {
+      addrs.push_back(fakes.add(config(i, 5 * m_fortyPercent), *m_model, m_sha, *m_backend));
+    }
+    auto c = deployed(fakes, addrs);
+    QCOMPARE(c->deployed().size(), size_t(1));
+    FakeNode& first = fakes.byId(c->deployed()[0].nodeId);
+    first.dieAfterForwards(3);  // the prompt, two bursts, then it dies
+    const runtime::GenerateResult r = c->generate(m_prompt, greedy());
+    QVERIFY(first.dead);
+    QCOMPARE(r.tokens, m_reference.tokens);
+    QCOMPARE(r.recoveries, 1);
+    QVERIFY(c->deployed()[0].nodeId != first.info().deviceId);
+  }
+
+  void aNodeThatCannotDecodeAheadGetsOneTokenPerRequest() {
+    FakePool fakes;
+    FakeNodeConfig old = config(0, 5 * m_fortyPercent);
+    old.decodeAhead = false;
+    auto c = deployed(fakes, {fakes.add(old, *m_model, m_sha, *m_backend)});
+    const runtime::GenerateResult r = c->generate(m_prompt, greedy());
+    QCOMPARE(r.tokens, m_reference.tokens);
+    QCOMPARE(r.aheadSteps, 0);
+    QCOMPARE(fakes.nodes[0]->aheadForwards, 0);
+  }
+
   void snapshotCoversEveryNodeWithItsLayers() {
     FakePool fakes;
     std::vector<std::string> addrs;
