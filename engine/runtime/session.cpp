@@ -208,15 +208,17 @@ void Session::produce(int32_t room, Sampler& sampler, const GenerateOptions& opt
   }
   DraftPolicy& policy = byModel ? m_modelPolicy : m_draftPolicy;
   if (m_draft.empty()) {
-    // Decoding ahead: as many tokens as about kDecodeAheadBurstSeconds of decoding at the
-    // measured pace (2 before anything is measured), within what is wanted and what fits.
+    // Decoding ahead: bursts of 2, 4, 8, ... tokens in a reply (its first text comes soon), up
+    // to about kDecodeAheadBurstSeconds of decoding at the measured pace, within what is wanted
+    // and what fits.
     int32_t ahead = 1;
     if (options.decodeAhead > 1 && options.sampler.repeatPenalty == 1.0f && room > 0) {
       const int32_t byTime =
           m_secondsPerToken > 0 ? static_cast<int32_t>(kDecodeAheadBurstSeconds / m_secondsPerToken)
                                 : 2;
-      ahead = std::min(
-          {options.decodeAhead, m_chain.decodeAheadLimit(), room + 1, std::max(2, byTime)});
+      const int32_t grown = m_aheadCount > 1 ? 2 * m_aheadCount : 2;
+      ahead = std::min({options.decodeAhead, m_chain.decodeAheadLimit(), room + 1,
+                        std::max(2, std::min(byTime, grown))});
     }
     if (ahead > 1) {
       m_aheadCount = ahead;
@@ -301,6 +303,7 @@ GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
   }
   m_cached = prompt;
   result.reusedTokens = static_cast<int32_t>(common);
+  m_aheadCount = 0;  // a reply's bursts start small
 
   Sampler sampler(options.sampler);
   for (model::TokenId t : prompt) sampler.accept(t);

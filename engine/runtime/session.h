@@ -61,7 +61,7 @@ struct GenerateOptions {
   // kDecodeAheadBurstSeconds of decoding each) and a stop is noticed up to a burst late (the
   // extra tokens are computed and dropped). Requests with a repetition penalty never decode
   // ahead (the node has no token history). 0 or 1: off.
-  int32_t decodeAhead = 16;
+  int32_t decodeAhead = 32;
 };
 
 // How long one burst of decoding ahead may take (Session sizes the bursts from the time per
