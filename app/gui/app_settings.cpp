@@ -29,6 +29,7 @@ AppSettings AppSettings::load() {
   a.threads = s->value("compute/threads", a.threads).toInt();
   a.backend = s->value("compute/backend", a.backend).toString();
   a.device = s->value("compute/device", a.device).toString();
+  a.draftModel = s->value("compute/draft_model", a.draftModel).toString();
   a.modelsDir = s->value("models/dir", a.modelsDir).toString();
   a.nodeName = s->value("node/name", QSysInfo::machineHostName()).toString();
   a.apiEnabled = s->value("api/enabled", a.apiEnabled).toBool();
@@ -42,6 +43,7 @@ void AppSettings::save() const {
   s->setValue("compute/threads", threads);
   s->setValue("compute/backend", backend);
   s->setValue("compute/device", device);
+  s->setValue("compute/draft_model", draftModel);
   s->setValue("models/dir", modelsDir);
   s->setValue("node/name", nodeName);
   s->setValue("api/enabled", apiEnabled);

@@ -11,6 +11,9 @@ struct AppSettings {
   int threads = 0;          // CPU threads; 0: one per physical core
   QString backend = "cpu";  // preferred backend ("cpu", "vulkan", "cuda")
   QString device;           // preferred device id of that backend; empty: its first
+  // Speculative decoding's draft model: "auto" (a small model with the same vocabulary next to
+  // the model or in the model folders, runtime::chooseDraftModel), "none", or a GGUF path.
+  QString draftModel = "auto";
   QString modelsDir;        // where the model manager lists and adds models
   QString nodeName;         // this machine's name in a pool; empty: the host name
   bool apiEnabled = false;  // serve the OpenAI-compatible API over the loaded model

@@ -5,12 +5,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/chain.h"
+#include "engine/runtime/draft_model_choice.h"
 #include "engine/runtime/local_chain.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/session.h"
 #include "kernels/backend_registry.h"
 #include "lan/api/api_server.h"
@@ -97,6 +100,10 @@ void ChatEngine::stopApi() {
 void ChatEngine::unload() {
   stopApi();
   m_queue.reset();  // joins its worker: nothing touches the chain after this
+  m_drafter.reset();
+  m_draftChain.reset();
+  m_draftBackend.reset();
+  m_draftModel.reset();
   m_chain.reset();
   m_backend.reset();
   m_cpuBackend.reset();
@@ -137,8 +144,11 @@ void ChatEngine::loadModel(const QString& path) {
                       .arg(QString::fromStdString(split.describe(device, spec.lastLayer))));
     }
     m_chain = runtime::buildLocalChain(*m_backend, device, m_cpuBackend.get(), src, spec, split);
+    loadDrafter(path, spec.maxSequences, spec.contextLength);
+    runtime::SchedulerOptions schedule;
+    schedule.drafter = m_drafter.get();
     m_queue = std::make_unique<api::GenerationQueue>(*m_chain, m_model->tokenizer(),
-                                                     api::kMaxQueuedRequests);
+                                                     api::kMaxQueuedRequests, schedule);
     m_modelPath = path;
   } catch (const std::exception& e) {
     unload();
@@ -148,6 +158,45 @@ void ChatEngine::loadModel(const QString& path) {
   emit modelLoaded(QFileInfo(path).fileName(), m_queue->contextLength(),
                    QString::fromStdString(m_model->config().architecture));
   if (m_apiWanted) startApi();
+}
+
+void ChatEngine::setDraftModel(const QString& choice) { m_draftChoice = choice; }
+
+void ChatEngine::loadDrafter(const QString& modelPath, int32_t sequences, int32_t contextLength) {
+  std::filesystem::path path;
+  try {
+    path = runtime::chooseDraftModel(m_draftChoice.toStdString(), modelPath.toStdString(),
+                                     m_model->tokenizer());
+    if (path.empty()) return;
+    auto draft = model::Model::load(path);
+    const std::string why =
+        runtime::draftVocabularyMismatch(m_model->tokenizer(), draft->tokenizer());
+    if (!why.empty()) throw Error("it cannot draft for this model: " + why);
+    kernels::BackendOptions options;
+    options.cpuThreads = m_threads;
+    auto cpu = kernels::createBackend("cpu", options);
+    runtime::StageSpec spec = wholeModelSpec(*draft, sequences);
+    spec.contextLength = contextLength;  // it drafts over the whole of a reply's history
+    const runtime::ModelSource src{&draft->file(), &draft->config(), &draft->weights()};
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(cpu->createStage(cpu->devices().front().id, src, spec));
+    auto chain = std::make_unique<runtime::Chain>(std::move(stages));
+    m_drafter = std::make_unique<runtime::ModelDrafter>(*chain);
+    m_draftChain = std::move(chain);
+    m_draftBackend = std::move(cpu);
+    m_draftModel = std::move(draft);
+  } catch (const std::exception& e) {
+    m_drafter.reset();
+    m_draftChain.reset();
+    m_draftBackend.reset();
+    m_draftModel.reset();
+    emit notice(tr("The draft model %1 is not used: %2")
+                    .arg(QString::fromStdString(path.filename().string()),
+                         QString::fromStdString(e.what())));
+    return;
+  }
+  emit notice(tr("Drafting with %1 (speculative decoding: the replies stay the same).")
+                  .arg(QString::fromStdString(path.filename().string())));
 }
 
 ChatEngine::ReplyTarget ChatEngine::replyTarget() const {

@@ -37,6 +37,7 @@ class Model;
 namespace shoal::runtime {
 class Backend;
 class Chain;
+class ModelDrafter;
 }  // namespace shoal::runtime
 namespace shoal::api {
 class ApiServer;
@@ -63,6 +64,12 @@ class ChatEngine : public ReplyEngine {
   // Backend ("cpu", "vulkan", "cuda"), device id (empty: the backend's first) and CPU threads
   // (0: physical cores) for the next loadModel().
   void setCompute(const QString& backend, const QString& device, int threads);
+  // The draft model for the next loadModel(): "auto", "none" or a GGUF path (AppSettings). A
+  // draft model found or named is loaded on the CPU beside the model, with a KV slot for every
+  // reply the queue runs at once, and the queue's scheduler drafts with it where prompt lookup
+  // has nothing; one that cannot be used (unreadable, another vocabulary) is skipped with a
+  // notice.
+  void setDraftModel(const QString& choice);
   // Serve the API on host:port (port 0: any free one) over the loaded model, or stop serving.
   // Emits apiStarted (with the bound port), apiStopped or apiFailed. Enabled without a model,
   // it starts once one is loaded.
@@ -88,8 +95,13 @@ class ChatEngine : public ReplyEngine {
  private:
   void startApi();
   void stopApi();
-  // Destroys the queue, chain, backend and model (API stopped first), in that order.
+  // Destroys the queue, the draft model, chain, backend and model (API stopped first), in that
+  // order.
   void unload();
+  // Loads the draft model setDraftModel() chose for the model just loaded from `modelPath`
+  // (m_draft*), with `sequences` KV slots of `contextLength`; a notice says which, or why none
+  // is used.
+  void loadDrafter(const QString& modelPath, int32_t sequences, int32_t contextLength);
 
   std::unique_ptr<model::Model> m_model;
   QString m_modelPath;  // the loaded file, to reload it with more KV slots
@@ -100,6 +112,13 @@ class ChatEngine : public ReplyEngine {
   QString m_backendName = "cpu";
   QString m_deviceId;
   int m_threads = 0;
+
+  // Speculative decoding's draft model (loadDrafter), used by m_queue's worker only.
+  QString m_draftChoice = "auto";
+  std::unique_ptr<model::Model> m_draftModel;
+  std::unique_ptr<runtime::Backend> m_draftBackend;
+  std::unique_ptr<runtime::Chain> m_draftChain;
+  std::unique_ptr<runtime::ModelDrafter> m_drafter;
 
   // The API server over m_queue.
   bool m_apiWanted = false;

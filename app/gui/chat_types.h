@@ -43,9 +43,10 @@ struct ReplyStats {
   int droppedTurns = 0;        // oldest turns left out so the prompt fits (context policy)
   double tokensPerSecond = 0;  // decode speed (0 when fewer than two tokens were generated)
   double prefillSeconds = 0;
-  int draftedTokens = 0;   // speculative decoding: tokens drafted by prompt lookup
-  int acceptedTokens = 0;  // of those, the ones the model confirmed (not kept in the store)
-  QString finishReason;    // runtime::finishReasonName: "length", "eog", "stop", "cancelled", ...
+  int draftedTokens = 0;       // speculative decoding: tokens drafted (prompt lookup, draft model)
+  int acceptedTokens = 0;      // of those, the ones the model confirmed (not kept in the store)
+  int modelDraftedTokens = 0;  // of the drafted ones, those of a draft model (not kept either)
+  QString finishReason;  // runtime::finishReasonName: "length", "eog", "stop", "cancelled", ...
 };
 
 }  // namespace shoal::gui

@@ -391,6 +391,7 @@ void ChatWindow::pushEngineSettings() {
       e,
       [e, a] {
         e->setCompute(a.backend, a.device, a.threads);
+        e->setDraftModel(a.draftModel);
         e->setApiServer(a.apiEnabled, a.apiHost, a.apiPort);
       },
       Qt::QueuedConnection);
@@ -433,6 +434,7 @@ void ChatWindow::applySettings(const AppSettings& settings) {
       e,
       [e, a, apiChanged] {
         e->setCompute(a.backend, a.device, a.threads);
+        e->setDraftModel(a.draftModel);
         if (apiChanged) e->setApiServer(a.apiEnabled, a.apiHost, a.apiPort);
       },
       Qt::QueuedConnection);

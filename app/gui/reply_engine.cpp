@@ -48,6 +48,7 @@ ReplyStats statsOf(const runtime::GenerateResult& r, int32_t contextLength, int 
   s.prefillSeconds = r.prefillSeconds;
   s.draftedTokens = r.draftedTokens;
   s.acceptedTokens = r.acceptedTokens;
+  s.modelDraftedTokens = r.modelDraftedTokens;
   const std::string_view finish = runtime::finishReasonName(r.finish);
   s.finishReason = QString::fromUtf8(finish.data(), static_cast<qsizetype>(finish.size()));
   return s;

@@ -64,6 +64,15 @@ SettingsDialog::SettingsDialog(const AppSettings& settings, const QList<BackendS
   m_device = new QComboBox;
   m_device->setObjectName("device");
   computeForm->addRow(tr("Device"), m_device);
+  m_draftModel = new QLineEdit(settings.draftModel);
+  m_draftModel->setObjectName("draftModel");
+  m_draftModel->setPlaceholderText(tr("auto, none, or a GGUF file"));
+  m_draftModel->setToolTip(
+      tr("A small model with the same vocabulary that drafts tokens for the loaded one to "
+         "verify (speculative decoding: the replies are unchanged, only faster where drafts "
+         "pay). auto: the largest such model at most an eighth of the loaded one's size, next "
+         "to it or in the model folders."));
+  computeForm->addRow(tr("Draft model"), m_draftModel);
   computeForm->addRow(QString(), new QLabel(tr("Compute settings apply to the next model load.")));
   layout->addWidget(compute);
 
@@ -151,6 +160,8 @@ AppSettings SettingsDialog::values() const {
   s.threads = m_threads->value();
   s.backend = m_backend->currentData(Qt::UserRole).toString();
   s.device = m_device->currentData().toString();
+  s.draftModel = m_draftModel->text().trimmed().isEmpty() ? QStringLiteral("auto")
+                                                          : m_draftModel->text().trimmed();
   s.modelsDir = m_modelsDir->text().trimmed();
   s.nodeName = m_nodeName->text().trimmed();
   s.apiEnabled = m_apiEnabled->isChecked();

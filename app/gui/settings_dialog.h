@@ -38,6 +38,7 @@ class SettingsDialog : public QDialog {
   QComboBox* m_backend = nullptr;
   QLabel* m_backendReason = nullptr;
   QComboBox* m_device = nullptr;
+  QLineEdit* m_draftModel = nullptr;
   QLineEdit* m_modelsDir = nullptr;
   QLineEdit* m_nodeName = nullptr;
   QCheckBox* m_apiEnabled = nullptr;

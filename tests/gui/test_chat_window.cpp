@@ -20,6 +20,7 @@
 #include <QtTest>
 #include <memory>
 
+#include "app/gui/app_settings.h"
 #include "app/gui/chat_engine.h"
 #include "app/gui/chat_input.h"
 #include "app/gui/chat_store.h"
@@ -266,6 +267,48 @@ class TestChatWindow : public QObject {
              QString("high"));
     QCOMPARE(w->store().conversation(id)->settings.reasoningEffort, QString("high"));
     QVERIFY(child<QTextBrowser>(w.get(), "transcript")->toPlainText().contains("Say hello."));
+  }
+
+  // The draft model named in Settings (here the model itself, which drafts exactly its own
+  // tokens) is loaded beside the model and said so; the greedy reply is the one without it. A
+  // draft model that cannot be read is skipped with the reason, and the chat still works.
+  void aDraftModelFromTheSettingsLeavesTheReplyUnchanged() {
+    if (!QFile::exists(modelPath())) QSKIP("default model not present");
+    const QString question = "Name three colours.";
+    // The greedy reply to `question` with this draft model setting (empty when the window did
+    // not load or answer in time), the engine's notices and the tokens a draft model drafted.
+    auto replyWith = [&](const QString& draft, QString& notice, int& modelDrafted) -> QString {
+      AppSettings settings = AppSettings::load();
+      settings.draftModel = draft;
+      settings.save();
+      auto w = openWindow(modelPath());
+      QSignalSpy notices(w->engine(), &ChatEngine::notice);
+      if (!QTest::qWaitFor([&] { return w->isModelLoaded(); }, kLoadTimeoutMs)) return {};
+      // A new conversation each time (the window reopens the last one).
+      QTest::keyClick(w->windowHandle(), Qt::Key_N, Qt::ControlModifier);
+      setGreedy(*w, 24);
+      QSignalSpy finished(w->engine(), &ChatEngine::replyFinished);
+      typeAndSend(*w, question);
+      if (!QTest::qWaitFor([&] { return finished.count() == 1; }, kReplyTimeoutMs)) return {};
+      for (const QList<QVariant>& args : notices) notice += args.at(0).toString();
+      modelDrafted = finished.at(0).at(2).value<ReplyStats>().modelDraftedTokens;
+      return finished.at(0).at(1).toString();
+    };
+    QString none, drafted, broken;
+    int fromNone = -1, fromDraft = -1, fromBroken = -1;
+    const QString plain = replyWith("none", none, fromNone);
+    QVERIFY(!plain.trimmed().isEmpty());
+    QVERIFY2(!none.contains("Drafting"), qPrintable(none));
+    QCOMPARE(fromNone, 0);
+    const QString withDraft = replyWith(modelPath(), drafted, fromDraft);
+    QVERIFY2(drafted.contains("Drafting with SmolLM2"), qPrintable(drafted));
+    QVERIFY(fromDraft > 0);
+    QCOMPARE(withDraft, plain);
+    const QString missing = m_dataDir->filePath("no-such-draft.gguf");
+    const QString withBroken = replyWith(missing, broken, fromBroken);
+    QVERIFY2(broken.contains("is not used"), qPrintable(broken));
+    QCOMPARE(fromBroken, 0);
+    QCOMPARE(withBroken, plain);
   }
 
   void aModelThatCannotBeLoadedIsExplainedInTheWindow() {
