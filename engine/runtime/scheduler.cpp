@@ -496,7 +496,81 @@ bool Scheduler::step() {
   if (depth > 0) return pipelinedStep(depth);
   admit();
   if (m_active.empty()) return false;
+  if (Active* a = aheadCandidate()) return aheadStep(*a);
   return wavefrontStep();
+}
+
+Scheduler::Active* Scheduler::aheadCandidate() {
+  if (m_active.size() != 1 || !m_waiting.empty() || m_chain.decodeAheadLimit() < 2) {
+    return nullptr;
+  }
+  Active& a = *m_active.front();
+  const GenerateOptions& o = a.request.options;
+  // Greedy only: a sampled generation draws from its own sampler here, step by step.
+  if (a.done || a.unread() != 1 || a.result.tokens.empty() || !a.replayEnds.empty() ||
+      o.decodeAhead < 2 || o.sampler.temperature > 0 || o.sampler.repeatPenalty != 1.0f) {
+    return nullptr;
+  }
+  // A draft to verify yields several tokens per round trip as well, and maybe more.
+  if (m_drafter && o.lookup.maxDraft > 0) return nullptr;
+  if (o.lookup.maxDraft > 0) {
+    draftByPromptLookup(a.tokens, o.lookup, std::min(o.lookup.maxDraft, m_chain.maxBatch() - 1),
+                        m_draft);
+    if (!m_draft.empty()) return nullptr;
+  }
+  return &a;
+}
+
+bool Scheduler::aheadStep(Active& a) {
+  const GenerateOptions& o = a.request.options;
+  const auto left =
+      static_cast<int32_t>(o.maxTokens - static_cast<int32_t>(a.result.tokens.size()));
+  const auto room = static_cast<int32_t>(m_contextLength - static_cast<int32_t>(a.computed));
+  const int32_t byTime =
+      m_aheadSecondsPerToken > 0
+          ? static_cast<int32_t>(kDecodeAheadBurstSeconds / m_aheadSecondsPerToken)
+          : 2;
+  const int32_t grown = a.ahead > 1 ? 2 * a.ahead : 2;
+  const int32_t count = std::min({o.decodeAhead, m_chain.decodeAheadLimit(), left, room,
+                                  std::max(2, std::min(byTime, grown))});
+  if (count < 2) return wavefrontStep();
+  a.ahead = count;
+  const SampleRequest greedy{};
+  const auto t0 = Clock::now();
+  std::vector<model::TokenId> decoded;
+  try {
+    decoded = m_chain.decodeAhead(a.slot, static_cast<int32_t>(a.computed), a.tokens.back(), count,
+                                  greedy);
+    if (decoded.size() != static_cast<size_t>(count)) {
+      throw Error("the chain decoded " + std::to_string(decoded.size()) + " tokens ahead, not " +
+                  std::to_string(count));
+    }
+  } catch (const std::exception& e) {
+    ++m_stats.steps;
+    recoverOrFail(e, {&a});
+    std::erase_if(m_active, [](const auto& x) { return x->done; });
+    return true;
+  }
+  const double seconds = secondsBetween(t0, Clock::now());
+  m_aheadSecondsPerToken = m_aheadSecondsPerToken > 0
+                               ? 0.5 * (m_aheadSecondsPerToken + seconds / count)
+                               : seconds / count;
+  ++m_stats.steps;
+  m_stats.rowsRun += static_cast<uint64_t>(count);
+  ++a.result.aheadSteps;
+  a.result.aheadTokens += count;
+  for (model::TokenId t : decoded) {
+    if (t < 0 || t >= m_tokenizer.size()) {
+      failBatch({&a}, "the head stage sampled an unknown token");
+      break;
+    }
+    // The row that predicted t (the token fed at `computed`) is cached now: a one-row piece.
+    a.starts.push_back(a.computed);
+    ++a.computed;
+    if (accept(a, t)) break;
+  }
+  std::erase_if(m_active, [](const auto& x) { return x->done; });
+  return true;
 }
 
 bool Scheduler::wavefrontStep() {

@@ -165,6 +165,7 @@ class Scheduler {
     std::vector<size_t> starts;
     std::vector<size_t> replayEnds;
     int32_t lastAccepted = 0;   // drafts its last verifying step confirmed
+    int32_t ahead = 0;          // tokens its last decode-ahead burst asked for (aheadStep)
     bool inFlight = false;      // a batch with its next piece is in flight (pipelined steps)
     bool cancelled = false;     // cancel() was called
     bool done = false;          // finished: the step removes it
@@ -241,6 +242,14 @@ class Scheduler {
   static void undoDrafts(const Group& g);
   // Runs a step's groups as one wavefront (any chain but one that pipelines on its own).
   bool wavefrontStep();
+  // Decoding ahead (Chain::decodeAhead, a chain of one far node holding the whole model): the
+  // one generation to run this step when it alone is active and nothing waits, it decodes
+  // greedily without a penalty or a draft to verify; else nullptr.
+  Active* aheadCandidate();
+  // One burst for it: the node decodes several tokens, each accepted as a decoded row would be
+  // (one-row pieces: a replay repeats them exactly); the burst grows 2, 4, 8, ... up to about
+  // kDecodeAheadBurstSeconds at the measured pace, as Session's.
+  bool aheadStep(Active& a);
   // Submits a group or completes the oldest in flight (Chain::asyncDepth() = depth > 0).
   bool pipelinedStep(size_t depth);
   void completeOldest();
@@ -282,8 +291,9 @@ class Scheduler {
   SchedulerStats m_stats;
   DraftPolicy m_draftPolicy;  // prompt lookup's, learns from this scheduler's steps
   ModelDrafter* m_drafter = nullptr;
-  DraftPolicy m_modelPolicy{1};    // the draft model's (its probes draft one token)
-  double m_pieceDraftSeconds = 0;  // collectPieces: the draft model's time for the pieces
+  DraftPolicy m_modelPolicy{1};       // the draft model's (its probes draft one token)
+  double m_pieceDraftSeconds = 0;     // collectPieces: the draft model's time for the pieces
+  double m_aheadSecondsPerToken = 0;  // measured by aheadStep (sizes its bursts)
 
   Recovery m_recovery;
   std::deque<Group>

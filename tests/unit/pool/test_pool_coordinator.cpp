@@ -482,9 +482,10 @@ class TestPoolCoordinator : public QObject {
     const runtime::GenerateResult r = c->generate(m_prompt, greedy());
     QCOMPARE(r.tokens, m_reference.tokens);
     QVERIFY(r.aheadSteps > 0);
-    QVERIFY(node.aheadForwards > 0);
-    // Bursts, not a round trip per token: the prompt, a first 2-token burst, then bigger ones.
-    QVERIFY2(node.forwards < kReplyTokens / 2, std::to_string(node.forwards).c_str());
+    // The prompt, then bursts only (2, 4, 8, ... tokens): every token after the first came
+    // decoded ahead.
+    QCOMPARE(node.forwards - node.aheadForwards, 1);
+    QCOMPARE(node.aheadTokens, kReplyTokens - 1);
 
     // Sampled: the same draws as token by token (decodeAhead 0), seed for seed.
     runtime::GenerateOptions sampled = greedy();
@@ -514,6 +515,33 @@ class TestPoolCoordinator : public QObject {
     const runtime::GenerateResult got = c->generate(followUp, greedy(16));
     QVERIFY(got.reusedTokens > 0);
     QCOMPARE(got.tokens, want.tokens);
+  }
+
+  // The API's scheduler over a one-node pool: a greedy generation alone decodes ahead in bursts;
+  // two at once are batched as usual; every reply equals its solo run.
+  void theSchedulerDecodesAheadForAGenerationAlone() {
+    const char* prompts[] = {"The three primary colors are", "Water boils at"};
+    std::vector<Coordinator::PoolRequest> requests;
+    std::vector<runtime::GenerateResult> want;
+    greedyRequests(prompts, 24, requests, want);
+    FakePool fakes;
+    CoordinatorOptions o = options();
+    o.maxSequences = 2;
+    auto c =
+        deployed(fakes, {fakes.add(config(0, 5 * m_fortyPercent), *m_model, m_sha, *m_backend)}, o);
+    FakeNode& node = *fakes.nodes[0];
+    const auto alone = serveReplicas(*c, {{requests[0]}}, m_model->tokenizer());
+    QVERIFY2(alone[0][0].error.empty(), alone[0][0].error.c_str());
+    QCOMPARE(alone[0][0].result.tokens, want[0].tokens);
+    QVERIFY(alone[0][0].result.aheadSteps > 0);
+    // The prompt, then bursts only: every token after the first came decoded ahead.
+    QCOMPARE(node.forwards - node.aheadForwards, 1);
+    QCOMPARE(node.aheadTokens, 23);
+    const auto together = serveReplicas(*c, {{requests[0], requests[1]}}, m_model->tokenizer());
+    for (size_t i = 0; i < 2; ++i) {
+      QVERIFY2(together[0][i].error.empty(), together[0][i].error.c_str());
+      QCOMPARE(together[0][i].result.tokens, want[i].tokens);
+    }
   }
 
   void aNodeLostMidBurstIsReplacedAndTheReplyIsUnchanged() {
