@@ -526,13 +526,8 @@ bool Scheduler::aheadStep(Active& a) {
   const auto left =
       static_cast<int32_t>(o.maxTokens - static_cast<int32_t>(a.result.tokens.size()));
   const auto room = static_cast<int32_t>(m_contextLength - static_cast<int32_t>(a.computed));
-  const int32_t byTime =
-      m_aheadSecondsPerToken > 0
-          ? static_cast<int32_t>(kDecodeAheadBurstSeconds / m_aheadSecondsPerToken)
-          : 2;
-  const int32_t grown = a.ahead > 1 ? 2 * a.ahead : 2;
   const int32_t count = std::min({o.decodeAhead, m_chain.decodeAheadLimit(), left, room,
-                                  std::max(2, std::min(byTime, grown))});
+                                  nextDecodeAheadBurst(a.ahead, m_aheadSecondsPerToken)});
   if (count < 2) return wavefrontStep();
   a.ahead = count;
   const SampleRequest greedy{};

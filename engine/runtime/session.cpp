@@ -213,12 +213,8 @@ void Session::produce(int32_t room, Sampler& sampler, const GenerateOptions& opt
     // and what fits.
     int32_t ahead = 1;
     if (options.decodeAhead > 1 && options.sampler.repeatPenalty == 1.0f && room > 0) {
-      const int32_t byTime =
-          m_secondsPerToken > 0 ? static_cast<int32_t>(kDecodeAheadBurstSeconds / m_secondsPerToken)
-                                : 2;
-      const int32_t grown = m_aheadCount > 1 ? 2 * m_aheadCount : 2;
       ahead = std::min({options.decodeAhead, m_chain.decodeAheadLimit(), room + 1,
-                        std::max(2, std::min(byTime, grown))});
+                        nextDecodeAheadBurst(m_aheadCount, m_secondsPerToken)});
     }
     if (ahead > 1) {
       m_aheadCount = ahead;

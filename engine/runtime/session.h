@@ -20,6 +20,7 @@
 // FinishReason::ContextFull. Callers that want to keep chatting drop old turns and re-prompt
 // (the chat front-ends do).
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -68,6 +69,17 @@ struct GenerateOptions {
 // token it measured): long enough to hide a Wi-Fi round trip many times over, short enough
 // that text still streams.
 inline constexpr double kDecodeAheadBurstSeconds = 0.25;
+
+// The size of a reply's next burst (before the caller's limits: tokens wanted, context, the
+// chain's and the request's most): 2 for the first (`previous` <= 1), then twice the last, up
+// to about kDecodeAheadBurstSeconds at `secondsPerToken` (0: not measured yet), never below 2.
+// Session and Scheduler size their bursts alike with it.
+inline int32_t nextDecodeAheadBurst(int32_t previous, double secondsPerToken) {
+  const int32_t byTime =
+      secondsPerToken > 0 ? static_cast<int32_t>(kDecodeAheadBurstSeconds / secondsPerToken) : 2;
+  const int32_t grown = previous > 1 ? 2 * previous : 2;
+  return std::max(2, std::min(byTime, grown));
+}
 
 struct GenerateResult {
   std::string text;                    // the reply, stop string excluded
