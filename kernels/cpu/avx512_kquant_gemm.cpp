@@ -20,7 +20,7 @@
 #include "kernels/cpu/x86_kquant_kernels.h"
 // After x86_kquant_kernels.h, whose helpers they use.
 #include "kernels/cpu/avx512_kquant_bands.h"
-#include "kernels/cpu/avx512_q4k_groups.h"
+#include "kernels/cpu/avx512_kquant_groups.h"
 
 namespace shoal::cpu::avx512 {
 namespace {
@@ -203,17 +203,25 @@ struct Q6KTraits : Avx512KSteps {
 // AVX2 level orders them.
 void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) {
   if (g.rowGroups) {
-    gemmQ4KGroups<Q4KTraits, gemmQ4_K>(g, b, e);
+    gemmKGroups<BlockQ4_Kx8, Q4KTraits, gemmQ4_K>(g, b, e);
     return;
   }
   if (g.order == DotOrder::Tiled) b = gemmKBands<Q4KTraits>(g, b, e);
   gemmKTiled<Q4KTraits, dotQ4K<Q4KTraits>>(g, b, e);
 }
 void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.rowGroups) {
+    gemmKGroups<BlockQ5_Kx8, Q5KTraits, gemmQ5_K>(g, b, e);
+    return;
+  }
   if (g.order == DotOrder::Tiled) b = gemmKBands<Q5KTraits>(g, b, e);
   gemmKTiled<Q5KTraits, dotQ5K<Q5KTraits>>(g, b, e);
 }
 void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.rowGroups) {
+    gemmKGroups<BlockQ6_Kx8, Q6KTraits, gemmQ6_K>(g, b, e);
+    return;
+  }
   if (g.order == DotOrder::Tiled) b = gemmKBands<Q6KTraits>(g, b, e);
   gemmKTiled<Q6KTraits, dotQ6K<Q6KTraits>>(g, b, e);
 }

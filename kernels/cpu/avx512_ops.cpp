@@ -19,7 +19,11 @@ KernelTable makeTable() {
   set(WeightKind::Q4_K, gemmQ4_K);
   set(WeightKind::Q5_K, gemmQ5_K);
   set(WeightKind::Q6_K, gemmQ6_K);
-  t.rowGroups[static_cast<int>(WeightKind::Q4_K)] = true;  // avx512_q4k_groups.h
+  t.rowGroups[static_cast<int>(WeightKind::Q4_0)] = true;  // avx512_quant_groups.h
+  t.rowGroups[static_cast<int>(WeightKind::Q8_0)] = true;
+  t.rowGroups[static_cast<int>(WeightKind::Q4_K)] = true;  // avx512_kquant_groups.h
+  t.rowGroups[static_cast<int>(WeightKind::Q5_K)] = true;
+  t.rowGroups[static_cast<int>(WeightKind::Q6_K)] = true;
   t.dotsF16 = dotsHalf;
   return t;
 }

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "kernels/cpu/avx512_quant_bands.h"
+#include "kernels/cpu/avx512_quant_groups.h"
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/simd_kernels.h"
 
@@ -158,6 +159,8 @@ inline void finishPair(__m512 acc, float& a, float& b) {
 // cpu_kernels_bench --rows 32768 --cols 4096 --tokens 1, one core).
 constexpr auto kPrefetchHint = _MM_HINT_T2;
 constexpr int kPrefillPairs = 4;
+// Batches from which Q4_0 and Q8_0 run in bands of 32 rows (avx512_quant_bands.h).
+constexpr int kQ0BandTokens = 8;
 
 // P row pairs x T tokens (T <= 4). Rows r0 + 2p and r0 + 2p + 1 form pair p, except that a
 // tile of one row (single) pairs the row with itself and stores one result.
@@ -274,7 +277,7 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   int64_t r = rowBegin;
   if constexpr (Q::kBands) {
     // Prefill: bands of 32 rows; the pair tiles below take the last rows.
-    if (g.tokens >= 8) {
+    if (g.tokens >= kQ0BandTokens) {
       for (; r + 32 <= rowEnd; r += 32) q0Bands<typename Q::W>(g, r);
     }
   }
@@ -290,10 +293,22 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
 
 }  // namespace
 
-void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_0>(g, b, e); }
+void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.rowGroups) {
+    gemmQ0Groups<BlockQ4_0x8, gemmQ4_0, kQ0BandTokens>(g, b, e);
+    return;
+  }
+  gemm<Q4_0>(g, b, e);
+}
 void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_1>(g, b, e); }
 void gemmQ5_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_0>(g, b, e); }
 void gemmQ5_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_1>(g, b, e); }
-void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q8_0>(g, b, e); }
+void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.rowGroups) {
+    gemmQ0Groups<BlockQ8_0x8, gemmQ8_0, kQ0BandTokens>(g, b, e);
+    return;
+  }
+  gemm<Q8_0>(g, b, e);
+}
 
 }  // namespace shoal::cpu::avx512

@@ -98,13 +98,19 @@ void CpuStage::startWeightCopy(const runtime::ModelSource& model) {
   auto add = [this](size_t reader, model::Tensor t) {
     if (!t) return;
     WeightArena::Transform group;
+    size_t granule = 0;
     if (groupable(*t)) {
       const WeightKind kind = weightKind(t->type);
       const int64_t cols = t->dims[0];
-      const auto rows = static_cast<int64_t>(t->nbytes / gguf::rowBytes(t->type, cols));
-      group = [kind, rows, cols](uint8_t* copy, size_t) { groupRows(kind, copy, rows, cols); };
+      const size_t rowBytes = gguf::rowBytes(t->type, cols);
+      granule = rowBytes * kGroupRows;
+      // Piece by piece as the copy goes: rows already grouped can be read from the copy while
+      // the rest of the tensor is under way (followCopy).
+      group = [kind, cols, rowBytes](uint8_t* copy, size_t bytes) {
+        groupRows(kind, copy, static_cast<int64_t>(bytes / rowBytes), cols);
+      };
     }
-    m_weights.add(m_unitReader.size(), t->data, t->nbytes, std::move(group));
+    m_weights.add(m_unitReader.size(), t->data, t->nbytes, std::move(group), granule);
     m_unitReader.push_back(reader);
   };
   if (m_spec.hasHead) {
@@ -133,7 +139,7 @@ void CpuStage::startWeightCopy(const runtime::ModelSource& model) {
 }
 
 bool CpuStage::groupable(const gguf::TensorInfo& t) const {
-  if (t.type != gguf::TensorType::Q4_K || t.dims.size() < 2) return false;
+  if (t.dims.size() < 2 || !hasRowGroups(t.type)) return false;
   // SHOAL_CPU_WEIGHTS=plain: the copy keeps the file layout (to measure what the groups buy).
   if (const char* mode = std::getenv("SHOAL_CPU_WEIGHTS"); mode && std::string(mode) == "plain") {
     return false;
@@ -188,19 +194,24 @@ void CpuStage::adoptCopiedWeights() {
 // pass that read them from the mapping would fault them back in, holding that tensor twice
 // until the unit is adopted (the head, the largest tensor, copied while the first passes run,
 // took peak RSS up to 1.09x the mapping's alone on the 1B Q8_0 model). So its matrices read the
-// rows already copied from the copy. Experts and the embedding rows still read the mapping.
+// rows already copied from the copy; a tensor going into row groups is grouped chunk by chunk as
+// it is copied, and its matrices read the grouped rows there. Experts and the embedding rows
+// still read the mapping.
 void CpuStage::followCopy() {
   const size_t unit = m_weights.copiedUnits();
   if (unit >= m_unitReader.size()) return;
   auto follow = [this](WeightMatrix& m) {
     if (m.data == nullptr || m.rowGroups) return;
     const uint8_t* copy = nullptr;
+    bool grouped = false;
     const size_t bytes =
-        m_weights.copiedPrefix(m.data, m.rowBytes * static_cast<size_t>(m.rows), &copy);
+        m_weights.copiedPrefix(m.data, m.rowBytes * static_cast<size_t>(m.rows), &copy, &grouped);
+    // A grouped prefix comes in whole groups (the transform's granule; the matrix starts on one).
     const auto rows = static_cast<int64_t>(bytes / m.rowBytes);
     if (rows > m.copiedRows) {
       m.copied = copy;
       m.copiedRows = rows;
+      m.copiedRowGroups = grouped;
     }
   };
   const size_t reader = m_unitReader[unit];
@@ -230,6 +241,7 @@ void CpuStage::adoptUnit(size_t unit) {
     m.data = to;
     m.copied = nullptr;  // all of it is in the copy now
     m.copiedRows = 0;
+    m.copiedRowGroups = false;
   };
   const size_t reader = m_unitReader[unit];
   if (reader < m_layers.size()) {

@@ -130,6 +130,7 @@ void runRows(GemmFn fn, const WeightMatrix& w, const GemmArgs& args, int64_t beg
   if (begin < split) {
     GemmArgs copy = args;
     copy.weights = w.copied;
+    copy.rowGroups = w.copiedRowGroups;
     fn(copy, begin, split);
   }
   if (split < end) fn(args, split, end);

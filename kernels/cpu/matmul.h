@@ -31,6 +31,7 @@ struct WeightMatrix {
   // copiedPrefix), so that the rows whose source pages the copy gave back are not faulted in.
   const uint8_t* copied = nullptr;
   int64_t copiedRows = 0;
+  bool copiedRowGroups = false;  // the copied rows are in row groups already
 
   // Throws shoal::Error for a tensor that is not a 1-D/2-D matrix of a supported type.
   static WeightMatrix from(const gguf::TensorInfo& tensor);

@@ -7,43 +7,116 @@
 #include "engine/error.h"
 
 namespace shoal::cpu {
+namespace {
 
-bool hasRowGroups(WeightKind kind) { return kind == WeightKind::Q4_K; }
+// Row r's copy of one grouped super-block from a file-layout block (ungroupBlock's inverse).
+void groupBlock(const BlockQ4_K& in, int r, BlockQ4_Kx8& x) {
+  x.d[r] = in.d;
+  x.dmin[r] = in.dmin;
+  std::memcpy(x.scales[r], in.scales, sizeof in.scales);
+  std::memcpy(x.qs[r], in.qs, sizeof in.qs);
+}
+void groupBlock(const BlockQ5_K& in, int r, BlockQ5_Kx8& x) {
+  x.d[r] = in.d;
+  x.dmin[r] = in.dmin;
+  std::memcpy(x.scales[r], in.scales, sizeof in.scales);
+  std::memcpy(x.qh[r], in.qh, sizeof in.qh);
+  std::memcpy(x.qs[r], in.qs, sizeof in.qs);
+}
 
-void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols) {
-  if (!hasRowGroups(kind)) throw Error("row groups: no grouped layout for this weight type");
-  if (rows % kGroupRows != 0 || cols % kQKK != 0) {
-    throw Error("row groups: a matrix of " + std::to_string(rows) + " x " + std::to_string(cols) +
-                " does not divide into groups of " + std::to_string(kGroupRows) + " rows");
-  }
-  const int64_t blocks = cols / kQKK;
-  const size_t groupBytes = sizeof(BlockQ4_K) * static_cast<size_t>(blocks * kGroupRows);
-  std::vector<BlockQ4_K> plain(static_cast<size_t>(blocks * kGroupRows));
+void groupBlock(const BlockQ6_K& in, int r, BlockQ6_Kx8& x) {
+  x.d[r] = in.d;
+  std::memcpy(x.scales[r], in.scales, sizeof in.scales);
+  std::memcpy(x.qh[r], in.qh, sizeof in.qh);
+  std::memcpy(x.ql[r], in.ql, sizeof in.ql);
+}
+
+void groupBlock(const BlockQ4_0& in, int r, BlockQ4_0x8& x) {
+  x.d[r] = in.d;
+  std::memcpy(x.qs[r], in.qs, sizeof in.qs);
+}
+void groupBlock(const BlockQ8_0& in, int r, BlockQ8_0x8& x) {
+  x.d[r] = in.d;
+  std::memcpy(x.qs[r], in.qs, sizeof in.qs);
+}
+
+// Elements per block of each kind that has the layout.
+int64_t blockElements(WeightKind kind) {
+  return kind == WeightKind::Q4_0 || kind == WeightKind::Q8_0 ? kQK : kQKK;
+}
+
+template <class Block, class Group>
+void groupRowsOf(uint8_t* data, int64_t rows, int64_t blocks) {
+  const size_t groupBytes = sizeof(Block) * static_cast<size_t>(blocks * kGroupRows);
+  std::vector<Block> plain(static_cast<size_t>(blocks * kGroupRows));
   for (int64_t g = 0; g < rows / kGroupRows; ++g) {
     uint8_t* group = data + static_cast<size_t>(g) * groupBytes;
     std::memcpy(plain.data(), group, groupBytes);
-    auto* out = reinterpret_cast<BlockQ4_Kx8*>(group);
+    auto* out = reinterpret_cast<Group*>(group);
     for (int64_t b = 0; b < blocks; ++b) {
-      BlockQ4_Kx8& x = out[b];
       for (int r = 0; r < kGroupRows; ++r) {
-        const BlockQ4_K& in = plain[static_cast<size_t>(r * blocks + b)];
-        x.d[r] = in.d;
-        x.dmin[r] = in.dmin;
-        std::memcpy(x.scales[r], in.scales, sizeof in.scales);
-        std::memcpy(x.qs[r], in.qs, sizeof in.qs);
+        groupBlock(plain[static_cast<size_t>(r * blocks + b)], r, out[b]);
       }
     }
   }
 }
 
-void ungroupRow(WeightKind kind, const uint8_t* data, int64_t cols, int64_t r, uint8_t* out) {
-  if (!hasRowGroups(kind)) throw Error("row groups: no grouped layout for this weight type");
-  const int64_t blocks = cols / kQKK;
+template <class Block, class Group>
+void ungroupRowOf(const uint8_t* data, int64_t blocks, int64_t r, uint8_t* out) {
   const auto* group =
-      reinterpret_cast<const BlockQ4_Kx8*>(data) + static_cast<size_t>(r / kGroupRows * blocks);
-  auto* row = reinterpret_cast<BlockQ4_K*>(out);
+      reinterpret_cast<const Group*>(data) + static_cast<size_t>(r / kGroupRows * blocks);
+  auto* row = reinterpret_cast<Block*>(out);
   for (int64_t b = 0; b < blocks; ++b) {
     ungroupBlock(group[b], static_cast<int>(r % kGroupRows), row[b]);
+  }
+}
+
+}  // namespace
+
+bool hasRowGroups(WeightKind kind) {
+  return kind == WeightKind::Q4_0 || kind == WeightKind::Q8_0 || kind == WeightKind::Q4_K ||
+         kind == WeightKind::Q5_K || kind == WeightKind::Q6_K;
+}
+
+bool hasRowGroups(gguf::TensorType type) {
+  using gguf::TensorType;
+  return type == TensorType::Q4_0 || type == TensorType::Q8_0 || type == TensorType::Q4_K ||
+         type == TensorType::Q5_K || type == TensorType::Q6_K;
+}
+
+void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols) {
+  if (!hasRowGroups(kind)) throw Error("row groups: no grouped layout for this weight type");
+  if (rows % kGroupRows != 0 || cols % blockElements(kind) != 0) {
+    throw Error("row groups: a matrix of " + std::to_string(rows) + " x " + std::to_string(cols) +
+                " does not divide into groups of " + std::to_string(kGroupRows) + " rows");
+  }
+  const int64_t blocks = cols / blockElements(kind);
+  if (kind == WeightKind::Q4_0) {
+    groupRowsOf<BlockQ4_0, BlockQ4_0x8>(data, rows, blocks);
+  } else if (kind == WeightKind::Q8_0) {
+    groupRowsOf<BlockQ8_0, BlockQ8_0x8>(data, rows, blocks);
+  } else if (kind == WeightKind::Q4_K) {
+    groupRowsOf<BlockQ4_K, BlockQ4_Kx8>(data, rows, blocks);
+  } else if (kind == WeightKind::Q5_K) {
+    groupRowsOf<BlockQ5_K, BlockQ5_Kx8>(data, rows, blocks);
+  } else {
+    groupRowsOf<BlockQ6_K, BlockQ6_Kx8>(data, rows, blocks);
+  }
+}
+
+void ungroupRow(WeightKind kind, const uint8_t* data, int64_t cols, int64_t r, uint8_t* out) {
+  if (!hasRowGroups(kind)) throw Error("row groups: no grouped layout for this weight type");
+  const int64_t blocks = cols / blockElements(kind);
+  if (kind == WeightKind::Q4_0) {
+    ungroupRowOf<BlockQ4_0, BlockQ4_0x8>(data, blocks, r, out);
+  } else if (kind == WeightKind::Q8_0) {
+    ungroupRowOf<BlockQ8_0, BlockQ8_0x8>(data, blocks, r, out);
+  } else if (kind == WeightKind::Q4_K) {
+    ungroupRowOf<BlockQ4_K, BlockQ4_Kx8>(data, blocks, r, out);
+  } else if (kind == WeightKind::Q5_K) {
+    ungroupRowOf<BlockQ5_K, BlockQ5_Kx8>(data, blocks, r, out);
+  } else {
+    ungroupRowOf<BlockQ6_K, BlockQ6_Kx8>(data, blocks, r, out);
   }
 }
 

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/gguf/tensor_type.h"
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/kernel_table.h"
 
@@ -37,8 +38,46 @@ struct BlockQ4_Kx8 {
 };
 static_assert(sizeof(BlockQ4_Kx8) == kGroupRows * sizeof(BlockQ4_K));
 
-// Whether the weight type has a row-group layout (Q4_K).
+// Super-block b of rows 8g .. 8g+7 of a Q5_K matrix, laid out as BlockQ4_Kx8 with the eight
+// rows' fifth bits after their scales.
+struct BlockQ5_Kx8 {
+  uint16_t d[kGroupRows];
+  uint16_t dmin[kGroupRows];
+  uint8_t scales[kGroupRows][12];
+  uint8_t qh[kGroupRows][32];
+  uint8_t qs[kGroupRows][128];
+};
+static_assert(sizeof(BlockQ5_Kx8) == kGroupRows * sizeof(BlockQ5_K));
+
+// Super-block b of rows 8g .. 8g+7 of a Q6_K matrix: the eight rows' d, then their scales, high
+// bits and low bits (BlockQ6_K's fields, small ones first).
+struct BlockQ6_Kx8 {
+  uint16_t d[kGroupRows];
+  int8_t scales[kGroupRows][16];
+  uint8_t qh[kGroupRows][64];
+  uint8_t ql[kGroupRows][128];
+};
+static_assert(sizeof(BlockQ6_Kx8) == kGroupRows * sizeof(BlockQ6_K));
+
+// Block b of rows 8g .. 8g+7 of a Q4_0 matrix: the eight rows' scales, then their quants (one
+// 64-byte load holds four rows' quants).
+struct BlockQ4_0x8 {
+  uint16_t d[kGroupRows];
+  uint8_t qs[kGroupRows][16];
+};
+static_assert(sizeof(BlockQ4_0x8) == kGroupRows * sizeof(BlockQ4_0));
+
+// Block b of rows 8g .. 8g+7 of a Q8_0 matrix (one 64-byte load holds two rows' quants).
+struct BlockQ8_0x8 {
+  uint16_t d[kGroupRows];
+  int8_t qs[kGroupRows][32];
+};
+static_assert(sizeof(BlockQ8_0x8) == kGroupRows * sizeof(BlockQ8_0));
+
+// Whether the weight type has a row-group layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K).
 bool hasRowGroups(WeightKind kind);
+// The same for a GGUF tensor type (false for a type without a CPU matrix kernel).
+bool hasRowGroups(gguf::TensorType type);
 
 // Rewrites a matrix of `rows` rows (a multiple of kGroupRows) of `cols` elements in place into
 // row groups. Throws shoal::Error for a kind without the layout or a row count that does not
@@ -56,6 +95,27 @@ static inline void ungroupBlock(const BlockQ4_Kx8& x, int r, BlockQ4_K& out) {
   out.dmin = x.dmin[r];
   for (int i = 0; i < 12; ++i) out.scales[i] = x.scales[r][i];
   for (int i = 0; i < 128; ++i) out.qs[i] = x.qs[r][i];
+}
+static inline void ungroupBlock(const BlockQ5_Kx8& x, int r, BlockQ5_K& out) {
+  out.d = x.d[r];
+  out.dmin = x.dmin[r];
+  for (int i = 0; i < 12; ++i) out.scales[i] = x.scales[r][i];
+  for (int i = 0; i < 32; ++i) out.qh[i] = x.qh[r][i];
+  for (int i = 0; i < 128; ++i) out.qs[i] = x.qs[r][i];
+}
+static inline void ungroupBlock(const BlockQ4_0x8& x, int r, BlockQ4_0& out) {
+  out.d = x.d[r];
+  for (int i = 0; i < 16; ++i) out.qs[i] = x.qs[r][i];
+}
+static inline void ungroupBlock(const BlockQ8_0x8& x, int r, BlockQ8_0& out) {
+  out.d = x.d[r];
+  for (int i = 0; i < 32; ++i) out.qs[i] = x.qs[r][i];
+}
+static inline void ungroupBlock(const BlockQ6_Kx8& x, int r, BlockQ6_K& out) {
+  for (int i = 0; i < 128; ++i) out.ql[i] = x.ql[r][i];
+  for (int i = 0; i < 64; ++i) out.qh[i] = x.qh[r][i];
+  for (int i = 0; i < 16; ++i) out.scales[i] = x.scales[r][i];
+  out.d = x.d[r];
 }
 
 }  // namespace shoal::cpu

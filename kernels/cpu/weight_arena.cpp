@@ -50,10 +50,12 @@ WeightArena::~WeightArena() {
   if (m_mapping) munmap(m_mapping, m_mappingBytes);
 }
 
-void WeightArena::add(size_t unit, const uint8_t* p, size_t bytes, Transform transform) {
+void WeightArena::add(size_t unit, const uint8_t* p, size_t bytes, Transform transform,
+                      size_t granule) {
   if (p == nullptr || bytes == 0 || m_region) return;
   const auto begin = reinterpret_cast<uintptr_t>(p);
-  m_ranges.push_back({begin, begin + bytes, unit, 0, std::move(transform)});
+  if (!transform || bytes % std::max<size_t>(granule, 1) != 0) granule = 0;
+  m_ranges.push_back({begin, begin + bytes, unit, 0, std::move(transform), granule});
   m_units = std::max(m_units, unit + 1);
 }
 
@@ -76,6 +78,7 @@ bool WeightArena::start(OnCopied onCopied, Release release, size_t urgentUnits) 
       last->end = std::max(last->end, r.end);
       last->unit = std::min(last->unit, r.unit);
       last->transform = {};  // a transform only of a range of its own
+      last->granule = 0;
     } else {
       merged.push_back(r);
     }
@@ -133,15 +136,22 @@ void WeightArena::copyAll(bool ownThread) {
 #endif
     for (const Range& r : m_ranges) {
       if (r.unit != unit) continue;
-      for (uintptr_t from = r.begin; from < r.end; from += kChunkBytes) {
+      // A transform with a granule rewrites each chunk before the chunk is shown (m_copiedTo),
+      // so chunks are whole granules.
+      const bool pieces = r.transform && r.granule > 0;
+      const size_t chunk =
+          pieces ? std::max(r.granule, kChunkBytes / r.granule * r.granule) : kChunkBytes;
+      for (uintptr_t from = r.begin; from < r.end; from += chunk) {
         if (m_stop.load(std::memory_order_relaxed)) return;
-        const size_t n = std::min<size_t>(kChunkBytes, r.end - from);
+        const size_t n = std::min<size_t>(chunk, r.end - from);
         const auto* source = reinterpret_cast<const uint8_t*>(from);
-        std::memcpy(m_region + r.offset + (from - r.begin), source, n);
+        uint8_t* to = m_region + r.offset + (from - r.begin);
+        std::memcpy(to, source, n);
+        if (pieces) r.transform(to, n);
         m_copiedTo.store(from + n, std::memory_order_release);
         if (m_release) m_release(source, n);
       }
-      if (r.transform) r.transform(m_region + r.offset, r.end - r.begin);
+      if (r.transform && !pieces) r.transform(m_region + r.offset, r.end - r.begin);
     }
     m_copiedTo.store(0, std::memory_order_relaxed);
     m_copied.store(unit + 1, std::memory_order_release);
@@ -177,14 +187,16 @@ const uint8_t* WeightArena::remap(const uint8_t* p) const {
   return m_region + r->offset + (reinterpret_cast<uintptr_t>(p) - r->begin);
 }
 
-size_t WeightArena::copiedPrefix(const uint8_t* p, size_t bytes, const uint8_t** copy) const {
+size_t WeightArena::copiedPrefix(const uint8_t* p, size_t bytes, const uint8_t** copy,
+                                 bool* transformed) const {
   const Range* r = rangeOf(p);
-  if (r == nullptr || r->transform || r->unit < copiedUnits()) return 0;
+  if (r == nullptr || (r->transform && r->granule == 0) || r->unit < copiedUnits()) return 0;
   // Within the range in flight only: m_copiedTo lies inside it while it is being copied.
   const auto a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t to = m_copiedTo.load(std::memory_order_acquire);
   if (to <= a || to > r->end) return 0;
   *copy = m_region + r->offset + (a - r->begin);
+  if (transformed) *transformed = static_cast<bool>(r->transform);
   return std::min<size_t>(bytes, to - a);
 }
 

@@ -58,16 +58,21 @@ class WeightArena {
   WeightArena& operator=(const WeightArena&) = delete;
   ~WeightArena();  // stops the copy (within one chunk) and frees it
 
-  // Rewrites a range's bytes in the copy, in place, after its unit is copied and before it is
-  // published (CpuStage: a matrix's rows into row groups, row_groups.h).
+  // Rewrites bytes of a range in the copy, in place, before they are read there (CpuStage: a
+  // matrix's rows into row groups, row_groups.h): `copy` is the start of a piece of the range,
+  // whole granules (add) long.
   using Transform = std::function<void(uint8_t* copy, size_t bytes)>;
 
   // Marks [p, p + bytes) as read by the stage as part of `unit` (before start). Ranges may
   // overlap or repeat, within a unit or across units; overlapping ones are copied once, with
   // the lowest unit that reads them. A transform is applied only to a range that no other range
   // overlaps or touches (else the other's readers would find rewritten bytes); transformed()
-  // says whether it was.
-  void add(size_t unit, const uint8_t* p, size_t bytes, Transform transform = {});
+  // says whether it was. With a granule (bytes a multiple of it), the transform rewrites each
+  // chunk of the copy as it is copied, whole granules at a time, so that the part in the copy
+  // can be read there while the rest is under way (copiedPrefix); without one (0), the whole
+  // range at once after it is copied.
+  void add(size_t unit, const uint8_t* p, size_t bytes, Transform transform = {},
+           size_t granule = 0);
 
   // Plans the copy and starts it; onCopied(copiedUnits, last) is called on the copying thread
   // after each unit, `last` after the final one, and release(source, bytes) after each chunk (at
@@ -92,11 +97,13 @@ class WeightArena {
   // Where p, inside an added range, is now: in the copy if its unit is copied, p itself if not.
   const uint8_t* remap(const uint8_t* p) const;
   // For [p, p + bytes) inside the range being copied now (a unit not yet published): how many
-  // of its first bytes are already in the copy, at *copy. 0 for any other range, and for one
-  // with a transform (its bytes change once it is whole). A reader may read that prefix from the
-  // copy while the unit is under way: its source pages are released as they are copied, and
-  // reading them there would fault them back in (the unit held twice).
-  size_t copiedPrefix(const uint8_t* p, size_t bytes, const uint8_t** copy) const;
+  // of its first bytes are already in the copy, at *copy, transformed if the range has a
+  // transform (*transformed, when given, says so). 0 for any other range, and for one with a
+  // transform but no granule (its bytes change once it is whole). A reader may read that prefix
+  // from the copy while the unit is under way: its source pages are released as they are
+  // copied, and reading them there would fault them back in (the unit held twice).
+  size_t copiedPrefix(const uint8_t* p, size_t bytes, const uint8_t** copy,
+                      bool* transformed = nullptr) const;
   // Calls fn(source, bytes) for each (merged) range copied with `unit`.
   void forEachRange(size_t unit, const std::function<void(const uint8_t*, size_t)>& fn) const;
 
@@ -115,6 +122,7 @@ class WeightArena {
     size_t unit = 0;               // copied with this unit
     size_t offset = 0;             // of begin in the region
     Transform transform;           // applied after the copy (empty: none)
+    size_t granule = 0;            // the transform's piece (0: the whole range at once)
   };
   void copyAll(bool ownThread);  // the copying thread (or the caller's, when none can be had)
   // The range holding source address p (nullptr: none, or not started).

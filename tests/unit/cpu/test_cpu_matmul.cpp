@@ -9,6 +9,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/reference_kernels.h"
+#include "kernels/cpu/row_groups.h"
 
 using namespace shoal;
 using namespace shoal::cpu;
@@ -97,6 +98,45 @@ class CpuMatmulTest : public QObject {
       matmul(m.w, x.data(), tokens, y.data(), pool, scratch);
       QVERIFY2(test::firstBitDifference(y.data(), ref.data(), ref.size()) < 0,
                qPrintable(QString("%1 threads").arg(threads)));
+    }
+  }
+
+  // While the weight copy is under way on a matrix, rows [0, copiedRows) come from the copy and
+  // the rest from the file mapping (matmul.h); a copy going into row groups is grouped as it
+  // goes, so the first rows are grouped and the others in file layout. The product is the
+  // reference's either way, with 1 and 2 threads (whose row ranges cut across the split).
+  void aMatrixPartlyInItsGroupedCopyGivesTheReferenceProduct_data() {
+    QTest::addColumn<int>("type");
+    for (TensorType t : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K,
+                         TensorType::Q6_K}) {
+      QTest::addRow("%s", gguf::typeName(t).c_str()) << static_cast<int>(t);
+    }
+  }
+  void aMatrixPartlyInItsGroupedCopyGivesTheReferenceProduct() {
+    QFETCH(int, type);
+    const auto t = static_cast<TensorType>(type);
+    const KernelTable& k = kernels();
+    if (!k.rowGroups[static_cast<int>(weightKind(t))]) {
+      QSKIP("the active kernel level reads this type in file layout only");
+    }
+    const int64_t rows = 40, cols = 512;
+    Matrix m = makeMatrix(t, rows, cols, 5);
+    std::vector<uint8_t> copy = m.bytes;
+    groupRows(weightKind(t), copy.data(), 16, cols);  // the first two groups copied so far
+    m.w.copied = copy.data();
+    m.w.copiedRows = 16;
+    m.w.copiedRowGroups = true;
+    for (int64_t tokens : {1, 3, 9}) {
+      const auto x = test::randomValues(static_cast<size_t>(cols * tokens), 6);
+      const auto ref = referenceProduct(m.w, x, tokens);
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        MatmulScratch scratch;
+        std::vector<float> y(ref.size(), NAN);
+        matmul(m.w, x.data(), tokens, y.data(), pool, scratch);
+        QVERIFY2(test::firstBitDifference(y.data(), ref.data(), ref.size()) < 0,
+                 qPrintable(QString("%1 tokens, %2 threads").arg(tokens).arg(threads)));
+      }
     }
   }
 

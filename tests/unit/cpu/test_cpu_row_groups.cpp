@@ -16,14 +16,24 @@ class CpuRowGroupsTest : public QObject {
   Q_OBJECT
 
  private slots:
+  void ungroupingEachRowGivesTheFileLayoutBack_data() {
+    QTest::addColumn<int>("type");
+    QTest::addRow("q4_0") << static_cast<int>(gguf::TensorType::Q4_0);
+    QTest::addRow("q8_0") << static_cast<int>(gguf::TensorType::Q8_0);
+    QTest::addRow("q4_K") << static_cast<int>(gguf::TensorType::Q4_K);
+    QTest::addRow("q5_K") << static_cast<int>(gguf::TensorType::Q5_K);
+    QTest::addRow("q6_K") << static_cast<int>(gguf::TensorType::Q6_K);
+  }
   void ungroupingEachRowGivesTheFileLayoutBack() {
-    const test::Problem p(gguf::TensorType::Q4_K, 24, 768, 1, 11);
+    QFETCH(int, type);
+    const auto t = static_cast<gguf::TensorType>(type);
+    const test::Problem p(t, 24, 768, 1, 11);
     std::vector<uint8_t> grouped = p.weights;
-    groupRows(WeightKind::Q4_K, grouped.data(), p.rows, p.cols);
+    groupRows(weightKind(t), grouped.data(), p.rows, p.cols);
     QVERIFY(grouped != p.weights);  // rearranged, same size
     std::vector<uint8_t> row(p.weightRow);
     for (int64_t r = 0; r < p.rows; ++r) {
-      ungroupRow(WeightKind::Q4_K, grouped.data(), p.cols, r, row.data());
+      ungroupRow(weightKind(t), grouped.data(), p.cols, r, row.data());
       QVERIFY(std::equal(row.begin(), row.end(), p.weights.begin() + r * p.weightRow));
     }
   }
@@ -31,34 +41,48 @@ class CpuRowGroupsTest : public QObject {
   void matricesThatDoNotDivideIntoGroupsAreRefused() {
     std::vector<uint8_t> bytes(gguf::rowBytes(gguf::TensorType::Q4_K, 256) * 12);
     QVERIFY_THROWS_EXCEPTION(Error, groupRows(WeightKind::Q4_K, bytes.data(), 12, 256));
-    QVERIFY_THROWS_EXCEPTION(Error, groupRows(WeightKind::Q8_0, bytes.data(), 8, 256));
+    QVERIFY_THROWS_EXCEPTION(Error, groupRows(WeightKind::Q4_1, bytes.data(), 8, 256));
     QVERIFY(hasRowGroups(WeightKind::Q4_K));
-    QVERIFY(!hasRowGroups(WeightKind::Q6_K));
+    QVERIFY(hasRowGroups(WeightKind::Q5_K));
+    QVERIFY(hasRowGroups(WeightKind::Q6_K));
+    QVERIFY(hasRowGroups(WeightKind::Q4_0));
+    QVERIFY(hasRowGroups(WeightKind::Q8_0));
+    QVERIFY(!hasRowGroups(WeightKind::Q4_1));
+    QVERIFY(!hasRowGroups(gguf::TensorType::F16));
   }
 
   void groupedKernelsMatchTheFileLayoutBitForBit_data() {
+    QTest::addColumn<int>("type");
     QTest::addColumn<int>("rows");
     QTest::addColumn<int>("cols");
     QTest::addColumn<int>("tokens");
-    for (int tokens : {1, 2, 3, 7, 8, 9, 20}) {
-      // 8: one group; 40: two bands of 16 and a lone group; 56 x 2816: 11 super-blocks.
-      QTest::addRow("8x512 t%d", tokens) << 8 << 512 << tokens;
-      QTest::addRow("40x256 t%d", tokens) << 40 << 256 << tokens;
-      QTest::addRow("56x2816 t%d", tokens) << 56 << 2816 << tokens;
+    for (gguf::TensorType type :
+         {gguf::TensorType::Q4_0, gguf::TensorType::Q8_0, gguf::TensorType::Q4_K,
+          gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
+      const std::string name = gguf::typeName(type);
+      const int t = static_cast<int>(type);
+      for (int tokens : {1, 2, 3, 7, 8, 9, 20}) {
+        // 8: one group; 40: two bands of 16 and a lone group; 56 x 2816: 11 super-blocks.
+        QTest::addRow("%s 8x512 t%d", name.c_str(), tokens) << t << 8 << 512 << tokens;
+        QTest::addRow("%s 40x256 t%d", name.c_str(), tokens) << t << 40 << 256 << tokens;
+        QTest::addRow("%s 56x2816 t%d", name.c_str(), tokens) << t << 56 << 2816 << tokens;
+      }
     }
   }
   void groupedKernelsMatchTheFileLayoutBitForBit() {
+    QFETCH(int, type);
     QFETCH(int, rows);
     QFETCH(int, cols);
     QFETCH(int, tokens);
+    const auto t = static_cast<gguf::TensorType>(type);
     int levels = 0;
     for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDot}) {
       const KernelTable* k = kernelsFor(isa);
-      if (!k || !k->rowGroups[static_cast<int>(WeightKind::Q4_K)]) continue;
+      if (!k || !k->rowGroups[static_cast<int>(weightKind(t))]) continue;
       ++levels;
-      test::Problem p(gguf::TensorType::Q4_K, rows, cols, tokens, 100 + rows + tokens);
+      test::Problem p(t, rows, cols, tokens, 100 + rows + tokens);
       test::Problem grouped = p;
-      groupRows(WeightKind::Q4_K, grouped.weights.data(), rows, cols);
+      groupRows(weightKind(t), grouped.weights.data(), rows, cols);
       // Whole ranges, ranges on group boundaries (how matmul hands rows to threads) and ranges
       // that cut groups.
       const std::pair<int64_t, int64_t> ranges[] = {

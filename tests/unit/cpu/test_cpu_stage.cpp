@@ -424,10 +424,11 @@ class CpuStageTest : public QObject {
     for (int32_t pos = 40; pos < 44; ++pos) check(pos, {2 + (pos * 11) % 290});
   }
 
-  // Once the copy is in place, the Q4_K matrices the active kernel level reads in row groups
-  // (row_groups.h) are grouped, the tied embedding/output among them (the embedding's rows are
-  // taken out of their groups), and the logits of a prompt (the tiled order), a 3-token batch and
-  // decode steps (the vec order) are those of the file layout, every logit (LogitRows::All).
+  // Once the copy is in place, the matrices of the types the active kernel level reads in row
+  // groups (row_groups.h) are grouped, the tied embedding/output among them (the embedding's
+  // rows are taken out of their groups), a Q4_1 matrix stays in file layout, and the logits of a
+  // prompt (the tiled order), a 3-token batch and decode steps (the vec order) are those of the
+  // file layout, every logit (LogitRows::All).
   void rowGroupedWeightsGiveTheFileLayoutsLogits() {
     model::SyntheticModelSpec spec;
     spec.nLayer = 2;
@@ -439,15 +440,24 @@ class CpuStageTest : public QObject {
     spec.weightType = gguf::TensorType::Q4_K;
     spec.embedType = gguf::TensorType::Q4_K;
     spec.tiedOutput = true;
-    spec.typeOverrides = {{"ffn_down", gguf::TensorType::Q6_K}};
+    spec.typeOverrides = {{"ffn_down", gguf::TensorType::Q6_K}, {"attn_v", gguf::TensorType::Q5_K},
+                          {"ffn_up", gguf::TensorType::Q5_K},   {"attn_q", gguf::TensorType::Q4_0},
+                          {"ffn_gate", gguf::TensorType::Q8_0}, {"attn_k", gguf::TensorType::Q4_1}};
     MappedAndCopied stages(spec, m_dir.filePath("grouped.gguf").toStdString(), 16);
     cpu::CpuStage& stage = stages.copiedStage();
     stage.waitForWeightCopy();
     if (stage.weightUnits() == 0)
       QSKIP("no weight copy on this machine (transparent huge pages off)");
-    // Per layer attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up; and token_embd as output.
-    const bool grouping = cpu::kernels().rowGroups[static_cast<int>(cpu::WeightKind::Q4_K)];
-    QCOMPARE(stage.weightTensorsInRowGroups(), grouping ? size_t{2 * 6 + 1} : size_t{0});
+    // Per layer: Q4_K attn_output, Q5_K attn_v and ffn_up, Q6_K ffn_down, Q4_0 attn_q, Q8_0
+    // ffn_gate; and the Q4_K token_embd as output.
+    const auto grouping = [](cpu::WeightKind kind) {
+      return cpu::kernels().rowGroups[static_cast<int>(kind)];
+    };
+    const size_t grouped =
+        (grouping(cpu::WeightKind::Q4_K) ? 2 * 1 + 1 : 0) +
+        (grouping(cpu::WeightKind::Q5_K) ? 2 * 2 : 0) + (grouping(cpu::WeightKind::Q6_K) ? 2 : 0) +
+        (grouping(cpu::WeightKind::Q4_0) ? 2 : 0) + (grouping(cpu::WeightKind::Q8_0) ? 2 : 0);
+    QCOMPARE(stage.weightTensorsInRowGroups(), grouped);
     const std::vector<std::vector<int32_t>> steps = {
         {5, 17, 230, 42, 7, 99, 150, 3, 260, 301, 12, 64}, {8, 9, 10}, {77}, {200}};
     int32_t first = 0;

@@ -29,6 +29,39 @@ std::vector<uint8_t> pattern(size_t n) {
   return v;
 }
 
+// Starts an arena's copy and holds it after its first chunk (in the release callback, which
+// runs after each chunk) until release(); start() returns once that chunk is copied, or false
+// when the copy does not start.
+class HeldAfterFirstChunk {
+ public:
+  bool start(WeightArena& arena) {
+    if (!arena.start({}, [this](const uint8_t*, size_t) {
+          std::unique_lock lock(m_mutex);
+          ++m_chunks;
+          m_changed.notify_all();
+          if (m_chunks == 1) m_changed.wait(lock, [this] { return m_go; });
+        })) {
+      return false;
+    }
+    std::unique_lock lock(m_mutex);
+    m_changed.wait(lock, [this] { return m_chunks >= 1; });
+    return true;
+  }
+  void release() {
+    {
+      const std::lock_guard lock(m_mutex);
+      m_go = true;
+    }
+    m_changed.notify_all();
+  }
+
+ private:
+  std::mutex m_mutex;
+  std::condition_variable m_changed;
+  int m_chunks = 0;
+  bool m_go = false;
+};
+
 // A (unit, offset, bytes) range of the test's source.
 struct Added {
   size_t unit, at, bytes;
@@ -167,20 +200,9 @@ class WeightArenaTest : public QObject {
     arena.add(0, s, 3 * mib);                                     // 3 chunks
     arena.add(1, s + 3 * mib, mib / 2, [](uint8_t*, size_t) {});  // transformed
     arena.add(1, s + 3 * mib + mib / 2, mib / 2);
-    std::mutex mutex;
-    std::condition_variable changed;
-    int chunks = 0;
-    bool go = false;
-    const bool started = arena.start({}, [&](const uint8_t*, size_t) {
-      std::unique_lock lock(mutex);
-      ++chunks;
-      changed.notify_all();
-      if (chunks == 1) changed.wait(lock, [&] { return go; });  // hold after the first chunk
-    });
-    if (!started) QSKIP("no copy on this machine (transparent huge pages off, or low memory)");
-    {
-      std::unique_lock lock(mutex);
-      changed.wait(lock, [&] { return chunks == 1; });
+    HeldAfterFirstChunk hold;
+    if (!hold.start(arena)) {
+      QSKIP("no copy on this machine (transparent huge pages off, or low memory)");
     }
     const uint8_t* copy = nullptr;
     // A reader of rows from byte 1000 on: the first chunk less those 1000 bytes is copied.
@@ -190,15 +212,45 @@ class WeightArenaTest : public QObject {
     QCOMPARE(arena.copiedPrefix(s + 2 * mib, mib, &copy), size_t{0});  // not copied yet
     QCOMPARE(arena.copiedPrefix(s + 3 * mib, mib / 2, &copy), size_t{0});
     QCOMPARE(arena.remap(s + 1000), s + 1000);  // the unit is not published
-    {
-      const std::lock_guard lock(mutex);
-      go = true;
-    }
-    changed.notify_all();
+    hold.release();
     arena.wait();
     QCOMPARE(arena.copiedPrefix(s + 1000, mib, &copy), size_t{0});  // published: remap() it
     QVERIFY(arena.remap(s + 1000) != s + 1000);
     QCOMPARE(arena.copiedPrefix(s + 3 * mib + mib / 2, 10, &copy), size_t{0});
+  }
+
+  // A transform with a granule rewrites each chunk as it is copied (whole granules: a chunk is
+  // the largest multiple of the granule within kChunkBytes), so the range in flight shows a
+  // prefix already transformed; the release callback runs after the chunk is rewritten.
+  void aTransformWithAGranuleShowsItsTransformedPrefix() {
+    const size_t granule = 3072;  // does not divide kChunkBytes
+    const size_t bytes = granule * 1000;
+    const std::vector<uint8_t> src = pattern(bytes);
+    const uint8_t* s = src.data();
+    auto invert = [](uint8_t* copy, size_t n) {
+      QCOMPARE(n % 3072, size_t{0});
+      for (size_t i = 0; i < n; ++i) copy[i] = static_cast<uint8_t>(~copy[i]);
+    };
+    WeightArena arena;
+    arena.add(0, s, bytes, invert, granule);
+    HeldAfterFirstChunk hold;
+    if (!hold.start(arena)) {
+      QSKIP("no copy on this machine (transparent huge pages off, or low memory)");
+    }
+    const size_t chunk = WeightArena::kChunkBytes / granule * granule;
+    const uint8_t* copy = nullptr;
+    bool transformed = false;
+    // A reader from granule 2 on.
+    QCOMPARE(arena.copiedPrefix(s + 2 * granule, bytes, &copy, &transformed), chunk - 2 * granule);
+    QVERIFY(transformed);
+    for (size_t i = 0; i < chunk - 2 * granule; i += 97) {
+      QCOMPARE(copy[i], static_cast<uint8_t>(~s[2 * granule + i]));
+    }
+    hold.release();
+    arena.wait();
+    QVERIFY(arena.transformed(s));
+    const uint8_t* all = arena.remap(s);
+    for (size_t i = 0; i < bytes; i += 101) QCOMPARE(all[i], static_cast<uint8_t>(~s[i]));
   }
 
   // A stop leaves copiedUnits() where the copy got to, and remap() agrees with it.

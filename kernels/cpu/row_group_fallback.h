@@ -1,0 +1,55 @@
+#pragma once
+// Rows of a grouped matrix (row_groups.h) that a level's grouped kernel does not take (rows not
+// in whole groups, batch shapes it leaves to the file layout's kernel): taken out of their
+// groups into a buffer and run by the file layout's kernel, which gives the same bits.
+//
+// Included by the AVX-512 grouped kernels' headers (anonymous namespace: each including file
+// keeps its own copy, see x86_kquant_kernels.h); no instructions beyond the baseline here.
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/row_groups.h"
+
+namespace shoal::cpu {
+namespace {
+
+// Rows [rowBegin, rowEnd) of the groups from row g0 (a group boundary) to rowEnd's group, by
+// the file layout's kernel on the rows taken out of their groups.
+template <WeightKind kKind, void (*FileGemm)(const GemmArgs&, int64_t, int64_t)>
+void ungroupedRows(const GemmArgs& g, int64_t g0, int64_t rowBegin, int64_t rowEnd) {
+  const int64_t groupEnd = (rowEnd - g0 + kGroupRows - 1) / kGroupRows * kGroupRows;
+  auto* buffer = static_cast<uint8_t*>(std::malloc(g.weightStride * static_cast<size_t>(groupEnd)));
+  if (buffer == nullptr) std::abort();  // as operator new would fail: nothing to compute with
+  const uint8_t* groups = g.weights + static_cast<size_t>(g0) * g.weightStride;
+  for (int64_t r = rowBegin; r < rowEnd; ++r) {
+    ungroupRow(kKind, groups, g.cols, r - g0, buffer + (r - g0) * g.weightStride);
+  }
+  GemmArgs a = g;
+  a.weights = buffer;
+  a.rowGroups = false;
+  a.y = g.y + g0;
+  FileGemm(a, rowBegin - g0, rowEnd - g0);
+  std::free(buffer);
+}
+
+// The rows of [rowBegin, rowEnd) outside whole groups, by ungroupedRows; [first, last) gets the
+// whole groups' rows, left to the caller. False when the range lies inside one group (all of it
+// done here).
+template <WeightKind kKind, void (*FileGemm)(const GemmArgs&, int64_t, int64_t)>
+bool ungroupedEdges(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd, int64_t& first,
+                    int64_t& last) {
+  first = (rowBegin + kGroupRows - 1) / kGroupRows * kGroupRows;
+  last = rowEnd / kGroupRows * kGroupRows;
+  if (first > last) {
+    ungroupedRows<kKind, FileGemm>(g, last, rowBegin, rowEnd);
+    return false;
+  }
+  if (rowBegin < first) ungroupedRows<kKind, FileGemm>(g, first - kGroupRows, rowBegin, first);
+  if (last < rowEnd) ungroupedRows<kKind, FileGemm>(g, last, last, rowEnd);
+  return true;
+}
+
+}  // namespace
+}  // namespace shoal::cpu
