@@ -6,9 +6,9 @@
 #   cd build-pkg && cpack -G DEB      # shoal_<v>_<arch>.deb (+ shoal-cuda_<v>_<arch>.deb with CUDA)
 #   cd build-pkg && cpack -G TGZ      # shoal-<v>-Linux.tar.gz, everything under one relocatable tree
 #
-# Packages: `shoal` holds shoal, shoal-cli, shoal-node, the desktop entry and icon, the systemd
-# unit for shoal-node (user `shoal`, created by postinst), shoal-fetch-default-model and an empty
-# /usr/share/shoal/models; models are not packaged. `shoal-cuda` holds the CUDA plugin (lib/shoal/libshoal-cuda.so, found next to
+# Packages: `shoal` holds shoal, shoal-cli (and its helper lib/shoal/shoal-cli-net), shoal-node,
+# the desktop entry and icon, the systemd unit for shoal-node (user `shoal`, created by postinst),
+# shoal-fetch-default-model and an empty /usr/share/shoal/models; models are not packaged. `shoal-cuda` holds the CUDA plugin (lib/shoal/libshoal-cuda.so, found next to
 # ../lib/shoal from the executables) and is a Recommends of `shoal`, built only with SHOAL_CUDA.
 
 include(GNUInstallDirs)
@@ -26,9 +26,11 @@ install(FILES ${CMAKE_CURRENT_LIST_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DO
 # The system-wide models folder every program searches (engine/model/default_model.h), shipped
 # empty: an administrator may put GGUF files there for every user of the machine.
 install(DIRECTORY DESTINATION ${CMAKE_INSTALL_DATADIR}/shoal/models)
+# lib/shoal, not CMAKE_INSTALL_LIBDIR/shoal: with the /usr prefix on Debian that is the multiarch
+# lib/x86_64-linux-gnu, where the loader (kernels/cuda/cuda_loader.cpp, ../lib/shoal from the
+# executables) would not find the plugin. shoal-cli's helper lies there too (app/cli).
 if(TARGET shoal_cuda_plugin)
-  install(TARGETS shoal_cuda_plugin LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/shoal
-          COMPONENT cuda)
+  install(TARGETS shoal_cuda_plugin LIBRARY DESTINATION lib/shoal COMPONENT cuda)
 endif()
 
 set(CPACK_PACKAGE_NAME "shoal")

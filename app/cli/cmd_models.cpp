@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "app/cli/commands.h"
+#include "app/cli/net_helper.h"
 #include "engine/error.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/tensor_type.h"
@@ -450,8 +451,7 @@ void runRm(const ModelsOptions& o) {
 
 void registerModelsCommand(CLI::App& app) {
   auto o = std::make_shared<ModelsOptions>();
-  CLI::App* models =
-      app.add_subcommand("models", "search, download and manage models (Hugging Face Hub)");
+  CLI::App* models = app.add_subcommand("models", netCommandHelp("models"));
   models->require_subcommand(1);
 
   CLI::App* search = models->add_subcommand("search", "GGUF repositories matching TEXT");

@@ -35,6 +35,7 @@
 
 #include "app/cli/cli_support.h"
 #include "app/cli/commands.h"
+#include "app/cli/net_helper.h"
 #ifdef SHOAL_CLI_POOL_SERVE
 #include "app/cli/pool_serve.h"
 #endif
@@ -746,7 +747,7 @@ void addPoolNodes(CLI::App& cmd, PoolOptions& o) {
 
 void registerPoolCommand(CLI::App& app) {
   auto opt = std::make_shared<PoolOptions>();
-  CLI::App* pool = app.add_subcommand("pool", "Coordinate a pool of LAN nodes");
+  CLI::App* pool = app.add_subcommand("pool", netCommandHelp("pool"));
   pool->require_subcommand(1);
 
   CLI::App* discover = pool->add_subcommand("discover", "List nodes announcing themselves");

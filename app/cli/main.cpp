@@ -1,11 +1,15 @@
 // shoal-cli: run, inspect and benchmark models from the terminal.
 // Exit codes: 0 success, 1 runtime failure, 2 bad input (unknown option, bad file, bad value).
+// Compiled twice: shoal-cli (SHOAL_CLI_NET_HELPER: `pool` and `models` exec the helper) and the
+// helper shoal-cli-net (SHOAL_CLI_NET_MAIN: only those two commands), see net_helper.h.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "app/cli/commands.h"
+#include "app/cli/net_helper.h"
 #include "engine/error.h"
 
 int main(int argc, char** argv) {
@@ -14,6 +18,7 @@ int main(int argc, char** argv) {
       "shoal-cli"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shoal-cli 0.1.0");
+#ifndef SHOAL_CLI_NET_MAIN
   shoal::cli::registerGenerateCommand(app);
   shoal::cli::registerChatCommand(app);
   shoal::cli::registerTokenizeCommand(app);
@@ -22,6 +27,15 @@ int main(int argc, char** argv) {
   shoal::cli::registerInfoCommand(app);
   shoal::cli::registerDevicesCommand(app);
   shoal::cli::registerPlanCommand(app);
+#endif
+#ifdef SHOAL_CLI_NET_HELPER
+  if (argc > 1 && shoal::cli::isNetCommand(argv[1])) {
+    const std::string why = shoal::cli::execNetHelper(argv);  // returns only on failure
+    std::fprintf(stderr, "shoal-cli: error: %s\n", why.c_str());
+    return 1;
+  }
+  shoal::cli::registerNetCommandNames(app);
+#endif
 #ifdef SHOAL_CLI_POOL
   shoal::cli::registerPoolCommand(app);
 #endif

@@ -16,8 +16,10 @@ struct Run {
   QByteArray err;
 };
 
-Run runCli(const QStringList& args, const QByteArray& stdinData = {}) {
+Run runCli(const QStringList& args, const QByteArray& stdinData = {},
+           const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
   QProcess p;
+  p.setProcessEnvironment(env);
   p.start(SHOAL_CLI_PATH, args);
   if (!p.waitForStarted(10000)) return {};
   if (!stdinData.isEmpty()) p.write(stdinData);
@@ -54,6 +56,32 @@ class TestCliContract : public QObject {
   void unknownCommandIsAOneLineErrorWithExitCode2() {
     verifyOneLineError(runCli({"frobnicate"}), "frobnicate");
   }
+
+#ifdef SHOAL_CLI_HAS_NET_HELPER
+  // `pool` and `models` run in shoal-cli-net (app/cli/net_helper.h): shoal-cli execs it with the
+  // same arguments, so its commands, help and errors read as shoal-cli's own.
+  void poolAndModelsRunInTheHelper() {
+    const Run help = runCli({"pool", "--help"});
+    QCOMPARE(help.exitCode, 0);
+    QVERIFY2(help.out.contains("shoal-cli pool") && help.out.contains("discover"),
+             help.out.constData());
+    QCOMPARE(runCli({"models", "--help"}).exitCode, 0);
+    verifyOneLineError(runCli({"pool", "discover", "--no-such-option"}), "--no-such-option");
+    // The top-level help still lists both.
+    const Run top = runCli({"--help"});
+    QVERIFY(top.out.contains("pool") && top.out.contains("models"));
+  }
+
+  void aMissingHelperIsAOneLineError() {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("SHOAL_CLI_NET", "/nonexistent/shoal-cli-net");
+    const Run r = runCli({"pool", "discover"}, {}, env);
+    QCOMPARE(r.exitCode, 1);
+    QCOMPARE(r.err.count('\n'), 1);
+    QVERIFY2(r.err.startsWith("shoal-cli: error: ") && r.err.contains("shoal-cli-net"),
+             r.err.constData());
+  }
+#endif
 
   void missingModelFileIsAOneLineError() {
     verifyOneLineError(runCli({"info", "-m", "/nonexistent/model.gguf"}),

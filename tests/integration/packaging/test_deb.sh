@@ -50,8 +50,8 @@ trap cleanup EXIT
 
 step "apt-get install ./$deb"
 DEBIAN_FRONTEND=noninteractive apt-get install -y "./$deb"
-for f in /usr/bin/shoal-cli /usr/bin/shoal-node /usr/bin/shoal-fetch-default-model \
-         /usr/lib/systemd/system/shoal-node.service; do
+for f in /usr/bin/shoal-cli /usr/lib/shoal/shoal-cli-net /usr/bin/shoal-node \
+         /usr/bin/shoal-fetch-default-model /usr/lib/systemd/system/shoal-node.service; do
     [[ -e "$f" ]] || { echo "FAIL: $f not installed"; exit 1; }
 done
 if [[ -e /usr/bin/shoal ]]; then
@@ -71,6 +71,13 @@ step "/usr/bin/shoal-cli generate"
 out="$(/usr/bin/shoal-cli generate -m "$model" -p hi -n 4 --temp 0)"
 echo "output: '$out'"
 [[ -n "$out" ]] || { echo "FAIL: shoal-cli generate printed nothing"; exit 1; }
+
+step "/usr/bin/shoal-cli pool and models (run by /usr/lib/shoal/shoal-cli-net)"
+/usr/bin/shoal-cli pool --help | grep -F "shoal-cli pool" >/dev/null ||
+    { echo "FAIL: shoal-cli pool --help did not reach the helper"; exit 1; }
+/usr/bin/shoal-cli models --help | grep -F "shoal-cli models" >/dev/null ||
+    { echo "FAIL: shoal-cli models --help did not reach the helper"; exit 1; }
+echo "pool and models answered"
 
 step "first run of a fresh user: shoal-fetch-default-model, then shoal-cli generate without -m"
 [[ -d /usr/share/shoal/models ]] || { echo "FAIL: /usr/share/shoal/models not installed"; exit 1; }
