@@ -98,6 +98,12 @@ class TestReplicaRouter : public QObject {
     for (int i = 0; i < 4; ++i) {
       held.push_back(job(200));
       QCOMPARE(router.submit(held.back()), JobSink::Submit::Accepted);
+      // A replica's first job must have left its waiting place for a slot before the next one
+      // comes (else the next finds the queue full and spills over early).
+      if (i == 0 || i == 2) {
+        const GenerationQueue& q = i == 0 ? *a.queue : *b.queue;
+        QTRY_COMPARE_WITH_TIMEOUT(q.stats().running, size_t(1), 30000);
+      }
     }
     QCOMPARE(router.routed(), (std::vector<uint64_t>{2, 3}));
     QCOMPARE(router.submit(job(4)), JobSink::Submit::Full);
