@@ -20,6 +20,7 @@ KernelTable makeTable() {
   set(WeightKind::Q5_K, gemmQ5_K);
   set(WeightKind::Q6_K, gemmQ6_K);
   t.rowGroups[static_cast<int>(WeightKind::Q4_0)] = true;  // avx512_quant_groups.h
+  t.rowGroups[static_cast<int>(WeightKind::Q4_1)] = true;
   t.rowGroups[static_cast<int>(WeightKind::Q8_0)] = true;
   t.rowGroups[static_cast<int>(WeightKind::Q4_K)] = true;  // avx512_kquant_groups.h
   t.rowGroups[static_cast<int>(WeightKind::Q5_K)] = true;

@@ -300,7 +300,13 @@ void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
   }
   gemm<Q4_0>(g, b, e);
 }
-void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_1>(g, b, e); }
+void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.rowGroups) {
+    gemmQ0Groups<BlockQ4_1x8, gemmQ4_1, 0>(g, b, e);  // no bands: all in the grouped tiles
+    return;
+  }
+  gemm<Q4_1>(g, b, e);
+}
 void gemmQ5_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_0>(g, b, e); }
 void gemmQ5_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_1>(g, b, e); }
 void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) {

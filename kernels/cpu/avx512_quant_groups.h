@@ -1,6 +1,6 @@
 #pragma once
-// The AVX-512 Q4_0 and Q8_0 kernels for weights in row groups (row_groups.h), bit-identical to
-// the file layout's kernels (avx512_quant_gemm.cpp) and so to the scalar reference.
+// The AVX-512 Q4_0, Q4_1 and Q8_0 kernels for weights in row groups (row_groups.h), bit-identical
+// to the file layout's kernels (avx512_quant_gemm.cpp) and so to the scalar reference.
 //
 // ggml's vec order keeps, per row and token, eight float lanes: lane k gets fma(d_w * d_a, exact
 // dot of elements 4k..4k+3 of the block, lane), block by block, and the eight are summed as
@@ -71,33 +71,48 @@ inline __m512i biasStart(__m512i y) {
   return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, kShift));
 }
 
-// The eight rows of one Q4_0 group against T tokens: out[t][r].
-template <int T>
-void groupTileQ4_0(const BlockQ4_0x8* x, const BlockQ8_0* const* a, int64_t blocks,
-                   float (*out)[kGroupRows]) {
+// The eight rows of one Q4_0 (BlockQ4_0x8, Q8_0 activations) or Q4_1 (BlockQ4_1x8, Q8_1
+// activations) group against T tokens: out[t][r]. Q4_1's codes are unsigned (no bias), and its
+// minimum term m_w * s_a is fused-accumulated per block and row as the file layout's summs is.
+template <class Group, class Act, int T>
+void groupTileNibbles(const Group* x, const Act* const* a, int64_t blocks,
+                      float (*out)[kGroupRows]) {
+  constexpr bool kMin = sizeof(Act) == sizeof(BlockQ8_1);
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   // Row 4h + k's scale to 128-bit lane k.
   const __m512i rowsOf[2] = {_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
                              _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4)};
   __m512 acc[2][2][T];  // [rows 4h..4h+3][ggml lanes 0-3, 4-7][token]
+  __m256 summs[T];      // Q4_1: row r's minimum term in lane r
   for (auto& h : acc) {
     for (auto& half : h) {
       for (__m512& v : half) v = _mm512_setzero_ps();
     }
   }
+  for (__m256& v : summs) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     __m512i yLo[T], yHi[T], startLo[T], startHi[T];
     __m512 dy[T];
     for (int t = 0; t < T; ++t) {
-      const BlockQ8_0& y = a[t][b];
+      const Act& y = a[t][b];
       yLo[t] = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.qs)));
       yHi[t] = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.qs + 16)));
-      startLo[t] = biasStart<3>(yLo[t]);
-      startHi[t] = biasStart<3>(yHi[t]);
+      if constexpr (kMin) {
+        startLo[t] = startHi[t] = _mm512_setzero_si512();
+      } else {
+        startLo[t] = biasStart<3>(yLo[t]);
+        startHi[t] = biasStart<3>(yHi[t]);
+      }
       dy[t] = _mm512_set1_ps(_cvtsh_ss(y.d));
     }
     const __m512 dw = _mm512_castps256_ps512(
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d))));
+    if constexpr (kMin) {
+      const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].m)));
+      for (int t = 0; t < T; ++t) {
+        summs[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(_cvtsh_ss(a[t][b].s)), summs[t]);
+      }
+    }
     for (int h = 0; h < 2; ++h) {
       const __m512i w = _mm512_loadu_si512(x[b].qs[4 * h]);
       const __m512i lo = _mm512_and_si512(w, nibble);
@@ -113,8 +128,11 @@ void groupTileQ4_0(const BlockQ4_0x8* x, const BlockQ8_0* const* a, int64_t bloc
     }
   }
   for (int t = 0; t < T; ++t) {
+    alignas(32) float m[kGroupRows];
+    _mm256_store_ps(m, summs[t]);
     for (int r = 0; r < kGroupRows; ++r) {
-      out[t][r] = hsumLanes(laneOf(acc[r / 4][0][t], r % 4), laneOf(acc[r / 4][1][t], r % 4));
+      const float dot = hsumLanes(laneOf(acc[r / 4][0][t], r % 4), laneOf(acc[r / 4][1][t], r % 4));
+      out[t][r] = kMin ? dot + m[r] : dot;
     }
   }
 }
@@ -170,15 +188,27 @@ struct Q0GroupOf;
 template <>
 struct Q0GroupOf<BlockQ4_0x8> {
   static constexpr WeightKind kKind = WeightKind::Q4_0;
+  using Act = BlockQ8_0;
   template <int T>
-  static void tile(const BlockQ4_0x8* x, const BlockQ8_0* const* a, int64_t blocks,
+  static void tile(const BlockQ4_0x8* x, const Act* const* a, int64_t blocks,
                    float (*out)[kGroupRows]) {
-    groupTileQ4_0<T>(x, a, blocks, out);
+    groupTileNibbles<BlockQ4_0x8, Act, T>(x, a, blocks, out);
+  }
+};
+template <>
+struct Q0GroupOf<BlockQ4_1x8> {
+  static constexpr WeightKind kKind = WeightKind::Q4_1;
+  using Act = BlockQ8_1;
+  template <int T>
+  static void tile(const BlockQ4_1x8* x, const Act* const* a, int64_t blocks,
+                   float (*out)[kGroupRows]) {
+    groupTileNibbles<BlockQ4_1x8, Act, T>(x, a, blocks, out);
   }
 };
 template <>
 struct Q0GroupOf<BlockQ8_0x8> {
   static constexpr WeightKind kKind = WeightKind::Q8_0;
+  using Act = BlockQ8_0;
   template <int T>
   static void tile(const BlockQ8_0x8* x, const BlockQ8_0* const* a, int64_t blocks,
                    float (*out)[kGroupRows]) {
@@ -186,8 +216,9 @@ struct Q0GroupOf<BlockQ8_0x8> {
   }
 };
 
-// Rows [rowBegin, rowEnd) of a grouped Q4_0 or Q8_0 matrix (Group: BlockQ4_0x8, BlockQ8_0x8);
-// FileGemm is the level's file-layout kernel, kBandTokens the batch from which it runs bands.
+// Rows [rowBegin, rowEnd) of a grouped Q4_0, Q4_1 or Q8_0 matrix (Group: BlockQ4_0x8,
+// BlockQ4_1x8, BlockQ8_0x8); FileGemm is the level's file-layout kernel, kBandTokens the batch
+// from which it runs bands (0: it has none).
 template <class Group, void (*FileGemm)(const GemmArgs&, int64_t, int64_t), int kBandTokens>
 void gemmQ0Groups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   constexpr WeightKind kKind = Q0GroupOf<Group>::kKind;
@@ -196,7 +227,7 @@ void gemmQ0Groups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   int64_t first = 0, last = 0;
   if (!ungroupedEdges<kKind, FileGemm>(g, rowBegin, rowEnd, first, last)) return;
   int64_t r = first;
-  if (g.tokens >= kBandTokens) {
+  if (kBandTokens > 0 && g.tokens >= kBandTokens) {
     for (; r + kBandSpan <= last; r += kBandSpan) {
       ungroupedRows<kKind, FileGemm>(g, r, r, r + kBandSpan);
     }
@@ -206,9 +237,10 @@ void gemmQ0Groups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
         reinterpret_cast<const Group*>(g.weights + static_cast<size_t>(r) * g.weightStride);
     for (int64_t t = 0; t < g.tokens;) {
       const int n = g.tokens - t >= kQ0GroupTokens ? kQ0GroupTokens : 1;
-      const BlockQ8_0* a[kQ0GroupTokens] = {};
+      using Act = typename Q0GroupOf<Group>::Act;
+      const Act* a[kQ0GroupTokens] = {};
       for (int i = 0; i < n; ++i) {
-        a[i] = reinterpret_cast<const BlockQ8_0*>(g.act + static_cast<size_t>(t + i) * g.actStride);
+        a[i] = reinterpret_cast<const Act*>(g.act + static_cast<size_t>(t + i) * g.actStride);
       }
       alignas(32) float out[kQ0GroupTokens][kGroupRows];
       if (n == 2) {

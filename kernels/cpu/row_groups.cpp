@@ -35,6 +35,11 @@ void groupBlock(const BlockQ4_0& in, int r, BlockQ4_0x8& x) {
   x.d[r] = in.d;
   std::memcpy(x.qs[r], in.qs, sizeof in.qs);
 }
+void groupBlock(const BlockQ4_1& in, int r, BlockQ4_1x8& x) {
+  x.d[r] = in.d;
+  x.m[r] = in.m;
+  std::memcpy(x.qs[r], in.qs, sizeof in.qs);
+}
 void groupBlock(const BlockQ8_0& in, int r, BlockQ8_0x8& x) {
   x.d[r] = in.d;
   std::memcpy(x.qs[r], in.qs, sizeof in.qs);
@@ -42,7 +47,8 @@ void groupBlock(const BlockQ8_0& in, int r, BlockQ8_0x8& x) {
 
 // Elements per block of each kind that has the layout.
 int64_t blockElements(WeightKind kind) {
-  return kind == WeightKind::Q4_0 || kind == WeightKind::Q8_0 ? kQK : kQKK;
+  return kind == WeightKind::Q4_0 || kind == WeightKind::Q4_1 || kind == WeightKind::Q8_0 ? kQK
+                                                                                          : kQKK;
 }
 
 template <class Block, class Group>
@@ -74,14 +80,14 @@ void ungroupRowOf(const uint8_t* data, int64_t blocks, int64_t r, uint8_t* out) 
 }  // namespace
 
 bool hasRowGroups(WeightKind kind) {
-  return kind == WeightKind::Q4_0 || kind == WeightKind::Q8_0 || kind == WeightKind::Q4_K ||
-         kind == WeightKind::Q5_K || kind == WeightKind::Q6_K;
+  return kind == WeightKind::Q4_0 || kind == WeightKind::Q4_1 || kind == WeightKind::Q8_0 ||
+         kind == WeightKind::Q4_K || kind == WeightKind::Q5_K || kind == WeightKind::Q6_K;
 }
 
 bool hasRowGroups(gguf::TensorType type) {
   using gguf::TensorType;
-  return type == TensorType::Q4_0 || type == TensorType::Q8_0 || type == TensorType::Q4_K ||
-         type == TensorType::Q5_K || type == TensorType::Q6_K;
+  return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0 ||
+         type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
 }
 
 void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols) {
@@ -93,6 +99,8 @@ void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols) {
   const int64_t blocks = cols / blockElements(kind);
   if (kind == WeightKind::Q4_0) {
     groupRowsOf<BlockQ4_0, BlockQ4_0x8>(data, rows, blocks);
+  } else if (kind == WeightKind::Q4_1) {
+    groupRowsOf<BlockQ4_1, BlockQ4_1x8>(data, rows, blocks);
   } else if (kind == WeightKind::Q8_0) {
     groupRowsOf<BlockQ8_0, BlockQ8_0x8>(data, rows, blocks);
   } else if (kind == WeightKind::Q4_K) {
@@ -109,6 +117,8 @@ void ungroupRow(WeightKind kind, const uint8_t* data, int64_t cols, int64_t r, u
   const int64_t blocks = cols / blockElements(kind);
   if (kind == WeightKind::Q4_0) {
     ungroupRowOf<BlockQ4_0, BlockQ4_0x8>(data, blocks, r, out);
+  } else if (kind == WeightKind::Q4_1) {
+    ungroupRowOf<BlockQ4_1, BlockQ4_1x8>(data, blocks, r, out);
   } else if (kind == WeightKind::Q8_0) {
     ungroupRowOf<BlockQ8_0, BlockQ8_0x8>(data, blocks, r, out);
   } else if (kind == WeightKind::Q4_K) {

@@ -67,6 +67,14 @@ struct BlockQ4_0x8 {
 };
 static_assert(sizeof(BlockQ4_0x8) == kGroupRows * sizeof(BlockQ4_0));
 
+// Block b of rows 8g .. 8g+7 of a Q4_1 matrix: scales, minimums, then quants.
+struct BlockQ4_1x8 {
+  uint16_t d[kGroupRows];
+  uint16_t m[kGroupRows];
+  uint8_t qs[kGroupRows][16];
+};
+static_assert(sizeof(BlockQ4_1x8) == kGroupRows * sizeof(BlockQ4_1));
+
 // Block b of rows 8g .. 8g+7 of a Q8_0 matrix (one 64-byte load holds two rows' quants).
 struct BlockQ8_0x8 {
   uint16_t d[kGroupRows];
@@ -74,7 +82,7 @@ struct BlockQ8_0x8 {
 };
 static_assert(sizeof(BlockQ8_0x8) == kGroupRows * sizeof(BlockQ8_0));
 
-// Whether the weight type has a row-group layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K).
+// Whether the weight type has a row-group layout (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K).
 bool hasRowGroups(WeightKind kind);
 // The same for a GGUF tensor type (false for a type without a CPU matrix kernel).
 bool hasRowGroups(gguf::TensorType type);
@@ -105,6 +113,11 @@ static inline void ungroupBlock(const BlockQ5_Kx8& x, int r, BlockQ5_K& out) {
 }
 static inline void ungroupBlock(const BlockQ4_0x8& x, int r, BlockQ4_0& out) {
   out.d = x.d[r];
+  for (int i = 0; i < 16; ++i) out.qs[i] = x.qs[r][i];
+}
+static inline void ungroupBlock(const BlockQ4_1x8& x, int r, BlockQ4_1& out) {
+  out.d = x.d[r];
+  out.m = x.m[r];
   for (int i = 0; i < 16; ++i) out.qs[i] = x.qs[r][i];
 }
 static inline void ungroupBlock(const BlockQ8_0x8& x, int r, BlockQ8_0& out) {

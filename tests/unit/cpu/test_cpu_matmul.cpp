@@ -107,8 +107,8 @@ class CpuMatmulTest : public QObject {
   // reference's either way, with 1 and 2 threads (whose row ranges cut across the split).
   void aMatrixPartlyInItsGroupedCopyGivesTheReferenceProduct_data() {
     QTest::addColumn<int>("type");
-    for (TensorType t : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K,
-                         TensorType::Q6_K}) {
+    for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K,
+                         TensorType::Q5_K, TensorType::Q6_K}) {
       QTest::addRow("%s", gguf::typeName(t).c_str()) << static_cast<int>(t);
     }
   }

@@ -19,6 +19,7 @@ class CpuRowGroupsTest : public QObject {
   void ungroupingEachRowGivesTheFileLayoutBack_data() {
     QTest::addColumn<int>("type");
     QTest::addRow("q4_0") << static_cast<int>(gguf::TensorType::Q4_0);
+    QTest::addRow("q4_1") << static_cast<int>(gguf::TensorType::Q4_1);
     QTest::addRow("q8_0") << static_cast<int>(gguf::TensorType::Q8_0);
     QTest::addRow("q4_K") << static_cast<int>(gguf::TensorType::Q4_K);
     QTest::addRow("q5_K") << static_cast<int>(gguf::TensorType::Q5_K);
@@ -41,13 +42,14 @@ class CpuRowGroupsTest : public QObject {
   void matricesThatDoNotDivideIntoGroupsAreRefused() {
     std::vector<uint8_t> bytes(gguf::rowBytes(gguf::TensorType::Q4_K, 256) * 12);
     QVERIFY_THROWS_EXCEPTION(Error, groupRows(WeightKind::Q4_K, bytes.data(), 12, 256));
-    QVERIFY_THROWS_EXCEPTION(Error, groupRows(WeightKind::Q4_1, bytes.data(), 8, 256));
+    QVERIFY_THROWS_EXCEPTION(Error, groupRows(WeightKind::Q5_0, bytes.data(), 8, 256));
     QVERIFY(hasRowGroups(WeightKind::Q4_K));
     QVERIFY(hasRowGroups(WeightKind::Q5_K));
     QVERIFY(hasRowGroups(WeightKind::Q6_K));
     QVERIFY(hasRowGroups(WeightKind::Q4_0));
     QVERIFY(hasRowGroups(WeightKind::Q8_0));
-    QVERIFY(!hasRowGroups(WeightKind::Q4_1));
+    QVERIFY(hasRowGroups(WeightKind::Q4_1));
+    QVERIFY(!hasRowGroups(WeightKind::Q5_0));
     QVERIFY(!hasRowGroups(gguf::TensorType::F16));
   }
 
@@ -57,8 +59,8 @@ class CpuRowGroupsTest : public QObject {
     QTest::addColumn<int>("cols");
     QTest::addColumn<int>("tokens");
     for (gguf::TensorType type :
-         {gguf::TensorType::Q4_0, gguf::TensorType::Q8_0, gguf::TensorType::Q4_K,
-          gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
+         {gguf::TensorType::Q4_0, gguf::TensorType::Q4_1, gguf::TensorType::Q8_0,
+          gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
       const std::string name = gguf::typeName(type);
       const int t = static_cast<int>(type);
       for (int tokens : {1, 2, 3, 7, 8, 9, 20}) {

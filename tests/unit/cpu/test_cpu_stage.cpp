@@ -426,7 +426,7 @@ class CpuStageTest : public QObject {
 
   // Once the copy is in place, the matrices of the types the active kernel level reads in row
   // groups (row_groups.h) are grouped, the tied embedding/output among them (the embedding's
-  // rows are taken out of their groups), a Q4_1 matrix stays in file layout, and the logits of a
+  // rows are taken out of their groups), a Q5_0 matrix stays in file layout, and the logits of a
   // prompt (the tiled order), a 3-token batch and decode steps (the vec order) are those of the
   // file layout, every logit (LogitRows::All).
   void rowGroupedWeightsGiveTheFileLayoutsLogits() {
@@ -440,21 +440,23 @@ class CpuStageTest : public QObject {
     spec.weightType = gguf::TensorType::Q4_K;
     spec.embedType = gguf::TensorType::Q4_K;
     spec.tiedOutput = true;
-    spec.typeOverrides = {{"ffn_down", gguf::TensorType::Q6_K}, {"attn_v", gguf::TensorType::Q5_K},
-                          {"ffn_up", gguf::TensorType::Q5_K},   {"attn_q", gguf::TensorType::Q4_0},
-                          {"ffn_gate", gguf::TensorType::Q8_0}, {"attn_k", gguf::TensorType::Q4_1}};
+    spec.typeOverrides = {
+        {"ffn_down", gguf::TensorType::Q6_K},   {"attn_v", gguf::TensorType::Q5_K},
+        {"ffn_up", gguf::TensorType::Q5_K},     {"attn_q", gguf::TensorType::Q4_0},
+        {"ffn_gate", gguf::TensorType::Q8_0},   {"attn_k", gguf::TensorType::Q5_0},
+        {"attn_output", gguf::TensorType::Q4_1}};
     MappedAndCopied stages(spec, m_dir.filePath("grouped.gguf").toStdString(), 16);
     cpu::CpuStage& stage = stages.copiedStage();
     stage.waitForWeightCopy();
     if (stage.weightUnits() == 0)
       QSKIP("no weight copy on this machine (transparent huge pages off)");
-    // Per layer: Q4_K attn_output, Q5_K attn_v and ffn_up, Q6_K ffn_down, Q4_0 attn_q, Q8_0
+    // Per layer: Q4_1 attn_output, Q5_K attn_v and ffn_up, Q6_K ffn_down, Q4_0 attn_q, Q8_0
     // ffn_gate; and the Q4_K token_embd as output.
     const auto grouping = [](cpu::WeightKind kind) {
       return cpu::kernels().rowGroups[static_cast<int>(kind)];
     };
     const size_t grouped =
-        (grouping(cpu::WeightKind::Q4_K) ? 2 * 1 + 1 : 0) +
+        (grouping(cpu::WeightKind::Q4_K) ? 1 : 0) + (grouping(cpu::WeightKind::Q4_1) ? 2 : 0) +
         (grouping(cpu::WeightKind::Q5_K) ? 2 * 2 : 0) + (grouping(cpu::WeightKind::Q6_K) ? 2 : 0) +
         (grouping(cpu::WeightKind::Q4_0) ? 2 : 0) + (grouping(cpu::WeightKind::Q8_0) ? 2 : 0);
     QCOMPARE(stage.weightTensorsInRowGroups(), grouped);
