@@ -20,10 +20,14 @@
 // 14.3-25.1 prefetching 2-16 KiB ahead into L2, Q8_0 at 25.2-27.8 against 18.4-25.5 (the file
 // layout's kernels: 14.6-16.0 and 21.8-28.0).
 //
+// Q4_1 is Q4_0's kernel with unsigned codes (no bias) and its minimum term m_w * s_a, which
+// eight rows take in one vfmadd per block and token, fused-accumulated as the file layout's summs.
+//
 // Decode and small batches (the vec order's tiles) run here, two tokens per pass over a group
-// (more would spill the accumulators); batches that the file layout runs in bands (8 tokens or
-// more, avx512_quant_bands.h) take 32 rows at a time out of their groups into a buffer
-// (row_group_fallback.h), as do rows not in whole groups.
+// (more would spill the accumulators); batches that the file layout runs in bands (Q4_0 and Q8_0,
+// 8 tokens or more, avx512_quant_bands.h) take 32 rows at a time out of their groups into a
+// buffer (row_group_fallback.h), as do rows not in whole groups. Q4_1 has no bands: all its
+// batches run here, faster than the file layout's tiles.
 //
 // Included by avx512_quant_gemm.cpp only (anonymous namespace, AVX-512 flags).
 
@@ -72,12 +76,11 @@ inline __m512i biasStart(__m512i y) {
 }
 
 // The eight rows of one Q4_0 (BlockQ4_0x8, Q8_0 activations) or Q4_1 (BlockQ4_1x8, Q8_1
-// activations) group against T tokens: out[t][r]. Q4_1's codes are unsigned (no bias), and its
-// minimum term m_w * s_a is fused-accumulated per block and row as the file layout's summs is.
-template <class Group, class Act, int T>
+// activations, kMin) group against T tokens: out[t][r]. Q4_1's codes are unsigned (no bias), and
+// its minimum term m_w * s_a is fused-accumulated per block and row as the file layout's summs.
+template <class Group, class Act, bool kMin, int T>
 void groupTileNibbles(const Group* x, const Act* const* a, int64_t blocks,
                       float (*out)[kGroupRows]) {
-  constexpr bool kMin = sizeof(Act) == sizeof(BlockQ8_1);
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   // Row 4h + k's scale to 128-bit lane k.
   const __m512i rowsOf[2] = {_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
@@ -192,7 +195,7 @@ struct Q0GroupOf<BlockQ4_0x8> {
   template <int T>
   static void tile(const BlockQ4_0x8* x, const Act* const* a, int64_t blocks,
                    float (*out)[kGroupRows]) {
-    groupTileNibbles<BlockQ4_0x8, Act, T>(x, a, blocks, out);
+    groupTileNibbles<BlockQ4_0x8, Act, false, T>(x, a, blocks, out);
   }
 };
 template <>
@@ -202,7 +205,7 @@ struct Q0GroupOf<BlockQ4_1x8> {
   template <int T>
   static void tile(const BlockQ4_1x8* x, const Act* const* a, int64_t blocks,
                    float (*out)[kGroupRows]) {
-    groupTileNibbles<BlockQ4_1x8, Act, T>(x, a, blocks, out);
+    groupTileNibbles<BlockQ4_1x8, Act, true, T>(x, a, blocks, out);
   }
 };
 template <>
