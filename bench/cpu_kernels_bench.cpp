@@ -11,7 +11,7 @@
 //
 // A weight type that the level also reads in row groups (row_groups.h; Q4_K at AVX-512) gets a
 // second entry, "layout": "row_groups", with "equals_file_layout": whether its outputs equal the
-// file layout's bit for bit.
+// file layout's bit for bit. "gfni" says whether the group kernels that can use GFNI did.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -25,6 +25,7 @@
 
 #include "engine/gguf/dequantize.h"
 #include "engine/gguf/tensor_type.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/row_groups.h"
 
@@ -99,7 +100,9 @@ int main(int argc, char** argv) {
   for (auto& v : wf) v = dist(rng);
   for (auto& v : xf) v = dist(rng);
 
-  nlohmann::json out = {{"rows", rows}, {"cols", cols}, {"tokens", tokens}, {"reps", reps}};
+  // gfni: whether the AVX-512 Q5_K/Q6_K group kernels use GFNI (SHOAL_CPU_GFNI=0 turns it off).
+  nlohmann::json out = {
+      {"rows", rows}, {"cols", cols}, {"tokens", tokens}, {"reps", reps}, {"gfni", useGfni()}};
   nlohmann::json results = nlohmann::json::array();
   for (Isa isa : isas) {
     const KernelTable* k = kernelsFor(isa);

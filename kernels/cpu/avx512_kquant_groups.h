@@ -17,7 +17,9 @@
 // each row's float terms are added in the vec order's sequence (dotQ4K, dotQ5K: Q4_K keeps four
 // minimum lanes per row, Q5_K one sum per row): the same bits. On one core of the Zen 4 VM, with
 // a 295 KB Q4_K matrix in cache, it ran at 30-31 GB/s against the file layout's 17-21
-// (cpu_kernels_bench --rows 256 --cols 2048 --type q4_K).
+// (cpu_kernels_bench --rows 256 --cols 2048 --type q4_K). Q5_K's and Q6_K's kernels take a kGfni
+// flag: with it they place their high bits by GF2P8AFFINEQB (avx512_gfni_groups.h, the one file
+// built with GFNI); without it, by mask tests and shifts (CPUs without GFNI).
 //
 // Prefetch: a thread's rows are one front-to-back stream here, which the hardware prefetchers of
 // the Zen 4 VM follow well: one core read a 75 MB matrix at 27.1-28.0 GB/s without software
@@ -40,7 +42,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu/avx512_gfni_groups.h"
 #include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/row_group_fallback.h"
 #include "kernels/cpu/row_groups.h"
@@ -83,6 +87,23 @@ inline __m512i scalePick(int a, int b) {
       _mm256_set1_epi16(static_cast<int16_t>(0x8000 | b)), 1);
 }
 
+// GF2P8AFFINEQB matrices (one per 64-bit lane) that copy n consecutive bits of each byte, from
+// bit a in the low 256 bits and from bit b in the high ones, to bits 4 .. 4+n-1 and clear the
+// others: output bit i is the parity of matrix byte 7-i AND the input byte (Intel SDM,
+// GF2P8AFFINEQB), so byte 3-j selects input bit a+j (or b+j).
+inline __m512i gfBitsTo4(int a, int b, int n) {
+  auto matrix = [n](int from) {
+    uint64_t m = 0;
+    for (int j = 0; j < n; ++j) m |= uint64_t{1u << (from + j)} << (8 * (3 - j));
+    return static_cast<long long>(m);
+  };
+  const long long lo = matrix(a), hi = matrix(b);
+  return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
+}
+
+// vpternlogd's truth table for (a & b) | c: mask a by b, then OR in c.
+constexpr int kMaskOr = 0xEA;
+
 // The file-layout block a group of each kind interleaves, and whether it carries fifth bits.
 template <class Group>
 struct GroupOf;
@@ -107,7 +128,7 @@ struct GroupOf<BlockQ6_Kx8> {
 
 // The vec order for the eight rows of one group and one token: out[r] = row r's dot, as dotQ4K
 // (Q4_K) or dotQ5K (Q5_K) computes it for that row alone.
-template <class Group>
+template <class Group, bool kGfni>
 inline void groupDotK(const Group* x, const BlockQ8_K* y, int64_t blocks, float* out) {
   constexpr bool kQ5 = GroupOf<Group>::kFifthBits;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
@@ -122,6 +143,9 @@ inline void groupDotK(const Group* x, const BlockQ8_K* y, int64_t blocks, float*
   };
   const __m512i fifth[4] = {bitPair(0, 2), bitPair(1, 3), bitPair(4, 6), bitPair(5, 7)};
   const __m512i sixteen = _mm512_set1_epi8(16);
+  // With GFNI: step k's GF(2) bit matrices (gfBitsTo4) that move those bits to bit 4.
+  const __m512i fifthTo4[4] = {gfBitsTo4(0, 2, 1), gfBitsTo4(1, 3, 1), gfBitsTo4(4, 6, 1),
+                               gfBitsTo4(5, 7, 1)};
   const __m512i pickMins = _mm512_broadcast_i32x4(
       _mm_setr_epi8(8, -128, 9, -128, 10, -128, 11, -128, 12, -128, 13, -128, 14, -128, 15, -128));
   // From [d0..d7 | dmin0..dmin7]: dmin of rows 4h+k in lanes 4k..4k+3; d of rows 2p, 2p+1 in
@@ -179,14 +203,27 @@ inline void groupDotK(const Group* x, const BlockQ8_K* y, int64_t blocks, float*
         const __m512i s = _mm512_permutexvar_epi32(laneOf[r % 4], rowScales[r / 4]);
         const __m512i w0 = _mm512_loadu_si512(xb.qs[r]);
         const __m512i w1 = _mm512_loadu_si512(xb.qs[r] + 64);
-        __m512i q[4] = {
-            _mm512_and_si512(w0, nibble), _mm512_and_si512(_mm512_srli_epi16(w0, 4), nibble),
-            _mm512_and_si512(w1, nibble), _mm512_and_si512(_mm512_srli_epi16(w1, 4), nibble)};
-        if constexpr (kQ5) {
+        // The nibbles in the low four bits of each byte (the high ones shifted down, with the
+        // low ones' bits above them, masked below).
+        const __m512i src[4] = {w0, _mm512_srli_epi16(w0, 4), w1, _mm512_srli_epi16(w1, 4)};
+        __m512i q[4];
+        if constexpr (kQ5 && kGfni) {
+          // One affine op puts each byte's fifth bit at bit 4, one ternary op ORs it onto the
+          // masked nibble: two ops per step where the mask test and masked add take three.
           const __m512i qh = _mm512_broadcast_i64x4(
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qh[r])));
           for (int k = 0; k < 4; ++k) {
-            q[k] = _mm512_mask_add_epi8(q[k], _mm512_test_epi8_mask(qh, fifth[k]), q[k], sixteen);
+            q[k] = _mm512_ternarylogic_epi32(
+                src[k], nibble, _mm512_gf2p8affine_epi64_epi8(qh, fifthTo4[k], 0), kMaskOr);
+          }
+        } else {
+          for (int k = 0; k < 4; ++k) q[k] = _mm512_and_si512(src[k], nibble);
+          if constexpr (kQ5) {
+            const __m512i qh = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qh[r])));
+            for (int k = 0; k < 4; ++k) {
+              q[k] = _mm512_mask_add_epi8(q[k], _mm512_test_epi8_mask(qh, fifth[k]), q[k], sixteen);
+            }
           }
         }
         __m512i sum = _mm512_setzero_si512();
@@ -238,6 +275,7 @@ inline void groupDotK(const Group* x, const BlockQ8_K* y, int64_t blocks, float*
 // one zmm: the folded lanes, the -32 bias taken off them (Q6KTraits::offset), the float
 // epilogue. Each row's lanes are the file layout's exact integers and its float terms are added
 // in dotQ6K's sequence: the same bits.
+template <bool kGfni>
 inline void groupDotQ6K(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out) {
   const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(3);
   // int16 lane l (of 32) of step k takes scale 4k + l / 8.
@@ -254,6 +292,8 @@ inline void groupDotQ6K(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks
   const __m512i topShift[2] = {
       _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(0)), _mm256_set1_epi16(2), 1),
       _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(6), 1)};
+  // With GFNI: the GF(2) bit matrices (gfBitsTo4) that move those two bits to bits 4-5.
+  const __m512i topTo4[2] = {gfBitsTo4(0, 2, 2), gfBitsTo4(4, 6, 2)};
   __m512 acc[4];
   for (__m512& a : acc) a = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
@@ -282,11 +322,19 @@ inline void groupDotQ6K(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks
         for (int k = 0; k < 4; ++k) {
           const int h = k / 2, odd = k % 2;
           const __m512i src = _mm512_loadu_si512(xb.ql[r] + 64 * h);
-          const __m512i nib = _mm512_and_si512(odd ? _mm512_srli_epi16(src, 4) : src, low4);
+          const __m512i nibbles = odd ? _mm512_srli_epi16(src, 4) : src;  // masked below
           const __m512i qh = _mm512_broadcast_i64x4(
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qh[r] + 32 * h)));
-          const __m512i top = _mm512_and_si512(_mm512_srlv_epi16(qh, topShift[odd]), low2);
-          const __m512i q = _mm512_or_si512(nib, _mm512_slli_epi16(top, 4));
+          __m512i q;
+          if constexpr (kGfni) {
+            // The two top bits to bits 4-5 in one affine op, ORed onto the masked nibble in one
+            // ternary op (two ops where the shifts, masks and OR take five).
+            q = _mm512_ternarylogic_epi32(
+                nibbles, low4, _mm512_gf2p8affine_epi64_epi8(qh, topTo4[odd], 0), kMaskOr);
+          } else {
+            const __m512i top = _mm512_and_si512(_mm512_srlv_epi16(qh, topShift[odd]), low2);
+            q = _mm512_or_si512(_mm512_and_si512(nibbles, low4), _mm512_slli_epi16(top, 4));
+          }
           const __m512i scale = _mm512_permutexvar_epi16(scaleIndex[k], scales16[i]);
           sum = _mm512_dpwssd_epi32(sum, scale, _mm512_maddubs_epi16(q, act[k]));
         }
@@ -354,6 +402,7 @@ void gemmKGroups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     for (; r < last; r += kGroupRows) ungroupedRows<kKind, FileGemm>(g, r, r, r + kGroupRows);
   } else {
     alignas(32) float out[kGroupRows];
+    const bool gfni = useGfni();
     for (; r < last; r += kGroupRows) {
       const auto* x =
           reinterpret_cast<const Group*>(g.weights + static_cast<size_t>(r) * g.weightStride);
@@ -361,9 +410,12 @@ void gemmKGroups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
         const auto* a =
             reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
         if constexpr (kKind == WeightKind::Q6_K) {
-          groupDotQ6K(x, a, blocks, out);
+          gfni ? avx512::groupDotQ6KGfni(x, a, blocks, out) : groupDotQ6K<false>(x, a, blocks, out);
+        } else if constexpr (kKind == WeightKind::Q5_K) {
+          gfni ? avx512::groupDotQ5KGfni(x, a, blocks, out)
+               : groupDotK<Group, false>(x, a, blocks, out);
         } else {
-          groupDotK(x, a, blocks, out);
+          groupDotK<Group, false>(x, a, blocks, out);
         }
         std::memcpy(g.y + t * g.ldy + r, out, sizeof out);
       }

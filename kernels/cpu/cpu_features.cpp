@@ -68,4 +68,17 @@ Isa activeIsa() {
   return active;
 }
 
+bool useGfni() {
+  static const bool use = [] {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    const char* off = std::getenv("SHOAL_CPU_GFNI");
+    return __builtin_cpu_supports("gfni") && !(off && std::string(off) == "0");
+#else
+    return false;
+#endif
+  }();
+  return use;
+}
+
 }  // namespace shoal::cpu

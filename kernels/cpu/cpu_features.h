@@ -27,6 +27,11 @@ Isa detectIsa();
 // The level in use: detectIsa() capped by SHOAL_CPU_ISA when set.
 Isa activeIsa();
 
+// Whether the AVX-512 level may use GFNI (GF2P8AFFINEQB: Ice Lake, Zen 4 and later; not
+// Skylake-X or Cascade Lake), which its Q5_K and Q6_K row-group kernels use to place bits in
+// fewer instructions (same numbers). SHOAL_CPU_GFNI=0 turns it off, so tests can run both paths.
+bool useGfni();
+
 // Whether this build contains the kernels of a level (x86-64 builds contain scalar and the x86
 // levels, aarch64 builds scalar and the NEON levels).
 bool isaCompiled(Isa isa);

@@ -1,0 +1,18 @@
+#pragma once
+// The AVX-512 Q5_K and Q6_K row-group decode kernels built with GFNI (avx512_gfni_groups.cpp,
+// compiled with -mgfni): the same kernels as avx512_kquant_groups.h's groupDotK and groupDotQ6K,
+// the same numbers, with the bit placement in fewer instructions. Call only where useGfni()
+// (cpu_features.h) holds; a CPU without GFNI faults on them.
+
+#include <cstdint>
+
+#include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/row_groups.h"
+
+namespace shoal::cpu::avx512 {
+
+// out[r] = row r's vec-order dot of one group and one token (blocks super-blocks).
+void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out);
+void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out);
+
+}  // namespace shoal::cpu::avx512
