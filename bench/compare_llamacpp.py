@@ -41,9 +41,14 @@ the next (1 thread: 27-29 throughout), so a single measurement at the start coul
 It is a DRAM figure only for models much larger than the last-level cache; a model that fits in
 it (SmolLM2-135M in a 480 MiB L3) can exceed 1.
 
+--level avx2 compares at the AVX2 level on an AVX-512 machine: Shoal with SHOAL_CPU_ISA=avx2,
+llama.cpp built for AVX2/FMA/F16C/BMI2 only (SHOAL_LLAMACPP_LEVEL=avx2 of the build script), which
+is what both run on an AVX2-only CPU (Zen 2/3, Intel client cores). The default, native, is each
+at its best for this CPU.
+
 Usage: bench/compare_llamacpp.py [--build build] [--model M | --synthetic-1b TYPE]
                                  [--peer-repack auto|1|0] [--threads 2] [--runs 5] [-p 128]
-                                 [-n 64] [--bandwidth-gibs B]
+                                 [-n 64] [--bandwidth-gibs B] [--level native|avx2]
 """
 import argparse
 import json
@@ -279,6 +284,9 @@ def main():
     ap.add_argument("-p", type=int, default=128)
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--shoal", default=None, help="shoal-cli (default: <build>/app/cli/shoal-cli)")
+    ap.add_argument("--level", choices=["native", "avx2"], default="native",
+                    help="x86 SIMD level of both: native (each at its best here) or avx2 (as on "
+                         "an AVX2-only CPU)")
     ap.add_argument("--llama-bin", default=None,
                     help="llama.cpp build/bin (default: built by tools/llamacpp/build_llama_bench.sh)")
     a = ap.parse_args()
@@ -292,7 +300,11 @@ def main():
         a.model = str(DEFAULT_MODEL)
     if a.llama_bin is None:
         a.llama_bin = subprocess.run([str(ROOT / "tools/llamacpp/build_llama_bench.sh")],
-                                     check=True, capture_output=True, text=True).stdout.strip()
+                                     check=True, capture_output=True, text=True,
+                                     env={**os.environ, "SHOAL_LLAMACPP_LEVEL": a.level}
+                                     ).stdout.strip()
+    if a.level == "avx2":
+        os.environ["SHOAL_CPU_ISA"] = "avx2"  # every shoal-cli run below inherits it
 
     if a.peer_repack == "auto":
         works, probe = probe_peer_repack(a)
@@ -334,6 +346,7 @@ def main():
         "peer": f"llama.cpp (llama-cpp-python 0.3.36), repack {'on' if a.peer_repack else 'off'}, "
                 "flash attention off",
         "peer_probe": probe,
+        "level": a.level,
         "threads": a.threads,
         "runs": a.runs,
         "pp_tokens": a.p,

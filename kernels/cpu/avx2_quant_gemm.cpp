@@ -14,6 +14,8 @@
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/cpu/x86_kquant_kernels.h"
+// After x86_kquant_kernels.h, whose helpers it uses.
+#include "kernels/cpu/avx2_kquant_groups.h"
 
 namespace shoal::cpu::avx2 {
 namespace {
@@ -534,6 +536,10 @@ void gemmQ5_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_0>(g, b, e); }
 void gemmQ5_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_1>(g, b, e); }
 void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q8_0>(g, b, e); }
 void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.rowGroups) {
+    gemmQ4KGroupsAvx2<gemmQ4_K>(g, b, e);
+    return;
+  }
   gemmKTiled<Q4KTraits, dotQ4K<Q4KTraits>>(g, b, e);
 }
 void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) {

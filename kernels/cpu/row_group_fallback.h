@@ -23,9 +23,8 @@ void ungroupedRows(const GemmArgs& g, int64_t g0, int64_t rowBegin, int64_t rowE
   auto* buffer = static_cast<uint8_t*>(std::malloc(g.weightStride * static_cast<size_t>(groupEnd)));
   if (buffer == nullptr) std::abort();  // as operator new would fail: nothing to compute with
   const uint8_t* groups = g.weights + static_cast<size_t>(g0) * g.weightStride;
-  for (int64_t r = rowBegin; r < rowEnd; ++r) {
-    ungroupRow(kKind, groups, g.cols, r - g0, buffer + (r - g0) * g.weightStride);
-  }
+  ungroupRows(kKind, groups, g.cols, rowBegin - g0, rowEnd - g0,
+              buffer + (rowBegin - g0) * g.weightStride, g.weightStride);
   GemmArgs a = g;
   a.weights = buffer;
   a.rowGroups = false;

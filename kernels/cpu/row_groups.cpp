@@ -1,5 +1,6 @@
 #include "kernels/cpu/row_groups.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -68,12 +69,19 @@ void groupRowsOf(uint8_t* data, int64_t rows, int64_t blocks) {
 }
 
 template <class Block, class Group>
-void ungroupRowOf(const uint8_t* data, int64_t blocks, int64_t r, uint8_t* out) {
-  const auto* group =
-      reinterpret_cast<const Group*>(data) + static_cast<size_t>(r / kGroupRows * blocks);
-  auto* row = reinterpret_cast<Block*>(out);
-  for (int64_t b = 0; b < blocks; ++b) {
-    ungroupBlock(group[b], static_cast<int>(r % kGroupRows), row[b]);
+void ungroupRowsOf(const uint8_t* data, int64_t blocks, int64_t rowBegin, int64_t rowEnd,
+                   uint8_t* out, size_t outStride) {
+  for (int64_t g = rowBegin / kGroupRows; g * kGroupRows < rowEnd; ++g) {
+    const auto* group = reinterpret_cast<const Group*>(data) + static_cast<size_t>(g * blocks);
+    const int64_t lo = std::max(rowBegin, g * kGroupRows);
+    const int64_t hi = std::min(rowEnd, (g + 1) * kGroupRows);
+    // Block by block, so the group is read front to back (one stream for the prefetchers).
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t r = lo; r < hi; ++r) {
+        auto* row = reinterpret_cast<Block*>(out + static_cast<size_t>(r - rowBegin) * outStride);
+        ungroupBlock(group[b], static_cast<int>(r % kGroupRows), row[b]);
+      }
+    }
   }
 }
 
@@ -113,20 +121,28 @@ void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols) {
 }
 
 void ungroupRow(WeightKind kind, const uint8_t* data, int64_t cols, int64_t r, uint8_t* out) {
+  ungroupRows(kind, data, cols, r, r + 1, out, 0);
+}
+
+void ungroupRows(WeightKind kind, const uint8_t* data, int64_t cols, int64_t rowBegin,
+                 int64_t rowEnd, uint8_t* out, size_t outStride) {
   if (!hasRowGroups(kind)) throw Error("row groups: no grouped layout for this weight type");
   const int64_t blocks = cols / blockElements(kind);
+  auto run = [&](auto block, auto group) {
+    ungroupRowsOf<decltype(block), decltype(group)>(data, blocks, rowBegin, rowEnd, out, outStride);
+  };
   if (kind == WeightKind::Q4_0) {
-    ungroupRowOf<BlockQ4_0, BlockQ4_0x8>(data, blocks, r, out);
+    run(BlockQ4_0{}, BlockQ4_0x8{});
   } else if (kind == WeightKind::Q4_1) {
-    ungroupRowOf<BlockQ4_1, BlockQ4_1x8>(data, blocks, r, out);
+    run(BlockQ4_1{}, BlockQ4_1x8{});
   } else if (kind == WeightKind::Q8_0) {
-    ungroupRowOf<BlockQ8_0, BlockQ8_0x8>(data, blocks, r, out);
+    run(BlockQ8_0{}, BlockQ8_0x8{});
   } else if (kind == WeightKind::Q4_K) {
-    ungroupRowOf<BlockQ4_K, BlockQ4_Kx8>(data, blocks, r, out);
+    run(BlockQ4_K{}, BlockQ4_Kx8{});
   } else if (kind == WeightKind::Q5_K) {
-    ungroupRowOf<BlockQ5_K, BlockQ5_Kx8>(data, blocks, r, out);
+    run(BlockQ5_K{}, BlockQ5_Kx8{});
   } else {
-    ungroupRowOf<BlockQ6_K, BlockQ6_Kx8>(data, blocks, r, out);
+    run(BlockQ6_K{}, BlockQ6_Kx8{});
   }
 }
 

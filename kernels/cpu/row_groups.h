@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "engine/gguf/tensor_type.h"
 #include "kernels/cpu/block_layouts.h"
@@ -94,6 +95,11 @@ void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols);
 
 // Row r of a grouped matrix (row 0 starting a group), in file layout, into out (a row's bytes).
 void ungroupRow(WeightKind kind, const uint8_t* data, int64_t cols, int64_t r, uint8_t* out);
+// Rows [rowBegin, rowEnd) of a grouped matrix, row r into out + (r - rowBegin) * outStride, read
+// group block by group block (front to back: what a kernel's fallback copies while the hardware
+// prefetchers follow).
+void ungroupRows(WeightKind kind, const uint8_t* data, int64_t cols, int64_t rowBegin,
+                 int64_t rowEnd, uint8_t* out, size_t outStride);
 
 // Row r (0-7) of one grouped super-block, in file layout. Internal linkage on purpose: the
 // AVX-512 kernels include this header, and an inline function with external linkage could be
@@ -101,33 +107,33 @@ void ungroupRow(WeightKind kind, const uint8_t* data, int64_t cols, int64_t r, u
 static inline void ungroupBlock(const BlockQ4_Kx8& x, int r, BlockQ4_K& out) {
   out.d = x.d[r];
   out.dmin = x.dmin[r];
-  for (int i = 0; i < 12; ++i) out.scales[i] = x.scales[r][i];
-  for (int i = 0; i < 128; ++i) out.qs[i] = x.qs[r][i];
+  std::memcpy(out.scales, x.scales[r], 12);
+  std::memcpy(out.qs, x.qs[r], 128);
 }
 static inline void ungroupBlock(const BlockQ5_Kx8& x, int r, BlockQ5_K& out) {
   out.d = x.d[r];
   out.dmin = x.dmin[r];
-  for (int i = 0; i < 12; ++i) out.scales[i] = x.scales[r][i];
-  for (int i = 0; i < 32; ++i) out.qh[i] = x.qh[r][i];
-  for (int i = 0; i < 128; ++i) out.qs[i] = x.qs[r][i];
+  std::memcpy(out.scales, x.scales[r], 12);
+  std::memcpy(out.qh, x.qh[r], 32);
+  std::memcpy(out.qs, x.qs[r], 128);
 }
 static inline void ungroupBlock(const BlockQ4_0x8& x, int r, BlockQ4_0& out) {
   out.d = x.d[r];
-  for (int i = 0; i < 16; ++i) out.qs[i] = x.qs[r][i];
+  std::memcpy(out.qs, x.qs[r], 16);
 }
 static inline void ungroupBlock(const BlockQ4_1x8& x, int r, BlockQ4_1& out) {
   out.d = x.d[r];
   out.m = x.m[r];
-  for (int i = 0; i < 16; ++i) out.qs[i] = x.qs[r][i];
+  std::memcpy(out.qs, x.qs[r], 16);
 }
 static inline void ungroupBlock(const BlockQ8_0x8& x, int r, BlockQ8_0& out) {
   out.d = x.d[r];
-  for (int i = 0; i < 32; ++i) out.qs[i] = x.qs[r][i];
+  std::memcpy(out.qs, x.qs[r], 32);
 }
 static inline void ungroupBlock(const BlockQ6_Kx8& x, int r, BlockQ6_K& out) {
-  for (int i = 0; i < 128; ++i) out.ql[i] = x.ql[r][i];
-  for (int i = 0; i < 64; ++i) out.qh[i] = x.qh[r][i];
-  for (int i = 0; i < 16; ++i) out.scales[i] = x.scales[r][i];
+  std::memcpy(out.ql, x.ql[r], 128);
+  std::memcpy(out.qh, x.qh[r], 64);
+  std::memcpy(out.scales, x.scales[r], 16);
   out.d = x.d[r];
 }
 

@@ -7,6 +7,10 @@
 #
 #   SHOAL_LLAMACPP_DIR    where to build (default: $HOME/.cache/shoal/llama.cpp-0.3.36)
 #   SHOAL_LLAMACPP_JOBS   parallel compile jobs (default: nproc)
+#   SHOAL_LLAMACPP_LEVEL  native (default: -march=native, as a user building it locally gets) or
+#                         avx2 (x86-64: AVX2, FMA, F16C and BMI2 only, in build-avx2/): the peer
+#                         of Shoal's AVX2 level (SHOAL_CPU_ISA=avx2) on an AVX-512 machine, i.e.
+#                         what an AVX2-only CPU (Zen 2/3, Intel client cores) runs
 #
 # Idempotent: once the binaries exist (stamp file), it only prints the path. Network is needed
 # for the first run (pip download of the sdist).
@@ -18,8 +22,17 @@ set -euo pipefail
 readonly kVersion="0.3.36"
 readonly kTargets=(llama-bench llama-completion llama-server)
 dir="${SHOAL_LLAMACPP_DIR:-$HOME/.cache/shoal/llama.cpp-$kVersion}"
-stamp="$dir/.built-$kVersion"
-bin="$dir/build/bin"
+level="${SHOAL_LLAMACPP_LEVEL:-native}"
+case "$level" in
+    native) build="$dir/build"; stamp="$dir/.built-$kVersion"; isa_flags=(-DGGML_NATIVE=ON) ;;
+    # Static build: ggml compiles these flags in (no run-time choice of CPU variant).
+    avx2) build="$dir/build-avx2"; stamp="$build/.built-$kVersion"
+          isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+                     -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF) ;;
+    *) printf 'build_llama_bench: SHOAL_LLAMACPP_LEVEL must be native or avx2, got %s\n' "$level" >&2
+       exit 2 ;;
+esac
+bin="$build/bin"
 
 log() { printf 'build_llama_bench: %s\n' "$*" >&2; }
 
@@ -45,15 +58,15 @@ if [[ ! -f "$src/vendor/llama.cpp/CMakeLists.txt" ]]; then
     mv "$tmp/x/llama_cpp_python-$kVersion" "$src"
 fi
 
-# GGML_NATIVE: compile for this CPU, as a user building llama.cpp locally would.
-# The sdist keeps the llama.cpp submodule's git metadata, so build-info records its commit.
+# GGML_NATIVE (the default level): compile for this CPU, as a user building llama.cpp locally
+# would. The sdist keeps the llama.cpp submodule's git metadata, so build-info records its commit.
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
-log "configuring llama.cpp in $dir/build"
-cmake -S "$src/vendor/llama.cpp" -B "$dir/build" "${generator[@]}" \
+log "configuring llama.cpp ($level) in $build"
+cmake -S "$src/vendor/llama.cpp" -B "$build" "${generator[@]}" \
     -DCMAKE_BUILD_TYPE=Release \
     -DBUILD_SHARED_LIBS=OFF \
-    -DGGML_NATIVE=ON \
+    "${isa_flags[@]}" \
     -DLLAMA_CURL=OFF \
     -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF \
@@ -62,7 +75,7 @@ cmake -S "$src/vendor/llama.cpp" -B "$dir/build" "${generator[@]}" \
     -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_TOOLS=ON >&2
 log "building ${kTargets[*]}"
-cmake --build "$dir/build" --target "${kTargets[@]}" -j "${SHOAL_LLAMACPP_JOBS:-$(nproc)}" >&2
+cmake --build "$build" --target "${kTargets[@]}" -j "${SHOAL_LLAMACPP_JOBS:-$(nproc)}" >&2
 
 "$bin/llama-bench" --help >/dev/null
 "$bin/llama-server" --help >/dev/null

@@ -1,0 +1,163 @@
+#pragma once
+// The AVX2 Q4_K decode kernel for weights in row groups (row_groups.h), bit-identical to the
+// file layout's dotQ4K (x86_kquant_kernels.h) and so to the scalar reference.
+//
+// Why at AVX2: on an AVX2-only CPU (Zen 2/3, Intel client cores) llama.cpp reads Q4_K repacked
+// eight rows at a time, and the file layout's row-by-row kernel decoded a 1B Q4_K model at
+// 0.95x its speed (Zen 4 VM, both built for AVX2 only, bench/compare_llamacpp.py --level avx2).
+// Per super-block the file layout pays, for every row, the unpacking of its scales and
+// minimums, two half conversions and its minimum products; reading four file-layout rows at
+// once to share the rest lost the hardware prefetchers' streams (x86_kquant_kernels.h). In a
+// group the eight rows' blocks are one stream, d and dmin of all eight rows take one vcvtph2ps
+// each, and two rows' scales and minimums unpack in one 256-bit pass (scalesAndMins's in-lane
+// steps on both 128-bit lanes).
+//
+// Each row's arithmetic is dotQ4K's: its eight integer lanes per super-block (exact), its
+// float accumulator fed by one fmadd per super-block with y.d * d, and its four minimum lanes by
+// one fnmadd with y.d * dmin, summed at the end as dotQ4K sums them. The accumulators of eight
+// rows do not fit AVX2's sixteen registers beside the unpacking, so the float ones live in a
+// small array (one load and one store per row and super-block, from L1).
+//
+// The tiled order (prefill) takes each group's rows out into a buffer and runs the file
+// layout's kernel on it (row_group_fallback.h): prefill is bound by arithmetic, not by the
+// copy.
+//
+// Included by avx2_quant_gemm.cpp only, after x86_kquant_kernels.h (anonymous namespace, AVX2
+// flags: see x86_kquant_kernels.h).
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/block_layouts.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/row_group_fallback.h"
+#include "kernels/cpu/row_groups.h"
+
+namespace shoal::cpu {
+namespace {
+
+// Group blocks ahead of the one in hand that the decode kernel prefetches into L2 (as the
+// AVX-512 group kernels do; the file layout's kernels prefetch the row two ahead).
+constexpr int64_t kAvx2GroupPrefetchBlocks = 8;
+
+// Rows 2p and 2p+1 of a Q4_K group: 128-bit lane k holds row 2p+k's [8 scale bytes | 8 minimum
+// bytes] (scalesAndMins's steps on both lanes; each row's 16-byte read ends inside the group).
+inline __m256i pairScalesAndMins(const BlockQ4_Kx8& x, int p) {
+  const __m256i u = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(x.scales[2 * p + 1]),
+                                        reinterpret_cast<const __m128i*>(x.scales[2 * p]));
+  const __m256i low6 = _mm256_and_si256(u, _mm256_set1_epi8(0x3f));
+  const __m256i word2 = _mm256_shuffle_epi32(u, _MM_SHUFFLE(2, 2, 2, 2));
+  const __m256i low4 = _mm256_and_si256(
+      _mm256_srlv_epi32(word2, _mm256_setr_epi32(0, 4, 0, 0, 0, 4, 0, 0)), _mm256_set1_epi8(0x0f));
+  const __m256i top2 =
+      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 6), _mm256_set1_epi8(0x03)), 4);
+  return _mm256_unpacklo_epi32(low6, _mm256_or_si256(low4, top2));
+}
+
+// out[r] = row r's dot with one token in the vec order, as dotQ4K computes it for that row
+// alone. pairs: the token's bsumPairs per super-block (gemmK's table), or null to form them.
+inline void groupDotQ4KAvx2(const BlockQ4_Kx8* x, const BlockQ8_K* y, const __m128i* pairs,
+                            int64_t blocks, float* out) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  // Byte-shuffle indices that put int16 j of the row's scales in every lane (broadcastScale).
+  __m256i scaleBytes[8];
+  for (int j = 0; j < 8; ++j) {
+    scaleBytes[j] = _mm256_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | (2 * j)));
+  }
+  alignas(32) float acc[kGroupRows][8] = {};
+  __m256 accMin[kGroupRows / 2];  // row 2p's four lanes low, row 2p+1's high
+  for (__m256& a : accMin) a = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const BlockQ4_Kx8& xb = x[b];
+    const BlockQ8_K& yb = y[b];
+    {
+      // Past the group's last block: the next group's, which follows in memory.
+      const auto* ahead = reinterpret_cast<const char*>(x + b + kAvx2GroupPrefetchBlocks);
+      for (size_t i = 0; i < sizeof(BlockQ4_Kx8); i += 64) _mm_prefetch(ahead + i, _MM_HINT_T2);
+    }
+    // y.d * d and y.d * dmin of rows 0-7, rounded as scalePair rounds them.
+    const __m256 yd = _mm256_set1_ps(yb.d);
+    const __m256 d =
+        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.d))), yd);
+    const __m256 dmin = _mm256_mul_ps(
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.dmin))), yd);
+    const __m256i sums = _mm256_broadcastsi128_si256(pairs ? pairs[b] : bsumPairs(yb));
+    for (int p = 0; p < kGroupRows / 2; ++p) {
+      const __m256i both = pairScalesAndMins(xb, p);
+      const __m256i scales = _mm256_unpacklo_epi8(both, _mm256_setzero_si256());
+      const __m256i mins = _mm256_unpackhi_epi8(both, _mm256_setzero_si256());
+      // dotQ4K's minimum step for both rows: fnmadd(y.d * dmin, prod, accMin), lane by lane.
+      const __m256 dminPair =
+          _mm256_permutevar8x32_ps(dmin, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1,
+                                                           2 * p + 1, 2 * p + 1, 2 * p + 1));
+      accMin[p] =
+          _mm256_fnmadd_ps(dminPair, _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, sums)), accMin[p]);
+      for (int i = 0; i < 2; ++i) {
+        const int r = 2 * p + i;
+        // The row's eight scales in both halves (Q4KTraits::Context).
+        const __m256i s = _mm256_permute2x128_si256(scales, scales, i == 0 ? 0x00 : 0x11);
+        __m256i lanes = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+          const __m256i bits =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs[r] + 32 * (j / 2)));
+          const __m256i q =
+              _mm256_and_si256(j % 2 == 0 ? bits : _mm256_srli_epi16(bits, 4), nibble);
+          const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs + 32 * j));
+          lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_shuffle_epi8(s, scaleBytes[j]),
+                                                            _mm256_maddubs_epi16(q, a)));
+        }
+        const __m256 dr = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(r));
+        _mm256_store_ps(acc[r],
+                        _mm256_fmadd_ps(dr, _mm256_cvtepi32_ps(lanes), _mm256_load_ps(acc[r])));
+      }
+    }
+  }
+  for (int r = 0; r < kGroupRows; ++r) {
+    __m128 m =
+        (r % 2) ? _mm256_extractf128_ps(accMin[r / 2], 1) : _mm256_castps256_ps128(accMin[r / 2]);
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    out[r] = hsum8(_mm256_load_ps(acc[r])) + _mm_cvtss_f32(m);
+  }
+}
+
+// Rows [rowBegin, rowEnd) of a grouped Q4_K matrix; FileGemm is the level's file-layout kernel.
+template <void (*FileGemm)(const GemmArgs&, int64_t, int64_t)>
+void gemmQ4KGroupsAvx2(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  constexpr WeightKind kKind = WeightKind::Q4_K;
+  int64_t first = 0, last = 0;
+  if (!ungroupedEdges<kKind, FileGemm>(g, rowBegin, rowEnd, first, last)) return;
+  if (g.order == DotOrder::Tiled && g.tokens >= 2) {
+    for (int64_t r = first; r < last; r += kGroupRows) {
+      ungroupedRows<kKind, FileGemm>(g, r, r, r + kGroupRows);
+    }
+    return;
+  }
+  const int64_t blocks = g.cols / kQKK;
+  // Each token's bsumPairs once per call, as gemmK tables them.
+  constexpr int64_t kPairTokens = 7, kPairBlocks = 128;
+  const bool tabled = g.tokens <= kPairTokens && blocks <= kPairBlocks;
+  __m128i pairs[kPairTokens * kPairBlocks];
+  if (tabled) {
+    for (int64_t t = 0; t < g.tokens; ++t) {
+      const auto* a =
+          reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
+      for (int64_t b = 0; b < blocks; ++b) pairs[t * kPairBlocks + b] = bsumPairs(a[b]);
+    }
+  }
+  alignas(32) float out[kGroupRows];
+  for (int64_t r = first; r < last; r += kGroupRows) {
+    const auto* x =
+        reinterpret_cast<const BlockQ4_Kx8*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+    for (int64_t t = 0; t < g.tokens; ++t) {
+      const auto* a =
+          reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
+      groupDotQ4KAvx2(x, a, tabled ? pairs + t * kPairBlocks : nullptr, blocks, out);
+      std::memcpy(g.y + t * g.ldy + r, out, sizeof out);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shoal::cpu
