@@ -1,6 +1,6 @@
 #pragma once
-// The AVX2 Q4_K decode kernel for weights in row groups (row_groups.h), bit-identical to the
-// file layout's dotQ4K (x86_kquant_kernels.h) and so to the scalar reference.
+// The AVX2 Q4_K and Q6_K decode kernels for weights in row groups (row_groups.h), bit-identical
+// to the file layout's dotQ4K and dotQ6K (x86_kquant_kernels.h) and so to the scalar reference.
 //
 // Why at AVX2: on an AVX2-only CPU (Zen 2/3, Intel client cores) llama.cpp reads Q4_K repacked
 // eight rows at a time, and the file layout's row-by-row kernel decoded a 1B Q4_K model at
@@ -28,6 +28,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/kernel_table.h"
@@ -122,10 +123,71 @@ inline void groupDotQ4KAvx2(const BlockQ4_Kx8* x, const BlockQ8_K* y, const __m1
   }
 }
 
-// Rows [rowBegin, rowEnd) of a grouped Q4_K matrix; FileGemm is the level's file-layout kernel.
-template <void (*FileGemm)(const GemmArgs&, int64_t, int64_t)>
-void gemmQ4KGroupsAvx2(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
-  constexpr WeightKind kKind = WeightKind::Q4_K;
+// out[r] = row r's dot with one token in the vec order, as dotQ6K computes it for that row
+// alone: per step Q6KTraits::unpack's quants (the top two bits shifted straight to bits 4-5:
+// one shift and one mask), its scales picked from the row's sixteen by one byte shuffle, the
+// -32 bias taken off the lanes by the bsums (Q6KTraits::offset), d = y.d * d of all eight rows
+// in one conversion.
+inline void groupDotQ6KAvx2(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+  // Step p of a half: scale 2p in the low 128 bits, 2p + 1 in the high ones (of the half's eight
+  // scales, which are in both lanes).
+  __m256i scaleBytes[4];
+  for (int p = 0; p < 4; ++p) {
+    auto word = [](int w) { return static_cast<int16_t>(((2 * w + 1) << 8) | (2 * w)); };
+    scaleBytes[p] = _mm256_set_m128i(_mm_set1_epi16(word(2 * p + 1)), _mm_set1_epi16(word(2 * p)));
+  }
+  alignas(32) float acc[kGroupRows][8] = {};
+  for (int64_t b = 0; b < blocks; ++b) {
+    const BlockQ6_Kx8& xb = x[b];
+    const BlockQ8_K& yb = y[b];
+    {
+      const auto* ahead = reinterpret_cast<const char*>(x + b + kAvx2GroupPrefetchBlocks);
+      for (size_t i = 0; i < sizeof(BlockQ6_Kx8); i += 64) _mm_prefetch(ahead + i, _MM_HINT_T2);
+    }
+    const __m256 d =
+        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.d))),
+                      _mm256_set1_ps(yb.d));
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.bsums));
+    for (int r = 0; r < kGroupRows; ++r) {
+      const __m256i scales16 =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.scales[r])));
+      __m256i lanes = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        const __m256i s = _mm256_permute2x128_si256(scales16, scales16, h == 0 ? 0x00 : 0x11);
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qh[r] + 32 * h));
+        // Bits 2p, 2p+1 of each qh byte to bits 4-5 (16-bit shifts: the bits kept never cross
+        // a byte).
+        const __m256i top[4] = {_mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45),
+                                _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45),
+                                _mm256_and_si256(qh, bits45),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)};
+        for (int p = 0; p < 4; ++p) {
+          const __m256i src = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(xb.ql[r] + 64 * h + 32 * (p % 2)));
+          const __m256i nib = _mm256_and_si256(p < 2 ? src : _mm256_srli_epi16(src, 4), low4);
+          const __m256i q = _mm256_or_si256(nib, top[p]);
+          const __m256i a =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs + 32 * (4 * h + p)));
+          lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_shuffle_epi8(s, scaleBytes[p]),
+                                                            _mm256_maddubs_epi16(q, a)));
+        }
+      }
+      lanes = _mm256_sub_epi32(lanes, _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5));
+      const __m256 dr = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(r));
+      _mm256_store_ps(acc[r],
+                      _mm256_fmadd_ps(dr, _mm256_cvtepi32_ps(lanes), _mm256_load_ps(acc[r])));
+    }
+  }
+  for (int r = 0; r < kGroupRows; ++r) out[r] = hsum8(_mm256_load_ps(acc[r]));
+}
+
+// Rows [rowBegin, rowEnd) of a grouped Q4_K or Q6_K matrix (Group: BlockQ4_Kx8, BlockQ6_Kx8);
+// FileGemm is the level's file-layout kernel.
+template <class Group, void (*FileGemm)(const GemmArgs&, int64_t, int64_t)>
+void gemmKGroupsAvx2(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  constexpr bool kQ4K = std::is_same_v<Group, BlockQ4_Kx8>;
+  constexpr WeightKind kKind = kQ4K ? WeightKind::Q4_K : WeightKind::Q6_K;
   int64_t first = 0, last = 0;
   if (!ungroupedEdges<kKind, FileGemm>(g, rowBegin, rowEnd, first, last)) return;
   if (g.order == DotOrder::Tiled && g.tokens >= 2) {
@@ -135,10 +197,10 @@ void gemmQ4KGroupsAvx2(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     return;
   }
   const int64_t blocks = g.cols / kQKK;
-  // Each token's bsumPairs once per call, as gemmK tables them.
+  // Q4_K: each token's bsumPairs once per call, as gemmK tables them.
   constexpr int64_t kPairTokens = 7, kPairBlocks = 128;
-  const bool tabled = g.tokens <= kPairTokens && blocks <= kPairBlocks;
-  __m128i pairs[kPairTokens * kPairBlocks];
+  const bool tabled = kQ4K && g.tokens <= kPairTokens && blocks <= kPairBlocks;
+  __m128i pairs[kQ4K ? kPairTokens * kPairBlocks : 1];
   if (tabled) {
     for (int64_t t = 0; t < g.tokens; ++t) {
       const auto* a =
@@ -149,11 +211,15 @@ void gemmQ4KGroupsAvx2(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   alignas(32) float out[kGroupRows];
   for (int64_t r = first; r < last; r += kGroupRows) {
     const auto* x =
-        reinterpret_cast<const BlockQ4_Kx8*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+        reinterpret_cast<const Group*>(g.weights + static_cast<size_t>(r) * g.weightStride);
     for (int64_t t = 0; t < g.tokens; ++t) {
       const auto* a =
           reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
-      groupDotQ4KAvx2(x, a, tabled ? pairs + t * kPairBlocks : nullptr, blocks, out);
+      if constexpr (kQ4K) {
+        groupDotQ4KAvx2(x, a, tabled ? pairs + t * kPairBlocks : nullptr, blocks, out);
+      } else {
+        groupDotQ6KAvx2(x, a, blocks, out);
+      }
       std::memcpy(g.y + t * g.ldy + r, out, sizeof out);
     }
   }

@@ -537,7 +537,7 @@ void gemmQ5_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_1>(g, b, e); }
 void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q8_0>(g, b, e); }
 void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) {
   if (g.rowGroups) {
-    gemmQ4KGroupsAvx2<gemmQ4_K>(g, b, e);
+    gemmKGroupsAvx2<BlockQ4_Kx8, gemmQ4_K>(g, b, e);
     return;
   }
   gemmKTiled<Q4KTraits, dotQ4K<Q4KTraits>>(g, b, e);
@@ -546,6 +546,10 @@ void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) {
   gemmKTiled<Q5KTraits, dotQ5K<Q5KTraits>>(g, b, e);
 }
 void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.rowGroups) {
+    gemmKGroupsAvx2<BlockQ6_Kx8, gemmQ6_K>(g, b, e);
+    return;
+  }
   gemmKTiled<Q6KTraits, dotQ6K<Q6KTraits>>(g, b, e);
 }
 void gemmIQ4_NL(const GemmArgs& g, int64_t b, int64_t e) { gemmIQ4NL(g, b, e); }
