@@ -16,6 +16,7 @@
 #include "kernels/cpu/x86_kquant_kernels.h"
 // After x86_kquant_kernels.h, whose helpers it uses.
 #include "kernels/cpu/avx2_kquant_groups.h"
+#include "kernels/cpu/avx2_quant_groups.h"
 
 namespace shoal::cpu::avx2 {
 namespace {
@@ -530,7 +531,13 @@ float dotIQ4_XS(const BlockIQ4_XS* x, const BlockQ8_K* y, int64_t blocks, DotOrd
 
 }  // namespace
 
-void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_0>(g, b, e); }
+void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.rowGroups) {
+    gemmQ4_0GroupsAvx2<gemmQ4_0>(g, b, e);
+    return;
+  }
+  gemm<Q4_0>(g, b, e);
+}
 void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_1>(g, b, e); }
 void gemmQ5_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_0>(g, b, e); }
 void gemmQ5_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_1>(g, b, e); }
