@@ -208,21 +208,14 @@ void gemmKGroupsAvx2(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
       for (int64_t b = 0; b < blocks; ++b) pairs[t * kPairBlocks + b] = bsumPairs(a[b]);
     }
   }
-  alignas(32) float out[kGroupRows];
-  for (int64_t r = first; r < last; r += kGroupRows) {
-    const auto* x =
-        reinterpret_cast<const Group*>(g.weights + static_cast<size_t>(r) * g.weightStride);
-    for (int64_t t = 0; t < g.tokens; ++t) {
-      const auto* a =
-          reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
-      if constexpr (kQ4K) {
-        groupDotQ4KAvx2(x, a, tabled ? pairs + t * kPairBlocks : nullptr, blocks, out);
-      } else {
-        groupDotQ6KAvx2(x, a, blocks, out);
-      }
-      std::memcpy(g.y + t * g.ldy + r, out, sizeof out);
-    }
-  }
+  groupsTokenByToken<Group, BlockQ8_K>(
+      g, first, last, [&](const Group* x, const BlockQ8_K* a, int64_t t, float* out) {
+        if constexpr (kQ4K) {
+          groupDotQ4KAvx2(x, a, tabled ? pairs + t * kPairBlocks : nullptr, blocks, out);
+        } else {
+          groupDotQ6KAvx2(x, a, blocks, out);
+        }
+      });
 }
 
 }  // namespace

@@ -89,17 +89,10 @@ void gemmQ4_0GroupsAvx2(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   int64_t first = 0, last = 0;
   if (!ungroupedEdges<WeightKind::Q4_0, FileGemm>(g, rowBegin, rowEnd, first, last)) return;
   const int64_t blocks = g.cols / kQK;
-  alignas(32) float out[kGroupRows];
-  for (int64_t r = first; r < last; r += kGroupRows) {
-    const auto* x =
-        reinterpret_cast<const BlockQ4_0x8*>(g.weights + static_cast<size_t>(r) * g.weightStride);
-    for (int64_t t = 0; t < g.tokens; ++t) {
-      const auto* a =
-          reinterpret_cast<const BlockQ8_0*>(g.act + static_cast<size_t>(t) * g.actStride);
-      groupDotQ4_0Avx2(x, a, blocks, out);
-      std::memcpy(g.y + t * g.ldy + r, out, sizeof out);
-    }
-  }
+  groupsTokenByToken<BlockQ4_0x8, BlockQ8_0>(
+      g, first, last, [blocks](const BlockQ4_0x8* x, const BlockQ8_0* a, int64_t, float* out) {
+        groupDotQ4_0Avx2(x, a, blocks, out);
+      });
 }
 
 }  // namespace

@@ -401,25 +401,19 @@ void gemmKGroups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     r = gemmKBands<K>(g, r, last, groupedRows<Group>);
     for (; r < last; r += kGroupRows) ungroupedRows<kKind, FileGemm>(g, r, r, r + kGroupRows);
   } else {
-    alignas(32) float out[kGroupRows];
     const bool gfni = useGfni();
-    for (; r < last; r += kGroupRows) {
-      const auto* x =
-          reinterpret_cast<const Group*>(g.weights + static_cast<size_t>(r) * g.weightStride);
-      for (int64_t t = 0; t < g.tokens; ++t) {
-        const auto* a =
-            reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
-        if constexpr (kKind == WeightKind::Q6_K) {
-          gfni ? avx512::groupDotQ6KGfni(x, a, blocks, out) : groupDotQ6K<false>(x, a, blocks, out);
-        } else if constexpr (kKind == WeightKind::Q5_K) {
-          gfni ? avx512::groupDotQ5KGfni(x, a, blocks, out)
-               : groupDotK<Group, false>(x, a, blocks, out);
-        } else {
-          groupDotK<Group, false>(x, a, blocks, out);
-        }
-        std::memcpy(g.y + t * g.ldy + r, out, sizeof out);
-      }
-    }
+    groupsTokenByToken<Group, BlockQ8_K>(
+        g, r, last, [&](const Group* x, const BlockQ8_K* a, int64_t, float* out) {
+          if constexpr (kKind == WeightKind::Q6_K) {
+            gfni ? avx512::groupDotQ6KGfni(x, a, blocks, out)
+                 : groupDotQ6K<false>(x, a, blocks, out);
+          } else if constexpr (kKind == WeightKind::Q5_K) {
+            gfni ? avx512::groupDotQ5KGfni(x, a, blocks, out)
+                 : groupDotK<Group, false>(x, a, blocks, out);
+          } else {
+            groupDotK<Group, false>(x, a, blocks, out);
+          }
+        });
   }
 }
 

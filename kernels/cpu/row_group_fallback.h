@@ -3,11 +3,12 @@
 // in whole groups, batch shapes it leaves to the file layout's kernel): taken out of their
 // groups into a buffer and run by the file layout's kernel, which gives the same bits.
 //
-// Included by the AVX-512 grouped kernels' headers (anonymous namespace: each including file
-// keeps its own copy, see x86_kquant_kernels.h); no instructions beyond the baseline here.
+// Included by the grouped kernels' headers (AVX2, AVX-512) (anonymous namespace: each including
+// file keeps its own copy, see x86_kquant_kernels.h); no instructions beyond the baseline here.
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/row_groups.h"
@@ -48,6 +49,23 @@ bool ungroupedEdges(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd, int64_t
   if (rowBegin < first) ungroupedRows<kKind, FileGemm>(g, first - kGroupRows, rowBegin, first);
   if (last < rowEnd) ungroupedRows<kKind, FileGemm>(g, last, last, rowEnd);
   return true;
+}
+
+// The whole groups of rows [first, last) for every token, one group and token per call of
+// dot(x, a, t, out), which writes the group's eight outputs for token t into out (the decode
+// kernels' loop).
+template <class Group, class Act, class Dot>
+void groupsTokenByToken(const GemmArgs& g, int64_t first, int64_t last, Dot&& dot) {
+  alignas(32) float out[kGroupRows];
+  for (int64_t r = first; r < last; r += kGroupRows) {
+    const auto* x =
+        reinterpret_cast<const Group*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+    for (int64_t t = 0; t < g.tokens; ++t) {
+      const auto* a = reinterpret_cast<const Act*>(g.act + static_cast<size_t>(t) * g.actStride);
+      dot(x, a, t, out);
+      std::memcpy(g.y + t * g.ldy + r, out, sizeof out);
+    }
+  }
 }
 
 }  // namespace
