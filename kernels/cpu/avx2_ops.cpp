@@ -375,6 +375,7 @@ KernelTable makeTable() {
   set(WeightKind::Q3_K, gemmQ3_K);
   set(WeightKind::IQ4_XS, gemmIQ4_XS);
   t.rowGroups[static_cast<int>(WeightKind::Q4_0)] = true;  // avx2_quant_groups.h
+  t.rowGroups[static_cast<int>(WeightKind::Q4_1)] = true;
   t.rowGroups[static_cast<int>(WeightKind::Q4_K)] = true;  // avx2_kquant_groups.h
   t.rowGroups[static_cast<int>(WeightKind::Q6_K)] = true;
   t.convert[static_cast<int>(ActKind::F16)] = convertF16;

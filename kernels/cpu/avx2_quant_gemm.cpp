@@ -533,12 +533,18 @@ float dotIQ4_XS(const BlockIQ4_XS* x, const BlockQ8_K* y, int64_t blocks, DotOrd
 
 void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
   if (g.rowGroups) {
-    gemmQ4_0GroupsAvx2<gemmQ4_0>(g, b, e);
+    gemmQ4GroupsAvx2<BlockQ4_0x8, gemmQ4_0>(g, b, e);
     return;
   }
   gemm<Q4_0>(g, b, e);
 }
-void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q4_1>(g, b, e); }
+void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.rowGroups) {
+    gemmQ4GroupsAvx2<BlockQ4_1x8, gemmQ4_1>(g, b, e);
+    return;
+  }
+  gemm<Q4_1>(g, b, e);
+}
 void gemmQ5_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_0>(g, b, e); }
 void gemmQ5_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_1>(g, b, e); }
 void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q8_0>(g, b, e); }
