@@ -19,8 +19,8 @@
 // small array (one load and one store per row and super-block, from L1).
 //
 // The tiled order (prefill) takes each group's rows out into a buffer and runs the file
-// layout's kernel on it (row_group_fallback.h): prefill is bound by arithmetic, not by the
-// copy.
+// layout's kernel on it (row_group_fallback.h): the copy (ungroupRows) was 2-3% of a 1B Q4_K
+// prefill's profile, against the tiles' arithmetic.
 //
 // Included by avx2_quant_gemm.cpp only, after x86_kquant_kernels.h (anonymous namespace, AVX2
 // flags: see x86_kquant_kernels.h).

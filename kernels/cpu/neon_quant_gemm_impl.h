@@ -7,8 +7,9 @@
 // pairwise adds) and neon_dotprod_quant_gemm.cpp (built with the dot-product extension: SDOT).
 // Each gets its own internal copy; fillQuantGemms fills a table with that copy's kernels.
 //
-// Covered: every quantized weight type with a CPU kernel. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (their
-// one order) and IQ4_NL's tiled order take R rows x T tokens per pass (4 x 1 for one token, 2 x 4
+// Covered: every quantized weight type with a CPU kernel; Q4_0 and Q4_1 also in row groups
+// (gemmGroups). Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (their one order) and IQ4_NL's tiled order take R
+// rows x T tokens per pass (4 x 1 for one token, 2 x 4
 // otherwise); the super-block types (Q2_K ... Q6_K, IQ4_XS; both orders) one row x up to 4
 // tokens; IQ4_NL's and MXFP4's vec order (two accumulators) one row and token at a time. So
 // every weight block is unpacked once per pass and every activation block loaded once per row
@@ -19,11 +20,14 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/gguf/quant_common.h"
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/neon_helpers.h"
+#include "kernels/cpu/row_group_fallback.h"
+#include "kernels/cpu/row_groups.h"
 
 namespace shoal::cpu {
 namespace {
@@ -178,7 +182,16 @@ void rowTile(const GemmArgs& g, int64_t r0) {
 }
 
 template <class Q>
+void gemmGroups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+
+template <class Q>
 void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  if constexpr (std::is_same_v<Q, Q4_0> || std::is_same_v<Q, Q4_1>) {
+    if (g.rowGroups) {
+      gemmGroups<Q>(g, rowBegin, rowEnd);
+      return;
+    }
+  }
   int64_t r = rowBegin;
   if (g.tokens == 1) {
     for (; r + 4 <= rowEnd; r += 4) tile<Q, 4, 1>(g, r, 0);
@@ -186,6 +199,87 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     for (; r + 2 <= rowEnd; r += 2) rowTile<Q, 2>(g, r);
   }
   for (; r < rowEnd; ++r) rowTile<Q, 1>(g, r);
+}
+
+// ---- Q4_0 and Q4_1 in row groups (row_groups.h) ---------------------------------------------
+// One pass per group and token over its blocks: d of the eight rows converted by two FCVTLs and
+// multiplied by the token's d in two vector multiplies (the tile: one conversion and one
+// multiply per row), the token's quants loaded once for eight rows, Q4_1's minimum terms for
+// four rows per fused multiply-add (each lane the tile's fmaSingle for its row), and a thread's
+// rows one front-to-back stream. Each row's lanes, fused multiply-adds and horizontal sum are the
+// tile's, so the bits are the same. Speed not measured on ARM hardware yet (qemu-user only).
+
+template <class Q>
+struct GroupOfQ;
+template <>
+struct GroupOfQ<Q4_0> {
+  using Group = BlockQ4_0x8;
+  static constexpr WeightKind kKind = WeightKind::Q4_0;
+};
+template <>
+struct GroupOfQ<Q4_1> {
+  using Group = BlockQ4_1x8;
+  static constexpr WeightKind kKind = WeightKind::Q4_1;
+};
+
+// Four f16 values as floats (exact).
+inline float32x4_t halves4(const uint16_t* h) {
+  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+}
+
+// out[r] = row r's dot with one token, as tile<Q, R, 1> computes it for that row.
+template <class Q>
+void groupDot(const typename GroupOfQ<Q>::Group* x, const typename Q::A* y, int64_t blocks,
+              float* out) {
+  float32x4_t accLo[kGroupRows], accHi[kGroupRows];
+  for (int r = 0; r < kGroupRows; ++r) accLo[r] = accHi[r] = vdupq_n_f32(0.0f);
+  float32x4_t summs[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};  // Q4_1: row r in lane r % 4
+  const int32x4_t zero = vdupq_n_s32(0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const auto& xb = x[b];
+    const auto& yb = y[b];
+    const float dy = half(yb.d);
+    alignas(16) float scale[kGroupRows];
+    vst1q_f32(scale, vmulq_n_f32(halves4(xb.d), dy));
+    vst1q_f32(scale + 4, vmulq_n_f32(halves4(xb.d + 4), dy));
+    if constexpr (Q::kMin) {
+      const float s = blockSum(yb);
+      summs[0] = vfmaq_n_f32(summs[0], halves4(xb.m), s);
+      summs[1] = vfmaq_n_f32(summs[1], halves4(xb.m + 4), s);
+    }
+    const int8x16_t yLo = vld1q_s8(yb.qs), yHi = vld1q_s8(yb.qs + 16);
+    for (int r = 0; r < kGroupRows; ++r) {
+      int8x16_t qLo, qHi;
+      nibbles(xb.qs[r], qLo, qHi);
+      if constexpr (!Q::kMin) {
+        qLo = vsubq_s8(qLo, vdupq_n_s8(8));
+        qHi = vsubq_s8(qHi, vdupq_n_s8(8));
+      }
+      accLo[r] = vfmaq_n_f32(accLo[r], vcvtq_f32_s32(dot16(zero, qLo, yLo)), scale[r]);
+      accHi[r] = vfmaq_n_f32(accHi[r], vcvtq_f32_s32(dot16(zero, qHi, yHi)), scale[r]);
+    }
+  }
+  alignas(16) float mins[kGroupRows];
+  vst1q_f32(mins, summs[0]);
+  vst1q_f32(mins + 4, summs[1]);
+  for (int r = 0; r < kGroupRows; ++r) {
+    const float sum = hsum8(accLo[r], accHi[r]);
+    out[r] = Q::kMin ? sum + mins[r] : sum;
+  }
+}
+
+// Rows [rowBegin, rowEnd) of a grouped Q4_0 or Q4_1 matrix, token by token (their one order).
+template <class Q>
+void gemmGroups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  using Group = typename GroupOfQ<Q>::Group;
+  using A = typename Q::A;
+  int64_t first = 0, last = 0;
+  if (!ungroupedEdges<GroupOfQ<Q>::kKind, gemm<Q>>(g, rowBegin, rowEnd, first, last)) return;
+  const int64_t blocks = g.cols / kQK;
+  groupsTokenByToken<Group, A>(g, first, last,
+                               [blocks](const Group* x, const A* a, int64_t, float* out) {
+                                 groupDot<Q>(x, a, blocks, out);
+                               });
 }
 
 // ---- Super-block types (Q8_K activations): Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS ------------
@@ -588,6 +682,8 @@ void fillQuantGemms(KernelTable& t) {
   set(WeightKind::Q2_K, gemmK<Q2K>);
   set(WeightKind::Q3_K, gemmK<Q3K>);
   set(WeightKind::IQ4_XS, gemmK<IQ4XS>);
+  t.rowGroups[static_cast<int>(WeightKind::Q4_0)] = true;  // gemmGroups
+  t.rowGroups[static_cast<int>(WeightKind::Q4_1)] = true;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // shoal-cpu-levels-check: every SIMD level this CPU runs against the scalar reference, bit for
 // bit: the matrix kernels of every weight type (tests/unit/cpu/gemm_level_cases.h, the cases of
-// test_cpu_matrix_kernels) and the activation converters. Qt-free: it is built for aarch64 and
+// test_cpu_matrix_kernels), the types each level reads in row groups against its file layout,
+// and the activation converters. Qt-free: it is built for aarch64 and
 // run under qemu-user by test_cpu_aarch64_qemu, where no Qt exists; QEMU_CPU picks which NEON
 // levels the emulated CPU has.
 //
@@ -34,6 +35,12 @@ int main() {
           ++failures;
         }
       }
+    }
+    ++cases;
+    const std::string groups = test::rowGroupMismatch(isa);
+    if (!groups.empty()) {
+      std::printf("MISMATCH %s\n", groups.c_str());
+      ++failures;
     }
     ++cases;
     const std::string diff = test::converterMismatch(isa);

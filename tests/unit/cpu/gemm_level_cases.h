@@ -15,6 +15,7 @@
 #include "engine/gguf/tensor_type.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/reference_kernels.h"
+#include "kernels/cpu/row_groups.h"
 
 namespace shoal::cpu::test {
 
@@ -132,6 +133,41 @@ inline std::string gemmMismatch(gguf::TensorType t, int64_t cols, Isa isa) {
                  " range [" + std::to_string(b) + "," + std::to_string(e) + ") order " +
                  (order == DotOrder::Vec ? "vec" : "tiled") + ": y[" + std::to_string(diff) +
                  "] = " + value;
+        }
+      }
+    }
+  }
+  return "";
+}
+
+// The types level `isa` reads in row groups (row_groups.h; KernelTable::rowGroups), each against
+// the same level's file layout bit for bit: whole and partial row ranges (ranges that cut groups
+// run the fallback), one and several tokens, both orders. Returns the first difference, or ""
+// when none (or when the level groups no type). test_cpu_row_groups checks more shapes on the
+// host; this is the cross build's check (cpu_levels_check.cpp, under qemu-user).
+inline std::string rowGroupMismatch(Isa isa) {
+  const KernelTable& k = *kernelsFor(isa);
+  using gguf::TensorType;
+  for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K,
+                       TensorType::Q5_K, TensorType::Q6_K}) {
+    if (!k.rowGroups[static_cast<int>(weightKind(t))]) continue;
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{8, 512}, {40, 256}, {56, 2816}}) {
+      for (int64_t tokens : {1, 2, 9}) {
+        const Problem p(t, rows, cols, tokens, static_cast<uint32_t>(100 + rows + tokens));
+        Problem grouped = p;
+        groupRows(weightKind(t), grouped.weights.data(), rows, cols);
+        for (DotOrder order : {DotOrder::Vec, DotOrder::Tiled}) {
+          if (order == DotOrder::Tiled && tokens < 2) continue;
+          for (auto [b, e] : {std::pair<int64_t, int64_t>{0, rows}, {8, rows}, {3, rows - 5}}) {
+            const auto want = p.run(k, order, b, e);
+            const auto got = grouped.run(k, order, b, e, true);
+            if (firstBitDifference(got.data(), want.data(), want.size()) < 0) continue;
+            return std::string(isaName(isa)) + " " + gguf::typeName(t) + " in row groups, " +
+                   std::to_string(rows) + "x" + std::to_string(cols) + " tokens " +
+                   std::to_string(tokens) + " range [" + std::to_string(b) + "," +
+                   std::to_string(e) + ") order " + (order == DotOrder::Vec ? "vec" : "tiled") +
+                   ": differs from the file layout";
+          }
         }
       }
     }
