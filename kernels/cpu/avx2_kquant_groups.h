@@ -97,7 +97,9 @@ inline void groupDotQ4KAvx2(const BlockQ4_Kx8* x, const BlockQ8_K* y, const __m1
       for (int i = 0; i < 2; ++i) {
         const int r = 2 * p + i;
         // The row's eight scales in both halves (Q4KTraits::Context).
-        const __m256i s = _mm256_permute2x128_si256(scales, scales, i == 0 ? 0x00 : 0x11);
+        // (Two calls: the immediate must be a constant even where the loop is not unrolled.)
+        const __m256i s = i == 0 ? _mm256_permute2x128_si256(scales, scales, 0x00)
+                                 : _mm256_permute2x128_si256(scales, scales, 0x11);
         __m256i lanes = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
           const __m256i bits =
@@ -154,7 +156,8 @@ inline void groupDotQ6KAvx2(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t bl
           _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.scales[r])));
       __m256i lanes = _mm256_setzero_si256();
       for (int h = 0; h < 2; ++h) {
-        const __m256i s = _mm256_permute2x128_si256(scales16, scales16, h == 0 ? 0x00 : 0x11);
+        const __m256i s = h == 0 ? _mm256_permute2x128_si256(scales16, scales16, 0x00)
+                                 : _mm256_permute2x128_si256(scales16, scales16, 0x11);
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qh[r] + 32 * h));
         // Bits 2p, 2p+1 of each qh byte to bits 4-5 (16-bit shifts: the bits kept never cross
         // a byte).
