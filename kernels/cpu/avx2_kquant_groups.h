@@ -201,16 +201,8 @@ void gemmKGroupsAvx2(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   }
   const int64_t blocks = g.cols / kQKK;
   // Q4_K: each token's bsumPairs once per call, as gemmK tables them.
-  constexpr int64_t kPairTokens = 7, kPairBlocks = 128;
-  const bool tabled = kQ4K && g.tokens <= kPairTokens && blocks <= kPairBlocks;
   __m128i pairs[kQ4K ? kPairTokens * kPairBlocks : 1];
-  if (tabled) {
-    for (int64_t t = 0; t < g.tokens; ++t) {
-      const auto* a =
-          reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
-      for (int64_t b = 0; b < blocks; ++b) pairs[t * kPairBlocks + b] = bsumPairs(a[b]);
-    }
-  }
+  [[maybe_unused]] const bool tabled = kQ4K && tableBsumPairs(g, blocks, pairs);
   groupsTokenByToken<Group, BlockQ8_K>(
       g, first, last, [&](const Group* x, const BlockQ8_K* a, int64_t t, float* out) {
         if constexpr (kQ4K) {

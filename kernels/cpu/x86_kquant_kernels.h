@@ -324,26 +324,32 @@ void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, in
 // decode from 32-33 to 36-37 tok/s (2 threads, shoal-cli bench -n 32, alternated). 1, 4, 8 and
 // 16 rows ahead were slower or no better than 2.
 constexpr int64_t kRowsAhead = 2;
+
+// Each token's bsumPairs once per call, for kernels of the types with minimums (Q4_K, Q5_K)
+// rather than once per row: vphaddw is three instructions, and without it Q4_K decode ran 30%
+// faster from cache (cpu_kernels_bench, one core). Up to kPairTokens tokens of kPairBlocks
+// blocks (32768 columns; 14 KiB of stack); larger products pair the sums per block. Token t's
+// table starts at pairs + t * kPairBlocks. Returns whether it filled the table.
+constexpr int64_t kPairTokens = 7, kPairBlocks = 128;
+inline bool tableBsumPairs(const GemmArgs& g, int64_t blocks, __m128i* pairs) {
+  if (g.tokens > kPairTokens || blocks > kPairBlocks) return false;
+  for (int64_t t = 0; t < g.tokens; ++t) {
+    const auto* a =
+        reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
+    for (int64_t b = 0; b < blocks; ++b) pairs[t * kPairBlocks + b] = bsumPairs(a[b]);
+  }
+  return true;
+}
+
 template <class W,
           float (*Dot)(const W*, const BlockQ8_K*, int64_t, DotOrder, const uint8_t*,
                        const __m128i*),
           bool kMinPairs = false>
 void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   const int64_t blocks = g.cols / kQKK;
-  // For types with minimums (kMinPairs: Q4_K, Q5_K), each token's bsumPairs once per call
-  // rather than once per row: vphaddw is three instructions, and without it Q4_K decode ran 30%
-  // faster from cache (cpu_kernels_bench, one core). Up to kPairTokens tokens of kPairBlocks
-  // blocks (32768 columns; 14 KiB of stack); larger products pair the sums per block.
-  constexpr int64_t kPairTokens = 7, kPairBlocks = 128;
-  const bool tabled = kMinPairs && g.tokens <= kPairTokens && blocks <= kPairBlocks;
+  // Types with minimums (kMinPairs: Q4_K, Q5_K): each token's bsumPairs once per call.
   __m128i pairs[kMinPairs ? kPairTokens * kPairBlocks : 1];
-  if (tabled) {
-    for (int64_t t = 0; t < g.tokens; ++t) {
-      const auto* a =
-          reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride);
-      for (int64_t b = 0; b < blocks; ++b) pairs[t * kPairBlocks + b] = bsumPairs(a[b]);
-    }
-  }
+  const bool tabled = kMinPairs && tableBsumPairs(g, blocks, pairs);
   for (int64_t r = rowBegin; r < rowEnd; ++r) {
     const uint8_t* ahead = g.weights + static_cast<size_t>(r + kRowsAhead) * g.weightStride;
     const auto* w = reinterpret_cast<const W*>(g.weights + static_cast<size_t>(r) * g.weightStride);
