@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "engine/model/architecture.h"
+#include "engine/model/kv_ring.h"
 #include "engine/model/layer_program.h"
 
 namespace shoal::model {
@@ -23,7 +24,15 @@ LayerKv layerKv(const ModelConfig& config, int32_t layer) {
   const LayerProgram program = architectureOf(config).layerProgram(config, layer);
   LayerKv kv;
   kv.bytesPerPosition = 2 * kF16Bytes * static_cast<uint64_t>(std::max(program.kvDim, 0));
-  kv.window = std::max(program.window, 0);
+  // A sliding-window Attend: the backends keep a ring that costs kvRingPositions where that is
+  // below the context (kv_ring.h), which min(context, window) in kvCacheBytes gives exactly.
+  int32_t attendWindow = 0;
+  for (const Op& op : program.ops) {
+    if (op.kind == OpKind::Attend) attendWindow = std::max(attendWindow, op.attend.window);
+  }
+  kv.window = program.window > 0 ? program.window
+              : attendWindow > 0 ? kvRingPositions(attendWindow)
+                                 : 0;
   return kv;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // How much KV cache a model's layers take, from each layer's program (layer_program.h): keys and
-// values of kvDim values each, in f16, per cached position of one sequence; a layer with an
-// attention window keeps at most that many positions. The node's fit check and the planner's
+// values of kvDim values each, in f16, per cached position of one sequence; a sliding-window
+// layer's ring costs at most kvRingPositions(window) positions (kv_ring.h: the CPU and Vulkan
+// stages keep one where that is below the context). The node's fit check and the planner's
 // per-layer costs both compute KV here, so the two can not disagree.
 
 #include <cstdint>
@@ -13,7 +14,9 @@ namespace shoal::model {
 // One layer's KV cache.
 struct LayerKv {
   uint64_t bytesPerPosition = 0;  // K and V of one position of one sequence: 2 × 2 bytes × kvDim
-  int32_t window = 0;             // 0: every position of the context; n: at most the last n
+  // 0: every position of the context; n: at most n positions' worth (a sliding-window layer's
+  // ring, kvRingPositions; or LayerProgram::window)
+  int32_t window = 0;
   bool operator==(const LayerKv&) const = default;
 };
 

@@ -132,10 +132,10 @@ struct Op {
 struct LayerProgram {
   std::vector<Op> ops;
   int32_t kvDim = 0;  // width of this layer's cached keys (and values) per position
-  // Positions this layer's KV cache keeps per sequence: 0 = the whole context; n = only the
-  // last n (a ring, for sliding-window layers). kv_footprint.h sizes caches from it for the
-  // planner and the node. No backend implements the ring yet (a windowed Attend masks over a
-  // whole-context cache), so today's architectures set 0 and the backends refuse n > 0.
+  // Positions this layer's KV cache keeps per sequence, if the program bounds it itself: 0 =
+  // as the backends decide; n = only the last n. Today's architectures set 0 and the backends
+  // refuse n > 0: a sliding-window Attend's cache is already the backends' ring
+  // (kv_ring.h), which kv_footprint.h counts. Kept for programs that need another bound.
   int32_t window = 0;
 };
 

@@ -221,11 +221,13 @@ std::vector<int32_t> Chain::decodeAhead(int32_t sequence, int32_t position, int3
   return m_stages[0]->decodeAhead(sequence, position, token, count, sample);
 }
 
-void Chain::truncate(int32_t sequence, int32_t fromPosition) {
+int32_t Chain::truncate(int32_t sequence, int32_t fromPosition) {
+  int32_t kept = fromPosition;
   for (size_t s = 0; s < m_stages.size(); ++s) {
     m_failedStage = s;
-    m_stages[s]->truncate(sequence, fromPosition);
+    kept = std::min(kept, m_stages[s]->truncate(sequence, fromPosition));
   }
+  return kept;
 }
 
 }  // namespace shoal::runtime

@@ -54,7 +54,9 @@ class Chain {
   Stage::Ticket submit(const Batch& batch, StageOutput& out);
   void wait(Stage::Ticket ticket);
 
-  void truncate(int32_t sequence, int32_t fromPosition);
+  // Stage::truncate on every stage; returns the fewest positions a stage kept (the caller
+  // recomputes from there).
+  int32_t truncate(int32_t sequence, int32_t fromPosition);
 
   // Decoding ahead (Stage::decodeAhead) on a chain of one stage that can: the most tokens one
   // call may decode, 0 for any other chain (decodeAhead then throws shoal::Error).

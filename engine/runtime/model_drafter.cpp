@@ -44,7 +44,7 @@ double ModelDrafter::propose(int32_t sequence, std::span<const model::TokenId> h
   }
   common = std::min(common, history.size() - 1);
   if (common < fed.size()) {
-    m_chain.truncate(sequence, static_cast<int32_t>(common));
+    common = static_cast<size_t>(m_chain.truncate(sequence, static_cast<int32_t>(common)));
     fed.resize(common);
   }
   // A new prompt runs as a batch, the few tokens a step confirmed in decode order: as the target

@@ -164,7 +164,8 @@ void Scheduler::admit() {
     // At least the last prompt token is computed again, for its logits.
     size_t common = std::min(bestCommon, w.request.prompt.size() - 1);
     try {
-      m_chain.truncate(best, static_cast<int32_t>(common));
+      // The stages may keep fewer (a sliding-window ring that cannot resume there).
+      common = static_cast<size_t>(m_chain.truncate(best, static_cast<int32_t>(common)));
     } catch (const std::exception& e) {
       // A stage lost since the last step (a pool node gone) fails here first: repaired as a
       // failure mid-step is, the caches start empty.

@@ -168,7 +168,10 @@ const std::vector<model::TokenId>& Session::step(size_t from, StepKind kind, Sam
     m_cached.resize(from);
     m_steps.pop_back();
     try {
-      m_chain.truncate(m_sequence, static_cast<int32_t>(from));
+      if (m_chain.truncate(m_sequence, static_cast<int32_t>(from)) < static_cast<int32_t>(from)) {
+        m_cached.clear();  // a stage could not keep them all: start over next time
+        m_steps.clear();
+      }
     } catch (const std::exception&) {
       m_cached.clear();
       m_steps.clear();
@@ -286,7 +289,8 @@ GenerateResult Session::generate(const std::vector<model::TokenId>& prompt,
   }
   if (common == prompt.size()) --common;
   try {
-    m_chain.truncate(m_sequence, static_cast<int32_t>(common));
+    // The stages may keep fewer (a sliding-window ring that cannot resume there).
+    common = static_cast<size_t>(m_chain.truncate(m_sequence, static_cast<int32_t>(common)));
   } catch (const std::exception& e) {
     // A stage lost since the last call (a pool node gone) fails here first: the chain is
     // repaired as for a failure mid-reply, and its empty caches start from position 0. The

@@ -109,7 +109,12 @@ class Stage {
   void forward(const Batch& batch, StageOutput& output) { wait(submit(batch, output)); }
 
   // Forget positions >= fromPosition of a sequence (0 clears it). No batch may be in flight.
-  virtual void truncate(int32_t sequence, int32_t fromPosition) = 0;
+  // Returns the positions kept: fromPosition (or the cached count, if lower), or fewer where
+  // the stage can no longer resume there; the caller then recomputes from the returned
+  // position. (A stage that keeps a sliding-window layer's cache as a ring of its last
+  // positions, engine/model/kv_footprint.h, returns 0 once the window before fromPosition is
+  // overwritten.)
+  virtual int32_t truncate(int32_t sequence, int32_t fromPosition) = 0;
 
   // Positions cached for a sequence, counting submitted batches.
   virtual int32_t cachedPositions(int32_t sequence) const = 0;

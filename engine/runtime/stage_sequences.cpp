@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/error.h"
+#include "engine/model/kv_ring.h"
 
 namespace shoal::runtime {
 namespace {
@@ -23,6 +24,7 @@ SequenceBook::SequenceBook(std::string who, const StageSpec& spec, int32_t nLaye
     throw Error(m_who + ": context length, sequences and batch must be positive");
   }
   m_cached.assign(sz(spec.maxSequences), 0);
+  m_highWater.assign(sz(spec.maxSequences), 0);
 }
 
 void SequenceBook::check(const Batch& batch, bool rowsElsewhere) const {
@@ -47,6 +49,13 @@ void SequenceBook::check(const Batch& batch, bool rowsElsewhere) const {
                   std::to_string(cached) + " cached positions within a context of " +
                   std::to_string(m_spec.contextLength));
     }
+    if (s.firstPosition > 0 && s.firstPosition < resumeFloor(s.sequence)) {
+      throw Error(m_who + ": sequence " + std::to_string(s.sequence) + " cannot resume at " +
+                  std::to_string(s.firstPosition) +
+                  ": its sliding-window cache no longer holds the positions before it (the "
+                  "earliest is " +
+                  std::to_string(resumeFloor(s.sequence)) + "; truncate to 0 and start over)");
+    }
     rows += s.count;
   }
   if (rows > m_spec.maxBatch) {
@@ -70,14 +79,42 @@ void SequenceBook::check(const Batch& batch, bool rowsElsewhere) const {
 }
 
 void SequenceBook::commit(const Batch& batch) {
-  for (const Segment& s : batch.segments) m_cached[sz(s.sequence)] = s.firstPosition + s.count;
+  for (const Segment& s : batch.segments) {
+    const int32_t end = s.firstPosition + s.count;
+    m_cached[sz(s.sequence)] = end;
+    // Positions at and after the first are rewritten: a rewind does not lower the mark (the
+    // ring slots of the positions it forgot still hold what overwrote older ones).
+    m_highWater[sz(s.sequence)] =
+        s.firstPosition == 0 ? end : std::max(m_highWater[sz(s.sequence)], end);
+  }
 }
 
-void SequenceBook::truncate(int32_t sequence, int32_t fromPosition) {
+int32_t SequenceBook::truncate(int32_t sequence, int32_t fromPosition) {
   if (sequence < 0 || sequence >= m_spec.maxSequences) {
     throw Error(m_who + ": sequence " + std::to_string(sequence) + " out of range");
   }
-  m_cached[sz(sequence)] = std::clamp(fromPosition, 0, m_cached[sz(sequence)]);
+  int32_t kept = std::clamp(fromPosition, 0, m_cached[sz(sequence)]);
+  if (kept > 0 && kept < resumeFloor(sequence)) kept = 0;
+  m_cached[sz(sequence)] = kept;
+  if (kept == 0) m_highWater[sz(sequence)] = 0;
+  return kept;
+}
+
+void SequenceBook::keepRing(int32_t period, int32_t window) {
+  for (const Ring& r : m_rings) {
+    if (r.period == period && r.window == window) return;
+  }
+  m_rings.push_back({period, window});
+}
+
+int32_t SequenceBook::resumeFloor(int32_t sequence) const {
+  if (sequence < 0 || sequence >= m_spec.maxSequences) return 0;
+  int32_t floor = 0;
+  for (const Ring& r : m_rings) {
+    floor =
+        std::max(floor, model::kvRingResumeFloor(r.period, r.window, m_highWater[sz(sequence)]));
+  }
+  return floor;
 }
 
 int32_t SequenceBook::cached(int32_t sequence) const {

@@ -29,8 +29,19 @@ class SequenceBook {
   void check(const Batch& batch, bool rowsElsewhere = false) const;
   // Counts the batch's positions as cached (call once it is submitted).
   void commit(const Batch& batch);
-  void truncate(int32_t sequence, int32_t fromPosition);  // throws for a bad sequence
-  int32_t cached(int32_t sequence) const;                 // 0 for a bad sequence
+  // Forgets positions >= fromPosition; returns the positions kept: fromPosition, or 0 where a
+  // ring (keepRing) no longer holds the window a batch at fromPosition would read, so the
+  // sequence starts over. Throws for a bad sequence.
+  int32_t truncate(int32_t sequence, int32_t fromPosition);
+  int32_t cached(int32_t sequence) const;  // 0 for a bad sequence
+
+  // The stage keeps a layer's cache as a ring of `period` positions over a window of `window`
+  // (engine/model/kv_footprint.h): check() then refuses a batch that starts where the ring no
+  // longer holds the window before it (other than at 0), and truncate() starts such a
+  // sequence over.
+  void keepRing(int32_t period, int32_t window);
+  // The lowest position > 0 a batch of `sequence` may start at (0: any).
+  int32_t resumeFloor(int32_t sequence) const;
 
   // Rows of the batch whose logits are wanted.
   static int32_t logitRows(const Batch& batch);
@@ -41,7 +52,12 @@ class SequenceBook {
   std::string m_who;
   StageSpec m_spec;
   int32_t m_nVocab, m_nEmbd;
-  std::vector<int32_t> m_cached;  // positions per sequence
+  std::vector<int32_t> m_cached;     // positions per sequence
+  std::vector<int32_t> m_highWater;  // per sequence: one past the highest position written
+  struct Ring {
+    int32_t period, window;
+  };
+  std::vector<Ring> m_rings;
 };
 
 // A stage that computes while submit() runs; wait() only checks the ticket.

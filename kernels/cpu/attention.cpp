@@ -93,20 +93,31 @@ void attention(const AttentionShape& s, const float* q, int32_t count, int32_t f
         k.halfToFloat(q16 + j * hd, q32 + j * hd, hd);
       }
       // Every position any of the item's tokens sees; each token then reads its own range.
+      // Scores and probabilities are indexed from `base`, the 64-position step that holds the
+      // first of them: the steps before it would only add exact zeros to the dot products
+      // (probability 0 times a finite value), so leaving them out changes no bit, and a
+      // windowed layer reads its window rather than the whole context.
       const int64_t lo = firstOf(t0), hi = visibleOf(t0 + tn - 1);
+      const int64_t base = lo / 64 * 64;
       HalfDots kq;
-      kq.rows = keys + kvHead * s.keyHeadStride() + lo * s.keyPositionStride();
       kq.rowStride = s.keyPositionStride();
-      kq.count = hi - lo;
       kq.y16 = q16;
       kq.y32 = q32;
       kq.yStride = hd;
       kq.queries = nq;
       kq.n = hd;
       kq.order = kqOrder;
-      kq.out = scores + lo;
       kq.outStride = stride;
-      k.dotsF16(kq);
+      // Each K·q is a dot of its own, so a ring's wrap may cut the run of keys in two.
+      for (int64_t p = lo; p < hi;) {
+        const int64_t slot = s.keySlot(p);
+        const int64_t run = std::min(hi - p, s.keySlots() - slot);
+        kq.rows = keys + kvHead * s.keyHeadStride() + slot * s.keyPositionStride();
+        kq.count = run;
+        kq.out = scores + (p - base);
+        k.dotsF16(kq);
+        p += run;
+      }
 
       for (int32_t j = 0; j < nq; ++j) {
         const int64_t t = t0 + j / heads;
@@ -116,43 +127,47 @@ void attention(const AttentionShape& s, const float* q, int32_t count, int32_t f
         // The softmax sums groups of 16 from position 0, so it starts at the group holding
         // `first`: the fully masked groups before it add exact zeros.
         const int64_t from = first / 16 * 16;
+        // Indices from here on count from `base`: [f, v) are the visible positions.
+        const int64_t f = first - base, v = visible - base, fr = from - base, pd = padded - base;
         float* sc = scores + j * stride;
         float maxScore = -INFINITY;
         const float invCap = s.softcap > 0 ? 1.0f / s.softcap : 0.0f;
-        std::fill(sc + from, sc + first, -INFINITY);
-        for (int64_t p = first; p < visible; ++p) {
+        std::fill(sc + fr, sc + f, -INFINITY);
+        for (int64_t p = f; p < v; ++p) {
           float dot = sc[p];
           if (s.softcap > 0) dot = std::tanh(dot * invCap) * s.softcap;
           sc[p] = dot * s.scale;  // ggml_soft_max_ext: kq * scale + mask (0 where visible)
           maxScore = std::max(maxScore, sc[p]);
         }
         if (s.sinks) maxScore = std::max(maxScore, s.sinks[h]);
-        double sum = k.softmaxExp(sc + from, maxScore, sc + from, visible - from);
+        double sum = k.softmaxExp(sc + fr, maxScore, sc + fr, v - fr);
         if (s.sinks) sum += static_cast<double>(std::exp(s.sinks[h] - maxScore));
         const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t p = first; p < visible; ++p) sc[p] *= inv;
+        for (int64_t p = f; p < v; ++p) sc[p] *= inv;
         // kqv: probabilities enter as f16; masked and padding positions are exact zeros.
         uint16_t* p16 = probs16 + j * stride;
-        std::fill(p16, p16 + first, uint16_t{0});
-        k.floatToHalf(sc + first, p16 + first, visible - first);
-        std::fill(p16 + visible, p16 + padded, uint16_t{0});
-        k.halfToFloat(p16, probs32 + j * stride, padded);
+        std::fill(p16, p16 + f, uint16_t{0});
+        k.floatToHalf(sc + f, p16 + f, v - f);
+        std::fill(p16 + v, p16 + pd, uint16_t{0});
+        k.halfToFloat(p16, probs32 + j * stride, pd);
       }
 
-      // kqv, for each run of tokens whose probabilities have the same padded length.
+      // kqv, for each run of tokens whose probabilities have the same padded length. A ring's
+      // values are kept twice over, so the run from `base` is contiguous from its slot.
+      const int64_t valueSlot = s.ringPeriod > 0 ? base % s.ringPeriod : base;
       for (int64_t ta = 0; ta < tn;) {
         const int64_t padded = (visibleOf(t0 + ta) + pad - 1) / pad * pad;
         int64_t tb = ta + 1;
         while (tb < tn && (visibleOf(t0 + tb) + pad - 1) / pad * pad == padded) ++tb;
         HalfDots kqv;
-        kqv.rows = values + kvHead * hd * vStride;
+        kqv.rows = values + kvHead * hd * vStride + valueSlot;
         kqv.rowStride = vStride;
         kqv.count = hd;
         kqv.y16 = probs16 + ta * heads * stride;
         kqv.y32 = probs32 + ta * heads * stride;
         kqv.yStride = stride;
         kqv.queries = static_cast<int32_t>((tb - ta) * heads);
-        kqv.n = padded;
+        kqv.n = padded - base;
         kqv.order = kqvOrder;
         kqv.out = outs + ta * heads * hd;
         kqv.outStride = hd;

@@ -33,15 +33,26 @@ struct AttentionShape {
   // every kvDim halfs (the CPU stage's cache; the arithmetic is the same either way).
   bool headMajorKeys = false;
 
+  // > 0: the cache is a ring of this many positions (a sliding-window layer,
+  // engine/model/kv_footprint.h): position p's key is in slot p mod ringPeriod, and its value
+  // in that slot and again ringPeriod slots later, so that the values of any ringPeriod
+  // consecutive positions are one contiguous run for the V·softmax dot products (which must
+  // not be cut in two: their sums would round differently). 0: slot p holds position p.
+  int32_t ringPeriod = 0;
+
   int32_t kvDim() const { return nHeadKv * headDim; }
+  // Slots per KV head: of keys, and of each transposed value row.
+  int64_t keySlots() const { return ringPeriod > 0 ? ringPeriod : contextLength; }
+  int64_t valueSlots() const { return ringPeriod > 0 ? int64_t{2} * ringPeriod : contextLength; }
+  int64_t keySlot(int64_t position) const {
+    return ringPeriod > 0 ? position % ringPeriod : position;
+  }
   // Halfs between the keys of consecutive positions of one KV head, and between KV heads.
   int64_t keyPositionStride() const { return headMajorKeys ? headDim : kvDim(); }
-  int64_t keyHeadStride() const {
-    return headMajorKeys ? static_cast<int64_t>(contextLength) * headDim : headDim;
-  }
-  // Stride of a transposed value row: the context rounded up to 64 positions, so that a row can
-  // be read zero-padded to the 64-position steps of the dot products.
-  int64_t valueStride() const { return (static_cast<int64_t>(contextLength) + 63) / 64 * 64; }
+  int64_t keyHeadStride() const { return headMajorKeys ? keySlots() * headDim : headDim; }
+  // Stride of a transposed value row: its slots rounded up to 64, so that a row can be read
+  // zero-padded to the 64-position steps of the dot products.
+  int64_t valueStride() const { return (valueSlots() + 63) / 64 * 64; }
 };
 
 // Per-thread scratch, sized once for a shape and a thread count. A thread works on up to
@@ -65,8 +76,10 @@ struct AttentionScratch {
 //  q:      count x nHead x headDim floats (after RoPE)
 //  keys:   f16 keys after RoPE, laid out as shape.headMajorKeys says
 //  values: f16 values transposed: row (kvHead * headDim + i) holds dimension i of every
-//          position, valueStride() apart; positions past the cached ones must hold finite values
-//          (they meet zero probabilities).
+//          position, valueStride() apart; positions past the cached ones, and those before a
+//          window, must hold finite values (they meet zero probabilities). With a ring, the
+//          caller has written positions [firstPosition - window + 1, firstPosition + count)
+//          (those >= 0), which the ring holds (count <= ringPeriod - window).
 //  orderTokens: the dot products take the order of a batch of this many tokens (0: count); 1
 //          makes each token's result equal to attending it alone (Segment::decodeOrder).
 void attention(const AttentionShape& shape, const float* q, int32_t count, int32_t firstPosition,

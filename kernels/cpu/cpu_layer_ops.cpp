@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "engine/error.h"
+#include "engine/model/kv_ring.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/kernel_table.h"
 
@@ -15,6 +17,11 @@ using model::OpKind;
 
 size_t sz(int64_t v) { return static_cast<size_t>(v); }
 size_t idx(Buffer b) { return static_cast<size_t>(b); }
+
+// Rows a sliding-window ring takes at a time: at most the ring's slack beyond its window
+// (model::kKvRingSlack), so that a row's window is still in the ring when it is attended.
+constexpr int64_t kRingChunk = 256;
+static_assert(kRingChunk <= model::kKvRingSlack);
 
 }  // namespace
 
@@ -66,7 +73,13 @@ LayerRunner::LayerRunner(std::span<const CpuLayer> layers, int64_t nEmbd,
     m_moe.up.reset(rows * sz(used) * sz(width));
     m_moe.down.reset(rows * sz(used) * sz(out));
   }
-  if (!layers.empty()) m_attnScratch.reserve(layers.front().attention, m_pool->size());
+  // One scratch for every layer: sized for the longest value rows (a sliding-window layer's
+  // ring is shorter than a global layer's whole context).
+  const CpuLayer* longest = nullptr;
+  for (const CpuLayer& l : layers) {
+    if (!longest || l.attention.valueStride() > longest->attention.valueStride()) longest = &l;
+  }
+  if (longest) m_attnScratch.reserve(longest->attention, m_pool->size());
   for (const model::RopeParams& p : ropes) {
     const size_t half = sz(p.nRot / 2);
     m_ropes.push_back({p, std::vector<float>(rows * half), std::vector<float>(rows * half)});
@@ -204,11 +217,13 @@ void LayerRunner::rope(const BoundOp& op) {
 }
 
 // Per segment: its rows' keys and values into its sequence's cache (f16, round to nearest
-// even; values transposed), then causal attention of its rows over that cache.
+// even; values transposed), then causal attention of its rows over that cache. A ring (a
+// sliding-window layer, attention.h) takes a long segment in chunks, each written and then
+// attended, so that writing never overtakes the window a row still reads.
 void LayerRunner::attend(const BoundOp& op, CpuLayer& layer) {
   const AttentionShape& shape = layer.attention;
   const int64_t kv = shape.kvDim(), qd = op.width[idx(Buffer::Q)];
-  const int64_t vStride = shape.valueStride();
+  const int64_t vStride = shape.valueStride(), ring = shape.ringPeriod;
   const float* q = buffer(Buffer::Q);
   const float* k = buffer(Buffer::K);
   const float* v = buffer(Buffer::V);
@@ -216,22 +231,33 @@ void LayerRunner::attend(const BoundOp& op, CpuLayer& layer) {
   observe("Qcur", layer.index, q, m_rows, qd);
   observe("Kcur", layer.index, k, m_rows, kv);
   observe("Vcur", layer.index, v, m_rows, kv);
+  const int64_t chunk = ring > 0 ? kRingChunk : std::numeric_limits<int64_t>::max();
   int64_t row = 0;
   for (const runtime::Segment& s : m_segments) {
     uint16_t* keys = layer.keys[sz(s.sequence)].data();
     uint16_t* values = layer.values[sz(s.sequence)].data();
-    for (int64_t t = row; t < row + s.count; ++t) {
-      const int64_t pos = m_positions[sz(t)];
-      for (int64_t g = 0; g < shape.nHeadKv; ++g) {
-        kernels().floatToHalf(k + t * kv + g * shape.headDim,
-                              keys + g * shape.keyHeadStride() + pos * shape.keyPositionStride(),
-                              shape.headDim);
+    for (int64_t done = 0; done < s.count;) {
+      const int64_t n = std::min<int64_t>(chunk, s.count - done);
+      for (int64_t t = row + done; t < row + done + n; ++t) {
+        const int64_t pos = m_positions[sz(t)], slot = shape.keySlot(pos);
+        for (int64_t g = 0; g < shape.nHeadKv; ++g) {
+          kernels().floatToHalf(k + t * kv + g * shape.headDim,
+                                keys + g * shape.keyHeadStride() + slot * shape.keyPositionStride(),
+                                shape.headDim);
+        }
+        kernels().floatToHalf(v + t * kv, m_halfRow.data(), kv);
+        for (int64_t i = 0; i < kv; ++i) values[i * vStride + slot] = m_halfRow[sz(i)];
+        if (ring > 0) {
+          for (int64_t i = 0; i < kv; ++i) values[i * vStride + slot + ring] = m_halfRow[sz(i)];
+        }
       }
-      kernels().floatToHalf(v + t * kv, m_halfRow.data(), kv);
-      for (int64_t i = 0; i < kv; ++i) values[i * vStride + pos] = m_halfRow[sz(i)];
+      // The order of the segment's dot products is the whole segment's, chunked or not.
+      const int32_t order = s.decodeOrder ? 1 : s.count;
+      attention(shape, q + (row + done) * qd, static_cast<int32_t>(n),
+                s.firstPosition + static_cast<int32_t>(done), keys, values, out + (row + done) * qd,
+                *m_pool, m_attnScratch, order);
+      done += n;
     }
-    attention(shape, q + row * qd, s.count, s.firstPosition, keys, values, out + row * qd, *m_pool,
-              m_attnScratch, s.decodeOrder ? 1 : 0);
     row += s.count;
   }
 }

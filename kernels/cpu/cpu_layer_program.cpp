@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/model/kv_ring.h"
 
 namespace shoal::cpu {
 namespace {
@@ -344,9 +345,9 @@ class Binder {
            std::to_string(kvDim) + " into heads of " + std::to_string(c.headDim));
     }
     if (params.window < 0) fail("has a negative attention window");
-    // The cache holds the whole context (a windowed Attend masks older positions); a program
-    // that declares a cache bounded by its window would be sized smaller by kv_footprint.h than
-    // what is allocated here.
+    // A program that bounds its cache itself (LayerProgram::window) would be sized by
+    // kv_footprint.h other than what is allocated here (the context, or a sliding window's
+    // ring).
     if (m_program.window != 0 && m_program.window < m_b.contextLength) {
       fail("declares a KV cache bounded by its window, which the CPU stage does not keep");
     }
@@ -361,12 +362,16 @@ class Binder {
     if (!(params.softcap >= 0) || !std::isfinite(params.softcap)) fail("has an invalid soft-cap");
     s.softcap = params.softcap;
     s.headMajorKeys = true;
+    // A sliding-window layer keeps a ring of its last positions where that is smaller than the
+    // context (model::kvRingPeriodFor); the stage refuses batches that would need positions
+    // the ring no longer holds (SequenceBook::keepRing).
+    s.ringPeriod = model::kvRingPeriodFor(params.window, m_b.contextLength);
     // Zero-filled: value positions past the cached ones are read (times probability 0) by the
     // zero-padded dot products and must be finite.
     m_layer.keys.resize(static_cast<size_t>(m_b.sequences));
     m_layer.values.resize(static_cast<size_t>(m_b.sequences));
     for (size_t i = 0; i < m_layer.keys.size(); ++i) {
-      m_layer.keys[i].reset(static_cast<size_t>(s.contextLength) * static_cast<size_t>(kvDim));
+      m_layer.keys[i].reset(static_cast<size_t>(s.keySlots()) * static_cast<size_t>(kvDim));
       m_layer.values[i].reset(static_cast<size_t>(s.valueStride()) * static_cast<size_t>(kvDim));
     }
   }

@@ -57,6 +57,8 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
     b.ropeFreqs = freqFactors;
     b.ropeFreqCount = freqFactors ? ropeFreqs->elementCount() : 0;
     m_layers.push_back(bindLayer(arch.layerProgram(c, i), b, ropes));
+    const AttentionShape& a = m_layers.back().attention;
+    if (a.ringPeriod > 0) m_book.keepRing(a.ringPeriod, a.window);
   }
   if (spec.hasEmbedding) m_tokenEmbd = required(w, TensorRole::TokenEmbd);
   if (spec.hasHead) {
@@ -70,6 +72,15 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
   if (m_output.data) m_runner->matmulScratch().reserve(m_output, spec.maxBatch);
   // Last: from here on the copying thread may adopt units (under m_adoptMutex).
   startWeightCopy(model);
+}
+
+uint64_t CpuStage::kvCacheBytes() const {
+  uint64_t bytes = 0;
+  for (const CpuLayer& l : m_layers) {
+    for (const auto& k : l.keys) bytes += k.size() * sizeof(uint16_t);
+    for (const auto& v : l.values) bytes += v.size() * sizeof(uint16_t);
+  }
+  return bytes;
 }
 
 CpuStage::~CpuStage() {

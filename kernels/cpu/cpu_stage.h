@@ -31,8 +31,8 @@ class CpuStage final : public runtime::LocalStage {
   ~CpuStage() override;
 
   const runtime::StageSpec& spec() const override { return m_spec; }
-  void truncate(int32_t sequence, int32_t fromPosition) override {
-    m_book.truncate(sequence, fromPosition);
+  int32_t truncate(int32_t sequence, int32_t fromPosition) override {
+    return m_book.truncate(sequence, fromPosition);
   }
   int32_t cachedPositions(int32_t sequence) const override { return m_book.cached(sequence); }
   void settle() override { waitForWeightCopy(); }
@@ -54,6 +54,9 @@ class CpuStage final : public runtime::LocalStage {
   // all; 0 and 0 without a copy.
   size_t weightUnitsInCopy();
   size_t weightUnits() const { return m_weights.bytes() ? m_weights.units() : 0; }
+  // Bytes of KV cache the stage allocated, every sequence of every layer (a sliding-window
+  // layer's ring, kv_ring.h, holds less than the context).
+  uint64_t kvCacheBytes() const;
   // Tensors of the copy in row groups (row_groups.h) so far.
   size_t weightTensorsInRowGroups() const { return m_weights.transformedRanges(); }
 

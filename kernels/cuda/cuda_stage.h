@@ -37,8 +37,8 @@ class CudaStage final : public runtime::LocalStage {
   CudaStage& operator=(const CudaStage&) = delete;
 
   const runtime::StageSpec& spec() const override { return m_spec; }
-  void truncate(int32_t sequence, int32_t fromPosition) override {
-    m_book.truncate(sequence, fromPosition);
+  int32_t truncate(int32_t sequence, int32_t fromPosition) override {
+    return m_book.truncate(sequence, fromPosition);
   }
   int32_t cachedPositions(int32_t sequence) const override { return m_book.cached(sequence); }
 

@@ -433,7 +433,7 @@ bool LayerRecorder::ropeAndStore(const Op& q, const Op& k, float qScale) {
   m_rec.ropeStore(at(Buffer::Q, 0), at(Buffer::K, 0), at(Buffer::V, 0), m_layer->keys,
                   m_layer->values, table.cos.address, table.sin.address, m_ctx.params, u32(q.heads),
                   u32(k.heads), headDim, u32(q.rope.nRot), q.rope.style == model::RopeStyle::Neox,
-                  m_rows.count, qScale);
+                  m_rows.count, qScale, m_layer->ring);
   return true;
 }
 
@@ -449,7 +449,7 @@ void LayerRecorder::attend(const Op& op, bool stored) {
   width(Buffer::Attn) = widthOf(Buffer::Q);
   if (!stored) {
     m_rec.kvStore(at(Buffer::K, 0), at(Buffer::V, 0), m_layer->keys, m_layer->values, m_ctx.params,
-                  kvDim, m_rows.count);
+                  kvDim, m_rows.count, m_layer->ring);
   }
   AttentionOptions options;
   // A window as long as the context hides nothing: the kernel then skips the masking.
@@ -457,6 +457,7 @@ void LayerRecorder::attend(const Op& op, bool stored) {
     options.window = u32(op.attend.window);
   }
   options.softcap = op.attend.softcap;
+  options.ring = m_layer->ring;
   if (op.attend.sinks) options.sinks = weight(model::TensorRole::AttnSinks).memory.address;
   m_rec.attention(at(Buffer::Q, 0), m_layer->keys, m_layer->values, at(Buffer::Attn, 0),
                   m_ctx.params, widthOf(Buffer::Q) / headDim, kvDim / headDim, headDim,

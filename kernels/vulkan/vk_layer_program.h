@@ -67,6 +67,7 @@ struct LayerPass {
   const model::LayerProgram* program = nullptr;
   const RoleTensors* tensors = nullptr;
   VkDeviceAddress keys = 0, values = 0;  // this sequence's f16 cache of the layer
+  uint32_t ring = 0;  // > 0: the cache is a ring of this many positions (AttentionOptions::ring)
   bool keepsOutputRows = false;  // the model's last layer on a head stage: KeepOutputRows acts
 };
 

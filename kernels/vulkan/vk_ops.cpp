@@ -475,7 +475,7 @@ void Recorder::ropeStore(VkDeviceAddress q, VkDeviceAddress k, VkDeviceAddress v
                          VkDeviceAddress keyCache, VkDeviceAddress valueCache,
                          VkDeviceAddress cosTable, VkDeviceAddress sinTable, VkDeviceAddress params,
                          uint32_t qHeads, uint32_t kvHeads, uint32_t headDim, uint32_t nRot,
-                         bool neox, uint32_t count, float qScale) {
+                         bool neox, uint32_t count, float qScale, uint32_t ring) {
   if (m_device.exactMath()) throw Error("Vulkan: the fused RoPE and cache store is default math");
   if (!ropeStoreFits(qHeads, kvHeads, headDim, nRot, count)) {
     throw Error("Vulkan: a RoPE and cache store the fused kernel cannot take");
@@ -483,15 +483,16 @@ void Recorder::ropeStore(VkDeviceAddress q, VkDeviceAddress k, VkDeviceAddress v
   Push push;
   push.ref(q).ref(k).ref(v).ref(keyCache).ref(valueCache).ref(cosTable).ref(sinTable).ref(params);
   push.u32(qHeads).u32(kvHeads).u32(headDim).u32(nRot).u32(neox ? 1 : 0).u32(count).f32(qScale);
+  push.u32(ring);
   const uint64_t perToken = uint64_t{qHeads} * (headDim / 2) + uint64_t{kvHeads} * headDim;
   dispatch("rope_store", {kGroup}, push, groups(perToken * count, kGroup));
 }
 
 void Recorder::kvStore(VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress keyCache,
                        VkDeviceAddress valueCache, VkDeviceAddress params, uint32_t kvDim,
-                       uint32_t count) {
+                       uint32_t count, uint32_t ring) {
   Push push;
-  push.ref(k).ref(v).ref(keyCache).ref(valueCache).ref(params).u32(kvDim).u32(count);
+  push.ref(k).ref(v).ref(keyCache).ref(valueCache).ref(params).u32(kvDim).u32(count).u32(ring);
   dispatch("kv_store", {kGroup}, push, groups(uint64_t{count} * kvDim, kGroup));
 }
 
@@ -522,7 +523,7 @@ void Recorder::attention(VkDeviceAddress q, VkDeviceAddress keyCache, VkDeviceAd
   Push push;
   push.ref(q).ref(keyCache).ref(valueCache).ref(y).ref(params).ref(options.sinks);
   push.u32(heads).u32(kvHeads).u32(headDim).f32(scale);
-  push.u32(options.window).f32(options.softcap).u32(options.sinks != 0 ? 1 : 0);
+  push.u32(options.window).f32(options.softcap).u32(options.sinks != 0 ? 1 : 0).u32(options.ring);
   dispatch("attention", {kGroup, contextLength}, push, heads, count);
 }
 
@@ -542,7 +543,7 @@ void Recorder::splitAttention(VkDeviceAddress q, VkDeviceAddress keyCache,
   push.ref(q).ref(keyCache).ref(valueCache).ref(parts).ref(ml).ref(params).ref(options.sinks);
   push.u32(heads).u32(kvHeads).u32(headDim).f32(scale);
   push.u32(options.window).f32(options.softcap).u32(options.sinks != 0 ? 1 : 0).u32(splits);
-  push.u32(firstToken).u32(count);
+  push.u32(firstToken).u32(count).u32(options.ring);
   dispatch(m_device.useSubgroups() ? "attention_split_subgroup" : "attention_split",
            {kGroup, group, tokens}, push, heads / group, splits, groups(count, tokens));
   if (splits > 1) {

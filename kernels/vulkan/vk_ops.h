@@ -44,6 +44,9 @@ struct AttentionOptions {
   uint32_t window = 0;        // attend over the last `window` positions only (0: all)
   float softcap = 0;          // cap * tanh(K.q / cap) before the scale (0: none)
   VkDeviceAddress sinks = 0;  // one sink logit per query head (0: none)
+  // > 0: the caches are rings of this many positions, position p in slot p mod ring
+  // (engine/model/kv_ring.h); the stage keeps the window before each batch in it.
+  uint32_t ring = 0;
 };
 
 // What the block mat-vec (matvec_block.comp) does with its sums.
@@ -132,9 +135,11 @@ class Recorder {
   void ropeStore(VkDeviceAddress q, VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress keyCache,
                  VkDeviceAddress valueCache, VkDeviceAddress cosTable, VkDeviceAddress sinTable,
                  VkDeviceAddress params, uint32_t qHeads, uint32_t kvHeads, uint32_t headDim,
-                 uint32_t nRot, bool neox, uint32_t count, float qScale = 1);
+                 uint32_t nRot, bool neox, uint32_t count, float qScale = 1, uint32_t ring = 0);
+  // ring (both): as AttentionOptions::ring.
   void kvStore(VkDeviceAddress k, VkDeviceAddress v, VkDeviceAddress keyCache,
-               VkDeviceAddress valueCache, VkDeviceAddress params, uint32_t kvDim, uint32_t count);
+               VkDeviceAddress valueCache, VkDeviceAddress params, uint32_t kvDim, uint32_t count,
+               uint32_t ring = 0);
   // Attention of `count` tokens (q: count x heads x headDim, after RoPE; positions params[0] + t)
   // over the f16 caches, into y. In default math the split kernel (flash-decoding: any context
   // length, the query heads of a KV head together); `scratch` holds attentionScratchBytes for

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <string>
 
 #include "engine/error.h"
 #include "engine/model/architecture.h"
+#include "engine/model/kv_ring.h"
 #include "engine/runtime/sampler.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/gpu_op_gaps.h"
@@ -25,6 +27,28 @@ size_t idx(TensorRole r) { return static_cast<size_t>(r); }
 
 // Recorded command buffers kept per stage; prefill shapes vary, so the cache is bounded.
 constexpr size_t kMaxRecordedShapes = 32;
+// Rows a stage with a sliding-window ring runs at a time: within the ring's slack beyond its
+// window (model::kKvRingSlack).
+constexpr int32_t kRingChunk = 256;
+static_assert(kRingChunk <= model::kKvRingSlack);
+
+// The attention window of a layer's program (0: none).
+int32_t windowOf(const model::LayerProgram& program) {
+  int32_t window = 0;
+  for (const model::Op& op : program.ops) {
+    if (op.kind == model::OpKind::Attend) window = std::max(window, op.attend.window);
+  }
+  return window;
+}
+
+// Positions a layer's KV cache holds: a sliding-window layer's ring where that is smaller than
+// the context (engine/model/kv_ring.h; the bytes the planner counts for it), else the context.
+uint32_t kvPositionsOf(const model::LayerProgram& program, int32_t contextLength) {
+  const int32_t window = windowOf(program);
+  return model::kvRingPeriodFor(window, contextLength) > 0
+             ? static_cast<uint32_t>(model::kvRingPositions(window))
+             : static_cast<uint32_t>(contextLength);
+}
 
 // A request's draw among a row's top k (best first, as topk.comp gives them). The CPU sampler's
 // chain over the whole row starts with the same top k (engine/runtime/sampler.h), and its order
@@ -101,7 +125,8 @@ uint64_t VulkanStage::deviceBytes(const runtime::ModelSource& model,
   bool experts = false;
   for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
     programs.push_back(arch.layerProgram(c, i));
-    const uint64_t kvBytes = uint64_t(spec.contextLength) * uint64_t(programs.back().kvDim) * 2;
+    const uint64_t kvBytes = uint64_t(kvPositionsOf(programs.back(), spec.contextLength)) *
+                             uint64_t(programs.back().kvDim) * 2;
     total += 2 * uint64_t(spec.maxSequences) * fp(kvBytes);
     for (const model::Op& op : programs.back().ops) {
       experts = experts || op.kind == model::OpKind::MoeFfn;
@@ -194,7 +219,14 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
     Layer& L = m_layers[l];
     checkProgram(L.program, spec.firstLayer + static_cast<int32_t>(l), spec.contextLength,
                  L.tensors);
-    const uint64_t kvBytes = uint64_t(spec.contextLength) * uint64_t(L.program.kvDim) * 2;
+    // A sliding-window layer keeps a ring of its last positions (kvPositionsOf); the book
+    // refuses batches the ring cannot serve.
+    const uint32_t positions = kvPositionsOf(L.program, spec.contextLength);
+    if (positions < u32(spec.contextLength)) {
+      L.ring = positions;
+      m_book.keepRing(static_cast<int32_t>(positions), windowOf(L.program));
+    }
+    const uint64_t kvBytes = uint64_t(positions) * uint64_t(L.program.kvDim) * 2;
     for (int32_t s = 0; s < spec.maxSequences; ++s) {
       // Zeroed so that no kernel ever reads uninitialised memory.
       L.keys.push_back(m_pool.allocate(kvBytes));
@@ -351,7 +383,7 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, runtime
     const Layer& L = m_layers[l];
     const int32_t layer = m_spec.firstLayer + static_cast<int32_t>(l);
     layers.record(LayerPass{&L.program, &L.tensors, L.keys[sz(sequence)].address,
-                            L.values[sz(sequence)].address,
+                            L.values[sz(sequence)].address, L.ring,
                             m_spec.hasHead && layer == m_config.nLayer - 1});
   }
   if (m_spec.hasHead) {
@@ -554,16 +586,30 @@ void VulkanStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   // Segment by segment, each its own submission, outputs in row order: simple and exactly a
   // separate run per sequence. Running the segments of a batch together on the GPU is the
   // concurrent-batching work of issues 16 and 18.
+  // A stage with a ring takes long segments in chunks (each through every layer), so that a
+  // chunk's new positions never overwrite the window one of its rows reads.
+  const bool rings =
+      std::any_of(m_layers.begin(), m_layers.end(), [](const Layer& L) { return L.ring > 0; });
+  const int32_t chunk = rings ? kRingChunk : std::numeric_limits<int32_t>::max();
   int32_t row = 0;
   for (const runtime::Segment& segment : batch.segments) {
-    runSegment(batch, row, segment, select, out);
+    for (int32_t done = 0; done < segment.count;) {
+      runtime::Segment part = segment;
+      part.firstPosition += done;
+      part.count = std::min(chunk, segment.count - done);
+      if (done + part.count < segment.count && segment.logits == runtime::LogitRows::Last) {
+        part.logits = runtime::LogitRows::None;
+      }
+      runSegment(batch, row + done, part, select, out);
+      done += part.count;
+    }
     row += segment.count;
   }
   m_book.commit(batch);
 }
 
-void VulkanStage::truncate(int32_t sequence, int32_t fromPosition) {
-  m_book.truncate(sequence, fromPosition);
+int32_t VulkanStage::truncate(int32_t sequence, int32_t fromPosition) {
+  return m_book.truncate(sequence, fromPosition);
 }
 
 int32_t VulkanStage::cachedPositions(int32_t sequence) const { return m_book.cached(sequence); }

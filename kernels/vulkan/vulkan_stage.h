@@ -42,7 +42,7 @@ class VulkanStage final : public runtime::LocalStage {
   uint64_t deviceBytesAllocated() const { return m_pool.deviceBytesAllocated(); }
 
   const runtime::StageSpec& spec() const override { return m_spec; }
-  void truncate(int32_t sequence, int32_t fromPosition) override;
+  int32_t truncate(int32_t sequence, int32_t fromPosition) override;
   int32_t cachedPositions(int32_t sequence) const override;
   // Bytes copied from the device to the host by the batches so far (logits, sampled tokens or
   // hidden states): a greedy decode step on a head stage reads back 4 bytes.
@@ -64,6 +64,9 @@ class VulkanStage final : public runtime::LocalStage {
     model::LayerProgram program;
     RoleTensors tensors{};
     std::vector<Allocation> keys, values;  // per sequence
+    // > 0: a sliding-window layer's cache is a ring of this many positions
+    // (model::kvRingPositions: the bytes the planner counts for it).
+    uint32_t ring = 0;
   };
 
   void upload(const model::ModelWeights& weights);

@@ -332,9 +332,11 @@ std::optional<Message> NodeHost::handle(const Message& request, Session& session
           intField(request.control, "sequence", 0, s->stage->spec().maxSequences - 1);
       const int32_t from = intField(request.control, "from_position", 0, INT32_MAX);
       std::lock_guard lock(s->mutex);
-      s->stage->truncate(seq, from);
-      if (from == 0) s->samplers.erase(seq);
-      return reply(request, "ok");
+      const int32_t kept = s->stage->truncate(seq, from);
+      if (kept == 0) s->samplers.erase(seq);
+      Message r = reply(request, "ok");
+      r.control["kept"] = kept;  // Stage::truncate: fewer than from where it cannot resume there
+      return r;
     }
     if (op == "unload_stage") {
       const json stageId = request.control.value("stage_id", json());

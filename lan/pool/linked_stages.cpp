@@ -96,13 +96,15 @@ void LinkedStages::wait(Ticket ticket) {
   }
 }
 
-void LinkedStages::truncate(int32_t sequence, int32_t fromPosition) {
+int32_t LinkedStages::truncate(int32_t sequence, int32_t fromPosition) {
   m_inFlight.clear();
   m_completed = m_submitted;
+  int32_t kept = fromPosition;
   for (size_t i = 0; i < m_parts.size(); ++i) {
     m_failedPart = i;
-    m_parts[i]->truncate(sequence, fromPosition);
+    kept = std::min(kept, m_parts[i]->truncate(sequence, fromPosition));
   }
+  return kept;
 }
 
 int32_t LinkedStages::decodeAheadLimit() const {

@@ -38,7 +38,7 @@ class LinkedStages final : public runtime::Stage {
   const runtime::StageSpec& spec() const override { return m_spec; }
   Ticket submit(const runtime::Batch& batch, runtime::StageOutput& output) override;
   void wait(Ticket ticket) override;
-  void truncate(int32_t sequence, int32_t fromPosition) override;
+  int32_t truncate(int32_t sequence, int32_t fromPosition) override;
   int32_t cachedPositions(int32_t sequence) const override;
   size_t pipelineDepth() const override { return m_parts.size(); }
   // A group of one part decodes ahead where that part can (RemoteStage::decodeAhead).

@@ -427,13 +427,19 @@ ForwardReply NodeClient::receiveForward(RequestId id) {
   return out;
 }
 
-void NodeClient::truncate(const std::string& stageId, int32_t sequence, int32_t fromPosition) {
+int32_t NodeClient::truncate(const std::string& stageId, int32_t sequence, int32_t fromPosition) {
   Message m;
   m.control = {{"op", "truncate"},
                {"stage_id", stageId},
                {"sequence", sequence},
                {"from_position", fromPosition}};
-  request(std::move(m), m_timeout);
+  const Message r = request(std::move(m), m_timeout);
+  const json kept = r.control.value("kept", json(fromPosition));
+  if (!kept.is_number_integer() || kept.get<int64_t>() < 0 || kept.get<int64_t>() > fromPosition) {
+    throw Error("node " + peerAddress() + ": truncate answered kept positions outside [0, " +
+                std::to_string(fromPosition) + "]");
+  }
+  return kept.get<int32_t>();
 }
 
 void NodeClient::unloadStage(const std::string& stageId) {

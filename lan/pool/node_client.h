@@ -143,7 +143,8 @@ class NodeClient {
   std::string linkAccept(const std::string& stageId, const std::string& fromDevice);
   void linkConnect(const std::string& stageId, const std::string& address,
                    const std::string& deviceId, const std::string& route);
-  void truncate(const std::string& stageId, int32_t sequence, int32_t fromPosition);
+  // Returns the positions the node's stage kept (Stage::truncate).
+  int32_t truncate(const std::string& stageId, int32_t sequence, int32_t fromPosition);
   void unloadStage(const std::string& stageId);
   // unload_stage sent, the answer not waited for (a destructor's: never blocks on a dead node
   // beyond a 1 s send); its reply is skipped like any reply nobody waits for.

@@ -229,10 +229,10 @@ void RemoteStage::abandonAll() {
   m_completed = m_submitted;
 }
 
-void RemoteStage::truncate(int32_t sequence, int32_t fromPosition) {
+int32_t RemoteStage::truncate(int32_t sequence, int32_t fromPosition) {
   abandonAll();
-  m_client->truncate(m_stageId, sequence, fromPosition);
-  m_book.truncate(sequence, fromPosition);
+  const int32_t kept = m_client->truncate(m_stageId, sequence, fromPosition);
+  return std::min(kept, m_book.truncate(sequence, kept));
 }
 
 int32_t RemoteStage::cachedPositions(int32_t sequence) const { return m_book.cached(sequence); }

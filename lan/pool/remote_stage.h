@@ -58,7 +58,7 @@ class RemoteStage final : public runtime::Stage {
   void wait(Ticket ticket) override;
   // Batches still in flight are abandoned (their replies skipped); the node applies the
   // truncate after them, as it answers in order.
-  void truncate(int32_t sequence, int32_t fromPosition) override;
+  int32_t truncate(int32_t sequence, int32_t fromPosition) override;
   // Mirrored from the requests this proxy sent (the node is not asked).
   int32_t cachedPositions(int32_t sequence) const override;
 

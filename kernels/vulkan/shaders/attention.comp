@@ -32,6 +32,7 @@ layout(push_constant) uniform Push {
   uint window;    // 0: every position
   float softcap;  // 0: none
   uint hasSinks;
+  uint ring;  // > 0: the cache is a ring of this many positions (slot = position mod ring)
 } p;
 
 shared float scores[MAX_CTX];
@@ -39,8 +40,10 @@ shared float qh[256];
 shared float red[gl_WorkGroupSize.x];
 shared float invSum;
 
+uint slotOf(uint pos) { return p.ring > 0u ? pos % p.ring : pos; }
+
 float keyAt(uint pos, uint kvDim, uint kvOff, uint i) {
-  return halfValue(uint(p.keyCache.v[pos * kvDim + kvOff + i]));
+  return halfValue(uint(p.keyCache.v[slotOf(pos) * kvDim + kvOff + i]));
 }
 
 // K row `pos` . q over hd elements.
@@ -91,7 +94,7 @@ float dotKqv(uint i, uint kvDim, uint kvOff, uint visible, bool tiled) {
       for (uint j = 0; j < step / 16u; ++j) {
         const uint pos = c + 16u * j + l;
         if (pos < visible) {
-          const float v = halfValue(uint(p.valueCache.v[pos * kvDim + kvOff + i]));
+          const float v = halfValue(uint(p.valueCache.v[slotOf(pos) * kvDim + kvOff + i]));
           a[j] = mathFma(v, scores[pos], a[j]);
         }
       }

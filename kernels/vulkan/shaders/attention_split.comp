@@ -46,6 +46,7 @@ layout(push_constant) uniform Push {
   uint splits;
   uint firstToken;  // of this pass: token t of q and y is at position params[0] + firstToken + t
   uint count;       // tokens of this pass
+  uint ring;        // > 0: the cache is a ring of this many positions (slot = position mod ring)
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
@@ -107,7 +108,7 @@ void main() {
     float s[ROWS];
     for (uint r = 0; r < ROWS; ++r) s[r] = 0.0;
     if (pos < to) {
-      const uint row = pos * kvQuads + kvQuadOff;
+      const uint row = (p.ring > 0u ? pos % p.ring : pos) * kvQuads + kvQuadOff;
       for (uint c = 0; c < quads; ++c) {
         const uvec2 bits = p.keyCache.v[row + c];
         const vec4 k = vec4(unpackHalf2x16(bits.x), unpackHalf2x16(bits.y));
@@ -158,7 +159,8 @@ void main() {
       float acc[ROWS];
       for (uint r = 0; r < ROWS; ++r) acc[r] = 0.0;
       for (uint i = 0; i < count; ++i) {
-        const float v = halfValue(uint(p.valueCache.v[(base + i) * kvDim + kvOff + d]));
+        const uint at = p.ring > 0u ? (base + i) % p.ring : base + i;
+        const float v = halfValue(uint(p.valueCache.v[at * kvDim + kvOff + d]));
         for (uint r = 0; r < ROWS; ++r) acc[r] += tile[r * WG + i] * v;
       }
       for (uint r = 0; r < ROWS; ++r) o[r][j] = o[r][j] * alpha[r] + acc[r];

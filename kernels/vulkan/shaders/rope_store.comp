@@ -27,6 +27,7 @@ layout(push_constant) uniform Push {
   uint neox;
   uint count;
   float qScale;
+  uint ring;  // > 0: the cache is a ring of this many positions (kv_ring.h)
 } p;
 
 // The rotated pair (x0, x1) by angle (c, s), as rope.comp rounds it.
@@ -75,7 +76,7 @@ void main() {
                           p.sinTable.v[pos * half_ + pair]);
     key = second ? r.y : r.x;
   }
-  const uint at = pos * kvDim + d;
+  const uint at = (p.ring > 0u ? pos % p.ring : pos) * kvDim + d;
   p.keyCache.v[at] = uint16_t(halfBits(key));
   p.valueCache.v[at] = uint16_t(halfBits(p.v.v[t * kvDim + d]));
 }

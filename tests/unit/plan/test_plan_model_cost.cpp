@@ -12,6 +12,8 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/architecture.h"
 #include "engine/model/kv_footprint.h"
+#include "engine/model/kv_ring.h"
+#include "engine/model/layer_program.h"
 #include "engine/model/model_config.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/plan/model_cost.h"
@@ -182,6 +184,32 @@ class PlanModelCostTest : public QObject {
     QCOMPARE(shoal::model::kvCacheBytes(c, 2, 2, 100, 3), uint64_t{0});
     QVERIFY_THROWS_EXCEPTION(shoal::Error, shoal::model::kvCacheBytes(c, 0, 5, 10, 1));
     QVERIFY_THROWS_EXCEPTION(shoal::Error, shoal::model::layerKv(c, 4));
+  }
+
+  // A sliding-window Attend costs what the stages' ring keeps (kv_ring.h): the context while
+  // that is shorter, 1.5 ring periods beyond.
+  void kvFootprintCountsSlidingWindowRings() {
+    static const auto program = [](const shoal::model::ModelConfig& c, int32_t layer) {
+      shoal::model::LayerProgram p;
+      p.kvDim = c.kvDim();
+      p.ops.push_back(shoal::model::attend({layer % 2 ? 16 : 0, 0.125f}));
+      return p;
+    };
+    static const shoal::model::Architecture arch{{}, nullptr, {}, +program};
+    shoal::model::ModelConfig c;
+    c.nLayer = 2;
+    c.nHead = 8;
+    c.nHeadKv = 2;
+    c.headDim = 32;
+    c.arch = &arch;
+    const int32_t ring = shoal::model::kvRingPositions(16);
+    QCOMPARE(ring, (16 + 512 + 48) / 2 * 3);  // a period of 576
+    QCOMPARE(shoal::model::layerKv(c, 0).window, 0);
+    QCOMPARE(shoal::model::layerKv(c, 1).window, ring);
+    QCOMPARE(shoal::model::kvCacheBytes(c, 0, 2, 100, 1), uint64_t{256 * (100 + 100)});
+    QCOMPARE(shoal::model::kvCacheBytes(c, 0, 2, 4096, 1), uint64_t{256 * (4096 + ring)});
+    QCOMPARE(shoal::model::kvRingPeriodFor(16, ring), 0);
+    QCOMPARE(shoal::model::kvRingPeriodFor(16, ring + 1), 576);
   }
 
   void defaultModelCosts() {

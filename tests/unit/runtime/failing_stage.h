@@ -19,12 +19,12 @@ class FailingStage final : public runtime::Stage {
     return m_inner->submit(batch, output);
   }
   void wait(Ticket ticket) override { m_inner->wait(ticket); }
-  void truncate(int32_t sequence, int32_t fromPosition) override {
+  int32_t truncate(int32_t sequence, int32_t fromPosition) override {
     if (m_failNextTruncate) {
       m_failNextTruncate = false;
       throw std::runtime_error("stage lost");
     }
-    m_inner->truncate(sequence, fromPosition);
+    return m_inner->truncate(sequence, fromPosition);
   }
   void failNextTruncate() { m_failNextTruncate = true; }
   int32_t cachedPositions(int32_t sequence) const override {

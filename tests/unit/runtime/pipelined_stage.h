@@ -63,11 +63,11 @@ class PipelinedStage final : public runtime::Stage {
     }
   }
 
-  void truncate(int32_t sequence, int32_t fromPosition) override {
+  int32_t truncate(int32_t sequence, int32_t fromPosition) override {
     if (!m_pending.empty()) ++m_truncatesInFlight;
     m_pending.clear();
     m_completed = m_submitted;
-    m_inner->truncate(sequence, fromPosition);
+    return m_inner->truncate(sequence, fromPosition);
   }
   int32_t cachedPositions(int32_t sequence) const override {
     return m_inner->cachedPositions(sequence);  // batches in flight not counted

@@ -34,8 +34,9 @@ class ScriptedStage final : public runtime::LocalStage {
 
   const runtime::StageSpec& spec() const override { return m_spec; }
 
-  void truncate(int32_t, int32_t fromPosition) override {
+  int32_t truncate(int32_t, int32_t fromPosition) override {
     m_cached = std::min(m_cached, fromPosition);
+    return m_cached;
   }
   int32_t cachedPositions(int32_t) const override { return m_cached; }
 

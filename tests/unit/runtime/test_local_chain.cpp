@@ -19,7 +19,7 @@ class SpecStage final : public runtime::LocalStage {
  public:
   explicit SpecStage(const runtime::StageSpec& spec) : m_spec(spec) {}
   const runtime::StageSpec& spec() const override { return m_spec; }
-  void truncate(int32_t, int32_t) override {}
+  int32_t truncate(int32_t, int32_t from) override { return from; }
   int32_t cachedPositions(int32_t) const override { return 0; }
 
  protected:

@@ -31,7 +31,7 @@ class EmbedStage final : public runtime::LocalStage {
       : m_spec{0, lastLayer, true, false, context, 1, 4},
         m_book("embed stage", m_spec, lastLayer, nVocab, kEmbd) {}
   const runtime::StageSpec& spec() const override { return m_spec; }
-  void truncate(int32_t s, int32_t from) override { m_book.truncate(s, from); }
+  int32_t truncate(int32_t s, int32_t from) override { return m_book.truncate(s, from); }
   int32_t cachedPositions(int32_t s) const override { return m_book.cached(s); }
 
  protected:
@@ -100,7 +100,7 @@ class HeadStage final : public runtime::Stage {
   void wait(Ticket t) override {
     if (t > m_ticket) throw std::logic_error("wait for a batch never submitted");
   }
-  void truncate(int32_t s, int32_t from) override { m_book.truncate(s, from); }
+  int32_t truncate(int32_t s, int32_t from) override { return m_book.truncate(s, from); }
   int32_t cachedPositions(int32_t s) const override { return m_book.cached(s); }
   int submits() const { return m_submits; }
 

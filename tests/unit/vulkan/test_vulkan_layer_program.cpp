@@ -17,8 +17,12 @@
 //    positions; a greedy SampleRequest is answered on the device (argmax: a token per logits
 //    row, 4 bytes read back each), another one gets logits;
 //  * a stage holding only the head (no layer) picks the logits rows itself;
-//  * a program that keeps its KV cache as a sliding-window ring is refused (no kernel reads a
-//    ring yet), and a window as long as the context runs as full attention;
+//  * a program that declares a KV cache bounded by its window (LayerProgram::window) is refused,
+//    and a window as long as the context runs as full attention;
+//  * a sliding-window layer's cache becomes a ring (engine/model/kv_ring.h) in a long context:
+//    the device memory shrinks as the planner counts it, a prompt that wraps the ring (in
+//    chunks) and decode steps after it stay within the tolerance of the CPU, and a rewind
+//    beyond the ring's slack starts the sequence over;
 //  * gpt-oss (attention sinks, expert biases, the clamped SwiGLU; Q8_0 or MXFP4 experts) is
 //    within the same tolerance;
 //  * the low-bit types of downloaded files (a Q3_K_M-style mix with Q2_K, Q4_K, Q5_K and Q6_K;
@@ -49,6 +53,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/tensor_type.h"
 #include "engine/model/architecture.h"
+#include "engine/model/kv_ring.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
 #include "engine/model/synthetic_model.h"
@@ -758,6 +763,58 @@ class VulkanLayerProgramTest : public QObject {
           kPrompt + kSteps, worstNmse, klSum / rows, rows);
     QVERIFY2(worstNmse <= 5e-4, qPrintable(QString("max NMSE %1").arg(worstNmse)));
     QVERIFY2(klSum / rows <= 0.01, qPrintable(QString("mean KL %1").arg(klSum / rows)));
+  }
+
+  void slidingWindowRingMatchesCpu() {
+    constexpr int32_t kLong = 2048, kPrompt = 1100, kBatch = 300, kSteps = 6;
+    const auto m = loadModel(writeModel("gemma3"));  // layer 0 slides over 8 positions
+    runtime::StageSpec stageSpec = specFor(m->config, 0, m->config.nLayer);
+    stageSpec.contextLength = kLong;
+    stageSpec.maxBatch = kBatch;
+    if (m_exact) QSKIP("exact math: the whole-context attention kernel is checked elsewhere");
+    // The ring layer's cache does not grow with the context (the global layer's does), and the
+    // stage allocates what deviceBytes says.
+    runtime::StageSpec twice = stageSpec;
+    twice.contextLength = 2 * kLong;
+    const uint64_t need = vulkan::VulkanStage::deviceBytes(m->source(), stageSpec);
+    const uint64_t globalKvGrowth = 2 * 2 * uint64_t(m->config.kvDim()) * kLong;
+    const uint64_t ropeGrowth = vulkan::VulkanStage::deviceBytes(m->source(), twice) - need;
+    QVERIFY2(
+        ropeGrowth >= globalKvGrowth && ropeGrowth < 2 * globalKvGrowth,
+        qPrintable(QString("grew by %1 for %2 of global KV").arg(ropeGrowth).arg(globalKvGrowth)));
+    std::vector<std::unique_ptr<runtime::Stage>> cpuStages, vkStages;
+    cpuStages.push_back(m_cpu->createStage("cpu0", m->source(), stageSpec));
+    vkStages.push_back(m_vulkan->createStage(m_deviceId, m->source(), stageSpec));
+    QCOMPARE(dynamic_cast<vulkan::VulkanStage&>(*vkStages.back()).deviceBytesAllocated(), need);
+    runtime::Chain cpuChain(std::move(cpuStages)), vkChain(std::move(vkStages));
+    std::vector<int32_t> prompt(static_cast<size_t>(kPrompt));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(3 + (i * 7919 + i / 97) % 317);
+    std::vector<float> want, got;
+    double worstNmse = 0, klSum = 0;
+    int rows = 0;
+    for (int32_t at = 0; at < kPrompt; at += kBatch) {
+      const auto part =
+          std::span(prompt).subspan(size_t(at), size_t(std::min(kBatch, kPrompt - at)));
+      cpuChain.forward(0, at, part, want);
+      vkChain.forward(0, at, part, got);
+    }
+    for (int32_t pos = kPrompt; pos <= kPrompt + kSteps; ++pos) {
+      QCOMPARE(got.size(), want.size());
+      worstNmse = std::max(worstNmse, nmse(got, want));
+      klSum += klDivergence(want, got);
+      ++rows;
+      if (pos == kPrompt + kSteps) break;
+      const int32_t token = argmax(want);
+      cpuChain.forward(0, pos, std::span(&token, 1), want);
+      vkChain.forward(0, pos, std::span(&token, 1), got);
+    }
+    qInfo("gemma3, window 8 in a ring of %d, %d positions: max logits NMSE %.3g, mean KL %.3g",
+          model::kvRingPositions(8), kPrompt + kSteps, worstNmse, klSum / rows);
+    QVERIFY2(worstNmse <= 5e-4, qPrintable(QString("max NMSE %1").arg(worstNmse)));
+    QVERIFY2(klSum / rows <= 0.01, qPrintable(QString("mean KL %1").arg(klSum / rows)));
+    // Within the ring's slack the positions stay; beyond it the sequence starts over.
+    QCOMPARE(vkChain.truncate(0, kPrompt - 100), kPrompt - 100);
+    QCOMPARE(vkChain.truncate(0, 100), 0);
   }
 
   void validationLayerReportedNoErrors() { QCOMPARE(vulkan::validationErrorCount(), 0); }
