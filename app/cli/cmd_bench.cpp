@@ -1,6 +1,8 @@
 // shoal-cli bench: prompt-processing and generation speed, as JSON, the way llama-bench measures
 // them: ppN = one batch of N tokens into an empty cache; tgN = N single-token steps from an
-// empty cache. Token ids are random (seeded), so the text does not matter. Each test runs once to
+// empty cache; with --depth D (llama-bench's -d) both start after D cached positions instead
+// (filled once, in batches, before the timed runs; the tests are named "ppN@dD", "tgN@dD").
+// Token ids are random (seeded), so the text does not matter. Each test runs once to
 // warm up, then `reps` times; the JSON reports the median and every repetition. load_s is the
 // model's load; settle_s the background work the stages did after it (measured before the tests).
 
@@ -23,6 +25,7 @@ struct BenchOptions {
   int promptTokens = 128;
   int genTokens = 64;
   int reps = 5;
+  int depth = 0;         // --depth: positions cached before each test
   bool profile = false;  // --profile: per-kernel GPU time of a generation run
 };
 
@@ -41,7 +44,9 @@ std::string deviceName(const LoadedModel& lm, const ModelOptions& o) {
 }
 
 void runBench(BenchOptions o) {
-  if (o.model.contextLength == 0) o.model.contextLength = std::max(o.promptTokens, o.genTokens) + 1;
+  if (o.model.contextLength == 0) {
+    o.model.contextLength = o.depth + std::max(o.promptTokens, o.genTokens) + 1;
+  }
   LoadedModel lm = loadModel(o.model);
   runtime::Chain& chain = *lm.chain;
   if (o.profile) {
@@ -67,20 +72,29 @@ void runBench(BenchOptions o) {
   std::vector<float> logits;
   using Clock = std::chrono::steady_clock;
 
+  // The first `depth` positions cached (kept from the last test where the stages can resume
+  // there, refilled where they cannot: a sliding-window ring that the test ran past).
+  std::vector<int32_t> prefix(static_cast<size_t>(o.depth));
+  for (auto& t : prefix) t = tokenDist(rng);
+  auto toDepth = [&] {
+    if (o.depth > 0 && chain.truncate(0, o.depth) == o.depth) return;
+    chain.truncate(0, 0);
+    if (o.depth > 0) chain.forward(0, 0, prefix, logits);  // in micro-batches of maxBatch
+  };
   auto timePrompt = [&]() {
     std::vector<int32_t> tokens(static_cast<size_t>(o.promptTokens));
     for (auto& t : tokens) t = tokenDist(rng);
-    chain.truncate(0, 0);
+    toDepth();
     const auto t0 = Clock::now();
-    chain.forward(0, 0, tokens, logits);
+    chain.forward(0, o.depth, tokens, logits);
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   auto timeGenerate = [&]() {
-    chain.truncate(0, 0);
+    toDepth();
     int32_t token = tokenDist(rng);
     const auto t0 = Clock::now();
     for (int i = 0; i < o.genTokens; ++i) {
-      chain.forward(0, i, std::span(&token, 1), logits);
+      chain.forward(0, o.depth + i, std::span(&token, 1), logits);
       token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     }
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -92,7 +106,9 @@ void runBench(BenchOptions o) {
     timer();  // warm-up
     std::vector<double> rates;
     for (int r = 0; r < o.reps; ++r) rates.push_back(tokens / timer());
-    results.push_back({{"test", name + std::to_string(tokens)},
+    const std::string at = o.depth > 0 ? "@d" + std::to_string(o.depth) : "";
+    results.push_back({{"test", name + std::to_string(tokens) + at},
+                       {"depth", o.depth},
                        {"tokens", tokens},
                        {"tokens_per_s_median", median(rates)},
                        {"tokens_per_s", rates}});
@@ -188,6 +204,9 @@ void registerBenchCommand(CLI::App& app) {
   cmd->add_option("-r,--reps", o->reps, "repetitions")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  cmd->add_option("-d,--depth", o->depth, "positions cached before each test (llama-bench's -d)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--profile", o->profile,
                 "also time every GPU kernel of a generation run and of a prompt run (JSON "
                 "\"profile\", \"profile_prompt\")");

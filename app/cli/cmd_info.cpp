@@ -7,6 +7,7 @@
 
 #include "app/cli/cli_support.h"
 #include "app/cli/commands.h"
+#include "engine/model/kv_footprint.h"
 #include "engine/model/parameter_count.h"
 
 namespace shoal::cli {
@@ -31,6 +32,17 @@ void runInfo(const InfoOptions& o) {
   }
   const model::ParameterCount params = model::countParameters(m.file(), c);
   const model::Vocab& v = m.tokenizer().vocab();
+  // KV cache of one sequence at the trained context, f16 (kv_footprint.h: a sliding-window
+  // layer counts its ring), and how many layers keep a ring at that context.
+  const uint64_t kvBytes = model::kvCacheBytes(c, 0, c.nLayer, c.nCtxTrain, 1);
+  int ringLayers = 0, ringPositions = 0;
+  for (int32_t l = 0; l < c.nLayer; ++l) {
+    const model::LayerKv kv = model::layerKv(c, l);
+    if (kv.window > 0 && kv.window < c.nCtxTrain) {
+      ++ringLayers;
+      ringPositions = kv.window;
+    }
+  }
   // LongRoPE is no rope.scaling.type: the converter writes its factor tensors instead.
   const std::string ropeScaling = m.file().findTensor("rope_factors_long.weight") ? "longrope"
                                   : c.ropeScaling == model::RopeScaling::Yarn     ? "yarn"
@@ -55,6 +67,8 @@ void runInfo(const InfoOptions& o) {
       {"kv_heads", c.nHeadKv},
       {"head_dim", c.headDim},
       {"context_length", c.nCtxTrain},
+      {"kv_cache_bytes", kvBytes},
+      {"kv_ring_layers", ringLayers},
       {"vocab_size", c.nVocab},
       {"rope_freq_base", c.ropeFreqBase},
       {"rope_scaling", ropeScaling},
@@ -86,6 +100,12 @@ void runInfo(const InfoOptions& o) {
   std::printf("context        %d (RoPE base %.0f", c.nCtxTrain, c.ropeFreqBase);
   if (ropeScaling != "none") {
     std::printf(", %s scaling over %d original positions", ropeScaling.c_str(), c.ropeOrigCtx);
+  }
+  std::printf(")\n");
+  std::printf("KV cache       %.1f MiB per sequence at %d positions (f16", kvBytes / 1048576.0,
+              c.nCtxTrain);
+  if (ringLayers > 0) {
+    std::printf("; %d sliding-window layers keep rings of %d", ringLayers, ringPositions);
   }
   std::printf(")\n");
   std::string types;

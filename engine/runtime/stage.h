@@ -112,7 +112,7 @@ class Stage {
   // Returns the positions kept: fromPosition (or the cached count, if lower), or fewer where
   // the stage can no longer resume there; the caller then recomputes from the returned
   // position. (A stage that keeps a sliding-window layer's cache as a ring of its last
-  // positions, engine/model/kv_footprint.h, returns 0 once the window before fromPosition is
+  // positions, engine/model/kv_ring.h, returns 0 once the window before fromPosition is
   // overwritten.)
   virtual int32_t truncate(int32_t sequence, int32_t fromPosition) = 0;
 

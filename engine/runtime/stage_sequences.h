@@ -36,7 +36,7 @@ class SequenceBook {
   int32_t cached(int32_t sequence) const;  // 0 for a bad sequence
 
   // The stage keeps a layer's cache as a ring of `period` positions over a window of `window`
-  // (engine/model/kv_footprint.h): check() then refuses a batch that starts where the ring no
+  // (engine/model/kv_ring.h): check() then refuses a batch that starts where the ring no
   // longer holds the window before it (other than at 0), and truncate() starts such a
   // sequence over.
   void keepRing(int32_t period, int32_t window);

@@ -184,6 +184,9 @@ class TestCliContract : public QObject {
     QCOMPARE(o["architecture"].toString(), QString("llama"));
     QCOMPARE(o["layers"].toInt(), 30);
     QCOMPARE(o["chat_template"].toString(), QString("chatml"));
+    // f16 keys and values of 30 layers x 3 KV heads x 64 dims at the 8192 trained positions.
+    QCOMPARE(o["kv_cache_bytes"].toDouble(), 2.0 * 2 * 30 * 3 * 64 * 8192);
+    QCOMPARE(o["kv_ring_layers"].toInt(), 0);
   }
 
   void benchPrintsMedianTokensPerSecond() {
@@ -195,6 +198,20 @@ class TestCliContract : public QObject {
     QCOMPARE(results[0].toObject()["test"].toString(), QString("pp8"));
     QVERIFY(results[1].toObject()["tokens_per_s_median"].toDouble() > 0);
     QVERIFY(o["peak_rss_bytes"].toDouble() > 0);
+  }
+
+  // --depth D measures both tests after D cached positions (llama-bench's -d).
+  void benchMeasuresAtADepth() {
+    const Run r = runCli({"bench", "-p", "8", "-n", "4", "-r", "2", "-d", "40"});
+    QCOMPARE(r.exitCode, 0);
+    const QJsonObject o = QJsonDocument::fromJson(r.out).object();
+    const QJsonArray results = o["results"].toArray();
+    QCOMPARE(results.size(), 2);
+    QCOMPARE(results[0].toObject()["test"].toString(), QString("pp8@d40"));
+    QCOMPARE(results[1].toObject()["test"].toString(), QString("tg4@d40"));
+    QCOMPARE(results[1].toObject()["depth"].toInt(), 40);
+    QVERIFY(results[1].toObject()["tokens_per_s_median"].toDouble() > 0);
+    QVERIFY(o["context"].toInt() >= 40 + 8);
   }
 
   // bench --profile times every GPU kernel of a generation run (timestamp queries) and counts
