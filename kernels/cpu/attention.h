@@ -34,7 +34,7 @@ struct AttentionShape {
   bool headMajorKeys = false;
 
   // > 0: the cache is a ring of this many positions (a sliding-window layer,
-  // engine/model/kv_footprint.h): position p's key is in slot p mod ringPeriod, and its value
+  // engine/model/kv_ring.h): position p's key is in slot p mod ringPeriod, and its value
   // in that slot and again ringPeriod slots later, so that the values of any ringPeriod
   // consecutive positions are one contiguous run for the V·softmax dot products (which must
   // not be cut in two: their sums would round differently). 0: slot p holds position p.

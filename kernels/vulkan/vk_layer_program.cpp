@@ -22,9 +22,12 @@ uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
 void checkProgram(const model::LayerProgram& program, int32_t layer, int32_t contextLength,
                   const RoleTensors& tensors) {
   const std::string where = "layer " + std::to_string(layer) + ": ";
-  // The KV cache is allocated for the whole context (kv_footprint.h must agree).
+  // The KV cache holds the context, or a sliding window's ring (kv_ring.h); a program that
+  // bounds its cache itself (LayerProgram::window) would be sized otherwise by kv_footprint.h.
   if (program.window != 0 && program.window < contextLength) {
-    fail(where + "sliding-window attention with a windowed KV cache has no Vulkan kernel yet");
+    fail(where +
+         "sliding-window attention with a KV cache bounded by the program's own window has no "
+         "Vulkan kernel");
   }
   auto need = [&](model::TensorRole role) {
     if (role == model::TensorRole::Count || !tensors[static_cast<size_t>(role)]) {
