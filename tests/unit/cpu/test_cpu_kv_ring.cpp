@@ -28,6 +28,7 @@
 #include "engine/runtime/stage.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_stage.h"
+#include "loaded_model.h"
 
 using namespace shoal;
 
@@ -41,15 +42,7 @@ constexpr int32_t kMaxBatch = 300;  // above the ring's 256-row write chunk
 static_assert(model::kvRingPeriodFor(kWindow, kRingContext) == kPeriod);
 static_assert(model::kvRingPeriodFor(kWindow, kWholeContext) == 0);
 
-struct Loaded {
-  gguf::File file;
-  model::ModelConfig config;
-  model::ModelWeights weights;
-  explicit Loaded(const std::string& path)
-      : file(gguf::File::open(path)),
-        config(model::ModelConfig::fromGguf(file)),
-        weights(model::ModelWeights::bind(file, config)) {}
-};
+using cpu::test::Loaded;
 
 std::unique_ptr<runtime::Stage> stageOf(cpu::CpuBackend& backend, Loaded& m,
                                         int32_t contextLength) {

@@ -25,21 +25,14 @@
 #include "engine/runtime/stage.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_stage.h"
+#include "loaded_model.h"
 
 using namespace shoal;
 using model::TensorRole;
 
 namespace {
 
-struct Loaded {
-  gguf::File file;
-  model::ModelConfig config;
-  model::ModelWeights weights;
-  explicit Loaded(const std::filesystem::path& path)
-      : file(gguf::File::open(path)),
-        config(model::ModelConfig::fromGguf(file)),
-        weights(model::ModelWeights::bind(file, config)) {}
-};
+using cpu::test::Loaded;
 
 std::unique_ptr<runtime::Stage> wholeModelStage(const Loaded& m, cpu::CpuBackend& backend) {
   runtime::StageSpec spec;

@@ -21,6 +21,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_layer_program.h"
 #include "kernels/cpu/cpu_stage.h"
+#include "loaded_model.h"
 
 using namespace shoal;
 
@@ -40,15 +41,7 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 
-struct Loaded {
-  gguf::File file;
-  model::ModelConfig config;
-  model::ModelWeights weights;
-  explicit Loaded(const std::string& path)
-      : file(gguf::File::open(path)),
-        config(model::ModelConfig::fromGguf(file)),
-        weights(model::ModelWeights::bind(file, config)) {}
-};
+using cpu::test::Loaded;
 
 // Logits of one segment of `tokens` at positions [first, ...) of `sequence`.
 std::vector<float> forward(runtime::Stage& stage, int32_t first, const std::vector<int32_t>& tokens,

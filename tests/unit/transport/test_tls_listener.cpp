@@ -275,6 +275,12 @@ class TestTlsListener : public QObject {
   }
 
   void aListenerOutOfDescriptorsWaitsInsteadOfSpinning() {
+#if defined(__SANITIZE_ADDRESS__)
+    // As below: with no descriptor free, UBSan's vptr check cannot probe memory and reports the
+    // failing accept's std::system_error as an invalid vptr (seen in 1 of 6 ASan runs). The
+    // release build runs this case.
+    QSKIP("the sanitizers' runtime needs descriptors of its own");
+#endif
     Node server, client;
     server.trust.add(client.identity.deviceId, "client");
     client.trust.add(server.identity.deviceId, "server");
