@@ -527,8 +527,9 @@ bool Scheduler::aheadStep(Active& a) {
   const auto left =
       static_cast<int32_t>(o.maxTokens - static_cast<int32_t>(a.result.tokens.size()));
   const auto room = static_cast<int32_t>(m_contextLength - static_cast<int32_t>(a.computed));
-  const int32_t count = std::min({o.decodeAhead, m_chain.decodeAheadLimit(), left, room,
-                                  nextDecodeAheadBurst(a.ahead, m_aheadSecondsPerToken)});
+  const int32_t count = fitDecodeAheadBurst(nextDecodeAheadBurst(a.ahead, m_aheadSecondsPerToken),
+                                            std::min(left, room),
+                                            std::min(o.decodeAhead, m_chain.decodeAheadLimit()));
   if (count < 2) return wavefrontStep();
   a.ahead = count;
   const SampleRequest greedy{};

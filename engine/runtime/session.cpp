@@ -216,8 +216,8 @@ void Session::produce(int32_t room, Sampler& sampler, const GenerateOptions& opt
     // and what fits.
     int32_t ahead = 1;
     if (options.decodeAhead > 1 && options.sampler.repeatPenalty == 1.0f && room > 0) {
-      ahead = std::min({options.decodeAhead, m_chain.decodeAheadLimit(), room + 1,
-                        nextDecodeAheadBurst(m_aheadCount, m_secondsPerToken)});
+      ahead = fitDecodeAheadBurst(nextDecodeAheadBurst(m_aheadCount, m_secondsPerToken), room + 1,
+                                  std::min(options.decodeAhead, m_chain.decodeAheadLimit()));
     }
     if (ahead > 1) {
       m_aheadCount = ahead;

@@ -81,6 +81,15 @@ inline int32_t nextDecodeAheadBurst(int32_t previous, double secondsPerToken) {
   return std::max(2, std::min(byTime, grown));
 }
 
+// A burst of `burst` tokens fitted to the `left` tokens the reply may still take and the `most`
+// one call may decode. It takes one more rather than leave a single token behind, which would
+// cost a step (a round trip) of its own.
+inline int32_t fitDecodeAheadBurst(int32_t burst, int32_t left, int32_t most) {
+  int32_t n = std::min({burst, left, most});
+  if (left - n == 1 && n + 1 <= most) ++n;
+  return n;
+}
+
 struct GenerateResult {
   std::string text;                    // the reply, stop string excluded
   std::vector<model::TokenId> tokens;  // generated token ids (including a final EOG token)

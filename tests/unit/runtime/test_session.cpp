@@ -62,6 +62,30 @@ class TestSession : public QObject {
   }
 
  private slots:
+  // Bursts of decoding ahead grow 2, 4, 8, ... within about kDecodeAheadBurstSeconds, and are
+  // fitted to what is left without leaving one token for a step (a round trip) of its own.
+  void decodeAheadBurstsGrowAndLeaveNoSingleToken() {
+    QCOMPARE(runtime::nextDecodeAheadBurst(0, 0), 2);
+    QCOMPARE(runtime::nextDecodeAheadBurst(2, 0.001), 4);
+    QCOMPARE(runtime::nextDecodeAheadBurst(16, 0.0625), 4);  // 0.25 s at 62.5 ms a token
+    QCOMPARE(runtime::nextDecodeAheadBurst(16, 1.0), 2);     // never below 2
+    QCOMPARE(runtime::fitDecodeAheadBurst(4, 5, 32), 5);     // not 4 and then 1
+    QCOMPARE(runtime::fitDecodeAheadBurst(4, 9, 32), 4);
+    QCOMPARE(runtime::fitDecodeAheadBurst(8, 3, 32), 3);
+    QCOMPARE(runtime::fitDecodeAheadBurst(4, 5, 4), 4);  // the most one call may decode holds
+    // A 39-token reply at 4 tokens per burst: 2, 4, 4, ... and a last burst of 5, not 4 + 1.
+    int32_t left = 39, previous = 0, steps = 0;
+    while (left > 0) {
+      const int32_t n =
+          runtime::fitDecodeAheadBurst(runtime::nextDecodeAheadBurst(previous, 0.0625), left, 32);
+      QVERIFY(n >= 2);
+      left -= n;
+      previous = n;
+      ++steps;
+    }
+    QCOMPARE(steps, 10);
+  }
+
   void initTestCase() {
     const std::filesystem::path path =
         std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
