@@ -74,69 +74,73 @@ int bestIq4NlIndex(float x) {
   return x - static_cast<float>(val[mu - 1]) < static_cast<float>(val[mu]) - x ? mu - 1 : mu;
 }
 
-// quantize_row_iq4_nl_ref (quantize_row_iq4_nl_impl with one 32-element block, no importance
-// weights, ntry -1): the scale that maps the extreme value to the first level, the levels nearest
-// to x / d, then d refit by weighted least squares (weights x^2). Unlike the other types here,
-// its bytes have not been checked against ggml's (the CPU kernels and the llama.cpp parity
-// fixtures do not depend on that: they compute with whatever valid blocks the file holds).
-void quantIQ4_NL(const float* x, uint8_t* b, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += 32, b += 18) {
-    uint8_t* qs = b + 2;
-    std::memset(qs, 0, 16);
-    float amax = 0, max = 0;
+// One 32-element block's scale as quantize_row_iq4_nl_impl finds it without importance weights
+// (each value weighted by x^2): d0 = the extreme value over the first level (its sign flipped
+// when searching), the levels nearest x / d0, d refit by weighted least squares; then, for
+// ntry > 0, the inverse scales (itry + level0) / max for itry in -ntry..ntry, each refit and kept
+// where it fits better. `levels` gets the first pass's levels (IQ4_NL keeps them). 0 for a block
+// below GROUP_MAX_EPS (levels then untouched).
+float iq4BlockScale(const float* x, int ntry, uint8_t* levels) {
+  const float max = signedAbsMax(x, 32);
+  if (std::fabs(max) < kGroupMaxEps) return 0.0f;
+  const auto level0 = static_cast<float>(kIq4NlValues[0]);
+  float d = ntry > 0 ? -max / level0 : max / level0;
+  float id = 1 / d;
+  float sumqx = 0, sumq2 = 0;
+  for (int j = 0; j < 32; ++j) {
+    const int l = bestIq4NlIndex(id * x[j]);
+    levels[j] = static_cast<uint8_t>(l);
+    const auto q = static_cast<float>(kIq4NlValues[l]);
+    const float w = x[j] * x[j];
+    sumqx += w * q * x[j];
+    sumq2 += w * q * q;
+  }
+  d = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
+  float best = d * sumqx;
+  for (int itry = -ntry; itry <= ntry; ++itry) {
+    id = static_cast<float>(itry + kIq4NlValues[0]) / max;
+    sumqx = sumq2 = 0;
     for (int j = 0; j < 32; ++j) {
-      const float ax = std::fabs(x[j]);
-      if (ax > amax) {
-        amax = ax;
-        max = x[j];
-      }
-    }
-    if (amax < 1e-15f) {  // GROUP_MAX_EPS: all zero
-      storeHalf(b, 0.0f);
-      continue;
-    }
-    const float d0 = max / static_cast<float>(kIq4NlValues[0]);
-    const float id = 1 / d0;
-    uint8_t levels[32];
-    float sumqx = 0, sumq2 = 0;
-    for (int j = 0; j < 32; ++j) {
-      const int l = bestIq4NlIndex(id * x[j]);
-      levels[j] = static_cast<uint8_t>(l);
-      const float q = static_cast<float>(kIq4NlValues[l]);
+      const auto q = static_cast<float>(kIq4NlValues[bestIq4NlIndex(id * x[j])]);
       const float w = x[j] * x[j];
       sumqx += w * q * x[j];
       sumq2 += w * q * q;
     }
-    storeHalf(b, sumq2 > 0 ? sumqx / sumq2 : 0.0f);
-    for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(levels[j] | (levels[j + 16] << 4));
+    if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+      d = sumqx / sumq2;
+      best = d * sumqx;
+    }
+  }
+  return d;
+}
+
+// quantize_row_iq4_nl_ref: quantize_row_iq4_nl_impl with one 32-element block and no scale
+// search (ntry -1), so the first pass's levels stay. Checked against ggml's bytes
+// (test_gguf_quantize), except that an all-zero block's quants are 0 here, where ggml leaves the
+// previous block's levels (its scale is 0, so they decode to zero either way).
+void quantIQ4_NL(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32, b += 18) {
+    uint8_t levels[32] = {};
+    storeHalf(b, iq4BlockScale(x, -1, levels));
+    for (int j = 0; j < 16; ++j) {
+      b[2 + j] = static_cast<uint8_t>(levels[j] | (levels[j + 16] << 4));
+    }
   }
 }
 
-// IQ4_XS after quantize_row_iq4_nl_impl with 256-element super-blocks of 32-element sub-blocks
-// (no importance weights, no scale search): each sub-block's scale as for IQ4_NL (the extreme
-// value on the first level, refit by least squares weighted by x^2), the super-block scale
-// d = -(the scale of largest magnitude) / 32, each sub-block's as the nearest 6-bit multiple
-// of d, then the levels nearest to x / (d * ls). Like quantIQ4_NL, its bytes are not checked
-// against ggml's (the kernels and parity fixtures compute with whatever valid blocks it writes).
+// quantize_row_iq4_xs_ref: quantize_row_iq4_nl_impl with 256-element super-blocks of 32-element
+// sub-blocks and ggml's scale search (ntry 7) for each sub-block's scale; the super-block's
+// d = -(the sub-block scale of largest magnitude) / 32 (stored as f16, used unrounded as ggml
+// does), each sub-block's as the nearest 6-bit multiple of d, then the levels nearest to
+// x / (d * ls). Checked against ggml's bytes (test_gguf_quantize).
 void quantIQ4_XS(const float* x, uint8_t* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += 256, b += 136) {
     std::memset(b, 0, 136);
     float scales[8];
     float maxScale = 0, amaxScale = 0;
     for (int s = 0; s < 8; ++s) {
-      const float* xs = x + 32 * s;
-      const float max = signedAbsMax(xs, 32);
-      scales[s] = 0;
-      if (std::fabs(max) < kGroupMaxEps) continue;
-      const float id = static_cast<float>(kIq4NlValues[0]) / max;
-      float sumqx = 0, sumq2 = 0;
-      for (int j = 0; j < 32; ++j) {
-        const float q = static_cast<float>(kIq4NlValues[bestIq4NlIndex(id * xs[j])]);
-        const float w = xs[j] * xs[j];
-        sumqx += w * q * xs[j];
-        sumq2 += w * q * q;
-      }
-      scales[s] = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
+      uint8_t unused[32];
+      scales[s] = iq4BlockScale(x + 32 * s, 7, unused);
       if (std::fabs(scales[s]) > amaxScale) {
         amaxScale = std::fabs(scales[s]);
         maxScale = scales[s];
@@ -144,15 +148,15 @@ void quantIQ4_XS(const float* x, uint8_t* b, int64_t nb) {
     }
     const float d = -maxScale / 32;
     storeHalf(b, d);
-    const float dq = halfToFloat(floatToHalf(d));
     const float id = d != 0 ? 1 / d : 0.0f;
     uint16_t high = 0;
     for (int s = 0; s < 8; ++s) {
-      const int ls = std::clamp(nearestInt(id * scales[s]), -32, 31) + 32;
+      const int l = std::clamp(nearestInt(id * scales[s]), -32, 31);
+      const float dl = d * static_cast<float>(l);
+      const float idl = dl != 0 ? 1 / dl : 0.0f;
+      const int ls = l + 32;
       b[4 + s / 2] = static_cast<uint8_t>(b[4 + s / 2] | ((ls & 0xf) << (4 * (s % 2))));
       high = static_cast<uint16_t>(high | ((ls >> 4) << (2 * s)));
-      const float dl = dq * static_cast<float>(ls - 32);
-      const float idl = dl != 0 ? 1 / dl : 0.0f;
       uint8_t* qs = b + 8 + 16 * s;
       const float* xs = x + 32 * s;
       for (int j = 0; j < 16; ++j) {

@@ -1,6 +1,7 @@
 // Quantizers: quantize -> dequantize stays within a per-type error bound, and the bytes equal
 // what ggml's reference quantizers (quantize_row_*_ref) produce for the same input, recorded as
-// FNV-1a hashes (computed once by running ggml-quants.c from ggml commit d99724f on testInput()).
+// FNV-1a hashes. tools/llamacpp/quant_hashes.sh prints them from the pinned llama.cpp's ggml
+// (commit 0c1e570; the first 14 were first taken from ggml commit d99724f and are unchanged).
 
 #include <QtTest>
 #include <cmath>
@@ -8,40 +9,17 @@
 
 #include "engine/error.h"
 #include "engine/gguf/dequantize.h"
+#include "tests/unit/gguf/quantizer_test_row.h"
 
+using namespace shoal;
 using namespace shoal::gguf;
 
 namespace {
 
-constexpr int64_t kN = 256 * 16;
+constexpr int64_t kN = quant_test::kRowLength;
+using quant_test::fnv1a;
 
-// Deterministic input whose every value is exact in binary (integers times powers of two), so
-// it is the same on every compiler: uniform values in [-1, 1), a magnitude that changes from
-// block to block (2^-6 .. 2^2), outliers, and two all-zero 256-blocks.
-std::vector<float> testInput() {
-  std::vector<float> x(kN);
-  uint32_t s = 0x12345678u;
-  for (int64_t i = 0; i < kN; ++i) {
-    s ^= s << 13;
-    s ^= s >> 17;
-    s ^= s << 5;
-    float v = std::ldexp(static_cast<float>(static_cast<int32_t>(s) >> 8), -23);
-    v = std::ldexp(v, static_cast<int>((i / 32) % 9) - 6);
-    if (i % 97 == 0) v *= 8;
-    if (i / 256 == 3 || i / 256 == 11) v = 0;
-    x[static_cast<size_t>(i)] = v;
-  }
-  return x;
-}
-
-uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (uint8_t b : bytes) {
-    h ^= b;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
+std::vector<float> testInput() { return quant_test::testRow(); }
 
 std::vector<uint8_t> quantize(TensorType type, const std::vector<float>& x) {
   std::vector<uint8_t> out(rowBytes(type, static_cast<int64_t>(x.size())), 0xAA);
@@ -113,6 +91,9 @@ class GgufQuantizeTest : public QObject {
     QTest::newRow("q8_K") << int(TensorType::Q8_K) << quint64(0x4d885d441fa3b21eull);
     QTest::newRow("f16") << int(TensorType::F16) << quint64(0x1968278af52dc637ull);
     QTest::newRow("bf16") << int(TensorType::BF16) << quint64(0x09def07ab187e32eull);
+    QTest::newRow("iq4_nl") << int(TensorType::IQ4_NL) << quint64(0xdc2b43006697e63eull);
+    QTest::newRow("iq4_xs") << int(TensorType::IQ4_XS) << quint64(0xb8e556f30aabae2bull);
+    QTest::newRow("mxfp4") << int(TensorType::MXFP4) << quint64(0xcad320c9a6b7f801ull);
   }
 
   void bytesMatchGgmlReference() {
