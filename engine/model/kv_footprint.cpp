@@ -26,13 +26,8 @@ LayerKv layerKv(const ModelConfig& config, int32_t layer) {
   kv.bytesPerPosition = 2 * kF16Bytes * static_cast<uint64_t>(std::max(program.kvDim, 0));
   // A sliding-window Attend: the backends keep a ring that costs kvRingPositions where that is
   // below the context (kv_ring.h), which min(context, window) in kvCacheBytes gives exactly.
-  int32_t attendWindow = 0;
-  for (const Op& op : program.ops) {
-    if (op.kind == OpKind::Attend) attendWindow = std::max(attendWindow, op.attend.window);
-  }
-  kv.window = program.window > 0 ? program.window
-              : attendWindow > 0 ? kvRingPositions(attendWindow)
-                                 : 0;
+  const int32_t window = attendWindow(program);
+  kv.window = program.window > 0 ? program.window : window > 0 ? kvRingPositions(window) : 0;
   return kv;
 }
 

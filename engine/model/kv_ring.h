@@ -2,7 +2,7 @@
 // Sliding-window rings. A layer that attends over only its last `window` positions never reads
 // older ones, so a stage may keep its cache as a ring: position p in slot p mod period. The
 // period holds the window plus kKvRingSlack positions, which cover the new positions a stage
-// writes before it attends over them (the CPU stage writes at most 256 at a time), the
+// writes before it attends over them (kKvRingWriteChunk at a time), the
 // 64-position padding of its dot products, and a rewind of up to about kKvRingSlack positions
 // behind the newest written (speculative decoding's rejected drafts; a chat turn whose last
 // reply is re-rendered). A rewind further back finds the window's older positions overwritten:
@@ -14,6 +14,12 @@
 namespace shoal::model {
 
 constexpr int32_t kKvRingSlack = 512;
+
+// Rows a stage with a ring writes (then attends over) at a time: within the slack beyond the
+// window, so that each row's window is still in the ring when the row is attended. The CPU and
+// Vulkan stages cut a longer segment into chunks of this many rows.
+constexpr int32_t kKvRingWriteChunk = 256;
+static_assert(kKvRingWriteChunk <= kKvRingSlack);
 
 // window + kKvRingSlack, rounded up to a multiple of 64 (window > 0).
 constexpr int32_t kvRingPeriod(int32_t window) {

@@ -139,6 +139,10 @@ struct LayerProgram {
   int32_t window = 0;
 };
 
+// The sliding window a program's attention looks over: the widest Attend window (0: every
+// Attend sees the whole context).
+int32_t attendWindow(const LayerProgram& program);
+
 // Builders, so arch files read like the math.
 Op rmsNorm(Buffer src, Buffer dst, TensorRole weight, float eps);
 Op project(Buffer src, std::initializer_list<ProjectOut> outs);

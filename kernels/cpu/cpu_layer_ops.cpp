@@ -18,11 +18,6 @@ using model::OpKind;
 size_t sz(int64_t v) { return static_cast<size_t>(v); }
 size_t idx(Buffer b) { return static_cast<size_t>(b); }
 
-// Rows a sliding-window ring takes at a time: at most the ring's slack beyond its window
-// (model::kKvRingSlack), so that a row's window is still in the ring when it is attended.
-constexpr int64_t kRingChunk = 256;
-static_assert(kRingChunk <= model::kKvRingSlack);
-
 }  // namespace
 
 LayerRunner::LayerRunner(std::span<const CpuLayer> layers, int64_t nEmbd,
@@ -231,7 +226,8 @@ void LayerRunner::attend(const BoundOp& op, CpuLayer& layer) {
   observe("Qcur", layer.index, q, m_rows, qd);
   observe("Kcur", layer.index, k, m_rows, kv);
   observe("Vcur", layer.index, v, m_rows, kv);
-  const int64_t chunk = ring > 0 ? kRingChunk : std::numeric_limits<int64_t>::max();
+  const int64_t chunk =
+      ring > 0 ? int64_t{model::kKvRingWriteChunk} : std::numeric_limits<int64_t>::max();
   int64_t row = 0;
   for (const runtime::Segment& s : m_segments) {
     uint16_t* keys = layer.keys[sz(s.sequence)].data();

@@ -27,24 +27,11 @@ size_t idx(TensorRole r) { return static_cast<size_t>(r); }
 
 // Recorded command buffers kept per stage; prefill shapes vary, so the cache is bounded.
 constexpr size_t kMaxRecordedShapes = 32;
-// Rows a stage with a sliding-window ring runs at a time: within the ring's slack beyond its
-// window (model::kKvRingSlack).
-constexpr int32_t kRingChunk = 256;
-static_assert(kRingChunk <= model::kKvRingSlack);
-
-// The attention window of a layer's program (0: none).
-int32_t windowOf(const model::LayerProgram& program) {
-  int32_t window = 0;
-  for (const model::Op& op : program.ops) {
-    if (op.kind == model::OpKind::Attend) window = std::max(window, op.attend.window);
-  }
-  return window;
-}
 
 // Positions a layer's KV cache holds: a sliding-window layer's ring where that is smaller than
 // the context (engine/model/kv_ring.h; the bytes the planner counts for it), else the context.
 uint32_t kvPositionsOf(const model::LayerProgram& program, int32_t contextLength) {
-  const int32_t window = windowOf(program);
+  const int32_t window = model::attendWindow(program);
   return model::kvRingPeriodFor(window, contextLength) > 0
              ? static_cast<uint32_t>(model::kvRingPositions(window))
              : static_cast<uint32_t>(contextLength);
@@ -224,7 +211,7 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
     const uint32_t positions = kvPositionsOf(L.program, spec.contextLength);
     if (positions < u32(spec.contextLength)) {
       L.ring = positions;
-      m_book.keepRing(static_cast<int32_t>(positions), windowOf(L.program));
+      m_book.keepRing(static_cast<int32_t>(positions), model::attendWindow(L.program));
     }
     const uint64_t kvBytes = uint64_t(positions) * uint64_t(L.program.kvDim) * 2;
     for (int32_t s = 0; s < spec.maxSequences; ++s) {
@@ -590,7 +577,7 @@ void VulkanStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   // chunk's new positions never overwrite the window one of its rows reads.
   const bool rings =
       std::any_of(m_layers.begin(), m_layers.end(), [](const Layer& L) { return L.ring > 0; });
-  const int32_t chunk = rings ? kRingChunk : std::numeric_limits<int32_t>::max();
+  const int32_t chunk = rings ? model::kKvRingWriteChunk : std::numeric_limits<int32_t>::max();
   int32_t row = 0;
   for (const runtime::Segment& segment : batch.segments) {
     for (int32_t done = 0; done < segment.count;) {
