@@ -5,12 +5,14 @@
 namespace shoal::model {
 namespace {
 
-// Drop the oldest user turn and the reply that followed it; false when only one turn is left.
+// Drop the oldest user turn and what followed it up to the next user message (the reply, and
+// any tool calls and results in between); false when only one message is left. The newest
+// message is never dropped.
 bool dropOldestTurn(std::vector<ChatMessage>& messages) {
   const size_t first = (!messages.empty() && messages.front().role == "system") ? 1 : 0;
   if (messages.size() - first <= 1) return false;
   messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
-  if (messages.size() - first > 1 && messages[first].role == "assistant") {
+  while (messages.size() - first > 1 && messages[first].role != "user") {
     messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
   }
   return true;

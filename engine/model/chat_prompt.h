@@ -2,8 +2,8 @@
 // Turns a conversation into prompt tokens that fit the context, with one policy shared by every
 // chat front-end (shoal-cli chat, the desktop app, the API): keep room for the reply (its token
 // budget, or a quarter of the context if that is less) and, while the prompt is too long, drop the
-// oldest user turn together with the reply that followed it. The system message and the newest
-// user message are never dropped.
+// oldest user turn together with what followed it up to the next user message (its reply, tool
+// calls and results). The system message and the newest message are never dropped.
 
 #include <cstdint>
 #include <vector>

@@ -70,18 +70,86 @@ void appendSystem(std::string& pending, std::string_view content) {
   pending += content;
 }
 
-// ChatML (e.g. Qwen2, SmolLM2): <|im_start|>{role}\n{content}<|im_end|>\n, contents untouched.
-std::string renderChatMl(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
-  std::string out;
-  for (const ChatMessage& m : messages) {
-    out += "<|im_start|>";
-    out += m.role;
-    out += '\n';
-    out += m.content;
-    out += "<|im_end|>\n";
+// ---- The Hermes tool convention (Qwen2.5's and Qwen3's templates) ----------------------------
+// With tools, the first system turn is the system prompt (if any), a blank line, and the tools
+// block; an assistant's calls follow its content, each as a <tool_call> block; tool results are
+// a user turn of <tool_response> blocks, one per consecutive "tool" message.
+
+// The system turn that offers the tools, and whether it consumed the first message (a system
+// one). Empty without tools.
+std::string hermesToolsTurn(const std::vector<ChatMessage>& messages,
+                            const std::vector<std::string>& tools, bool& consumedSystem) {
+  consumedSystem = false;
+  if (tools.empty()) return {};
+  std::string out = "<|im_start|>system\n";
+  if (!messages.empty() && messages.front().role == "system") {
+    out += messages.front().content + "\n\n";
+    consumedSystem = true;
+  }
+  out +=
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+  for (const std::string& tool : tools) out += "\n" + tool;
+  out +=
+      "\n</tools>\n\nFor each function call, return a json object with function name and "
+      "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+      "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+  return out;
+}
+
+// An assistant turn's calls, after its content; a newline before each but the first, and before
+// the first too where `newlineFirst`.
+void appendHermesToolCalls(std::string& out, const std::vector<ToolCall>& calls,
+                           bool newlineFirst) {
+  for (size_t c = 0; c < calls.size(); ++c) {
+    if (c > 0 || newlineFirst) out += '\n';
+    out += std::string(kToolCallOpen) + "\n{\"name\": \"" + calls[c].name +
+           "\", \"arguments\": " + calls[c].arguments + "}\n" + std::string(kToolCallClose);
+  }
+}
+
+// A "tool" message: its result in the user turn that consecutive tool messages share.
+void appendHermesToolResult(std::string& out, const std::vector<ChatMessage>& messages, size_t i) {
+  if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+  out += "\n<tool_response>\n" + messages[i].content + "\n</tool_response>";
+  if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+}
+
+// The frame the Hermes formats share: the tools turn, tool results, and the assistant prefix;
+// writeTurn(out, i) writes every other message.
+template <typename WriteTurn>
+std::string renderHermes(const std::vector<ChatMessage>& messages, bool addAssistantPrefix,
+                         const std::vector<std::string>& tools, WriteTurn writeTurn) {
+  bool consumedSystem = false;
+  std::string out = hermesToolsTurn(messages, tools, consumedSystem);
+  for (size_t i = consumedSystem ? 1 : 0; i < messages.size(); ++i) {
+    if (messages[i].role == "tool") {
+      appendHermesToolResult(out, messages, i);
+    } else {
+      writeTurn(out, i);
+    }
   }
   if (addAssistantPrefix) out += "<|im_start|>assistant\n";
   return out;
+}
+
+// ChatML (e.g. Qwen2, SmolLM2): <|im_start|>{role}\n{content}<|im_end|>\n, contents untouched;
+// with tools, Qwen2.5's template (the Hermes convention above).
+std::string renderChatMl(const std::vector<ChatMessage>& messages, bool addAssistantPrefix,
+                         const std::vector<std::string>& tools) {
+  return renderHermes(messages, addAssistantPrefix, tools, [&](std::string& out, size_t i) {
+    const ChatMessage& m = messages[i];
+    out += "<|im_start|>";
+    out += m.role;
+    if (m.role == "assistant" && !m.toolCalls.empty()) {
+      if (!m.content.empty()) out += '\n' + m.content;
+      appendHermesToolCalls(out, m.toolCalls, true);
+    } else {
+      out += '\n';
+      out += m.content;
+    }
+    out += "<|im_end|>\n";
+  });
 }
 
 // Python's str.strip/lstrip/rstrip of newlines only, as the Qwen3 template uses them.
@@ -91,26 +159,29 @@ std::string_view stripNewlines(std::string_view s, bool left, bool right) {
   return s;
 }
 
-// Qwen3's template (Qwen/Qwen3-*'s chat_template, without tools): ChatML, where an assistant
-// turn's content is what follows its last "</think>" (newlines stripped) and its reasoning what
-// precedes the first one, after the last "<think>". Turns before the last user message are
-// written without reasoning; after it (the turns of the current answer: a reply being continued,
-// tool steps) with a <think> block, an empty one for the last turn without reasoning.
-std::string renderQwen3(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
+// Qwen3's template (Qwen/Qwen3-*'s chat_template): ChatML, where an assistant turn's content is
+// what follows its last "</think>" (newlines stripped) and its reasoning what precedes the first
+// one, after the last "<think>". Turns before the last user query (a user message that is not
+// only a <tool_response>) are written without reasoning; after it (the turns of the current
+// answer: a reply being continued, tool steps) with a <think> block, an empty one for the last
+// turn without reasoning. Tools, calls and results as the Hermes convention above.
+std::string renderQwen3(const std::vector<ChatMessage>& messages, bool addAssistantPrefix,
+                        const std::vector<std::string>& tools) {
   size_t lastQuery = messages.empty() ? 0 : messages.size() - 1;
   for (size_t i = messages.size(); i-- > 0;) {
-    if (messages[i].role == "user") {
+    const std::string& c = messages[i].content;
+    if (messages[i].role == "user" &&
+        !(c.starts_with("<tool_response>") && c.ends_with("</tool_response>"))) {
       lastQuery = i;
       break;
     }
   }
-  std::string out;
-  for (size_t i = 0; i < messages.size(); ++i) {
+  return renderHermes(messages, addAssistantPrefix, tools, [&](std::string& out, size_t i) {
     const ChatMessage& m = messages[i];
     out += "<|im_start|>" + m.role + "\n";
     if (m.role != "assistant") {
       out += m.content + "<|im_end|>\n";
-      continue;
+      return;
     }
     std::string_view content = m.content, reasoning;
     if (const size_t close = content.rfind("</think>"); close != std::string_view::npos) {
@@ -131,10 +202,9 @@ std::string renderQwen3(const std::vector<ChatMessage>& messages, bool addAssist
     } else {
       out += content;
     }
+    appendHermesToolCalls(out, m.toolCalls, !content.empty());
     out += "<|im_end|>\n";
-  }
-  if (addAssistantPrefix) out += "<|im_start|>assistant\n";
-  return out;
+  });
 }
 
 // Phi-3.5 (microsoft/Phi-3.5-mini-instruct's template, llama.cpp's LLM_CHAT_TEMPLATE_PHI_3):
@@ -525,13 +595,34 @@ ChatFormat detectChatFormat(std::string_view jinjaTemplate) {
   return detectChatTemplate(jinjaTemplate).format;
 }
 
-std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
-                       bool addAssistantPrefix) {
+bool chatFormatHasToolCalls(ChatFormat format) {
+  return format == ChatFormat::ChatML || format == ChatFormat::Qwen3;
+}
+
+namespace {
+
+// Throws shoal::Error where a format without tool calls is given tools or a message with calls.
+void refuseToolsWithout(ChatFormat format, const std::vector<ChatMessage>& messages,
+                        const std::vector<std::string>& tools) {
+  if (chatFormatHasToolCalls(format)) return;
+  const std::string refusal =
+      "chat format " + std::string(chatFormatName(format)) + " has no tool calls in Shoal";
+  if (!tools.empty()) throw Error(refusal + ": tools cannot be offered");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (!messages[i].toolCalls.empty()) {
+      throw Error(refusal + ": message " + std::to_string(i) + " calls tools");
+    }
+  }
+}
+
+std::string renderFormat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                         bool addAssistantPrefix, const std::vector<std::string>& tools) {
+  refuseToolsWithout(format, messages, tools);
   switch (format) {
     case ChatFormat::ChatML:
-      return renderChatMl(messages, addAssistantPrefix);
+      return renderChatMl(messages, addAssistantPrefix, tools);
     case ChatFormat::Qwen3:
-      return renderQwen3(messages, addAssistantPrefix);
+      return renderQwen3(messages, addAssistantPrefix, tools);
     case ChatFormat::Llama3:
       return renderLlama3(messages, addAssistantPrefix);
     case ChatFormat::Llama2:
@@ -548,6 +639,13 @@ std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messag
       return renderHarmony(messages, addAssistantPrefix, {}, {});
   }
   throw Error("chat format: unknown enum value " + std::to_string(static_cast<int>(format)));
+}
+
+}  // namespace
+
+std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                       bool addAssistantPrefix) {
+  return renderFormat(format, messages, addAssistantPrefix, {});
 }
 
 std::string harmonyFinalText(std::string_view reply) {
@@ -568,6 +666,7 @@ std::string renderWithDefaultSystem(const ChatTemplate& chatTemplate,
   // Like SmolLM2's template ("if loop.first and messages[0]['role'] != 'system'"): only a
   // conversation that has messages, and does not open with a system one, gets the default.
   if (chatTemplate.format == ChatFormat::Harmony) {
+    refuseToolsWithout(ChatFormat::Harmony, messages, chatTemplate.tools);
     const std::string effort = !chatTemplate.reasoningEffort.empty() ? chatTemplate.reasoningEffort
                                : chatTemplate.thinking               ? "medium"
                                                                      : "low";
@@ -575,7 +674,7 @@ std::string renderWithDefaultSystem(const ChatTemplate& chatTemplate,
   }
   if (chatTemplate.defaultSystemPrompt.empty() || messages.empty() ||
       messages.front().role == "system") {
-    return renderChat(chatTemplate.format, messages, addAssistantPrefix);
+    return renderFormat(chatTemplate.format, messages, addAssistantPrefix, chatTemplate.tools);
   }
   std::string system = chatTemplate.defaultSystemPrompt;
   for (size_t at = system.find(kTodayMarker); at != std::string::npos;
@@ -589,7 +688,7 @@ std::string renderWithDefaultSystem(const ChatTemplate& chatTemplate,
   withSystem.reserve(messages.size() + 1);
   withSystem.push_back({"system", std::move(system)});
   withSystem.insert(withSystem.end(), messages.begin(), messages.end());
-  return renderChat(chatTemplate.format, withSystem, addAssistantPrefix);
+  return renderFormat(chatTemplate.format, withSystem, addAssistantPrefix, chatTemplate.tools);
 }
 
 }  // namespace

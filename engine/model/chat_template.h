@@ -10,9 +10,19 @@
 
 namespace shoal::model {
 
+// A function call an assistant message made (OpenAI's tool_calls[].function).
+struct ToolCall {
+  std::string name;
+  // The arguments object as the templates' `tojson` writes it: Python's json.dumps (", " and
+  // ": " separators, the client's key order, non-ASCII characters as they are).
+  std::string arguments;
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  // "system", "user", "assistant"; "tool" (a tool's result) in the formats with tool calls.
+  std::string role;
   std::string content;
+  std::vector<ToolCall> toolCalls = {};  // an assistant message's calls (formats with tool calls)
 };
 
 // The formats Shoal renders. Each follows the model family's published template (the Jinja that
@@ -58,7 +68,20 @@ struct ChatTemplate {
   // The date templates write (harmony's "Current date:", kTodayMarker), YYYY-MM-DD; empty:
   // today, UTC.
   std::string currentDate;
+  // A render option: the tools (OpenAI's `tools[]` entries) the reply may call, each as the
+  // templates' `tojson` writes it (see ToolCall::arguments). Only formats with tool calls
+  // (chatFormatHasToolCalls) take them; renderChat refuses tools for the others.
+  std::vector<std::string> tools;
 };
+
+// Whether Shoal renders tools, tool calls and tool results in this format, and finds the calls
+// in a reply (ChatML and Qwen3: the Hermes convention Qwen2.5's and Qwen3's templates write,
+// <tool_call>{"name": ..., "arguments": ...}</tool_call>).
+bool chatFormatHasToolCalls(ChatFormat format);
+
+// Where a reply in a format with tool calls writes each call: the JSON object between these.
+inline constexpr std::string_view kToolCallOpen = "<tool_call>";
+inline constexpr std::string_view kToolCallClose = "</tool_call>";
 
 std::string_view chatFormatName(ChatFormat format);  // "chatml", "llama3", "llama2", ...
 // The format of a name as chatFormatName spells it (ASCII case ignored); nullopt if unknown.
@@ -75,8 +98,9 @@ ChatFormat detectChatFormat(std::string_view jinjaTemplate);
 // Render the conversation; with addAssistantPrefix the text ends where the assistant's reply
 // begins. BOS is not included (the tokenizer adds it when the model wants one); BOS/EOS text
 // inside the history (Llama 2's "</s><s>") is, so encode with parseSpecial. Roles other than
-// system/user/assistant pass through in ChatML and Llama 3 and are refused (shoal::Error) in
-// the formats that have no way to write them.
+// system/user/assistant pass through in Llama 3 and are refused (shoal::Error) in the formats
+// that have no way to write them; ChatML and Qwen3 write "tool" results as their templates do.
+// Tool calls in a format without them are refused too.
 std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
                        bool addAssistantPrefix);
 // As above, and writes the template's default system prompt first when the conversation does

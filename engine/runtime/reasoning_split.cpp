@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/runtime/partial_tag.h"
+
 namespace shoal::runtime {
 namespace {
 
@@ -9,14 +11,6 @@ constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
 
 bool isSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
-// The length of the longest suffix of `text` that is a proper prefix of `tag`.
-size_t partialTagAtEnd(std::string_view text, std::string_view tag) {
-  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
 
 constexpr std::string_view kStartAssistant = "<|start|>assistant";
 constexpr std::string_view kChannel = "<|channel|>";

@@ -10,9 +10,11 @@
 #include "engine/model/chat_prompt.h"
 #include "engine/model/kv_footprint.h"
 #include "engine/runtime/reasoning_split.h"
+#include "engine/runtime/tool_call_split.h"
 #include "lan/api/bounded_http_server.h"
 #include "lan/api/openai_protocol.h"
 #include "lan/api/request_guard.h"
+#include "lan/api/tool_calls.h"
 
 namespace shoal::api {
 namespace {
@@ -68,6 +70,27 @@ std::string randomHex() {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
   return buf;
+}
+
+// The calls among `bodies` (ToolCallSplit's) as tool_calls entries, numbered from `next` (the
+// `index` of a stream's deltas when `indexed`); a body that is not a call goes back into
+// `content` as the text the model wrote.
+void takeToolCalls(const std::vector<std::string>& bodies, std::string& content, json& calls,
+                   int32_t& next, bool indexed) {
+  for (const std::string& body : bodies) {
+    if (const std::optional<ReplyToolCall> call = readToolCall(body)) {
+      calls.push_back(toolCallJson(*call, "call_" + randomHex(),
+                                   indexed ? std::optional<int32_t>(next) : std::nullopt));
+      ++next;
+    } else {
+      content += std::string(model::kToolCallOpen) + body + std::string(model::kToolCallClose);
+    }
+  }
+}
+
+// OpenAI's finish reason for a reply that made calls and then ended its turn.
+std::string finishReasonWithCalls(const std::string& reason, int32_t calls) {
+  return calls > 0 && reason == "stop" ? "tool_calls" : reason;
 }
 
 }  // namespace
@@ -249,6 +272,7 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
   std::vector<model::TokenId> prompt;
   int droppedTurns = 0;
   bool splitReasoning = false;
+  bool toolsOffered = false;
   if (chat) {
     ChatRequest r = parseChatRequest(req.body);
     sampling = std::move(r.sampling);
@@ -257,6 +281,20 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
     model::ChatTemplate chatTemplate = m_model.chatTemplate();
     chatTemplate.thinking = r.thinking;
     chatTemplate.reasoningEffort = r.reasoningEffort;
+    const bool usesTools =
+        !r.tools.empty() || std::any_of(r.messages.begin(), r.messages.end(), [](const auto& m) {
+          return !m.toolCalls.empty() || m.role == "tool";
+        });
+    if (usesTools && !model::chatFormatHasToolCalls(chatTemplate.format)) {
+      throw ApiError(400, "invalid_request_error", "tools_unsupported",
+                     "this model's chat format (" +
+                         std::string(model::chatFormatName(chatTemplate.format)) +
+                         ") has no tool calling in Shoal; tools work with the chatml and qwen3 "
+                         "formats",
+                     r.tools.empty() ? "messages" : "tools");
+    }
+    toolsOffered = !r.tools.empty();
+    chatTemplate.tools = std::move(r.tools);
     const model::ChatPrompt p = model::buildChatPrompt(tokenizer, chatTemplate, r.messages, ctx,
                                                        sampling.maxTokens.value_or(ctx));
     if (!p.fits) {
@@ -323,11 +361,19 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
     }
     const Usage usage{r.promptTokens, static_cast<int32_t>(r.tokens.size())};
     const std::string reason = finishReasonFor(runtime::finishReasonName(r.finish));
-    const runtime::ReasoningSplit::Parts reply = splitReasoning
-                                                     ? runtime::ReasoningSplit::split(r.text)
-                                                     : runtime::ReasoningSplit::Parts{{}, r.text};
+    runtime::ReasoningSplit::Parts reply = splitReasoning
+                                               ? runtime::ReasoningSplit::split(r.text)
+                                               : runtime::ReasoningSplit::Parts{{}, r.text};
+    json calls = json::array();
+    int32_t callCount = 0;
+    if (toolsOffered) {
+      const runtime::ToolCallSplit::Parts answer = runtime::ToolCallSplit::split(reply.content);
+      reply.content = answer.content;
+      takeToolCalls(answer.calls, reply.content, calls, callCount, false);
+    }
     res.set_content(dumpJson(chat ? chatCompletionJson(id, created, m_modelId, reply.content,
-                                                       reason, usage, reply.reasoning)
+                                                       finishReasonWithCalls(reason, callCount),
+                                                       usage, reply.reasoning, calls)
                                   : completionJson(id, created, m_modelId, r.text, reason, usage)),
                     "application/json");
     return;
@@ -337,20 +383,35 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
   const bool includeUsage = sampling.includeUsageInStream;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job, id, created, chat, includeUsage, splitReasoning](size_t,
-                                                                   httplib::DataSink& sink) {
+      [this, job, id, created, chat, includeUsage, splitReasoning, toolsOffered](
+          size_t, httplib::DataSink& sink) {
         auto send = [&sink](const std::string& event) {
           return sink.write(event.data(), event.size());
         };
         // Chat text as deltas: the reasoning block's part as reasoning_content, the rest as
-        // content; nothing is sent while a possible tag is held back.
+        // content, and with tools offered each call the answer makes as a tool_calls delta of
+        // its own; nothing is sent while a possible tag is held back.
         runtime::ReasoningSplit split;
-        auto sendChat = [&](const runtime::ReasoningSplit::Parts& p) {
-          if (p.reasoning.empty() && p.content.empty()) return true;
+        runtime::ToolCallSplit toolSplit;
+        int32_t callCount = 0;
+        auto sendParts = [&](const std::string& reasoning, const std::string& content,
+                             const json& calls) {
+          if (reasoning.empty() && content.empty() && calls.empty()) return true;
           return send(sseEvent(chatChunkJson(
               id, created, m_modelId, std::nullopt,
-              p.content.empty() ? std::nullopt : std::optional<std::string>(p.content), "", nullptr,
-              p.reasoning.empty() ? std::nullopt : std::optional(p.reasoning))));
+              content.empty() ? std::nullopt : std::optional<std::string>(content), "", nullptr,
+              reasoning.empty() ? std::nullopt : std::optional(reasoning), calls)));
+        };
+        auto sendAnswer = [&](const std::string& reasoning,
+                              const runtime::ToolCallSplit::Parts& answer) {
+          std::string content = answer.content;
+          json calls = json::array();
+          takeToolCalls(answer.calls, content, calls, callCount, true);
+          return sendParts(reasoning, content, calls);
+        };
+        auto sendChat = [&](const runtime::ReasoningSplit::Parts& p) {
+          if (!toolsOffered) return sendParts(p.reasoning, p.content, json::array());
+          return sendAnswer(p.reasoning, toolSplit.push(p.content));
         };
         if (chat && !send(sseEvent(chatChunkJson(id, created, m_modelId, "assistant", "", "")))) {
           job->cancel();
@@ -387,8 +448,10 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
           sink.done();
           return true;
         }
-        const std::string reason = finishReasonFor(runtime::finishReasonName(r.finish));
         if (chat && splitReasoning) sendChat(split.finish());
+        if (chat && toolsOffered) sendAnswer({}, toolSplit.finish());
+        const std::string reason =
+            finishReasonWithCalls(finishReasonFor(runtime::finishReasonName(r.finish)), callCount);
         send(sseEvent(
             chat ? chatChunkJson(id, created, m_modelId, std::nullopt, std::nullopt, reason)
                  : completionChunkJson(id, created, m_modelId, "", reason)));

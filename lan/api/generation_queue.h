@@ -49,10 +49,15 @@ class GenerationJob {
   const runtime::GenerateResult& result() const { return m_result; }
   const std::string& error() const { return m_error; }
 
+  // The side that runs the job (a JobSink: GenerationQueue's worker, a test's scripted sink).
+  const std::vector<model::TokenId>& prompt() const { return m_prompt; }
+  const runtime::GenerateOptions& options() const { return m_options; }
+  void push(std::string_view piece);  // more of the reply's text for the reader
+  // The end: wakes the reader; `error` non-empty when generation threw.
+  void finish(runtime::GenerateResult result, std::string error);
+
  private:
   friend class GenerationQueue;
-  void push(std::string_view piece);
-  void finish(runtime::GenerateResult result, std::string error);
 
   const std::vector<model::TokenId> m_prompt;
   runtime::GenerateOptions m_options;  // m_options.cancel points at m_cancel

@@ -1,8 +1,10 @@
 #include "lan/api/openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "lan/api/tool_calls.h"
 #include "lan/json/json_bounds.h"
 
 namespace shoal::api {
@@ -12,6 +14,10 @@ using nlohmann::json;
 
 // OpenAI's documented bound on stop sequences.
 constexpr size_t kMaxStopStrings = 4;
+// The most members one object of a request with tools may have. Tools keep the client's key
+// order, so such a request is parsed a second time into ordered objects, whose insertion is
+// linear in their size: this bounds that second parse to about 10^8 steps at worst.
+constexpr size_t kMaxObjectMembersWithTools = 1024;
 
 [[noreturn]] void badParam(const std::string& param, const std::string& message) {
   throw ApiError(400, "invalid_request_error", "invalid_value", message, param);
@@ -166,6 +172,77 @@ std::string contentText(const json& content, size_t index) {
   badParam(param, "'" + param + "' must be a string or an array of text parts");
 }
 
+// The most members of any object in `v` (recursive: `v` passed checkJsonBounds).
+size_t largestObject(const json& v) {
+  size_t most = v.is_object() ? v.size() : 0;
+  if (v.is_structured()) {
+    for (const json& item : v) most = std::max(most, largestObject(item));
+  }
+  return most;
+}
+
+// "tools": an array of {"type": "function", "function": {"name": ..., ...}}, each returned as
+// the templates' tojson writes it, in the client's key order (from `body`, parsed again).
+std::vector<std::string> toolsIn(const json& j, const std::string& body) {
+  const json* tools = field(j, "tools");
+  if (!tools) return {};
+  if (!tools->is_array()) badParam("tools", "'tools' must be an array");
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& t = (*tools)[i];
+    const std::string param = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function") {
+      badParam(param + ".type", "'" + param + "' must be {\"type\": \"function\", ...}");
+    }
+    const json* function = field(t, "function");
+    const json* name = function && function->is_object() ? field(*function, "name") : nullptr;
+    if (!name || !name->is_string() || name->get_ref<const std::string&>().empty()) {
+      badParam(param + ".function.name",
+               "'" + param + ".function.name' must be a non-empty string");
+    }
+  }
+  if (const size_t most = largestObject(j); most > kMaxObjectMembersWithTools) {
+    badParam("tools", "a request with tools may not hold an object of more than " +
+                          std::to_string(kMaxObjectMembersWithTools) + " members; it has one of " +
+                          std::to_string(most));
+  }
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body);
+  std::vector<std::string> out;
+  for (const nlohmann::ordered_json& t : ordered.at("tools")) out.push_back(pythonJsonText(t));
+  return out;
+}
+
+// An assistant message's "tool_calls": [{"id", "type": "function", "function": {"name",
+// "arguments": "<JSON object text>"}}].
+std::vector<model::ToolCall> toolCallsIn(const json& m, const std::string& param) {
+  const json* calls = field(m, "tool_calls");
+  if (!calls) return {};
+  if (!calls->is_array()) badParam(param + ".tool_calls", "'tool_calls' must be an array");
+  std::vector<model::ToolCall> out;
+  for (size_t c = 0; c < calls->size(); ++c) {
+    const std::string at = param + ".tool_calls[" + std::to_string(c) + "]";
+    const json& call = (*calls)[c];
+    const json* function = call.is_object() ? field(call, "function") : nullptr;
+    const json* name = function && function->is_object() ? field(*function, "name") : nullptr;
+    if (!name || !name->is_string() || name->get_ref<const std::string&>().empty()) {
+      badParam(at + ".function.name", "'" + at + ".function.name' must be a non-empty string");
+    }
+    const json* arguments = field(*function, "arguments");
+    if (!arguments || !arguments->is_string()) {
+      badParam(at + ".function.arguments",
+               "'" + at + ".function.arguments' must be a string holding a JSON object");
+    }
+    const std::string& text = arguments->get_ref<const std::string&>();
+    checkJsonBounds(text);
+    const auto parsed = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (parsed.is_discarded() || !parsed.is_object()) {
+      badParam(at + ".function.arguments",
+               "'" + at + ".function.arguments' is not a JSON object: " + clipForMessage(text));
+    }
+    out.push_back({name->get<std::string>(), pythonJsonText(parsed)});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string clipForMessage(std::string_view s, size_t maxBytes) {
@@ -206,13 +283,21 @@ ChatRequest parseChatRequest(const std::string& body) {
     std::string roleName = role->get<std::string>();
     // "developer" is OpenAI's newer name for the system role.
     if (roleName == "developer") roleName = "system";
-    if (roleName != "system" && roleName != "user" && roleName != "assistant") {
-      badParam(param + ".role", "role '" + clipForMessage(roleName) +
-                                    "' is not supported (system, developer, user, assistant)");
+    if (roleName != "system" && roleName != "user" && roleName != "assistant" &&
+        roleName != "tool") {
+      badParam(param + ".role",
+               "role '" + clipForMessage(roleName) +
+                   "' is not supported (system, developer, user, assistant, tool)");
     }
+    model::ChatMessage message{roleName, ""};
+    if (roleName == "assistant") message.toolCalls = toolCallsIn(m, param);
     const json* content = field(m, "content");
-    if (!content) badParam(param + ".content", "'" + param + ".content' is required");
-    r.messages.push_back({roleName, contentText(*content, i)});
+    // An assistant message that calls tools may have no text (OpenAI sends null).
+    if (!content && message.toolCalls.empty()) {
+      badParam(param + ".content", "'" + param + ".content' is required");
+    }
+    if (content) message.content = contentText(*content, i);
+    r.messages.push_back(std::move(message));
   }
   if (r.messages.back().role == "assistant") {
     badParam("messages", "the last message must not be the assistant's (nothing to reply to)");
@@ -239,6 +324,20 @@ ChatRequest parseChatRequest(const std::string& body) {
       badParam(name, "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
     }
     r.reasoningEffort = value;
+  }
+  r.tools = toolsIn(j, body);
+  if (const json* choice = field(j, "tool_choice")) {
+    const std::string name = choice->is_string() ? choice->get<std::string>() : std::string();
+    if (name == "none") {
+      r.tools.clear();
+    } else if (name != "auto") {
+      badParam("tool_choice",
+               "'tool_choice' must be \"auto\" or \"none\": this server cannot force a call "
+               "(\"required\" or a named function)");
+    }
+  }
+  if (const json* parallel = field(j, "parallel_tool_calls"); parallel && !parallel->is_boolean()) {
+    badParam("parallel_tool_calls", "'parallel_tool_calls' must be true or false");
   }
   if (const json* format = field(j, "reasoning_format")) {
     const std::string name = format->is_string() ? format->get<std::string>() : std::string();
@@ -281,9 +380,13 @@ std::string finishReasonFor(std::string_view name) {
 
 json chatCompletionJson(const std::string& id, int64_t created, const std::string& model,
                         const std::string& text, const std::string& finishReason,
-                        const Usage& usage, const std::string& reasoning) {
+                        const Usage& usage, const std::string& reasoning, const json& toolCalls) {
   json message = {{"role", "assistant"}, {"content", text}};
   if (!reasoning.empty()) message["reasoning_content"] = reasoning;
+  if (!toolCalls.empty()) {
+    message["tool_calls"] = toolCalls;
+    if (text.empty()) message["content"] = nullptr;
+  }
   return {{"id", id},
           {"object", "chat.completion"},
           {"created", created},
@@ -311,7 +414,8 @@ json completionJson(const std::string& id, int64_t created, const std::string& m
 json chatChunkJson(const std::string& id, int64_t created, const std::string& model,
                    const std::optional<std::string>& role,
                    const std::optional<std::string>& content, const std::string& finishReason,
-                   const Usage* usage, const std::optional<std::string>& reasoning) {
+                   const Usage* usage, const std::optional<std::string>& reasoning,
+                   const json& toolCalls) {
   json out = {
       {"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}};
   if (usage) {
@@ -323,6 +427,7 @@ json chatChunkJson(const std::string& id, int64_t created, const std::string& mo
   if (role) delta["role"] = *role;
   if (content) delta["content"] = *content;
   if (reasoning) delta["reasoning_content"] = *reasoning;
+  if (!toolCalls.empty()) delta["tool_calls"] = toolCalls;
   out["choices"] =
       json::array({{{"index", 0},
                     {"delta", delta},

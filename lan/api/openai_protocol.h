@@ -62,7 +62,10 @@ struct SamplingRequest {
 
 struct ChatRequest {
   SamplingRequest sampling;
-  std::vector<model::ChatMessage> messages;  // at least one; roles system/user/assistant
+  // At least one; roles system, user, assistant and tool (a tool's result; "developer" is read
+  // as system). An assistant message's tool_calls come with their arguments as the templates'
+  // tojson writes them (pythonJsonText, tool_calls.h).
+  std::vector<model::ChatMessage> messages;
   // "reasoning_format": "auto" (default; "deepseek" too) returns a leading <think> block as
   // message.reasoning_content (delta.reasoning_content when streaming), as llama-server and
   // DeepSeek's API do; "none" leaves it in the content.
@@ -74,6 +77,11 @@ struct ChatRequest {
   // chat_template_kwargs, as llama-server does): the effort a harmony model (gpt-oss) is asked
   // for; empty: the template's default. Other formats ignore it.
   std::string reasoningEffort;
+  // "tools": each function offered, as the templates' tojson writes it (pythonJsonText). Empty
+  // when none were offered or "tool_choice" is "none". A reply may then call them (the server
+  // finds the calls); "tool_choice" "required" or a named function is refused, since nothing
+  // here can force a call.
+  std::vector<std::string> tools;
 };
 
 struct CompletionRequest {
@@ -119,10 +127,12 @@ struct Usage {
 std::string finishReasonFor(std::string_view shoalFinishName);
 
 // Whole responses (stream = false).
-// reasoning: the reply's reasoning_content (omitted when empty).
+// reasoning: the reply's reasoning_content (omitted when empty). toolCalls: message.tool_calls
+// (omitted when empty; content is then null where the reply had no text).
 nlohmann::json chatCompletionJson(const std::string& id, int64_t created, const std::string& model,
                                   const std::string& text, const std::string& finishReason,
-                                  const Usage& usage, const std::string& reasoning = {});
+                                  const Usage& usage, const std::string& reasoning = {},
+                                  const nlohmann::json& toolCalls = nlohmann::json::array());
 nlohmann::json completionJson(const std::string& id, int64_t created, const std::string& model,
                               const std::string& text, const std::string& finishReason,
                               const Usage& usage);
@@ -130,12 +140,13 @@ nlohmann::json completionJson(const std::string& id, int64_t created, const std:
 // One stream chunk. For chat: the first chunk carries the role, later ones content, the last one
 // an empty delta with the finish reason; `finishReason` empty means null. `usage` set: the
 // trailing usage chunk (empty choices), sent when stream_options.include_usage asked for it.
-// `reasoning` set: delta.reasoning_content.
+// `reasoning` set: delta.reasoning_content. `toolCalls` non-empty: delta.tool_calls.
 nlohmann::json chatChunkJson(const std::string& id, int64_t created, const std::string& model,
                              const std::optional<std::string>& role,
                              const std::optional<std::string>& content,
                              const std::string& finishReason, const Usage* usage = nullptr,
-                             const std::optional<std::string>& reasoning = std::nullopt);
+                             const std::optional<std::string>& reasoning = std::nullopt,
+                             const nlohmann::json& toolCalls = nlohmann::json::array());
 nlohmann::json completionChunkJson(const std::string& id, int64_t created, const std::string& model,
                                    const std::string& text, const std::string& finishReason,
                                    const Usage* usage = nullptr);

@@ -10,6 +10,8 @@
 // Any input either passes or is refused with an ApiError carrying a 4xx status and a short
 // message (never a flood quoted back), under two policies (loopback without a key; beyond
 // loopback with a key); never a crash, a deep recursion, an over-read or another exception.
+// The body is also read as a model's reply with tool calls in it (ToolCallSplit, readToolCall):
+// what a model writes is as untrusted as what a client sends.
 //
 //   ./build-fuzz/tests/fuzz/fuzz_api -max_total_time=60 tests/fuzz/corpus/api
 
@@ -19,8 +21,10 @@
 #include <string>
 #include <string_view>
 
+#include "engine/runtime/tool_call_split.h"
 #include "lan/api/openai_protocol.h"
 #include "lan/api/request_guard.h"
+#include "lan/api/tool_calls.h"
 
 namespace {
 
@@ -76,6 +80,15 @@ void fuzzBody(const std::string& body) {
     if (r.prompt.empty() || r.sampling.model.empty()) std::abort();
   } catch (const ApiError& e) {
     checkError(e);
+  }
+  // As a reply: every call found either reads as a call with a name and an object's arguments,
+  // or is refused; nothing throws.
+  for (const std::string& call : shoal::runtime::ToolCallSplit::split(body).calls) {
+    if (const auto read = readToolCall(call)) {
+      if (read->name.empty() || read->arguments.empty() || read->arguments.front() != '{') {
+        std::abort();
+      }
+    }
   }
 }
 

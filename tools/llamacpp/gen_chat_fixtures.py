@@ -66,6 +66,60 @@ CONVERSATIONS = {
     ],
 }
 
+# The tools the tool conversations offer (OpenAI's `tools`): key order, a quote, a newline and
+# non-ASCII text in them check that Shoal writes each as the templates' `tojson` does.
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "The city, e.g. \"Zürich\""},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Adds two numbers.\nReturns their sum.",
+        "parameters": {"type": "object", "properties": {
+            "a": {"type": "number"}, "b": {"type": "number", "default": 0.5}},
+            "required": ["a"]}}},
+]
+
+
+def call(name, arguments):
+    """An assistant's tool call as clients send it (arguments as an object, as llama.cpp's server
+    hands them to templates), with `arguments_text`, json.dumps of them, for the C++ test."""
+    return {"type": "function", "function": {
+        "name": name, "arguments": arguments,
+        "arguments_text": json.dumps(arguments, ensure_ascii=False)}}
+
+
+# Conversations rendered with TOOLS offered, for the formats with tool calls.
+TOOL_CONVERSATIONS = {
+    "tools_one_turn": [{"role": "user", "content": "Weather in Zürich?"}],
+    "tools_calls_and_results": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Weather in Paris, and 2+3?"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [call("get_weather", {"city": "Paris"}), call("add", {"a": 2, "b": 3})]},
+        {"role": "tool", "content": "18 °C, sunny"},
+        {"role": "tool", "content": "5"},
+    ],
+    "tools_call_after_text_then_answer": [
+        {"role": "user", "content": "Is it cold in Oslo?"},
+        {"role": "assistant", "content": "Let me check.",
+         "tool_calls": [call("get_weather", {"unit": "celsius", "city": "Oslo"})]},
+        {"role": "tool", "content": "{\"temp\": -3}"},
+        {"role": "assistant", "content": "Yes: -3 °C."},
+        {"role": "user", "content": "Thanks."},
+    ],
+    # A thinking model's tool step: its reasoning stays (it is after the last user query).
+    "tools_reasoning_step": [
+        {"role": "user", "content": "Add 2 and 3."},
+        {"role": "assistant", "content": "<think>\nUse the tool.\n</think>\n\n",
+         "tool_calls": [call("add", {"a": 2, "b": 3})]},
+        {"role": "tool", "content": "5"},
+    ],
+}
+TOOL_FORMATS = ("chatml", "qwen3")
+
 # Conversations that end with the assistant's turn are rendered without the generation prompt.
 ENDS_WITH_ASSISTANT = {"history_ends_with_assistant", "reasoning_at_end"}
 
@@ -80,14 +134,14 @@ def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
-def render(source, messages, eos, add_generation_prompt):
+def render(source, messages, eos, add_generation_prompt, tools=None):
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: DATE.strftime(fmt)
     template = env.from_string(source)
     return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                           bos_token="", eos_token=eos)
+                           bos_token="", eos_token=eos, tools=tools)
 
 
 def main():
@@ -114,6 +168,17 @@ def main():
                               "text": render(source, messages, eos, add)})
                 print(f"{fmt} {name} add_generation_prompt={add}: "
                       f"{len(cases[-1]['text'])} chars")
+        if fmt not in TOOL_FORMATS:
+            continue
+        for name, messages in TOOL_CONVERSATIONS.items():
+            if fmt == "chatml" and name == "tools_reasoning_step":
+                continue
+            cases.append({"format": fmt, "template": file, "conversation": name,
+                          "messages": messages, "add_generation_prompt": True,
+                          "tools": TOOLS,
+                          "tools_text": [json.dumps(t, ensure_ascii=False) for t in TOOLS],
+                          "text": render(source, messages, eos, True, TOOLS)})
+            print(f"{fmt} {name} with tools: {len(cases[-1]['text'])} chars")
 
     doc = {
         "meta": {
@@ -124,7 +189,9 @@ def main():
                       "template's own rendering (jinja2, trim_blocks and lstrip_blocks, "
                       "bos_token empty, strftime_now fixed to `date`). Shoal must recognise "
                       "`format` from the source and render the same text, with the harmony "
-                      "renderer's current date set to `date`."),
+                      "renderer's current date set to `date`. A case with `tools` offers them "
+                      "(`tools_text`: each as json.dumps writes it, which is what `tojson` "
+                      "gives); a tool call's `arguments_text` is json.dumps of its arguments."),
         },
         "templates": sources,
         "cases": cases,

@@ -6,7 +6,8 @@ Checks: models list; non-streamed and streamed chat completions with the default
 counts, finish reasons); errors in OpenAI's shape (unknown model 404, bad parameter 400, malformed
 JSON 400 via curl, context overflow 400, missing API key 401, full queue 429 with Retry-After);
 16 concurrent streamed requests (batched together, 4 at a time) each stream exactly the text the
-same request gets alone; a client that disconnects mid-stream cancels its generation; 16 sequences
+same request gets alone; a client that disconnects mid-stream cancels its generation; a tool
+conversation as the client sends it is answered, a forced call refused; 16 sequences
 of ~512 tokens fill 16 slots within the KV budget while a 17th waits and an 18th gets 429.
 
 Run by CTest (tests/integration/api/CMakeLists.txt). Exit 77 = skipped (no model, no network for
@@ -206,6 +207,45 @@ def check_errors_via_client(client, model):
         raise AssertionError("n=2 was accepted")
     except openai.BadRequestError as e:
         assert e.param == "n", e.param
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+
+
+def check_tools_through_the_client(client, model):
+    """What the client sends for a tool conversation (its own tool_calls and tool messages, content
+    None) is accepted and answered; a forced call is refused. Whether SmolLM2 calls the tool is
+    its business: it was not trained to, so the reply may be text (test_api_tool_calls checks
+    that calls in a reply come back as tool_calls)."""
+    import openai
+    history = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
+    ]
+    r = client.chat.completions.create(model=model, temperature=0, max_tokens=16,
+                                       tools=[WEATHER_TOOL], messages=history)
+    choice = r.choices[0]
+    assert choice.finish_reason in ("stop", "length", "tool_calls"), choice.finish_reason
+    for call in choice.message.tool_calls or []:
+        assert call.type == "function" and call.function.name, call
+        json.loads(call.function.arguments)
+    assert r.usage.prompt_tokens > 100, r.usage  # the tools block is in the prompt
+    plain = client.chat.completions.create(model=model, temperature=0, max_tokens=16,
+                                           tools=[WEATHER_TOOL], tool_choice="none",
+                                           messages=history[:1])
+    assert plain.usage.prompt_tokens < r.usage.prompt_tokens, (plain.usage, r.usage)
+    try:
+        client.chat.completions.create(model=model, max_tokens=4, tools=[WEATHER_TOOL],
+                                       tool_choice="required", messages=history[:1])
+        raise AssertionError("tool_choice=required was accepted")
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and e.param == "tool_choice", (e.status_code, e.param)
 
 
 def check_malformed_json_with_curl(port):
@@ -414,6 +454,7 @@ def main():
             ("chat, streamed", lambda: check_chat_streamed(client, model)),
             ("completion", lambda: check_completion(client, model)),
             ("errors through the client", lambda: check_errors_via_client(client, model)),
+            ("tools through the client", lambda: check_tools_through_the_client(client, model)),
             ("malformed JSON with curl", lambda: check_malformed_json_with_curl(node.port)),
             ("16 concurrent streams", lambda: check_concurrent_streams(client, model, node)),
             ("disconnect cancels", lambda: check_disconnect_cancels(node, model)),

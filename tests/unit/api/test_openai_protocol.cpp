@@ -2,8 +2,10 @@
 // the shape of what the server sends back.
 
 #include <QtTest>
+#include <fstream>
 
 #include "lan/api/openai_protocol.h"
+#include "lan/api/tool_calls.h"
 
 using namespace shoal::api;
 using nlohmann::json;
@@ -21,6 +23,30 @@ ApiError chatError(const std::string& body) {
 }
 
 const char* kHello = R"("messages":[{"role":"user","content":"hi"}])";
+
+// Bodies with escapes in them, as plain literals outside the test class (moc reads raw strings
+// as plain ones, and these would throw off its reading of the class).
+const std::string kToolsRequest =
+    "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":"
+    "\"auto\","
+    "\"parallel_tool_calls\":true,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"z\":{\"type\":\"string\","
+    "\"description\":"
+    "\"\\\"Zürich\\\"\\n\"},\"a\":{\"type\":\"number\"}}}}}]}";
+// Its tool as json.dumps writes it: the client's key order, ", " and ": ", non-ASCII as is.
+const std::string kToolsRequestTool =
+    "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+    "\"object\", \"properties\": {\"z\": {\"type\": \"string\", \"description\": "
+    "\"\\\"Zürich\\\"\\n\"}, "
+    "\"a\": {\"type\": \"number\"}}}}}";
+const std::string kCallsRequest =
+    "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+    "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"b\\\":1,\\\"a\\\":[true,null,2.5]}\"}}]},"
+    "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"ok\"}]}";
+// A string of control characters as json.dumps writes it.
+const std::string kControlCharactersText = "\"a\\u0001\\u001fb\\t\"";
+const std::string kStringArgumentsCall = "{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}";
 
 }  // namespace
 
@@ -109,8 +135,124 @@ class TestOpenAiProtocol : public QObject {
   }
 
   void unknownRoleIsRefused() {
-    const ApiError e = chatError(R"({"model":"m","messages":[{"role":"tool","content":"x"}]})");
+    const ApiError e = chatError(R"({"model":"m","messages":[{"role":"function","content":"x"}]})");
     QCOMPARE(QString::fromStdString(e.param()), QString("messages[0].role"));
+  }
+
+  void toolsAreReadInTheClientsKeyOrderAsTojsonWritesThem() {
+    const ChatRequest r = parseChatRequest(kToolsRequest);
+    QCOMPARE(r.tools.size(), size_t(1));
+    QCOMPARE(QString::fromStdString(r.tools[0]), QString::fromStdString(kToolsRequestTool));
+  }
+
+  void toolChoiceNoneOffersNoToolsAndForcingACallIsRefused() {
+    const std::string tools = R"("tools":[{"type":"function","function":{"name":"f"}}])";
+    QVERIFY(parseChatRequest(std::string(R"({"model":"m",)") + kHello + "," + tools +
+                             R"(,"tool_choice":"none"})")
+                .tools.empty());
+    for (const char* choice : {R"("required")", R"({"type":"function","function":{"name":"f"}})"}) {
+      const ApiError e = chatError(std::string(R"({"model":"m",)") + kHello + "," + tools +
+                                   R"(,"tool_choice":)" + choice + "}");
+      QCOMPARE(e.status(), 400);
+      QCOMPARE(QString::fromStdString(e.param()), QString("tool_choice"));
+    }
+  }
+
+  void malformedToolsAreRefusedNamingTheParameter() {
+    const std::pair<const char*, const char*> cases[] = {
+        {R"("tools":{"type":"function"})", "tools"},
+        {R"("tools":[{"type":"retrieval"}])", "tools[0].type"},
+        {R"("tools":[{"type":"function","function":{"description":"no name"}}])",
+         "tools[0].function.name"},
+        {R"("tools":[{"type":"function","function":{"name":""}}])", "tools[0].function.name"},
+        {R"("tools":[],"parallel_tool_calls":"yes")", "parallel_tool_calls"},
+    };
+    for (const auto& [fields, param] : cases) {
+      const ApiError e = chatError(std::string(R"({"model":"m",)") + kHello + "," + fields + "}");
+      QCOMPARE(e.status(), 400);
+      QCOMPARE(QString::fromStdString(e.param()), QString(param));
+    }
+  }
+
+  void aRequestWithToolsMayNotHoldAHugeObject() {
+    std::string big = "{";
+    for (int i = 0; i < 1100; ++i) big += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+    big += "}";
+    const ApiError e = chatError(
+        std::string(R"({"model":"m",)") + kHello +
+        R"(,"tools":[{"type":"function","function":{"name":"f","parameters":)" + big + "}}]}");
+    QCOMPARE(e.status(), 400);
+    QCOMPARE(QString::fromStdString(e.param()), QString("tools"));
+  }
+
+  void assistantToolCallsAndToolResultsAreRead() {
+    const ChatRequest r = parseChatRequest(kCallsRequest);
+    QCOMPARE(r.messages.size(), size_t(3));
+    QCOMPARE(QString::fromStdString(r.messages[1].content), QString());
+    QCOMPARE(r.messages[1].toolCalls.size(), size_t(1));
+    QCOMPARE(QString::fromStdString(r.messages[1].toolCalls[0].name), QString("f"));
+    QCOMPARE(QString::fromStdString(r.messages[1].toolCalls[0].arguments),
+             QString(R"({"b": 1, "a": [true, null, 2.5]})"));
+    QCOMPARE(QString::fromStdString(r.messages[2].role), QString("tool"));
+    QCOMPARE(QString::fromStdString(r.messages[2].content), QString("ok"));
+  }
+
+  void toolCallArgumentsMustBeAJsonObject() {
+    for (const char* arguments : {"\"{not json\"", "\"[1]\"", "{\"a\":1}"}) {
+      const ApiError e =
+          chatError(std::string(R"({"model":"m","messages":[{"role":"user","content":"hi"},)") +
+                    R"({"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":)" +
+                    arguments + R"(}}]},{"role":"user","content":"x"}]})");
+      QCOMPARE(e.status(), 400);
+      QCOMPARE(QString::fromStdString(e.param()),
+               QString("messages[1].tool_calls[0].function.arguments"));
+    }
+    // Without calls, an assistant message still needs content.
+    const ApiError e = chatError(
+        R"({"model":"m","messages":[{"role":"assistant"},{"role":"user","content":"x"}]})");
+    QCOMPARE(QString::fromStdString(e.param()), QString("messages[0].content"));
+  }
+
+  // pythonJsonText writes what the templates' tojson (json.dumps) wrote for the fixtures.
+  void pythonJsonTextMatchesJsonDumpsOnTheChatFixtures() {
+    std::ifstream in(std::string(SHOAL_FIXTURES_DIR) + "/chat_templates.json");
+    const auto doc = nlohmann::ordered_json::parse(in);
+    int checked = 0;
+    for (const auto& c : doc["cases"]) {
+      if (!c.contains("tools")) continue;
+      for (size_t i = 0; i < c["tools"].size(); ++i) {
+        QCOMPARE(QString::fromStdString(pythonJsonText(c["tools"][i])),
+                 QString::fromStdString(c["tools_text"][i].get<std::string>()));
+        ++checked;
+      }
+      for (const auto& m : c["messages"]) {
+        for (const auto& call : m.value("tool_calls", nlohmann::ordered_json::array())) {
+          QCOMPARE(QString::fromStdString(pythonJsonText(call["function"]["arguments"])),
+                   QString::fromStdString(call["function"]["arguments_text"].get<std::string>()));
+          ++checked;
+        }
+      }
+    }
+    QVERIFY(checked >= 10);
+    // Control characters other than the named escapes, as Python writes them.
+    QCOMPARE(QString::fromStdString(pythonJsonText(nlohmann::ordered_json("a\x01\x1f"
+                                                                          "b\t"))),
+             QString::fromStdString(kControlCharactersText));
+  }
+
+  void readToolCallTakesObjectOrStringArgumentsAndRefusesTheRest() {
+    auto read = [](std::string_view body) { return readToolCall(body); };
+    QCOMPARE(QString::fromStdString(read(R"({"name": "f", "arguments": {"x": 1}})")->arguments),
+             QString(R"({"x":1})"));
+    QCOMPARE(QString::fromStdString(read(kStringArgumentsCall)->arguments), QString(R"({"x":1})"));
+    QCOMPARE(QString::fromStdString(read(R"({"name": "f"})")->arguments), QString("{}"));
+    for (const char* bad :
+         {"", "{", "[]", R"({"arguments": {}})", R"({"name": 3})",
+          R"({"name": "f", "arguments": 5})", R"({"name": "f", "arguments": "[1]"})"}) {
+      QVERIFY2(!read(bad), bad);
+    }
+    std::string deep(100, '[');
+    QVERIFY(!read(R"({"name": "f", "arguments": {"a": )" + deep + "}}"));
   }
 
   void completionPromptMayBeAOneStringArray() {
@@ -215,7 +357,7 @@ class TestOpenAiProtocol : public QObject {
     const std::string deep =
         std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']');
     const ChatRequest r =
-        parseChatRequest(std::string(R"({"model":"m","tools":)") + deep + "," + kHello + "}");
+        parseChatRequest(std::string(R"({"model":"m","metadata":)") + deep + "," + kHello + "}");
     QCOMPARE(r.messages.size(), size_t{1});
   }
 

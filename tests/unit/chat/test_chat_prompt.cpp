@@ -58,6 +58,29 @@ class TestChatPrompt : public QObject {
                 .contains(QString("number %1 ").arg(p.droppedTurns)));
   }
 
+  void aToolExchangeIsDroppedWithItsTurn() {
+    // Turn 0 calls a tool (call, two results, the answer); turn 1 is plain; then the question.
+    model::ChatMessage call{"assistant", ""};
+    call.toolCalls.push_back({"lookup", R"({"q": "fish"})"});
+    std::vector<model::ChatMessage> messages = {{"system", "Be brief."},
+                                                {"user", "Question number 0 about shoals?"},
+                                                call,
+                                                {"tool", std::string(400, 'r')},
+                                                {"tool", "second result"},
+                                                {"assistant", "Answer number 0."},
+                                                {"user", "Question number 1?"},
+                                                {"assistant", "Answer number 1."},
+                                                {"user", "And the last question?"}};
+    const auto whole = m_tok->encode(model::renderChat(m_template, messages, true), true, true);
+    const auto p = model::buildChatPrompt(*m_tok, m_template, messages,
+                                          static_cast<int32_t>(whole.size()) - 16, 16);
+    QVERIFY(p.fits);
+    QCOMPARE(p.droppedTurns, 1);
+    // Nothing of turn 0 is left: no orphaned tool results after the system message.
+    QCOMPARE(messages.size(), size_t(4));
+    QCOMPARE(QString::fromStdString(messages[1].content), QString("Question number 1?"));
+  }
+
   void newestMessageThatCannotFitIsReported() {
     std::vector<model::ChatMessage> messages = {{"user", std::string(2000, 'x')}};
     const auto p = model::buildChatPrompt(*m_tok, m_template, messages, 64, 16);

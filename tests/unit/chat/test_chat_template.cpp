@@ -133,8 +133,32 @@ class TestChatTemplate : public QObject {
     QVERIFY_THROWS_EXCEPTION(shoal::Error, renderChat(ChatFormat::Llama2, messages, true));
     QVERIFY_THROWS_EXCEPTION(shoal::Error, renderChat(ChatFormat::Mistral, messages, true));
     QVERIFY_THROWS_EXCEPTION(shoal::Error, renderChat(ChatFormat::Gemma, messages, true));
+    // ChatML writes a tool's result as Qwen2.5's template does (a user turn of responses).
     QCOMPARE(q(renderChat(ChatFormat::ChatML, messages, false)),
-             q("<|im_start|>user\nHi<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n"));
+             q("<|im_start|>user\nHi<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n"
+               "</tool_response><|im_end|>\n"));
+  }
+
+  void formatsWithoutToolCallsRefuseToolsAndCalls() {
+    ChatTemplate gemma;
+    gemma.format = ChatFormat::Gemma;
+    gemma.tools = {R"({"type": "function", "function": {"name": "f"}})"};
+    const std::vector<ChatMessage> ask = {{"user", "Hi"}};
+    QVERIFY_THROWS_EXCEPTION(shoal::Error, renderChat(gemma, ask, true));
+    ChatMessage called{"assistant", ""};
+    called.toolCalls.push_back({"f", "{}"});
+    const std::vector<ChatMessage> withCall = {{"user", "Hi"}, called, {"user", "Go on"}};
+    for (ChatFormat f :
+         {ChatFormat::Llama3, ChatFormat::Phi3, ChatFormat::Harmony, ChatFormat::MistralV7}) {
+      QVERIFY_THROWS_EXCEPTION(shoal::Error, renderChat(f, withCall, true));
+      ChatTemplate t;
+      t.format = f;
+      t.tools = gemma.tools;
+      QVERIFY_THROWS_EXCEPTION(shoal::Error, renderChat(t, ask, true));
+      QVERIFY(!shoal::model::chatFormatHasToolCalls(f));
+    }
+    QVERIFY(shoal::model::chatFormatHasToolCalls(ChatFormat::ChatML));
+    QVERIFY(shoal::model::chatFormatHasToolCalls(ChatFormat::Qwen3));
   }
 
   void detectsChatMlFromQwenTemplate() {
@@ -216,7 +240,15 @@ class TestChatTemplate : public QObject {
     tmpl.currentDate = doc["meta"]["date"].get<std::string>();
     std::vector<ChatMessage> messages;
     for (const auto& m : c["messages"]) {
-      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      ChatMessage message{m["role"].get<std::string>(), m["content"].get<std::string>()};
+      for (const auto& call : m.value("tool_calls", nlohmann::json::array())) {
+        message.toolCalls.push_back({call["function"]["name"].get<std::string>(),
+                                     call["function"]["arguments_text"].get<std::string>()});
+      }
+      messages.push_back(std::move(message));
+    }
+    for (const auto& tool : c.value("tools_text", nlohmann::json::array())) {
+      tmpl.tools.push_back(tool.get<std::string>());
     }
     QCOMPARE(q(renderChat(tmpl, messages, c["add_generation_prompt"].get<bool>())),
              q(c["text"].get<std::string>()));

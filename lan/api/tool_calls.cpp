@@ -1,0 +1,132 @@
+#include "lan/api/tool_calls.h"
+
+#include <cstdio>
+
+#include "lan/json/json_bounds.h"
+
+namespace shoal::api {
+namespace {
+
+using Ordered = nlohmann::ordered_json;
+
+// json.dumps's string form with ensure_ascii=False: only '"', '\' and control characters are
+// escaped (\n, \r, \t, \b, \f by name, the rest as \u00xx in lower-case hex).
+void appendPythonString(std::string& out, const std::string& s) {
+  out += '"';
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  out += '"';
+}
+
+void appendPython(std::string& out, const Ordered& v) {
+  switch (v.type()) {
+    case Ordered::value_t::object: {
+      out += '{';
+      bool first = true;
+      for (const auto& [key, item] : v.items()) {
+        if (!first) out += ", ";
+        first = false;
+        appendPythonString(out, key);
+        out += ": ";
+        appendPython(out, item);
+      }
+      out += '}';
+      return;
+    }
+    case Ordered::value_t::array: {
+      out += '[';
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i > 0) out += ", ";
+        appendPython(out, v[i]);
+      }
+      out += ']';
+      return;
+    }
+    case Ordered::value_t::string:
+      appendPythonString(out, v.get_ref<const std::string&>());
+      return;
+    default:  // numbers, booleans and null: json.dumps spells them as JSON does
+      out += v.dump();
+  }
+}
+
+// Parses model-written JSON that stays within the API's bounds; nullopt otherwise.
+std::optional<Ordered> parseBounded(std::string_view text) {
+  if (!lan::jsonBoundsViolation(text, lan::JsonBounds{}).empty()) return std::nullopt;
+  Ordered v = Ordered::parse(text, nullptr, false);
+  if (v.is_discarded()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::string pythonJsonText(const nlohmann::ordered_json& value) {
+  std::string out;
+  appendPython(out, value);
+  return out;
+}
+
+std::optional<ReplyToolCall> readToolCall(std::string_view body) {
+  const std::optional<Ordered> call = parseBounded(body);
+  if (!call || !call->is_object()) return std::nullopt;
+  const auto name = call->find("name");
+  if (name == call->end() || !name->is_string() || name->get_ref<const std::string&>().empty()) {
+    return std::nullopt;
+  }
+  ReplyToolCall out{name->get<std::string>(), "{}"};
+  const auto arguments = call->find("arguments");
+  if (arguments == call->end() || arguments->is_null()) return out;
+  if (arguments->is_object()) {
+    out.arguments = arguments->dump();
+  } else if (arguments->is_string()) {
+    const std::optional<Ordered> inner = parseBounded(arguments->get_ref<const std::string&>());
+    if (!inner || !inner->is_object()) return std::nullopt;
+    out.arguments = inner->dump();
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+nlohmann::json toolCallJson(const ReplyToolCall& call, const std::string& id,
+                            std::optional<int32_t> index) {
+  nlohmann::json j = {{"id", id},
+                      {"type", "function"},
+                      {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+  if (index) j["index"] = *index;
+  return j;
+}
+
+}  // namespace shoal::api
