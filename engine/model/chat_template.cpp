@@ -20,10 +20,11 @@ struct FormatName {
   std::string_view name;
 };
 
-constexpr std::array<FormatName, 9> kFormatNames = {{
+constexpr std::array<FormatName, 10> kFormatNames = {{
     {ChatFormat::ChatML, "chatml"},
     {ChatFormat::Qwen3, "qwen3"},
     {ChatFormat::Llama3, "llama3"},
+    {ChatFormat::Llama31, "llama3.1"},
     {ChatFormat::Llama2, "llama2"},
     {ChatFormat::Gemma, "gemma"},
     {ChatFormat::Mistral, "mistral"},
@@ -291,8 +292,7 @@ std::string renderHarmony(const std::vector<ChatMessage>& messages, bool addAssi
 }
 
 // Meta-Llama-3-*-Instruct: <|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
-// after a <|begin_of_text|> BOS. Llama 3.1+ templates also write a "Cutting Knowledge Date"
-// system block; that is not reproduced.
+// after a <|begin_of_text|> BOS. (Llama 3.1 and later: renderLlama31.)
 std::string renderLlama3(const std::vector<ChatMessage>& messages, bool addAssistantPrefix) {
   std::string out;
   for (const ChatMessage& m : messages) {
@@ -301,6 +301,129 @@ std::string renderLlama3(const std::vector<ChatMessage>& messages, bool addAssis
     out += "<|end_header_id|>\n\n";
     out += trim(m.content);
     out += "<|eot_id|>";
+  }
+  if (addAssistantPrefix) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// Python's json.dumps(indent=4) of the JSON text `compact` (as pythonJsonText writes it: ", "
+// and ": " separators): each member and element on a line of its own, indented by four spaces
+// per level, "," ending a line, and empty containers as "{}" and "[]". Lexical: strings are
+// copied as they are.
+std::string indentJson(std::string_view compact) {
+  std::string out;
+  int depth = 0;
+  bool inString = false;
+  auto newline = [&](int level) {
+    out += '\n';
+    out.append(static_cast<size_t>(4 * level), ' ');
+  };
+  for (size_t i = 0; i < compact.size(); ++i) {
+    const char c = compact[i];
+    if (inString) {
+      out += c;
+      if (c == '\\' && i + 1 < compact.size()) {
+        out += compact[++i];
+      } else if (c == '"') {
+        inString = false;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        inString = true;
+        out += c;
+        break;
+      case '{':
+      case '[':
+        out += c;
+        if (i + 1 < compact.size() && (compact[i + 1] == '}' || compact[i + 1] == ']')) {
+          out += compact[++i];  // an empty container stays on its line
+        } else {
+          newline(++depth);
+        }
+        break;
+      case '}':
+      case ']':
+        newline(--depth);
+        out += c;
+        break;
+      case ',':
+        out += ',';
+        newline(depth);
+        if (i + 1 < compact.size() && compact[i + 1] == ' ') ++i;
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// "26 Jul 2024" (strftime's "%d %b %Y") for a YYYY-MM-DD date.
+std::string llamaDate(std::string_view isoDate) {
+  static constexpr std::array<std::string_view, 12> kMonths = {
+      "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  const std::string iso(isoDate);
+  int year = 0, month = 0, day = 0;
+  if (std::sscanf(iso.c_str(), "%d-%d-%d", &year, &month, &day) != 3 || month < 1 || month > 12) {
+    throw Error("chat template: the date '" + iso + "' is not YYYY-MM-DD");
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%02d %s %04d", day,
+                std::string(kMonths[static_cast<size_t>(month - 1)]).c_str(), year);
+  return text;
+}
+
+// Llama 3.1/3.2/3.3 (meta-llama/Llama-3.x-*-Instruct's chat_template, custom tools in the first
+// user message as the templates do by default; no built-in tools): the system turn first,
+// always: "Environment: ipython" when tools are offered, the knowledge cutoff, the date and the
+// system prompt (trimmed). With tools, the first message after it becomes a user turn that
+// lists them (json.dumps with indent 4) before its text. An assistant's call (one per message)
+// is written as {"name": ..., "parameters": ...}, its content dropped; a tool's result is an
+// ipython turn holding its content as a JSON string. Other contents are trimmed.
+std::string renderLlama31(const std::vector<ChatMessage>& messages, bool addAssistantPrefix,
+                          const std::vector<std::string>& tools, std::string_view date) {
+  size_t next = 0;
+  std::string_view system;
+  if (!messages.empty() && messages.front().role == "system") {
+    system = trim(messages.front().content);
+    next = 1;
+  }
+  std::string out = "<|start_header_id|>system<|end_header_id|>\n\n";
+  if (!tools.empty()) out += "Environment: ipython\n";
+  out += "Cutting Knowledge Date: December 2023\nToday Date: " + std::string(date) + "\n\n";
+  out += std::string(system) + "<|eot_id|>";
+  if (!tools.empty()) {
+    if (next == messages.size()) {
+      throw Error("chat format llama3.1: tools go in the first user message, and there is none");
+    }
+    out +=
+        "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please "
+        "respond with a JSON for a function call with its proper arguments that best answers the "
+        "given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
+        "dictionary of argument name and its value}.Do not use variables.\n\n";
+    for (const std::string& tool : tools) out += indentJson(tool) + "\n\n";
+    out += std::string(trim(messages[next].content)) + "<|eot_id|>";
+    ++next;
+  }
+  for (size_t i = next; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (!m.toolCalls.empty()) {
+      if (m.toolCalls.size() != 1) {
+        throw Error("chat format llama3.1: message " + std::to_string(i) + " makes " +
+                    std::to_string(m.toolCalls.size()) + " tool calls; this format takes one");
+      }
+      out += "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"" +
+             m.toolCalls[0].name + "\", \"parameters\": " + m.toolCalls[0].arguments +
+             "}<|eot_id|>";
+    } else if (m.role == "tool" || m.role == "ipython") {
+      out += "<|start_header_id|>ipython<|end_header_id|>\n\n" + pythonJsonQuote(m.content) +
+             "<|eot_id|>";
+    } else {
+      out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" +
+             std::string(trim(m.content)) + "<|eot_id|>";
+    }
   }
   if (addAssistantPrefix) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;
@@ -574,6 +697,19 @@ ChatTemplate detectChatTemplate(std::string_view jinjaTemplate) {
     result.format = contains("<think>") ? ChatFormat::Qwen3 : ChatFormat::ChatML;
     result.defaultSystemPrompt =
         literalSystemTurn(jinjaTemplate, "<|im_start|>system", 1, "<|im_end|>");
+  } else if (contains("<|start_header_id|>") && contains("<|end_header_id|>") &&
+             contains("Cutting Knowledge Date")) {
+    result.format = ChatFormat::Llama31;
+    // 3.1 and 3.3 set date_string to a literal; 3.2 asks strftime_now for today's.
+    constexpr std::string_view kDateLiteral = "set date_string = \"";
+    if (const size_t at = jinjaTemplate.find(kDateLiteral);
+        at != std::string_view::npos && !contains("strftime_now")) {
+      const size_t from = at + kDateLiteral.size();
+      const size_t end = jinjaTemplate.find('"', from);
+      if (end != std::string_view::npos) {
+        result.fixedDate = std::string(jinjaTemplate.substr(from, end - from));
+      }
+    }
   } else if (contains("<|start_header_id|>") && contains("<|end_header_id|>")) {
     result.format = ChatFormat::Llama3;
     result.defaultSystemPrompt = literalSystemTurn(
@@ -596,7 +732,58 @@ ChatFormat detectChatFormat(std::string_view jinjaTemplate) {
 }
 
 bool chatFormatHasToolCalls(ChatFormat format) {
-  return format == ChatFormat::ChatML || format == ChatFormat::Qwen3;
+  return toolCallSyntaxOf(format) != ToolCallSyntax::None;
+}
+
+ToolCallSyntax toolCallSyntaxOf(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::ChatML:
+    case ChatFormat::Qwen3:
+      return ToolCallSyntax::HermesTags;
+    case ChatFormat::Llama31:
+      return ToolCallSyntax::JsonReply;
+    default:
+      return ToolCallSyntax::None;
+  }
+}
+
+std::string pythonJsonQuote(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
 }
 
 namespace {
@@ -615,8 +802,16 @@ void refuseToolsWithout(ChatFormat format, const std::vector<ChatMessage>& messa
   }
 }
 
+// The Llama 3.1 "Today Date:" a template writes: its fixed one, else the current date.
+std::string llama31DateOf(const ChatTemplate& chatTemplate) {
+  if (!chatTemplate.fixedDate.empty()) return chatTemplate.fixedDate;
+  return llamaDate(chatTemplate.currentDate.empty() ? todayUtc() : chatTemplate.currentDate);
+}
+
+// `options` supplies the render options (tools, dates); its format is not read.
 std::string renderFormat(ChatFormat format, const std::vector<ChatMessage>& messages,
-                         bool addAssistantPrefix, const std::vector<std::string>& tools) {
+                         bool addAssistantPrefix, const ChatTemplate& options) {
+  const std::vector<std::string>& tools = options.tools;
   refuseToolsWithout(format, messages, tools);
   switch (format) {
     case ChatFormat::ChatML:
@@ -625,6 +820,8 @@ std::string renderFormat(ChatFormat format, const std::vector<ChatMessage>& mess
       return renderQwen3(messages, addAssistantPrefix, tools);
     case ChatFormat::Llama3:
       return renderLlama3(messages, addAssistantPrefix);
+    case ChatFormat::Llama31:
+      return renderLlama31(messages, addAssistantPrefix, tools, llama31DateOf(options));
     case ChatFormat::Llama2:
       return renderLlama2(messages);
     case ChatFormat::Gemma:
@@ -645,7 +842,7 @@ std::string renderFormat(ChatFormat format, const std::vector<ChatMessage>& mess
 
 std::string renderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
                        bool addAssistantPrefix) {
-  return renderFormat(format, messages, addAssistantPrefix, {});
+  return renderFormat(format, messages, addAssistantPrefix, ChatTemplate{});
 }
 
 std::string harmonyFinalText(std::string_view reply) {
@@ -674,7 +871,7 @@ std::string renderWithDefaultSystem(const ChatTemplate& chatTemplate,
   }
   if (chatTemplate.defaultSystemPrompt.empty() || messages.empty() ||
       messages.front().role == "system") {
-    return renderFormat(chatTemplate.format, messages, addAssistantPrefix, chatTemplate.tools);
+    return renderFormat(chatTemplate.format, messages, addAssistantPrefix, chatTemplate);
   }
   std::string system = chatTemplate.defaultSystemPrompt;
   for (size_t at = system.find(kTodayMarker); at != std::string::npos;
@@ -688,7 +885,7 @@ std::string renderWithDefaultSystem(const ChatTemplate& chatTemplate,
   withSystem.reserve(messages.size() + 1);
   withSystem.push_back({"system", std::move(system)});
   withSystem.insert(withSystem.end(), messages.begin(), messages.end());
-  return renderFormat(chatTemplate.format, withSystem, addAssistantPrefix, chatTemplate.tools);
+  return renderFormat(chatTemplate.format, withSystem, addAssistantPrefix, chatTemplate);
 }
 
 }  // namespace
@@ -710,6 +907,9 @@ std::vector<std::string> chatStopStrings(ChatFormat format) {
       return {"<|im_end|>"};
     case ChatFormat::Llama3:
       return {"<|eot_id|>"};
+    // <|eom_id|> ends a turn that hands over to a tool (Llama 3.1's ipython mode).
+    case ChatFormat::Llama31:
+      return {"<|eot_id|>", "<|eom_id|>"};
     case ChatFormat::Gemma:
       return {"<end_of_turn>"};
     case ChatFormat::Phi3:

@@ -33,7 +33,12 @@ enum class ChatFormat {
   // turns are written without their <think> block, as their templates do. Thinking is steered
   // by the model's own soft switches ("/think", "/no_think" in a user message).
   Qwen3,
-  Llama3,   // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  Llama3,  // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  // Llama 3.1, 3.2 and 3.3: Llama 3 with a system turn always written first ("Cutting Knowledge
+  // Date: December 2023", "Today Date: ..." and the system prompt); with tools, "Environment:
+  // ipython", the tools in the first user turn, a call as {"name": ..., "parameters": ...} and a
+  // tool's result as an ipython turn.
+  Llama31,
   Llama2,   // [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s><s>[INST] ...
   Gemma,    // <start_of_turn>user\n...<end_of_turn>\n, assistant is "model", no system role
   Mistral,  // [INST] ...[/INST] ...</s> (v3), system prompt folded into the last user turn
@@ -65,9 +70,12 @@ struct ChatTemplate {
   // Harmony: the "Reasoning:" effort of the system message (empty: "medium", or "low" when
   // thinking is false: gpt-oss always reasons, it can only be asked to reason less).
   std::string reasoningEffort;
-  // The date templates write (harmony's "Current date:", kTodayMarker), YYYY-MM-DD; empty:
-  // today, UTC.
+  // The date templates write (harmony's "Current date:", kTodayMarker, Llama 3.2's "Today
+  // Date:"), YYYY-MM-DD; empty: today, UTC.
   std::string currentDate;
+  // Llama 3.1 and 3.3 write a fixed "Today Date: 26 Jul 2024" (their templates have no clock);
+  // empty where the template writes the current date (Llama 3.2) or no date.
+  std::string fixedDate;
   // A render option: the tools (OpenAI's `tools[]` entries) the reply may call, each as the
   // templates' `tojson` writes it (see ToolCall::arguments). Only formats with tool calls
   // (chatFormatHasToolCalls) take them; renderChat refuses tools for the others.
@@ -75,9 +83,24 @@ struct ChatTemplate {
 };
 
 // Whether Shoal renders tools, tool calls and tool results in this format, and finds the calls
-// in a reply (ChatML and Qwen3: the Hermes convention Qwen2.5's and Qwen3's templates write,
-// <tool_call>{"name": ..., "arguments": ...}</tool_call>).
+// in a reply: ChatML and Qwen3 (the Hermes convention Qwen2.5's and Qwen3's templates write,
+// <tool_call>{"name": ..., "arguments": ...}</tool_call>), Llama31 (a reply that is one JSON
+// object {"name": ..., "parameters": ...}, see toolCallSyntaxOf).
 bool chatFormatHasToolCalls(ChatFormat format);
+
+// How a format's replies write their calls.
+enum class ToolCallSyntax {
+  None,
+  HermesTags,  // each call a JSON object between kToolCallOpen and kToolCallClose
+  JsonReply,   // the whole reply is one JSON object (after an optional kPythonTag)
+};
+ToolCallSyntax toolCallSyntaxOf(ChatFormat format);
+// Llama 3.1's marker before a call (the models sometimes write it, the template never does).
+inline constexpr std::string_view kPythonTag = "<|python_tag|>";
+
+// A string as Python's json.dumps(s, ensure_ascii=False) writes it (the templates' `tojson` of
+// a string): quoted, with '"', '\' and control characters escaped.
+std::string pythonJsonQuote(std::string_view s);
 
 // Where a reply in a format with tool calls writes each call: the JSON object between these.
 inline constexpr std::string_view kToolCallOpen = "<tool_call>";

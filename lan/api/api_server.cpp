@@ -72,18 +72,18 @@ std::string randomHex() {
   return buf;
 }
 
-// The calls among `bodies` (ToolCallSplit's) as tool_calls entries, numbered from `next` (the
-// `index` of a stream's deltas when `indexed`); a body that is not a call goes back into
-// `content` as the text the model wrote.
-void takeToolCalls(const std::vector<std::string>& bodies, std::string& content, json& calls,
-                   int32_t& next, bool indexed) {
-  for (const std::string& body : bodies) {
-    if (const std::optional<ReplyToolCall> call = readToolCall(body)) {
+// ToolCallSplit's calls as tool_calls entries, numbered from `next` (the `index` of a stream's
+// deltas when `indexed`); one that does not read as a call goes back into `content` as the text
+// the model wrote.
+void takeToolCalls(const std::vector<runtime::ToolCallSplit::Call>& found, std::string& content,
+                   json& calls, int32_t& next, bool indexed) {
+  for (const runtime::ToolCallSplit::Call& c : found) {
+    if (const std::optional<ReplyToolCall> call = readToolCall(c.body)) {
       calls.push_back(toolCallJson(*call, "call_" + randomHex(),
                                    indexed ? std::optional<int32_t>(next) : std::nullopt));
       ++next;
     } else {
-      content += std::string(model::kToolCallOpen) + body + std::string(model::kToolCallClose);
+      content += c.original;
     }
   }
 }
@@ -273,6 +273,7 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
   int droppedTurns = 0;
   bool splitReasoning = false;
   bool toolsOffered = false;
+  const model::ToolCallSyntax toolSyntax = model::toolCallSyntaxOf(m_model.chatTemplate().format);
   if (chat) {
     ChatRequest r = parseChatRequest(req.body);
     sampling = std::move(r.sampling);
@@ -289,8 +290,8 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
       throw ApiError(400, "invalid_request_error", "tools_unsupported",
                      "this model's chat format (" +
                          std::string(model::chatFormatName(chatTemplate.format)) +
-                         ") has no tool calling in Shoal; tools work with the chatml and qwen3 "
-                         "formats",
+                         ") has no tool calling in Shoal; tools work with the chatml, qwen3 and "
+                         "llama3.1 formats",
                      r.tools.empty() ? "messages" : "tools");
     }
     toolsOffered = !r.tools.empty();
@@ -367,7 +368,8 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
     json calls = json::array();
     int32_t callCount = 0;
     if (toolsOffered) {
-      const runtime::ToolCallSplit::Parts answer = runtime::ToolCallSplit::split(reply.content);
+      const runtime::ToolCallSplit::Parts answer =
+          runtime::ToolCallSplit::split(reply.content, toolSyntax);
       reply.content = answer.content;
       takeToolCalls(answer.calls, reply.content, calls, callCount, false);
     }
@@ -383,7 +385,7 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
   const bool includeUsage = sampling.includeUsageInStream;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job, id, created, chat, includeUsage, splitReasoning, toolsOffered](
+      [this, job, id, created, chat, includeUsage, splitReasoning, toolsOffered, toolSyntax](
           size_t, httplib::DataSink& sink) {
         auto send = [&sink](const std::string& event) {
           return sink.write(event.data(), event.size());
@@ -392,7 +394,7 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
         // content, and with tools offered each call the answer makes as a tool_calls delta of
         // its own; nothing is sent while a possible tag is held back.
         runtime::ReasoningSplit split;
-        runtime::ToolCallSplit toolSplit;
+        runtime::ToolCallSplit toolSplit(toolSyntax);
         int32_t callCount = 0;
         auto sendParts = [&](const std::string& reasoning, const std::string& content,
                              const json& calls) {

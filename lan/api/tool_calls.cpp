@@ -1,54 +1,12 @@
 #include "lan/api/tool_calls.h"
 
-#include <cstdio>
-
+#include "engine/model/chat_template.h"
 #include "lan/json/json_bounds.h"
 
 namespace shoal::api {
 namespace {
 
 using Ordered = nlohmann::ordered_json;
-
-// json.dumps's string form with ensure_ascii=False: only '"', '\' and control characters are
-// escaped (\n, \r, \t, \b, \f by name, the rest as \u00xx in lower-case hex).
-void appendPythonString(std::string& out, const std::string& s) {
-  out += '"';
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
-}
 
 void appendPython(std::string& out, const Ordered& v) {
   switch (v.type()) {
@@ -58,7 +16,7 @@ void appendPython(std::string& out, const Ordered& v) {
       for (const auto& [key, item] : v.items()) {
         if (!first) out += ", ";
         first = false;
-        appendPythonString(out, key);
+        out += model::pythonJsonQuote(key);
         out += ": ";
         appendPython(out, item);
       }
@@ -75,7 +33,7 @@ void appendPython(std::string& out, const Ordered& v) {
       return;
     }
     case Ordered::value_t::string:
-      appendPythonString(out, v.get_ref<const std::string&>());
+      out += model::pythonJsonQuote(v.get_ref<const std::string&>());
       return;
     default:  // numbers, booleans and null: json.dumps spells them as JSON does
       out += v.dump();
@@ -106,7 +64,8 @@ std::optional<ReplyToolCall> readToolCall(std::string_view body) {
     return std::nullopt;
   }
   ReplyToolCall out{name->get<std::string>(), "{}"};
-  const auto arguments = call->find("arguments");
+  auto arguments = call->find("arguments");
+  if (arguments == call->end()) arguments = call->find("parameters");  // Llama 3.1's name
   if (arguments == call->end() || arguments->is_null()) return out;
   if (arguments->is_object()) {
     out.arguments = arguments->dump();

@@ -27,9 +27,10 @@ struct ReplyToolCall {
   std::string arguments;  // a JSON object's text (OpenAI's `function.arguments`)
 };
 
-// The call in the text between <tool_call> and </tool_call> — {"name": "...", "arguments":
-// {...}} (arguments may also be a string holding the object, or absent: {}) — or nullopt where
-// the model wrote something else (the caller then gives that text back as content).
+// The call in a call's JSON text (ToolCallSplit's) — {"name": "...", "arguments": {...}}, or
+// "parameters" for "arguments" as Llama 3.1 writes it (the arguments may also be a string
+// holding the object, or absent: {}) — or nullopt where the model wrote something else (the
+// caller then gives that text back as content).
 std::optional<ReplyToolCall> readToolCall(std::string_view body);
 
 // {"index", "id", "type": "function", "function": {"name", "arguments"}}: an entry of a

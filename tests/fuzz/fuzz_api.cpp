@@ -83,8 +83,11 @@ void fuzzBody(const std::string& body) {
   }
   // As a reply: every call found either reads as a call with a name and an object's arguments,
   // or is refused; nothing throws.
-  for (const std::string& call : shoal::runtime::ToolCallSplit::split(body).calls) {
-    if (const auto read = readToolCall(call)) {
+  for (const auto syntax :
+       {shoal::model::ToolCallSyntax::HermesTags, shoal::model::ToolCallSyntax::JsonReply}) {
+    for (const auto& call : shoal::runtime::ToolCallSplit::split(body, syntax).calls) {
+      const auto read = readToolCall(call.body);
+      if (!read) continue;
       if (read->name.empty() || read->arguments.empty() || read->arguments.front() != '{') {
         std::abort();
       }

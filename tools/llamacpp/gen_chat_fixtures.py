@@ -30,15 +30,18 @@ DEFAULT_SOURCE = (pathlib.Path.home() / ".cache" / "shoal" / f"llama.cpp-{PINNED
                   "vendor" / "llama.cpp")
 DATE = datetime.date(2026, 12, 2)
 
-# Shoal format name -> (template file in models/templates, eos_token the template may write).
-TEMPLATES = {
-    "chatml": ("Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>"),
-    "qwen3": ("Qwen-Qwen3-0.6B.jinja", "<|im_end|>"),
-    "gemma": ("google-gemma-2-2b-it.jinja", "<eos>"),
-    "phi3": ("microsoft-Phi-3.5-mini-instruct.jinja", "<|endoftext|>"),
-    "mistral-v7": ("Mistral-Small-3.2-24B-Instruct-2506.jinja", "</s>"),
-    "harmony": ("openai-gpt-oss-120b.jinja", "<|return|>"),
-}
+# (Shoal format name, template file in models/templates, eos_token the template may write).
+TEMPLATES = [
+    ("chatml", "Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>"),
+    ("qwen3", "Qwen-Qwen3-0.6B.jinja", "<|im_end|>"),
+    # 3.1 and 3.3 write a fixed date, 3.2 today's.
+    ("llama3.1", "meta-llama-Llama-3.1-8B-Instruct.jinja", "<|eot_id|>"),
+    ("llama3.1", "meta-llama-Llama-3.2-3B-Instruct.jinja", "<|eot_id|>"),
+    ("gemma", "google-gemma-2-2b-it.jinja", "<eos>"),
+    ("phi3", "microsoft-Phi-3.5-mini-instruct.jinja", "<|endoftext|>"),
+    ("mistral-v7", "Mistral-Small-3.2-24B-Instruct-2506.jinja", "</s>"),
+    ("harmony", "openai-gpt-oss-120b.jinja", "<|return|>"),
+]
 
 # The conversations: each rendered with the generation prompt (and the last one also without).
 CONVERSATIONS = {
@@ -118,7 +121,11 @@ TOOL_CONVERSATIONS = {
         {"role": "tool", "content": "5"},
     ],
 }
-TOOL_FORMATS = ("chatml", "qwen3")
+TOOL_FORMATS = ("chatml", "qwen3", "llama3.1")
+# Tool conversations a format's template cannot render: Llama 3.x takes one call per message;
+# only a thinking model writes reasoning.
+TOOL_SKIP = {("chatml", "tools_reasoning_step"), ("llama3.1", "tools_reasoning_step"),
+             ("llama3.1", "tools_calls_and_results")}
 
 # Conversations that end with the assistant's turn are rendered without the generation prompt.
 ENDS_WITH_ASSISTANT = {"history_ends_with_assistant", "reasoning_at_end"}
@@ -126,7 +133,7 @@ ENDS_WITH_ASSISTANT = {"history_ends_with_assistant", "reasoning_at_end"}
 # Conversations a format's template cannot render (gemma: no system role) or that only a
 # thinking model writes.
 SKIP = {("gemma", "system_and_history")} | {
-    (fmt, name) for fmt in ("chatml", "gemma", "phi3", "mistral-v7", "harmony")
+    (fmt, name) for fmt in ("chatml", "llama3.1", "gemma", "phi3", "mistral-v7", "harmony")
     for name in ("reasoning_in_history", "reasoning_at_end")}
 
 
@@ -155,7 +162,7 @@ def main():
         sys.exit(f"gen_chat_fixtures: {templates_dir} not found")
 
     cases, sources = [], {}
-    for fmt, (file, eos) in TEMPLATES.items():
+    for fmt, file, eos in TEMPLATES:
         source = (templates_dir / file).read_text(encoding="utf-8")
         sources[file] = source
         for name, messages in CONVERSATIONS.items():
@@ -171,7 +178,7 @@ def main():
         if fmt not in TOOL_FORMATS:
             continue
         for name, messages in TOOL_CONVERSATIONS.items():
-            if fmt == "chatml" and name == "tools_reasoning_step":
+            if (fmt, name) in TOOL_SKIP:
                 continue
             cases.append({"format": fmt, "template": file, "conversation": name,
                           "messages": messages, "add_generation_prompt": True,

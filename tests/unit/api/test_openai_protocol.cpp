@@ -246,6 +246,9 @@ class TestOpenAiProtocol : public QObject {
              QString(R"({"x":1})"));
     QCOMPARE(QString::fromStdString(read(kStringArgumentsCall)->arguments), QString(R"({"x":1})"));
     QCOMPARE(QString::fromStdString(read(R"({"name": "f"})")->arguments), QString("{}"));
+    // Llama 3.1 names them "parameters".
+    QCOMPARE(QString::fromStdString(read(R"({"name": "f", "parameters": {"y": [2]}})")->arguments),
+             QString(R"({"y":[2]})"));
     for (const char* bad :
          {"", "{", "[]", R"({"arguments": {}})", R"({"name": 3})",
           R"({"name": "f", "arguments": 5})", R"({"name": "f", "arguments": "[1]"})"}) {

@@ -159,6 +159,27 @@ class TestChatTemplate : public QObject {
     }
     QVERIFY(shoal::model::chatFormatHasToolCalls(ChatFormat::ChatML));
     QVERIFY(shoal::model::chatFormatHasToolCalls(ChatFormat::Qwen3));
+    QVERIFY(shoal::model::chatFormatHasToolCalls(ChatFormat::Llama31));
+    QCOMPARE(shoal::model::toolCallSyntaxOf(ChatFormat::Llama31),
+             shoal::model::ToolCallSyntax::JsonReply);
+  }
+
+  void llama31TakesOneCallPerMessageAndToolsNeedAUserTurn() {
+    ChatMessage calls{"assistant", ""};
+    calls.toolCalls = {{"f", "{}"}, {"g", "{}"}};
+    QVERIFY_THROWS_EXCEPTION(
+        shoal::Error,
+        renderChat(ChatFormat::Llama31, {{"user", "Hi"}, calls, {"user", "x"}}, true));
+    ChatTemplate t;
+    t.format = ChatFormat::Llama31;
+    t.tools = {"{}"};
+    QVERIFY_THROWS_EXCEPTION(shoal::Error, renderChat(t, {{"system", "Be brief."}}, true));
+    // Detected from the template's knowledge header, with the date it fixes (3.1, 3.3).
+    const ChatTemplate detected = shoal::model::detectChatTemplate(
+        "{{- \"Cutting Knowledge Date: December 2023\\n\" }}{%- set date_string = \"26 Jul 2024\" "
+        "%}<|start_header_id|>system<|end_header_id|>");
+    QCOMPARE(detected.format, ChatFormat::Llama31);
+    QCOMPARE(QString::fromStdString(detected.fixedDate), QString("26 Jul 2024"));
   }
 
   void detectsChatMlFromQwenTemplate() {
@@ -222,8 +243,9 @@ class TestChatTemplate : public QObject {
     const nlohmann::json doc = nlohmann::json::parse(in);
     for (size_t i = 0; i < doc["cases"].size(); ++i) {
       const auto& c = doc["cases"][i];
-      const std::string tag =
-          c["format"].get<std::string>() + "/" + c["conversation"].get<std::string>();
+      const std::string tag = c["format"].get<std::string>() + "/" +
+                              c["conversation"].get<std::string>() + " (" +
+                              c["template"].get<std::string>() + ")";
       QTest::newRow(tag.c_str()) << static_cast<int>(i);
     }
   }
@@ -355,7 +377,7 @@ class TestChatTemplate : public QObject {
       QCOMPARE(shoal::model::chatFormatName(*format), name);
     }
     QCOMPARE(shoal::model::chatFormatFromName("ChatML"), std::optional(ChatFormat::ChatML));
-    QCOMPARE(shoal::model::chatFormatNames().size(), size_t{9});
+    QCOMPARE(shoal::model::chatFormatNames().size(), size_t{10});
   }
 
   void unknownNamesAreRefused() {
