@@ -4,6 +4,7 @@
 
 #include "engine/model/chat_template.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <cstdio>
 
 #include "engine/error.h"
+#include "engine/model/harmony_tools.h"
 
 namespace shoal::model {
 namespace {
@@ -250,14 +252,19 @@ std::string todayUtc() {
   return text;
 }
 
-// OpenAI's gpt-oss template (openai/gpt-oss-*'s chat_template.jinja, without tools): the system
-// message (identity, knowledge cutoff, date, reasoning effort, valid channels); a leading system
-// or developer message as the developer's "# Instructions"; user turns; earlier assistant turns
-// as their final channel only (their reasoning is dropped, as the template drops it); a closing
-// assistant turn without a generation prompt ends with <|return|>; the prompt is
-// <|start|>assistant (the model writes its channel header itself).
+// OpenAI's gpt-oss template (openai/gpt-oss-*'s chat_template.jinja, custom tools but no
+// built-in ones): the system message (identity, knowledge cutoff, date, reasoning effort, valid
+// channels, and with tools where their calls go); a leading system or developer message as the
+// developer's "# Instructions", and the tools as a TypeScript namespace (harmony_tools.h);
+// user turns; earlier assistant turns as their final channel only (their reasoning is dropped,
+// as the template drops it); an assistant's call (one per message) as a commentary message to
+// functions.NAME ending in <|call|>, after its text as analysis unless a later assistant turn
+// answered; a tool's result as a message from functions.NAME holding its content as a JSON
+// string; a closing assistant turn without a generation prompt ends with <|return|>; the
+// prompt is <|start|>assistant (the model writes its channel header itself).
 std::string renderHarmony(const std::vector<ChatMessage>& messages, bool addAssistantPrefix,
-                          std::string_view effort, std::string_view date) {
+                          std::string_view effort, std::string_view date,
+                          const std::vector<std::string>& tools) {
   std::string out = "<|start|>system<|message|>";
   out += "You are ChatGPT, a large language model trained by OpenAI.\n";
   out += "Knowledge cutoff: 2024-06\n";
@@ -265,23 +272,55 @@ std::string renderHarmony(const std::vector<ChatMessage>& messages, bool addAssi
   out += "Reasoning: " + std::string(effort.empty() ? "medium" : effort) + "\n\n";
   out +=
       "# Valid channels: analysis, commentary, final. Channel must be included for every "
-      "message.<|end|>";
+      "message.";
+  if (!tools.empty())
+    out += "\nCalls to these tools must go to the commentary channel: 'functions'.";
+  out += "<|end|>";
   size_t first = 0;
+  std::string_view developer;
   if (!messages.empty() && (messages[0].role == "system" || messages[0].role == "developer")) {
-    if (!messages[0].content.empty()) {
-      out +=
-          "<|start|>developer<|message|># Instructions\n\n" + messages[0].content + "\n\n<|end|>";
-    }
+    developer = messages[0].content;
     first = 1;
   }
+  if (!developer.empty() || !tools.empty()) {
+    out += "<|start|>developer<|message|>";
+    if (!developer.empty()) out += "# Instructions\n\n" + std::string(developer) + "\n\n";
+    if (!tools.empty()) out += "# Tools\n\n" + harmonyToolNamespace(tools);
+    out += "<|end|>";
+  }
+  std::string lastCall;  // the function the latest call went to, for the results after it
   for (size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role == "user") {
       out += "<|start|>user<|message|>" + m.content + "<|end|>";
+    } else if (m.role == "assistant" && !m.toolCalls.empty()) {
+      if (m.toolCalls.size() != 1) {
+        throw Error("chat format harmony: message " + std::to_string(i) + " makes " +
+                    std::to_string(m.toolCalls.size()) + " tool calls; this format takes one");
+      }
+      const bool answeredLater =
+          std::any_of(messages.begin() + static_cast<std::ptrdiff_t>(i) + 1, messages.end(),
+                      [](const ChatMessage& later) {
+                        return later.role == "assistant" && later.toolCalls.empty();
+                      });
+      if (!m.content.empty() && !answeredLater) {
+        out += "<|start|>assistant<|channel|>analysis<|message|>" + m.content + "<|end|>";
+      }
+      lastCall = m.toolCalls[0].name;
+      out += "<|start|>assistant to=functions." + lastCall +
+             "<|channel|>commentary json<|message|>" + m.toolCalls[0].arguments + "<|call|>";
+    } else if (m.role == "tool") {
+      if (lastCall.empty()) {
+        throw Error("chat format harmony: message " + std::to_string(i) +
+                    " is a tool's result with no call before it");
+      }
+      out += "<|start|>functions." + lastCall + " to=assistant<|channel|>commentary<|message|>" +
+             pythonJsonQuote(m.content) + "<|end|>";
     } else if (m.role == "assistant") {
       const bool closing = i + 1 == messages.size() && !addAssistantPrefix;
       out += "<|start|>assistant<|channel|>final<|message|>" + harmonyFinalText(m.content) +
              (closing ? "<|return|>" : "<|end|>");
+      lastCall.clear();
     } else {
       throw Error("chat format harmony: message " + std::to_string(i) + " has role '" + m.role +
                   "'; a system or developer message is only written first");
@@ -742,6 +781,8 @@ ToolCallSyntax toolCallSyntaxOf(ChatFormat format) {
       return ToolCallSyntax::HermesTags;
     case ChatFormat::Llama31:
       return ToolCallSyntax::JsonReply;
+    case ChatFormat::Harmony:
+      return ToolCallSyntax::HarmonyRecipient;
     default:
       return ToolCallSyntax::None;
   }
@@ -833,7 +874,7 @@ std::string renderFormat(ChatFormat format, const std::vector<ChatMessage>& mess
     case ChatFormat::MistralV7:
       return renderMistralV7(messages);
     case ChatFormat::Harmony:
-      return renderHarmony(messages, addAssistantPrefix, {}, {});
+      return renderHarmony(messages, addAssistantPrefix, {}, {}, tools);
   }
   throw Error("chat format: unknown enum value " + std::to_string(static_cast<int>(format)));
 }
@@ -863,11 +904,11 @@ std::string renderWithDefaultSystem(const ChatTemplate& chatTemplate,
   // Like SmolLM2's template ("if loop.first and messages[0]['role'] != 'system'"): only a
   // conversation that has messages, and does not open with a system one, gets the default.
   if (chatTemplate.format == ChatFormat::Harmony) {
-    refuseToolsWithout(ChatFormat::Harmony, messages, chatTemplate.tools);
     const std::string effort = !chatTemplate.reasoningEffort.empty() ? chatTemplate.reasoningEffort
                                : chatTemplate.thinking               ? "medium"
                                                                      : "low";
-    return renderHarmony(messages, addAssistantPrefix, effort, chatTemplate.currentDate);
+    return renderHarmony(messages, addAssistantPrefix, effort, chatTemplate.currentDate,
+                         chatTemplate.tools);
   }
   if (chatTemplate.defaultSystemPrompt.empty() || messages.empty() ||
       messages.front().role == "system") {

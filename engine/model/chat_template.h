@@ -85,7 +85,8 @@ struct ChatTemplate {
 // Whether Shoal renders tools, tool calls and tool results in this format, and finds the calls
 // in a reply: ChatML and Qwen3 (the Hermes convention Qwen2.5's and Qwen3's templates write,
 // <tool_call>{"name": ..., "arguments": ...}</tool_call>), Llama31 (a reply that is one JSON
-// object {"name": ..., "parameters": ...}, see toolCallSyntaxOf).
+// object {"name": ..., "parameters": ...}) and Harmony (a message to functions.NAME); see
+// toolCallSyntaxOf.
 bool chatFormatHasToolCalls(ChatFormat format);
 
 // How a format's replies write their calls.
@@ -93,6 +94,9 @@ enum class ToolCallSyntax {
   None,
   HermesTags,  // each call a JSON object between kToolCallOpen and kToolCallClose
   JsonReply,   // the whole reply is one JSON object (after an optional kPythonTag)
+  // harmony: a message to functions.NAME (its header holds " to=functions.NAME"), its text the
+  // arguments; runtime::ReasoningSplit finds them
+  HarmonyRecipient,
 };
 ToolCallSyntax toolCallSyntaxOf(ChatFormat format);
 // Llama 3.1's marker before a call (the models sometimes write it, the template never does).

@@ -68,6 +68,9 @@ struct SyntheticModelSpec {
   // A GGUF file whose tokenizer.* metadata (tokens, merges, types, pre, model, bos/eos...) is
   // copied, so llama.cpp and Shoal's tokenizer can load the result. Empty: generated vocabulary.
   std::string vocabFrom;
+  // A Jinja chat template to write as tokenizer.chat_template (replacing a copied one), so a
+  // test can give a model another chat format. Empty: the copied one, or none.
+  std::string chatTemplate;
 };
 
 // The tensor kinds typeOverrides takes, in table order.

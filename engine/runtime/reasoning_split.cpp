@@ -23,13 +23,29 @@ bool couldBecome(std::string_view text, std::string_view tag) {
   return text.size() < tag.size() && tag.substr(0, text.size()) == text;
 }
 
+// A harmony recipient: " to=functions.f" after <|start|>assistant (or "to=..." where the reply
+// begins right after the prompt's <|start|>assistant), or in a channel header.
+constexpr std::string_view kTo = "to=";
+// How long a recipient before <|channel|> may be before the text is taken as no header at all.
+constexpr size_t kMaxRecipientBytes = 256;
+
+// The recipient named in a channel header ("commentary to=functions.f <|constrain|>json"), or
+// empty.
+std::string recipientIn(std::string_view name) {
+  const size_t at = name.find(" to=");
+  if (at == std::string_view::npos) return {};
+  const std::string_view rest = name.substr(at + 4);
+  return std::string(rest.substr(0, rest.find_first_of(" <")));
+}
+
 }  // namespace
 
 ReasoningSplit::ReasoningSplit(bool startsInReasoning)
     : m_state(startsInReasoning ? State::Reasoning : State::Start) {}
 
-// Header: skip <|start|>assistant, then read <|channel|>NAME<|message|>; anything else makes
-// the rest of the reply answer. Message: give out text up to a message end.
+// Header: skip <|start|>assistant and a recipient after it, then read
+// <|channel|>NAME<|message|>; anything else makes the rest of the reply answer. Message: give
+// out text up to a message end (a message to a recipient is kept whole, then given as a call).
 bool ReasoningSplit::runHarmony(Parts& out) {
   if (m_state == State::Header) {
     std::string_view held = m_held;
@@ -37,7 +53,23 @@ bool ReasoningSplit::runHarmony(Parts& out) {
       m_held.erase(0, kStartAssistant.size());
       return true;
     }
-    if (couldBecome(held, kStartAssistant) || couldBecome(held, kChannel)) return false;
+    const size_t space = held.starts_with(' ') ? 1 : 0;
+    if (held.substr(space).starts_with(kTo)) {
+      const size_t channel = held.find(kChannel);
+      if (channel == std::string_view::npos) {
+        if (held.size() <= kMaxRecipientBytes) return false;  // the recipient is still coming
+        m_state = State::Content;
+        return true;
+      }
+      const std::string_view to = held.substr(space + kTo.size(), channel - space - kTo.size());
+      m_recipient = std::string(to.substr(0, to.find(' ')));
+      m_held.erase(0, channel);
+      return true;
+    }
+    if (couldBecome(held, kStartAssistant) || couldBecome(held, kChannel) ||
+        couldBecome(held.substr(space), kTo)) {
+      return false;
+    }
     if (!held.starts_with(kChannel)) {
       m_state = State::Content;
       return true;
@@ -45,7 +77,8 @@ bool ReasoningSplit::runHarmony(Parts& out) {
     const size_t message = held.find(kMessage);
     if (message == std::string_view::npos) return false;  // the channel name is still coming
     const std::string_view name = held.substr(kChannel.size(), message - kChannel.size());
-    const bool analysis = name == "analysis";
+    if (std::string to = recipientIn(name); !to.empty()) m_recipient = std::move(to);
+    const bool analysis = m_recipient.empty() && name == "analysis";
     if (analysis && m_reasoningStarted) out.reasoning += "\n\n";  // a second analysis
     m_analysis = analysis;
     m_held.erase(0, message + kMessage.size());
@@ -53,7 +86,7 @@ bool ReasoningSplit::runHarmony(Parts& out) {
     return true;
   }
   // Message.
-  std::string& part = m_analysis ? out.reasoning : out.content;
+  std::string& part = !m_recipient.empty() ? m_addressed : m_analysis ? out.reasoning : out.content;
   const size_t before = part.size();
   size_t end = std::string::npos, endSize = 0;
   for (std::string_view tag : kMessageEnds) {
@@ -72,7 +105,14 @@ bool ReasoningSplit::runHarmony(Parts& out) {
   part.append(m_held, 0, end);
   m_held.erase(0, end + endSize);
   if (m_analysis && part.size() > before) m_reasoningStarted = true;
-  if (ended) m_state = State::Header;
+  if (ended) {
+    if (!m_recipient.empty()) {
+      out.addressed.push_back({std::move(m_recipient), std::move(m_addressed)});
+      m_recipient.clear();
+      m_addressed.clear();
+    }
+    m_state = State::Header;
+  }
   return ended;
 }
 
@@ -99,13 +139,18 @@ void ReasoningSplit::run(Parts& out) {
           m_state = State::Reasoning;
           continue;
         }
-        if (rest.starts_with(kChannel)) {  // harmony (gpt-oss)
+        // Harmony (gpt-oss): a channel header, or a recipient right after the prompt's
+        // <|start|>assistant.
+        if (rest.starts_with(kChannel) || rest.starts_with(kTo)) {
           m_held.erase(0, first);
           m_state = State::Header;
           continue;
         }
-        // May still become <think> or <|channel|>.
-        if (couldBecome(rest, kOpen) || couldBecome(rest, kChannel) || rest.empty()) return;
+        // May still become <think>, <|channel|> or a recipient.
+        if (couldBecome(rest, kOpen) || couldBecome(rest, kChannel) || couldBecome(rest, kTo) ||
+            rest.empty()) {
+          return;
+        }
         m_state = State::Content;
         continue;
       }
@@ -169,19 +214,27 @@ ReasoningSplit::Parts ReasoningSplit::finish() {
       out.content = std::move(m_held);
       break;
     case State::Message:
-      (m_analysis ? out.reasoning : out.content) = std::move(m_held);
+      // A call ends with <|call|>, a stop string the caller leaves out: the message is whole.
+      if (!m_recipient.empty()) {
+        out.addressed.push_back({std::move(m_recipient), m_addressed + m_held});
+      } else {
+        (m_analysis ? out.reasoning : out.content) = std::move(m_held);
+      }
       break;
   }
   m_held.clear();
+  m_recipient.clear();
+  m_addressed.clear();
   return out;
 }
 
 ReasoningSplit::Parts ReasoningSplit::split(std::string_view reply, bool startsInReasoning) {
   ReasoningSplit s(startsInReasoning);
   Parts out = s.push(reply);
-  const Parts rest = s.finish();
+  Parts rest = s.finish();
   out.reasoning += rest.reasoning;
   out.content += rest.content;
+  for (Addressed& a : rest.addressed) out.addressed.push_back(std::move(a));
   return out;
 }
 

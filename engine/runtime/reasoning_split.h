@@ -8,21 +8,31 @@
 // gpt-oss writes its reply in harmony channels instead (a reply that opens with <|channel|>): a
 // header <|channel|>NAME<|message|>, the text, <|end|>, then <|start|>assistant and the next
 // header. The analysis channel is the reasoning; every other channel (final, commentary) is
-// answer; the headers and tags are neither. So one splitter serves every chat format.
+// answer; the headers and tags are neither. A message addressed to a recipient (" to=NAME"
+// after <|start|>assistant or in its channel header: a tool call, "functions.get_weather") is
+// neither too: it comes out whole, with its recipient, once it ends. So one splitter serves
+// every chat format.
 //
 // Tags may arrive split across pushes: text that might still turn into a tag is held back until
 // it cannot.
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shoal::runtime {
 
 class ReasoningSplit {
  public:
+  // A harmony message to a recipient (a tool call: its text is the arguments).
+  struct Addressed {
+    std::string recipient;  // "functions.get_weather"
+    std::string text;
+  };
   struct Parts {
     std::string reasoning;
     std::string content;
+    std::vector<Addressed> addressed = {};
   };
 
   // startsInReasoning: the prompt already opened the block (its template ends the assistant
@@ -54,6 +64,8 @@ class ReasoningSplit {
   bool m_analysis = false;          // the current harmony message is reasoning
   std::string m_held;               // text not yet given out
   bool m_reasoningStarted = false;  // a non-newline character of reasoning was given out
+  std::string m_recipient;          // the current harmony message's recipient, if any
+  std::string m_addressed;          // that message's text so far
 };
 
 }  // namespace shoal::runtime

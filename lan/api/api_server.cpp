@@ -88,6 +88,24 @@ void takeToolCalls(const std::vector<runtime::ToolCallSplit::Call>& found, std::
   }
 }
 
+// The reply's harmony messages to recipients (ReasoningSplit's), as takeToolCalls: calls where
+// tools were offered, text otherwise (as commentary always was before tools).
+void takeAddressedCalls(const std::vector<runtime::ReasoningSplit::Addressed>& found,
+                        bool toolsOffered, std::string& content, json& calls, int32_t& next,
+                        bool indexed) {
+  for (const runtime::ReasoningSplit::Addressed& a : found) {
+    const std::optional<ReplyToolCall> call =
+        toolsOffered ? readAddressedCall(a.recipient, a.text) : std::nullopt;
+    if (call) {
+      calls.push_back(toolCallJson(*call, "call_" + randomHex(),
+                                   indexed ? std::optional<int32_t>(next) : std::nullopt));
+      ++next;
+    } else {
+      content += a.text;
+    }
+  }
+}
+
 // OpenAI's finish reason for a reply that made calls and then ended its turn.
 std::string finishReasonWithCalls(const std::string& reason, int32_t calls) {
   return calls > 0 && reason == "stop" ? "tool_calls" : reason;
@@ -290,8 +308,8 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
       throw ApiError(400, "invalid_request_error", "tools_unsupported",
                      "this model's chat format (" +
                          std::string(model::chatFormatName(chatTemplate.format)) +
-                         ") has no tool calling in Shoal; tools work with the chatml, qwen3 and "
-                         "llama3.1 formats",
+                         ") has no tool calling in Shoal; tools work with the chatml, qwen3, "
+                         "llama3.1 and harmony formats",
                      r.tools.empty() ? "messages" : "tools");
     }
     toolsOffered = !r.tools.empty();
@@ -367,7 +385,8 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
                                                : runtime::ReasoningSplit::Parts{{}, r.text};
     json calls = json::array();
     int32_t callCount = 0;
-    if (toolsOffered) {
+    takeAddressedCalls(reply.addressed, toolsOffered, reply.content, calls, callCount, false);
+    if (toolsOffered && toolSyntax != model::ToolCallSyntax::HarmonyRecipient) {
       const runtime::ToolCallSplit::Parts answer =
           runtime::ToolCallSplit::split(reply.content, toolSyntax);
       reply.content = answer.content;
@@ -412,8 +431,15 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
           return sendParts(reasoning, content, calls);
         };
         auto sendChat = [&](const runtime::ReasoningSplit::Parts& p) {
-          if (!toolsOffered) return sendParts(p.reasoning, p.content, json::array());
-          return sendAnswer(p.reasoning, toolSplit.push(p.content));
+          std::string content = p.content;
+          json calls = json::array();
+          takeAddressedCalls(p.addressed, toolsOffered, content, calls, callCount, true);
+          if (!toolsOffered || toolSyntax == model::ToolCallSyntax::HarmonyRecipient) {
+            return sendParts(p.reasoning, content, calls);
+          }
+          runtime::ToolCallSplit::Parts answer = toolSplit.push(content);
+          if (calls.empty()) return sendAnswer(p.reasoning, answer);
+          return sendParts(p.reasoning, {}, calls) && sendAnswer({}, answer);
         };
         if (chat && !send(sseEvent(chatChunkJson(id, created, m_modelId, "assistant", "", "")))) {
           job->cancel();
@@ -451,7 +477,9 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
           return true;
         }
         if (chat && splitReasoning) sendChat(split.finish());
-        if (chat && toolsOffered) sendAnswer({}, toolSplit.finish());
+        if (chat && toolsOffered && toolSyntax != model::ToolCallSyntax::HarmonyRecipient) {
+          sendAnswer({}, toolSplit.finish());
+        }
         const std::string reason =
             finishReasonWithCalls(finishReasonFor(runtime::finishReasonName(r.finish)), callCount);
         send(sseEvent(

@@ -8,38 +8,6 @@ namespace {
 
 using Ordered = nlohmann::ordered_json;
 
-void appendPython(std::string& out, const Ordered& v) {
-  switch (v.type()) {
-    case Ordered::value_t::object: {
-      out += '{';
-      bool first = true;
-      for (const auto& [key, item] : v.items()) {
-        if (!first) out += ", ";
-        first = false;
-        out += model::pythonJsonQuote(key);
-        out += ": ";
-        appendPython(out, item);
-      }
-      out += '}';
-      return;
-    }
-    case Ordered::value_t::array: {
-      out += '[';
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (i > 0) out += ", ";
-        appendPython(out, v[i]);
-      }
-      out += ']';
-      return;
-    }
-    case Ordered::value_t::string:
-      out += model::pythonJsonQuote(v.get_ref<const std::string&>());
-      return;
-    default:  // numbers, booleans and null: json.dumps spells them as JSON does
-      out += v.dump();
-  }
-}
-
 // Parses model-written JSON that stays within the API's bounds; nullopt otherwise.
 std::optional<Ordered> parseBounded(std::string_view text) {
   if (!lan::jsonBoundsViolation(text, lan::JsonBounds{}).empty()) return std::nullopt;
@@ -49,12 +17,6 @@ std::optional<Ordered> parseBounded(std::string_view text) {
 }
 
 }  // namespace
-
-std::string pythonJsonText(const nlohmann::ordered_json& value) {
-  std::string out;
-  appendPython(out, value);
-  return out;
-}
 
 std::optional<ReplyToolCall> readToolCall(std::string_view body) {
   const std::optional<Ordered> call = parseBounded(body);
@@ -77,6 +39,16 @@ std::optional<ReplyToolCall> readToolCall(std::string_view body) {
     return std::nullopt;
   }
   return out;
+}
+
+std::optional<ReplyToolCall> readAddressedCall(std::string_view recipient, std::string_view text) {
+  constexpr std::string_view kFunctions = "functions.";
+  if (!recipient.starts_with(kFunctions) || recipient.size() == kFunctions.size()) {
+    return std::nullopt;
+  }
+  const std::optional<Ordered> arguments = parseBounded(text);
+  if (!arguments || !arguments->is_object()) return std::nullopt;
+  return ReplyToolCall{std::string(recipient.substr(kFunctions.size())), arguments->dump()};
 }
 
 nlohmann::json toolCallJson(const ReplyToolCall& call, const std::string& id,

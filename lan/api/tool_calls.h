@@ -14,12 +14,11 @@
 #include <string>
 #include <string_view>
 
+#include "engine/model/python_json.h"
+
 namespace shoal::api {
 
-// Python's json.dumps(value, ensure_ascii=False). Floats come as nlohmann writes the shortest
-// round-trip form, which is Python's except for magnitudes in [1e15, 1e16) (nlohmann switches to
-// an exponent one digit earlier). Recursive: only for values that passed checkJsonBounds.
-std::string pythonJsonText(const nlohmann::ordered_json& value);
+using model::pythonJsonText;  // engine/model/python_json.h
 
 // One call a reply made.
 struct ReplyToolCall {
@@ -32,6 +31,10 @@ struct ReplyToolCall {
 // holding the object, or absent: {}) — or nullopt where the model wrote something else (the
 // caller then gives that text back as content).
 std::optional<ReplyToolCall> readToolCall(std::string_view body);
+
+// A harmony message to `recipient` ("functions.NAME", runtime::ReasoningSplit::Addressed) as
+// a call: its text must be a JSON object; nullopt otherwise, or for another recipient.
+std::optional<ReplyToolCall> readAddressedCall(std::string_view recipient, std::string_view text);
 
 // {"index", "id", "type": "function", "function": {"name", "arguments"}}: an entry of a
 // message's tool_calls (index omitted) or of a stream delta's (index set).

@@ -76,13 +76,35 @@ TOOLS = [
         "name": "get_weather", "description": "Current weather in a city.",
         "parameters": {"type": "object", "properties": {
             "city": {"type": "string", "description": "The city, e.g. \"Zürich\""},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}},
             "required": ["city"]}}},
     {"type": "function", "function": {
         "name": "add", "description": "Adds two numbers.\nReturns their sum.",
         "parameters": {"type": "object", "properties": {
             "a": {"type": "number"}, "b": {"type": "number", "default": 0.5}},
             "required": ["a"]}}},
+    # Schema shapes gpt-oss's template writes as TypeScript each its own way.
+    {"type": "function", "function": {
+        "name": "search_notes", "description": "Searches the notes.",
+        "parameters": {"type": "object", "properties": {
+            "query": {"type": "string", "nullable": True, "description": "Words to find."},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "limit": {"type": "integer", "default": 10},
+            "exact": {"type": "boolean"},
+            "filter": {"type": "object", "properties": {
+                "after": {"type": "string"}, "count": {"type": "number"}},
+                "required": ["after"]},
+            "ids": {"type": "array", "items": {"type": "integer"}, "nullable": True},
+            "mode": {"type": ["string", "null"]},
+            "ranges": {"type": "array", "items": {"type": "object", "properties": {
+                "from": {"type": "number"}, "to": {"type": "number"}}}},
+            "pairs": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+            "when": {"oneOf": [{"type": "string", "description": "An ISO date."},
+                               {"type": "number", "default": 0}]},
+            "extra": {}},
+            "required": ["query"]}}},
+    {"type": "function", "function": {"name": "now", "description": "The time.",
+                                      "parameters": {"type": "object", "properties": {}}}},
 ]
 
 
@@ -113,6 +135,14 @@ TOOL_CONVERSATIONS = {
         {"role": "assistant", "content": "Yes: -3 °C."},
         {"role": "user", "content": "Thanks."},
     ],
+    # One call with text before it and its result, the reply still to come (gpt-oss writes that
+    # text as the call's analysis).
+    "tools_one_call_and_result": [
+        {"role": "user", "content": "Add 2 and 3."},
+        {"role": "assistant", "content": "I will use add.",
+         "tool_calls": [call("add", {"a": 2, "b": 3})]},
+        {"role": "tool", "content": "5"},
+    ],
     # A thinking model's tool step: its reasoning stays (it is after the last user query).
     "tools_reasoning_step": [
         {"role": "user", "content": "Add 2 and 3."},
@@ -121,11 +151,12 @@ TOOL_CONVERSATIONS = {
         {"role": "tool", "content": "5"},
     ],
 }
-TOOL_FORMATS = ("chatml", "qwen3", "llama3.1")
-# Tool conversations a format's template cannot render: Llama 3.x takes one call per message;
-# only a thinking model writes reasoning.
+TOOL_FORMATS = ("chatml", "qwen3", "llama3.1", "harmony")
+# Tool conversations a format's template cannot render: Llama 3.x and gpt-oss take one call per
+# message (gpt-oss's template drops the rest); only a thinking model writes <think> reasoning.
 TOOL_SKIP = {("chatml", "tools_reasoning_step"), ("llama3.1", "tools_reasoning_step"),
-             ("llama3.1", "tools_calls_and_results")}
+             ("llama3.1", "tools_calls_and_results"), ("harmony", "tools_reasoning_step"),
+             ("harmony", "tools_calls_and_results")}
 
 # Conversations that end with the assistant's turn are rendered without the generation prompt.
 ENDS_WITH_ASSISTANT = {"history_ends_with_assistant", "reasoning_at_end"}

@@ -1,17 +1,22 @@
-// Tool calling through the HTTP API, end to end but for the model: an ApiServer on loopback over
+// Tool calling through the HTTP API, end to end but for the model: ApiServers on loopback over
 // a sink that "generates" a scripted reply (no model emits tool calls on cue, SmolLM2 included),
-// driven with raw HTTP as a client would. Checks that offered tools and a history of calls and
-// results reach the prompt as the model's template writes them, that the calls in a reply come
-// back as tool_calls (whole, and as stream deltas however the text is cut), with finish_reason
-// "tool_calls", and that text which is not a call stays text.
+// driven with raw HTTP as a client would. One server per way of writing calls: the default model
+// (ChatML, <tool_call> blocks), and tiny synthetic models with its vocabulary and Llama 3.1's
+// and gpt-oss's templates (a JSON reply; a harmony message to functions.NAME). Checks that
+// offered tools and a history of calls and results reach the prompt as the model's template
+// writes them, that the calls in a reply come back as tool_calls (whole, and as stream deltas
+// however the text is cut), with finish_reason "tool_calls", and that text which is not a call
+// stays text.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <QTemporaryDir>
 #include <QtTest>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -21,6 +26,7 @@
 
 #include "engine/model/default_model.h"
 #include "engine/model/model.h"
+#include "engine/model/synthetic_model.h"
 #include "lan/api/api_server.h"
 #include "lan/api/generation_queue.h"
 
@@ -144,6 +150,55 @@ const json kHistoryWithCall = json::array(
              {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Paris\"}"}}}}})}},
      {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "18 C"}}});
 
+// The Jinja source of a template the chat fixtures carry (models/templates of the pinned
+// llama.cpp).
+std::string fixtureTemplate(const std::string& file) {
+  std::ifstream in(std::string(SHOAL_FIXTURES_DIR) + "/chat_templates.json");
+  return json::parse(in)["templates"][file].get<std::string>();
+}
+
+// A server over its own scripted sink, for one model.
+struct Served {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<ScriptedSink> sink;
+  std::unique_ptr<ApiServer> server;
+  std::thread serving;
+
+  explicit Served(const std::string& path)
+      : model(model::Model::load(path)), sink(std::make_unique<ScriptedSink>()) {
+    ApiServerOptions o;
+    o.port = 0;
+    server = std::make_unique<ApiServer>(*model, *sink, o);
+    server->bind();
+    serving = std::thread([this] { server->serve(); });
+  }
+  ~Served() {
+    server->stop();
+    serving.join();
+  }
+  json chat(const std::string& body) {
+    return json::parse(post(server->port(), "/v1/chat/completions", body));
+  }
+  std::string lastPromptText() const { return model->tokenizer().decode(sink->lastPrompt(), true); }
+};
+
+// A two-layer model with the default model's vocabulary and `chatTemplate`.
+std::string writeTinyModel(const QTemporaryDir& dir, const std::string& name,
+                           const std::string& chatTemplate) {
+  model::SyntheticModelSpec spec;
+  spec.architecture = "llama";
+  spec.nLayer = 2;
+  spec.nEmbd = 64;
+  spec.nHead = 2;
+  spec.nHeadKv = 2;
+  spec.nFf = 128;
+  spec.vocabFrom = modelPath();
+  spec.chatTemplate = chatTemplate;
+  const std::string path = dir.filePath(QString::fromStdString(name)).toStdString();
+  model::writeSyntheticModel(spec, path);
+  return path;
+}
+
 }  // namespace
 
 class TestApiToolCalls : public QObject {
@@ -181,6 +236,101 @@ class TestApiToolCalls : public QObject {
     if (m_serving.joinable()) m_serving.join();
     m_server.reset();
     m_sink.reset();
+  }
+
+  void llama31ToolsAndAJsonReplyCall() {
+    QTemporaryDir dir;
+    Served s(writeTinyModel(dir, "llama31.gguf",
+                            fixtureTemplate("meta-llama-Llama-3.2-3B-Instruct.jinja")));
+    QCOMPARE(s.model->chatTemplate().format, model::ChatFormat::Llama31);
+    s.sink->reply =
+        "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}";
+    for (const bool stream : {false, true}) {
+      const std::string body = chatBody(stream, true);
+      const std::string raw = post(s.server->port(), "/v1/chat/completions", body);
+      json calls = json::array();
+      std::string finish;
+      if (stream) {
+        for (const json& e : sseEvents(raw)) {
+          const json& choice = e["choices"][0];
+          for (const json& c : choice["delta"].value("tool_calls", json::array()))
+            calls.push_back(c);
+          if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+        }
+      } else {
+        const json r = json::parse(raw);
+        calls = r["choices"][0]["message"]["tool_calls"];
+        finish = r["choices"][0]["finish_reason"];
+        QVERIFY(r["choices"][0]["message"]["content"].is_null());
+      }
+      QCOMPARE(calls.size(), size_t(1));
+      QCOMPARE(QString::fromStdString(calls[0]["function"]["name"]), QString("get_weather"));
+      QVERIFY(json::parse(calls[0]["function"]["arguments"].get<std::string>()) ==
+              json::object({{"city", "Rome"}}));
+      QCOMPARE(QString::fromStdString(finish), QString("tool_calls"));
+    }
+    const std::string prompt = s.lastPromptText();
+    QVERIFY2(prompt.find("Environment: ipython\n") != std::string::npos, prompt.c_str());
+    QVERIFY2(prompt.find("{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": "
+                         "\"get_weather\",") != std::string::npos,
+             prompt.c_str());
+    // A reply that is JSON but not a call is text.
+    s.sink->reply = "{\"answer\": 42}";
+    const json r = s.chat(chatBody(false, true));
+    QCOMPARE(QString::fromStdString(r["choices"][0]["message"]["content"]),
+             QString("{\"answer\": 42}"));
+    QCOMPARE(QString::fromStdString(r["choices"][0]["finish_reason"]), QString("stop"));
+  }
+
+  void harmonyToolsAndAMessageToAFunction() {
+    QTemporaryDir dir;
+    Served s(writeTinyModel(dir, "harmony.gguf", fixtureTemplate("openai-gpt-oss-120b.jinja")));
+    QCOMPARE(s.model->chatTemplate().format, model::ChatFormat::Harmony);
+    // As gpt-oss replies after the prompt's <|start|>assistant; <|call|> is a stop string.
+    s.sink->reply =
+        "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>"
+        "commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Rome\"}";
+    for (const size_t piece : {size_t{1000}, size_t{2}}) {
+      s.sink->pieceSize = piece;
+      for (const bool stream : {false, true}) {
+        const std::string raw =
+            post(s.server->port(), "/v1/chat/completions", chatBody(stream, true));
+        json calls = json::array();
+        std::string finish, reasoning, content;
+        if (stream) {
+          for (const json& e : sseEvents(raw)) {
+            const json& choice = e["choices"][0];
+            const json& delta = choice["delta"];
+            for (const json& c : delta.value("tool_calls", json::array())) calls.push_back(c);
+            if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"];
+            if (delta.contains("content")) content += delta["content"];
+            if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+          }
+        } else {
+          const json r = json::parse(raw);
+          const json& m = r["choices"][0]["message"];
+          calls = m["tool_calls"];
+          reasoning = m.value("reasoning_content", "");
+          content = m["content"].is_null() ? "" : m["content"].get<std::string>();
+          finish = r["choices"][0]["finish_reason"];
+        }
+        QCOMPARE(calls.size(), size_t(1));
+        QCOMPARE(QString::fromStdString(calls[0]["function"]["name"]), QString("get_weather"));
+        QCOMPARE(QString::fromStdString(reasoning), QString("Need the weather."));
+        QCOMPARE(QString::fromStdString(content), QString());
+        QCOMPARE(QString::fromStdString(finish), QString("tool_calls"));
+      }
+    }
+    const std::string prompt = s.lastPromptText();
+    QVERIFY2(prompt.find("namespace functions {\n\n// Weather in a city.\ntype get_weather = (_: "
+                         "{\ncity: string,\n}) => any;") != std::string::npos,
+             prompt.c_str());
+    // Without tools offered, such a message is answer text, as before.
+    s.sink->pieceSize = 1000;
+    const json r = s.chat(chatBody(false, false));
+    QCOMPARE(QString::fromStdString(r["choices"][0]["message"]["content"]),
+             QString("{\"city\":\"Rome\"}"));
+    QCOMPARE(QString::fromStdString(r["choices"][0]["finish_reason"]), QString("stop"));
   }
 
   void offeredToolsReachThePromptAsTheTemplateWritesThem() {

@@ -148,8 +148,7 @@ class TestChatTemplate : public QObject {
     ChatMessage called{"assistant", ""};
     called.toolCalls.push_back({"f", "{}"});
     const std::vector<ChatMessage> withCall = {{"user", "Hi"}, called, {"user", "Go on"}};
-    for (ChatFormat f :
-         {ChatFormat::Llama3, ChatFormat::Phi3, ChatFormat::Harmony, ChatFormat::MistralV7}) {
+    for (ChatFormat f : {ChatFormat::Llama3, ChatFormat::Phi3, ChatFormat::MistralV7}) {
       QVERIFY_THROWS_EXCEPTION(shoal::Error, renderChat(f, withCall, true));
       ChatTemplate t;
       t.format = f;
@@ -160,8 +159,24 @@ class TestChatTemplate : public QObject {
     QVERIFY(shoal::model::chatFormatHasToolCalls(ChatFormat::ChatML));
     QVERIFY(shoal::model::chatFormatHasToolCalls(ChatFormat::Qwen3));
     QVERIFY(shoal::model::chatFormatHasToolCalls(ChatFormat::Llama31));
+    QCOMPARE(shoal::model::toolCallSyntaxOf(ChatFormat::Harmony),
+             shoal::model::ToolCallSyntax::HarmonyRecipient);
     QCOMPARE(shoal::model::toolCallSyntaxOf(ChatFormat::Llama31),
              shoal::model::ToolCallSyntax::JsonReply);
+  }
+
+  void harmonyTakesOneCallPerMessageAndAResultNeedsACall() {
+    ChatMessage calls{"assistant", ""};
+    calls.toolCalls = {{"f", "{}"}, {"g", "{}"}};
+    QVERIFY_THROWS_EXCEPTION(
+        shoal::Error,
+        renderChat(ChatFormat::Harmony, {{"user", "Hi"}, calls, {"user", "x"}}, true));
+    QVERIFY_THROWS_EXCEPTION(
+        shoal::Error, renderChat(ChatFormat::Harmony, {{"user", "Hi"}, {"tool", "5"}}, true));
+    ChatTemplate t;
+    t.format = ChatFormat::Harmony;
+    t.tools = {"[1, 2]"};  // not a function tool
+    QVERIFY_THROWS_EXCEPTION(shoal::Error, renderChat(t, {{"user", "Hi"}}, true));
   }
 
   void llama31TakesOneCallPerMessageAndToolsNeedAUserTurn() {

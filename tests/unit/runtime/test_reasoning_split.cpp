@@ -13,6 +13,7 @@ namespace {
 
 struct Split {
   std::string reasoning, content;
+  std::vector<std::string> addressed;  // "recipient|text"
 };
 
 // Push `pieces` one by one, then finish; the concatenated parts.
@@ -23,10 +24,12 @@ Split run(const std::vector<std::string>& pieces, bool startsInReasoning = false
     const ReasoningSplit::Parts parts = s.push(p);
     out.reasoning += parts.reasoning;
     out.content += parts.content;
+    for (const auto& a : parts.addressed) out.addressed.push_back(a.recipient + "|" + a.text);
   }
   const ReasoningSplit::Parts last = s.finish();
   out.reasoning += last.reasoning;
   out.content += last.content;
+  for (const auto& a : last.addressed) out.addressed.push_back(a.recipient + "|" + a.text);
   return out;
 }
 
@@ -120,6 +123,34 @@ class TestReasoningSplit : public QObject {
     checkAllCuts("<|channel|>analysis<|message|>Thinking so f", "Thinking so f", "");
     checkAllCuts("Plain text <|channel|> here", "", "Plain text <|channel|> here");
     checkAllCuts("<|chan", "", "<|chan");
+  }
+
+  // Tool calls: a message to a recipient, named in the channel header or after
+  // <|start|>assistant (or first thing in the reply, after the prompt's <|start|>assistant),
+  // comes out whole as addressed, never as reasoning or answer. The reply ends at <|call|> (a
+  // stop string, so usually absent).
+  void harmonyMessagesToARecipientAreAddressed() {
+    const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+        {"<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>"
+         "commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Rome\"}",
+         {"functions.get_weather|{\"city\":\"Rome\"}"}},
+        {"<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant "
+         "to=functions.add<|channel|>commentary json<|message|>{\"a\": 1}<|call|>",
+         {"functions.add|{\"a\": 1}"}},
+        {" to=functions.now<|channel|>commentary json<|message|>{}", {"functions.now|{}"}},
+    };
+    for (const auto& [reply, addressed] : cases) {
+      std::vector<std::string> chars;
+      for (char c : reply) chars.emplace_back(1, c);
+      for (const auto& pieces : {std::vector<std::string>{reply}, chars}) {
+        const Split got = run(pieces);
+        QCOMPARE(got.addressed, addressed);
+        QCOMPARE(got.content, std::string());
+        QCOMPARE(got.reasoning, std::string(reply.starts_with(" to=") ? "" : "Need the weather."));
+      }
+    }
+    // "to=" that leads to no channel header is text.
+    checkAllCuts("to= be or not", "", "to= be or not");
   }
 };
 
