@@ -314,8 +314,14 @@ void ApiServer::handleGeneration(const httplib::Request& req, httplib::Response&
     }
     toolsOffered = !r.tools.empty();
     chatTemplate.tools = std::move(r.tools);
-    const model::ChatPrompt p = model::buildChatPrompt(tokenizer, chatTemplate, r.messages, ctx,
-                                                       sampling.maxTokens.value_or(ctx));
+    model::ChatPrompt p;
+    try {
+      p = model::buildChatPrompt(tokenizer, chatTemplate, r.messages, ctx,
+                                 sampling.maxTokens.value_or(ctx));
+    } catch (const Error& e) {  // a conversation this format cannot write (two calls in one...)
+      throw ApiError(400, "invalid_request_error", "unsupported_conversation", e.what(),
+                     "messages");
+    }
     if (!p.fits) {
       throw ApiError(400, "invalid_request_error", "context_length_exceeded",
                      "the newest message alone (" + std::to_string(p.tokens.size()) +

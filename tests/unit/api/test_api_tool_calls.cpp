@@ -274,6 +274,12 @@ class TestApiToolCalls : public QObject {
     QVERIFY2(prompt.find("{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": "
                          "\"get_weather\",") != std::string::npos,
              prompt.c_str());
+    // Two calls in one message: this format cannot write them, which is the client's to fix.
+    json twoCalls = kHistoryWithCall;
+    twoCalls[1]["tool_calls"].push_back(twoCalls[1]["tool_calls"][0]);
+    const json refused = s.chat(chatBody(false, true, twoCalls));
+    QCOMPARE(QString::fromStdString(refused["error"]["param"]), QString("messages"));
+    QVERIFY(refused["error"]["message"].get<std::string>().find("one") != std::string::npos);
     // A reply that is JSON but not a call is text.
     s.sink->reply = "{\"answer\": 42}";
     const json r = s.chat(chatBody(false, true));
