@@ -206,8 +206,14 @@ std::vector<std::string> toolsIn(const json& j, const std::string& body) {
                           std::to_string(most));
   }
   const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body);
+  // What was checked above must be what is used: both parses keep the last of a repeated key
+  // (nlohmann assigns it again), and this holds them to it.
+  const auto it = ordered.find("tools");
+  if (it == ordered.end() || json(*it) != *tools) {
+    badParam("tools", "'tools' reads differently when its key order is kept");
+  }
   std::vector<std::string> out;
-  for (const nlohmann::ordered_json& t : ordered.at("tools")) out.push_back(pythonJsonText(t));
+  for (const nlohmann::ordered_json& t : *it) out.push_back(pythonJsonText(t));
   return out;
 }
 

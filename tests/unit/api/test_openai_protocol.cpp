@@ -174,6 +174,14 @@ class TestOpenAiProtocol : public QObject {
     }
   }
 
+  void aRepeatedKeyInToolsKeepsItsLastValueAsElsewhere() {
+    const ChatRequest r =
+        parseChatRequest(std::string(R"({"model":"m",)") + kHello +
+                         R"(,"tools":[{"type":"function","function":{"name":"f","name":"g"}}]})");
+    QCOMPARE(QString::fromStdString(r.tools.at(0)),
+             QString(R"({"type": "function", "function": {"name": "g"}})"));
+  }
+
   void aRequestWithToolsMayNotHoldAHugeObject() {
     std::string big = "{";
     for (int i = 0; i < 1100; ++i) big += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
