@@ -316,7 +316,9 @@ void writeSyntheticModel(const SyntheticModelSpec& spec, const std::filesystem::
       if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
     }
   }
-  if (!spec.chatTemplate.empty()) w.set("tokenizer.chat_template", Value::string(spec.chatTemplate));
+  if (!spec.chatTemplate.empty()) {
+    w.set("tokenizer.chat_template", Value::string(spec.chatTemplate));
+  }
   for (const SyntheticTensor& t : tensors) {
     w.addTensorStreamed(t.name, t.type, t.dims,
                         [&spec, &t](int64_t first, int64_t count, uint8_t* dst) {
