@@ -72,37 +72,36 @@ std::string randomHex() {
   return buf;
 }
 
-// ToolCallSplit's calls as tool_calls entries, numbered from `next` (the `index` of a stream's
-// deltas when `indexed`); one that does not read as a call goes back into `content` as the text
-// the model wrote.
+// One call the reply may have made: a tool_calls entry, numbered `next` (the `index` of a
+// stream's deltas when `indexed`); where it is no call, `text` (what the model wrote) goes back
+// into `content`.
+void takeCall(const std::optional<ReplyToolCall>& call, const std::string& text,
+              std::string& content, json& calls, int32_t& next, bool indexed) {
+  if (!call) {
+    content += text;
+    return;
+  }
+  calls.push_back(toolCallJson(*call, "call_" + randomHex(),
+                               indexed ? std::optional<int32_t>(next) : std::nullopt));
+  ++next;
+}
+
+// ToolCallSplit's calls, each through takeCall.
 void takeToolCalls(const std::vector<runtime::ToolCallSplit::Call>& found, std::string& content,
                    json& calls, int32_t& next, bool indexed) {
   for (const runtime::ToolCallSplit::Call& c : found) {
-    if (const std::optional<ReplyToolCall> call = readToolCall(c.body)) {
-      calls.push_back(toolCallJson(*call, "call_" + randomHex(),
-                                   indexed ? std::optional<int32_t>(next) : std::nullopt));
-      ++next;
-    } else {
-      content += c.original;
-    }
+    takeCall(readToolCall(c.body), c.original, content, calls, next, indexed);
   }
 }
 
-// The reply's harmony messages to recipients (ReasoningSplit's), as takeToolCalls: calls where
-// tools were offered, text otherwise (as commentary always was before tools).
+// The reply's harmony messages to recipients (ReasoningSplit's), each through takeCall: calls
+// where tools were offered, text otherwise (as commentary always was before tools).
 void takeAddressedCalls(const std::vector<runtime::ReasoningSplit::Addressed>& found,
                         bool toolsOffered, std::string& content, json& calls, int32_t& next,
                         bool indexed) {
   for (const runtime::ReasoningSplit::Addressed& a : found) {
-    const std::optional<ReplyToolCall> call =
-        toolsOffered ? readAddressedCall(a.recipient, a.text) : std::nullopt;
-    if (call) {
-      calls.push_back(toolCallJson(*call, "call_" + randomHex(),
-                                   indexed ? std::optional<int32_t>(next) : std::nullopt));
-      ++next;
-    } else {
-      content += a.text;
-    }
+    takeCall(toolsOffered ? readAddressedCall(a.recipient, a.text) : std::nullopt, a.text, content,
+             calls, next, indexed);
   }
 }
 
