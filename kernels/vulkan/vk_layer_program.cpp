@@ -305,7 +305,7 @@ void LayerRecorder::products(VkDeviceAddress x, uint32_t cols, uint32_t rows,
     if (quantizesActivations(job.w->type)) {
       if (!quantized) m_rec.quantizeQ8(x, m_ctx.quantized, cols, rows);
       quantized = true;
-      m_rec.matmulQ8(*job.w, m_ctx.quantized, job.y, rows);
+      m_rec.matmulQ8(*job.w, m_ctx.quantized, job.y, rows, m_ctx.decodeOrder);
     } else {
       m_rec.matmul(*job.w, x, job.y, rows);
     }

@@ -59,7 +59,10 @@ struct PassContext {
   const std::vector<RopeTable>* ropeTables = nullptr;
   MoeScratch moe;
   uint32_t rows = 0;  // rows of the batch
-  RowRange kept;      // the rows KeepOutputRows keeps (the logits rows of a head stage)
+  // Segment::decodeOrder: the integer products keep the mat-vec's rounding (not the tiled
+  // matmul's), so each row equals decoding it alone (speculative verification).
+  bool decodeOrder = false;
+  RowRange kept;  // the rows KeepOutputRows keeps (the logits rows of a head stage)
 };
 
 // One layer of a pass.

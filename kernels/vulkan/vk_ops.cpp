@@ -237,7 +237,7 @@ void Recorder::copy(const Allocation& src, const Allocation& dst, VkDeviceSize b
 
 void Recorder::matmul(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress y,
                       uint32_t tokens) {
-  // From 4 tokens on, reading each weight once per 8-token tile beats re-reading it per token.
+  // From 4 tokens on, reading each weight once per 32-token tile beats re-reading it per token.
   if (tokens >= 4) {
     matmat(w, x, y, tokens);
   } else {
@@ -263,9 +263,13 @@ void Recorder::matmat(const DeviceMatrix& w, VkDeviceAddress x, VkDeviceAddress 
   push.ref(w.memory.address).ref(w.memory.address).ref(x).ref(y);
   push.u32(static_cast<uint32_t>(w.rows)).u32(static_cast<uint32_t>(w.cols));
   push.u32(static_cast<uint32_t>(w.rowBytes)).u32(tokens);
-  m_weightBytes = matrixBytes(w) * groups(tokens, 8);  // once per 8-token tile
-  dispatch("matmat_" + typeSuffix(w.type), {64}, push, groups(static_cast<uint64_t>(w.rows), 8),
-           groups(tokens, 8));
+  // matmat.comp: 128 invocations per tile of 64 rows x 32 tokens, so each weight is decoded once
+  // per 32 tokens; groups stride over row tiles past Vulkan's guaranteed 65535.
+  constexpr uint32_t kTileRows = 64, kTileTokens = 32;
+  m_weightBytes = matrixBytes(w) * groups(tokens, kTileTokens);
+  dispatch("matmat_" + typeSuffix(w.type), {128}, push,
+           static_cast<uint32_t>(std::min<uint64_t>(groups(uint64_t(w.rows), kTileRows), 65535)),
+           groups(tokens, kTileTokens));
 }
 
 namespace {
@@ -300,7 +304,7 @@ uint32_t blockRowsPerSlot(const Device& device, uint64_t rows, uint64_t slots, u
 }  // namespace
 
 bool Recorder::canMatvecBlocks(const DeviceMatrix& w, VkDeviceAddress x, uint32_t tokens) const {
-  // Decode batches (a larger batch reads each weight once per 8 tokens in the tiled kernels),
+  // Decode batches (a larger batch reads each weight once per 8 or 32 tokens in the others),
   // chunks of 32 columns, 16-byte activation loads, 32-bit byte offsets into the matrix.
   return !m_device.exactMath() && tokens > 0 && tokens < kBlockMatvecTokens && w.cols % 32 == 0 &&
          x % 16 == 0 && static_cast<uint64_t>(w.rows) * w.rowBytes <= 0xffffffffull;
@@ -363,7 +367,7 @@ void Recorder::quantizeQ8(VkDeviceAddress x, const QuantizedActivations& act, ui
 }
 
 void Recorder::matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, VkDeviceAddress y,
-                        uint32_t tokens) {
+                        uint32_t tokens, bool decodeOrder) {
   if (!quantizesActivations(w.type)) {
     throw Error("Vulkan: no integer kernel for weight type " +
                 std::string(gguf::typeTraits(w.type).name));
@@ -377,6 +381,17 @@ void Recorder::matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, 
     // One invocation per (row, token), in the CPU's order.
     m_weightBytes = matrixBytes(w) * tokens;
     dispatch(name, {kGroup}, push, groups(static_cast<uint64_t>(w.rows), kGroup), tokens);
+    return;
+  }
+  if (tokens >= kTiledQ8Tokens && !decodeOrder) {
+    // matmat_q8.comp: 128 invocations per tile of 64 rows x 32 tokens, so each weight is read
+    // once per 32 tokens; groups stride over row tiles past Vulkan's guaranteed 65535.
+    constexpr uint32_t kTileRows = 64, kTileTokens = 32;
+    m_weightBytes = matrixBytes(w) * groups(tokens, kTileTokens);
+    dispatch("matmat_q8_" + typeSuffix(w.type) + (m_device.useIntegerDot() ? "_dot" : ""), {128},
+             push,
+             static_cast<uint32_t>(std::min<uint64_t>(groups(uint64_t(w.rows), kTileRows), 65535)),
+             groups(tokens, kTileTokens));
     return;
   }
   // A workgroup of 64 invocations takes 64 / lanes rows, `lanes` invocations per row over its

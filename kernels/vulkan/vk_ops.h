@@ -64,8 +64,11 @@ struct MatvecOut {
 };
 
 // Tokens of the block mat-vec's tile (matvec_block.comp TOKENS): it takes batches of fewer rows
-// (decode); larger ones go to the tiled kernels, which read each weight once per 8 tokens.
+// (decode); larger ones go to the kernels that read each weight once per 8 or 32 tokens.
 inline constexpr uint32_t kBlockMatvecTokens = 4;
+// Batches from which matmulQ8 runs the tiled integer matmul (matmat_q8.comp: 32-token tiles)
+// rather than the cooperative mat-vec (8-token tiles).
+inline constexpr uint32_t kTiledQ8Tokens = 16;
 
 // One recorded dispatch, for profiles.
 struct DispatchRecord {
@@ -108,10 +111,12 @@ class Recorder {
   void quantizeQ8(VkDeviceAddress x, const QuantizedActivations& act, uint32_t cols,
                   uint32_t tokens);
   // y[t * rows + r] = dot(W row r, activation row t) for a weight type that quantizesActivations,
-  // for any token count: a workgroup per row reading each weight once per 8 tokens, or (exact
-  // math) one invocation per row and token in the CPU backend's order.
+  // for any token count: a workgroup per row reading each weight once per 8 tokens, from
+  // kTiledQ8Tokens on the tiled kernel reading it once per 32, or (exact math) one invocation
+  // per row and token in the CPU backend's order. decodeOrder keeps the mat-vec for any batch,
+  // whose rows round as the decode kernels' do.
   void matmulQ8(const DeviceMatrix& w, const QuantizedActivations& act, VkDeviceAddress y,
-                uint32_t tokens);
+                uint32_t tokens, bool decodeOrder = false);
 
   // y[t] = row tokens[t] of w, as f32.
   void embed(const DeviceMatrix& w, VkDeviceAddress tokens, VkDeviceAddress y, uint32_t count);

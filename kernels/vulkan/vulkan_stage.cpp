@@ -343,7 +343,7 @@ void VulkanStage::buildRopeTables(const model::ModelWeights& w) {
 // The embedding (or the hidden states received), each layer's program, then the head: final
 // norm and output projection over the rows whose logits are wanted.
 void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, runtime::LogitRows logits,
-                         uint32_t select) {
+                         uint32_t select, bool decodeOrder) {
   const uint32_t n = u32(count), d = u32(m_config.nEmbd);
   PassContext ctx;
   ctx.config = &m_config;
@@ -355,6 +355,7 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, runtime
   ctx.ropeTables = &m_ropeTables;
   ctx.moe = {m_moeLogits.address, m_moeIds.address, m_moeWeights.address, m_moeOutputs.address};
   ctx.rows = n;
+  ctx.decodeOrder = decodeOrder;
   ctx.kept = logits == runtime::LogitRows::All    ? RowRange{0, n}
              : logits == runtime::LogitRows::Last ? RowRange{n - 1, 1}
                                                   : RowRange{0, 0};
@@ -404,8 +405,9 @@ void VulkanStage::release(Recorded& r) {
 }
 
 const VulkanStage::Recorded& VulkanStage::commandsFor(int32_t count, int32_t sequence,
-                                                      runtime::LogitRows logits, uint32_t select) {
-  const auto key = std::make_tuple(count, sequence, logits, select);
+                                                      runtime::LogitRows logits, uint32_t select,
+                                                      bool decodeOrder) {
+  const auto key = std::make_tuple(count, sequence, logits, select, decodeOrder);
   if (auto it = m_commands.find(key); it != m_commands.end()) {
     m_lastDispatches = it->second.dispatches();
     return it->second;
@@ -435,7 +437,7 @@ const VulkanStage::Recorded& VulkanStage::commandsFor(int32_t count, int32_t seq
             "vkCreateQueryPool");
     }
     Recorder rec(*m_device, r.commands, r.timestamps, r.timestamps ? kProfileQueries : 0);
-    record(rec, count, sequence, logits, select);
+    record(rec, count, sequence, logits, select, decodeOrder);
     rec.finish();
     r.records = rec.records();
   } catch (...) {
@@ -503,7 +505,8 @@ void VulkanStage::runSegment(const runtime::Batch& batch, int32_t row,
   const size_t n = sz(segment.count), d = sz(m_config.nEmbd);
   // Without the head every row goes on as a hidden state: one recording serves every logits mode.
   const runtime::LogitRows logits = m_spec.hasHead ? segment.logits : runtime::LogitRows::All;
-  const Recorded& recorded = commandsFor(segment.count, segment.sequence, logits, select);
+  const Recorded& recorded =
+      commandsFor(segment.count, segment.sequence, logits, select, segment.decodeOrder);
   static_cast<int32_t*>(m_params.mapped)[0] = segment.firstPosition;
   if (m_spec.hasEmbedding) {
     std::memcpy(m_tokens.mapped, batch.tokens.data() + row, n * 4);

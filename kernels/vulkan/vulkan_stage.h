@@ -86,12 +86,13 @@ class VulkanStage final : public runtime::LocalStage {
   // Timestamp queries per profiled pass.
   static constexpr uint32_t kProfileQueries = 8192;
 
+  // decodeOrder: Segment::decodeOrder (PassContext::decodeOrder).
   const Recorded& commandsFor(int32_t count, int32_t sequence, runtime::LogitRows logits,
-                              uint32_t select);
+                              uint32_t select, bool decodeOrder);
   void release(Recorded& recorded);
   void addToProfile(const Recorded& recorded);
   void record(Recorder& rec, int32_t count, int32_t sequence, runtime::LogitRows logits,
-              uint32_t select);
+              uint32_t select, bool decodeOrder);
 
   std::shared_ptr<Device> m_device;
   MemoryPool m_pool;
@@ -121,7 +122,7 @@ class VulkanStage final : public runtime::LocalStage {
   Allocation m_moeLogits, m_moeIds, m_moeWeights, m_moeOutputs;  // MoeScratch, when experts
 
   // By (rows, sequence, logits rows, select).
-  std::map<std::tuple<int32_t, int32_t, runtime::LogitRows, uint32_t>, Recorded> m_commands;
+  std::map<std::tuple<int32_t, int32_t, runtime::LogitRows, uint32_t, bool>, Recorded> m_commands;
   uint32_t m_lastDispatches = 0;
   bool m_profiling = false;
   std::map<std::string, runtime::KernelProfile> m_profile;  // by kernel, since setProfiling

@@ -195,13 +195,16 @@ class VulkanOpsTest : public QObject {
         {TensorType::F32, "f32"}};
     for (const auto& [type, name] : types) {
       const int cols = gguf::typeTraits(type).blockSize >= 256 ? 512 : 96;
-      // Rows and tokens not multiples of the 8x8 tile; one decode token.
+      // Rows and tokens not multiples of the tiles; one decode token.
       QTest::newRow((std::string(name) + " matvec 1 token").c_str())
           << int(type) << 1 << 37 << cols << 1;
       QTest::newRow((std::string(name) + " matvec 3 tokens").c_str())
           << int(type) << 1 << 19 << cols << 3;
       QTest::newRow((std::string(name) + " matmat 13 tokens").c_str())
           << int(type) << 2 << 29 << cols << 13;
+      // Two 64-row tiles and three 32-token tiles of the tiled kernel, the last of each partial.
+      QTest::newRow((std::string(name) + " matmat 70 tokens").c_str())
+          << int(type) << 2 << 77 << cols << 70;
       if (!kExactMath) {
         QTest::newRow((std::string(name) + " block 1 token").c_str())
             << int(type) << 3 << 37 << cols << 1;
@@ -373,9 +376,10 @@ class VulkanOpsTest : public QObject {
     for (auto [type, name] :
          {std::pair{TensorType::Q4_0, "q4_0"}, std::pair{TensorType::Q4_1, "q4_1"},
           std::pair{TensorType::Q8_0, "q8_0"}}) {
-      // 1 and 3 (decode and a short batch), 13 and 21 (more than one 8-token tile of the default
-      // kernel, the last one partial).
-      for (int tokens : {1, 3, 13, 21}) {
+      // 1 and 3 (decode and a short batch), 13 (more than one 8-token tile of the cooperative
+      // kernel, the last one partial), 21 and 70 (the tiled kernel: one partial 32-token tile,
+      // two whole ones and a partial one).
+      for (int tokens : {1, 3, 13, 21, 70}) {
         QTest::newRow((std::string(name) + " " + std::to_string(tokens) + " tokens").c_str())
             << int(type) << tokens;
       }
@@ -389,9 +393,10 @@ class VulkanOpsTest : public QObject {
     // a group, the last group partial), 45 of 1536 (48 blocks: 16 lanes, 4 rows a group), and 3
     // of 4096 (128 blocks: 64 lanes, one row a group, two blocks a lane).
     // And 4099 of 1024 (32 blocks: 16 lanes, 4 slots a group; the block mat-vec puts up to 4
-    // rows in a slot).
+    // rows in a slot). The tiled kernel's 64-row tiles: partial in each shape, and 130 rows of
+    // 224 columns take an odd number of blocks (7) through its two-block passes.
     for (const auto& [rows, cols] :
-         {std::pair<int64_t, int64_t>{77, 192}, {45, 1536}, {3, 4096}, {4099, 1024}}) {
+         {std::pair<int64_t, int64_t>{77, 192}, {45, 1536}, {3, 4096}, {4099, 1024}, {130, 224}}) {
       vulkan::MemoryPool pool(*m_device);
       const auto wf = randomFloats(size_t(rows * cols), 6);
       const size_t rowBytes = gguf::rowBytes(t, cols);
@@ -411,9 +416,20 @@ class VulkanOpsTest : public QObject {
       auto blockY = pool.allocate(size_t(rows) * size_t(tokens) * 4);
       auto plainY = pool.allocate(size_t(rows) * size_t(tokens) * 4);
       auto plainQ8 = pool.allocate(size_t(rows) * size_t(tokens) * 4);
+      // In decode order (speculative verification), every batch rounds as its rows decoded one
+      // at a time: the tiled kernel's batches too.
+      auto ordered = pool.allocate(size_t(rows) * size_t(tokens) * 4);
+      auto alone = pool.allocate(size_t(rows) * size_t(tokens) * 4);
       run([&](vulkan::Recorder& rec) {
         rec.quantizeQ8(xb.address, act, uint32_t(cols), uint32_t(tokens));
         rec.matmulQ8(w, act, yb.address, uint32_t(tokens));
+        rec.matmulQ8(w, act, ordered.address, uint32_t(tokens), true);
+        const uint64_t blocks = uint64_t(cols) / 32;
+        for (uint64_t tok = 0; tok < uint64_t(tokens); ++tok) {
+          const vulkan::QuantizedActivations one{
+              act.qs + tok * blocks * 32, act.d + tok * blocks * 4, act.s + tok * blocks * 4};
+          rec.matmulQ8(w, one, alone.address + tok * uint64_t(rows) * 4, 1);
+        }
         m_device->setIntegerDot(false);  // the same kernel without packed dot products
         rec.matmulQ8(w, act, plainQ8.address, uint32_t(tokens));
         m_device->setIntegerDot(intDot);
@@ -445,6 +461,8 @@ class VulkanOpsTest : public QObject {
                qPrintable(QString("%1 x %2: ").arg(rows).arg(cols) +
                           contractMiss(got, want, kFloatOpNmse)));
       QCOMPARE(bitMismatch(download(pool, plainQ8, got.size()), got), QString());
+      QCOMPARE(bitMismatch(download(pool, ordered, got.size()), download(pool, alone, got.size())),
+               QString());
       if (block) {
         // The same rounding as the integer kernel's, so a decoded row equals a prefill row.
         const auto gotBlock = download(pool, blockY, got.size());
