@@ -46,4 +46,14 @@ SamplerParams samplerParamsOf(const SampleRequest& sample) {
   return p;
 }
 
+SampleRequest sampleRequestAt(const SamplerParams& p, uint64_t position) {
+  SampleRequest r;
+  r.temperature = p.temperature;
+  r.topP = p.topP;
+  r.topK = p.topK;
+  r.minP = p.minP;
+  r.seed = p.seed + position;
+  return r;
+}
+
 }  // namespace shoal::runtime

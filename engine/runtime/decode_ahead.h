@@ -25,5 +25,8 @@ std::vector<int32_t> decodeAheadLocally(Stage& stage, int32_t sequence, int32_t 
 
 // The SamplerParams a SampleRequest stands for (no repetition penalty: the head has no history).
 SamplerParams samplerParamsOf(const SampleRequest& sample);
+// The SampleRequest that draws the token at `position` as drawsByPosition does: p's chain, seed
+// p.seed + position.
+SampleRequest sampleRequestAt(const SamplerParams& p, uint64_t position);
 
 }  // namespace shoal::runtime

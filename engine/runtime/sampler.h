@@ -28,6 +28,12 @@ struct SamplerParams {
   bool operator==(const SamplerParams&) const = default;
 };
 
+// Whether a generation draws by position: the token at position P with a sampler re-seeded to
+// params.seed + P (Sampler::reseed, SampleRequest::seed), so that the token is the same wherever
+// it is drawn (here, on a pool's last node, on a GPU stage, decoded ahead) and however the steps
+// fell. Not with a repetition penalty, which needs the history only the generation has.
+inline bool drawsByPosition(const SamplerParams& p) { return p.repeatPenalty == 1.0f; }
+
 class Sampler {
  public:
   // Throws shoal::Error for parameters that have no meaning (repeatPenalty <= 0 or NaN,
@@ -50,6 +56,9 @@ class Sampler {
   // Negative ids are refused (shoal::Error); ids beyond a later call's vocabulary are ignored.
   void accept(int32_t token);
   void reset();  // forget history and re-seed
+  // Re-seeds the draws only (the history stays): the next draw is the one a new Sampler with
+  // this seed would make. Position-seeded sampling (drawsByPosition) calls it before each draw.
+  void reseed(uint64_t seed) { m_rng.seed(seed); }
 
   const SamplerParams& params() const { return m_params; }
 

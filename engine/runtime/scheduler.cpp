@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "engine/error.h"
+#include "engine/runtime/decode_ahead.h"
 
 namespace shoal::runtime {
 namespace {
@@ -375,21 +376,37 @@ void Scheduler::addPiece(Group& g, const Piece& p) {
   g.byModel.push_back(p.byModel ? 1 : 0);
 }
 
-Batch Scheduler::batchOf(const Group& g) const {
-  // A head that samples (a pool's last node) answers greedy rows with tokens, so their logits
-  // need not cross the network; it has no history for a repetition penalty.
-  static const SampleRequest kGreedy{};
+void Scheduler::drawAt(Active& a, size_t position) {
+  const SamplerParams& p = a.request.options.sampler;
+  if (drawsByPosition(p)) a.sampler.reseed(p.seed + position);
+}
+
+Batch Scheduler::batchOf(Group& g) {
+  // A head that samples (a pool's last node, a GPU stage) answers with tokens, so the logits need
+  // not cross the network or the bus; it has no history for a repetition penalty. One request
+  // serves the batch: greedy for any number of rows, a sampled one for a single row (its seed is
+  // its position's).
   bool greedy = true;
+  size_t logitSegments = 0, sampled = 0;
   for (size_t k = 0; k < g.segments.size(); ++k) {
+    if (g.segments[k].logits == LogitRows::None) continue;
+    ++logitSegments;
     const SamplerParams& sp = g.members[k]->request.options.sampler;
-    if (g.segments[k].logits != LogitRows::None && (sp.temperature > 0 || sp.repeatPenalty != 1)) {
-      greedy = false;
-    }
+    if (sp.temperature > 0 || sp.repeatPenalty != 1) greedy = false;
+    if (g.segments[k].logits == LogitRows::Last && drawsByPosition(sp)) sampled = k + 1;
   }
   Batch b;
   b.tokens = g.rows;
   b.segments = g.segments;
-  b.sample = greedy ? &kGreedy : nullptr;
+  if (greedy) {
+    g.sample = SampleRequest{};
+    b.sample = &g.sample;
+  } else if (logitSegments == 1 && sampled > 0) {
+    const Segment& s = g.segments[sampled - 1];
+    g.sample = sampleRequestAt(g.members[sampled - 1]->request.options.sampler,
+                               static_cast<uint64_t>(s.firstPosition + s.count));
+    b.sample = &g.sample;
+  }
   return b;
 }
 
@@ -436,6 +453,7 @@ Scheduler::Learned Scheduler::consume(Group& g, const StageOutput& out) {
             sampled ? std::span<const float>()
                     : std::span<const float>(out.logits.data() + (row + r) * vocab, vocab);
         model::TokenId t = sampled ? out.tokens[row + r] : -1;
+        drawAt(a, firstDraft + r);
         if (!sampled && a.request.options.sampler.temperature > 0 && r + 1 < rows) {
           bool kept = false;
           t = a.sampler.sampleDraft(logits, a.tokens[firstDraft + r], kept);
@@ -471,6 +489,7 @@ Scheduler::Learned Scheduler::consume(Group& g, const StageOutput& out) {
         continue;
       }
     } else {
+      drawAt(a, a.computed);  // the last row predicts the position after it
       next = a.sampler.sample(std::span<const float>(out.logits.data() + row * vocab, vocab));
     }
     ++row;
@@ -507,9 +526,10 @@ Scheduler::Active* Scheduler::aheadCandidate() {
   }
   Active& a = *m_active.front();
   const GenerateOptions& o = a.request.options;
-  // Greedy only: a sampled generation draws from its own sampler here, step by step.
+  // The chain draws each token as this would (drawsByPosition); a repetition penalty needs the
+  // history, which only this has.
   if (a.done || a.unread() != 1 || a.result.tokens.empty() || !a.replayEnds.empty() ||
-      o.decodeAhead < 2 || o.sampler.temperature > 0 || o.sampler.repeatPenalty != 1.0f) {
+      o.decodeAhead < 2 || !drawsByPosition(o.sampler)) {
     return nullptr;
   }
   // A draft to verify yields several tokens per round trip as well, and maybe more.
@@ -532,12 +552,13 @@ bool Scheduler::aheadStep(Active& a) {
                                             std::min(o.decodeAhead, m_chain.decodeAheadLimit()));
   if (count < 2) return wavefrontStep();
   a.ahead = count;
-  const SampleRequest greedy{};
+  // The token fed sits at `computed`; the first one decoded at the position after it.
+  const SampleRequest sample = sampleRequestAt(o.sampler, a.computed + 1);
   const auto t0 = Clock::now();
   std::vector<model::TokenId> decoded;
   try {
     decoded = m_chain.decodeAhead(a.slot, static_cast<int32_t>(a.computed), a.tokens.back(), count,
-                                  greedy);
+                                  sample);
     if (decoded.size() != static_cast<size_t>(count)) {
       throw Error("the chain decoded " + std::to_string(decoded.size()) + " tokens ahead, not " +
                   std::to_string(count));
@@ -591,7 +612,7 @@ bool Scheduler::wavefrontStep() {
   m_groups.front().draftSeconds = m_pieceDraftSeconds;  // the step's: learned once
   std::vector<Batch> batches;
   std::vector<Active*> members;
-  for (const Group& g : m_groups) {
+  for (Group& g : m_groups) {
     batches.push_back(batchOf(g));
     members.insert(members.end(), g.members.begin(), g.members.end());
   }

@@ -207,6 +207,7 @@ class Scheduler {
     std::vector<int32_t> drafted;  // of each segment
     std::vector<char> byModel;     // of each segment: its draft came from the draft model
     double draftSeconds = 0;       // the draft model's time making this batch's drafts
+    SampleRequest sample;          // batchOf's sampled request (Batch::sample points here)
     StageOutput out;
     Stage::Ticket ticket = 0;
     Clock::time_point submitted;
@@ -233,7 +234,9 @@ class Scheduler {
   void collectPieces(const std::vector<Active*>& candidates, size_t most,
                      std::vector<Piece>& pieces);
   static void addPiece(Group& g, const Piece& p);
-  Batch batchOf(const Group& g) const;
+  // The group's batch; it asks the head to sample when every logits row is greedy, or when the
+  // one logits row is drawn by position (drawsByPosition: the head draws what this would).
+  static Batch batchOf(Group& g);
   // Takes a group's head output: accepts each member's tokens (or fails the members when the
   // output is malformed).
   Learned consume(Group& g, const StageOutput& out);
@@ -243,8 +246,8 @@ class Scheduler {
   // Runs a step's groups as one wavefront (any chain but one that pipelines on its own).
   bool wavefrontStep();
   // Decoding ahead (Chain::decodeAhead, a chain of one far node holding the whole model): the
-  // one generation to run this step when it alone is active and nothing waits, it decodes
-  // greedily without a penalty or a draft to verify; else nullptr.
+  // one generation to run this step when it alone is active and nothing waits, it draws by
+  // position (no penalty: drawsByPosition) and has no draft to verify; else nullptr.
   Active* aheadCandidate();
   // One burst for it: the node decodes several tokens, each accepted as a decoded row would be
   // (one-row pieces: a replay repeats them exactly); the burst grows 2, 4, 8, ... up to about
@@ -260,6 +263,9 @@ class Scheduler {
   void finishWaiting(Waiting& w);  // a queued request ends as Cancelled
   // Feeds a sampled token to its generation; returns true when the generation has ended.
   bool accept(Active& a, model::TokenId token);
+  // Before a's sampler draws the token at `position`: re-seeded to its position's seed where
+  // the generation draws by position (drawsByPosition), as a head stage or a node would draw.
+  static void drawAt(Active& a, size_t position);
   // Drafted tokens `a` should verify this step, within `budget` more rows (none: decode one):
   // prompt lookup's, else the draft model's (then true, with the seconds it spent drafting,
   // a new prompt's prefill left out, added to `modelSeconds`).

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "engine/error.h"
+#include "engine/runtime/decode_ahead.h"
 #include "engine/runtime/reply_text.h"
 
 namespace shoal::runtime {
@@ -50,13 +51,8 @@ void Session::compute(size_t from, StepKind kind, Sampler& sampler,
                       const GenerateOptions& options) {
   const std::span<const model::TokenId> tokens(m_cached.data() + from, m_cached.size() - from);
   const bool verify = kind == StepKind::Verify;
-  SampleRequest sample;
-  sample.temperature = options.sampler.temperature;
-  sample.topP = options.sampler.topP;
-  sample.topK = options.sampler.topK;
-  sample.minP = options.sampler.minP;
-  // The seed follows the position sampled, so a replay draws the same numbers.
-  sample.seed = options.sampler.seed + m_cached.size();
+  // The seed follows the position sampled (drawsByPosition), so a replay draws the same numbers.
+  const SampleRequest sample = sampleRequestAt(options.sampler, m_cached.size());
   // A head stage that samples (on its device, or a pool's last node) has no token history, so a
   // repetition penalty needs the logits here.
   // Verifying a sampled reply's drafts takes the rows' logits here (the rejection rule).
@@ -95,8 +91,13 @@ void Session::compute(size_t from, StepKind kind, Sampler& sampler,
     throw Error("the head stage returned " + std::to_string(m_out.logits.size()) + " logits for " +
                 std::to_string(rows) + " rows");
   }
+  // The rows predict the positions from m_cached.size() + 1 - rows on (a verify's row r: the
+  // draft at from + 1 + r; a plain step's one row: the next position). Each is drawn here as
+  // the head, a node or a GPU stage would draw it (drawsByPosition).
+  const size_t firstPredicted = m_cached.size() + 1 - rows;
   for (size_t r = 0; r < rows; ++r) {
     const std::span<const float> row = std::span(m_out.logits).subspan(r * vocab, vocab);
+    if (drawsByPosition(options.sampler)) sampler.reseed(options.sampler.seed + firstPredicted + r);
     if (!sampledVerify || r + 1 == rows) {
       m_predicted.push_back(sampler.sample(row));
       continue;

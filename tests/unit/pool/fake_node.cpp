@@ -232,7 +232,7 @@ Message FakeNode::forward(const Message& request) {
     params.temperature = c.at("sample").at("temperature").get<float>();
     params.topK = c.at("sample").at("top_k").get<int32_t>();
     params.topP = c.at("sample").at("top_p").get<float>();
-    params.minP = 0;
+    params.minP = c.at("sample").at("min_p").get<float>();
     params.seed = c.at("sample").at("seed").get<uint64_t>();
   }
   if (c.contains("decode_ahead")) {

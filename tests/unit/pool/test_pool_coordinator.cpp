@@ -518,7 +518,10 @@ class TestPoolCoordinator : public QObject {
   }
 
   // The API's scheduler over a one-node pool: a greedy generation alone decodes ahead in bursts;
-  // two at once are batched as usual; every reply equals its solo run.
+  // two at once are batched as usual; every reply equals its solo run. A sampled one decodes
+  // ahead too (each token drawn by position, drawsByPosition), and its reply is the one drawn
+  // token by token: by the scheduler without bursts (the node samples each token), and by a local
+  // Session on the CPU (which draws from the logits itself).
   void theSchedulerDecodesAheadForAGenerationAlone() {
     const char* prompts[] = {"The three primary colors are", "Water boils at"};
     std::vector<Coordinator::PoolRequest> requests;
@@ -542,6 +545,30 @@ class TestPoolCoordinator : public QObject {
       QVERIFY2(together[0][i].error.empty(), together[0][i].error.c_str());
       QCOMPARE(together[0][i].result.tokens, want[i].tokens);
     }
+
+    Coordinator::PoolRequest sampled = requests[0];
+    sampled.options.sampler.temperature = 0.9f;
+    sampled.options.sampler.topK = 0;  // the whole vocabulary: draws differ more often
+    sampled.options.sampler.seed = 1234;
+    Coordinator::PoolRequest oneByOne = sampled;
+    oneByOne.options.decodeAhead = 0;
+    const int aheadBefore = node.aheadForwards;
+    const auto drawn = serveReplicas(*c, {{sampled}}, m_model->tokenizer());
+    QVERIFY2(drawn[0][0].error.empty(), drawn[0][0].error.c_str());
+    QVERIFY(drawn[0][0].result.aheadSteps > 0);
+    QVERIFY(node.aheadForwards > aheadBefore);
+    const int forwardsBefore = node.forwards;
+    const auto stepped = serveReplicas(*c, {{oneByOne}}, m_model->tokenizer());
+    QVERIFY2(stepped[0][0].error.empty(), stepped[0][0].error.c_str());
+    QCOMPARE(stepped[0][0].result.aheadSteps, 0);
+    QVERIFY(node.forwards - forwardsBefore > 10);  // a request per token
+    QCOMPARE(drawn[0][0].result.tokens, stepped[0][0].result.tokens);
+    runtime::Chain chain = localChain();
+    runtime::Session local(chain, m_model->tokenizer());
+    const runtime::GenerateResult here = local.generate(sampled.prompt, sampled.options);
+    QCOMPARE(drawn[0][0].result.tokens, here.tokens);
+    // Not the greedy reply: the draws did something.
+    QVERIFY(drawn[0][0].result.tokens != want[0].tokens);
   }
 
   void aNodeLostMidBurstIsReplacedAndTheReplyIsUnchanged() {

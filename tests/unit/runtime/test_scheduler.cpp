@@ -213,7 +213,9 @@ class TestScheduler : public QObject {
   }
 
   // Finish rules are Session's: stop strings, end of generation, the context filling up, and
-  // seeded sampling (the sampler draws per sequence, so a batch does not change the draws).
+  // seeded sampling (the sampler draws per sequence, so a batch does not change the draws): with a
+  // repetition penalty from the generation's own stream of numbers, without one by position
+  // (drawsByPosition).
   void finishRulesAndSamplingMatchSession() {
     const auto p0 = chatPrompt(m_questions[0]);
     const auto p1 = chatPrompt(m_questions[3]);
@@ -228,10 +230,14 @@ class TestScheduler : public QObject {
     sampled.sampler.seed = 1234;
     sampled.sampler.repeatPenalty = 1.1f;
     GenerateOptions eog = greedy(200);  // a short question: the model ends its reply itself
+    GenerateOptions byPosition = sampled;
+    byPosition.sampler.repeatPenalty = 1.0f;
+    byPosition.sampler.topK = 0;
+    byPosition.sampler.seed = 77;
 
     const int32_t ctx = 64;  // p2 + its reply overrun this context
     const std::vector<std::pair<std::vector<model::TokenId>, GenerateOptions>> cases = {
-        {p0, stop}, {p1, sampled}, {p0, eog}, {p2, greedy(200)}};
+        {p0, stop}, {p1, sampled}, {p0, eog}, {p2, greedy(200)}, {p1, byPosition}};
     std::vector<GenerateResult> want;
     for (const auto& [p, o] : cases) want.push_back(solo(p, o, ctx));
     QCOMPARE(want[0].finish, FinishReason::StopString);
