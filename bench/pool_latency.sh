@@ -6,6 +6,9 @@
 #   - rtt_ms: the round trip the coordinator measured to each node through the emulator;
 #   - decode_tokens_per_s: one greedy stream, 128 tokens, no speculation, and the planner's
 #     prediction for it (predicted_tokens_per_s, predicted_over_measured);
+#   - uncapped: the same stream on the planner's own choice without a memory cap (one node for a
+#     model that fits one), and sampled_scheduler_tokens_per_s: that at the app's default
+#     temperature (0.7) through the scheduler (the app's chat and the pool API);
 #   - ttft_s: time to the first token for prompts of about 32, 512 and 2048 tokens, and the
 #     planner's prediction for each (predicted_ttft_s, predicted_ttft_over_measured);
 #   - relay: decode and the 2048-token TTFT again with every hop relayed through the coordinator
@@ -107,6 +110,10 @@ for rep in $(seq "$reps"); do
     # node whenever the links would make it slower ("adding a machine never makes it slower").
     free="$(pool generate --temp 0 --json -p "Once upon a time, in a small village by the sea," \
       -n 128 --ignore-eos --draft-max 0)"
+    # The same through the scheduler at the app's default sampling (temperature 0.7): the app's
+    # chat and the pool API take this path.
+    sfree="$(pool generate --parallel 1 --replies 1 --temp 0.7 --seed 5 --json \
+      -p "Once upon a time, in a small village by the sea," -n 128 --ignore-eos --draft-max 0)"
     t32="$(gen -p "$(words 32)" -n 1 --draft-max 0)"
     t512="$(gen -p "$(words 512)" -n 1 --draft-max 0)"
     t2048="$(gen -p "$(words 2048)" -n 1 --draft-max 0)"
@@ -121,11 +128,11 @@ for rep in $(seq "$reps"); do
       dspec="$(gen -p "$story" -n 128 --ignore-eos --draft-max 8 --draft-model "$SHOAL_DRAFT_MODEL")"
     fi
     python3 - "$prof" "$rtt" "$decode" "$t32" "$t512" "$t2048" "$plain" "$spec" "$free" \
-      "$rdecode" "$r2048" "$dplain" "$dspec" >>"$results" <<'PY'
+      "$rdecode" "$r2048" "$dplain" "$dspec" "$sfree" >>"$results" <<'PY'
 import json, sys
 prof, rtt = sys.argv[1], sys.argv[2]
-(decode, t32, t512, t2048, plain, spec, free, rdecode, r2048, dplain,
- dspec) = (json.loads(a) for a in sys.argv[3:])
+(decode, t32, t512, t2048, plain, spec, free, rdecode, r2048, dplain, dspec,
+ sfree) = (json.loads(a) for a in sys.argv[3:])
 draft = {}
 if dspec:
     draft = {"plain_tokens_per_s": dplain["tokens_per_s"], "tokens_per_s": dspec["tokens_per_s"],
@@ -149,6 +156,7 @@ print(json.dumps({
     "uncapped_stages": len(free["stages"]),
     "uncapped_tokens_per_s": free["tokens_per_s"],
     "uncapped_ahead_tokens": free.get("ahead_tokens", 0),
+    "uncapped_sampled_scheduler_tokens_per_s": sfree["aggregate_tokens_per_s"],
 }))
 PY
   done
@@ -191,7 +199,9 @@ for prof in dict.fromkeys(r["profile"] for r in rows):
         "uncapped": {"stages": sorted({r["uncapped_stages"] for r in rs}),
                      "decode_tokens_per_s": med(r["uncapped_tokens_per_s"] for r in rs),
                      "over_compute_only": med(r["uncapped_tokens_per_s"] for r in rs) / compute,
-                     "ahead_tokens": med(r["uncapped_ahead_tokens"] for r in rs)},
+                     "ahead_tokens": med(r["uncapped_ahead_tokens"] for r in rs),
+                     "sampled_scheduler_tokens_per_s":
+                         med(r["uncapped_sampled_scheduler_tokens_per_s"] for r in rs)},
         "speculation": {
             "plain_tokens_per_s": med(r["plain_tokens_per_s"] for r in rs),
             "speculative_tokens_per_s": med(r["speculative_tokens_per_s"] for r in rs),
