@@ -417,32 +417,45 @@ uint32_t LayerRecorder::ropeHeadDim(const Op& op) const {
 }
 
 void LayerRecorder::rope(const Op& op) {
+  // Positions come from each segment's params: every row of the batch must be in play
+  // (checkProgram refuses RoPE after KeepOutputRows).
+  if (m_rows.first != 0 || m_rows.count != m_ctx.rows) fail("RoPE after KeepOutputRows");
   const RopeTable& table = ropeTable(op);
   const uint32_t headDim = ropeHeadDim(op);
-  m_rec.rope(at(op.dst, m_rows.first), table.cos.address, table.sin.address, m_ctx.params,
-             u32(op.heads), headDim, u32(op.rope.nRot), op.rope.style == model::RopeStyle::Neox,
-             m_rows.count);
+  for (const PassSegment& s : m_ctx.segments) {
+    m_rec.rope(at(op.dst, s.firstRow), table.cos.address, table.sin.address, s.params,
+               u32(op.heads), headDim, u32(op.rope.nRot), op.rope.style == model::RopeStyle::Neox,
+               s.count);
+  }
 }
 
 bool LayerRecorder::ropeAndStore(const Op& q, const Op& k, float qScale) {
   const uint32_t headDim = ropeHeadDim(q), kvDim = widthOf(Buffer::K);
   if (m_rec.exactMath() || m_rows.first != 0 || m_rows.count != m_ctx.rows ||
       ropeHeadDim(k) != headDim || widthOf(Buffer::V) != kvDim ||
-      kvDim != u32(m_layer->program->kvDim) || kvDim != u32(k.heads) * headDim ||
-      !ropeStoreFits(u32(q.heads), u32(k.heads), headDim, u32(q.rope.nRot), m_rows.count)) {
+      kvDim != u32(m_layer->program->kvDim) || kvDim != u32(k.heads) * headDim) {
     return false;
   }
+  for (const PassSegment& s : m_ctx.segments) {
+    if (!ropeStoreFits(u32(q.heads), u32(k.heads), headDim, u32(q.rope.nRot), s.count)) {
+      return false;
+    }
+  }
   const RopeTable& table = ropeTable(q);
-  m_rec.ropeStore(at(Buffer::Q, 0), at(Buffer::K, 0), at(Buffer::V, 0), m_layer->keys,
-                  m_layer->values, table.cos.address, table.sin.address, m_ctx.params, u32(q.heads),
-                  u32(k.heads), headDim, u32(q.rope.nRot), q.rope.style == model::RopeStyle::Neox,
-                  m_rows.count, qScale, m_layer->ring);
+  for (size_t i = 0; i < m_ctx.segments.size(); ++i) {
+    const PassSegment& s = m_ctx.segments[i];
+    const KvCache& cache = m_layer->caches[i];
+    m_rec.ropeStore(at(Buffer::Q, s.firstRow), at(Buffer::K, s.firstRow), at(Buffer::V, s.firstRow),
+                    cache.keys, cache.values, table.cos.address, table.sin.address, s.params,
+                    u32(q.heads), u32(k.heads), headDim, u32(q.rope.nRot),
+                    q.rope.style == model::RopeStyle::Neox, s.count, qScale, m_layer->ring);
+  }
   return true;
 }
 
 void LayerRecorder::attend(const Op& op, bool stored) {
-  // Positions come from params[0] + row: every row of the batch must be in play (checkProgram
-  // refuses attention after KeepOutputRows).
+  // Positions come from each segment's params[0] + row: every row of the batch must be in play
+  // (checkProgram refuses attention after KeepOutputRows).
   if (m_rows.first != 0 || m_rows.count != m_ctx.rows) fail("attention after KeepOutputRows");
   const uint32_t headDim = u32(m_ctx.config->headDim), kvDim = widthOf(Buffer::K);
   if (kvDim != u32(m_layer->program->kvDim) || widthOf(Buffer::V) != kvDim) {
@@ -451,8 +464,11 @@ void LayerRecorder::attend(const Op& op, bool stored) {
   }
   width(Buffer::Attn) = widthOf(Buffer::Q);
   if (!stored) {
-    m_rec.kvStore(at(Buffer::K, 0), at(Buffer::V, 0), m_layer->keys, m_layer->values, m_ctx.params,
-                  kvDim, m_rows.count, m_layer->ring);
+    for (size_t i = 0; i < m_ctx.segments.size(); ++i) {
+      const PassSegment& s = m_ctx.segments[i];
+      m_rec.kvStore(at(Buffer::K, s.firstRow), at(Buffer::V, s.firstRow), m_layer->caches[i].keys,
+                    m_layer->caches[i].values, s.params, kvDim, s.count, m_layer->ring);
+    }
   }
   AttentionOptions options;
   // A window as long as the context hides nothing: the kernel then skips the masking.
@@ -462,10 +478,13 @@ void LayerRecorder::attend(const Op& op, bool stored) {
   options.softcap = op.attend.softcap;
   options.ring = m_layer->ring;
   if (op.attend.sinks) options.sinks = weight(model::TensorRole::AttnSinks).memory.address;
-  m_rec.attention(at(Buffer::Q, 0), m_layer->keys, m_layer->values, at(Buffer::Attn, 0),
-                  m_ctx.params, widthOf(Buffer::Q) / headDim, kvDim / headDim, headDim,
-                  op.attend.scale, m_rows.count, m_ctx.contextLength, m_ctx.attentionScratch,
-                  options);
+  for (size_t i = 0; i < m_ctx.segments.size(); ++i) {
+    const PassSegment& s = m_ctx.segments[i];
+    m_rec.attention(at(Buffer::Q, s.firstRow), m_layer->caches[i].keys, m_layer->caches[i].values,
+                    at(Buffer::Attn, s.firstRow), s.params, widthOf(Buffer::Q) / headDim,
+                    kvDim / headDim, headDim, op.attend.scale, s.count, m_ctx.contextLength,
+                    m_ctx.attentionScratch, options);
+  }
 }
 
 void LayerRecorder::keepOutputRows() {

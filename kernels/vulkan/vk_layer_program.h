@@ -39,6 +39,18 @@ struct RowRange {
   uint32_t first = 0, count = 0;
 };
 
+// One sequence's rows of a pass: the rows [firstRow, firstRow + count) of the batch, at positions
+// params[0] + t (params: a host-written int on the device, one per segment).
+struct PassSegment {
+  uint32_t firstRow = 0, count = 0;
+  VkDeviceAddress params = 0;
+};
+
+// A sequence's f16 key and value caches of one layer.
+struct KvCache {
+  VkDeviceAddress keys = 0, values = 0;
+};
+
 // Scratch of the mixture-of-experts FFN, for the stage's largest batch (all 0 when no layer
 // of the stage has experts).
 struct MoeScratch {
@@ -48,14 +60,16 @@ struct MoeScratch {
   VkDeviceAddress outputs = 0;  // (rows x used) x nEmbd: each entry's expert output
 };
 
-// What stays the same across the layers of one recorded pass.
+// What stays the same across the layers of one recorded pass. A pass runs the rows of one or
+// more sequences together (the products read each weight once for all of them); RoPE, the cache
+// store and attention run per segment, over its own sequence's cache.
 struct PassContext {
   const model::ModelConfig* config = nullptr;
   std::array<VkDeviceAddress, model::kBufferCount> buffers{};  // one row per token each
   QuantizedActivations quantized;                              // scratch for integer products
-  VkDeviceAddress params = 0;            // host-written: [0] the position of the batch's first row
-  uint32_t contextLength = 0;            // of the KV cache
-  VkDeviceAddress attentionScratch = 0;  // attentionScratchBytes for the stage's largest batch
+  std::span<const PassSegment> segments;  // in row order; their counts add up to rows
+  uint32_t contextLength = 0;             // of the KV cache
+  VkDeviceAddress attentionScratch = 0;   // attentionScratchBytes for the stage's largest batch
   const std::vector<RopeTable>* ropeTables = nullptr;
   MoeScratch moe;
   uint32_t rows = 0;  // rows of the batch
@@ -69,7 +83,7 @@ struct PassContext {
 struct LayerPass {
   const model::LayerProgram* program = nullptr;
   const RoleTensors* tensors = nullptr;
-  VkDeviceAddress keys = 0, values = 0;  // this sequence's f16 cache of the layer
+  std::span<const KvCache> caches;  // the layer's cache of each segment's sequence
   uint32_t ring = 0;  // > 0: the cache is a ring of this many positions (AttentionOptions::ring)
   bool keepsOutputRows = false;  // the model's last layer on a head stage: KeepOutputRows acts
 };

@@ -239,7 +239,7 @@ VulkanStage::VulkanStage(std::shared_ptr<Device> device, const runtime::ModelSou
   if (const uint64_t scratch = attentionScratchFor(c, spec, programs)) {
     m_attentionScratch = m_pool.allocate(scratch);
   }
-  m_params = m_pool.allocate(16, true);
+  m_params = m_pool.allocate(4 * kMaxPassSegments, true);
   m_tokens = m_pool.allocate(b * 4, true);
   if (!spec.hasEmbedding) m_hiddenIn = m_pool.allocate(b * uint64_t(c.nEmbd) * 4, true);
   if (spec.hasHead) {
@@ -342,20 +342,26 @@ void VulkanStage::buildRopeTables(const model::ModelWeights& w) {
 
 // The embedding (or the hidden states received), each layer's program, then the head: final
 // norm and output projection over the rows whose logits are wanted.
-void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, runtime::LogitRows logits,
-                         uint32_t select, bool decodeOrder) {
-  const uint32_t n = u32(count), d = u32(m_config.nEmbd);
+void VulkanStage::record(Recorder& rec, const PassKey& key) {
+  std::vector<PassSegment> segments;
+  uint32_t n = 0;
+  for (const auto& [count, sequence] : key.segments) {
+    segments.push_back({n, u32(count), m_params.address + 4 * segments.size()});
+    n += u32(count);
+  }
+  const uint32_t d = u32(m_config.nEmbd), select = key.select;
+  const runtime::LogitRows logits = key.logits;
   PassContext ctx;
   ctx.config = &m_config;
   for (size_t i = 0; i < model::kBufferCount; ++i) ctx.buffers[i] = m_buffers[i].address;
   ctx.quantized = {m_actQuants.address, m_actScales.address, m_actSums.address};
-  ctx.params = m_params.address;
+  ctx.segments = segments;
   ctx.contextLength = u32(m_spec.contextLength);
   ctx.attentionScratch = m_attentionScratch.address;
   ctx.ropeTables = &m_ropeTables;
   ctx.moe = {m_moeLogits.address, m_moeIds.address, m_moeWeights.address, m_moeOutputs.address};
   ctx.rows = n;
-  ctx.decodeOrder = decodeOrder;
+  ctx.decodeOrder = key.decodeOrder;
   ctx.kept = logits == runtime::LogitRows::All    ? RowRange{0, n}
              : logits == runtime::LogitRows::Last ? RowRange{n - 1, 1}
                                                   : RowRange{0, 0};
@@ -367,11 +373,15 @@ void VulkanStage::record(Recorder& rec, int32_t count, int32_t sequence, runtime
     rec.copy(m_hiddenIn, m_buffers[idx(Buffer::X)], uint64_t(n) * d * 4);
   }
   LayerRecorder layers(rec, ctx);
+  std::vector<KvCache> caches(key.segments.size());
   for (size_t l = 0; l < m_layers.size(); ++l) {
     const Layer& L = m_layers[l];
     const int32_t layer = m_spec.firstLayer + static_cast<int32_t>(l);
-    layers.record(LayerPass{&L.program, &L.tensors, L.keys[sz(sequence)].address,
-                            L.values[sz(sequence)].address, L.ring,
+    for (size_t i = 0; i < caches.size(); ++i) {
+      const size_t sequence = sz(key.segments[i][1]);
+      caches[i] = {L.keys[sequence].address, L.values[sequence].address};
+    }
+    layers.record(LayerPass{&L.program, &L.tensors, caches, L.ring,
                             m_spec.hasHead && layer == m_config.nLayer - 1});
   }
   if (m_spec.hasHead) {
@@ -404,18 +414,20 @@ void VulkanStage::release(Recorded& r) {
   if (r.timestamps) m_device->api().vkDestroyQueryPool(m_device->handle(), r.timestamps, nullptr);
 }
 
-const VulkanStage::Recorded& VulkanStage::commandsFor(int32_t count, int32_t sequence,
-                                                      runtime::LogitRows logits, uint32_t select,
-                                                      bool decodeOrder) {
-  const auto key = std::make_tuple(count, sequence, logits, select, decodeOrder);
+const VulkanStage::Recorded& VulkanStage::commandsFor(const PassKey& key) {
   if (auto it = m_commands.find(key); it != m_commands.end()) {
     m_lastDispatches = it->second.dispatches();
     return it->second;
   }
   if (m_commands.size() >= kMaxRecordedShapes) {
-    // Keep the decode shapes (one row), drop the prefill ones.
+    // Keep the decode shapes (one row per segment), drop the prefill ones; all of them when the
+    // decode shapes alone fill the cache (many sets of sequences decoding together).
+    auto decode = [](const PassKey& k) {
+      return std::all_of(k.segments.begin(), k.segments.end(),
+                         [](const std::array<int32_t, 2>& s) { return s[0] == 1; });
+    };
     for (auto it = m_commands.begin(); it != m_commands.end();) {
-      if (std::get<0>(it->first) != 1) {
+      if (!decode(it->first) || m_commands.size() >= kMaxRecordedShapes / 2) {
         release(it->second);
         it = m_commands.erase(it);
       } else {
@@ -437,7 +449,7 @@ const VulkanStage::Recorded& VulkanStage::commandsFor(int32_t count, int32_t seq
             "vkCreateQueryPool");
     }
     Recorder rec(*m_device, r.commands, r.timestamps, r.timestamps ? kProfileQueries : 0);
-    record(rec, count, sequence, logits, select, decodeOrder);
+    record(rec, key);
     rec.finish();
     r.records = rec.records();
   } catch (...) {
@@ -499,21 +511,25 @@ void VulkanStage::addToProfile(const Recorded& r) {
   }
 }
 
-void VulkanStage::runSegment(const runtime::Batch& batch, int32_t row,
-                             const runtime::Segment& segment, uint32_t select,
-                             runtime::StageOutput& out) {
-  const size_t n = sz(segment.count), d = sz(m_config.nEmbd);
-  // Without the head every row goes on as a hidden state: one recording serves every logits mode.
-  const runtime::LogitRows logits = m_spec.hasHead ? segment.logits : runtime::LogitRows::All;
-  const Recorded& recorded =
-      commandsFor(segment.count, segment.sequence, logits, select, segment.decodeOrder);
-  static_cast<int32_t*>(m_params.mapped)[0] = segment.firstPosition;
+void VulkanStage::runPass(const runtime::Batch& batch, int32_t row,
+                          std::span<const runtime::Segment> segments, const PassKey& key,
+                          runtime::StageOutput& out) {
+  size_t n = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    static_cast<int32_t*>(m_params.mapped)[i] = segments[i].firstPosition;
+    n += sz(segments[i].count);
+  }
+  const size_t d = sz(m_config.nEmbd);
+  const runtime::LogitRows logits = key.logits;
+  const uint32_t select = key.select;
+  const Recorded& recorded = commandsFor(key);
   if (m_spec.hasEmbedding) {
     std::memcpy(m_tokens.mapped, batch.tokens.data() + row, n * 4);
   } else {
     std::memcpy(m_hiddenIn.mapped, batch.hidden.data() + sz(row) * d, n * d * 4);
   }
   m_device->submitAndWait(recorded.commands);
+  ++m_passes;
   if (recorded.timestamps) addToProfile(recorded);
   if (m_spec.hasHead) {
     const size_t rows = logits == runtime::LogitRows::All    ? n
@@ -573,14 +589,31 @@ void VulkanStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   } else {
     out.hidden.reserve(sz(batch.rows()) * sz(m_config.nEmbd));
   }
-  // Segment by segment, each its own submission, outputs in row order: simple and exactly a
-  // separate run per sequence. Running the segments of a batch together on the GPU is the
-  // concurrent-batching work of issues 16 and 18.
   // A stage with a ring takes long segments in chunks (each through every layer), so that a
   // chunk's new positions never overwrite the window one of its rows reads.
   const bool rings =
       std::any_of(m_layers.begin(), m_layers.end(), [](const Layer& L) { return L.ring > 0; });
   const int32_t chunk = rings ? model::kKvRingWriteChunk : std::numeric_limits<int32_t>::max();
+  // The segments together in one pass when every row of each goes on (decode rows, a
+  // verification's rows, hidden states), so the kept rows are all the rows: the products read
+  // each weight once for all the sequences. Else segment by segment (a prompt's Last row is
+  // kept out of many), each its own submission, outputs in row order.
+  const auto whole = [&](const runtime::Segment& s) {
+    return s.count <= chunk && (!m_spec.hasHead || s.logits == runtime::LogitRows::All ||
+                                (s.logits == runtime::LogitRows::Last && s.count == 1));
+  };
+  if (batch.segments.size() > 1 && batch.segments.size() <= kMaxPassSegments &&
+      std::all_of(batch.segments.begin(), batch.segments.end(), whole)) {
+    PassKey key;
+    key.select = select;
+    for (const runtime::Segment& s : batch.segments) {
+      key.segments.push_back({s.count, s.sequence});
+      key.decodeOrder = key.decodeOrder || s.decodeOrder;
+    }
+    runPass(batch, 0, batch.segments, key, out);
+    m_book.commit(batch);
+    return;
+  }
   int32_t row = 0;
   for (const runtime::Segment& segment : batch.segments) {
     for (int32_t done = 0; done < segment.count;) {
@@ -590,7 +623,13 @@ void VulkanStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
       if (done + part.count < segment.count && segment.logits == runtime::LogitRows::Last) {
         part.logits = runtime::LogitRows::None;
       }
-      runSegment(batch, row + done, part, select, out);
+      PassKey key;
+      key.segments = {{part.count, part.sequence}};
+      // Without the head every row goes on as a hidden state: one recording serves every mode.
+      key.logits = m_spec.hasHead ? part.logits : runtime::LogitRows::All;
+      key.select = select;
+      key.decodeOrder = part.decodeOrder;
+      runPass(batch, row + done, std::span(&part, 1), key, out);
       done += part.count;
     }
     row += segment.count;

@@ -2,16 +2,19 @@
 // A stage on a Vulkan device. Weights are uploaded once (raw GGUF blocks) through a staging
 // buffer, as the architecture's tensor table lists them; the KV cache (f16, position-major) and
 // all activations live on the device. Each layer runs its architecture's layer program
-// (engine/model/layer_program.h), recorded op by op (vk_layer_program.h). A forward pass of one
-// segment is one command buffer, recorded the first time a (row count, sequence, logit rows)
-// shape is seen and replayed after that: the host writes the first position and the token ids
-// into mapped buffers, submits once and waits.
+// (engine/model/layer_program.h), recorded op by op (vk_layer_program.h). A forward pass is one
+// command buffer, recorded the first time its shape (each segment's rows and sequence, the logit
+// rows) is seen and replayed after that: the host writes each segment's first position and the
+// token ids into mapped buffers, submits once and waits. The segments of a batch run as one pass
+// (the products read each weight once for all their rows; RoPE, the cache store and attention
+// per segment) when every row of every segment goes on (decode rows, verifications, hidden
+// states); otherwise, one pass per segment.
 
 #include <array>
 #include <functional>
 #include <map>
 #include <memory>
-#include <tuple>
+#include <span>
 #include <vector>
 
 #include "engine/model/layer_program.h"
@@ -47,9 +50,11 @@ class VulkanStage final : public runtime::LocalStage {
   // Bytes copied from the device to the host by the batches so far (logits, sampled tokens or
   // hidden states): a greedy decode step on a head stage reads back 4 bytes.
   uint64_t bytesReadBack() const { return m_bytesReadBack; }
-  // Compute dispatches in the command buffer of the last segment run (the fusion checks: a
+  // Compute dispatches in the command buffer of the last pass run (the fusion checks: a
   // decoded token's layer is a handful of dispatches).
   uint32_t lastDispatches() const { return m_lastDispatches; }
+  // Passes submitted so far: one per batch whose segments run together, else one per segment.
+  uint64_t passes() const { return m_passes; }
 
   // Per-kernel GPU time from timestamp queries (needs timestampValidBits on the compute queue).
   bool setProfiling(bool on) override;
@@ -71,11 +76,20 @@ class VulkanStage final : public runtime::LocalStage {
 
   void upload(const model::ModelWeights& weights);
   void buildRopeTables(const model::ModelWeights& weights);
-  // One segment of a batch, its rows starting at `row` of the batch; appends to output.
-  // select: 0 return the logits rows; 1 their argmax (greedy); k > 1 their top k, among which the
-  // batch's SampleRequest draws a token.
-  void runSegment(const runtime::Batch& batch, int32_t row, const runtime::Segment& segment,
-                  uint32_t select, runtime::StageOutput& output);
+  // What a recorded pass is for: each segment's (rows, sequence), in row order; the logit rows of
+  // the pass (a pass of several segments keeps them all); select (runPass); decode order.
+  struct PassKey {
+    std::vector<std::array<int32_t, 2>> segments;
+    runtime::LogitRows logits = runtime::LogitRows::All;
+    uint32_t select = 0;
+    bool decodeOrder = false;
+    auto operator<=>(const PassKey&) const = default;
+  };
+  // The segments `segments` of a batch as one pass, their rows starting at `row` of the batch
+  // (key: their shape); appends to output. select: 0 return the logits rows; 1 their argmax
+  // (greedy); k > 1 their top k, among which the batch's SampleRequest draws a token.
+  void runPass(const runtime::Batch& batch, int32_t row, std::span<const runtime::Segment> segments,
+               const PassKey& key, runtime::StageOutput& output);
   // A recorded pass: its command buffer, what each dispatch is, and (profiling) its timestamps.
   struct Recorded {
     VkCommandBuffer commands = VK_NULL_HANDLE;
@@ -86,13 +100,10 @@ class VulkanStage final : public runtime::LocalStage {
   // Timestamp queries per profiled pass.
   static constexpr uint32_t kProfileQueries = 8192;
 
-  // decodeOrder: Segment::decodeOrder (PassContext::decodeOrder).
-  const Recorded& commandsFor(int32_t count, int32_t sequence, runtime::LogitRows logits,
-                              uint32_t select, bool decodeOrder);
+  const Recorded& commandsFor(const PassKey& key);
   void release(Recorded& recorded);
   void addToProfile(const Recorded& recorded);
-  void record(Recorder& rec, int32_t count, int32_t sequence, runtime::LogitRows logits,
-              uint32_t select, bool decodeOrder);
+  void record(Recorder& rec, const PassKey& key);
 
   std::shared_ptr<Device> m_device;
   MemoryPool m_pool;
@@ -110,8 +121,8 @@ class VulkanStage final : public runtime::LocalStage {
   std::array<Allocation, model::kBufferCount> m_buffers;
   Allocation m_actQuants, m_actScales, m_actSums;  // quantized activations (QuantizedActivations)
   Allocation m_attentionScratch;  // split attention's partial outputs (attentionScratchBytes)
-  // Host-visible: [firstPosition], token ids, hidden in/out, logits, sampled tokens (what the
-  // host reads back is in host-cached memory where the device has it).
+  // Host-visible: each segment's first position, token ids, hidden in/out, logits, sampled tokens
+  // (what the host reads back is in host-cached memory where the device has it).
   Allocation m_params, m_tokens, m_hiddenIn, m_hiddenOut, m_logits, m_sampled;
   // Top-k sampling: each logits row's k best (values, ids; host-cached), and topk.comp's scratch.
   Allocation m_topValues, m_topIds;
@@ -121,9 +132,11 @@ class VulkanStage final : public runtime::LocalStage {
   uint64_t m_bytesReadBack = 0;
   Allocation m_moeLogits, m_moeIds, m_moeWeights, m_moeOutputs;  // MoeScratch, when experts
 
-  // By (rows, sequence, logits rows, select).
-  std::map<std::tuple<int32_t, int32_t, runtime::LogitRows, uint32_t, bool>, Recorded> m_commands;
+  // The most segments one pass runs together (a first position each in m_params).
+  static constexpr size_t kMaxPassSegments = 64;
+  std::map<PassKey, Recorded> m_commands;
   uint32_t m_lastDispatches = 0;
+  uint64_t m_passes = 0;
   bool m_profiling = false;
   std::map<std::string, runtime::KernelProfile> m_profile;  // by kernel, since setProfiling
 };

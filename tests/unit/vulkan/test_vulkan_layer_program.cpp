@@ -57,8 +57,12 @@
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/model/tokenizer.h"
+#include "engine/model/vocab.h"
 #include "engine/runtime/chain.h"
 #include "engine/runtime/sampler.h"
+#include "engine/runtime/scheduler.h"
+#include "engine/runtime/session.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/vulkan/vk_loader.h"
 #include "kernels/vulkan/vulkan_backend.h"
@@ -393,7 +397,10 @@ class VulkanLayerProgramTest : public QObject {
     batched->truncate(0, 0);
     batched->truncate(1, 0);
     readBefore = device->bytesReadBack();
+    // B keeps one row of several: each segment its own pass.
+    uint64_t passesBefore = device->passes();
     batched->forward(runtime::Batch{tokens, {}, both}, out);
+    QCOMPARE(device->passes() - passesBefore, uint64_t{2});
     QVERIFY(out.tokens.empty());
     QCOMPARE(out.logits.size(), (kPromptA.size() + 1) * vocab);
     QCOMPARE(device->bytesReadBack() - readBefore, uint64_t(out.logits.size()) * 4);
@@ -403,7 +410,12 @@ class VulkanLayerProgramTest : public QObject {
     runtime::StageOutput cpuOut;
     cpuStage->forward(runtime::Batch{tokens, {}, both}, cpuOut);
     if (m_exact) QVERIFY(cpuOut.logits == out.logits);
+    // A stage without the head passes every row on: both segments in one pass.
+    auto* first = dynamic_cast<vulkan::VulkanStage*>(batchedFirst.get());
+    QVERIFY(first);
+    passesBefore = first->passes();
     batchedFirst->forward(runtime::Batch{tokens, {}, both}, out);
+    QCOMPARE(first->passes() - passesBefore, uint64_t{1});
     QCOMPARE(out.hidden.size(), tokens.size() * d);
     QVERIFY(out.hidden == wantHidden);
     QCOMPARE(batched->cachedPositions(0), int32_t(kPromptA.size()));
@@ -422,10 +434,63 @@ class VulkanLayerProgramTest : public QObject {
     const runtime::Segment steps[] = {stepB, stepA};
     runtime::SampleRequest warm;  // not greedy: the host samples, so logits come back
     warm.temperature = 0.7f;
+    // The two decode rows run as one pass (each weight read once for both sequences), with the
+    // very logits of the separate runs.
+    passesBefore = device->passes();
     batched->forward(runtime::Batch{next, {}, steps, &warm}, out);
+    QCOMPARE(device->passes() - passesBefore, uint64_t{1});
     QVERIFY(out.tokens.empty());
     QCOMPARE(out.logits.size(), 2 * vocab);
     QVERIFY(out.logits == wantLogits);
+  }
+
+  // The scheduler's sequences decoding together run as one pass per step on a Vulkan stage, and
+  // each greedy reply equals its solo run token for token (a pass's decode rows round as the
+  // rows of separate passes).
+  void concurrentRepliesShareAPassAndEqualTheirSoloRuns() {
+    const auto m = loadModel(writeModel("llama"));
+    const auto tokenizer = model::Tokenizer::create(model::Vocab::fromGguf(m->file));
+    const int32_t layers = m->config.nLayer;
+    const std::vector<std::vector<int32_t>> prompts = {
+        kPromptA, kPromptB, {5, 6, 7}, {40, 41, 42, 43, 44}};
+    runtime::GenerateOptions o;
+    o.maxTokens = 12;
+    o.sampler.temperature = 0;
+    o.ignoreEndOfGeneration = true;
+    std::vector<std::vector<int32_t>> want;
+    for (const auto& p : prompts) {
+      std::vector<std::unique_ptr<runtime::Stage>> stages;
+      stages.push_back(vulkanStage(*m, 0, layers));
+      runtime::Chain chain(std::move(stages));
+      runtime::Session session(chain, *tokenizer);
+      want.push_back(session.generate(p, o).tokens);
+    }
+    std::vector<std::unique_ptr<runtime::Stage>> stages;
+    stages.push_back(vulkanStage(*m, 0, layers, int32_t(prompts.size())));
+    auto* device = dynamic_cast<vulkan::VulkanStage*>(stages.front().get());
+    QVERIFY(device);
+    runtime::Chain chain(std::move(stages));
+    runtime::Scheduler sched(chain, *tokenizer);
+    std::vector<std::vector<int32_t>> got(prompts.size());
+    std::vector<std::string> errors(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      runtime::Scheduler::Request r;
+      r.prompt = prompts[i];
+      r.options = o;
+      r.onFinish = [&got, &errors, i](const runtime::GenerateResult& result,
+                                      std::string_view error) {
+        got[i] = result.tokens;
+        errors[i] = std::string(error);
+      };
+      sched.add(std::move(r));
+    }
+    sched.runUntilIdle();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      QVERIFY2(errors[i].empty(), errors[i].c_str());
+      QCOMPARE(got[i], want[i]);
+    }
+    // A pass per prompt, then one per step for all four (not one per sequence and step: 48).
+    QVERIFY2(device->passes() <= 4 + 12 + 2, qPrintable(QString::number(device->passes())));
   }
 
   // A decoded token's layer is at most 10 dispatches in the default math (issue: fusion and
