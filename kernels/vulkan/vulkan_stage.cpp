@@ -594,28 +594,35 @@ void VulkanStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   const bool rings =
       std::any_of(m_layers.begin(), m_layers.end(), [](const Layer& L) { return L.ring > 0; });
   const int32_t chunk = rings ? model::kKvRingWriteChunk : std::numeric_limits<int32_t>::max();
-  // The segments together in one pass when every row of each goes on (decode rows, a
-  // verification's rows, hidden states), so the kept rows are all the rows: the products read
-  // each weight once for all the sequences. Else segment by segment (a prompt's Last row is
-  // kept out of many), each its own submission, outputs in row order.
+  // Consecutive segments run together in one pass when every row of each goes on (decode rows,
+  // a verification's rows, hidden states), so the pass keeps all its rows: the products read each
+  // weight once for all those sequences. Any other segment (a prompt whose last row alone is
+  // kept) runs alone, in chunks on a ring stage. Passes go in row order, and so do the outputs.
   const auto whole = [&](const runtime::Segment& s) {
     return s.count <= chunk && (!m_spec.hasHead || s.logits == runtime::LogitRows::All ||
                                 (s.logits == runtime::LogitRows::Last && s.count == 1));
   };
-  if (batch.segments.size() > 1 && batch.segments.size() <= kMaxPassSegments &&
-      std::all_of(batch.segments.begin(), batch.segments.end(), whole)) {
-    PassKey key;
-    key.select = select;
-    for (const runtime::Segment& s : batch.segments) {
-      key.segments.push_back({s.count, s.sequence});
-      key.decodeOrder = key.decodeOrder || s.decodeOrder;
-    }
-    runPass(batch, 0, batch.segments, key, out);
-    m_book.commit(batch);
-    return;
-  }
+  const std::span<const runtime::Segment> segments = batch.segments;
   int32_t row = 0;
-  for (const runtime::Segment& segment : batch.segments) {
+  for (size_t i = 0; i < segments.size();) {
+    size_t j = i;
+    int32_t rows = 0;
+    while (j < segments.size() && j - i < kMaxPassSegments && whole(segments[j])) {
+      rows += segments[j++].count;
+    }
+    if (j - i > 1) {
+      PassKey key;
+      key.select = select;
+      for (size_t k = i; k < j; ++k) {
+        key.segments.push_back({segments[k].count, segments[k].sequence});
+        key.decodeOrder = key.decodeOrder || segments[k].decodeOrder;
+      }
+      runPass(batch, row, segments.subspan(i, j - i), key, out);
+      row += rows;
+      i = j;
+      continue;
+    }
+    const runtime::Segment& segment = segments[i++];
     for (int32_t done = 0; done < segment.count;) {
       runtime::Segment part = segment;
       part.firstPosition += done;

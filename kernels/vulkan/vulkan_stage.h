@@ -5,10 +5,10 @@
 // (engine/model/layer_program.h), recorded op by op (vk_layer_program.h). A forward pass is one
 // command buffer, recorded the first time its shape (each segment's rows and sequence, the logit
 // rows) is seen and replayed after that: the host writes each segment's first position and the
-// token ids into mapped buffers, submits once and waits. The segments of a batch run as one pass
-// (the products read each weight once for all their rows; RoPE, the cache store and attention
-// per segment) when every row of every segment goes on (decode rows, verifications, hidden
-// states); otherwise, one pass per segment.
+// token ids into mapped buffers, submits once and waits. Consecutive segments of a batch run as
+// one pass (the products read each weight once for all their rows; RoPE, the cache store and
+// attention per segment) when every row of each goes on (decode rows, verifications, hidden
+// states); any other segment (a prompt whose last row alone is kept) runs as a pass of its own.
 
 #include <array>
 #include <functional>

@@ -444,6 +444,44 @@ class VulkanLayerProgramTest : public QObject {
     QVERIFY(out.logits == wantLogits);
   }
 
+  // A batch of two decode rows and a prompt (a request admitted while others decode): the decode
+  // rows run as one pass, the prompt (one kept row of several) as another; the logits are those
+  // of running the three segments one by one.
+  void mixedBatchRunsItsDecodeRowsAsOnePass() {
+    const auto m = loadModel(writeModel("llama"));
+    const int32_t layers = m->config.nLayer;
+    auto together = vulkanStage(*m, 0, layers, 3), apart = vulkanStage(*m, 0, layers, 3);
+    auto* device = dynamic_cast<vulkan::VulkanStage*>(together.get());
+    QVERIFY(device);
+    runtime::StageOutput out;
+    const runtime::Segment a{0, 0, int32_t(kPromptA.size()), LogitRows::Last};
+    const runtime::Segment b{1, 0, int32_t(kPromptB.size()), LogitRows::Last};
+    for (runtime::Stage* s : {together.get(), apart.get()}) {
+      for (auto [segment, prompt] : {std::pair{a, &kPromptA}, std::pair{b, &kPromptB}}) {
+        const runtime::Segment one[] = {segment};
+        s->forward(runtime::Batch{*prompt, {}, one}, out);
+      }
+    }
+    const runtime::Segment mixed[] = {{0, int32_t(kPromptA.size()), 1, LogitRows::Last},
+                                      {1, int32_t(kPromptB.size()), 1, LogitRows::Last},
+                                      {2, 0, int32_t(kPromptB.size()), LogitRows::Last}};
+    std::vector<int32_t> tokens = {42, 43};
+    tokens.insert(tokens.end(), kPromptB.begin(), kPromptB.end());
+    std::vector<float> want;
+    size_t row = 0;
+    for (const runtime::Segment& s : mixed) {
+      const runtime::Segment one[] = {s};
+      apart->forward(runtime::Batch{std::span(tokens).subspan(row, size_t(s.count)), {}, one}, out);
+      want.insert(want.end(), out.logits.begin(), out.logits.end());
+      row += size_t(s.count);
+    }
+    const uint64_t before = device->passes();
+    together->forward(runtime::Batch{tokens, {}, mixed}, out);
+    QCOMPARE(device->passes() - before, uint64_t{2});
+    QCOMPARE(out.logits.size(), want.size());
+    QVERIFY(out.logits == want);
+  }
+
   // The scheduler's sequences decoding together run as one pass per step on a Vulkan stage, and
   // each greedy reply equals its solo run token for token (a pass's decode rows round as the
   // rows of separate passes).
