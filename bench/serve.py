@@ -185,6 +185,9 @@ def main():
     ap.add_argument("--llama-bin", default=None,
                     help="llama.cpp build/bin (default: built by tools/llamacpp/build_llama_bench.sh)")
     ap.add_argument("--no-peer", action="store_true", help="measure Shoal alone")
+    ap.add_argument("--backend", default="cpu",
+                    help="shoal-node's backend for the model (cpu, vulkan, cuda; with --no-peer "
+                         "for a GPU backend: llama-server runs on the CPU)")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     slots = max(levels)
@@ -200,7 +203,7 @@ def main():
     node = str(Path(a.build) / "app/node/shoal-node")
     shoal_cmd = lambda port: [node, "-m", model, "--no-pool", "--api-port", str(port),  # noqa: E731
                               "--threads", str(a.threads), "--parallel", str(slots),
-                              "--ctx", str(a.ctx), "--max-queue", "48"]
+                              "--ctx", str(a.ctx), "--max-queue", "48", "--backend", a.backend]
     llama_cmd = lambda port: [str(Path(a.llama_bin) / "llama-server"), "-m", model,  # noqa: E731
                               "--host", "127.0.0.1", "--port", str(port),
                               "-t", str(a.threads), "-tb", str(a.threads), "-np", str(slots),
@@ -229,7 +232,8 @@ def main():
     def median_of(runs, key):
         return statistics.median(r[key] for r in runs)
 
-    out = {"model": os.path.basename(model), "threads": a.threads, "levels": levels,
+    out = {"model": os.path.basename(model), "backend": a.backend, "threads": a.threads,
+           "levels": levels,
            "requests_per_client": a.requests, "rounds": a.rounds, "ctx_per_slot": a.ctx,
            "slots": slots,
            "load": {"prompt_words": [a.prompt_min, a.prompt_max],
