@@ -7,8 +7,8 @@
 #   - decode_tokens_per_s: one greedy stream, 128 tokens, no speculation, and the planner's
 #     prediction for it (predicted_tokens_per_s, predicted_over_measured);
 #   - uncapped: the same stream on the planner's own choice without a memory cap (one node for a
-#     model that fits one), and sampled_scheduler_tokens_per_s: that at the app's default
-#     temperature (0.7) through the scheduler (the app's chat and the pool API);
+#     model that fits one), and sampled_scheduler_tokens_per_s: that at temperature 0.7 through
+#     the scheduler (the path of the pool API, `shoal-cli pool serve`);
 #   - ttft_s: time to the first token for prompts of about 32, 512 and 2048 tokens, and the
 #     planner's prediction for each (predicted_ttft_s, predicted_ttft_over_measured);
 #   - relay: decode and the 2048-token TTFT again with every hop relayed through the coordinator
@@ -110,8 +110,7 @@ for rep in $(seq "$reps"); do
     # node whenever the links would make it slower ("adding a machine never makes it slower").
     free="$(pool generate --temp 0 --json -p "Once upon a time, in a small village by the sea," \
       -n 128 --ignore-eos --draft-max 0)"
-    # The same through the scheduler at the app's default sampling (temperature 0.7): the app's
-    # chat and the pool API take this path.
+    # The same through the scheduler at temperature 0.7: the pool API's path.
     sfree="$(pool generate --parallel 1 --replies 1 --temp 0.7 --seed 5 --json \
       -p "Once upon a time, in a small village by the sea," -n 128 --ignore-eos --draft-max 0)"
     t32="$(gen -p "$(words 32)" -n 1 --draft-max 0)"
