@@ -10,6 +10,7 @@
 #include "engine/error.h"
 #include "engine/model/architecture.h"
 #include "engine/model/kv_ring.h"
+#include "engine/runtime/decode_ahead.h"
 #include "engine/runtime/sampler.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/gpu_op_gaps.h"
@@ -42,14 +43,8 @@ uint32_t kvPositionsOf(const model::LayerProgram& program, int32_t contextLength
 // among them is theirs, so the draw gives the token it would give over the whole row.
 int32_t sampleTopK(const runtime::SampleRequest& request, std::span<const float> values,
                    std::span<const int32_t> ids) {
-  runtime::SamplerParams p;
-  p.temperature = request.temperature;
-  p.topK = request.topK;
-  p.topP = request.topP;
-  p.minP = request.minP;
-  p.repeatPenalty = 1.0f;  // a head stage samples only without one (it has no history)
-  p.seed = request.seed;
-  runtime::Sampler sampler(p);
+  // No repetition penalty: a head stage samples only without one (it has no history).
+  runtime::Sampler sampler(runtime::samplerParamsOf(request));
   const int32_t at = sampler.sample(values);
   if (ids[sz(at)] < 0) throw Error("Vulkan stage: the top-k draw chose an empty candidate");
   return ids[sz(at)];
