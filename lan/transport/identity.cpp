@@ -246,8 +246,21 @@ Identity loadOrCreateIdentity(const std::filesystem::path& configDir) {
   const std::filesystem::path certPath = dir / "cert.pem";
   const std::filesystem::path keyPath = dir / "key.pem";
   std::error_code ec;
-  const bool haveCert = std::filesystem::exists(certPath, ec);
-  const bool haveKey = std::filesystem::exists(keyPath, ec);
+  bool haveCert = std::filesystem::exists(certPath, ec);
+  bool haveKey = std::filesystem::exists(keyPath, ec);
+  if (haveCert != haveKey) {
+    // The two looks above are not one: a creator may have renamed its finished directory into
+    // place between them (key.pem seen, cert.pem not yet). Creators rename under the lock on the
+    // config directory, so once we hold it the files say what is really there.
+    try {
+      ExclusiveLock settled(configDir);
+      haveCert = std::filesystem::exists(certPath, ec);
+      haveKey = std::filesystem::exists(keyPath, ec);
+    } catch (const Error&) {
+      haveCert = std::filesystem::exists(certPath, ec);  // no lock (a read-only directory): look
+      haveKey = std::filesystem::exists(keyPath, ec);    // once more all the same
+    }
+  }
   if (!haveCert && !haveKey) {
     try {
       createPrivateDirectories(configDir);
