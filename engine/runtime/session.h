@@ -58,9 +58,9 @@ struct GenerateOptions {
   // Chain::decodeAheadLimit): where no draft is verified, a step asks the node for up to this
   // many tokens at once, so a reply pays one network round trip per that many tokens rather than
   // per token. The output is the same (each token is still decoded alone, sampled with the
-  // seed of its position: drawsByPosition); what changes is that text arrives in bursts (at most about
-  // kDecodeAheadBurstSeconds of decoding each) and a stop is noticed up to a burst late (the
-  // extra tokens are computed and dropped). Requests with a repetition penalty never decode
+  // seed of its position: drawsByPosition); what changes is that text arrives in bursts (at
+  // most about kDecodeAheadBurstSeconds of decoding each) and a stop is noticed up to a burst late
+  // (the extra tokens are computed and dropped). Requests with a repetition penalty never decode
   // ahead (the node has no token history). 0 or 1: off.
   int32_t decodeAhead = 32;
 };
