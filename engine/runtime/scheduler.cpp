@@ -386,14 +386,19 @@ Batch Scheduler::batchOf(Group& g) {
   // not cross the network or the bus; it has no history for a repetition penalty. One request
   // serves the batch: greedy for any number of rows, a sampled one for a single row (its seed is
   // its position's).
-  bool greedy = true;
+  bool greedy = true, eachByPosition = true;
   size_t logitSegments = 0, sampled = 0;
   for (size_t k = 0; k < g.segments.size(); ++k) {
     if (g.segments[k].logits == LogitRows::None) continue;
     ++logitSegments;
     const SamplerParams& sp = g.members[k]->request.options.sampler;
-    if (sp.temperature > 0 || sp.repeatPenalty != 1) greedy = false;
-    if (g.segments[k].logits == LogitRows::Last && drawsByPosition(sp)) sampled = k + 1;
+    const bool rowGreedy = sp.temperature <= 0 && sp.repeatPenalty == 1;
+    if (!rowGreedy) greedy = false;
+    if (g.segments[k].logits == LogitRows::Last && drawsByPosition(sp)) {
+      sampled = k + 1;
+    } else if (!(rowGreedy && g.segments[k].logits == LogitRows::All)) {
+      eachByPosition = false;
+    }
   }
   Batch b;
   b.tokens = g.rows;
@@ -406,6 +411,17 @@ Batch Scheduler::batchOf(Group& g) {
     g.sample = sampleRequestAt(g.members[sampled - 1]->request.options.sampler,
                                static_cast<uint64_t>(s.firstPosition + s.count));
     b.sample = &g.sample;
+  } else if (eachByPosition) {
+    // Several sequences, each drawn by position (greedy ones too: a greedy request's draw is
+    // the argmax); a stage that cannot take a request per segment returns the logits.
+    g.samples.assign(g.segments.size(), SampleRequest{});
+    for (size_t k = 0; k < g.segments.size(); ++k) {
+      const Segment& s = g.segments[k];
+      if (s.logits == LogitRows::None) continue;
+      g.samples[k] = sampleRequestAt(g.members[k]->request.options.sampler,
+                                     static_cast<uint64_t>(s.firstPosition + s.count));
+    }
+    b.samples = g.samples;
   }
   return b;
 }

@@ -203,11 +203,12 @@ class Scheduler {
   struct Group {
     std::vector<int32_t> rows;
     std::vector<Segment> segments;
-    std::vector<Active*> members;  // of each segment
-    std::vector<int32_t> drafted;  // of each segment
-    std::vector<char> byModel;     // of each segment: its draft came from the draft model
-    double draftSeconds = 0;       // the draft model's time making this batch's drafts
-    SampleRequest sample;          // batchOf's sampled request (Batch::sample points here)
+    std::vector<Active*> members;        // of each segment
+    std::vector<int32_t> drafted;        // of each segment
+    std::vector<char> byModel;           // of each segment: its draft came from the draft model
+    double draftSeconds = 0;             // the draft model's time making this batch's drafts
+    SampleRequest sample;                // batchOf's sampled request (Batch::sample points here)
+    std::vector<SampleRequest> samples;  // batchOf's per-segment requests (Batch::samples)
     StageOutput out;
     Stage::Ticket ticket = 0;
     Clock::time_point submitted;
@@ -234,8 +235,9 @@ class Scheduler {
   void collectPieces(const std::vector<Active*>& candidates, size_t most,
                      std::vector<Piece>& pieces);
   static void addPiece(Group& g, const Piece& p);
-  // The group's batch; it asks the head to sample when every logits row is greedy, or when the
-  // one logits row is drawn by position (drawsByPosition: the head draws what this would).
+  // The group's batch; it asks the head to sample when every logits row is greedy, when the one
+  // logits row is drawn by position (drawsByPosition: the head draws what this would), or with a
+  // request per segment when each segment's last row is greedy or drawn by position.
   static Batch batchOf(Group& g);
   // Takes a group's head output: accepts each member's tokens (or fails the members when the
   // output is malformed).

@@ -64,6 +64,10 @@ struct Batch {
   std::span<const float> hidden;          // otherwise: rows x nEmbd hidden states
   std::span<const Segment> segments;      // in row order; their counts add up to the rows
   const SampleRequest* sample = nullptr;  // hasHead: sample a token per logits row if able
+  // hasHead: one request per segment, each segment's logits rows sampled with its own (several
+  // sequences drawing by position); a stage that cannot honour them returns the logits. Empty:
+  // `sample` serves every row.
+  std::span<const SampleRequest> samples = {};
 
   int32_t rows() const {
     int32_t n = 0;

@@ -384,6 +384,7 @@ Message NodeHost::nodeInfo() const {
   }
   for (const auto& lm : m_catalog->models()) info.models.push_back({lm.file, lm.sha256, lm.size});
   info.features.push_back(kFeatureDecodeAhead);
+  info.features.push_back(kFeatureSegmentSample);
   Message m;
   m.control = nodeInfoToJson(info);
   m.control["weight_bytes_received"] = m_weightBytesReceived.load();
@@ -813,16 +814,29 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
   if (!sample.is_null() && !spec.hasHead) {
     throw Error("forward: 'sample' given to a stage without the head");
   }
+  // A sampling request's fields over the defaults (missing fields keep them).
+  auto samplerOf = [](const json& fields, const std::string& where) {
+    if (!fields.is_object()) throw Error("forward: '" + where + "' must be null or an object");
+    runtime::SamplerParams p;
+    p.temperature = fields.value("temperature", p.temperature);
+    p.topP = fields.value("top_p", p.topP);
+    p.topK = fields.value("top_k", p.topK);
+    p.minP = fields.value("min_p", p.minP);
+    p.repeatPenalty = fields.value("repeat_penalty", p.repeatPenalty);
+    p.seed = fields.value("seed", p.seed);
+    return p;
+  };
   runtime::SamplerParams sp;
-  if (sample.is_object()) {
-    sp.temperature = sample.value("temperature", sp.temperature);
-    sp.topP = sample.value("top_p", sp.topP);
-    sp.topK = sample.value("top_k", sp.topK);
-    sp.minP = sample.value("min_p", sp.minP);
-    sp.repeatPenalty = sample.value("repeat_penalty", sp.repeatPenalty);
-    sp.seed = sample.value("seed", sp.seed);
-  } else if (!sample.is_null()) {
-    throw Error("forward: 'sample' must be null or an object");
+  if (!sample.is_null()) sp = samplerOf(sample, "sample");
+  // Each segment's own request (kFeatureSegmentSample), else the forward's.
+  std::vector<runtime::SamplerParams> segmentSp(segments.size(), sp);
+  if (const auto list = c.find("segments"); list != c.end() && sample.is_object()) {
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const auto own = (*list)[i].find("sample");
+      if (own != (*list)[i].end() && !own->is_null()) {
+        segmentSp[i] = samplerOf(*own, "segments[" + std::to_string(i) + "].sample");
+      }
+    }
   }
   // Decoding ahead: the one token given, then its successors, each decoded alone and sampled
   // here, fed back to the stage without a round trip to the coordinator.
@@ -838,12 +852,14 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
       throw Error("forward: 'decode_ahead' takes one segment of one row (\"logits\": \"last\")");
     }
   }
-  for (const runtime::Segment& segment : segments) {
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const runtime::Segment& segment = segments[i];
     if (!sample.is_null() && segment.logits == runtime::LogitRows::None) {
       throw Error("forward: 'sample' needs logits rows (\"logits\": \"last\" or \"all\")");
     }
     // Every row sampled (speculative verification): only greedy, which needs no sampler state.
-    if (sample.is_object() && segment.logits == runtime::LogitRows::All && !(sp.temperature <= 0)) {
+    if (sample.is_object() && segment.logits == runtime::LogitRows::All &&
+        !(segmentSp[i].temperature <= 0)) {
       throw Error("forward: 'sample' of every row (\"logits\": \"all\") needs temperature <= 0");
     }
   }
@@ -890,18 +906,20 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
       const size_t vocab = size_t(s->model->config.nVocab);
       json perSegment = json::array();
       size_t row = 0;
-      for (const runtime::Segment& segment : segments) {
+      for (size_t i = 0; i < segments.size(); ++i) {
+        const runtime::Segment& segment = segments[i];
+        const runtime::SamplerParams& own = segmentSp[i];
         json sampled = json::array();
         if (segment.logits == runtime::LogitRows::All) {
-          runtime::Sampler greedy(sp);
+          runtime::Sampler greedy(own);
           for (int32_t r = 0; r < segment.count; ++r, ++row) {
             sampled.push_back(greedy.sample(std::span(out.logits).subspan(row * vocab, vocab)));
           }
         } else {
           auto& [params, sampler] = s->samplers[segment.sequence];
-          if (!sampler || params != sp || segment.firstPosition == 0) {
-            params = sp;
-            sampler = std::make_unique<runtime::Sampler>(sp);
+          if (!sampler || params != own || segment.firstPosition == 0) {
+            params = own;
+            sampler = std::make_unique<runtime::Sampler>(own);
           }
           const int32_t token = sampler->sample(std::span(out.logits).subspan(row * vocab, vocab));
           sampler->accept(token);

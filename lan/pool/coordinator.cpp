@@ -329,6 +329,8 @@ Coordinator::LiveStages Coordinator::loadStages(const LiveStages& before,
         const auto it = m_members.find(want.nodeId);
         stage->setDecodeAhead(it != m_members.end() &&
                               it->second.info.hasFeature(kFeatureDecodeAhead));
+        stage->setSegmentSample(it != m_members.end() &&
+                                it->second.info.hasFeature(kFeatureSegmentSample));
       }
       const LoadStageResult& loaded = stage->loaded();
       log("stage " + r.stageId + " layers [" + std::to_string(want.firstLayer) + ", " +

@@ -46,7 +46,10 @@ runtime::Stage::Ticket LinkedStages::submit(const runtime::Batch& batch,
         b.tokens = {};
         b.hidden = {};
       }
-      if (i + 1 < m_parts.size()) b.sample = nullptr;
+      if (i + 1 < m_parts.size()) {
+        b.sample = nullptr;
+        b.samples = {};
+      }
       m_failedPart = i;
       f.tickets.push_back(m_parts[i]->submit(b, i + 1 < m_parts.size() ? f.scratch[i] : output));
     }

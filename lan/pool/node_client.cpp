@@ -334,6 +334,18 @@ void NodeClient::linkConnect(const std::string& stageId, const std::string& addr
   request(std::move(m), m_timeout);
 }
 
+namespace {
+
+json sampleJson(const runtime::SampleRequest& s) {
+  return {{"temperature", s.temperature},
+          {"top_p", s.topP},
+          {"top_k", s.topK},
+          {"min_p", s.minP},
+          {"seed", s.seed}};
+}
+
+}  // namespace
+
 NodeClient::RequestId NodeClient::sendForward(const ForwardRequest& r) {
   Message m;
   if (r.segments.empty()) {
@@ -344,12 +356,14 @@ NodeClient::RequestId NodeClient::sendForward(const ForwardRequest& r) {
     if (r.decodeOrder) m.control["decode_order"] = true;
   } else {
     json segments = json::array();
-    for (const runtime::Segment& s : r.segments) {
+    for (size_t i = 0; i < r.segments.size(); ++i) {
+      const runtime::Segment& s = r.segments[i];
       json one = {{"sequence", s.sequence},
                   {"first_position", s.firstPosition},
                   {"count", s.count},
                   {"logits", logitRowsName(s.logits)}};
       if (s.decodeOrder) one["decode_order"] = true;
+      if (i < r.segmentSamples.size()) one["sample"] = sampleJson(r.segmentSamples[i]);
       segments.push_back(std::move(one));
     }
     m.control = {{"op", "forward"},
@@ -364,11 +378,9 @@ NodeClient::RequestId NodeClient::sendForward(const ForwardRequest& r) {
   if (r.toLink) m.control["to_link"] = true;
   if (r.decodeAhead > 0) m.control["decode_ahead"] = r.decodeAhead;
   if (r.sample) {
-    m.control["sample"] = {{"temperature", r.sample->temperature},
-                           {"top_p", r.sample->topP},
-                           {"top_k", r.sample->topK},
-                           {"min_p", r.sample->minP},
-                           {"seed", r.sample->seed}};
+    m.control["sample"] = sampleJson(*r.sample);
+  } else if (!r.segmentSamples.empty()) {
+    m.control["sample"] = sampleJson(r.segmentSamples.front());  // each segment's own overrides
   }
   m.blob = r.tokens.empty() ? toBlob(r.hidden) : toBlob(r.tokens);
   return send(std::move(m), m_timeout, true, true);

@@ -78,6 +78,9 @@ struct ForwardRequest {
   // Head stage: the node samples the last row instead of returning logits (greedy when
   // temperature <= 0); with logits All, every row (greedy only: speculative verification).
   const runtime::SampleRequest* sample = nullptr;
+  // With `segments` (a node with kFeatureSegmentSample): each segment sampled with its own
+  // request instead (`sample` unused).
+  std::span<const runtime::SampleRequest> segmentSamples;
   bool decodeOrder = false;  // runtime::Segment::decodeOrder
   // Direct forwarding (lan/node/stage_links.h): the input rows come down the link from the
   // previous stage's node (`hidden` stays empty), and/or the output goes down the link to the

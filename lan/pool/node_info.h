@@ -57,6 +57,9 @@ inline constexpr size_t kMaxNodeInfoShards = 256;
 // A forward may carry "decode_ahead": N (lan/node/README.md): the node decodes N tokens on its
 // own from the one it is given, so a pool of one node pays one round trip per N tokens.
 inline constexpr const char* kFeatureDecodeAhead = "decode_ahead";
+// A forward's "segments" entries may carry their own "sample" (lan/node/README.md): the node
+// samples each segment's logits rows with it.
+inline constexpr const char* kFeatureSegmentSample = "segment_sample";
 // At most this many features are read from a node_info reply.
 inline constexpr size_t kMaxNodeInfoFeatures = 32;
 

@@ -65,11 +65,16 @@ runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
   // The node samples one token per segment from its last row, or greedily from every row of
   // segments that want all rows (speculative verification); any other shape of logits rows
   // comes back as logits (a stage may ignore a SampleRequest).
+  // Or each segment with its own request (Batch::samples), where the node takes them.
+  const bool perSegment =
+      m_segmentSample && f.segments.size() > 1 && batch.samples.size() == f.segments.size();
   const bool greedy = batch.sample && batch.sample->temperature <= 0;
-  f.sampled = m_spec.hasHead && !m_toNext && batch.sample &&
+  f.sampled = m_spec.hasHead && !m_toNext && (batch.sample || perSegment) &&
               std::all_of(f.segments.begin(), f.segments.end(), [&](const runtime::Segment& s) {
+                const size_t i = size_t(&s - f.segments.data());
+                const bool rowsGreedy = perSegment ? batch.samples[i].temperature <= 0 : greedy;
                 return s.logits == runtime::LogitRows::Last ||
-                       (s.logits == runtime::LogitRows::All && greedy);
+                       (s.logits == runtime::LogitRows::All && rowsGreedy);
               });
   try {
     // One request for the whole batch: the node runs its segments together, reading its weights
@@ -93,7 +98,11 @@ runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
     } else if (!m_fromPrevious) {
       r.hidden = batch.hidden;
     }
-    if (f.sampled) r.sample = batch.sample;
+    if (f.sampled && perSegment) {
+      r.segmentSamples = batch.samples;
+    } else if (f.sampled) {
+      r.sample = batch.sample;
+    }
     f.requests.push_back(m_client->sendForward(r));
   } catch (...) {
     for (NodeClient::RequestId id : f.requests) m_client->abandon(id);

@@ -72,6 +72,9 @@ class RemoteStage final : public runtime::Stage {
   std::vector<int32_t> decodeAhead(int32_t sequence, int32_t position, int32_t token, int32_t count,
                                    const runtime::SampleRequest& sample) override;
   void setDecodeAhead(bool nodeSupportsIt) { m_decodeAhead = nodeSupportsIt; }
+  // Whether the node samples each segment with its own request (kFeatureSegmentSample): a
+  // batch's Batch::samples then go to it, else such a batch's logits come back.
+  void setSegmentSample(bool nodeSupportsIt) { m_segmentSample = nodeSupportsIt; }
 
   // Direct forwarding (lan/node/stage_links.h; LinkedStages sets these): fromPrevious, the rows
   // come down the link from the previous stage's node (submit() sends none of batch.hidden);
@@ -121,7 +124,8 @@ class RemoteStage final : public runtime::Stage {
   bool m_isLoaded = false;
   bool m_fromPrevious = false;  // setLinks
   bool m_toNext = false;
-  bool m_decodeAhead = false;  // setDecodeAhead
+  bool m_decodeAhead = false;    // setDecodeAhead
+  bool m_segmentSample = false;  // setSegmentSample
 };
 
 }  // namespace shoal::lan

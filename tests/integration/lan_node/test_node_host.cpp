@@ -524,6 +524,69 @@ class TestNodeHost : public QObject {
     QCOMPARE(opOf(call(*c, {{"op", "ping"}, {"t", 1}})), std::string("pong"));
   }
 
+  // Two sequences in one forward, each with its own sampling request (kFeatureSegmentSample):
+  // each token is the one a forward of that sequence alone with its request draws.
+  void eachSegmentIsSampledWithItsOwnRequest() {
+    TestNode node("segment-sample", dir("segment-sample-config"), m_modelsDir);
+    auto client = node.client();
+    {
+      auto raw = node.connect();
+      QVERIFY(parseNodeInfo(call(*raw, {{"op", "node_info"}}).control)
+                  .hasFeature(kFeatureSegmentSample));
+    }
+    LoadStageRequest r;
+    r.stageId = "two";
+    r.model = {m_sha, "m", m_model->file().fileSize()};
+    r.placement = {client->peerDeviceId(), "cpu0", 0, m_model->config().nLayer, true, true};
+    r.contextLength = 256;
+    r.maxSequences = 2;
+    std::unique_ptr<RemoteStage> stage = RemoteStage::deploy(client, m_model->file(), r);
+    stage->setSegmentSample(true);
+    const std::vector<int32_t>& a = m_prompts[0];
+    const std::vector<int32_t>& b = m_prompts[1];
+    runtime::StageOutput out;
+    runtime::SampleRequest warm[2];
+    for (int i = 0; i < 2; ++i) {
+      warm[i].temperature = 0.9f;
+      warm[i].topK = 0;
+      warm[i].seed = 500 + uint64_t(i);
+    }
+    // Both prompts alone, then their next tokens: together (one request each), and alone.
+    auto prefill = [&] {
+      for (int32_t s = 0; s < 2; ++s) {
+        const std::vector<int32_t>& p = s == 0 ? a : b;
+        const runtime::Segment seg{s, 0, int32_t(p.size()), runtime::LogitRows::Last};
+        runtime::Batch one;
+        one.tokens = p;
+        one.segments = std::span(&seg, 1);
+        stage->forward(one, out);
+      }
+    };
+    const int32_t next[] = {42, 43};
+    const runtime::Segment steps[] = {{0, int32_t(a.size()), 1, runtime::LogitRows::Last},
+                                      {1, int32_t(b.size()), 1, runtime::LogitRows::Last}};
+    prefill();
+    runtime::Batch both;
+    both.tokens = next;
+    both.segments = steps;
+    both.samples = warm;
+    stage->forward(both, out);
+    QCOMPARE(out.tokens.size(), size_t(2));
+    QVERIFY(out.logits.empty());
+    const std::vector<int32_t> together = out.tokens;
+    stage->truncate(0, 0);
+    stage->truncate(1, 0);
+    prefill();
+    for (int i = 0; i < 2; ++i) {
+      runtime::Batch one;
+      one.tokens = std::span(&next[i], 1);
+      one.segments = std::span(&steps[i], 1);
+      one.sample = &warm[i];
+      stage->forward(one, out);
+      QCOMPARE(out.tokens.at(0), together[size_t(i)]);
+    }
+  }
+
   void malformedRequestsGetErrorRepliesAndTheNodeKeepsServing_data() {
     QTest::addColumn<QByteArray>("request");
     QTest::addColumn<QByteArray>("blob");

@@ -39,6 +39,7 @@ NodeInfo FakeNode::info() const {
     info.shards.push_back({m_modelSha256, first, last});
   }
   if (m_config.decodeAhead) info.features.push_back(kFeatureDecodeAhead);
+  if (m_config.segmentSample) info.features.push_back(kFeatureSegmentSample);
   return info;
 }
 
@@ -227,13 +228,27 @@ Message FakeNode::forward(const Message& request) {
     std::memcpy(hidden.data(), request.blob.data(), request.blob.size());
     batch.hidden = hidden;
   }
+  auto paramsOf = [](const json& sample) {
+    runtime::SamplerParams p;
+    p.temperature = sample.at("temperature").get<float>();
+    p.topK = sample.at("top_k").get<int32_t>();
+    p.topP = sample.at("top_p").get<float>();
+    p.minP = sample.at("min_p").get<float>();
+    p.seed = sample.at("seed").get<uint64_t>();
+    return p;
+  };
   runtime::SamplerParams params;
-  if (stage.spec().hasHead && !c.at("sample").is_null()) {
-    params.temperature = c.at("sample").at("temperature").get<float>();
-    params.topK = c.at("sample").at("top_k").get<int32_t>();
-    params.topP = c.at("sample").at("top_p").get<float>();
-    params.minP = c.at("sample").at("min_p").get<float>();
-    params.seed = c.at("sample").at("seed").get<uint64_t>();
+  if (stage.spec().hasHead && !c.at("sample").is_null()) params = paramsOf(c.at("sample"));
+  // Each segment's own request (kFeatureSegmentSample), else the forward's.
+  std::vector<runtime::SamplerParams> segmentParams(segments.size(), params);
+  if (m_config.segmentSample && c.contains("segments")) {
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const json& f = c.at("segments")[i];
+      if (f.contains("sample")) {
+        segmentParams[i] = paramsOf(f.at("sample"));
+        ++segmentSamples;
+      }
+    }
   }
   if (c.contains("decode_ahead")) {
     // As NodeHost: the given token and its successors, each decoded alone and sampled here.
@@ -252,11 +267,12 @@ Message FakeNode::forward(const Message& request) {
     const size_t vocab = size_t(m_model.config().nVocab);
     json perSegment = json::array();
     size_t row = 0;
-    for (const runtime::Segment& s : segments) {
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const runtime::Segment& s = segments[i];
       json sampled = json::array();
       const int32_t rows = s.logits == runtime::LogitRows::All ? s.count : 1;
       for (int32_t r = 0; r < rows; ++r, ++row) {
-        runtime::Sampler sampler(params);
+        runtime::Sampler sampler(segmentParams[i]);
         sampled.push_back(sampler.sample(std::span(out.logits).subspan(row * vocab, vocab)));
       }
       perSegment.push_back(std::move(sampled));

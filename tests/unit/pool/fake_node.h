@@ -28,6 +28,7 @@ struct FakeNodeConfig {
   std::vector<std::pair<int32_t, int32_t>> cachedRanges;
   int dieAfterForwards = -1;  // >= 0: the connection dies when this forward request arrives
   bool decodeAhead = true;    // understands "decode_ahead" (and says so in node_info's features)
+  bool segmentSample = true;  // samples each segment with its own "sample" (says so likewise)
 };
 
 // The node's state; outlives its connections (a test inspects it after the coordinator hung up).
@@ -47,6 +48,7 @@ class FakeNode {
   int batchedForwards = 0;  // forwards of several segments (sequences) at once
   int aheadForwards = 0;    // forwards that decoded ahead
   int aheadTokens = 0;      // the tokens they returned
+  int segmentSamples = 0;   // segments sampled with their own request
   int loads = 0;
   int unloads = 0;
   uint64_t streamedBytes = 0;  // weight bytes received and verified

@@ -571,6 +571,43 @@ class TestPoolCoordinator : public QObject {
     QVERIFY(drawn[0][0].result.tokens != want[0].tokens);
   }
 
+  // Several sampled generations at once over the pool (the API at the usual temperatures): the
+  // last node samples each sequence's row with its own request (kFeatureSegmentSample), so no
+  // logits cross the network, and each reply is the one a local Session draws; a node without
+  // the feature returns the logits and the replies are the same.
+  void concurrentSampledRepliesAreSampledOnTheNode() {
+    const char* prompts[] = {"The three primary colors are", "Water boils at", "Once upon a time"};
+    std::vector<Coordinator::PoolRequest> requests;
+    std::vector<runtime::GenerateResult> want;
+    greedyRequests(prompts, 16, requests, want);
+    want.clear();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      runtime::GenerateOptions& o = requests[i].options;
+      o.sampler.temperature = i == 2 ? 0.0f : 0.9f;  // a greedy one among them
+      o.sampler.topK = 0;
+      o.sampler.seed = 100 + i;
+      runtime::Chain chain = localChain();
+      runtime::Session local(chain, m_model->tokenizer());
+      want.push_back(local.generate(requests[i].prompt, o));
+    }
+    for (const bool feature : {true, false}) {
+      FakePool fakes;
+      FakeNodeConfig one = config(0, 5 * m_fortyPercent);
+      one.segmentSample = feature;
+      CoordinatorOptions o = options();
+      o.maxSequences = 3;
+      auto c = deployed(fakes, {fakes.add(one, *m_model, m_sha, *m_backend)}, o);
+      FakeNode& node = *fakes.nodes[0];
+      const auto got = serveReplicas(*c, {requests}, m_model->tokenizer());
+      for (size_t i = 0; i < requests.size(); ++i) {
+        QVERIFY2(got[0][i].error.empty(), got[0][i].error.c_str());
+        QCOMPARE(got[0][i].result.tokens, want[i].tokens);
+      }
+      QVERIFY(node.batchedForwards > 0);
+      QCOMPARE(node.segmentSamples > 0, feature);
+    }
+  }
+
   void aNodeLostMidBurstIsReplacedAndTheReplyIsUnchanged() {
     FakePool fakes;
     std::vector<std::string> addrs;
