@@ -20,24 +20,11 @@ for b in "$node" "$emulator" "$baseline" "$candidate"; do
   [ -x "$b" ] || { echo "pool_cli_compare: $b is not built" >&2; exit 2; }
 done
 model="${SHOAL_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
-case "$prof" in
-  none) args="" ;;
-  1gbe) args="--rtt-ms 0.3 --rate-mbit 940" ;;
-  2.5gbe) args="--rtt-ms 0.2 --rate-mbit 2350" ;;
-  wifi) args="--rtt-ms 4 --jitter-ms 2 --rate-mbit 200 --loss 0.001" ;;
-  *) echo "pool_cli_compare: unknown profile '$prof'" >&2; exit 2 ;;
-esac
 
 source "$here/pool_nodes.sh"
 pool_bench_hosts pool_cli_compare 4
 pool_nodes_start "$work" "$node" "$model" 7100
-for h in 1 2 3; do
-  # shellcheck disable=SC2086
-  ip netns exec "$(netns_ns "h$h")" "$emulator" --listen "$(netns_ip "h$h"):7100" \
-    --connect 127.0.0.1:7000 --seed "$h" $args >>"$work/emulator$h.out" 2>&1 &
-  emulators+=($!)
-done
-sleep 0.3
+pool_links_start "$work" "$emulator" "$prof" 7100
 pool() {
   local cli="$1"
   shift

@@ -46,31 +46,11 @@ source "$here/pool_nodes.sh"
 pool_bench_hosts pool_latency 4
 pool_nodes_start "$work" "$node" "$model" 7100
 
-# profile NAME -> emulator options
-profile_args() {
-  case "$1" in
-    none) echo "" ;;
-    1gbe) echo "--rtt-ms 0.3 --rate-mbit 940" ;;
-    2.5gbe) echo "--rtt-ms 0.2 --rate-mbit 2350" ;;
-    wifi) echo "--rtt-ms 4 --jitter-ms 2 --rate-mbit 200 --loss 0.001" ;;
-    *) echo "pool_latency: unknown profile '$1'" >&2; exit 2 ;;
-  esac
-}
 use_profile() {
   for p in "${emulators[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${emulators[@]}"; do wait "$p" 2>/dev/null || true; done
   emulators=()
-  local args h
-  args="$(profile_args "$1")"
-  for h in 1 2 3; do
-    # A simple command, not netns_exec (a function: `&` would fork a shell whose pid $! is, and
-    # killing that would leave the emulator listening); ip netns exec execs the emulator.
-    # shellcheck disable=SC2086
-    ip netns exec "$(netns_ns "h$h")" "$emulator" --listen "$(netns_ip "h$h"):7100" \
-      --connect 127.0.0.1:7000 --seed "$h" $args >>"$work/emulator$h.out" 2>&1 &
-    emulators+=($!)
-  done
-  sleep 0.3
+  pool_links_start "$work" "$emulator" "$1" 7100
 }
 
 pool() { netns_exec h4 "$cli" pool "$@" --nodes "$nodes" --config-dir "$work/cli" --ctx "$ctx"; }

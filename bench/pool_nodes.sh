@@ -59,3 +59,32 @@ pool_nodes_start() {
   trusted+=']}'
   printf '%s\n' "$trusted" >"$work/cli/trusted.json"
 }
+
+# pool_link_args PROFILE: the link emulator's options for a home-LAN profile.
+pool_link_args() {
+  case "$1" in
+    none) echo "" ;;
+    1gbe) echo "--rtt-ms 0.3 --rate-mbit 940" ;;
+    2.5gbe) echo "--rtt-ms 0.2 --rate-mbit 2350" ;;
+    wifi) echo "--rtt-ms 4 --jitter-ms 2 --rate-mbit 200 --loss 0.001" ;;
+    *) echo "unknown link profile '$1'" >&2; return 2 ;;
+  esac
+}
+
+#   pool_links_start WORK EMULATOR PROFILE PORT [COUNT]
+# puts a shoal_link_emulator with PROFILE in front of each of the COUNT (default three) nodes: on
+# host hN it listens on PORT and forwards to the node's 7000 (pool_nodes_start's address port);
+# appends the emulators' pids to the caller's `emulators` array.
+pool_links_start() {
+  local work="$1" emulator="$2" profile="$3" port="$4" count="${5:-3}" args h
+  args="$(pool_link_args "$profile")" || exit 2
+  for h in $(seq "$count"); do
+    # A simple command, not netns_exec (a function: `&` would fork a shell whose pid $! is, and
+    # killing that would leave the emulator listening); ip netns exec execs the emulator.
+    # shellcheck disable=SC2086
+    ip netns exec "$(netns_ns "h$h")" "$emulator" --listen "$(netns_ip "h$h"):$port" \
+      --connect 127.0.0.1:7000 --seed "$h" $args >>"$work/emulator$h.out" 2>&1 &
+    emulators+=($!)
+  done
+  sleep 0.3
+}
