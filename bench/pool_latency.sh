@@ -14,6 +14,9 @@
 #   - relay: decode and the 2048-token TTFT again with every hop relayed through the coordinator
 #     (`--relay`, the pool before direct forwarding), and direct ÷ relay of each (median of the
 #     pairs);
+#   - ring: whether the last node was linked back to the first (decode then goes in bursts round
+#     the ring, lan/pool/linked_stages.h), decode again without it (`--no-ring`: every token back
+#     to the coordinator), and ring ÷ no ring (median of the pairs);
 #   - speculation: the code-editing workload (bench/code_edit_prompt.py, 256 tokens) without and
 #     with prompt-lookup drafts: tok/s of each, their ratio, the acceptance, whether the texts
 #     are identical;
@@ -98,6 +101,8 @@ for rep in $(seq "$reps"); do
     t2048="$(gen -p "$(words 2048)" -n 1 --draft-max 0)"
     rdecode="$(gen -p "Once upon a time, in a small village by the sea," -n 128 --ignore-eos \
       --draft-max 0 --relay)"
+    nring="$(gen -p "Once upon a time, in a small village by the sea," -n 128 --ignore-eos \
+      --draft-max 0 --no-ring)"
     r2048="$(gen -p "$(words 2048)" -n 1 --draft-max 0 --relay)"
     plain="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 0)"
     spec="$(gen -p "$(cat "$work/code_edit.txt")" -n 256 --draft-max 8 --draft-model none)"
@@ -107,11 +112,11 @@ for rep in $(seq "$reps"); do
       dspec="$(gen -p "$story" -n 128 --ignore-eos --draft-max 8 --draft-model "$SHOAL_DRAFT_MODEL")"
     fi
     python3 - "$prof" "$rtt" "$decode" "$t32" "$t512" "$t2048" "$plain" "$spec" "$free" \
-      "$rdecode" "$r2048" "$dplain" "$dspec" "$sfree" >>"$results" <<'PY'
+      "$rdecode" "$r2048" "$dplain" "$dspec" "$sfree" "$nring" >>"$results" <<'PY'
 import json, sys
 prof, rtt = sys.argv[1], sys.argv[2]
 (decode, t32, t512, t2048, plain, spec, free, rdecode, r2048, dplain, dspec,
- sfree) = (json.loads(a) for a in sys.argv[3:])
+ sfree, nring) = (json.loads(a) for a in sys.argv[3:])
 draft = {}
 if dspec:
     draft = {"plain_tokens_per_s": dplain["tokens_per_s"], "tokens_per_s": dspec["tokens_per_s"],
@@ -123,6 +128,9 @@ print(json.dumps({
     "predicted_tokens_per_s": decode["predicted_tokens_per_s"],
     "relay_decode_tokens_per_s": rdecode["tokens_per_s"],
     "relay_ttft_2048_s": r2048["prefill_s"],
+    "ring": decode["ring"]["direct"],
+    "no_ring_decode_tokens_per_s": nring["tokens_per_s"],
+    "ring_text_identical": nring["text"] == decode["text"],
     "profile": prof,
     "rtt_ms": [float(x) for x in rtt.split(",") if x],
     "decode_tokens_per_s": decode["tokens_per_s"],
@@ -174,6 +182,13 @@ for prof in dict.fromkeys(r["profile"] for r in rows):
                                             for r in rs),
             "ttft_2048_direct_over_relay": med(r["ttft_s"][max(r["ttft_s"], key=int)]
                                                / r["relay_ttft_2048_s"] for r in rs),
+        },
+        "ring": {
+            "linked": all(r["ring"] for r in rs),
+            "no_ring_decode_tokens_per_s": med(r["no_ring_decode_tokens_per_s"] for r in rs),
+            "decode_ring_over_no_ring": med(r["decode_tokens_per_s"]
+                                            / r["no_ring_decode_tokens_per_s"] for r in rs),
+            "texts_identical": all(r["ring_text_identical"] for r in rs),
         },
         "uncapped": {"stages": sorted({r["uncapped_stages"] for r in rs}),
                      "decode_tokens_per_s": med(r["uncapped_tokens_per_s"] for r in rs),

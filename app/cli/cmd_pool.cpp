@@ -72,7 +72,8 @@ struct PoolOptions {
   int replicas = 1;  // serve --replicas: at most this many pipelines (0: the planner's choice)
   bool json = false;
   bool verbose = false;
-  bool relay = false;  // --relay: every hop through the coordinator (no direct forwarding)
+  bool relay = false;   // --relay: every hop through the coordinator (no direct forwarding)
+  bool noRing = false;  // --no-ring: no head -> first link (each token back to the coordinator)
   // discover
   double seconds = 3;
   // forget
@@ -179,6 +180,7 @@ std::unique_ptr<lan::Coordinator> connectPool(const PoolOptions& o, Credentials&
   co.maxDeviceMemoryBytes = static_cast<uint64_t>(o.maxDeviceMemoryMb * 1e6);
   co.requestTimeout = std::max(timeout, std::chrono::milliseconds(30000));
   co.directForwarding = !o.relay;
+  co.decodeRing = !o.noRing;
   if (o.verbose) {
     co.log = [](const std::string& line) { std::fprintf(stderr, "pool: %s\n", line.c_str()); };
   }
@@ -221,16 +223,18 @@ json stagesJson(const std::vector<lan::StagePlacement>& stages,
   return out;
 }
 
+json hopJson(const lan::PipelineHop& h) {
+  return {{"from", h.fromNode}, {"to", h.toNode}, {"direct", h.direct}, {"note", h.note}};
+}
+
 json hopsJson(const std::vector<lan::PipelineHop>& hops) {
   json out = json::array();
-  for (const lan::PipelineHop& h : hops) {
-    out.push_back({{"from", h.fromNode}, {"to", h.toNode}, {"direct", h.direct}, {"note", h.note}});
-  }
+  for (const lan::PipelineHop& h : hops) out.push_back(hopJson(h));
   return out;
 }
 
-// "layers 0-0 on a, direct to layers 1-20 on b, relayed to layers 21-29 on c": which node holds
-// which layers and how each hop travels.
+// "layers 0-0 on a, direct to layers 1-20 on b, relayed to layers 21-29 on c" (", ring back to
+// a" when c is linked to a): which node holds which layers and how each hop travels.
 std::string pipelineLine(const lan::Coordinator& c, size_t replica = 0) {
   const std::vector<lan::PipelineHop> hops = c.hops(replica);
   std::string line;
@@ -244,6 +248,8 @@ std::string pipelineLine(const lan::Coordinator& c, size_t replica = 0) {
             st["node_name"].get<std::string>();
     ++i;
   }
+  const lan::PipelineHop ring = c.ring(replica);
+  if (ring.direct) line += ", ring back to " + ring.toNode;
   return line;
 }
 
@@ -648,6 +654,7 @@ void runPoolGenerate(const PoolOptions& o) {
                 {"predicted_ttft_s", predictedTtft},
                 {"stages", stagesJson(c->deployed(), c->nodes())},
                 {"hops", hopsJson(c->hops())},
+                {"ring", hopJson(c->ring())},
                 {"recoveries", recoveries}};
     std::printf("%s\n", out.dump().c_str());
     return;
@@ -737,6 +744,9 @@ void addPoolNodes(CLI::App& cmd, PoolOptions& o) {
   cmd.add_flag("--relay", o.relay,
                "relay every hidden state through this coordinator instead of letting each node "
                "send it straight to the next (direct forwarding, the default)");
+  cmd.add_flag("--no-ring", o.noRing,
+               "do not link the last node back to the first: every decoded token of a pipeline "
+               "of several nodes returns to this coordinator before the next is sent");
   cmd.add_option("--stages", o.stages,
                  "place the model on exactly this many stages (by capping each device's memory; "
                  "default: the planner's choice, the fastest chat)")

@@ -62,7 +62,9 @@ void SequenceBook::check(const Batch& batch, bool rowsElsewhere) const {
     throw Error(m_who + ": batch of " + std::to_string(rows) + " tokens (max " +
                 std::to_string(m_spec.maxBatch) + ")");
   }
-  if (m_spec.hasEmbedding) {
+  if (rowsElsewhere) {
+    // The rows (hidden states, or a first stage's token ids) arrive another way: nothing to check.
+  } else if (m_spec.hasEmbedding) {
     if (batch.tokens.size() != sz(rows)) {
       throw Error(m_who + ": " + std::to_string(batch.tokens.size()) + " token ids for " +
                   std::to_string(rows) + " rows");
@@ -72,7 +74,7 @@ void SequenceBook::check(const Batch& batch, bool rowsElsewhere) const {
         throw Error(m_who + ": token id " + std::to_string(t) + " outside the vocabulary");
       }
     }
-  } else if (!rowsElsewhere && batch.hidden.size() != sz(rows) * sz(m_nEmbd)) {
+  } else if (batch.hidden.size() != sz(rows) * sz(m_nEmbd)) {
     throw Error(m_who + ": expected " + std::to_string(rows) + " x " + std::to_string(m_nEmbd) +
                 " hidden values, got " + std::to_string(batch.hidden.size()));
   }

@@ -24,8 +24,9 @@ class SequenceBook {
   // or twice in one batch, rows outside 1..maxBatch, positions that do not follow the cached
   // ones or pass the context, token ids outside the vocabulary, a hidden-state size that does
   // not match. (Stages without the head ignore the segments' logits field.) rowsElsewhere: the
-  // stage gets its hidden-state rows by another way (a remote stage linked directly to the
-  // previous node), so the batch carries none to check.
+  // stage gets its rows by another way (a remote stage linked directly to the previous node; a
+  // first stage's token ids coming round a ring from the head's node), so the batch carries none
+  // to check.
   void check(const Batch& batch, bool rowsElsewhere = false) const;
   // Counts the batch's positions as cached (call once it is submitted).
   void commit(const Batch& batch);

@@ -385,6 +385,7 @@ Message NodeHost::nodeInfo() const {
   for (const auto& lm : m_catalog->models()) info.models.push_back({lm.file, lm.sha256, lm.size});
   info.features.push_back(kFeatureDecodeAhead);
   info.features.push_back(kFeatureSegmentSample);
+  info.features.push_back(kFeatureDecodeRing);
   Message m;
   m.control = nodeInfoToJson(info);
   m.control["weight_bytes_received"] = m_weightBytesReceived.load();
@@ -727,13 +728,15 @@ Message NodeHost::forward(const Message& request, const Session& session) {
   const bool toLink = boolField(c, "to_link");
   std::shared_ptr<StageLink> next;
   if (toLink) {
-    if (spec.hasHead) throw Error("forward: 'to_link' given to the head stage");
     std::lock_guard lock(s->linkMutex);
     next = s->next;
-    if (!next) throw LinkFailure("forward: this stage has no link to the next node");
+    if (!next) {
+      throw LinkFailure(spec.hasHead ? "forward: this head stage has no ring link to the first node"
+                                     : "forward: this stage has no link to the next node");
+    }
   }
   // From here on a failure is pushed down the link too, so that the next node's forward of these
-  // rows fails at once instead of waiting for them.
+  // rows (the ring: of the token after them) fails at once instead of waiting for them.
   try {
     return runForward(request, *s, segments, next.get());
   } catch (const std::exception& e) {
@@ -741,7 +744,15 @@ Message NodeHost::forward(const Message& request, const Session& session) {
       try {
         for (const runtime::Segment& segment : segments) {
           next->push(
-              LinkedRows{segment.sequence, segment.firstPosition, segment.count, {}, e.what()});
+              spec.hasHead
+                  ? LinkedRows{segment.sequence,
+                               segment.firstPosition + segment.count,
+                               1,
+                               {},
+                               e.what(),
+                               {}}
+                  : LinkedRows{
+                        segment.sequence, segment.firstPosition, segment.count, {}, e.what(), {}});
         }
       } catch (const std::exception&) {
         // The link is gone as well: the next node's wait fails on its own.
@@ -758,14 +769,14 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
   const runtime::StageSpec& spec = s->stage->spec();
   const int32_t nEmbd = s->model->config.nEmbd;
   const bool fromLink = boolField(c, "from_link");
-  if (fromLink && spec.hasEmbedding) throw Error("forward: 'from_link' given to the first stage");
   size_t rowCount = 0;
   for (const runtime::Segment& segment : segments) rowCount += size_t(segment.count);
   const size_t rowElements = spec.hasEmbedding ? 1 : size_t(nEmbd);
   const size_t elements = rowCount * rowElements;
   // The rows of a from_link forward: what the previous node pushed down its link, one push per
-  // segment, in order.
+  // segment, in order (the first stage: the token ids the head's node pushed round the ring).
   std::vector<float> linked;
+  std::vector<int32_t> linkedTokens;
   if (fromLink) {
     if (!request.blob.empty()) throw Error("forward: 'from_link' with a blob");
     std::shared_ptr<LinkInbox> inbox;
@@ -776,16 +787,21 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
     if (!inbox) throw LinkFailure("forward: no link into this stage (link_accept first)");
     const int32_t waitMs = c.contains("link_wait_ms") ? intField(c, "link_wait_ms", 1, 600000)
                                                       : int32_t(kLinkWaitDefault.count());
-    linked.reserve(elements);
+    if (!spec.hasEmbedding) linked.reserve(elements);
     for (const runtime::Segment& segment : segments) {
       LinkedRows rows = inbox->take(segment.sequence, segment.firstPosition, segment.count,
                                     std::chrono::milliseconds(waitMs));
-      if (rows.hidden.size() != size_t(segment.count) * rowElements) {
-        throw LinkFailure("forward: the link brought " + std::to_string(rows.hidden.size()) +
-                          " floats, expected " +
+      const size_t got = spec.hasEmbedding ? rows.tokens.size() : rows.hidden.size();
+      if (got != size_t(segment.count) * rowElements) {
+        throw LinkFailure("forward: the link brought " + std::to_string(got) +
+                          (spec.hasEmbedding ? " token ids" : " floats") + ", expected " +
                           std::to_string(size_t(segment.count) * rowElements));
       }
-      linked.insert(linked.end(), rows.hidden.begin(), rows.hidden.end());
+      if (spec.hasEmbedding) {
+        linkedTokens.insert(linkedTokens.end(), rows.tokens.begin(), rows.tokens.end());
+      } else {
+        linked.insert(linked.end(), rows.hidden.begin(), rows.hidden.end());
+      }
     }
   } else if (request.blob.size() != elements * 4) {
     throw Error(
@@ -798,7 +814,10 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
   // Copied out of the blob: its bytes carry no alignment guarantee for int32/float.
   std::vector<int32_t> tokens;
   std::vector<float> hidden;
-  if (spec.hasEmbedding) {
+  if (spec.hasEmbedding && fromLink) {
+    tokens = std::move(linkedTokens);
+    batch.tokens = tokens;
+  } else if (spec.hasEmbedding) {
     tokens.resize(elements);
     std::memcpy(tokens.data(), request.blob.data(), request.blob.size());
     batch.tokens = tokens;
@@ -810,7 +829,10 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
     batch.hidden = hidden;
   }
   const json sample = c.value("sample", json());
-  if (!sample.is_null() && next) throw Error("forward: 'sample' with 'to_link'");
+  if (!sample.is_null() && next && !spec.hasHead) throw Error("forward: 'sample' with 'to_link'");
+  // The ring: the head pushes each segment's sampled token to the first stage.
+  const bool ring = next && spec.hasHead;
+  if (ring && !sample.is_object()) throw Error("forward: 'to_link' of the head needs 'sample'");
   if (!sample.is_null() && !spec.hasHead) {
     throw Error("forward: 'sample' given to a stage without the head");
   }
@@ -843,8 +865,9 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
   int32_t ahead = 0;
   if (c.contains("decode_ahead")) {
     ahead = intField(c, "decode_ahead", 1, runtime::kMaxDecodeAhead);
-    if (!spec.hasEmbedding || !spec.hasHead) {
-      throw Error("forward: 'decode_ahead' needs a stage with the embedding and the head");
+    if (!spec.hasEmbedding || !spec.hasHead || fromLink || next) {
+      throw Error(
+          "forward: 'decode_ahead' needs a stage with the embedding and the head, unlinked");
     }
     if (!sample.is_object()) throw Error("forward: 'decode_ahead' needs 'sample'");
     if (segments.size() != 1 || segments.front().count != 1 ||
@@ -857,6 +880,9 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
     if (!sample.is_null() && segment.logits == runtime::LogitRows::None) {
       throw Error("forward: 'sample' needs logits rows (\"logits\": \"last\" or \"all\")");
     }
+    if (ring && segment.logits != runtime::LogitRows::Last) {
+      throw Error("forward: 'to_link' of the head needs \"logits\": \"last\"");
+    }
     // Every row sampled (speculative verification): only greedy, which needs no sampler state.
     if (sample.is_object() && segment.logits == runtime::LogitRows::All &&
         !(segmentSp[i].temperature <= 0)) {
@@ -865,6 +891,7 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
   }
 
   runtime::StageOutput out;
+  std::vector<LinkedRows> ringRows;  // the ring: each segment's token, pushed once unlocked
   Message m = reply(request, "forward_result");
   m.control["stage_id"] = c["stage_id"];
   ++s->waiting;
@@ -928,6 +955,14 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
         }
         perSegment.push_back(std::move(sampled));
       }
+      if (ring) {
+        for (size_t i = 0; i < segments.size(); ++i) {
+          const runtime::Segment& segment = segments[i];
+          const int32_t token = perSegment[i].front().get<int32_t>();
+          ringRows.push_back(LinkedRows{
+              segment.sequence, segment.firstPosition + segment.count, 1, {}, {}, {token}});
+        }
+      }
       if (c.contains("segments")) {
         m.control["segment_tokens"] = std::move(perSegment);
       } else if (segments.front().logits == runtime::LogitRows::All) {
@@ -939,7 +974,8 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
     s->busyNs += nowNs() - t0;
     s->tokens += static_cast<int64_t>(rowCount);
   }
-  if (next) {
+  for (const LinkedRows& rows : ringRows) next->push(rows);
+  if (next && !ring) {
     m.control["count"] = static_cast<int64_t>(rowCount);
     m.control["forwarded"] = true;
     size_t at = 0;
@@ -950,6 +986,7 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
                             segment.count,
                             std::vector<float>(out.hidden.begin() + ptrdiff_t(at),
                                                out.hidden.begin() + ptrdiff_t(at + n)),
+                            {},
                             {}});
       at += n;
     }
@@ -966,7 +1003,6 @@ Message NodeHost::linkAccept(const Message& request, const Session& session) {
   const json& c = request.control;
   const json stageId = c.value("stage_id", json());
   auto s = findStage(stageId, session);
-  if (s->stage->spec().hasEmbedding) throw Error("link_accept: the first stage takes token ids");
   const std::string from = c.value("from_device", "");
   // A device ID as identity.h spells them; anything else could never present a certificate.
   if (from.empty() || from.size() > 128 || !std::all_of(from.begin(), from.end(), [](char ch) {
@@ -974,7 +1010,11 @@ Message NodeHost::linkAccept(const Message& request, const Session& session) {
       })) {
     throw Error("link_accept: field 'from_device' missing or not a device ID");
   }
-  auto inbox = std::make_shared<LinkInbox>(s->model->config.nEmbd, s->stage->spec().maxBatch);
+  // The first stage's inbox takes token ids (the ring from the head's node), any other hidden
+  // states.
+  auto inbox =
+      std::make_shared<LinkInbox>(s->model->config.nEmbd, s->stage->spec().maxBatch,
+                                  s->stage->spec().hasEmbedding ? s->model->config.nVocab : 0);
   const std::string key = stageKey(stageId);
   {
     std::lock_guard lock(s->linkMutex);
@@ -992,7 +1032,6 @@ Message NodeHost::linkConnect(const Message& request, const Session& session) {
   const json& c = request.control;
   const json stageId = c.value("stage_id", json());
   auto s = findStage(stageId, session);
-  if (s->stage->spec().hasHead) throw Error("link_connect: the head stage has no next stage");
   const std::string address = c.value("address", "");
   const std::string device = c.value("device_id", "");
   const std::string route = c.value("route", "");
@@ -1088,7 +1127,10 @@ void NodeHost::serveLink(Connection& connection, const Message& hello,
     }
     try {
       const json& c = m.control;
-      if (c.value("op", "") != "link_hidden") throw Error("unexpected op on a link");
+      const int32_t vocab = inbox->tokenVocab();
+      if (c.value("op", "") != (vocab > 0 ? "link_tokens" : "link_hidden")) {
+        throw Error("unexpected op on a link");
+      }
       LinkedRows rows;
       rows.sequence = intField(c, "sequence", 0, INT32_MAX);
       rows.firstPosition = intField(c, "first_position", 0, INT32_MAX);
@@ -1096,6 +1138,13 @@ void NodeHost::serveLink(Connection& connection, const Message& hello,
       if (const auto it = c.find("error"); it != c.end()) {
         rows.error = it->is_string() ? it->get<std::string>().substr(0, 1000) : "failed";
         if (rows.error.empty()) rows.error = "failed";
+      } else if (vocab > 0) {
+        if (m.blob.size() != size_t(rows.count) * 4) throw Error("link_tokens: wrong blob size");
+        rows.tokens.resize(size_t(rows.count));
+        std::memcpy(rows.tokens.data(), m.blob.data(), m.blob.size());
+        for (int32_t t : rows.tokens) {
+          if (t < 0 || t >= vocab) throw Error("link_tokens: token id out of range");
+        }
       } else {
         const size_t elements = size_t(rows.count) * size_t(nEmbd);
         if (m.blob.size() != elements * 4) throw Error("link_hidden: wrong blob size");

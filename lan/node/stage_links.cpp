@@ -16,8 +16,8 @@ void LinkInbox::push(LinkedRows rows, std::chrono::milliseconds timeout) {
   });
   if (!m_closed.empty()) throw LinkFailure(m_closed);
   if (!room) {
-    m_closed = "the stage took no hidden states from its link for " +
-               std::to_string(timeout.count()) + " ms";
+    m_closed = std::string("the stage took no ") + (m_tokenVocab ? "tokens" : "hidden states") +
+               " from its link for " + std::to_string(timeout.count()) + " ms";
     m_queue.clear();  // the link is dropped: what it brought is out of step from here on
     m_queuedRows = 0;
     m_changed.notify_all();
@@ -53,8 +53,14 @@ LinkedRows LinkInbox::take(int32_t sequence, int32_t firstPosition, int32_t coun
   }
   if (!m_closed.empty()) throw LinkFailure(m_closed);
   (void)arrived;
-  throw LinkFailure("no hidden states from the previous stage's link within " +
-                    std::to_string(timeout.count()) + " ms");
+  // A link that brought nothing in time is stuck (its node stopped, say): it closes, so that the
+  // forwards queued behind this one (a burst round the ring) fail at once instead of each
+  // waiting as long, which would keep the node from answering its coordinator for minutes.
+  m_closed = std::string(m_tokenVocab ? "no tokens from the head stage's link"
+                                      : "no hidden states from the previous stage's link") +
+             " within " + std::to_string(timeout.count()) + " ms";
+  m_changed.notify_all();
+  throw LinkFailure(m_closed);
 }
 
 void LinkInbox::close(const std::string& why) {
@@ -128,12 +134,16 @@ StageLink::~StageLink() { m_connection->close(); }
 
 void StageLink::push(const LinkedRows& rows) {
   Message m;
-  m.control = {{"op", "link_hidden"},
+  const bool tokens = !rows.tokens.empty();
+  m.control = {{"op", tokens ? "link_tokens" : "link_hidden"},
                {"sequence", rows.sequence},
                {"first_position", rows.firstPosition},
                {"count", rows.count}};
   if (!rows.error.empty()) {
     m.control["error"] = rows.error;
+  } else if (tokens) {
+    m.blob.resize(rows.tokens.size() * sizeof(int32_t));
+    std::memcpy(m.blob.data(), rows.tokens.data(), m.blob.size());
   } else {
     m.blob.resize(rows.hidden.size() * sizeof(float));
     if (!m.blob.empty()) std::memcpy(m.blob.data(), rows.hidden.data(), m.blob.size());

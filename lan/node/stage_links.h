@@ -16,6 +16,13 @@
 // than from the request's blob. Both nodes still answer the coordinator every request in order;
 // only the payload takes the short way.
 //
+// The ring (decoding ahead over several nodes): the head stage's node is linked to the first
+// stage's node the same way, and a forward of the head with `"to_link": true` pushes the token it
+// sampled from each segment's last row (`link_tokens`: the ids for the next position) to the
+// first stage, whose forward with `"from_link": true` takes its token ids from that inbox. So
+// the coordinator can send a burst of one-token forwards to every node at once and each token
+// travels node to node, one leg per stage, without returning to the coordinator in between.
+//
 // Scope: an introduced device gets one thing, pushing hidden states into the one stage it was
 // introduced for; it can load, run or read nothing, and it is forgotten (its connection closed)
 // when the route is revoked: the stage unloaded or re-linked, or the coordinator's connection
@@ -55,24 +62,29 @@ struct LinkedRows {
   int32_t sequence = 0;
   int32_t firstPosition = 0;
   int32_t count = 0;
-  std::vector<float> hidden;  // count x nEmbd
-  std::string error;          // non-empty: the upstream forward failed with this instead
+  std::vector<float> hidden;    // count x nEmbd (a hidden-state link)
+  std::string error;            // non-empty: the upstream forward failed with this instead
+  std::vector<int32_t> tokens;  // count token ids instead (the ring's link into the first stage)
 };
 
 // What arrived on one route, in order.
 class LinkInbox {
  public:
   // The stage's row width and most rows per segment: what every push is checked against.
-  LinkInbox(int32_t nEmbd, int32_t maxBatch) : m_nEmbd(nEmbd), m_maxBatch(maxBatch) {}
+  // tokenVocab > 0: the inbox of a first stage (the ring), whose rows are token ids below it.
+  LinkInbox(int32_t nEmbd, int32_t maxBatch, int32_t tokenVocab = 0)
+      : m_nEmbd(nEmbd), m_maxBatch(maxBatch), m_tokenVocab(tokenVocab) {}
   int32_t nEmbd() const { return m_nEmbd; }
   int32_t maxBatch() const { return m_maxBatch; }
+  int32_t tokenVocab() const { return m_tokenVocab; }  // 0: hidden-state rows
   // Queues rows; waits while kLinkInboxBatches × maxBatch rows are queued (up to `timeout`, then
   // LinkFailure).
   // Throws LinkFailure once closed.
   void push(LinkedRows rows, std::chrono::milliseconds timeout);
   // The next rows, which must be (sequence, firstPosition, count) — the link is out of step
   // otherwise (LinkFailure, and the inbox closes). Waits up to `timeout` for them; LinkFailure on
-  // timeout, when closed, or when the upstream forward failed (its message).
+  // timeout (the inbox closes: the link is stuck), when closed, or when the upstream forward
+  // failed (its message).
   LinkedRows take(int32_t sequence, int32_t firstPosition, int32_t count,
                   std::chrono::milliseconds timeout);
   // No more rows will come: pushes fail with `why`, takes get what is queued and then fail with
@@ -83,6 +95,7 @@ class LinkInbox {
  private:
   const int32_t m_nEmbd;
   const int32_t m_maxBatch;
+  const int32_t m_tokenVocab;
   std::mutex m_mutex;
   std::condition_variable m_changed;
   std::deque<LinkedRows> m_queue;
@@ -126,7 +139,8 @@ class StageLink {
  public:
   StageLink(std::unique_ptr<Connection> connection, std::string route, std::string address);
   ~StageLink();  // closes the connection
-  // Sends one segment's rows (or its error) down the link. LinkFailure when it cannot.
+  // Sends one segment's rows, its token ids (LinkedRows::tokens non-empty: the ring) or its
+  // error down the link. LinkFailure when it cannot.
   void push(const LinkedRows& rows);
   const std::string& address() const { return m_address; }
   const std::string& peerDeviceId() const { return m_connection->peerDeviceId(); }

@@ -331,6 +331,8 @@ Coordinator::LiveStages Coordinator::loadStages(const LiveStages& before,
                               it->second.info.hasFeature(kFeatureDecodeAhead));
         stage->setSegmentSample(it != m_members.end() &&
                                 it->second.info.hasFeature(kFeatureSegmentSample));
+        stage->setDecodeRing(it != m_members.end() &&
+                             it->second.info.hasFeature(kFeatureDecodeRing));
       }
       const LoadStageResult& loaded = stage->loaded();
       log("stage " + r.stageId + " layers [" + std::to_string(want.firstLayer) + ", " +
@@ -380,8 +382,42 @@ void Coordinator::linkHops(size_t replica) {
     }
     hops.push_back(std::move(hop));
   }
+  // The ring: the head's node linked back to the first node, where every hop is direct.
+  PipelineHop ring;
+  const bool allDirect =
+      std::all_of(hops.begin(), hops.end(), [](const PipelineHop& h) { return h.direct; });
+  if (stages.size() > 1 && allDirect) {
+    RemoteStage& head = *stages.back();
+    RemoteStage& first = *stages.front();
+    ring.fromNode = nodeName(head.placement().nodeId);
+    ring.toNode = nodeName(first.placement().nodeId);
+    if (!m_options.decodeRing) {
+      ring.note = "ring off";
+    } else if (!head.decodeRing() || !first.decodeRing()) {
+      ring.note = "a node without the ring (an older shoal-node)";
+    } else {
+      try {
+        const std::string route =
+            first.client()->linkAccept(first.stageId(), head.placement().nodeId);
+        head.client()->linkConnect(head.stageId(), addresses.front(), first.placement().nodeId,
+                                   route);
+        ring.direct = true;
+      } catch (const std::exception& e) {
+        // Decoding goes token by token through the coordinator instead.
+        ring.note = e.what();
+        log("ring " + head.stageId() + " -> " + first.stageId() + " not linked: " + e.what());
+      }
+    }
+  }
   std::lock_guard lock(m_mutex);
   m_replicas.at(replica)->hops = std::move(hops);
+  m_replicas.at(replica)->ring = std::move(ring);
+}
+
+PipelineHop Coordinator::ring(size_t replica) const {
+  std::lock_guard lock(m_mutex);
+  if (replica >= m_replicas.size()) return {};
+  return m_replicas[replica]->ring;
 }
 
 size_t Coordinator::replicaCount() const {
@@ -448,6 +484,7 @@ void Coordinator::recover(const StageFailure& failure, int32_t generated, size_t
       Replica& r = *m_replicas.at(replica);
       r.stages.clear();
       r.hops.clear();
+      r.ring = {};
       r.predictedTokensPerS = 0;
       r.retired = true;
     }
@@ -571,6 +608,7 @@ std::vector<RecoveryEvent> Coordinator::recoveries() const {
 void Coordinator::rebuildChain(size_t replica) {
   LiveStages stages;
   std::vector<PipelineHop> hops;
+  bool ring = false;
   Replica* r = nullptr;
   {
     std::lock_guard lock(m_mutex);
@@ -578,6 +616,7 @@ void Coordinator::rebuildChain(size_t replica) {
       r = m_replicas[replica].get();
       stages = r->stages;
       hops = r->hops;
+      ring = r->ring.direct;
     }
   }
   if (stages.empty()) throw Error("no pipeline deployed (deploy a plan first)");
@@ -589,6 +628,8 @@ void Coordinator::rebuildChain(size_t replica) {
     const bool direct = i < hops.size() && hops[i].direct;
     if (!direct) groups.push_back(std::make_shared<LinkedStages>(std::exchange(parts, {})));
   }
+  // One group of every stage (all hops direct) decodes ahead round its ring where it is linked.
+  if (groups.size() == 1) groups.front()->setRing(ring);
   std::vector<std::shared_ptr<runtime::Stage>> links(groups.begin(), groups.end());
   // Replaced in place: the session or scheduler keeps a reference to the chain.
   if (r->chain) {
@@ -625,6 +666,10 @@ bool Coordinator::repairChain(size_t replica, const std::exception& error, size_
         anyDirect = true;
         h.direct = false;
         h.note = std::string("a link failed: ") + error.what();
+      }
+      if (r.ring.direct) {
+        r.ring.direct = false;
+        r.ring.note = std::string("a link failed: ") + error.what();
       }
     }
     if (!anyDirect) return false;

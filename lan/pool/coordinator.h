@@ -73,6 +73,11 @@ struct CoordinatorOptions {
   // stage's node to the next one, which then receives the hidden states straight from it; a hop
   // whose nodes cannot link is relayed through the coordinator. false: relay every hop.
   bool directForwarding = true;
+  // The ring (lan/node/stage_links.h): when every hop of a pipeline of several nodes is direct,
+  // the head's node is also linked to the first node, so a single stream decodes ahead over the
+  // pipeline (LinkedStages::decodeAhead) with no coordinator round trip per token. false: every
+  // token of such a pipeline returns to the coordinator before the next is sent.
+  bool decodeRing = true;
 };
 
 // How one hop of the deployed pipeline (stage i -> stage i + 1) carries its hidden states.
@@ -144,6 +149,9 @@ class Coordinator {
   std::vector<StagePlacement> deployed(size_t replica = 0) const;
   // The hops of a replica's pipeline, in order (direct or relayed, and why).
   std::vector<PipelineHop> hops(size_t replica = 0) const;
+  // The ring's link from the replica's head node back to its first node: `direct` when linked
+  // (its fromNode/toNode empty for a pipeline of one stage or with a relayed hop).
+  PipelineHop ring(size_t replica = 0) const;
   // The planner's throughput of the replicas deployed (their sum, X), or of one of them.
   double predictedTokensPerS() const;
   double predictedTokensPerS(size_t replica) const;
@@ -237,6 +245,7 @@ class Coordinator {
     // Under m_mutex:
     LiveStages stages;
     std::vector<PipelineHop> hops;  // stages.size() - 1 of them
+    PipelineHop ring;               // head -> first (linkHops)
     double predictedTokensPerS = 0;
     bool retired = false;  // lost a node and could not be rebuilt: no stages, never routed to
     // Its driver's alone (generate()'s session or one serving scheduler, under m_runMutex): the

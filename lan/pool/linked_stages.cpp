@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "engine/error.h"
+#include "engine/runtime/decode_ahead.h"
 #include "lan/transport/connection.h"
 
 namespace shoal::lan {
@@ -110,16 +111,65 @@ int32_t LinkedStages::truncate(int32_t sequence, int32_t fromPosition) {
   return kept;
 }
 
+void LinkedStages::setRing(bool linked) {
+  m_ring = linked && m_parts.size() > 1 && m_spec.hasEmbedding && m_spec.hasHead;
+}
+
 int32_t LinkedStages::decodeAheadLimit() const {
-  return m_parts.size() == 1 && m_inFlight.empty() ? m_parts.front()->decodeAheadLimit() : 0;
+  if (!m_inFlight.empty()) return 0;
+  if (m_parts.size() == 1) return m_parts.front()->decodeAheadLimit();
+  return m_ring ? runtime::kMaxDecodeAhead : 0;
 }
 
 std::vector<int32_t> LinkedStages::decodeAhead(int32_t sequence, int32_t position, int32_t token,
                                                int32_t count,
                                                const runtime::SampleRequest& sample) {
-  if (m_parts.size() != 1) throw Error("linked stages cannot decode ahead");
-  m_failedPart = 0;
-  return m_parts.front()->decodeAhead(sequence, position, token, count, sample);
+  if (m_parts.size() == 1) {
+    m_failedPart = 0;
+    return m_parts.front()->decodeAhead(sequence, position, token, count, sample);
+  }
+  if (count < 1 || count > decodeAheadLimit()) {
+    throw Error("linked stages cannot decode " + std::to_string(count) + " tokens ahead");
+  }
+  // Each draw j as decodeAheadLocally makes it: a fresh sampler seeded sample.seed + j.
+  std::vector<runtime::SampleRequest> draws(static_cast<size_t>(count), sample);
+  std::vector<runtime::Segment> segments(static_cast<size_t>(count));
+  std::vector<runtime::StageOutput> outputs(static_cast<size_t>(count));
+  for (int32_t j = 0; j < count; ++j) {
+    draws[size_t(j)].seed = sample.seed + uint64_t(j);
+    segments[size_t(j)] = runtime::Segment{sequence, position + j, 1, runtime::LogitRows::Last};
+  }
+  const size_t last = m_parts.size() - 1;
+  for (int32_t j = 0; j < count; ++j) {
+    InFlight& f = m_inFlight.emplace_back();
+    f.ticket = m_submitted + 1;
+    f.scratch.resize(last);
+    try {
+      for (size_t i = 0; i <= last; ++i) {
+        runtime::Batch b;
+        b.segments = std::span(&segments[size_t(j)], 1);
+        if (i == 0 && j == 0) b.tokens = std::span(&token, 1);
+        if (i == last) b.sample = &draws[size_t(j)];
+        m_failedPart = i;
+        runtime::StageOutput& out = i == last ? outputs[size_t(j)] : f.scratch[i];
+        f.tickets.push_back(i == 0      ? m_parts[i]->submitInRing(b, out, j > 0, false)
+                            : i == last ? m_parts[i]->submitInRing(b, out, false, j + 1 < count)
+                                        : m_parts[i]->submit(b, out));
+      }
+    } catch (...) {
+      ++m_submitted;
+      abandonAll();
+      throw;
+    }
+    ++m_submitted;
+  }
+  wait(m_submitted);  // in order; throws (everything abandoned) as a plain batch's wait does
+  std::vector<int32_t> tokens;
+  for (const runtime::StageOutput& out : outputs) {
+    if (out.tokens.size() != 1) throw Error("linked stages: the head returned no token");
+    tokens.push_back(out.tokens.front());
+  }
+  return tokens;
 }
 
 int32_t LinkedStages::cachedPositions(int32_t sequence) const {

@@ -13,6 +13,14 @@
 // prompt's micro-batches, the scheduler's groups), so every node works at once (pipelined
 // prefill) without the coordinator relaying anything.
 //
+// Decoding ahead: a group of one part passes it to its node (RemoteStage::decodeAhead). A group
+// of several parts whose head node is linked back to its first node (setRing: the coordinator
+// made the ring, lan/node/stage_links.h) decodes ahead by sending the burst's `count` one-token
+// forwards to every node at once: the first takes each token after the first from the ring, the
+// head samples each and pushes it round (all but the burst's last). So a token costs one leg
+// per stage and no coordinator round trip; the tokens are the token-by-token ones (each forward
+// is the one-token batch a plain step sends, each draw seeded as decodeAheadLocally seeds it).
+//
 // A group of one part is a plain RemoteStage with no links. Errors: a node that fails throws
 // TransportError (failedPart() says which; a TransportError of a later part is preferred over a
 // LinkFailure of an earlier one, since a dead node breaks its neighbours' links too); a link
@@ -41,10 +49,16 @@ class LinkedStages final : public runtime::Stage {
   int32_t truncate(int32_t sequence, int32_t fromPosition) override;
   int32_t cachedPositions(int32_t sequence) const override;
   size_t pipelineDepth() const override { return m_parts.size(); }
-  // A group of one part decodes ahead where that part can (RemoteStage::decodeAhead).
+  // A group of one part decodes ahead where that part can (RemoteStage::decodeAhead); one of
+  // several, round its ring (setRing).
   int32_t decodeAheadLimit() const override;
   std::vector<int32_t> decodeAhead(int32_t sequence, int32_t position, int32_t token, int32_t count,
                                    const runtime::SampleRequest& sample) override;
+
+  // Whether the head's node pushes its sampled tokens to the first node (the coordinator linked
+  // them; needs at least two parts, the first with the embedding, the last with the head).
+  void setRing(bool linked);
+  bool ring() const { return m_ring; }
 
   // The part whose submit/wait/truncate threw last.
   size_t failedPart() const { return m_failedPart; }
@@ -66,6 +80,7 @@ class LinkedStages final : public runtime::Stage {
   Ticket m_submitted = 0;
   Ticket m_completed = 0;
   size_t m_failedPart = 0;
+  bool m_ring = false;  // setRing
 };
 
 }  // namespace shoal::lan

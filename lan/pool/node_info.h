@@ -60,6 +60,10 @@ inline constexpr const char* kFeatureDecodeAhead = "decode_ahead";
 // A forward's "segments" entries may carry their own "sample" (lan/node/README.md): the node
 // samples each segment's logits rows with it.
 inline constexpr const char* kFeatureSegmentSample = "segment_sample";
+// The head stage may link to the first stage's node and push its sampled tokens there, which the
+// first stage takes as its next forward's input (lan/node/stage_links.h: the ring): a burst of
+// one-token forwards sent to every node at once decodes ahead over several nodes.
+inline constexpr const char* kFeatureDecodeRing = "decode_ring";
 // At most this many features are read from a node_info reply.
 inline constexpr size_t kMaxNodeInfoFeatures = 32;
 

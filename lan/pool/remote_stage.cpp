@@ -57,7 +57,26 @@ std::unique_ptr<RemoteStage> RemoteStage::deploy(std::shared_ptr<NodeClient> cli
 
 runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
                                            runtime::StageOutput& output) {
-  m_book.check(batch, m_fromPrevious);
+  return submitLinked(batch, output, false, false);
+}
+
+runtime::Stage::Ticket RemoteStage::submitInRing(const runtime::Batch& batch,
+                                                 runtime::StageOutput& output, bool tokensFromRing,
+                                                 bool tokensToRing) {
+  if ((tokensFromRing && !m_spec.hasEmbedding) || (tokensToRing && !m_spec.hasHead)) {
+    throw Error("remote stage " + m_stageId + ": the ring joins the head to the first stage");
+  }
+  if (tokensToRing && !batch.sample) {
+    throw Error("remote stage " + m_stageId + ": the ring carries sampled tokens only");
+  }
+  return submitLinked(batch, output, tokensFromRing, tokensToRing);
+}
+
+runtime::Stage::Ticket RemoteStage::submitLinked(const runtime::Batch& batch,
+                                                 runtime::StageOutput& output, bool fromRing,
+                                                 bool toRing) {
+  // A batch whose tokens come round the ring carries none: its ids are checked where they land.
+  m_book.check(batch, m_fromPrevious || fromRing);
   if (batch.segments.empty()) throw Error("remote stage " + m_stageId + ": a batch of no segment");
   InFlight f;
   f.output = &output;
@@ -91,8 +110,8 @@ runtime::Stage::Ticket RemoteStage::submit(const runtime::Batch& batch,
     } else {
       r.segments = f.segments;
     }
-    r.fromLink = m_fromPrevious;
-    r.toLink = m_toNext;
+    r.fromLink = m_fromPrevious || fromRing;
+    r.toLink = m_toNext || toRing;
     if (m_spec.hasEmbedding) {
       r.tokens = batch.tokens;
     } else if (!m_fromPrevious) {

@@ -52,6 +52,13 @@ class RemoteStage final : public runtime::Stage {
   const runtime::StageSpec& spec() const override { return m_spec; }
   // Checks the batch (SequenceBook) and sends its segments to the node.
   Ticket submit(const runtime::Batch& batch, runtime::StageOutput& output) override;
+  // submit() within a burst decoded round the ring (LinkedStages::decodeAhead over several
+  // nodes, lan/node/stage_links.h): tokensFromRing, the first stage takes its token ids from
+  // what the head's node pushed (the batch carries none); tokensToRing, the head samples
+  // (batch.sample required) and also pushes its tokens to the first stage's node. The output
+  // is what submit() gives. Throws shoal::Error for a flag on a stage without that end.
+  Ticket submitInRing(const runtime::Batch& batch, runtime::StageOutput& output,
+                      bool tokensFromRing, bool tokensToRing);
   // Receives the replies of the batch (and of any older batch still in flight) into its output:
   // hidden states, logits rows, or the tokens the node sampled (each checked against the
   // vocabulary).
@@ -75,6 +82,10 @@ class RemoteStage final : public runtime::Stage {
   // Whether the node samples each segment with its own request (kFeatureSegmentSample): a
   // batch's Batch::samples then go to it, else such a batch's logits come back.
   void setSegmentSample(bool nodeSupportsIt) { m_segmentSample = nodeSupportsIt; }
+  // Whether the node takes part in a ring (kFeatureDecodeRing; the coordinator links only such
+  // first and head stages).
+  void setDecodeRing(bool nodeSupportsIt) { m_decodeRing = nodeSupportsIt; }
+  bool decodeRing() const { return m_decodeRing; }
 
   // Direct forwarding (lan/node/stage_links.h; LinkedStages sets these): fromPrevious, the rows
   // come down the link from the previous stage's node (submit() sends none of batch.hidden);
@@ -103,6 +114,8 @@ class RemoteStage final : public runtime::Stage {
 
   RemoteStage(std::shared_ptr<NodeClient> client, const LoadStageRequest& request, int32_t nLayer,
               int32_t nEmbd, int32_t nVocab);
+  Ticket submitLinked(const runtime::Batch& batch, runtime::StageOutput& output, bool fromRing,
+                      bool toRing);
   // Receives the replies of the oldest batch in flight into its output.
   void complete(InFlight& batch);
   // complete() for a batch of several segments, sent as one request (the node runs them
@@ -126,6 +139,7 @@ class RemoteStage final : public runtime::Stage {
   bool m_toNext = false;
   bool m_decodeAhead = false;    // setDecodeAhead
   bool m_segmentSample = false;  // setSegmentSample
+  bool m_decodeRing = false;     // setDecodeRing
 };
 
 }  // namespace shoal::lan

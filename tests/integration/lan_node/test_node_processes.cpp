@@ -5,7 +5,8 @@
 // Direct forwarding (lan/node/stage_links.h): nodes linked by the coordinator pass hidden states
 // to each other and generate the same tokens, a long prompt's micro-batches in flight at once; a
 // device a coordinator introduced gets nothing but its link into the one stage, and nothing once
-// that stage is unloaded.
+// that stage is unloaded. The ring: with the head's node linked back to the first node, a burst
+// decoded ahead over the three nodes gives the token-by-token tokens, greedy and sampled.
 
 #include <QProcess>
 #include <QRegularExpression>
@@ -16,6 +17,7 @@
 #include "engine/error.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/model/model.h"
+#include "engine/runtime/decode_ahead.h"
 #include "lan/node/shard_cache.h"
 #include "lan/pool/forward_fields.h"
 #include "lan/pool/remote_stage.h"
@@ -70,6 +72,21 @@ std::vector<int32_t> localGreedy(const model::Model& m, const std::vector<int32_
 std::vector<int32_t> remoteGreedy(std::vector<std::unique_ptr<RemoteStage>>& stages,
                                   const std::vector<int32_t>& prompt) {
   return test::remoteGreedy(stages, prompt, kSteps).tokens;
+}
+
+// A link connection of `peer` (an introduced device) on `route`, as a node opens one
+// (lan/node/stage_links.h); throws unless the node answers link_ready.
+std::unique_ptr<Connection> openLink(uint16_t port, const Identity& peer, const TrustStore& trust,
+                                     const std::string& route) {
+  auto link = connectTo("127.0.0.1", port, peer, trust, std::chrono::seconds(30));
+  Message hello;
+  hello.control = {{"op", "link_hello"}, {"route", route}};
+  link->send(hello);
+  const Message answer = link->receive(std::chrono::seconds(10));
+  if (answer.control.value("op", "") != "link_ready") {
+    throw Error("link refused: " + answer.control.dump());
+  }
+  return link;
 }
 
 // A lying coordinator's stream: layer 1's ffn_down zeroed (it sends the hash of the zeroes).
@@ -129,6 +146,31 @@ class TestNodeProcesses : public QObject {
       trust.add(id.toStdString(), prefix + char('0' + k));
     }
     return out;
+  }
+
+  // Three node processes (configs(prefix)) trusting this test, and a client of each.
+  void startThree(const std::string& prefix, TrustStore& trust,
+                  std::vector<std::unique_ptr<NodeProcess>>& nodes,
+                  std::vector<std::shared_ptr<NodeClient>>& clients) {
+    for (const auto& c : configs(prefix, trust)) {
+      nodes.push_back(std::make_unique<NodeProcess>(c, m_modelsDir, m_client.deviceId));
+    }
+    for (auto& node : nodes) {
+      clients.push_back(std::make_shared<NodeClient>(
+          connectTo("127.0.0.1", node->port(), m_client, trust, std::chrono::seconds(30)),
+          std::chrono::seconds(60)));
+    }
+  }
+
+  // `from` reports (node_info's links) one open link of this test's stages, to `to`.
+  void checkOneOpenLink(NodeProcess& from, const TrustStore& trust, NodeProcess& to) {
+    const nlohmann::json info =
+        call(*connectTo("127.0.0.1", from.port(), m_client, trust, std::chrono::seconds(30)),
+             {{"op", "node_info"}})
+            .control;
+    QVERIFY2(info.contains("links") && info["links"].size() == 1, info.dump().c_str());
+    QCOMPARE(info["links"][0].value("to_device", ""), to.deviceId());
+    QCOMPARE(info["links"][0].value("open", false), true);
   }
 
   std::vector<std::unique_ptr<RemoteStage>> deploy(std::vector<std::unique_ptr<NodeProcess>>& nodes,
@@ -206,17 +248,9 @@ class TestNodeProcesses : public QObject {
   // latter go as several micro-batches in flight through the linked nodes at once).
   void linkedNodesForwardDirectlyAndGenerateWhatOneStageGenerates() {
     TrustStore trust;
-    const auto cfg = configs("linked", trust);
     std::vector<std::unique_ptr<NodeProcess>> nodes;
-    for (const auto& c : cfg) {
-      nodes.push_back(std::make_unique<NodeProcess>(c, m_modelsDir, m_client.deviceId));
-    }
     std::vector<std::shared_ptr<NodeClient>> clients;
-    for (auto& node : nodes) {
-      clients.push_back(std::make_shared<NodeClient>(
-          connectTo("127.0.0.1", node->port(), m_client, trust, std::chrono::seconds(30)),
-          std::chrono::seconds(60)));
-    }
+    startThree("linked", trust, nodes, clients);
     auto stages = test::deploySplit(clients, *m_model, m_sha, "stage", 256, {}, 16);
     try {
       for (size_t k = 0; k + 1 < stages.size(); ++k) {
@@ -242,13 +276,132 @@ class TestNodeProcesses : public QObject {
       if (prompt.size() <= 16) QCOMPARE(direct, localGreedy(*m_model, prompt));
     }
     // The nodes report their links (what `shoal-cli pool status` prints).
-    const nlohmann::json info =
-        call(*connectTo("127.0.0.1", nodes[0]->port(), m_client, trust, std::chrono::seconds(30)),
-             {{"op", "node_info"}})
-            .control;
-    QVERIFY2(info.contains("links") && info["links"].size() == 1, info.dump().c_str());
-    QCOMPARE(info["links"][0].value("to_device", ""), nodes[1]->deviceId());
-    QCOMPARE(info["links"][0].value("open", false), true);
+    checkOneOpenLink(*nodes[0], trust, *nodes[1]);
+  }
+
+  // Issue 20: the ring. Stage 2's node (the head) is linked back to stage 0's node, so a burst of
+  // one-token forwards sent to all three nodes at once decodes ahead (LinkedStages::decodeAhead)
+  // with each token going head -> first directly. Bursts of several sizes in a row (the last
+  // token of each is not pushed round) give exactly the token-by-token greedy reply; a sampled
+  // burst gives the tokens the same chain draws one forward at a time with the same seeds.
+  void ringDecodesAheadOverThreeNodesAsTokenByToken() {
+    TrustStore trust;
+    std::vector<std::unique_ptr<NodeProcess>> nodes;
+    std::vector<std::shared_ptr<NodeClient>> clients;
+    startThree("ring", trust, nodes, clients);
+    for (const auto& client : clients) QVERIFY(client->info().hasFeature(kFeatureDecodeRing));
+    auto deployed = test::deploySplit(clients, *m_model, m_sha, "stage");
+    std::vector<std::shared_ptr<RemoteStage>> parts;
+    for (auto& s : deployed) parts.emplace_back(s.get(), [](RemoteStage*) {});  // `deployed` owns
+    auto address = [&](size_t k) { return "127.0.0.1:" + std::to_string(nodes[k]->port()); };
+    try {
+      for (size_t k = 0; k < 3; ++k) {
+        const size_t to = (k + 1) % 3;  // 2 -> 0 closes the ring
+        const std::string route =
+            clients[to]->linkAccept(parts[to]->stageId(), nodes[k]->deviceId());
+        clients[k]->linkConnect(parts[k]->stageId(), address(to), nodes[to]->deviceId(), route);
+      }
+    } catch (const std::exception& e) {
+      QFAIL(e.what());
+    }
+    auto group = std::make_shared<LinkedStages>(parts);
+    QCOMPARE(group->decodeAheadLimit(), 0);  // not before it is told of the ring
+    group->setRing(true);
+    QCOMPARE(group->decodeAheadLimit(), runtime::kMaxDecodeAhead);
+    runtime::Chain chain({group});
+
+    const std::vector<int32_t>& prompt = m_prompts[0];
+    const auto pos0 = static_cast<int32_t>(prompt.size());
+    runtime::StageOutput out;
+    const runtime::SampleRequest greedy;
+    chain.truncate(0, 0);
+    chain.forward(0, 0, prompt, out, runtime::LogitRows::Last, &greedy);
+    QCOMPARE(out.tokens.size(), size_t(1));
+    std::vector<int32_t> ring{out.tokens.front()};
+    for (int32_t burst : {1, 5, 20, 37}) {
+      const int32_t at = pos0 + int32_t(ring.size()) - 1;
+      const std::vector<int32_t> more = chain.decodeAhead(0, at, ring.back(), burst, greedy);
+      QCOMPARE(more.size(), size_t(burst));
+      ring.insert(ring.end(), more.begin(), more.end());
+    }
+    QCOMPARE(int(ring.size()), kSteps);
+    QCOMPARE(ring, localGreedy(*m_model, prompt));
+
+    // Sampled: each draw j of a burst seeded seed + j, as a forward per token seeds it.
+    runtime::SampleRequest sample;
+    sample.temperature = 0.9f;
+    sample.topK = 40;
+    sample.seed = 1234;
+    const int32_t t0 = ring.front();
+    chain.truncate(0, pos0);
+    const std::vector<int32_t> burst = chain.decodeAhead(0, pos0, t0, 24, sample);
+    chain.truncate(0, pos0);
+    std::vector<int32_t> oneByOne;
+    int32_t token = t0;
+    for (int32_t j = 0; j < 24; ++j) {
+      runtime::SampleRequest draw = sample;
+      draw.seed = sample.seed + uint64_t(j);
+      const int32_t one[1] = {token};
+      chain.forward(0, pos0 + j, one, out, runtime::LogitRows::Last, &draw);
+      QCOMPARE(out.tokens.size(), size_t(1));
+      token = out.tokens.front();
+      oneByOne.push_back(token);
+    }
+    QCOMPARE(burst, oneByOne);
+    QVERIFY(burst != std::vector<int32_t>(ring.begin() + 1, ring.begin() + 25));  // really sampled
+
+    // The head's node reports its link back to the first node.
+    checkOneOpenLink(*nodes[2], trust, *nodes[0]);
+  }
+
+  // What an introduced device may push into a first stage's ring inbox: token ids inside the
+  // vocabulary, as link_tokens. An id outside it, or hidden states, drop the link, and the
+  // stage's next forward from the ring is a link failure.
+  void aRingLinkCarriesOnlyTokenIdsOfTheVocabulary() {
+    TrustStore trust;
+    const auto cfg = configs("ringin", trust);
+    NodeProcess node(cfg[0], m_modelsDir, m_client.deviceId);
+    const Identity peer = createIdentity();  // the head's node
+    auto client = std::make_shared<NodeClient>(
+        connectTo("127.0.0.1", node.port(), m_client, trust, std::chrono::seconds(30)),
+        std::chrono::seconds(60));
+    LoadStageRequest r;
+    r.stageId = "first";
+    r.model = {m_sha, "model.gguf", m_model->file().fileSize()};
+    r.placement = {client->peerDeviceId(), "cpu0", 0, 1, true, false};
+    r.contextLength = 16;
+    auto stage = RemoteStage::deploy(client, m_model->file(), r);
+    QVERIFY(stage->spec().hasEmbedding);
+    const runtime::SampleRequest* none = nullptr;
+    const runtime::Segment at0{0, 0, 1, runtime::LogitRows::None};
+    const runtime::Segment at1{0, 1, 1, runtime::LogitRows::None};
+    runtime::StageOutput got;
+    auto fromRing = [&](const runtime::Segment& segment) {
+      runtime::Batch b;
+      b.segments = std::span(&segment, 1);
+      b.sample = none;
+      stage->wait(stage->submitInRing(b, got, true, false));
+    };
+    for (const auto& [op, blob] : std::vector<std::pair<std::string, std::vector<int32_t>>>{
+             {"link_tokens", {m_model->config().nVocab}}, {"link_hidden", {0}}}) {
+      auto link =
+          openLink(node.port(), peer, trust, client->linkAccept(stage->stageId(), peer.deviceId));
+      auto push = [&](const std::string& what, int32_t position, int32_t id) {
+        Message m;
+        m.control = {{"op", what}, {"sequence", 0}, {"first_position", position}, {"count", 1}};
+        m.blob.resize(4);
+        std::memcpy(m.blob.data(), &id, 4);
+        link->send(m);
+      };
+      // A good id first: the stage computes on it.
+      push("link_tokens", 0, 1);
+      stage->truncate(0, 0);
+      fromRing(at0);
+      QCOMPARE(got.hidden.size(), size_t(m_model->config().nEmbd));
+      push(op, 1, blob.front());
+      QVERIFY_THROWS_EXCEPTION(TransportError, link->receive(std::chrono::seconds(10)));
+      QVERIFY_THROWS_EXCEPTION(LinkFailure, fromRing(at1));
+    }
   }
 
   // A device a trusted coordinator introduced (link_accept) is welcomed by the listener, but may
@@ -275,7 +428,6 @@ class TestNodeProcesses : public QObject {
         std::chrono::seconds(60));
     auto stage = deployLayerOne(client, *m_model, m_sha);
     const std::string route = client->linkAccept(stage->stageId(), peer.deviceId);
-    // A route never goes to the first stage (token ids come from the coordinator).
     QVERIFY(!route.empty());
 
     // Welcomed now, but anything other than its link closes the connection unanswered.
@@ -297,13 +449,8 @@ class TestNodeProcesses : public QObject {
     // Its route: the rows it pushes are what the stage computes on.
     const int32_t nEmbd = m_model->config().nEmbd;
     std::vector<float> hidden(size_t(nEmbd), 0.01f);
-    auto link = connectTo("127.0.0.1", node.port(), peer, trust, std::chrono::seconds(30));
+    auto link = openLink(node.port(), peer, trust, route);
     {
-      Message hello;
-      hello.control = {{"op", "link_hello"}, {"route", route}};
-      link->send(hello);
-      QCOMPARE(link->receive(std::chrono::seconds(10)).control.value("op", ""),
-               std::string("link_ready"));
       Message rows;
       rows.control = {{"op", "link_hidden"}, {"sequence", 0}, {"first_position", 0}, {"count", 1}};
       rows.blob.resize(hidden.size() * sizeof(float));

@@ -17,7 +17,7 @@ using namespace std::chrono_literals;
 namespace {
 
 LinkedRows rows(int32_t first, int32_t count, float value = 1) {
-  return LinkedRows{0, first, count, std::vector<float>(size_t(count) * 4, value), {}};
+  return LinkedRows{0, first, count, std::vector<float>(size_t(count) * 4, value), {}, {}};
 }
 
 }  // namespace
@@ -46,7 +46,7 @@ class TestStageLinks : public QObject {
 
   void theUpstreamFailureReachesTheTake() {
     LinkInbox inbox(4, 16);
-    inbox.push(LinkedRows{0, 0, 2, {}, "out of memory"}, 1s);
+    inbox.push(LinkedRows{0, 0, 2, {}, "out of memory", {}}, 1s);
     try {
       inbox.take(0, 0, 2, 1s);
       QFAIL("no failure");
