@@ -29,13 +29,14 @@
 # divides (at most by the number of nodes, and by no more than the cores the machine has). Each figure is the median of R runs, profiles alternated per run.
 # Needs root.
 #
-# Usage: bench/pool_latency.sh [BUILD_DIR] [R (default 3)] [PROFILES (default none,1gbe,2.5gbe,wifi)]
+# Usage: bench/pool_latency.sh [BUILD_DIR] [R (default 3)] [PROFILES (default
+#   none,1gbe,2.5gbe,wifi,laptop-wifi; the last: nodes on 1 GbE, the coordinator on Wi-Fi)]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 build="${1:-$root/build}"
 reps="${2:-3}"
-profiles="${3:-none,1gbe,2.5gbe,wifi}"
+profiles="${3:-none,1gbe,2.5gbe,wifi,laptop-wifi}"
 node="$build/app/node/shoal-node"
 cli="$build/app/cli/shoal-cli"
 emulator="$build/bench/link_emulator/shoal_link_emulator"

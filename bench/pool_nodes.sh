@@ -60,30 +60,52 @@ pool_nodes_start() {
   printf '%s\n' "$trusted" >"$work/cli/trusted.json"
 }
 
-# pool_link_args PROFILE: the link emulator's options for a home-LAN profile.
+# pool_link_args PROFILE: the link emulator's options for each node's link in a home-LAN profile.
+# "laptop-wifi": the nodes wired (1 GbE), the coordinator on Wi-Fi (pool_coordinator_link).
 pool_link_args() {
   case "$1" in
     none) echo "" ;;
-    1gbe) echo "--rtt-ms 0.3 --rate-mbit 940" ;;
+    1gbe | laptop-wifi) echo "--rtt-ms 0.3 --rate-mbit 940" ;;
     2.5gbe) echo "--rtt-ms 0.2 --rate-mbit 2350" ;;
     wifi) echo "--rtt-ms 4 --jitter-ms 2 --rate-mbit 200 --loss 0.001" ;;
     *) echo "unknown link profile '$1'" >&2; return 2 ;;
   esac
 }
 
+# pool_coordinator_link PROFILE: the coordinator's own link (RTT_MS,JITTER_MS,RATE_MBIT,LOSS), or
+# nothing where it is wired.
+pool_coordinator_link() {
+  case "$1" in
+    laptop-wifi) echo "4,2,200,0.001" ;;
+    *) echo "" ;;
+  esac
+}
+
 #   pool_links_start WORK EMULATOR PROFILE PORT [COUNT]
 # puts a shoal_link_emulator with PROFILE in front of each of the COUNT (default three) nodes: on
 # host hN it listens on PORT and forwards to the node's 7000 (pool_nodes_start's address port);
-# appends the emulators' pids to the caller's `emulators` array.
+# appends the emulators' pids to the caller's `emulators` array. Every node sits behind such a
+# link, so a connection from another node crosses two links (its own and this one:
+# --two-links-from); one from the coordinator (host hCOUNT+1) crosses the coordinator's own link
+# too where the profile gives it one (pool_coordinator_link), else only this one.
 pool_links_start() {
-  local work="$1" emulator="$2" profile="$3" port="$4" count="${5:-3}" args h
+  local work="$1" emulator="$2" profile="$3" port="$4" count="${5:-3}" args h others o hostArgs
+  local coordinator
   args="$(pool_link_args "$profile")" || exit 2
+  coordinator="$(pool_coordinator_link "$profile")"
   for h in $(seq "$count"); do
+    others=""
+    for o in $(seq "$count"); do
+      [ "$o" = "$h" ] || others+="${others:+,}$(netns_ip "h$o")"
+    done
+    hostArgs="$args"
+    [ -z "$args" ] || [ -z "$others" ] || hostArgs+=" --two-links-from $others"
+    [ -z "$coordinator" ] || hostArgs+=" --sender-link $(netns_ip "h$((count + 1))")=$coordinator"
     # A simple command, not netns_exec (a function: `&` would fork a shell whose pid $! is, and
     # killing that would leave the emulator listening); ip netns exec execs the emulator.
     # shellcheck disable=SC2086
     ip netns exec "$(netns_ns "h$h")" "$emulator" --listen "$(netns_ip "h$h"):$port" \
-      --connect 127.0.0.1:7000 --seed "$h" $args >>"$work/emulator$h.out" 2>&1 &
+      --connect 127.0.0.1:7000 --seed "$h" $hostArgs >>"$work/emulator$h.out" 2>&1 &
     emulators+=($!)
   done
   sleep 0.3

@@ -16,6 +16,15 @@
 // Linux's tail-loss probe takes to resend it, max(2 x round trip, 10 ms). So the "Wi-Fi" profile's
 // loss shows as the latency spikes it causes, which is what a pipeline's token loop feels.
 //
+// Every host of a home LAN has a link of its own (a cable to the switch, a radio to the access
+// point), so a packet from one host to another crosses two: the sender's and the receiver's. A
+// relay in front of the receiver's port sees only its own, so the sender's is given per address:
+// --two-links-from (hosts behind a link like this one: the other nodes) and --sender-link
+// (ADDR=RTT_MS,JITTER_MS,RATE_MBIT,LOSS: a host behind another kind of link, say a coordinator on
+// Wi-Fi while the nodes are wired). Each chunk's delay is then the sum of one draw per link
+// (delay, jitter, loss), paced once at the slower rate. Connections from any other address (a
+// wired coordinator) cross this link alone.
+//
 // The figures it produces are measured, not assumed: the benchmark reports the round trip the
 // coordinator measured through it.
 
@@ -50,8 +59,10 @@ struct LinkParams {
   double jitterS = 0;    // each chunk's one-way delay varies uniformly by +- this
   double bytesPerS = 0;  // 0: unlimited
   double loss = 0;       // packet loss probability
-  uint64_t seed = 1;
 };
+
+// The links a connection's bytes cross in series: the sender's (if emulated) and this one.
+using Path = std::vector<LinkParams>;
 
 constexpr size_t kChunk = 64 * 1024;
 constexpr double kPacketPayload = 1448;  // TCP payload of a 1500-byte Ethernet frame
@@ -64,8 +75,13 @@ struct Chunk {
 // One direction of one connection.
 class Pipe {
  public:
-  Pipe(int from, int to, const LinkParams& link, uint64_t seed)
-      : m_from(from), m_to(to), m_link(link), m_rng(seed) {}
+  Pipe(int from, int to, const Path& path, uint64_t seed)
+      : m_from(from), m_to(to), m_path(path), m_rng(seed) {
+    for (const LinkParams& l : m_path) {
+      if (l.bytesPerS > 0)
+        m_bytesPerS = m_bytesPerS > 0 ? std::min(m_bytesPerS, l.bytesPerS) : l.bytesPerS;
+    }
+  }
 
   void run() {
     std::thread writer([this] { write(); });
@@ -89,15 +105,18 @@ class Pipe {
         return;
       }
       c.bytes.resize(static_cast<size_t>(n));
-      const double tx = m_link.bytesPerS > 0 ? double(n) / m_link.bytesPerS : 0.0;
+      const double tx = m_bytesPerS > 0 ? double(n) / m_bytesPerS : 0.0;
       lastTxEnd =
           std::max(now, lastTxEnd) + std::chrono::duration_cast<Clock::duration>(Seconds(tx));
-      double delay = m_link.rttS / 2 + m_link.jitterS * (2 * unit(m_rng) - 1);
-      delay = std::max(0.0, delay);
-      if (m_link.loss > 0) {
-        const double packets = std::ceil(double(n) / kPacketPayload);
-        if (unit(m_rng) < 1 - std::pow(1 - m_link.loss, packets)) {
-          delay += std::max(2 * m_link.rttS, 0.010);  // tail-loss probe resends it
+      double delay = 0, rtt = 0;
+      for (const LinkParams& l : m_path) rtt += l.rttS;
+      for (const LinkParams& l : m_path) {
+        delay += std::max(0.0, l.rttS / 2 + l.jitterS * (2 * unit(m_rng) - 1));
+        if (l.loss > 0) {
+          const double packets = std::ceil(double(n) / kPacketPayload);
+          if (unit(m_rng) < 1 - std::pow(1 - l.loss, packets)) {
+            delay += std::max(2 * rtt, 0.010);  // tail-loss probe resends it
+          }
         }
       }
       c.departure = std::max(
@@ -143,7 +162,8 @@ class Pipe {
   }
 
   int m_from, m_to;
-  LinkParams m_link;
+  Path m_path;
+  double m_bytesPerS = 0;  // the slowest rate of the path (0: unlimited)
   std::mt19937_64 m_rng;
   std::mutex m_mutex;
   std::condition_variable m_ready;
@@ -170,7 +190,7 @@ void noDelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-void relay(int client, sockaddr_in upstream, LinkParams link, uint64_t seed) {
+void relay(int client, sockaddr_in upstream, Path path, uint64_t seed) {
   const int server = ::socket(AF_INET, SOCK_STREAM, 0);
   if (server < 0 ||
       ::connect(server, reinterpret_cast<sockaddr*>(&upstream), sizeof upstream) != 0) {
@@ -181,7 +201,7 @@ void relay(int client, sockaddr_in upstream, LinkParams link, uint64_t seed) {
   }
   noDelay(client);
   noDelay(server);
-  Pipe up(client, server, link, seed), down(server, client, link, seed + 1);
+  Pipe up(client, server, path, seed), down(server, client, path, seed + 1);
   std::thread t([&down] { down.run(); });
   up.run();
   t.join();
@@ -206,14 +226,48 @@ int main(int argc, char** argv) {
   app.add_option("--loss", loss, "packet loss probability (as TCP's resend stalls)")
       ->check(CLI::Range(0.0, 0.5));
   app.add_option("--seed", seed, "random seed (jitter, loss)");
+  std::vector<std::string> twoLinksFrom, senderLinks;
+  app.add_option("--two-links-from", twoLinksFrom,
+                 "IPv4 addresses of hosts behind a link like this one: their connections cross "
+                 "both")
+      ->delimiter(',');
+  app.add_option("--sender-link", senderLinks,
+                 "ADDR=RTT_MS,JITTER_MS,RATE_MBIT,LOSS: connections from ADDR also cross that "
+                 "link (repeatable)");
   CLI11_PARSE(app, argc, argv);
+  const LinkParams link{rttMs / 1e3, jitterMs / 1e3, rateMbit * 1e6 / 8, loss};
+  // The sender's link of each address that has one.
+  std::vector<std::pair<in_addr_t, LinkParams>> senders;
+  for (const std::string& a : twoLinksFrom) {
+    in_addr addr{};
+    if (::inet_pton(AF_INET, a.c_str(), &addr) != 1) {
+      std::fprintf(stderr, "link_emulator: --two-links-from takes IPv4 addresses, not '%s'\n",
+                   a.c_str());
+      return 2;
+    }
+    senders.emplace_back(addr.s_addr, link);
+  }
+  for (const std::string& spec : senderLinks) {
+    in_addr addr{};
+    double f[4] = {};
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || ::inet_pton(AF_INET, spec.substr(0, eq).c_str(), &addr) != 1 ||
+        std::sscanf(spec.c_str() + eq + 1, "%lf,%lf,%lf,%lf", &f[0], &f[1], &f[2], &f[3]) != 4 ||
+        std::any_of(std::begin(f), std::end(f), [](double v) { return !(v >= 0); }) || f[3] > 0.5) {
+      std::fprintf(stderr,
+                   "link_emulator: --sender-link takes ADDR=RTT_MS,JITTER_MS,RATE_MBIT,LOSS, not "
+                   "'%s'\n",
+                   spec.c_str());
+      return 2;
+    }
+    senders.emplace_back(addr.s_addr, LinkParams{f[0] / 1e3, f[1] / 1e3, f[2] * 1e6 / 8, f[3]});
+  }
 
   sockaddr_in listenAddr{}, upstream{};
   if (!parseAddress(listenAt, listenAddr) || !parseAddress(connectTo, upstream)) {
     std::fprintf(stderr, "link_emulator: addresses are IPv4:port\n");
     return 2;
   }
-  const LinkParams link{rttMs / 1e3, jitterMs / 1e3, rateMbit * 1e6 / 8, loss, seed};
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   const int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -222,11 +276,21 @@ int main(int argc, char** argv) {
     std::perror("link_emulator: listen");
     return 1;
   }
-  std::fprintf(stderr, "link_emulator: %s -> %s, rtt %.3f ms +- %.3f, %.0f Mbit/s, loss %.4f\n",
-               listenAt.c_str(), connectTo.c_str(), rttMs, jitterMs, rateMbit, loss);
+  std::fprintf(stderr,
+               "link_emulator: %s -> %s, rtt %.3f ms +- %.3f, %.0f Mbit/s, loss %.4f, %zu sender "
+               "link(s)\n",
+               listenAt.c_str(), connectTo.c_str(), rttMs, jitterMs, rateMbit, loss,
+               senders.size());
   for (uint64_t n = 0;; ++n) {
-    const int client = ::accept(fd, nullptr, nullptr);
+    sockaddr_in from{};
+    socklen_t fromLength = sizeof from;
+    const int client = ::accept(fd, reinterpret_cast<sockaddr*>(&from), &fromLength);
     if (client < 0) continue;
-    std::thread(relay, client, upstream, link, seed + 2 * n).detach();
+    Path path;
+    for (const auto& [address, sender] : senders) {
+      if (address == from.sin_addr.s_addr) path.push_back(sender);
+    }
+    path.push_back(link);
+    std::thread(relay, client, upstream, std::move(path), seed + 2 * n).detach();
   }
 }
