@@ -224,7 +224,11 @@ json stagesJson(const std::vector<lan::StagePlacement>& stages,
 }
 
 json hopJson(const lan::PipelineHop& h) {
-  return {{"from", h.fromNode}, {"to", h.toNode}, {"direct", h.direct}, {"note", h.note}};
+  return {{"from", h.fromNode},
+          {"to", h.toNode},
+          {"direct", h.direct},
+          {"note", h.note},
+          {"rtt_ms", h.rttS * 1e3}};
 }
 
 json hopsJson(const std::vector<lan::PipelineHop>& hops) {

@@ -1046,6 +1046,7 @@ Message NodeHost::linkConnect(const Message& request, const Session& session) {
   }
   if (!m_options.linkConnector) throw LinkFailure("link_connect: this node opens no links");
   std::unique_ptr<Connection> connection;
+  int64_t rttNs = INT64_MAX;
   try {
     connection = m_options.linkConnector(address, device);
     Message hello;
@@ -1055,6 +1056,18 @@ Message NodeHost::linkConnect(const Message& request, const Session& session) {
     if (answer.control.value("op", "") != "link_ready") {
       throw Error(answer.control.value("message", std::string("refused")));
     }
+    // The link's round trip, the least of a few pings: the planner's latency for this pair of
+    // nodes (the coordinator's round trips to each say nothing about it).
+    for (int i = 0; i < kLinkPings; ++i) {
+      Message ping;
+      ping.control = {{"op", "link_ping"}};
+      const int64_t sent = nowNs();
+      connection->send(ping, kLinkConnectTimeout);
+      if (connection->receive(kLinkConnectTimeout).control.value("op", "") != "link_pong") {
+        throw Error("the link's ping was not answered");
+      }
+      rttNs = std::min(rttNs, nowNs() - sent);
+    }
   } catch (const std::exception& e) {
     throw LinkFailure("link_connect: cannot link to " + address + ": " + e.what());
   }
@@ -1063,7 +1076,9 @@ Message NodeHost::linkConnect(const Message& request, const Session& session) {
     std::lock_guard lock(s->linkMutex);
     s->next = std::move(link);
   }
-  return reply(request, "ok");
+  Message m = reply(request, "ok");
+  m.control["rtt_ms"] = static_cast<double>(rttNs) / 1e6;
+  return m;
 }
 
 json NodeHost::linksOf(const std::string& owner) const {
@@ -1128,6 +1143,12 @@ void NodeHost::serveLink(Connection& connection, const Message& hello,
     try {
       const json& c = m.control;
       const int32_t vocab = inbox->tokenVocab();
+      if (c.value("op", "") == "link_ping") {
+        Message pong;
+        pong.control = {{"op", "link_pong"}};
+        connection.send(pong, kLinkConnectTimeout);
+        continue;
+      }
       if (c.value("op", "") != (vocab > 0 ? "link_tokens" : "link_hidden")) {
         throw Error("unexpected op on a link");
       }

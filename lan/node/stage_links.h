@@ -56,6 +56,9 @@ inline constexpr size_t kLinkInboxBatches = 8;
 inline constexpr std::chrono::milliseconds kLinkWaitDefault{30000};
 // How long a link_connect may take to open the connection and be accepted.
 inline constexpr std::chrono::milliseconds kLinkConnectTimeout{5000};
+// Pings (link_ping, answered link_pong) a link_connect times on the new link; the least round
+// trip is reported to the coordinator.
+inline constexpr int kLinkPings = 5;
 
 // One segment's rows pushed down a link.
 struct LinkedRows {

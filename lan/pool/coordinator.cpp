@@ -149,6 +149,7 @@ const model::Model& Coordinator::model() const {
 plan::Pool Coordinator::poolWithout(const std::vector<std::string>& excluded) const {
   std::vector<NodeInfo> infos;
   std::vector<NodeLinkProfile> profiles;
+  NodePairRtts pairRtts;
   uint64_t cap = 0;
   {
     std::lock_guard lock(m_mutex);
@@ -158,8 +159,9 @@ plan::Pool Coordinator::poolWithout(const std::vector<std::string>& excluded) co
       profiles.push_back(m_members.at(id).link);
     }
     cap = m_options.maxDeviceMemoryBytes;
+    pairRtts = m_pairRtts;
   }
-  plan::Pool p = buildPool(infos, profiles);
+  plan::Pool p = buildPool(infos, profiles, pairRtts);
   if (cap > 0) {
     for (plan::Device& d : p.devices)
       d.memoryBytes = std::min(d.memoryBytes, static_cast<double>(cap));
@@ -371,7 +373,8 @@ void Coordinator::linkHops(size_t replica) {
     } else {
       try {
         const std::string route = to.client()->linkAccept(to.stageId(), from.placement().nodeId);
-        from.client()->linkConnect(from.stageId(), addresses[i + 1], to.placement().nodeId, route);
+        hop.rttS = from.client()->linkConnect(from.stageId(), addresses[i + 1],
+                                              to.placement().nodeId, route);
         hop.direct = true;
       } catch (const std::exception& e) {
         // The nodes cannot reach each other (or one is older, or gone: generation finds out):
@@ -399,8 +402,8 @@ void Coordinator::linkHops(size_t replica) {
       try {
         const std::string route =
             first.client()->linkAccept(first.stageId(), head.placement().nodeId);
-        head.client()->linkConnect(head.stageId(), addresses.front(), first.placement().nodeId,
-                                   route);
+        ring.rttS = head.client()->linkConnect(head.stageId(), addresses.front(),
+                                               first.placement().nodeId, route);
         ring.direct = true;
       } catch (const std::exception& e) {
         // Decoding goes token by token through the coordinator instead.
@@ -409,9 +412,40 @@ void Coordinator::linkHops(size_t replica) {
       }
     }
   }
+  {
+    std::lock_guard lock(m_mutex);
+    // Two stages on one node link it to itself: that round trip says nothing of a pair.
+    auto record = [&](const RemoteStage& a, const RemoteStage& b, double rttS) {
+      const std::string& x = a.placement().nodeId;
+      const std::string& y = b.placement().nodeId;
+      if (rttS > 0 && x != y) m_pairRtts[nodePair(x, y)] = rttS;
+    };
+    for (size_t i = 0; i < hops.size(); ++i) record(*stages[i], *stages[i + 1], hops[i].rttS);
+    if (ring.direct) record(*stages.back(), *stages.front(), ring.rttS);
+    m_replicas.at(replica)->hops = std::move(hops);
+    m_replicas.at(replica)->ring = std::move(ring);
+  }
+  refreshPrediction(replica);
+}
+
+void Coordinator::refreshPrediction(size_t replica) {
+  std::vector<StagePlacement> placements = deployed(replica);
+  if (placements.empty()) return;
+  const plan::Pool p = pool();
+  const plan::Plan deployedPlan = planOfStages(placements, p);
+  const std::vector<plan::StageAssignment>& stages = deployedPlan.pipelines.front().stages;
+  if (std::any_of(stages.begin(), stages.end(), [](const auto& s) { return s.device < 0; })) {
+    return;  // a node left since: the plan's figure stays
+  }
+  plan::Request request;
+  request.contextTokens = m_options.contextLength;
+  request.sequences = m_options.maxSequences;
+  const double x =
+      plan::evaluatePipeline(p, plan::LinkTable(p), m_modelCost, request, stages).throughputTokS;
   std::lock_guard lock(m_mutex);
-  m_replicas.at(replica)->hops = std::move(hops);
-  m_replicas.at(replica)->ring = std::move(ring);
+  if (replica < m_replicas.size() && !m_replicas[replica]->stages.empty()) {
+    m_replicas[replica]->predictedTokensPerS = x;
+  }
 }
 
 PipelineHop Coordinator::ring(size_t replica) const {

@@ -86,6 +86,7 @@ struct PipelineHop {
   std::string toNode;
   bool direct = false;  // node to node; false: relayed through the coordinator
   std::string note;     // why it is relayed (empty when direct)
+  double rttS = 0;      // the round trip the upstream node measured on the link (0: unknown)
 };
 
 struct DeployProgress {
@@ -284,8 +285,11 @@ class Coordinator {
   // other error (it reaches the caller).
   bool recoverStage(const std::exception& error, size_t failedStage);
   // Introduces each stage's node of the replica to the next one's (direct forwarding) and
-  // records in its hops which are direct.
+  // records in its hops which are direct, and the round trips the nodes measured on their links
+  // (m_pairRtts, then the replica's predicted throughput from them: refreshPrediction).
   void linkHops(size_t replica);
+  // The replica's predicted throughput, its deployed stages evaluated on the pool as known now.
+  void refreshPrediction(size_t replica);
   // The replica's chain over its stages (replaced in place: a session or scheduler keeps a
   // reference): the stages of consecutive direct hops form one LinkedStages.
   void rebuildChain(size_t replica);
@@ -309,6 +313,7 @@ class Coordinator {
   mutable std::mutex m_mutex;  // guards the members, the deployment and the recoveries
   std::map<std::string, Member> m_members;
   std::vector<std::string> m_memberOrder;  // join order: the pool's device order
+  NodePairRtts m_pairRtts;  // measured by the nodes on their links (linkHops), kept for plans
 
   std::unique_ptr<model::Model> m_model;
   ModelIdentity m_modelIdentity;

@@ -323,15 +323,20 @@ std::string NodeClient::linkAccept(const std::string& stageId, const std::string
   return route->get<std::string>();
 }
 
-void NodeClient::linkConnect(const std::string& stageId, const std::string& address,
-                             const std::string& deviceId, const std::string& route) {
+double NodeClient::linkConnect(const std::string& stageId, const std::string& address,
+                               const std::string& deviceId, const std::string& route) {
   Message m;
   m.control = {{"op", "link_connect"},
                {"stage_id", stageId},
                {"address", address},
                {"device_id", deviceId},
                {"route", route}};
-  request(std::move(m), m_timeout);
+  const Message reply = request(std::move(m), m_timeout);
+  // A figure from the network: only a plausible round trip counts.
+  const auto rtt = reply.control.find("rtt_ms");
+  if (rtt == reply.control.end() || !rtt->is_number()) return 0;
+  const double ms = rtt->get<double>();
+  return ms > 0 && ms < 60000 ? ms / 1e3 : 0;
 }
 
 namespace {

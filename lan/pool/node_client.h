@@ -141,11 +141,12 @@ class NodeClient {
   }
   // Direct forwarding (lan/node/stage_links.h). linkAccept: the node accepts a link from
   // `fromDevice` into `stageId` and returns the route token; linkConnect: the node links
-  // `stageId` to the node at `address` (pinned to `deviceId`) over `route`. LinkFailure when the
-  // node cannot reach that one.
+  // `stageId` to the node at `address` (pinned to `deviceId`) over `route` and returns the round
+  // trip it measured on that link (its hello answered; 0 when the node does not say).
+  // LinkFailure when the node cannot reach that one.
   std::string linkAccept(const std::string& stageId, const std::string& fromDevice);
-  void linkConnect(const std::string& stageId, const std::string& address,
-                   const std::string& deviceId, const std::string& route);
+  double linkConnect(const std::string& stageId, const std::string& address,
+                     const std::string& deviceId, const std::string& route);
   // Returns the positions the node's stage kept (Stage::truncate).
   int32_t truncate(const std::string& stageId, int32_t sequence, int32_t fromPosition);
   void unloadStage(const std::string& stageId);

@@ -18,8 +18,12 @@ std::pair<std::string, std::string> splitPlanDeviceId(const std::string& planId)
   return {planId.substr(0, slash), planId.substr(slash + 1)};
 }
 
-plan::Pool buildPool(const std::vector<NodeInfo>& nodes,
-                     const std::vector<NodeLinkProfile>& links) {
+std::pair<std::string, std::string> nodePair(const std::string& a, const std::string& b) {
+  return a < b ? std::pair(a, b) : std::pair(b, a);
+}
+
+plan::Pool buildPool(const std::vector<NodeInfo>& nodes, const std::vector<NodeLinkProfile>& links,
+                     const NodePairRtts& pairRtts) {
   plan::Pool pool;
   std::map<std::string, NodeLinkProfile> byNode;
   for (const NodeLinkProfile& l : links) byNode[l.nodeId] = l;
@@ -60,7 +64,10 @@ plan::Pool buildPool(const std::vector<NodeInfo>& nodes,
       plan::NodeLink link;
       link.nodeA = nodeIds[a];
       link.nodeB = nodeIds[b];
-      link.link.latencyS = pa.rttS / 2 + pb.rttS / 2;
+      const auto measured = pairRtts.find(nodePair(nodeIds[a], nodeIds[b]));
+      link.link.latencyS = measured != pairRtts.end() && measured->second > 0
+                               ? measured->second / 2
+                               : pa.rttS / 2 + pb.rttS / 2;
       link.link.bandwidthBytesPerS = std::min(pa.bandwidthBytesPerS, pb.bandwidthBytesPerS);
       pool.links.push_back(std::move(link));
     }

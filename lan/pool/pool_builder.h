@@ -9,6 +9,7 @@
 // likewise two coordinator links. Links are therefore measured coordinator <-> node, once per
 // node, and combined per pair here.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,10 +39,19 @@ std::string planDeviceId(const std::string& nodeId, const std::string& deviceId)
 // Splits a plan device id back; throws shoal::Error when it has no '/'.
 std::pair<std::string, std::string> splitPlanDeviceId(const std::string& planId);
 
+// Round trips two nodes measured between each other (a link's hello answered, node_client.h's
+// linkConnect), by node pair: the key is the two NodeInfo::deviceIds in ascending order.
+using NodePairRtts = std::map<std::pair<std::string, std::string>, double>;
+std::pair<std::string, std::string> nodePair(const std::string& a, const std::string& b);
+
 // The pool the planner sees: one plan::Device per node device (memory = free memory when the
-// node reported it, else total), plan::Node = the node's device ID, and one link per node pair
-// combined from the coordinator links (see above). Nodes without devices contribute nothing.
-plan::Pool buildPool(const std::vector<NodeInfo>& nodes, const std::vector<NodeLinkProfile>& links);
+// node reported it, else total), plan::Node = the node's device ID, and one link per node pair:
+// its latency half the round trip the two nodes measured where `pairRtts` has it, else half of
+// each one's round trip to the coordinator added (which takes the coordinator to be wired: a
+// coordinator on Wi-Fi makes every pair look as slow as its own link); its bandwidth the lesser
+// of the two coordinator links'. Nodes without devices contribute nothing.
+plan::Pool buildPool(const std::vector<NodeInfo>& nodes, const std::vector<NodeLinkProfile>& links,
+                     const NodePairRtts& pairRtts = {});
 
 // One stage to deploy, as the node protocol's load_stage describes it.
 struct StagePlacement {

@@ -256,9 +256,11 @@ class TestNodeProcesses : public QObject {
       for (size_t k = 0; k + 1 < stages.size(); ++k) {
         const std::string route =
             clients[k + 1]->linkAccept(stages[k + 1]->stageId(), nodes[k]->deviceId());
-        clients[k]->linkConnect(stages[k]->stageId(),
-                                "127.0.0.1:" + std::to_string(nodes[k + 1]->port()),
-                                nodes[k + 1]->deviceId(), route);
+        const double rttS = clients[k]->linkConnect(
+            stages[k]->stageId(), "127.0.0.1:" + std::to_string(nodes[k + 1]->port()),
+            nodes[k + 1]->deviceId(), route);
+        // The node measured its link's round trip (loopback: well under a second).
+        QVERIFY2(rttS > 0 && rttS < 1, std::to_string(rttS).c_str());
       }
     } catch (const std::exception& e) {
       QFAIL(e.what());

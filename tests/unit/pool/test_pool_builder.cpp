@@ -142,6 +142,21 @@ class TestPoolBuilder : public QObject {
     QCOMPARE(pool.links[0].link.bandwidthBytesPerS, 5e7);
   }
 
+  // A round trip the two nodes measured on their own link (a coordinator on Wi-Fi makes the
+  // relayed estimate far too slow for wired nodes) replaces the estimate, in either order.
+  void pairLinkIsTheMeasuredRoundTripWhereTheNodesMeasuredOne() {
+    const std::vector<NodeLinkProfile> links{NodeLinkProfile{"A", 0.004, 1e8},
+                                             NodeLinkProfile{"B", 0.004, 1e8},
+                                             NodeLinkProfile{"C", 0.004, 1e8}};
+    const plan::Pool pool = buildPool({node("A", 1e9), node("B", 1e9), node("C", 1e9)}, links,
+                                      {{nodePair("B", "A"), 0.0006}});
+    QCOMPARE(pool.links.size(), size_t(3));
+    for (const plan::NodeLink& l : pool.links) {
+      const bool ab = nodePair(l.nodeA, l.nodeB) == nodePair("A", "B");
+      QCOMPARE(l.link.latencyS, ab ? 0.0003 : 0.004);
+    }
+  }
+
   void unprofiledDevicesAndLinksGetFallbackFigures() {
     NodeInfo a = node("A", 1e9, 0);
     a.devices[0].flopsPerS = 0;
