@@ -15,6 +15,7 @@
 #include "engine/model/tensor_table.h"
 #include "engine/runtime/decode_ahead.h"
 #include "engine/runtime/sampler.h"
+#include "lan/node/request_fields.h"
 #include "lan/node/shard_receiver.h"
 #include "lan/pool/forward_fields.h"
 #include "lan/pool/node_info.h"
@@ -31,47 +32,6 @@ constexpr auto kPollInterval = std::chrono::milliseconds(200);
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
-}
-
-// A required integer field within [lo, hi]; shoal::Error naming the op and field otherwise.
-int32_t intField(const json& c, const char* field, int64_t lo, int64_t hi) {
-  const auto it = c.find(field);
-  if (it == c.end() || !it->is_number_integer()) {
-    throw Error(c.value("op", "?") + ": field '" + field + "' missing or not an integer");
-  }
-  const int64_t v = it->get<int64_t>();
-  if (v < lo || v > hi) {
-    throw Error(c.value("op", "?") + ": field '" + field + "' = " + std::to_string(v) +
-                " outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  return static_cast<int32_t>(v);
-}
-
-bool boolField(const json& c, const char* field) {
-  const auto it = c.find(field);
-  return it != c.end() && it->is_boolean() && it->get<bool>();
-}
-
-std::string stageKey(const json& stageId) {
-  if (!stageId.is_string() && !stageId.is_number_integer()) {
-    throw Error("field 'stage_id' missing or not a string/integer");
-  }
-  return stageId.dump();
-}
-
-Message reply(const Message& request, const std::string& op) {
-  Message m;
-  m.control = {{"op", op}};
-  if (request.control.contains("id")) m.control["id"] = request.control["id"];
-  return m;
-}
-
-bool isHexSha256(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char ch : s) {
-    if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return false;
-  }
-  return true;
 }
 
 // The KV cache a stage allocates (and zero-fills) at creation: the planner's figure
@@ -836,27 +796,15 @@ Message NodeHost::runForward(const Message& request, HostedStage& stage,
   if (!sample.is_null() && !spec.hasHead) {
     throw Error("forward: 'sample' given to a stage without the head");
   }
-  // A sampling request's fields over the defaults (missing fields keep them).
-  auto samplerOf = [](const json& fields, const std::string& where) {
-    if (!fields.is_object()) throw Error("forward: '" + where + "' must be null or an object");
-    runtime::SamplerParams p;
-    p.temperature = fields.value("temperature", p.temperature);
-    p.topP = fields.value("top_p", p.topP);
-    p.topK = fields.value("top_k", p.topK);
-    p.minP = fields.value("min_p", p.minP);
-    p.repeatPenalty = fields.value("repeat_penalty", p.repeatPenalty);
-    p.seed = fields.value("seed", p.seed);
-    return p;
-  };
   runtime::SamplerParams sp;
-  if (!sample.is_null()) sp = samplerOf(sample, "sample");
+  if (!sample.is_null()) sp = samplerFields(sample, "sample");
   // Each segment's own request (kFeatureSegmentSample), else the forward's.
   std::vector<runtime::SamplerParams> segmentSp(segments.size(), sp);
   if (const auto list = c.find("segments"); list != c.end() && sample.is_object()) {
     for (size_t i = 0; i < segments.size(); ++i) {
       const auto own = (*list)[i].find("sample");
       if (own != (*list)[i].end() && !own->is_null()) {
-        segmentSp[i] = samplerOf(*own, "segments[" + std::to_string(i) + "].sample");
+        segmentSp[i] = samplerFields(*own, "segments[" + std::to_string(i) + "].sample");
       }
     }
   }
