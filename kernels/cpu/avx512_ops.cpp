@@ -26,6 +26,8 @@ KernelTable makeTable() {
   t.rowGroups[static_cast<int>(WeightKind::Q5_K)] = true;
   t.rowGroups[static_cast<int>(WeightKind::Q6_K)] = true;
   t.dotsF16 = dotsHalf;
+  t.actSideBytes = actSideBytes;
+  t.actSide = actSide;
   return t;
 }
 

@@ -159,8 +159,14 @@ inline void finishPair(__m512 acc, float& a, float& b) {
 // cpu_kernels_bench --rows 32768 --cols 4096 --tokens 1, one core).
 constexpr auto kPrefetchHint = _MM_HINT_T2;
 constexpr int kPrefillPairs = 4;
-// Batches from which Q4_0 and Q8_0 run in bands of 32 rows (avx512_quant_bands.h).
+// Batches from which Q4_0 and Q8_0 run in bands of 32 rows (avx512_quant_bands.h). Weights in
+// row groups go to the bands later (kMaxSideTokens, kernel_table.h): each band first takes its
+// rows out of their groups, and the grouped passes were faster below 32 tokens (one core, a
+// 32768 x 2048 matrix from DRAM, ns per row, block and token, grouped against the file layout's
+// bands without the copy out of the groups: Q4_0 at 16 tokens 0.44 vs 0.55, at 32 0.43 vs 0.44,
+// at 64 0.43 vs 0.39; Q8_0 at 16 0.51 vs 0.55, at 32 0.47 vs 0.44).
 constexpr int kQ0BandTokens = 8;
+constexpr int kQ0GroupBandTokens = static_cast<int>(kMaxSideTokens);
 
 // P row pairs x T tokens (T <= 4). Rows r0 + 2p and r0 + 2p + 1 form pair p, except that a
 // tile of one row (single) pairs the row with itself and stores one result.
@@ -295,7 +301,7 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
 
 void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
   if (g.rowGroups) {
-    gemmQ0Groups<BlockQ4_0x8, gemmQ4_0, kQ0BandTokens>(g, b, e);
+    gemmQ0Groups<BlockQ4_0x8, gemmQ4_0, kQ0GroupBandTokens>(g, b, e);
     return;
   }
   gemm<Q4_0>(g, b, e);
@@ -311,10 +317,15 @@ void gemmQ5_0(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_0>(g, b, e); }
 void gemmQ5_1(const GemmArgs& g, int64_t b, int64_t e) { gemm<Q5_1>(g, b, e); }
 void gemmQ8_0(const GemmArgs& g, int64_t b, int64_t e) {
   if (g.rowGroups) {
-    gemmQ0Groups<BlockQ8_0x8, gemmQ8_0, kQ0BandTokens>(g, b, e);
+    gemmQ0Groups<BlockQ8_0x8, gemmQ8_0, kQ0GroupBandTokens>(g, b, e);
     return;
   }
   gemm<Q8_0>(g, b, e);
+}
+
+size_t actSideBytes(ActKind kind, int64_t cols) { return q0SideBytes(kind, cols); }
+void actSide(ActKind kind, const void* actRow, int64_t cols, void* sideRow) {
+  q0Side(kind, actRow, cols, sideRow);
 }
 
 }  // namespace shoal::cpu::avx512

@@ -99,7 +99,18 @@ struct GemmArgs {
   // The weights are in row groups (row_groups.h), row 0 starting a group; only for a kind the
   // level's table marks in rowGroups.
   bool rowGroups = false;
+  // The level's side rows of these activations (KernelTable::actSide), token t's at
+  // actSide + t * actSideStride; nullptr when the caller built none (a kernel that wants them
+  // then computes its own).
+  const uint8_t* actSide = nullptr;
+  size_t actSideStride = 0;
 };
+
+// Batches up to which matmul() gives the kernels side rows (KernelTable::actSide): decode
+// batches of several sequences, where the kernels are compute-bound (a lone token's pass is
+// memory-bound, and computes what it needs instead of reading it). From this size the AVX-512
+// Q4_0 and Q8_0 kernels run bands, which need none.
+constexpr int64_t kMaxSideTokens = 32;
 
 // Computes rows [rowBegin, rowEnd) for every token of the job.
 using GemmFn = void (*)(const GemmArgs& args, int64_t rowBegin, int64_t rowEnd);
@@ -133,6 +144,13 @@ struct KernelTable {
   // Kinds whose gemm also reads weights in row groups (GemmArgs::rowGroups): the CPU stage's
   // weight copy groups those matrices' rows (row_groups.h).
   bool rowGroups[static_cast<int>(WeightKind::Count)] = {};
+  // Optional side rows: what the level's kernels would otherwise recompute from an activation
+  // row for every group of weight rows they read it with (AVX-512: its blocks' dot-product
+  // starting sums and scales, spread to whole registers), computed once per matmul instead.
+  // actSideBytes(kind, cols): bytes of one row's (0: none for that kind); actSide writes them
+  // from the row converted to `kind`. nullptr: the level has none.
+  size_t (*actSideBytes)(ActKind kind, int64_t cols) = nullptr;
+  void (*actSide)(ActKind kind, const void* actRow, int64_t cols, void* sideRow) = nullptr;
 
   // n halfs to floats / floats to halfs (round to nearest even).
   void (*halfToFloat)(const uint16_t* x, float* y, int64_t n) = nullptr;

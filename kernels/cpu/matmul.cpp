@@ -1,6 +1,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "engine/error.h"
@@ -65,9 +66,32 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
   }
 }
 
+namespace {
+
+// Side rows are read as whole 64-byte registers; a small ZeroedBuffer is calloc's (16 bytes).
+constexpr size_t kSideAlign = 64;
+
+uint8_t* sideRows(MatmulScratch& scratch, int a) {
+  const auto p = reinterpret_cast<uintptr_t>(scratch.sides[a].data());
+  return reinterpret_cast<uint8_t*>((p + kSideAlign - 1) / kSideAlign * kSideAlign);
+}
+
+// Bytes of one side row for w's activations in a batch of `tokens` (0: none).
+size_t sideBytes(const WeightMatrix& w, int64_t tokens) {
+  const KernelTable& k = kernels();
+  if (k.actSideBytes == nullptr || tokens < 2 || tokens > kMaxSideTokens) return 0;
+  return k.actSideBytes(w.activation, w.cols);
+}
+
+}  // namespace
+
 void MatmulScratch::reserve(const WeightMatrix& w, int64_t tokens) {
-  activations[static_cast<int>(w.activation)].reserve(w.activationBytes() *
-                                                      static_cast<size_t>(tokens));
+  const int a = static_cast<int>(w.activation);
+  activations[a].reserve(w.activationBytes() * static_cast<size_t>(tokens));
+  // Sized from the first batch on, whether or not the weights are grouped yet, so that decode
+  // steps allocate nothing once the weight copy has grouped them.
+  const size_t side = sideBytes(w, tokens);
+  if (side > 0) sides[a].reserve(side * static_cast<size_t>(tokens) + kSideAlign);
 }
 
 namespace {
@@ -92,13 +116,19 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
     needed[static_cast<int>(j.w->activation)] = true;
   }
   const int64_t cols = jobs[0].w->cols;
+  size_t side[static_cast<int>(ActKind::Count)] = {};
+  for (const MatmulJob& j : jobs) side[static_cast<int>(j.w->activation)] = sideBytes(*j.w, tokens);
   auto convertAll = [&](int64_t begin, int64_t end, int) {
     for (int a = 0; a < static_cast<int>(ActKind::Count); ++a) {
       if (!needed[a]) continue;
       const size_t stride = gguf::rowBytes(activationTensorType(static_cast<ActKind>(a)), cols);
       for (int64_t t = begin; t < end; ++t) {
-        k.convert[a](x + t * cols, scratch.activations[a].data() + static_cast<size_t>(t) * stride,
-                     cols);
+        uint8_t* row = scratch.activations[a].data() + static_cast<size_t>(t) * stride;
+        k.convert[a](x + t * cols, row, cols);
+        if (side[a] > 0) {
+          k.actSide(static_cast<ActKind>(a), row, cols,
+                    sideRows(scratch, a) + static_cast<size_t>(t) * side[a]);
+        }
       }
     }
   };
@@ -120,6 +150,11 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
     g.ldy = w.rows;
     g.order = dotOrder(w, orderTokens > 0 ? orderTokens : tokens);
     g.rowGroups = w.rowGroups;
+    const int a = static_cast<int>(w.activation);
+    if (side[a] > 0) {
+      g.actSide = sideRows(scratch, a);
+      g.actSideStride = side[a];
+    }
   }
 }
 

@@ -59,7 +59,8 @@ struct ExpertMatrices {
 // buffer per activation format.
 struct MatmulScratch {
   ZeroedBuffer<uint8_t> activations[static_cast<int>(ActKind::Count)];
-  // Make room for `tokens` rows of w's activation format.
+  ZeroedBuffer<uint8_t> sides[static_cast<int>(ActKind::Count)];  // KernelTable::actSide rows
+  // Make room for `tokens` rows of w's activation format (and their side rows, if any).
   void reserve(const WeightMatrix& w, int64_t tokens);
 };
 

@@ -44,4 +44,8 @@ void gemmQ5_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ6_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 // KernelTable::dotsF16 (avx512_half_dots.cpp).
 void dotsHalf(const HalfDots& d);
+// KernelTable::actSideBytes and actSide: the grouped Q4_0/Q4_1/Q8_0 kernels' side rows
+// (avx512_quant_groups.h).
+size_t actSideBytes(ActKind kind, int64_t cols);
+void actSide(ActKind kind, const void* actRow, int64_t cols, void* sideRow);
 }  // namespace shoal::cpu::avx512

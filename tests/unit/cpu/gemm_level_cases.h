@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -46,9 +47,10 @@ struct Problem {
   }
 
   // y of rows [rowBegin, rowEnd) for every token; other entries stay NaN. rowGroups: the
-  // weights were put into row groups (row_groups.h).
+  // weights were put into row groups (row_groups.h). sideRows: give the kernel the level's side
+  // rows of the activations (KernelTable::actSide), as matmul() does for small batches.
   std::vector<float> run(const KernelTable& k, DotOrder order, int64_t rowBegin, int64_t rowEnd,
-                         bool rowGroups = false) const {
+                         bool rowGroups = false, bool sideRows = false) const {
     std::vector<float> y(static_cast<size_t>(rows * tokens), NAN);
     GemmArgs g;
     g.weights = weights.data();
@@ -61,6 +63,19 @@ struct Problem {
     g.ldy = rows;
     g.order = order;
     g.rowGroups = rowGroups;
+    const ActKind a = activationKind(weightKind(type));
+    const size_t sideBytes = sideRows && k.actSideBytes ? k.actSideBytes(a, cols) : 0;
+    std::vector<uint8_t> side(sideBytes * static_cast<size_t>(tokens) + 64);
+    if (sideBytes > 0) {
+      // Whole 64-byte registers are read from the side rows.
+      const auto base = reinterpret_cast<uintptr_t>(side.data());
+      auto* rows0 = reinterpret_cast<uint8_t*>((base + 63) / 64 * 64);
+      for (int64_t t = 0; t < tokens; ++t) {
+        k.actSide(a, &act[actRow * t], cols, rows0 + sideBytes * t);
+      }
+      g.actSide = rows0;
+      g.actSideStride = sideBytes;
+    }
     k.gemm[static_cast<int>(weightKind(type))](g, rowBegin, rowEnd);
     return y;
   }

@@ -63,7 +63,10 @@ class CpuRowGroupsTest : public QObject {
           gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
       const std::string name = gguf::typeName(type);
       const int t = static_cast<int>(type);
-      for (int tokens : {1, 2, 3, 7, 8, 9, 20}) {
+      // Tokens: the AVX-512 Q4_0/Q4_1/Q8_0 kernels take four per pass over a group (4, 5, 7, 9:
+      // whole passes and a remainder) and run bands from 32 (kMaxSideTokens); 33: a side-row set
+      // and a lone token.
+      for (int tokens : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 20, 31, 32, 33}) {
         // 8: one group; 40: two bands of 16 and a lone group; 56 x 2816: 11 super-blocks.
         QTest::addRow("%s 8x512 t%d", name.c_str(), tokens) << t << 8 << 512 << tokens;
         QTest::addRow("%s 40x256 t%d", name.c_str(), tokens) << t << 40 << 256 << tokens;
@@ -94,13 +97,18 @@ class CpuRowGroupsTest : public QObject {
         for (auto [b, e] : ranges) {
           if (b >= e) continue;
           const std::vector<float> want = p.run(*k, order, b, e);
-          const std::vector<float> got = grouped.run(*k, order, b, e, true);
-          if (test::firstBitDifference(got.data(), want.data(), want.size()) >= 0) {
-            QFAIL(qPrintable(QString("%1, %2 order, rows [%3, %4): differs from the file layout")
+          // Without side rows (the kernel computes its own) and with the ones matmul() gives.
+          for (bool side : {false, true}) {
+            const std::vector<float> got = grouped.run(*k, order, b, e, true, side);
+            if (test::firstBitDifference(got.data(), want.data(), want.size()) >= 0) {
+              QFAIL(
+                  qPrintable(QString("%1, %2 order, rows [%3, %4)%5: differs from the file layout")
                                  .arg(isaName(isa).data())
                                  .arg(order == DotOrder::Vec ? "vec" : "tiled")
                                  .arg(b)
-                                 .arg(e)));
+                                 .arg(e)
+                                 .arg(side ? ", side rows" : "")));
+            }
           }
         }
       }
