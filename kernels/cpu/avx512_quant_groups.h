@@ -175,8 +175,7 @@ void groupTileNibbles(const Group* x, const Q0Token<Act, Side>* tok, int64_t blo
   for (__m256& v : summs) v = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     if (next != nullptr) prefetchBlock(next + b);
-    const __m512 dw = _mm512_castps256_ps512(
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d))));
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d)));
     if constexpr (kMin) {
       const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].m)));
       for (int t = 0; t < T; ++t) {
@@ -187,34 +186,36 @@ void groupTileNibbles(const Group* x, const Q0Token<Act, Side>* tok, int64_t blo
       }
     }
     __m512i lo[2], hi[2];
-    __m512 rowScales[2];
     for (int h = 0; h < 2; ++h) {
       const __m512i w = _mm512_loadu_si512(x[b].qs[4 * h]);
       lo[h] = _mm512_and_si512(w, nibble);
       hi[h] = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble);
-      rowScales[h] = _mm512_permutexvar_ps(rowsOf[h], dw);
     }
     for (int t = 0; t < T; ++t) {
       const __m512i yLo = broadcast128(tok[t].y[b].qs);
       const __m512i yHi = broadcast128(tok[t].y[b].qs + 16);
       __m512i startLo = _mm512_setzero_si512(), startHi = _mm512_setzero_si512();
-      __m512 dy;
+      __m256 dy;
       if constexpr (T == 1) {  // memory-bound: computed here rather than read (see the top)
         if constexpr (!kMin) {
           startLo = biasStart<3>(yLo);
           startHi = biasStart<3>(yHi);
         }
-        dy = _mm512_set1_ps(_cvtsh_ss(tok[t].y[b].d));
+        dy = _mm256_set1_ps(_cvtsh_ss(tok[t].y[b].d));
       } else {
         const Side& side = tok[t].side[b];
         if constexpr (!kMin) {
           startLo = _mm512_load_si512(side.q4Start[0].lanes);
           startHi = _mm512_load_si512(side.q4Start[1].lanes);
         }
-        dy = _mm512_load_ps(reinterpret_cast<const float*>(side.d.lanes));
+        dy = _mm256_load_ps(reinterpret_cast<const float*>(side.d.lanes));
       }
+      // d_w * d_a of the eight rows, as ggml rounds it, in one 256-bit multiply; spread to the
+      // rows' lanes by permutes, which run beside the multiplies and fmas on Zen 4 where a
+      // second multiply would take their slot.
+      const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, dy));
       for (int h = 0; h < 2; ++h) {
-        const __m512 d = _mm512_mul_ps(rowScales[h], dy);  // d_w * d_a, as ggml rounds it
+        const __m512 d = _mm512_permutexvar_ps(rowsOf[h], d8);
         acc[t][h][0] = _mm512_fmadd_ps(
             d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(startLo, lo[h], yLo)), acc[t][h][0]);
         acc[t][h][1] = _mm512_fmadd_ps(
@@ -249,29 +250,25 @@ void groupTileQ8_0(const BlockQ8_0x8* x, const Q0Token<BlockQ8_0, Q8_0Side>* tok
   }
   for (int64_t b = 0; b < blocks; ++b) {
     if (next != nullptr) prefetchBlock(next + b);
-    const __m512 dw = _mm512_castps256_ps512(
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d))));
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d)));
     __m512i q[4];
-    __m512 rowScales[4];
-    for (int p = 0; p < 4; ++p) {
-      q[p] = _mm512_xor_si512(_mm512_loadu_si512(x[b].qs[2 * p]), flip);
-      rowScales[p] = _mm512_permutexvar_ps(pairOf[p], dw);
-    }
+    for (int p = 0; p < 4; ++p) q[p] = _mm512_xor_si512(_mm512_loadu_si512(x[b].qs[2 * p]), flip);
     for (int t = 0; t < T; ++t) {
       const __m512i y = _mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tok[t].y[b].qs)));
       __m512i start;
-      __m512 dy;
+      __m256 dy;
       if constexpr (T == 1) {  // memory-bound: computed here rather than read (see the top)
         start = biasStart<7>(y);
-        dy = _mm512_set1_ps(_cvtsh_ss(tok[t].y[b].d));
+        dy = _mm256_set1_ps(_cvtsh_ss(tok[t].y[b].d));
       } else {
         start = _mm512_load_si512(tok[t].side[b].q8Start.lanes);
-        dy = _mm512_load_ps(reinterpret_cast<const float*>(tok[t].side[b].d.lanes));
+        dy = _mm256_load_ps(reinterpret_cast<const float*>(tok[t].side[b].d.lanes));
       }
+      const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, dy));  // as in the Q4_0 kernel
       for (int p = 0; p < 4; ++p) {
         acc[t][p] =
-            _mm512_fmadd_ps(_mm512_mul_ps(rowScales[p], dy),
+            _mm512_fmadd_ps(_mm512_permutexvar_ps(pairOf[p], d8),
                             _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, q[p], y)), acc[t][p]);
       }
     }
