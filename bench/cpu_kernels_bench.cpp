@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> isaNames, typeNames;
   app.add_option("--isa", isaNames, "only these levels (scalar, avx2, avx512, neon, neondot)");
   app.add_option("--type", typeNames, "only these weight types (q4_0, q4_K, f16, ...)");
+  bool vecOrder = false;
+  app.add_flag("--vec-order", vecOrder,
+               "run a batch in the vec order, as a decode step of several sequences does (default: "
+               "the tiled order of a prompt's batch)");
   CLI11_PARSE(app, argc, argv);
   if (rows * cols > (int64_t{1} << 28) || tokens * cols > (int64_t{1} << 28)) {
     std::fprintf(stderr, "cpu_kernels_bench: at most 2^28 weight or activation elements\n");
@@ -101,8 +105,9 @@ int main(int argc, char** argv) {
   for (auto& v : xf) v = dist(rng);
 
   // gfni: whether the AVX-512 Q5_K/Q6_K group kernels use GFNI (SHOAL_CPU_GFNI=0 turns it off).
-  nlohmann::json out = {
-      {"rows", rows}, {"cols", cols}, {"tokens", tokens}, {"reps", reps}, {"gfni", useGfni()}};
+  nlohmann::json out = {{"rows", rows},      {"cols", cols},
+                        {"tokens", tokens},  {"reps", reps},
+                        {"gfni", useGfni()}, {"order", tokens > 1 && !vecOrder ? "tiled" : "vec"}};
   nlohmann::json results = nlohmann::json::array();
   for (Isa isa : isas) {
     const KernelTable* k = kernelsFor(isa);
@@ -127,7 +132,7 @@ int main(int argc, char** argv) {
       g.cols = cols;
       g.y = y.data();
       g.ldy = rows;
-      g.order = tokens > 1 ? DotOrder::Tiled : DotOrder::Vec;
+      g.order = tokens > 1 && !vecOrder ? DotOrder::Tiled : DotOrder::Vec;
       const int useReps = isa == Isa::Scalar ? std::max(2, reps / 10) : reps;
       const double convertUs = minMicros(useReps, [&] {
         for (int64_t t = 0; t < tokens; ++t) {
