@@ -23,6 +23,16 @@ void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* y, int64_t blocks, f
   groupDotK<BlockQ5_Kx8, true>(x, y, blocks, out);
 }
 
+void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,
+                     float (*out)[kGroupRows]) {
+  groupDotKN<BlockQ5_Kx8, true>(x, y, n, blocks, out);
+}
+
+void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,
+                     float (*out)[kGroupRows]) {
+  groupDotQ6KN<true>(x, y, n, blocks, out);
+}
+
 void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out) {
   groupDotQ6K<true>(x, y, blocks, out);
 }

@@ -13,6 +13,11 @@ namespace shoal::cpu::avx512 {
 
 // out[r] = row r's vec-order dot of one group and one token (blocks super-blocks).
 void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out);
+// The same for n (1 to 4) tokens y[0 .. n-1]: out[t][r].
+void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,
+                     float (*out)[kGroupRows]);
 void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out);
+void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,
+                     float (*out)[kGroupRows]);
 
 }  // namespace shoal::cpu::avx512

@@ -39,6 +39,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -126,10 +127,13 @@ struct GroupOf<BlockQ6_Kx8> {
   static constexpr bool kFifthBits = false;
 };
 
-// The vec order for the eight rows of one group and one token: out[r] = row r's dot, as dotQ4K
-// (Q4_K) or dotQ5K (Q5_K) computes it for that row alone.
-template <class Group, bool kGfni>
-inline void groupDotK(const Group* x, const BlockQ8_K* y, int64_t blocks, float* out) {
+// The vec order for the eight rows of one group and T tokens: out[t][r] = row r's dot with token
+// t, as dotQ4K (Q4_K) or dotQ5K (Q5_K) computes it for that row alone. With two tokens (a decode
+// step of several sequences) each row's quants are unpacked and its scales picked once for both:
+// the per-token work is the products, the minimum terms and the float steps.
+template <class Group, bool kGfni, int T>
+inline void groupDotKT(const Group* x, const BlockQ8_K* const* y, int64_t blocks,
+                       float (*out)[kGroupRows]) {
   constexpr bool kQ5 = GroupOf<Group>::kFifthBits;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   // Steps 0-3 take scales (0, 2), (1, 3), (4, 6), (5, 7): the low and high nibbles of quant
@@ -158,46 +162,52 @@ inline void groupDotK(const Group* x, const BlockQ8_K* y, int64_t blocks, float*
                              _mm512_broadcast_i32x4(_mm_setr_epi32(4, 5, 6, 7)),
                              _mm512_broadcast_i32x4(_mm_setr_epi32(8, 9, 10, 11)),
                              _mm512_broadcast_i32x4(_mm_setr_epi32(12, 13, 14, 15))};
-  // accMin[h], 128-bit lane k: row 4h+k's minimum term. Q4_K: four lanes per row, added at the
-  // end (dotQ4K's accMin); Q5_K: the row's one running sum in every lane (dotQ5K's summs).
-  __m512 acc[4], accMin[2];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  for (__m512& a : accMin) a = _mm512_setzero_ps();
+  // accMin[t][h], 128-bit lane k: row 4h+k's minimum term. Q4_K: four lanes per row, added at
+  // the end (dotQ4K's accMin); Q5_K: the row's one running sum in every lane (dotQ5K's summs).
+  __m512 acc[T][4], accMin[T][2];
+  for (int t = 0; t < T; ++t) {
+    for (__m512& a : acc[t]) a = _mm512_setzero_ps();
+    for (__m512& a : accMin[t]) a = _mm512_setzero_ps();
+  }
   for (int64_t b = 0; b < blocks; ++b) {
     const Group& xb = x[b];
-    const BlockQ8_K& yb = y[b];
     {
       // Past the group's last block: the next group's, which follows in memory.
       const auto* ahead = reinterpret_cast<const char*>(x + b + kGroupPrefetchBlocks);
       for (size_t i = 0; i < sizeof(Group); i += 64) _mm_prefetch(ahead + i, _MM_HINT_T2);
     }
-    // The activations of sub-blocks [0 | 2], [1 | 3], [4 | 6], [5 | 7].
-    __m512i act[4];
-    for (int i = 0; i < 2; ++i) {
-      const __m512i lo = _mm512_loadu_si512(yb.qs + 128 * i);
-      const __m512i hi = _mm512_loadu_si512(yb.qs + 128 * i + 64);
-      act[2 * i] = _mm512_shuffle_i64x2(lo, hi, 0x44);
-      act[2 * i + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
-    }
+    // Per token: the activations of sub-blocks [0 | 2], [1 | 3], [4 | 6], [5 | 7], and
     // [y.d * d of rows 0-7 | y.d * dmin of rows 0-7], rounded as scalePair rounds them.
-    const __m512 scales =
-        _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.d))),
-                      _mm512_set1_ps(yb.d));
-    const __m512i pairs = _mm512_broadcast_i32x4(bsumPairs(yb));
-    __m512i rowScales[2];
-    for (int h = 0; h < 2; ++h) {
-      rowScales[h] = groupScalesAndMins(xb, h);
-      __m512i prod = _mm512_madd_epi16(_mm512_shuffle_epi8(rowScales[h], pickMins), pairs);
-      if constexpr (kQ5) {
-        // Each row's four products added (integer adds: exact), in all four of its lanes.
-        prod = _mm512_add_epi32(prod, _mm512_shuffle_epi32(prod, _MM_PERM_BADC));
-        prod = _mm512_add_epi32(prod, _mm512_shuffle_epi32(prod, _MM_PERM_CDAB));
+    __m512i act[T][4];
+    __m512 scales[T];
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.d)));
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_K& yb = y[t][b];
+      for (int i = 0; i < 2; ++i) {
+        const __m512i lo = _mm512_loadu_si512(yb.qs + 128 * i);
+        const __m512i hi = _mm512_loadu_si512(yb.qs + 128 * i + 64);
+        act[t][2 * i] = _mm512_shuffle_i64x2(lo, hi, 0x44);
+        act[t][2 * i + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
       }
-      accMin[h] = _mm512_fnmadd_ps(_mm512_permutexvar_ps(dminOf[h], scales),
-                                   _mm512_cvtepi32_ps(prod), accMin[h]);
+      scales[t] = _mm512_mul_ps(dw, _mm512_set1_ps(yb.d));
+    }
+    __m512i rowScales[2];
+    for (int h = 0; h < 2; ++h) rowScales[h] = groupScalesAndMins(xb, h);
+    for (int t = 0; t < T; ++t) {
+      const __m512i pairs = _mm512_broadcast_i32x4(bsumPairs(y[t][b]));
+      for (int h = 0; h < 2; ++h) {
+        __m512i prod = _mm512_madd_epi16(_mm512_shuffle_epi8(rowScales[h], pickMins), pairs);
+        if constexpr (kQ5) {
+          // Each row's four products added (integer adds: exact), in all four of its lanes.
+          prod = _mm512_add_epi32(prod, _mm512_shuffle_epi32(prod, _MM_PERM_BADC));
+          prod = _mm512_add_epi32(prod, _mm512_shuffle_epi32(prod, _MM_PERM_CDAB));
+        }
+        accMin[t][h] = _mm512_fnmadd_ps(_mm512_permutexvar_ps(dminOf[h], scales[t]),
+                                        _mm512_cvtepi32_ps(prod), accMin[t][h]);
+      }
     }
     for (int p = 0; p < 4; ++p) {
-      __m512i sums[2];
+      __m512i sums[T][2];
       for (int i = 0; i < 2; ++i) {
         const int r = 2 * p + i;
         const __m512i s = _mm512_permutexvar_epi32(laneOf[r % 4], rowScales[r / 4]);
@@ -226,46 +236,83 @@ inline void groupDotK(const Group* x, const BlockQ8_K* y, int64_t blocks, float*
             }
           }
         }
-        __m512i sum = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) {
-          sum = _mm512_dpwssd_epi32(sum, _mm512_shuffle_epi8(s, pick[k]),
-                                    _mm512_maddubs_epi16(q[k], act[k]));
+        __m512i picked[4];
+        for (int k = 0; k < 4; ++k) picked[k] = _mm512_shuffle_epi8(s, pick[k]);
+        for (int t = 0; t < T; ++t) {
+          __m512i sum = _mm512_setzero_si512();
+          for (int k = 0; k < 4; ++k) {
+            sum = _mm512_dpwssd_epi32(sum, picked[k], _mm512_maddubs_epi16(q[k], act[t][k]));
+          }
+          sums[t][i] = sum;
         }
-        sums[i] = sum;
       }
-      // Each row's two halves added: lanes 0-7 row 2p's eight ggml lanes, 8-15 row 2p+1's.
-      const __m512i lanes = _mm512_add_epi32(_mm512_shuffle_i64x2(sums[0], sums[1], 0x44),
-                                             _mm512_shuffle_i64x2(sums[0], sums[1], 0xEE));
-      const __m512 d =
-          _mm512_permutexvar_ps(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * p)),
-                                                   _mm256_set1_epi32(2 * p + 1), 1),
-                                scales);
-      acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), acc[p]);
+      const __m512i dOf = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * p)),
+                                             _mm256_set1_epi32(2 * p + 1), 1);
+      for (int t = 0; t < T; ++t) {
+        // Each row's two halves added: lanes 0-7 row 2p's eight ggml lanes, 8-15 row 2p+1's.
+        const __m512i lanes = _mm512_add_epi32(_mm512_shuffle_i64x2(sums[t][0], sums[t][1], 0x44),
+                                               _mm512_shuffle_i64x2(sums[t][0], sums[t][1], 0xEE));
+        acc[t][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(dOf, scales[t]),
+                                    _mm512_cvtepi32_ps(lanes), acc[t][p]);
+      }
     }
   }
-  for (int r = 0; r < kGroupRows; ++r) {
-    const __m256 lanes =
-        (r % 2) ? _mm512_extractf32x8_ps(acc[r / 2], 1) : _mm512_castps512_ps256(acc[r / 2]);
-    __m128 m = _mm512_extractf32x4_ps(accMin[r / 4], 0);
-    switch (r % 4) {
-      case 1:
-        m = _mm512_extractf32x4_ps(accMin[r / 4], 1);
-        break;
-      case 2:
-        m = _mm512_extractf32x4_ps(accMin[r / 4], 2);
-        break;
-      case 3:
-        m = _mm512_extractf32x4_ps(accMin[r / 4], 3);
-        break;
-      default:
-        break;
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < kGroupRows; ++r) {
+      const __m256 lanes = (r % 2) ? _mm512_extractf32x8_ps(acc[t][r / 2], 1)
+                                   : _mm512_castps512_ps256(acc[t][r / 2]);
+      __m128 m = _mm512_extractf32x4_ps(accMin[t][r / 4], 0);
+      switch (r % 4) {
+        case 1:
+          m = _mm512_extractf32x4_ps(accMin[t][r / 4], 1);
+          break;
+        case 2:
+          m = _mm512_extractf32x4_ps(accMin[t][r / 4], 2);
+          break;
+        case 3:
+          m = _mm512_extractf32x4_ps(accMin[t][r / 4], 3);
+          break;
+        default:
+          break;
+      }
+      if constexpr (!kQ5) {
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+      }
+      out[t][r] = hsum8(lanes) + _mm_cvtss_f32(m);
     }
-    if constexpr (!kQ5) {
-      m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-      m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    }
-    out[r] = hsum8(lanes) + _mm_cvtss_f32(m);
   }
+}
+
+// Tokens per pass of the grouped Q4_K/Q5_K decode kernels: one group's Q4_K from L3, ns per
+// 32 weights and token at 1/2/3/4 per pass: 0.60, 0.48, 0.44, 0.42 (cpu_kernels_bench
+// --vec-order --rows 4096 --cols 2048 --tokens 8).
+constexpr int kKGroupTokens = 4;
+
+// groupDotKT for n (1 to kKGroupTokens) tokens.
+template <class Group, bool kGfni>
+inline void groupDotKN(const Group* x, const BlockQ8_K* const* y, int n, int64_t blocks,
+                       float (*out)[kGroupRows]) {
+  switch (n) {
+    case 4:
+      groupDotKT<Group, kGfni, 4>(x, y, blocks, out);
+      break;
+    case 3:
+      groupDotKT<Group, kGfni, 3>(x, y, blocks, out);
+      break;
+    case 2:
+      groupDotKT<Group, kGfni, 2>(x, y, blocks, out);
+      break;
+    default:
+      groupDotKT<Group, kGfni, 1>(x, y, blocks, out);
+      break;
+  }
+}
+
+// One token (decode): out[r] = row r's dot.
+template <class Group, bool kGfni>
+inline void groupDotK(const Group* x, const BlockQ8_K* y, int64_t blocks, float* out) {
+  groupDotKT<Group, kGfni, 1>(x, &y, blocks, reinterpret_cast<float(*)[kGroupRows]>(out));
 }
 
 // The vec order (dotQ6K) for the eight rows of one Q6_K group and one token. Per super-block,
@@ -275,8 +322,12 @@ inline void groupDotK(const Group* x, const BlockQ8_K* y, int64_t blocks, float*
 // one zmm: the folded lanes, the -32 bias taken off them (Q6KTraits::offset), the float
 // epilogue. Each row's lanes are the file layout's exact integers and its float terms are added
 // in dotQ6K's sequence: the same bits.
-template <bool kGfni>
-inline void groupDotQ6K(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out) {
+//
+// For T tokens (a decode step of several sequences) each row's quants and scales are unpacked
+// once per step k for all of them: per token remain the products and the epilogue.
+template <bool kGfni, int T>
+inline void groupDotQ6KT(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int64_t blocks,
+                         float (*out)[kGroupRows]) {
   const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(3);
   // int16 lane l (of 32) of step k takes scale 4k + l / 8.
   __m512i scaleIndex[4];
@@ -294,31 +345,24 @@ inline void groupDotQ6K(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks
       _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(6), 1)};
   // With GFNI: the GF(2) bit matrices (gfBitsTo4) that move those two bits to bits 4-5.
   const __m512i topTo4[2] = {gfBitsTo4(0, 2, 2), gfBitsTo4(4, 6, 2)};
-  __m512 acc[4];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
+  __m512 acc[T][4];
+  for (auto& t : acc) {
+    for (__m512& a : t) a = _mm512_setzero_ps();
+  }
   for (int64_t b = 0; b < blocks; ++b) {
     const BlockQ6_Kx8& xb = x[b];
-    const BlockQ8_K& yb = y[b];
     {
       const auto* ahead = reinterpret_cast<const char*>(x + b + kGroupPrefetchBlocks);
       for (size_t i = 0; i < sizeof(BlockQ6_Kx8); i += 64) _mm_prefetch(ahead + i, _MM_HINT_T2);
     }
-    __m512i act[4];
-    for (int k = 0; k < 4; ++k) act[k] = _mm512_loadu_si512(yb.qs + 64 * k);
-    const __m512i bsums =
-        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.bsums)));
-    // y.d * d of rows 0-7, rounded as dotQ6K's y.d * half(x.d).
-    const __m256 ds =
-        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.d))),
-                      _mm256_set1_ps(yb.d));
-    const __m512 dsBoth = _mm512_castps256_ps512(ds);
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.d)));
     for (int p = 0; p < 4; ++p) {
-      __m512i sums[2], scales16[2];
+      __m512i sums[T][2], scales16[2];
       for (int i = 0; i < 2; ++i) {
         const int r = 2 * p + i;
         scales16[i] = _mm512_castsi256_si512(
             _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.scales[r]))));
-        __m512i sum = _mm512_setzero_si512();
+        for (int t = 0; t < T; ++t) sums[t][i] = _mm512_setzero_si512();
         for (int k = 0; k < 4; ++k) {
           const int h = k / 2, odd = k % 2;
           const __m512i src = _mm512_loadu_si512(xb.ql[r] + 64 * h);
@@ -336,29 +380,64 @@ inline void groupDotQ6K(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks
             q = _mm512_or_si512(_mm512_and_si512(nibbles, low4), _mm512_slli_epi16(top, 4));
           }
           const __m512i scale = _mm512_permutexvar_epi16(scaleIndex[k], scales16[i]);
-          sum = _mm512_dpwssd_epi32(sum, scale, _mm512_maddubs_epi16(q, act[k]));
+          for (int t = 0; t < T; ++t) {
+            const __m512i act = _mm512_loadu_si512(y[t][b].qs + 64 * k);
+            sums[t][i] = _mm512_dpwssd_epi32(sums[t][i], scale, _mm512_maddubs_epi16(q, act));
+          }
         }
-        sums[i] = sum;
       }
-      // Each row's two halves added: lanes 0-7 row 2p's eight ggml lanes, 8-15 row 2p+1's; less
-      // 32 * scale * bsum per pair of 16-element groups, as Q6KTraits::offset.
-      const __m512i lanes = _mm512_add_epi32(_mm512_shuffle_i64x2(sums[0], sums[1], 0x44),
-                                             _mm512_shuffle_i64x2(sums[0], sums[1], 0xEE));
       const __m512i pairScales =
           _mm512_inserti64x4(scales16[0], _mm512_castsi512_si256(scales16[1]), 1);
-      const __m512i offset = _mm512_slli_epi32(_mm512_madd_epi16(bsums, pairScales), 5);
-      const __m512 d =
-          _mm512_permutexvar_ps(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * p)),
-                                                   _mm256_set1_epi32(2 * p + 1), 1),
-                                dsBoth);
-      acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(lanes, offset)), acc[p]);
+      const __m512i dOf = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * p)),
+                                             _mm256_set1_epi32(2 * p + 1), 1);
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8_K& yb = y[t][b];
+        // Each row's two halves added: lanes 0-7 row 2p's eight ggml lanes, 8-15 row 2p+1's;
+        // less 32 * scale * bsum per pair of 16-element groups, as Q6KTraits::offset.
+        const __m512i lanes = _mm512_add_epi32(_mm512_shuffle_i64x2(sums[t][0], sums[t][1], 0x44),
+                                               _mm512_shuffle_i64x2(sums[t][0], sums[t][1], 0xEE));
+        const __m512i bsums =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.bsums)));
+        const __m512i offset = _mm512_slli_epi32(_mm512_madd_epi16(bsums, pairScales), 5);
+        // y.d * d of rows 0-7, rounded as dotQ6K's y.d * half(x.d).
+        const __m512 ds = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(yb.d)));
+        acc[t][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(dOf, ds),
+                                    _mm512_cvtepi32_ps(_mm512_sub_epi32(lanes, offset)), acc[t][p]);
+      }
     }
   }
-  for (int r = 0; r < kGroupRows; ++r) {
-    const __m256 lanes =
-        (r % 2) ? _mm512_extractf32x8_ps(acc[r / 2], 1) : _mm512_castps512_ps256(acc[r / 2]);
-    out[r] = hsum8(lanes);
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < kGroupRows; ++r) {
+      const __m256 lanes = (r % 2) ? _mm512_extractf32x8_ps(acc[t][r / 2], 1)
+                                   : _mm512_castps512_ps256(acc[t][r / 2]);
+      out[t][r] = hsum8(lanes);
+    }
   }
+}
+
+template <bool kGfni>
+inline void groupDotQ6KN(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,
+                         float (*out)[kGroupRows]) {
+  switch (n) {
+    case 4:
+      groupDotQ6KT<kGfni, 4>(x, y, blocks, out);
+      break;
+    case 3:
+      groupDotQ6KT<kGfni, 3>(x, y, blocks, out);
+      break;
+    case 2:
+      groupDotQ6KT<kGfni, 2>(x, y, blocks, out);
+      break;
+    default:
+      groupDotQ6KT<kGfni, 1>(x, y, blocks, out);
+      break;
+  }
+}
+
+// One token (decode): out[r] = row r's dot.
+template <bool kGfni>
+inline void groupDotQ6K(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out) {
+  groupDotQ6KT<kGfni, 1>(x, &y, blocks, reinterpret_cast<float(*)[kGroupRows]>(out));
 }
 
 // The 16 rows from r0 (a multiple of 16 past a group boundary) of a grouped matrix, each
@@ -401,19 +480,32 @@ void gemmKGroups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     r = gemmKBands<K>(g, r, last, groupedRows<Group>);
     for (; r < last; r += kGroupRows) ungroupedRows<kKind, FileGemm>(g, r, r, r + kGroupRows);
   } else {
+    // Up to kKGroupTokens tokens per pass (a decode step of several sequences).
     const bool gfni = useGfni();
-    groupsTokenByToken<Group, BlockQ8_K>(
-        g, r, last, [&](const Group* x, const BlockQ8_K* a, int64_t, float* out) {
-          if constexpr (kKind == WeightKind::Q6_K) {
-            gfni ? avx512::groupDotQ6KGfni(x, a, blocks, out)
-                 : groupDotQ6K<false>(x, a, blocks, out);
-          } else if constexpr (kKind == WeightKind::Q5_K) {
-            gfni ? avx512::groupDotQ5KGfni(x, a, blocks, out)
-                 : groupDotK<Group, false>(x, a, blocks, out);
-          } else {
-            groupDotK<Group, false>(x, a, blocks, out);
-          }
-        });
+    for (; r < last; r += kGroupRows) {
+      const auto* x =
+          reinterpret_cast<const Group*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+      for (int64_t t = 0; t < g.tokens;) {
+        const int n = static_cast<int>(std::min<int64_t>(kKGroupTokens, g.tokens - t));
+        const BlockQ8_K* a[kKGroupTokens] = {};
+        for (int i = 0; i < n; ++i) {
+          a[i] =
+              reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t + i) * g.actStride);
+        }
+        alignas(32) float out[kKGroupTokens][kGroupRows];
+        if constexpr (kKind == WeightKind::Q6_K) {
+          gfni ? avx512::groupDotQ6KGfni(x, a, n, blocks, out)
+               : groupDotQ6KN<false>(x, a, n, blocks, out);
+        } else if constexpr (kKind == WeightKind::Q5_K) {
+          gfni ? avx512::groupDotQ5KGfni(x, a, n, blocks, out)
+               : groupDotKN<Group, false>(x, a, n, blocks, out);
+        } else {
+          groupDotKN<Group, false>(x, a, n, blocks, out);
+        }
+        for (int i = 0; i < n; ++i) std::memcpy(g.y + (t + i) * g.ldy + r, out[i], sizeof out[i]);
+        t += n;
+      }
+    }
   }
 }
 
