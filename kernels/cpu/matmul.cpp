@@ -88,10 +88,11 @@ size_t sideBytes(const WeightMatrix& w, int64_t tokens) {
 void MatmulScratch::reserve(const WeightMatrix& w, int64_t tokens) {
   const int a = static_cast<int>(w.activation);
   activations[a].reserve(w.activationBytes() * static_cast<size_t>(tokens));
-  // Sized from the first batch on, whether or not the weights are grouped yet, so that decode
-  // steps allocate nothing once the weight copy has grouped them.
-  const size_t side = sideBytes(w, tokens);
-  if (side > 0) sides[a].reserve(side * static_cast<size_t>(tokens) + kSideAlign);
+  // For up to kMaxSideTokens of the batch, whether or not the weights are grouped yet: the
+  // stage reserves for its largest batch up front, and forward() then allocates nothing.
+  const int64_t sideTokens = std::min(tokens, kMaxSideTokens);
+  const size_t side = sideBytes(w, sideTokens);
+  if (side > 0) sides[a].reserve(side * static_cast<size_t>(sideTokens) + kSideAlign);
 }
 
 namespace {
