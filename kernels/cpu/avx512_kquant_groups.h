@@ -293,20 +293,8 @@ constexpr int kKGroupTokens = 4;
 template <class Group, bool kGfni>
 inline void groupDotKN(const Group* x, const BlockQ8_K* const* y, int n, int64_t blocks,
                        float (*out)[kGroupRows]) {
-  switch (n) {
-    case 4:
-      groupDotKT<Group, kGfni, 4>(x, y, blocks, out);
-      break;
-    case 3:
-      groupDotKT<Group, kGfni, 3>(x, y, blocks, out);
-      break;
-    case 2:
-      groupDotKT<Group, kGfni, 2>(x, y, blocks, out);
-      break;
-    default:
-      groupDotKT<Group, kGfni, 1>(x, y, blocks, out);
-      break;
-  }
+  withTokenCount(
+      n, [&](auto pass) { groupDotKT<Group, kGfni, decltype(pass)::value>(x, y, blocks, out); });
 }
 
 // One token (decode): out[r] = row r's dot.
@@ -418,20 +406,8 @@ inline void groupDotQ6KT(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int64_
 template <bool kGfni>
 inline void groupDotQ6KN(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,
                          float (*out)[kGroupRows]) {
-  switch (n) {
-    case 4:
-      groupDotQ6KT<kGfni, 4>(x, y, blocks, out);
-      break;
-    case 3:
-      groupDotQ6KT<kGfni, 3>(x, y, blocks, out);
-      break;
-    case 2:
-      groupDotQ6KT<kGfni, 2>(x, y, blocks, out);
-      break;
-    default:
-      groupDotQ6KT<kGfni, 1>(x, y, blocks, out);
-      break;
-  }
+  withTokenCount(n,
+                 [&](auto pass) { groupDotQ6KT<kGfni, decltype(pass)::value>(x, y, blocks, out); });
 }
 
 // One token (decode): out[r] = row r's dot.

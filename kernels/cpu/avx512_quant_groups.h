@@ -378,20 +378,9 @@ void gemmQ0Groups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
         const Group* next =
             count > 1 && t + n == count && gr + kGroupRows < last ? x + blocks : nullptr;
         alignas(32) float out[kQ0GroupTokens][kGroupRows];
-        switch (n) {
-          case 4:
-            Traits::template tile<4>(x, tok, blocks, out, next);
-            break;
-          case 3:
-            Traits::template tile<3>(x, tok, blocks, out, next);
-            break;
-          case 2:
-            Traits::template tile<2>(x, tok, blocks, out, next);
-            break;
-          default:
-            Traits::template tile<1>(x, tok, blocks, out, next);
-            break;
-        }
+        withTokenCount(n, [&](auto pass) {
+          Traits::template tile<decltype(pass)::value>(x, tok, blocks, out, next);
+        });
         for (int i = 0; i < n; ++i) {
           std::memcpy(g.y + (t0 + t + i) * g.ldy + gr, out[i], sizeof out[i]);
         }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/row_groups.h"
@@ -49,6 +50,27 @@ bool ungroupedEdges(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd, int64_t
   if (rowBegin < first) ungroupedRows<kKind, FileGemm>(g, first - kGroupRows, rowBegin, first);
   if (last < rowEnd) ungroupedRows<kKind, FileGemm>(g, last, last, rowEnd);
   return true;
+}
+
+// f(std::integral_constant<int, n>{}) for a pass of n (1 to 4) tokens: the grouped kernels are
+// templated on their token count (their accumulators are registers), and a batch picks one per
+// pass.
+template <class F>
+inline void withTokenCount(int n, F&& f) {
+  switch (n) {
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    default:
+      f(std::integral_constant<int, 1>{});
+      break;
+  }
 }
 
 // The whole groups of rows [first, last) for every token, one group and token per call of
