@@ -5,6 +5,9 @@
 // Token ids are random (seeded), so the text does not matter. Each test runs once to
 // warm up, then `reps` times; the JSON reports the median and every repetition. load_s is the
 // model's load; settle_s the background work the stages did after it (measured before the tests).
+// With --sequences S (llama-batched-bench's S_TG), tgN decodes S sequences at once: each step is
+// one batch of S one-token rows, one per sequence (what a server's decode step with S requests
+// runs), and tokens/s counts all S x N tokens.
 
 #include <algorithm>
 #include <chrono>
@@ -26,6 +29,7 @@ struct BenchOptions {
   int genTokens = 64;
   int reps = 5;
   int depth = 0;         // --depth: positions cached before each test
+  int sequences = 1;     // --sequences: sequences decoding together in tgN
   bool profile = false;  // --profile: per-kernel GPU time of a generation run
 };
 
@@ -47,6 +51,7 @@ void runBench(BenchOptions o) {
   if (o.model.contextLength == 0) {
     o.model.contextLength = o.depth + std::max(o.promptTokens, o.genTokens) + 1;
   }
+  o.model.sequences = o.sequences;
   LoadedModel lm = loadModel(o.model);
   runtime::Chain& chain = *lm.chain;
   if (o.profile) {
@@ -99,22 +104,61 @@ void runBench(BenchOptions o) {
     }
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
+  // --sequences S: sequence 0 and S - 1 more, each at the same depth (its own copy of the
+  // prefix), decoding one token per step in one batch.
+  runtime::StageOutput stepOut;
+  auto timeGenerateBatch = [&]() {
+    toDepth();
+    for (int32_t s = 1; s < o.sequences; ++s) {
+      chain.truncate(s, 0);
+      if (o.depth > 0) chain.forward(s, 0, prefix, logits);
+    }
+    std::vector<int32_t> tokens(static_cast<size_t>(o.sequences));
+    for (auto& t : tokens) t = tokenDist(rng);
+    std::vector<runtime::Segment> segments(tokens.size());
+    for (size_t s = 0; s < segments.size(); ++s) {
+      segments[s] = {static_cast<int32_t>(s), o.depth, 1, runtime::LogitRows::Last};
+    }
+    const runtime::SampleRequest greedy;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < o.genTokens; ++i) {
+      for (runtime::Segment& seg : segments) seg.firstPosition = o.depth + i;
+      chain.forwardBatch({tokens, {}, segments, &greedy}, stepOut);
+      const size_t vocab = static_cast<size_t>(lm.model->config().nVocab);
+      for (size_t s = 0; s < tokens.size(); ++s) {
+        if (!stepOut.tokens.empty()) {
+          tokens[s] = stepOut.tokens[s];
+        } else {
+          const float* row = stepOut.logits.data() + s * vocab;
+          tokens[s] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+        }
+      }
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
 
   nlohmann::json results = nlohmann::json::array();
   auto run = [&](const std::string& name, int tokens, auto&& timer) {
     if (tokens <= 0) return;
     timer();  // warm-up
     std::vector<double> rates;
-    for (int r = 0; r < o.reps; ++r) rates.push_back(tokens / timer());
+    const int perRun = name == "tg" ? tokens * o.sequences : tokens;
+    for (int r = 0; r < o.reps; ++r) rates.push_back(perRun / timer());
     const std::string at = o.depth > 0 ? "@d" + std::to_string(o.depth) : "";
-    results.push_back({{"test", name + std::to_string(tokens) + at},
+    const std::string by = name == "tg" && o.sequences > 1 ? "x" + std::to_string(o.sequences) : "";
+    results.push_back({{"test", name + std::to_string(tokens) + by + at},
                        {"depth", o.depth},
                        {"tokens", tokens},
+                       {"sequences", name == "tg" ? o.sequences : 1},
                        {"tokens_per_s_median", median(rates)},
                        {"tokens_per_s", rates}});
   };
   run("pp", o.promptTokens, timePrompt);
-  run("tg", o.genTokens, timeGenerate);
+  if (o.sequences > 1) {
+    run("tg", o.genTokens, timeGenerateBatch);
+  } else {
+    run("tg", o.genTokens, timeGenerate);
+  }
 
   // --profile: one more run of each test with every kernel timed on the device (apart from the
   // timed runs: timestamps cost a little), by kernel, per token; and the weight bytes the kernels
@@ -207,6 +251,11 @@ void registerBenchCommand(CLI::App& app) {
   cmd->add_option("-d,--depth", o->depth, "positions cached before each test (llama-bench's -d)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--sequences", o->sequences,
+                  "sequences decoding together in the generation test, one batch of one token each "
+                  "per step (tokens/s counts them all)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_flag("--profile", o->profile,
                 "also time every GPU kernel of a generation run and of a prompt run (JSON "
                 "\"profile\", \"profile_prompt\")");

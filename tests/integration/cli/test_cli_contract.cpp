@@ -214,6 +214,21 @@ class TestCliContract : public QObject {
     QVERIFY(o["context"].toInt() >= 40 + 8);
   }
 
+  // --sequences S decodes S sequences together (llama-batched-bench's S_TG); the prompt test is
+  // unchanged.
+  void benchDecodesSeveralSequencesTogether() {
+    const Run r = runCli({"bench", "-p", "8", "-n", "4", "-r", "1", "-d", "6", "--sequences", "3"});
+    QCOMPARE(r.exitCode, 0);
+    const QJsonObject o = QJsonDocument::fromJson(r.out).object();
+    const QJsonArray results = o["results"].toArray();
+    QCOMPARE(results.size(), 2);
+    QCOMPARE(results[0].toObject()["sequences"].toInt(), 1);
+    QCOMPARE(results[1].toObject()["test"].toString(), QString("tg4x3@d6"));
+    QCOMPARE(results[1].toObject()["sequences"].toInt(), 3);
+    QVERIFY(results[1].toObject()["tokens_per_s_median"].toDouble() > 0);
+    verifyOneLineError(runCli({"bench", "--sequences", "0"}), "sequences");
+  }
+
   // bench --profile times every GPU kernel of a generation run (timestamp queries) and counts
   // the weight bytes the kernels read per token, which must be what a token needs: each matrix
   // once (within 5%). On the CPU backend it is a one-line error.
