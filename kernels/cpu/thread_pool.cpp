@@ -16,7 +16,6 @@ namespace {
 // Spinning: longer than the gap between two ops of a token (a few microseconds), much shorter
 // than an OS time slice, so a pool sharing its cores with other work soon gets out of the way.
 constexpr auto kSpin = std::chrono::microseconds(30);
-constexpr int kChunksPerThread = 4;
 constexpr int64_t kMaxChunks = 0xFFFF;  // the claim word's 16 bits
 
 // Spins until pred() or kSpin has passed; returns pred().
@@ -90,7 +89,7 @@ void ThreadPool::workerLoop(int thread) {
   }
 }
 
-void ThreadPool::run(int64_t items, int64_t grain, void* fn, Invoke invoke) {
+void ThreadPool::run(int64_t items, int64_t grain, int chunksPerThread, void* fn, Invoke invoke) {
   if (items <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t units = (items + grain - 1) / grain;
@@ -98,7 +97,8 @@ void ThreadPool::run(int64_t items, int64_t grain, void* fn, Invoke invoke) {
     invoke(fn, 0, items, 0);
     return;
   }
-  const int64_t chunks = std::min({units, int64_t{m_threads} * kChunksPerThread, kMaxChunks});
+  const int64_t chunks =
+      std::min({units, int64_t{m_threads} * std::max(1, chunksPerThread), kMaxChunks});
   m_fn = fn;
   m_invoke = invoke;
   m_items = items;

@@ -32,19 +32,26 @@ class ThreadPool {
   // thread for per-thread scratch); returns when every item is done. Which thread runs which
   // chunk varies from call to call. Not re-entrant. fn is called by reference, never copied:
   // a job allocates nothing.
+  //
+  // At most chunksPerThread chunks per thread: threads claim chunks as they finish, so the last
+  // one finishes at most a chunk after the others. Few chunks suit short ops, where each claim
+  // costs more than the wait; long ones (matmul) ask for more.
   template <typename F>
-  void parallelFor(int64_t items, F&& fn, int64_t grain = 1) {
+  void parallelFor(int64_t items, F&& fn, int64_t grain = 1,
+                   int chunksPerThread = kDefaultChunksPerThread) {
     using Fn = std::remove_reference_t<F>;
-    run(items, grain, const_cast<void*>(static_cast<const void*>(&fn)),
+    run(items, grain, chunksPerThread, const_cast<void*>(static_cast<const void*>(&fn)),
         [](void* f, int64_t begin, int64_t end, int thread) {
           (*static_cast<Fn*>(f))(begin, end, thread);
         });
   }
 
+  static constexpr int kDefaultChunksPerThread = 4;
+
  private:
   using Invoke = void (*)(void* fn, int64_t begin, int64_t end, int thread);
 
-  void run(int64_t items, int64_t grain, void* fn, Invoke invoke);
+  void run(int64_t items, int64_t grain, int chunksPerThread, void* fn, Invoke invoke);
   void workerLoop(int thread);
   // Claims and runs chunks of job `job` until none is left.
   void work(uint32_t job, int thread);
