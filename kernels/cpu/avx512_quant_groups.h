@@ -30,6 +30,11 @@
 // is memory-bound and computes these itself: reading side rows there cost more than it saved
 // (the 1B Q4_0 model's decode, two threads: 50-55 -> 37-40 tok/s).
 //
+// Q4_1 and Q8_0 also take the token's activations, spread for vpdpbusd, from the side rows (a
+// plain load instead of a broadcast): at 8 tokens, one core, 2048 x 2048, Q4_1 0.39 -> 0.355 ns,
+// Q8_0 0.40 -> 0.367. Q4_0 does not: it already loads two starting sums per token and block, and
+// with the activations too its passes ran at the load ports' pace (0.387 -> 0.42-0.44).
+//
 // Prefetching: a single pass (decode) runs without software prefetch: a thread's groups are one
 // front-to-back stream, which the hardware prefetchers follow, and prefetching ahead into L2 was
 // slower (one core, 65536 x 2048 from DRAM: Q4_0 24.6-26.0 GB/s without, 14.3-25.1 with; two
@@ -49,6 +54,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/block_layouts.h"
@@ -66,46 +72,69 @@ struct alignas(64) Zmm {
   int32_t lanes[16];
 };
 
-// The side row of a Q8_0 activation row (Q4_0 and Q8_0 weights), per block. The starting sums
-// are -bias x the sum of each ggml lane's four activations, where a dot product's vpdpbusd
-// starts, which takes the stored codes' bias off exactly.
-struct Q8_0Side {
-  Zmm q4Start[2];  // Q4_0 (codes q + 8): lanes 0-3 (elements 0-15), 4-7 (16-31), each set of
-                   // four repeated in the four 128-bit lanes
-  Zmm q8Start;     // Q8_0 (codes q + 128): lanes 0-7, in both halves
-  Zmm d;           // the block's scale as a float, 16 times
+// The side row of a Q8_0 activation row is two planes, each read whole by one kind of weights:
+// per block a Q4_0Side, then per block a Q8_0Side. (One struct per block with both kinds' fields
+// left gaps in what each kernel streams, which cost Q4_0 4%.) The starting sums are -bias x the
+// sum of each ggml lane's four activations, where a dot product's vpdpbusd starts, which takes
+// the stored codes' bias off exactly.
+struct Q4_0Side {
+  Zmm start[2];  // codes q + 8: lanes 0-3 (elements 0-15), 4-7 (16-31), each set of four
+                 // repeated in the four 128-bit lanes
+  Zmm d;         // the block's scale as a float, 16 times
 };
-static_assert(sizeof(Q8_0Side) == 256);
+struct Q8_0Side {
+  Zmm start;  // codes q + 128: lanes 0-7, in both halves
+  Zmm d;      // the block's scale as a float, 16 times
+  Zmm y;      // the 32 activations in both halves
+};
 
 // The side row of a Q8_1 activation row (Q4_1 weights), per block.
 struct Q8_1Side {
-  Zmm d;  // the block's scale, 16 times
-  Zmm s;  // its d x sum(qs) as a float, 16 times
+  Zmm d;      // the block's scale, 16 times
+  Zmm s;      // its d x sum(qs) as a float, 16 times
+  Zmm y4[2];  // the activations 0-15 and 16-31, each in the four 128-bit lanes
 };
 
 inline __m512i broadcast128(const void* p) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
 }
 
-inline void sideRow(const BlockQ8_0* y, int64_t blocks, Q8_0Side* out) {
+// Both planes of a Q8_0 activation row's side row; either may be nullptr.
+inline void sideRow(const BlockQ8_0* y, int64_t blocks, Q4_0Side* q4, Q8_0Side* q8) {
   const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < blocks; ++b) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
     const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
-    const __m256i q4 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 3));
-    const __m256i q8 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7));
-    _mm512_store_si512(out[b].q4Start[0].lanes, _mm512_broadcast_i32x4(_mm256_castsi256_si128(q4)));
-    _mm512_store_si512(out[b].q4Start[1].lanes,
-                       _mm512_broadcast_i32x4(_mm256_extracti128_si256(q4, 1)));
-    _mm512_store_si512(out[b].q8Start.lanes, _mm512_broadcast_i64x4(q8));
-    _mm512_store_ps(out[b].d.lanes, _mm512_set1_ps(_cvtsh_ss(y[b].d)));
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(y[b].d));
+    if (q4 != nullptr) {
+      const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 3));
+      _mm512_store_si512(q4[b].start[0].lanes,
+                         _mm512_broadcast_i32x4(_mm256_castsi256_si128(start)));
+      _mm512_store_si512(q4[b].start[1].lanes,
+                         _mm512_broadcast_i32x4(_mm256_extracti128_si256(start, 1)));
+      _mm512_store_ps(q4[b].d.lanes, d);
+    }
+    if (q8 != nullptr) {
+      const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7));
+      _mm512_store_si512(q8[b].start.lanes, _mm512_broadcast_i64x4(start));
+      _mm512_store_ps(q8[b].d.lanes, d);
+      _mm512_store_si512(q8[b].y.lanes, _mm512_broadcast_i64x4(q));
+    }
   }
+}
+inline void sideRow(const BlockQ8_0* y, int64_t blocks, Q4_0Side* out) {
+  sideRow(y, blocks, out, nullptr);
+}
+inline void sideRow(const BlockQ8_0* y, int64_t blocks, Q8_0Side* out) {
+  sideRow(y, blocks, nullptr, out);
 }
 
 inline void sideRow(const BlockQ8_1* y, int64_t blocks, Q8_1Side* out) {
   for (int64_t b = 0; b < blocks; ++b) {
     _mm512_store_ps(out[b].d.lanes, _mm512_set1_ps(_cvtsh_ss(y[b].d)));
     _mm512_store_ps(out[b].s.lanes, _mm512_set1_ps(_cvtsh_ss(y[b].s)));
+    _mm512_store_si512(out[b].y4[0].lanes, broadcast128(y[b].qs));
+    _mm512_store_si512(out[b].y4[1].lanes, broadcast128(y[b].qs + 16));
   }
 }
 
@@ -192,8 +221,14 @@ void groupTileNibbles(const Group* x, const Q0Token<Act, Side>* tok, int64_t blo
       hi[h] = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble);
     }
     for (int t = 0; t < T; ++t) {
-      const __m512i yLo = broadcast128(tok[t].y[b].qs);
-      const __m512i yHi = broadcast128(tok[t].y[b].qs + 16);
+      __m512i yLo, yHi;
+      if constexpr (kMin && T > 1) {  // Q4_1 from side rows, Q4_0 not (see the top)
+        yLo = _mm512_load_si512(tok[t].side[b].y4[0].lanes);
+        yHi = _mm512_load_si512(tok[t].side[b].y4[1].lanes);
+      } else {
+        yLo = broadcast128(tok[t].y[b].qs);
+        yHi = broadcast128(tok[t].y[b].qs + 16);
+      }
       __m512i startLo = _mm512_setzero_si512(), startHi = _mm512_setzero_si512();
       __m256 dy;
       if constexpr (T == 1) {  // memory-bound: computed here rather than read (see the top)
@@ -205,8 +240,8 @@ void groupTileNibbles(const Group* x, const Q0Token<Act, Side>* tok, int64_t blo
       } else {
         const Side& side = tok[t].side[b];
         if constexpr (!kMin) {
-          startLo = _mm512_load_si512(side.q4Start[0].lanes);
-          startHi = _mm512_load_si512(side.q4Start[1].lanes);
+          startLo = _mm512_load_si512(side.start[0].lanes);
+          startHi = _mm512_load_si512(side.start[1].lanes);
         }
         dy = _mm256_load_ps(reinterpret_cast<const float*>(side.d.lanes));
       }
@@ -254,15 +289,16 @@ void groupTileQ8_0(const BlockQ8_0x8* x, const Q0Token<BlockQ8_0, Q8_0Side>* tok
     __m512i q[4];
     for (int p = 0; p < 4; ++p) q[p] = _mm512_xor_si512(_mm512_loadu_si512(x[b].qs[2 * p]), flip);
     for (int t = 0; t < T; ++t) {
-      const __m512i y = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tok[t].y[b].qs)));
+      const __m512i y = T == 1 ? _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                                     reinterpret_cast<const __m256i*>(tok[t].y[b].qs)))
+                               : _mm512_load_si512(tok[t].side[b].y.lanes);
       __m512i start;
       __m256 dy;
       if constexpr (T == 1) {  // memory-bound: computed here rather than read (see the top)
         start = biasStart<7>(y);
         dy = _mm256_set1_ps(_cvtsh_ss(tok[t].y[b].d));
       } else {
-        start = _mm512_load_si512(tok[t].side[b].q8Start.lanes);
+        start = _mm512_load_si512(tok[t].side[b].start.lanes);
         dy = _mm256_load_ps(reinterpret_cast<const float*>(tok[t].side[b].d.lanes));
       }
       const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, dy));  // as in the Q4_0 kernel
@@ -289,7 +325,8 @@ template <>
 struct Q0GroupOf<BlockQ4_0x8> {
   static constexpr WeightKind kKind = WeightKind::Q4_0;
   using Act = BlockQ8_0;
-  using Side = Q8_0Side;
+  using Side = Q4_0Side;
+  static constexpr bool kSecondPlane = false;  // which plane of the side row (see its struct)
   template <int T>
   static void tile(const BlockQ4_0x8* x, const Q0Token<Act, Side>* tok, int64_t blocks,
                    float (*out)[kGroupRows], const BlockQ4_0x8* next) {
@@ -301,6 +338,7 @@ struct Q0GroupOf<BlockQ4_1x8> {
   static constexpr WeightKind kKind = WeightKind::Q4_1;
   using Act = BlockQ8_1;
   using Side = Q8_1Side;
+  static constexpr bool kSecondPlane = false;
   template <int T>
   static void tile(const BlockQ4_1x8* x, const Q0Token<Act, Side>* tok, int64_t blocks,
                    float (*out)[kGroupRows], const BlockQ4_1x8* next) {
@@ -312,6 +350,7 @@ struct Q0GroupOf<BlockQ8_0x8> {
   static constexpr WeightKind kKind = WeightKind::Q8_0;
   using Act = BlockQ8_0;
   using Side = Q8_0Side;
+  static constexpr bool kSecondPlane = true;
   template <int T>
   static void tile(const BlockQ8_0x8* x, const Q0Token<Act, Side>* tok, int64_t blocks,
                    float (*out)[kGroupRows], const BlockQ8_0x8* next) {
@@ -319,13 +358,20 @@ struct Q0GroupOf<BlockQ8_0x8> {
   }
 };
 
-// The side rows of tokens [t0, t0 + count) of g: the caller's (GemmArgs::actSide), or built
-// here into a buffer of the calling thread's (callers that give none: tests, benches, the
-// mixture-of-experts path, batches above kMaxSideTokens).
-template <class Act, class Side>
-const Side* sideRows(const GemmArgs& g, int64_t t0, int64_t count, int64_t blocks) {
+// The side rows of tokens [t0, t0 + count) of g for the weights of Traits, and their stride in
+// Sides: the caller's (GemmArgs::actSide), or built here into a buffer of the calling thread's
+// (callers that give none: tests, benches, the mixture-of-experts path, batches above
+// kMaxSideTokens).
+template <class Traits>
+std::pair<const typename Traits::Side*, size_t> sideRows(const GemmArgs& g, int64_t t0,
+                                                         int64_t count, int64_t blocks) {
+  using Side = typename Traits::Side;
+  using Act = typename Traits::Act;
   if (g.actSide != nullptr) {
-    return reinterpret_cast<const Side*>(g.actSide + static_cast<size_t>(t0) * g.actSideStride);
+    const size_t plane = Traits::kSecondPlane ? static_cast<size_t>(blocks) * sizeof(Q4_0Side) : 0;
+    return {reinterpret_cast<const Side*>(g.actSide + static_cast<size_t>(t0) * g.actSideStride +
+                                          plane),
+            g.actSideStride / sizeof(Side)};
   }
   thread_local std::vector<Side> own;
   own.resize(static_cast<size_t>(count * blocks));
@@ -333,7 +379,7 @@ const Side* sideRows(const GemmArgs& g, int64_t t0, int64_t count, int64_t block
     sideRow(reinterpret_cast<const Act*>(g.act + static_cast<size_t>(t0 + i) * g.actStride), blocks,
             own.data() + i * blocks);
   }
-  return own.data();
+  return {own.data(), static_cast<size_t>(blocks)};
 }
 
 // Rows [rowBegin, rowEnd) of a grouped Q4_0, Q4_1 or Q8_0 matrix (Group: BlockQ4_0x8,
@@ -359,9 +405,8 @@ void gemmQ0Groups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   // kQ0GroupTokens.
   for (int64_t t0 = 0; t0 < g.tokens && r < last; t0 += kMaxSideTokens) {
     const int64_t count = std::min(kMaxSideTokens, g.tokens - t0);
-    const Side* sides = count > 1 ? sideRows<Act, Side>(g, t0, count, blocks) : nullptr;
-    const size_t sideStride =
-        g.actSide != nullptr ? g.actSideStride / sizeof(Side) : static_cast<size_t>(blocks);
+    const auto [sides, sideStride] =
+        count > 1 ? sideRows<Traits>(g, t0, count, blocks) : std::pair<const Side*, size_t>{};
     for (int64_t gr = r; gr < last; gr += kGroupRows) {
       const auto* x =
           reinterpret_cast<const Group*>(g.weights + static_cast<size_t>(gr) * g.weightStride);
@@ -394,7 +439,7 @@ void gemmQ0Groups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
 inline size_t q0SideBytes(ActKind kind, int64_t cols) {
   switch (kind) {
     case ActKind::Q8_0:
-      return sizeof(Q8_0Side) * static_cast<size_t>(cols / kQK);
+      return (sizeof(Q4_0Side) + sizeof(Q8_0Side)) * static_cast<size_t>(cols / kQK);
     case ActKind::Q8_1:
       return sizeof(Q8_1Side) * static_cast<size_t>(cols / kQK);
     default:
@@ -402,10 +447,13 @@ inline size_t q0SideBytes(ActKind kind, int64_t cols) {
   }
 }
 inline void q0Side(ActKind kind, const void* actRow, int64_t cols, void* sideRow_) {
+  const int64_t blocks = cols / kQK;
   if (kind == ActKind::Q8_0) {
-    sideRow(static_cast<const BlockQ8_0*>(actRow), cols / kQK, static_cast<Q8_0Side*>(sideRow_));
+    auto* q4 = static_cast<Q4_0Side*>(sideRow_);
+    sideRow(static_cast<const BlockQ8_0*>(actRow), blocks, q4,
+            reinterpret_cast<Q8_0Side*>(q4 + blocks));
   } else if (kind == ActKind::Q8_1) {
-    sideRow(static_cast<const BlockQ8_1*>(actRow), cols / kQK, static_cast<Q8_1Side*>(sideRow_));
+    sideRow(static_cast<const BlockQ8_1*>(actRow), blocks, static_cast<Q8_1Side*>(sideRow_));
   }
 }
 
