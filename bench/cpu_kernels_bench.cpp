@@ -1,5 +1,5 @@
-// CPU kernel micro-benchmark: matrix kernels of every weight type and the attention pieces, at
-// every instruction-set level this CPU runs, single-threaded. Prints one JSON object.
+// CPU kernel micro-benchmark: matrix kernels of every weight type, at every instruction-set
+// level this CPU runs, single-threaded (attention: attention_bench.cpp). Prints one JSON object.
 //
 //   cpu_kernels_bench [--rows R] [--cols C] [--tokens T] [--reps N] [--isa I]... [--type T]...
 //

@@ -55,19 +55,32 @@ struct AttentionShape {
   int64_t valueStride() const { return (valueSlots() + 63) / 64 * 64; }
 };
 
-// Per-thread scratch, sized once for a shape and a thread count. A thread works on up to
-// `queries` (token, head) pairs at once, each with its own rows below.
+// Scratch of attention(), sized once for a shape and a thread count.
+//
+// Small calls (decode, a few verifying rows: every query's scores within passBytes) run in three
+// passes over the whole call, each spread over all threads (K·q, softmax, V·p), with one set of
+// rows for all of the call's queries (call*, grown on first use). Larger calls (prompts) are cut
+// into work items of up to `queries` (token, head) pairs, each from K·q to V·p on one thread
+// with that thread's rows (the others).
 struct AttentionScratch {
   void reserve(const AttentionShape& shape, int threads);
   std::vector<uint16_t> query16;  // threads x queries x headDim: q rounded to f16
   std::vector<float> query32;     // the same, as floats
-  std::vector<float> scores;      // threads x queries x valueStride
-  std::vector<uint16_t> probs16;  // threads x queries x valueStride: probabilities as f16
-  std::vector<float> probs32;     // the same, as floats
+  std::vector<float> scores;      // threads x queries x stride: K·q, then the probabilities
+  std::vector<uint16_t> probs16;  // threads x queries x stride: probabilities as f16
   std::vector<float> outs;        // threads x queries x headDim
-  int64_t stride = 0;             // valueStride of the reserved shape
+  int64_t stride = 0;             // valueStride of the reserved shape, plus a skew
   int32_t headDim = 0;
   int32_t queries = 0;  // (token, head) pairs per work item
+
+  // Bytes of scores and f16 probabilities up to which a call runs in passes. Tests set 0 to
+  // run every call in items (the two give the same bits).
+  int64_t passBytes = int64_t{16} << 20;
+  std::vector<uint16_t> callQuery16;  // the call's queries x headDim, as query16
+  std::vector<float> callQuery32;
+  std::vector<float> callScores;      // the call's queries x stride, as scores
+  std::vector<uint16_t> callProbs16;  // the call's queries x stride, as probs16
+  std::vector<float> callOuts;        // the call's queries x headDim
 };
 
 // out[t * nHead * headDim + h * headDim + i] for t < count: attention of token t (position

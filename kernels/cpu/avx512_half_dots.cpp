@@ -10,12 +10,14 @@
 //    for each row alone;
 //  - long rows (V·p, n = the visible positions): a tile of rows and queries streams side by
 //    side, so one conversion of a value row feeds several queries' probabilities (already f32),
-//    and the accumulator chains (one per dot in the tiled order, whose single chain made V·p
-//    latency-bound) overlap.
+//    and the accumulator chains of the tile's dots overlap (the tiled order has one chain per
+//    dot, the vec order four, run one after the other: longTileVec).
 //
 // Compiled for AVX-512; reached only through the AVX-512 table.
 
 #include <immintrin.h>
+
+#include <type_traits>
 
 #include "kernels/cpu/simd_kernels.h"
 
@@ -65,13 +67,25 @@ inline __m512 reduce16x16(const __m512 r[16]) {
 
 // One dot's 16 lanes before the final reduction: x's N / 16 vectors (converted once for all
 // queries) times y's. Tiled: one accumulator over steps of 16. Vec: four accumulators over steps
-// of 64, folded as ggml's GGML_F32x16_REDUCE.
+// of 64, folded as ggml's GGML_F32x16_REDUCE ((acc0 + acc2) + (acc1 + acc3)).
+//
+// For N = 64 each Vec accumulator holds one product (fma with +0), which is exact (f16 x f16
+// fits a float's mantissa): so acc0 + acc2 is one fma of the third product onto the first, with
+// the same bits, zeros' signs included (a product fma'd onto +0 never gives -0, and +0 plus a
+// -0 product is +0 either way). Five operations per dot instead of seven.
 template <DotOrder Order, int N>
 inline __m512 rowLanes(const __m512* x, const float* y) {
   if constexpr (Order == DotOrder::Tiled) {
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < N / 16; ++i) acc = _mm512_fmadd_ps(x[i], _mm512_loadu_ps(y + 16 * i), acc);
     return acc;
+  } else if constexpr (N == 64) {
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 even = _mm512_fmadd_ps(x[0], _mm512_loadu_ps(y), zero);
+    __m512 odd = _mm512_fmadd_ps(x[1], _mm512_loadu_ps(y + 16), zero);
+    even = _mm512_fmadd_ps(x[2], _mm512_loadu_ps(y + 32), even);
+    odd = _mm512_fmadd_ps(x[3], _mm512_loadu_ps(y + 48), odd);
+    return _mm512_add_ps(even, odd);
   } else {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                      _mm512_setzero_ps()};
@@ -110,56 +124,105 @@ void shortRows(const HalfDots& d) {
   }
 }
 
-// RD rows times QC queries over long n: each value row's step is converted once for the QC
-// queries, whose probabilities are read as floats. A accumulators per dot (the order's).
-template <DotOrder Order, int QC, int RD>
-void longTile(const HalfDots& d, int64_t q0, int64_t r0) {
-  constexpr int A = Order == DotOrder::Vec ? 4 : 1;
-  __m512 acc[RD][QC][A];
+// RD rows times QC queries over long n in the tiled order: each value row's step is converted
+// once for the QC queries, whose probabilities are read as floats; one accumulator per dot.
+template <int QC, int RD>
+void longTileTiled(const HalfDots& d, int64_t q0, int64_t r0) {
+  __m512 acc[RD][QC];
   for (auto& row : acc)
-    for (auto& dot : row)
-      for (auto& a : dot) a = _mm512_setzero_ps();
+    for (auto& dot : row) dot = _mm512_setzero_ps();
   const uint16_t* rows = d.rows + r0 * d.rowStride;
   const float* ys = d.y32 + q0 * d.yStride;
-  for (int64_t i = 0; i < d.n; i += 16 * A) {
+  for (int64_t i = 0; i < d.n; i += 16) {
     for (int r = 0; r < RD; ++r) {
-      __m512 x[A];
-      for (int a = 0; a < A; ++a) x[a] = load16(rows + r * d.rowStride + i + 16 * a);
+      const __m512 x = load16(rows + r * d.rowStride + i);
       for (int q = 0; q < QC; ++q)
-        for (int a = 0; a < A; ++a)
-          acc[r][q][a] =
-              _mm512_fmadd_ps(x[a], _mm512_loadu_ps(ys + q * d.yStride + i + 16 * a), acc[r][q][a]);
+        acc[r][q] = _mm512_fmadd_ps(x, _mm512_loadu_ps(ys + q * d.yStride + i), acc[r][q]);
     }
+  }
+  for (int r = 0; r < RD; ++r)
+    for (int q = 0; q < QC; ++q) d.out[(q0 + q) * d.outStride + r0 + r] = reduce16(acc[r][q]);
+}
+
+// The vec order over long n: a dot's four accumulators are four independent chains (chain a
+// takes the steps of 16 at 16a, 16a + 64, ...), folded at the end. Holding all four per dot in
+// registers allowed only four dots at a time (V·p then ran at ~3.5 cycles per fma on Zen 4:
+// each step's 16 fmas waited on 4 value conversions and 16 probability loads). Here the chains
+// run one after the other, so a tile is RD rows x QC queries of single accumulators (up to 24
+// fmas per step for RD conversions and QC loads), each chain's sums parked in memory. (Taking
+// the positions a block at a time, so that the values the first chain fetches are in L1 for the
+// other three, measured no faster.) Every chain adds the same products in the same sequence,
+// and the fold is ggml's: the bits of dotF16.
+template <int QC, int RD>
+void longTileVec(const HalfDots& d, int64_t q0, int64_t r0) {
+  __m512 chains[4][RD][QC];
+  const uint16_t* rows = d.rows + r0 * d.rowStride;
+  const float* ys = d.y32 + q0 * d.yStride;
+  for (int a = 0; a < 4; ++a) {
+    __m512 acc[RD][QC];
+    for (auto& row : acc)
+      for (auto& dot : row) dot = _mm512_setzero_ps();
+    for (int64_t i = 16 * a; i < d.n; i += 64) {
+      __m512 x[RD];
+      for (int r = 0; r < RD; ++r) x[r] = load16(rows + r * d.rowStride + i);
+      for (int q = 0; q < QC; ++q) {
+        const __m512 y = _mm512_loadu_ps(ys + q * d.yStride + i);
+        for (int r = 0; r < RD; ++r) acc[r][q] = _mm512_fmadd_ps(x[r], y, acc[r][q]);
+      }
+    }
+    for (int r = 0; r < RD; ++r)
+      for (int q = 0; q < QC; ++q) chains[a][r][q] = acc[r][q];
   }
   for (int r = 0; r < RD; ++r) {
     for (int q = 0; q < QC; ++q) {
-      __m512 sum = acc[r][q][0];
-      if constexpr (A == 4) {
-        sum = _mm512_add_ps(_mm512_add_ps(acc[r][q][0], acc[r][q][2]),
-                            _mm512_add_ps(acc[r][q][1], acc[r][q][3]));
-      }
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(chains[0][r][q], chains[2][r][q]),
+                                       _mm512_add_ps(chains[1][r][q], chains[3][r][q]));
       d.out[(q0 + q) * d.outStride + r0 + r] = reduce16(sum);
     }
   }
 }
 
-// Every row for queries q0..q0+QC.
+// Every row for queries q0..q0+QC: tiles of RD rows, then of 4, then single rows.
 template <DotOrder Order, int QC, int RD>
 void longQueries(const HalfDots& d, int64_t q0) {
+  auto tile = [&](auto rows, int64_t r) {
+    if constexpr (Order == DotOrder::Vec)
+      longTileVec<QC, decltype(rows)::value>(d, q0, r);
+    else
+      longTileTiled<QC, decltype(rows)::value>(d, q0, r);
+  };
   int64_t r = 0;
-  for (; r + RD <= d.count; r += RD) longTile<Order, QC, RD>(d, q0, r);
-  for (; r < d.count; ++r) longTile<Order, QC, 1>(d, q0, r);
+  for (; r + RD <= d.count; r += RD) tile(std::integral_constant<int, RD>{}, r);
+  if constexpr (RD > 4) {
+    for (; r + 4 <= d.count; r += 4) tile(std::integral_constant<int, 4>{}, r);
+  }
+  for (; r < d.count; ++r) tile(std::integral_constant<int, 1>{}, r);
 }
 
-// Tiles of at most 16 accumulators (plus the converted row): Vec 4 per dot, Tiled 1.
+// Vec tiles: RD x QC accumulators plus RD converted rows and one probability vector within the
+// 32 registers (6 x 4, 5 x 4, 4 x 4, 3 x 6, 2 x 8, 1 x 8).
 void longRowsVec(const HalfDots& d) {
   int64_t q = 0;
-  for (; q + 4 <= d.queries; q += 4) longQueries<DotOrder::Vec, 4, 1>(d, q);
-  if (q + 2 <= d.queries) {
-    longQueries<DotOrder::Vec, 2, 2>(d, q);
-    q += 2;
+  for (; q + 6 <= d.queries; q += 6) longQueries<DotOrder::Vec, 6, 4>(d, q);
+  switch (d.queries - q) {
+    case 5:
+      longQueries<DotOrder::Vec, 5, 4>(d, q);
+      break;
+    case 4:
+      longQueries<DotOrder::Vec, 4, 4>(d, q);
+      break;
+    case 3:
+      longQueries<DotOrder::Vec, 3, 6>(d, q);
+      break;
+    case 2:
+      longQueries<DotOrder::Vec, 2, 8>(d, q);
+      break;
+    case 1:
+      longQueries<DotOrder::Vec, 1, 8>(d, q);
+      break;
+    default:
+      break;
   }
-  if (q < d.queries) longQueries<DotOrder::Vec, 1, 4>(d, q);
 }
 
 void longRowsTiled(const HalfDots& d) {

@@ -46,12 +46,14 @@ struct Setup {
   }
 
   std::vector<float> run(int32_t count, int32_t first, int threads, int32_t window = 0,
-                         bool headMajor = false, int32_t orderTokens = 0, int32_t queryRow = 0) {
+                         bool headMajor = false, int32_t orderTokens = 0, int32_t queryRow = 0,
+                         bool inItems = false) {
     shape.window = window;
     shape.headMajorKeys = headMajor;
     ThreadPool pool(threads);
     AttentionScratch scratch;
     scratch.reserve(shape, threads);
+    if (inItems) scratch.passBytes = 0;
     std::vector<float> out(static_cast<size_t>(count * shape.nHead * shape.headDim), NAN);
     const std::vector<uint16_t> k = headMajor ? headMajorKeys() : keys;
     attention(shape, q.data() + static_cast<size_t>(queryRow * shape.nHead * shape.headDim), count,
@@ -227,6 +229,40 @@ class CpuAttentionTest : public QObject {
         QVERIFY2(test::firstBitDifference(together.data() + t * width, alone.data(),
                                           static_cast<size_t>(width)) < 0,
                  qPrintable(QString("token %1, %2 threads").arg(t).arg(threads)));
+      }
+    }
+  }
+
+  // Small calls run in three passes over all threads (K·q by positions, softmax by query, V·p by
+  // value rows), larger ones in items of heads and tokens: the same dots, the same bits, in
+  // either dot order, with a window, soft-capping and either key layout.
+  void passesAndItemsGiveTheSameBits() {
+    Setup s(9, 100, 47);
+    for (int threads : {1, 3}) {
+      for (int32_t count : {1, 3, 9}) {
+        for (int32_t first : {0, 35, 64, 90}) {
+          if (first + count > 100) continue;
+          for (int32_t window : {0, 20}) {
+            for (int32_t order : {0, 1}) {
+              for (float softcap : {0.0f, 30.0f}) {
+                s.shape.softcap = softcap;
+                const bool headMajor = first % 2 == 0;
+                const auto passes = s.run(count, first, threads, window, headMajor, order);
+                const auto items = s.run(count, first, threads, window, headMajor, order, 0, true);
+                s.shape.softcap = 0;
+                QVERIFY2(test::firstBitDifference(passes.data(), items.data(), passes.size()) < 0,
+                         qPrintable(QString("%1 tokens at %2, window %3, order %4, cap %5, %6 "
+                                            "threads")
+                                        .arg(count)
+                                        .arg(first)
+                                        .arg(window)
+                                        .arg(order)
+                                        .arg(softcap)
+                                        .arg(threads)));
+              }
+            }
+          }
+        }
       }
     }
   }

@@ -117,8 +117,8 @@ class CpuVectorKernelsTest : public QObject {
   // strides wider than a row, and a Vec length with a tail that the one-dot kernel sums.
   void halfDotBatchesMatchOneDotEach() {
     for (int64_t n : {16, 64, 128, 256, 272, 320, 1024, 1040, 100}) {
-      for (int64_t count : {1, 3, 16, 17, 64}) {
-        for (int32_t queries : {1, 2, 3, 5, 8, 13}) {
+      for (int64_t count : {1, 3, 6, 16, 17, 64}) {
+        for (int32_t queries : {1, 2, 3, 4, 5, 6, 8, 13, 15}) {
           const int64_t stride = n + 24, yStride = n + 8, outStride = count + 5;
           const auto rf = test::randomValues(static_cast<size_t>(stride * count),
                                              static_cast<uint32_t>(5 + n), 2.0f);
