@@ -385,7 +385,7 @@ KernelTable makeTable() {
   t.halfToFloat = halfToFloat;
   t.floatToHalf = floatToHalf;
   t.dotF16 = dotHalf;
-  t.dotsF16 = dotsOneByOne<dotHalf>;
+  t.dotsF16 = dotsHalf;
   t.softmaxExp = softmaxExp;
   t.swiglu = swiglu;
   return t;

@@ -19,6 +19,7 @@
 
 #include <type_traits>
 
+#include "kernels/cpu/half_dots_dispatch.h"
 #include "kernels/cpu/simd_kernels.h"
 
 namespace shoal::cpu::avx512 {
@@ -239,29 +240,20 @@ void longRowsTiled(const HalfDots& d) {
   if (q < d.queries) longQueries<DotOrder::Tiled, 1, 8>(d, q);
 }
 
+// This level's kernels, for dispatchHalfDots.
+struct Kernels {
+  template <DotOrder Order, int N>
+  static void shortRows(const HalfDots& d) {
+    avx512::shortRows<Order, N>(d);
+  }
+  template <DotOrder Order>
+  static void longRows(const HalfDots& d) {
+    Order == DotOrder::Tiled ? longRowsTiled(d) : longRowsVec(d);
+  }
+};
+
 }  // namespace
 
-void dotsHalf(const HalfDots& d) {
-  const bool tiled = d.order == DotOrder::Tiled;
-  if (d.n % (tiled ? 16 : 64) != 0 || d.n == 0) {
-    // A ragged Vec tail is summed in double one element at a time: the one-dot kernel does that.
-    const auto dot = avx2Kernels()->dotF16;
-    for (int32_t q = 0; q < d.queries; ++q)
-      for (int64_t j = 0; j < d.count; ++j)
-        d.out[q * d.outStride + j] =
-            dot(d.rows + j * d.rowStride, d.y16 + q * d.yStride, d.n, d.order);
-    return;
-  }
-  if (d.n == 64 || d.n == 128) {
-    if (tiled)
-      d.n == 64 ? shortRows<DotOrder::Tiled, 64>(d) : shortRows<DotOrder::Tiled, 128>(d);
-    else
-      d.n == 64 ? shortRows<DotOrder::Vec, 64>(d) : shortRows<DotOrder::Vec, 128>(d);
-  } else if (tiled) {
-    longRowsTiled(d);
-  } else {
-    longRowsVec(d);
-  }
-}
+void dotsHalf(const HalfDots& d) { dispatchHalfDots<Kernels>(d); }
 
 }  // namespace shoal::cpu::avx512

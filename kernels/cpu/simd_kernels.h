@@ -21,6 +21,8 @@ void gemmMXFP4(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ2_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ3_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmIQ4_XS(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+// KernelTable::dotsF16 (avx2_half_dots.cpp).
+void dotsHalf(const HalfDots& d);
 }  // namespace shoal::cpu::avx2
 
 namespace shoal::cpu::neon {
