@@ -20,6 +20,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,8 @@ double minMicros(int reps, F&& f) {
   }
   return best;
 }
+
+uint8_t* aligned64(uint8_t* p) { return p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64; }
 
 }  // namespace
 
@@ -118,7 +121,13 @@ int main(int argc, char** argv) {
       const ActKind actKind = activationKind(kind);
       const size_t wRow = gguf::rowBytes(type, cols);
       const size_t aRow = gguf::rowBytes(activationTensorType(actKind), cols);
-      std::vector<uint8_t> w(wRow * static_cast<size_t>(rows)), act(aRow * tokens);
+      // 64-byte aligned, as the CPU stage's weight copy keeps a GGUF file's (64-byte) tensor
+      // offsets: malloc's 16-byte alignment put every 64-byte load of a grouped matrix across two
+      // cache lines.
+      const size_t wBytes = wRow * static_cast<size_t>(rows);
+      std::vector<uint8_t> wStore(wBytes + 64), actStore(aRow * tokens + 64);
+      const std::span<uint8_t> w(aligned64(wStore.data()), wBytes);
+      uint8_t* const act = aligned64(actStore.data());
       for (int64_t r = 0; r < rows; ++r) {
         gguf::quantizeRow(type, &wf[static_cast<size_t>(r * cols)], &w[wRow * r], cols);
       }
@@ -126,7 +135,7 @@ int main(int argc, char** argv) {
       GemmArgs g;
       g.weights = w.data();
       g.weightStride = wRow;
-      g.act = act.data();
+      g.act = act;
       g.actStride = aRow;
       g.tokens = tokens;
       g.cols = cols;

@@ -19,13 +19,10 @@
 
 namespace shoal::cpu::avx512 {
 
-void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out) {
-  groupDotK<BlockQ5_Kx8, true>(x, y, blocks, out);
-}
-
-void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,
+void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* const* y,
+                     const PairLaneBlock* const* lanes, int n, int64_t blocks,
                      float (*out)[kGroupRows]) {
-  groupDotKN<BlockQ5_Kx8, true>(x, y, n, blocks, out);
+  groupDotKN<BlockQ5_Kx8, true>(x, y, lanes, n, blocks, out);
 }
 
 void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,

@@ -11,11 +11,12 @@
 
 namespace shoal::cpu::avx512 {
 
-// out[r] = row r's vec-order dot of one group and one token (blocks super-blocks).
-void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out);
-// The same for n (1 to 4) tokens y[0 .. n-1]: out[t][r].
-void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,
+// out[t][r] = row r's vec-order dot of one group with token t (of n, 1 to 4: blocks y[t], the
+// same activations in pair lanes at lanes[t]), over `blocks` super-blocks.
+void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* const* y,
+                     const PairLaneBlock* const* lanes, int n, int64_t blocks,
                      float (*out)[kGroupRows]);
+// The same for Q6_K (no pair lanes).
 void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out);
 void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,
                      float (*out)[kGroupRows]);

@@ -3,23 +3,31 @@
 // file layout's kernels (x86_kquant_kernels.h, avx512_kquant_bands.h) and so to the scalar
 // reference.
 //
-// Decode (the vec order) takes a group's eight rows in one pass over its super-blocks. Per
-// super-block, shared by the eight rows: the activations' four 64-byte loads, rearranged once
-// (below), and the sums of their sub-block pairs; in 512-bit registers of four rows each: the
-// scales and minimums unpacked (scalesAndMins on four 128-bit lanes), the minimum products and
-// their float terms; d and dmin of all eight rows in one vcvtph2ps. Per row: two 64-byte weight
-// loads, the nibbles of each split into two 64-element steps (one AND, one shift and AND: each
-// step pairs the low or the high nibbles of 64 bytes, i.e. sub-blocks 0 and 2, 1 and 3, 4 and 6,
-// 5 and 7, with the activations rearranged to match), four vpmaddubsw + vpdpwssd with the scales
-// picked by one in-lane byte shuffle each, and half of a two-row float epilogue. Q5_K adds its
-// fifth bits: the row's 32 qh bytes in both halves of a zmm, and per step one vptestmb (bit s of
-// qh[l] is element l of sub-block s) and one masked add of 16. The integer lanes are exact, and
-// each row's float terms are added in the vec order's sequence (dotQ4K, dotQ5K: Q4_K keeps four
-// minimum lanes per row, Q5_K one sum per row): the same bits. On one core of the Zen 4 VM, with
-// a 295 KB Q4_K matrix in cache, it ran at 30-31 GB/s against the file layout's 17-21
-// (cpu_kernels_bench --rows 256 --cols 2048 --type q4_K). Q5_K's and Q6_K's kernels take a kGfni
-// flag: with it they place their high bits by GF2P8AFFINEQB (avx512_gfni_groups.h, the one file
-// built with GFNI); without it, by mask tests and shifts (CPUs without GFNI).
+// Decode (the vec order) takes a group's eight rows in one pass over its super-blocks, the rows
+// in pairs. Per super-block, shared by the eight rows: the scales and minimums unpacked in
+// 512-bit registers of four rows each (scalesAndMins on four 128-bit lanes), the minimum
+// products and their float terms, d and dmin of all eight rows in one vcvtph2ps. Per pair of
+// rows and chunk m (sub-blocks 2m, 2m+1) of their quants in pair lanes (row_groups.h): one
+// 64-byte load holds both rows' chunk, one AND and one shift and AND give the low and high
+// nibbles, one in-lane byte shuffle picks the (scale 2m, scale 2m+1) pairs both multiply, and
+// per token two vpmaddubsw + vpdpwssd (two chains) against the token's activations in pair
+// lanes (pairLaneActivations, built once per call, each 32-byte step stored twice so that a plain
+// 64-byte load serves both rows: a broadcast load takes an ALU slot on Zen 4); the pair's int32
+// lanes are then ggml's eight of each row side by side, for one float epilogue. Q5_K adds its
+// fifth bits: the pair's 64 qh bytes in one zmm, and per nibble step one vptestmb and one
+// masked add of 16 (with GFNI one affine op and a ternary op instead of the AND). The integer
+// lanes are exact, and each row's float terms are added in the vec order's sequence (dotQ4K,
+// dotQ5K: Q4_K keeps four minimum lanes per row, Q5_K one sum per row): the same bits.
+//
+// One core of the Zen 4 VM, a 590 KB matrix in cache (cpu_kernels_bench --vec-order --rows 512
+// --cols 2048, 64-byte-aligned buffers), GB/s of weights x tokens: Q4_K 37.8 at one token and
+// 45.3 at four, Q5_K (GFNI) 36.0 and 47.5; in the file layout's nibble order (a byte shuffle per
+// row and 32-element step, a fold of each row's two register halves, the activations rearranged
+// per group) 31.0, 42.9, 28.7 and 45.2; the file layout's own kernel 20.7 (Q4_K, one token).
+// Q5_K's and Q6_K's kernels take a kGfni flag: with it they place their high bits by
+// GF2P8AFFINEQB (avx512_gfni_groups.h, the one file built with GFNI); without it, by mask tests
+// and shifts (CPUs without GFNI). Q4_K's high nibbles by GF2P8AFFINEQB (one op for a shift and an
+// AND) ran no faster.
 //
 // Prefetch: a thread's rows are one front-to-back stream here, which the hardware prefetchers of
 // the Zen 4 VM follow well: one core read a 75 MB matrix at 27.1-28.0 GB/s without software
@@ -128,28 +136,32 @@ struct GroupOf<BlockQ6_Kx8> {
 };
 
 // The vec order for the eight rows of one group and T tokens: out[t][r] = row r's dot with token
-// t, as dotQ4K (Q4_K) or dotQ5K (Q5_K) computes it for that row alone. With two tokens (a decode
-// step of several sequences) each row's quants are unpacked and its scales picked once for both:
-// the per-token work is the products, the minimum terms and the float steps.
+// t, as dotQ4K (Q4_K) or dotQ5K (Q5_K) computes it for that row alone. y[t]: token t's blocks (d,
+// bsums); lanes[t]: its activations in pair lanes (pairLaneActivations). With several tokens (a
+// decode step of several sequences) each pair of rows' quants is unpacked and its scales picked
+// once for all of them: per token remain the products, the minimum terms and the float steps.
 template <class Group, bool kGfni, int T>
-inline void groupDotKT(const Group* x, const BlockQ8_K* const* y, int64_t blocks,
-                       float (*out)[kGroupRows]) {
+inline void groupDotKT(const Group* x, const BlockQ8_K* const* y, const PairLaneBlock* const* lanes,
+                       int64_t blocks, float (*out)[kGroupRows]) {
   constexpr bool kQ5 = GroupOf<Group>::kFifthBits;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
-  // Steps 0-3 take scales (0, 2), (1, 3), (4, 6), (5, 7): the low and high nibbles of quant
-  // bytes 0-63 and 64-127.
-  const __m512i pick[4] = {scalePick(0, 2), scalePick(1, 3), scalePick(4, 6), scalePick(5, 7)};
-  // Q5_K: step k's fifth bits, bit s of qh[l] for sub-block s (lower half: the first of the
-  // step's two sub-blocks, upper half: the second).
-  auto bitPair = [](int a, int b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(static_cast<char>(1 << a))),
-                              _mm256_set1_epi8(static_cast<char>(1 << b)), 1);
-  };
-  const __m512i fifth[4] = {bitPair(0, 2), bitPair(1, 3), bitPair(4, 6), bitPair(5, 7)};
+  // Chunk m: int16 lanes alternate scale 2m and scale 2m+1 (of the 8 scale bytes in each row's
+  // 128-bit lane), the pair-lane order of the chunk's int16 products.
+  __m512i pick[4];
+  for (int m = 0; m < 4; ++m) {
+    pick[m] =
+        _mm512_set1_epi32(static_cast<int32_t>(0x80008000u | ((2u * m + 1) << 16) | (2u * m)));
+  }
+  // Q5_K: chunk m's fifth bits, bit 2m (low nibbles) and 2m+1 (high nibbles) of each qh byte, and
+  // with GFNI the GF(2) bit matrices (gfBitsTo4) that move them to bit 4.
+  __m512i fifth[4][2], fifthTo4[4][2];
+  for (int m = 0; m < 4; ++m) {
+    for (int n = 0; n < 2; ++n) {
+      fifth[m][n] = _mm512_set1_epi8(static_cast<char>(1 << (2 * m + n)));
+      fifthTo4[m][n] = gfBitsTo4(2 * m + n, 2 * m + n, 1);
+    }
+  }
   const __m512i sixteen = _mm512_set1_epi8(16);
-  // With GFNI: step k's GF(2) bit matrices (gfBitsTo4) that move those bits to bit 4.
-  const __m512i fifthTo4[4] = {gfBitsTo4(0, 2, 1), gfBitsTo4(1, 3, 1), gfBitsTo4(4, 6, 1),
-                               gfBitsTo4(5, 7, 1)};
   const __m512i pickMins = _mm512_broadcast_i32x4(
       _mm_setr_epi8(8, -128, 9, -128, 10, -128, 11, -128, 12, -128, 13, -128, 14, -128, 15, -128));
   // From [d0..d7 | dmin0..dmin7]: dmin of rows 4h+k in lanes 4k..4k+3; d of rows 2p, 2p+1 in
@@ -157,13 +169,9 @@ inline void groupDotKT(const Group* x, const BlockQ8_K* const* y, int64_t blocks
   const __m512i dminOf[2] = {
       _mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
       _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12)};
-  // 128-bit lane k of four in every lane (a row's scale bytes to all four).
-  const __m512i laneOf[4] = {_mm512_broadcast_i32x4(_mm_setr_epi32(0, 1, 2, 3)),
-                             _mm512_broadcast_i32x4(_mm_setr_epi32(4, 5, 6, 7)),
-                             _mm512_broadcast_i32x4(_mm_setr_epi32(8, 9, 10, 11)),
-                             _mm512_broadcast_i32x4(_mm_setr_epi32(12, 13, 14, 15))};
   // accMin[t][h], 128-bit lane k: row 4h+k's minimum term. Q4_K: four lanes per row, added at
   // the end (dotQ4K's accMin); Q5_K: the row's one running sum in every lane (dotQ5K's summs).
+  // acc[t][p]: rows 2p (lanes 0-7) and 2p+1 (8-15), ggml's eight float lanes each.
   __m512 acc[T][4], accMin[T][2];
   for (int t = 0; t < T; ++t) {
     for (__m512& a : acc[t]) a = _mm512_setzero_ps();
@@ -176,21 +184,11 @@ inline void groupDotKT(const Group* x, const BlockQ8_K* const* y, int64_t blocks
       const auto* ahead = reinterpret_cast<const char*>(x + b + kGroupPrefetchBlocks);
       for (size_t i = 0; i < sizeof(Group); i += 64) _mm_prefetch(ahead + i, _MM_HINT_T2);
     }
-    // Per token: the activations of sub-blocks [0 | 2], [1 | 3], [4 | 6], [5 | 7], and
-    // [y.d * d of rows 0-7 | y.d * dmin of rows 0-7], rounded as scalePair rounds them.
-    __m512i act[T][4];
+    // Per token: [y.d * d of rows 0-7 | y.d * dmin of rows 0-7], rounded as scalePair rounds
+    // them.
     __m512 scales[T];
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.d)));
-    for (int t = 0; t < T; ++t) {
-      const BlockQ8_K& yb = y[t][b];
-      for (int i = 0; i < 2; ++i) {
-        const __m512i lo = _mm512_loadu_si512(yb.qs + 128 * i);
-        const __m512i hi = _mm512_loadu_si512(yb.qs + 128 * i + 64);
-        act[t][2 * i] = _mm512_shuffle_i64x2(lo, hi, 0x44);
-        act[t][2 * i + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
-      }
-      scales[t] = _mm512_mul_ps(dw, _mm512_set1_ps(yb.d));
-    }
+    for (int t = 0; t < T; ++t) scales[t] = _mm512_mul_ps(dw, _mm512_set1_ps(y[t][b].d));
     __m512i rowScales[2];
     for (int h = 0; h < 2; ++h) rowScales[h] = groupScalesAndMins(xb, h);
     for (int t = 0; t < T; ++t) {
@@ -207,60 +205,54 @@ inline void groupDotKT(const Group* x, const BlockQ8_K* const* y, int64_t blocks
       }
     }
     for (int p = 0; p < 4; ++p) {
-      __m512i sums[T][2];
-      for (int i = 0; i < 2; ++i) {
-        const int r = 2 * p + i;
-        const __m512i s = _mm512_permutexvar_epi32(laneOf[r % 4], rowScales[r / 4]);
-        const __m512i w0 = _mm512_loadu_si512(xb.qs[r]);
-        const __m512i w1 = _mm512_loadu_si512(xb.qs[r] + 64);
-        // The nibbles in the low four bits of each byte (the high ones shifted down, with the
-        // low ones' bits above them, masked below).
-        const __m512i src[4] = {w0, _mm512_srli_epi16(w0, 4), w1, _mm512_srli_epi16(w1, 4)};
-        __m512i q[4];
-        if constexpr (kQ5 && kGfni) {
-          // One affine op puts each byte's fifth bit at bit 4, one ternary op ORs it onto the
-          // masked nibble: two ops per step where the mask test and masked add take three.
-          const __m512i qh = _mm512_broadcast_i64x4(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qh[r])));
-          for (int k = 0; k < 4; ++k) {
-            q[k] = _mm512_ternarylogic_epi32(
-                src[k], nibble, _mm512_gf2p8affine_epi64_epi8(qh, fifthTo4[k], 0), kMaskOr);
-          }
-        } else {
-          for (int k = 0; k < 4; ++k) q[k] = _mm512_and_si512(src[k], nibble);
-          if constexpr (kQ5) {
-            const __m512i qh = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qh[r])));
-            for (int k = 0; k < 4; ++k) {
-              q[k] = _mm512_mask_add_epi8(q[k], _mm512_test_epi8_mask(qh, fifth[k]), q[k], sixteen);
+      // Rows 2p, 2p+1: [scales | minimums] of row 2p in 128-bit lanes 0-1, of row 2p+1 in 2-3.
+      const __m512i s = (p % 2) ? _mm512_shuffle_i64x2(rowScales[p / 2], rowScales[p / 2], 0xFA)
+                                : _mm512_shuffle_i64x2(rowScales[p / 2], rowScales[p / 2], 0x50);
+      __m512i qh = _mm512_setzero_si512();
+      if constexpr (kQ5) qh = _mm512_loadu_si512(xb.qh[p]);
+      __m512i sums[T], sums2[T][2];
+      for (int t = 0; t < T; ++t) sums2[t][0] = sums2[t][1] = _mm512_setzero_si512();
+      for (int m = 0; m < 4; ++m) {
+        // Chunk m of both rows: the low nibbles, then the high ones (shifted down; the low
+        // ones' bits above them are masked).
+        const __m512i w = _mm512_loadu_si512(xb.qs[p][m]);
+        const __m512i src[2] = {w, _mm512_srli_epi16(w, 4)};
+        __m512i q[2];
+        for (int n = 0; n < 2; ++n) {
+          if constexpr (kQ5 && kGfni) {
+            // One affine op puts each byte's fifth bit at bit 4, one ternary op ORs it onto the
+            // masked nibble.
+            q[n] = _mm512_ternarylogic_epi32(
+                src[n], nibble, _mm512_gf2p8affine_epi64_epi8(qh, fifthTo4[m][n], 0), kMaskOr);
+          } else {
+            q[n] = _mm512_and_si512(src[n], nibble);
+            if constexpr (kQ5) {
+              q[n] =
+                  _mm512_mask_add_epi8(q[n], _mm512_test_epi8_mask(qh, fifth[m][n]), q[n], sixteen);
             }
           }
         }
-        __m512i picked[4];
-        for (int k = 0; k < 4; ++k) picked[k] = _mm512_shuffle_epi8(s, pick[k]);
+        const __m512i scale = _mm512_shuffle_epi8(s, pick[m]);
         for (int t = 0; t < T; ++t) {
-          __m512i sum = _mm512_setzero_si512();
-          for (int k = 0; k < 4; ++k) {
-            sum = _mm512_dpwssd_epi32(sum, picked[k], _mm512_maddubs_epi16(q[k], act[t][k]));
+          for (int n = 0; n < 2; ++n) {
+            const __m512i a = _mm512_load_si512(lanes[t][b].qs[m][n]);
+            sums2[t][n] = _mm512_dpwssd_epi32(sums2[t][n], scale, _mm512_maddubs_epi16(q[n], a));
           }
-          sums[t][i] = sum;
         }
       }
       const __m512i dOf = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * p)),
                                              _mm256_set1_epi32(2 * p + 1), 1);
+      for (int t = 0; t < T; ++t) sums[t] = _mm512_add_epi32(sums2[t][0], sums2[t][1]);
       for (int t = 0; t < T; ++t) {
-        // Each row's two halves added: lanes 0-7 row 2p's eight ggml lanes, 8-15 row 2p+1's.
-        const __m512i lanes = _mm512_add_epi32(_mm512_shuffle_i64x2(sums[t][0], sums[t][1], 0x44),
-                                               _mm512_shuffle_i64x2(sums[t][0], sums[t][1], 0xEE));
         acc[t][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(dOf, scales[t]),
-                                    _mm512_cvtepi32_ps(lanes), acc[t][p]);
+                                    _mm512_cvtepi32_ps(sums[t]), acc[t][p]);
       }
     }
   }
   for (int t = 0; t < T; ++t) {
     for (int r = 0; r < kGroupRows; ++r) {
-      const __m256 lanes = (r % 2) ? _mm512_extractf32x8_ps(acc[t][r / 2], 1)
-                                   : _mm512_castps512_ps256(acc[t][r / 2]);
+      const __m256 lanes8 = (r % 2) ? _mm512_extractf32x8_ps(acc[t][r / 2], 1)
+                                    : _mm512_castps512_ps256(acc[t][r / 2]);
       __m128 m = _mm512_extractf32x4_ps(accMin[t][r / 4], 0);
       switch (r % 4) {
         case 1:
@@ -279,28 +271,23 @@ inline void groupDotKT(const Group* x, const BlockQ8_K* const* y, int64_t blocks
         m = _mm_add_ps(m, _mm_movehl_ps(m, m));
         m = _mm_add_ss(m, _mm_movehdup_ps(m));
       }
-      out[t][r] = hsum8(lanes) + _mm_cvtss_f32(m);
+      out[t][r] = hsum8(lanes8) + _mm_cvtss_f32(m);
     }
   }
 }
 
 // Tokens per pass of the grouped Q4_K/Q5_K decode kernels: one group's Q4_K from L3, ns per
 // 32 weights and token at 1/2/3/4 per pass: 0.60, 0.48, 0.44, 0.42 (cpu_kernels_bench
-// --vec-order --rows 4096 --cols 2048 --tokens 8).
+// --vec-order --rows 4096 --cols 2048 --tokens 8; before pair lanes).
 constexpr int kKGroupTokens = 4;
 
 // groupDotKT for n (1 to kKGroupTokens) tokens.
 template <class Group, bool kGfni>
-inline void groupDotKN(const Group* x, const BlockQ8_K* const* y, int n, int64_t blocks,
-                       float (*out)[kGroupRows]) {
-  withTokenCount(
-      n, [&](auto pass) { groupDotKT<Group, kGfni, decltype(pass)::value>(x, y, blocks, out); });
-}
-
-// One token (decode): out[r] = row r's dot.
-template <class Group, bool kGfni>
-inline void groupDotK(const Group* x, const BlockQ8_K* y, int64_t blocks, float* out) {
-  groupDotKT<Group, kGfni, 1>(x, &y, blocks, reinterpret_cast<float(*)[kGroupRows]>(out));
+inline void groupDotKN(const Group* x, const BlockQ8_K* const* y, const PairLaneBlock* const* lanes,
+                       int n, int64_t blocks, float (*out)[kGroupRows]) {
+  withTokenCount(n, [&](auto pass) {
+    groupDotKT<Group, kGfni, decltype(pass)::value>(x, y, lanes, blocks, out);
+  });
 }
 
 // The vec order (dotQ6K) for the eight rows of one Q6_K group and one token. Per super-block,
@@ -456,7 +443,11 @@ void gemmKGroups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     r = gemmKBands<K>(g, r, last, groupedRows<Group>);
     for (; r < last; r += kGroupRows) ungroupedRows<kKind, FileGemm>(g, r, r, r + kGroupRows);
   } else {
-    // Up to kKGroupTokens tokens per pass (a decode step of several sequences).
+    // Up to kKGroupTokens tokens per pass (a decode step of several sequences). Q4_K and Q5_K
+    // read each token's activations in pair lanes, built here per call: 4 shifts and blends per
+    // 64 activations, against every row of the call's groups.
+    constexpr bool kPairLanes = kKind != WeightKind::Q6_K;
+    const PairLaneBlock* pairLanes = kPairLanes ? pairLaneRows(g, blocks) : nullptr;
     const bool gfni = useGfni();
     for (; r < last; r += kGroupRows) {
       const auto* x =
@@ -464,19 +455,21 @@ void gemmKGroups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
       for (int64_t t = 0; t < g.tokens;) {
         const int n = static_cast<int>(std::min<int64_t>(kKGroupTokens, g.tokens - t));
         const BlockQ8_K* a[kKGroupTokens] = {};
+        const PairLaneBlock* lanes[kKGroupTokens] = {};
         for (int i = 0; i < n; ++i) {
           a[i] =
               reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t + i) * g.actStride);
+          if constexpr (kPairLanes) lanes[i] = pairLanes + (t + i) * blocks;
         }
         alignas(32) float out[kKGroupTokens][kGroupRows];
         if constexpr (kKind == WeightKind::Q6_K) {
           gfni ? avx512::groupDotQ6KGfni(x, a, n, blocks, out)
                : groupDotQ6KN<false>(x, a, n, blocks, out);
         } else if constexpr (kKind == WeightKind::Q5_K) {
-          gfni ? avx512::groupDotQ5KGfni(x, a, n, blocks, out)
-               : groupDotKN<Group, false>(x, a, n, blocks, out);
+          gfni ? avx512::groupDotQ5KGfni(x, a, lanes, n, blocks, out)
+               : groupDotKN<Group, false>(x, a, lanes, n, blocks, out);
         } else {
-          groupDotKN<Group, false>(x, a, n, blocks, out);
+          groupDotKN<Group, false>(x, a, lanes, n, blocks, out);
         }
         for (int i = 0; i < n; ++i) std::memcpy(g.y + (t + i) * g.ldy + r, out[i], sizeof out[i]);
         t += n;

@@ -15,14 +15,14 @@ void groupBlock(const BlockQ4_K& in, int r, BlockQ4_Kx8& x) {
   x.d[r] = in.d;
   x.dmin[r] = in.dmin;
   std::memcpy(x.scales[r], in.scales, sizeof in.scales);
-  std::memcpy(x.qs[r], in.qs, sizeof in.qs);
+  for (int m = 0; m < 4; ++m) pairLaneSwap(in.qs + 32 * m, x.qs[r / 2][m][r % 2]);
 }
 void groupBlock(const BlockQ5_K& in, int r, BlockQ5_Kx8& x) {
   x.d[r] = in.d;
   x.dmin[r] = in.dmin;
   std::memcpy(x.scales[r], in.scales, sizeof in.scales);
-  std::memcpy(x.qh[r], in.qh, sizeof in.qh);
-  std::memcpy(x.qs[r], in.qs, sizeof in.qs);
+  pairLaneSwapBits(in.qh, x.qh[r / 2][r % 2]);
+  for (int m = 0; m < 4; ++m) pairLaneSwap(in.qs + 32 * m, x.qs[r / 2][m][r % 2]);
 }
 
 void groupBlock(const BlockQ6_K& in, int r, BlockQ6_Kx8& x) {

@@ -29,26 +29,78 @@ namespace shoal::cpu {
 
 constexpr int kGroupRows = 8;
 
-// Super-block b of rows 8g .. 8g+7 of a Q4_K matrix: the eight rows' BlockQ4_K fields side by
-// side, row r's at index r.
+// Q4_K and Q5_K groups keep each row's quants in "pair lanes": the 32 bytes that hold a row's
+// sub-blocks a = 2m and b = 2m + 1 (chunk m) are reordered so that byte 4i + u carries, in its
+// low nibble, element 4i + u % 2 of sub-block (u < 2 ? a : b), and in its high nibble the element
+// two further on. Why: the decode kernels multiply a nibble register by activations with
+// vpmaddubsw and each int16 pair by its sub-block's scale with vpdpwssd (pmaddwd at AVX2). In the
+// file layout a register's nibbles of one kind come from one sub-block, so each of a row's eight
+// 32-element steps needs its own broadcast scale (a byte shuffle each); in pair lanes both
+// nibble steps of chunk m meet the same alternating (scale a, scale b) pairs, one shuffle per
+// chunk, and each int32 lane still sums elements 4i .. 4i+3 of each sub-block: the file
+// layout's (ggml's) integer lanes, exactly. The activations are reordered to match once per call
+// (pairLaneActivations in the kernels). The reordering swaps nibble bits 0 and 2 of each 32-bit
+// word's nibble index, one delta swap that is its own inverse (pairLaneSwap). Both rows of a
+// pair have their chunk m side by side, so one 512-bit load holds two rows' chunk.
+//
+// Super-block b of rows 8g .. 8g+7 of a Q4_K matrix: the eight rows' d, dmin and packed scales
+// side by side (row r's at index r), then the quants of row pair p (rows 2p, 2p+1), chunk m, in
+// pair lanes at qs[p][m][r % 2].
 struct BlockQ4_Kx8 {
   uint16_t d[kGroupRows];
   uint16_t dmin[kGroupRows];
   uint8_t scales[kGroupRows][12];
-  uint8_t qs[kGroupRows][128];
+  uint8_t qs[kGroupRows / 2][4][2][32];
 };
 static_assert(sizeof(BlockQ4_Kx8) == kGroupRows * sizeof(BlockQ4_K));
 
-// Super-block b of rows 8g .. 8g+7 of a Q5_K matrix, laid out as BlockQ4_Kx8 with the eight
-// rows' fifth bits after their scales.
+// Super-block b of rows 8g .. 8g+7 of a Q5_K matrix, laid out as BlockQ4_Kx8 with the rows'
+// fifth bits after their scales, a pair's two rows side by side: the fifth bit of the low
+// (high) nibble of byte k of chunk m is bit 2m (2m + 1) of qh[p][r % 2][k]. In the file layout
+// bit s of qh[e] is element e of sub-block s; in pair lanes' terms that swaps the bit index's
+// lowest bit with bit 1 of the byte index (pairLaneSwapBits, its own inverse too).
 struct BlockQ5_Kx8 {
   uint16_t d[kGroupRows];
   uint16_t dmin[kGroupRows];
   uint8_t scales[kGroupRows][12];
-  uint8_t qh[kGroupRows][32];
-  uint8_t qs[kGroupRows][128];
+  uint8_t qh[kGroupRows / 2][2][32];
+  uint8_t qs[kGroupRows / 2][4][2][32];
 };
 static_assert(sizeof(BlockQ5_Kx8) == kGroupRows * sizeof(BlockQ5_K));
+
+// One super-block of a token's Q8_K activations in pair lanes: for each chunk m, the 32 bytes that
+// chunk m's low nibbles multiply, then the 32 its high nibbles do, each written twice (the x86
+// kernels' pairLaneActivations writes them): a 512-bit kernel reads both rows' of a pair with a
+// plain load (a broadcast load takes an ALU slot on Zen 4), a 256-bit one the first copy.
+struct alignas(64) PairLaneBlock {
+  int8_t qs[4][2][64];
+};
+
+// 32 quant bytes between the file layout and pair lanes (either way: the map is an involution).
+// In the 32-bit word of elements 4i .. 4i+3, the file layout's nibble 4h + 2c + w (byte 2h + c,
+// element 4i + 2h + c of sub-block a if w = 0, b if w = 1) is pair lanes' nibble 4w + 2c + h
+// (byte 2w + c, nibble h): nibbles 1 and 3 trade places with nibbles 4 and 6.
+static inline void pairLaneSwap(const uint8_t* in, uint8_t* out) {
+  uint32_t x[8];  // (word by word: a loop compilers vectorize)
+  std::memcpy(x, in, sizeof x);
+  for (uint32_t& w : x) {
+    const uint32_t t = ((w >> 12) ^ w) & 0x0000F0F0u;
+    w ^= t ^ (t << 12);
+  }
+  std::memcpy(out, x, sizeof x);
+}
+
+// 32 fifth-bit bytes between the file layout and pair lanes (an involution): in a 32-bit word,
+// bit 16h + 8c + 2m + w trades places with bit 16w + 8c + 2m + h.
+static inline void pairLaneSwapBits(const uint8_t* in, uint8_t* out) {
+  uint32_t x[8];
+  std::memcpy(x, in, sizeof x);
+  for (uint32_t& w : x) {
+    const uint32_t t = ((w >> 15) ^ w) & 0x0000AAAAu;
+    w ^= t ^ (t << 15);
+  }
+  std::memcpy(out, x, sizeof x);
+}
 
 // Super-block b of rows 8g .. 8g+7 of a Q6_K matrix: the eight rows' d, then their scales, high
 // bits and low bits (BlockQ6_K's fields, small ones first).
@@ -108,14 +160,14 @@ static inline void ungroupBlock(const BlockQ4_Kx8& x, int r, BlockQ4_K& out) {
   out.d = x.d[r];
   out.dmin = x.dmin[r];
   std::memcpy(out.scales, x.scales[r], 12);
-  std::memcpy(out.qs, x.qs[r], 128);
+  for (int m = 0; m < 4; ++m) pairLaneSwap(x.qs[r / 2][m][r % 2], out.qs + 32 * m);
 }
 static inline void ungroupBlock(const BlockQ5_Kx8& x, int r, BlockQ5_K& out) {
   out.d = x.d[r];
   out.dmin = x.dmin[r];
   std::memcpy(out.scales, x.scales[r], 12);
-  std::memcpy(out.qh, x.qh[r], 32);
-  std::memcpy(out.qs, x.qs[r], 128);
+  pairLaneSwapBits(x.qh[r / 2][r % 2], out.qh);
+  for (int m = 0; m < 4; ++m) pairLaneSwap(x.qs[r / 2][m][r % 2], out.qs + 32 * m);
 }
 static inline void ungroupBlock(const BlockQ4_0x8& x, int r, BlockQ4_0& out) {
   out.d = x.d[r];

@@ -29,10 +29,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/row_groups.h"
 
 namespace shoal::cpu {
 namespace {
@@ -92,6 +95,61 @@ inline __m128i bsumPairs(const BlockQ8_K& y) {
   const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums));
   const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8));
   return _mm_hadd_epi16(lo, hi);
+}
+
+// Token y's activations in pair lanes for `blocks` super-blocks. In each 32-bit lane i of chunk
+// m, the low nibbles' four bytes are elements 4i, 4i+1 of sub-blocks 2m and 2m+1 (int16 words 2i
+// of both halves of the chunk's 64 activations), the high nibbles' the next two of each (words
+// 2i+1): two shifts and two word blends per chunk.
+inline void pairLaneActivations(const BlockQ8_K* y, int64_t blocks, PairLaneBlock* out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int m = 0; m < 4; ++m) {
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 64 * m));
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 64 * m + 32));
+      const __m256i low = _mm256_blend_epi16(a, _mm256_slli_epi32(c, 16), 0xAA);
+      const __m256i high = _mm256_blend_epi16(_mm256_srli_epi32(a, 16), c, 0xAA);
+      for (int copy = 0; copy < 64; copy += 32) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out[b].qs[m][0] + copy), low);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out[b].qs[m][1] + copy), high);
+      }
+    }
+  }
+}
+
+// A thread's buffer of pair-lane activations, grown as needed. A plain allocation, not a
+// std::vector: PairLaneBlock is shared by the levels' files, and a vector of it instantiated here
+// with one level's instructions could be the copy the linker gives the others.
+struct PairLaneScratch {
+  PairLaneBlock* data = nullptr;
+  size_t capacity = 0;
+  PairLaneScratch() = default;
+  PairLaneScratch(const PairLaneScratch&) = delete;
+  PairLaneScratch& operator=(const PairLaneScratch&) = delete;
+  ~PairLaneScratch() { std::free(data); }
+  // Room for n blocks (their contents undefined).
+  PairLaneBlock* reserve(size_t n) {
+    if (n > capacity) {
+      std::free(data);
+      data = static_cast<PairLaneBlock*>(
+          std::aligned_alloc(alignof(PairLaneBlock), n * sizeof(PairLaneBlock)));
+      capacity = data ? n : 0;
+      if (!data) throw std::bad_alloc();
+    }
+    return data;
+  }
+};
+
+// g's activations (Q8_K, every token) in pair lanes, token t's blocks at the result + t * blocks,
+// in the calling thread's buffer.
+inline const PairLaneBlock* pairLaneRows(const GemmArgs& g, int64_t blocks) {
+  thread_local PairLaneScratch scratch;
+  PairLaneBlock* out = scratch.reserve(static_cast<size_t>(g.tokens * blocks));
+  for (int64_t t = 0; t < g.tokens; ++t) {
+    pairLaneActivations(
+        reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t) * g.actStride), blocks,
+        out + t * blocks);
+  }
+  return out;
 }
 
 // mins[2p]*sums[2p] + mins[2p+1]*sums[2p+1], the sums from the table a row kernel computed for
