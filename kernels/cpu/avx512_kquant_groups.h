@@ -35,7 +35,10 @@
 // ahead into L2, and 14.6-21.5 prefetching into L1 (which evicts what is being read). The L2
 // prefetch is kept for CPUs whose hardware prefetchers fall behind: on the Intel Xeon VM the file
 // layout's kernels ran at half speed without theirs (x86_kquant_kernels.h; this kernel has not
-// been measured there).
+// been measured there). In a whole model's decode (a 75 MB stand-alone matrix partly stays in
+// the 32 MB L3 between repetitions) it pays for Q4_K on one thread and for Q6_K (33.8 tok/s with
+// it, 19.7 without, two threads), and costs Q5_K 11% on two threads: Q5_K runs without it
+// (GroupOf::kPrefetch).
 //
 // Prefill (the tiled order) runs the file layout's bands of 16 rows (two groups) on a row source
 // that takes each row's super-block out of its group; the other cases (rows not in whole groups,
@@ -116,17 +119,23 @@ constexpr int kMaskOr = 0xEA;
 // The file-layout block a group of each kind interleaves, and whether it carries fifth bits.
 template <class Group>
 struct GroupOf;
+// kPrefetch: whether groupDotKT prefetches ahead (see the top). The 1B models' decode (shoal-cli
+// bench -p 0 -n 64, medians of 6-8 alternated runs): Q4_K 42.8 tok/s with it against 38.1
+// without on one thread, 54.2 and 51.2 on two; Q5_K 38.4 with it against 43.0 without on two
+// threads, 30.8 and 31.4 on one.
 template <>
 struct GroupOf<BlockQ4_Kx8> {
   using Block = BlockQ4_K;
   static constexpr WeightKind kKind = WeightKind::Q4_K;
   static constexpr bool kFifthBits = false;
+  static constexpr bool kPrefetch = true;
 };
 template <>
 struct GroupOf<BlockQ5_Kx8> {
   using Block = BlockQ5_K;
   static constexpr WeightKind kKind = WeightKind::Q5_K;
   static constexpr bool kFifthBits = true;
+  static constexpr bool kPrefetch = false;
 };
 template <>
 struct GroupOf<BlockQ6_Kx8> {
@@ -179,7 +188,7 @@ inline void groupDotKT(const Group* x, const BlockQ8_K* const* y, const PairLane
   }
   for (int64_t b = 0; b < blocks; ++b) {
     const Group& xb = x[b];
-    {
+    if constexpr (GroupOf<Group>::kPrefetch) {
       // Past the group's last block: the next group's, which follows in memory.
       const auto* ahead = reinterpret_cast<const char*>(x + b + kGroupPrefetchBlocks);
       for (size_t i = 0; i < sizeof(Group); i += 64) _mm_prefetch(ahead + i, _MM_HINT_T2);

@@ -11,7 +11,8 @@
 // activation loads and runs the epilogue two rows per register, and the weights of a thread's
 // rows are one front-to-back stream. ggml's CPU "extra buffer types" (ggml-cpu/repack.cpp,
 // block_q4_Kx8) interleave for the same reason; this layout is Shoal's own (each row's fields
-// kept whole, so that a row comes back with plain copies), and the kernels that read it keep the
+// kept whole, so that a row comes back with plain copies, except the Q4_K and Q5_K quants' pair
+// lanes below, which a row gets back by one cheap swap), and the kernels that read it keep the
 // file layout's rounding order, so results stay bit-identical.
 //
 // A grouped matrix keeps its size and the offset of every eighth row, so a view of rows that
@@ -70,8 +71,9 @@ static_assert(sizeof(BlockQ5_Kx8) == kGroupRows * sizeof(BlockQ5_K));
 
 // One super-block of a token's Q8_K activations in pair lanes: for each chunk m, the 32 bytes that
 // chunk m's low nibbles multiply, then the 32 its high nibbles do, each written twice (the x86
-// kernels' pairLaneActivations writes them): a 512-bit kernel reads both rows' of a pair with a
-// plain load (a broadcast load takes an ALU slot on Zen 4), a 256-bit one the first copy.
+// kernels' pairLaneActivations writes them): a 512-bit kernel reads a step for both rows of a
+// pair with one plain load (a broadcast load takes an ALU slot on Zen 4), a 256-bit one reads the
+// first copy.
 struct alignas(64) PairLaneBlock {
   int8_t qs[4][2][64];
 };
