@@ -91,14 +91,6 @@ inline __m512i groupScalesAndMins(const Group& x, int h) {
   return _mm512_unpacklo_epi32(low6, _mm512_or_si512(low4, top2));
 }
 
-// Byte-shuffle indices that widen scale a (of the 8 scale bytes) to the int16 lanes 0-15 and
-// scale b to lanes 16-31.
-inline __m512i scalePick(int a, int b) {
-  return _mm512_inserti64x4(
-      _mm512_castsi256_si512(_mm256_set1_epi16(static_cast<int16_t>(0x8000 | a))),
-      _mm256_set1_epi16(static_cast<int16_t>(0x8000 | b)), 1);
-}
-
 // GF2P8AFFINEQB matrices (one per 64-bit lane) that copy n consecutive bits of each byte, from
 // bit a in the low 256 bits and from bit b in the high ones, to bits 4 .. 4+n-1 and clear the
 // others: output bit i is the parity of matrix byte 7-i AND the input byte (Intel SDM,
