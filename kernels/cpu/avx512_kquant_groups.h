@@ -37,8 +37,8 @@
 // layout's kernels ran at half speed without theirs (x86_kquant_kernels.h; this kernel has not
 // been measured there). In a whole model's decode (a 75 MB stand-alone matrix partly stays in
 // the 32 MB L3 between repetitions) it pays for Q4_K on one thread and for Q6_K (33.8 tok/s with
-// it, 19.7 without, two threads), and costs Q5_K 11% on two threads: Q5_K runs without it
-// (GroupOf::kPrefetch).
+// it, 19.7 without, two threads), and costs Q5_K 11% on two threads: Q5_K's one-token passes run
+// without it (GroupOf::kPrefetch).
 //
 // Prefill (the tiled order) runs the file layout's bands of 16 rows (two groups) on a row source
 // that takes each row's super-block out of its group; the other cases (rows not in whole groups,
@@ -111,7 +111,8 @@ constexpr int kMaskOr = 0xEA;
 // The file-layout block a group of each kind interleaves, and whether it carries fifth bits.
 template <class Group>
 struct GroupOf;
-// kPrefetch: whether groupDotKT prefetches ahead (see the top). The 1B models' decode (shoal-cli
+// kPrefetch: whether groupDotKT prefetches ahead in a pass of one token (see the top; passes of
+// several tokens, which are compute-bound, always do, as before). The 1B models' decode (shoal-cli
 // bench -p 0 -n 64, medians of 6-8 alternated runs): Q4_K 42.8 tok/s with it against 38.1
 // without on one thread, 54.2 and 51.2 on two; Q5_K 38.4 with it against 43.0 without on two
 // threads, 30.8 and 31.4 on one.
@@ -180,7 +181,7 @@ inline void groupDotKT(const Group* x, const BlockQ8_K* const* y, const PairLane
   }
   for (int64_t b = 0; b < blocks; ++b) {
     const Group& xb = x[b];
-    if constexpr (GroupOf<Group>::kPrefetch) {
+    if constexpr (GroupOf<Group>::kPrefetch || T > 1) {
       // Past the group's last block: the next group's, which follows in memory.
       const auto* ahead = reinterpret_cast<const char*>(x + b + kGroupPrefetchBlocks);
       for (size_t i = 0; i < sizeof(Group); i += 64) _mm_prefetch(ahead + i, _MM_HINT_T2);
