@@ -22,6 +22,16 @@ struct GpuOpSupport {
   bool rowRanges = false;  // row ranges of one matrix (phi3's fused QKV and gate/up)
 };
 
+// Every feature above: what a backend with kernels for all of them declares.
+inline constexpr GpuOpSupport kEveryGpuOp{.moe = true,
+                                          .moeBiases = true,
+                                          .scale = true,
+                                          .sinks = true,
+                                          .softcap = true,
+                                          .geglu = true,
+                                          .swigluOai = true,
+                                          .rowRanges = true};
+
 // What `op` needs that a backend with `has` lacks ("a mixture of experts", ...), or nullptr.
 inline const char* gpuOpGap(const model::Op& op, const GpuOpSupport& has) {
   if (op.kind == model::OpKind::MoeFfn) {

@@ -7,14 +7,6 @@
 
 namespace shoal::model {
 
-int32_t attendWindow(const LayerProgram& program) {
-  int32_t window = 0;
-  for (const Op& op : program.ops) {
-    if (op.kind == OpKind::Attend) window = std::max(window, op.attend.window);
-  }
-  return window;
-}
-
 Op rmsNorm(Buffer src, Buffer dst, TensorRole weight, float eps) {
   Op op;
   op.kind = OpKind::RmsNorm;

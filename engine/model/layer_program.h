@@ -140,8 +140,14 @@ struct LayerProgram {
 };
 
 // The sliding window a program's attention looks over: the widest Attend window (0: every
-// Attend sees the whole context).
-int32_t attendWindow(const LayerProgram& program);
+// Attend sees the whole context). Inline: the CUDA plugin uses it without linking the engine.
+inline int32_t attendWindow(const LayerProgram& program) {
+  int32_t window = 0;
+  for (const Op& op : program.ops) {
+    if (op.kind == OpKind::Attend && op.attend.window > window) window = op.attend.window;
+  }
+  return window;
+}
 
 // Builders, so arch files read like the math.
 Op rmsNorm(Buffer src, Buffer dst, TensorRole weight, float eps);

@@ -4,7 +4,9 @@
 // merges the splits (out = sum_s A_s e^(M_s - M) / sum_s L_s e^(M_s - M)). A long context then
 // keeps every SM busy even for one token and one KV head group. The number of positions comes
 // from the device (*firstPosition), so a captured decode graph replays with new positions;
-// splits past the visible positions write an empty partial.
+// splits past the visible positions (or before a sliding window) write an empty partial. The
+// options of the newer architectures live here too: a window over a ring cache, soft-capped
+// scores (gemma2) and attention sinks (gpt-oss), each as the CPU backend's attention.h defines.
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -29,8 +31,10 @@ __global__ void attentionPartialKernel(AttentionParams p, const float* q, const 
   const int64_t kvDim = static_cast<int64_t>(p.nHeadKv) * hd;
   const int kvHead = head / (p.nHead / p.nHeadKv);
   const int64_t visible = static_cast<int64_t>(*firstPosition) + t + 1;
-  const int64_t begin = static_cast<int64_t>(split) * p.chunk;
-  const int64_t end = min(visible, begin + p.chunk);
+  // A sliding window hides the positions before visible - window (whole splits then stay empty).
+  const int64_t first = p.window > 0 ? max(int64_t{0}, visible - p.window) : 0;
+  const int64_t begin = max(first, static_cast<int64_t>(split) * p.chunk);
+  const int64_t end = min(visible, static_cast<int64_t>(split) * p.chunk + p.chunk);
 
   const float* qRow = q + (t * p.nHead + head) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qRow[d];
@@ -43,16 +47,18 @@ __global__ void attentionPartialKernel(AttentionParams p, const float* q, const 
   for (int j = 0; j < kMaxPerLane; ++j) acc[j] = 0.0f;
 
   for (int64_t pos = begin + warp; pos < end; pos += kWarps) {
-    const __half* k = keys + pos * kvDim + static_cast<int64_t>(kvHead) * hd;
+    const int64_t slot = p.ring > 0 ? pos % p.ring : pos;
+    const __half* k = keys + slot * kvDim + static_cast<int64_t>(kvHead) * hd;
     float dot = 0.0f;
     for (int d = lane; d < hd; d += 32) dot += qs[d] * __half2float(k[d]);
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    if (p.softcap > 0) dot = tanhf(dot / p.softcap) * p.softcap;
     const float s = dot * p.scale;
     const float mNew = fmaxf(m, s);
     const float correction = expf(m - mNew);
     const float e = expf(s - mNew);
     l = l * correction + e;
-    const __half* v = values + pos * kvDim + static_cast<int64_t>(kvHead) * hd;
+    const __half* v = values + slot * kvDim + static_cast<int64_t>(kvHead) * hd;
 #pragma unroll
     for (int j = 0; j < kMaxPerLane; ++j) {
       const int d = lane + 32 * j;
@@ -94,9 +100,11 @@ __global__ void attentionMergeKernel(AttentionParams p, const float* partial, fl
   const int64_t t = blockIdx.y;
   const int hd = p.headDim;
   const float* in = partial + (t * p.nHead + head) * p.splits * (hd + 2);
-  float m = -INFINITY;
+  // A sink is one more softmax term that attends to nothing: it joins the maximum and the sum.
+  const float sink = p.sinks ? p.sinks[head] : -INFINITY;
+  float m = sink;
   for (int s = 0; s < p.splits; ++s) m = fmaxf(m, in[s * (hd + 2)]);
-  float l = 0.0f;
+  float l = p.sinks ? expf(sink - m) : 0.0f;
   for (int s = 0; s < p.splits; ++s) {
     const float ms = in[s * (hd + 2)];
     if (ms != -INFINITY) l += in[s * (hd + 2) + 1] * expf(ms - m);

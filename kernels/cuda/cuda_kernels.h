@@ -68,26 +68,63 @@ void addBias(float* x, const float* bias, int64_t rows, int64_t n, cudaStream_t 
 void addInPlace(float* x, const float* y, int64_t n, cudaStream_t stream);
 // out = silu(gate) * up
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// out = gelu(gate) * up with the tanh approximation (gemma's GeGLU; 0 for gate <= -10 and
+// gate * up for gate >= 10, as ggml's vec_geglu).
+void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// gpt-oss's clamped SwiGLU (layer_program.h Activation::SwigluOai): g = min(gate, 7),
+// u = clamp(up, -7, 7), out = g * sigmoid(1.702 g) * (u + 1).
+void swigluOai(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// x *= factor (n floats).
+void scale(float* x, float factor, int64_t n, cudaStream_t stream);
+// x = cap * tanh(x / cap) (n floats): gemma2's final logit soft-capping.
+void softcap(float* x, float cap, int64_t n, cudaStream_t stream);
 void floatToHalf(const float* x, __half* y, int64_t n, cudaStream_t stream);
 
 // Append tokens' keys and values (tokens x kvDim floats) to an f16 cache of kvDim per position,
-// at positions *firstPosition + t.
+// at positions *firstPosition + t; ring > 0: the cache is a sliding window's ring of that many
+// positions (engine/model/kv_ring.h), position p in slot p mod ring.
 void storeKv(const float* k, const float* v, __half* keyCache, __half* valueCache, int64_t tokens,
-             int32_t kvDim, const int32_t* firstPosition, cudaStream_t stream);
+             int32_t kvDim, const int32_t* firstPosition, int32_t ring, cudaStream_t stream);
 
 struct AttentionParams {
   int32_t nHead = 0;
   int32_t nHeadKv = 0;
   int32_t headDim = 0;  // at most 256
-  float scale = 0;      // 1/sqrt(headDim)
+  float scale = 0;      // applied to each (soft-capped) Q·K, usually 1/sqrt(headDim)
   int32_t splits = 1;   // position ranges computed in parallel per (token, head), then merged
   int32_t chunk = 256;  // positions per split; splits * chunk must cover the longest context
+  int32_t window = 0;   // > 0: token at position p sees only positions p - window + 1 .. p
+  int32_t ring = 0;     // > 0: the cache is a ring of this many positions (as storeKv's)
+  float softcap = 0;    // > 0: Q·K becomes softcap * tanh(Q·K / softcap) before `scale`
+  const float* sinks = nullptr;  // nHead sink logits (gpt-oss), or nullptr: head h's softmax
+                                 // also counts exp(sinks[h] - max), max over scores and sink
 };
 // Causal attention: token t (position *firstPosition + t) over cached positions
-// 0..*firstPosition + t. partial: scratch of tokens * nHead * splits * (headDim + 2) floats.
+// 0..*firstPosition + t (the last `window` of them when windowed). partial: scratch of
+// tokens * nHead * splits * (headDim + 2) floats.
 void attention(const AttentionParams& p, const float* q, const __half* keyCache,
                const __half* valueCache, int64_t tokens, const int32_t* firstPosition,
                float* partial, float* out, cudaStream_t stream);
+
+// The mixture-of-experts FFN (layer_program.h MoeFfn), in four steps over `rows` tokens:
+//  moeRoute:       per token, from its `experts` router logits, the `used` chosen experts (most
+//                  probable first) and their weights, as MoeParams says (softmaxWeight: the
+//                  SoftmaxWeight gating; normalize: divide by their sum, clamped at 2^-14)
+//  matvecExperts:  for every (token, rank) entry e = token * used + rank, y[e] = the chosen
+//                  expert's `expertRows` rows of w times the entry's input: the token's row of
+//                  the activations (perEntryInput false) or the entry's own row (true)
+//  addExpertBias:  y[e] += bias row ids[e] (experts x n F32), per entry
+//  moeCombine:     out[t] = sum over ranks, in rank order, of weights[t][k] * y[t * used + k]
+void moeRoute(const float* logits, int64_t rows, int32_t experts, int32_t used, bool softmaxWeight,
+              bool normalize, int32_t* ids, float* weights, cudaStream_t stream);
+void matvecExperts(gguf::TensorType type, const void* w, int64_t expertRows, int64_t k,
+                   int64_t rowBytes, const int32_t* ids, int64_t entries, int32_t used,
+                   bool perEntryInput, const int8_t* xq, const float2* xds, const float* xf,
+                   float* y, cudaStream_t stream);
+void addExpertBias(const float* bias, const int32_t* ids, float* y, int64_t entries, int64_t n,
+                   cudaStream_t stream);
+void moeCombine(const float* y, const float* weights, float* out, int64_t rows, int32_t used,
+                int64_t n, cudaStream_t stream);
 
 // *out = index of the largest of n logits (the first on ties): greedy sampling on the device.
 void argmax(const float* logits, int64_t n, int32_t* out, cudaStream_t stream);

@@ -40,7 +40,9 @@ class Resolver {
         if (op.outCount == 0 || size_t{op.outCount} > out.matrices.size())
           fail("a Project of no output");
         for (size_t i = 0; i < size_t{op.outCount}; ++i) {
-          out.matrices[i] = matrix(op.outs[i].weight, src, width(op.outs[i].dst));
+          const model::ProjectOut& o = op.outs[i];
+          out.matrices[i] = o.rows > 0 ? rowRange(o.weight, src, o.firstRow, o.rows, width(o.dst))
+                                       : matrix(o.weight, src, width(o.dst));
         }
         break;
       case OpKind::AddBias:
@@ -57,6 +59,7 @@ class Resolver {
         break;
       case OpKind::Attend:
         checkAttend(op);
+        if (op.attend.sinks) out.vector = vector(TensorRole::AttnSinks, m_c.nHead);
         break;
       case OpKind::KeepOutputRows:
         break;
@@ -64,14 +67,20 @@ class Resolver {
         if (src != dst) fail("Add between buffers of different widths");
         break;
       case OpKind::GatedFfn:
-        if (op.activation != model::Activation::Silu) fail("a gated FFN activation it lacks");
         if (op.dst != Buffer::Gate) fail("a gated FFN that does not write Gate");
-        out.matrices[0] = matrix(op.ffn[0], src, m_c.nFf);
-        out.matrices[1] = matrix(op.ffn[1], src, m_c.nFf);
+        if (op.fusedGateUp) {  // one matrix, the gate's rows first
+          out.matrices[0] = rowRange(op.ffn[0], src, 0, m_c.nFf, m_c.nFf);
+          out.matrices[1] = rowRange(op.ffn[0], src, m_c.nFf, m_c.nFf, m_c.nFf);
+        } else {
+          out.matrices[0] = matrix(op.ffn[0], src, m_c.nFf);
+          out.matrices[1] = matrix(op.ffn[1], src, m_c.nFf);
+        }
         break;
       case OpKind::MoeFfn:
+        resolveExperts(op, src, dst, out);
+        break;
       case OpKind::Scale:
-        break;  // refused above
+        break;
     }
     return out;
   }
@@ -109,6 +118,48 @@ class Resolver {
     return m;
   }
 
+  // Rows [first, first + count) of a matrix of k columns, which must be `want` rows.
+  DeviceMatrix rowRange(TensorRole role, int64_t k, int64_t first, int64_t count,
+                        int64_t want) const {
+    const gguf::TensorInfo* t = tensor(role);
+    DeviceMatrix m = m_d.get(t);
+    if (m.k != k || first < 0 || count != want || first + count > m.rows) {
+      fail("rows [" + std::to_string(first) + ", +" + std::to_string(count) + ") of " + t->name +
+           " (" + std::to_string(m.rows) + " rows of " + std::to_string(m.k) +
+           ") do not make the " + std::to_string(want) + " rows of " + std::to_string(k) +
+           " the program's buffers need");
+    }
+    m.data = static_cast<const uint8_t*>(m.data) + first * m.rowBytes;
+    m.rows = count;
+    return m;
+  }
+
+  // The router (matrices[0]), the experts' matrices and biases of a MoeFfn from src (srcWidth)
+  // to dst (dstWidth), checked against MoeParams.
+  void resolveExperts(const model::Op& op, int64_t srcWidth, int64_t dstWidth, CudaOp& out) const {
+    const model::MoeParams& moe = op.moe;
+    if (moe.experts <= 0 || moe.used <= 0 || moe.used > moe.experts) {
+      fail(std::to_string(moe.used) + " of " + std::to_string(moe.experts) + " experts");
+    }
+    out.matrices[0] = matrix(TensorRole::GateInp, srcWidth, moe.experts);
+    CudaExperts& x = out.experts;
+    const TensorRole roles[3] = {TensorRole::GateExps, TensorRole::UpExps, TensorRole::DownExps};
+    for (int i = 0; i < 3; ++i) x.matrices[size_t(i)] = m_d.get(tensor(roles[i]));
+    const DeviceMatrix &gate = x.matrices[0], &up = x.matrices[1], &down = x.matrices[2];
+    x.width = gate.rows / moe.experts;
+    if (gate.k != srcWidth || up.k != srcWidth || gate.rows % moe.experts != 0 ||
+        up.rows != gate.rows || down.k != x.width || down.rows != dstWidth * moe.experts) {
+      fail("expert matrices that do not hold " + std::to_string(moe.experts) + " experts from " +
+           std::to_string(srcWidth) + " to " + std::to_string(dstWidth) + " wide rows");
+    }
+    if (moe.biases) {
+      x.biases[0] = vector(TensorRole::GateInpBias, moe.experts);
+      x.biases[1] = vector(TensorRole::GateExpsBias, gate.rows);
+      x.biases[2] = vector(TensorRole::UpExpsBias, up.rows);
+      x.biases[3] = vector(TensorRole::DownExpsBias, down.rows);
+    }
+  }
+
   const float* vector(TensorRole role, int64_t length) const {
     const gguf::TensorInfo* t = tensor(role);
     const DeviceMatrix m = m_d.get(t);
@@ -126,10 +177,7 @@ class Resolver {
   }
 
   void checkAttend(const model::Op& op) const {
-    if (op.attend.window != 0) {
-      fail("sliding-window attention (a window of " + std::to_string(op.attend.window) +
-           " positions) is not supported by the CUDA backend");
-    }
+    if (op.attend.window < 0) fail("a negative attention window");
     if (op.src != Buffer::Q || op.dst != Buffer::Attn) fail("Attend must read Q and write Attn");
     const int32_t kvHeads = m_kvDim / m_c.headDim;
     if (m_c.headDim > kMaxHeadDim || kvHeads <= 0 || m_kvDim % m_c.headDim != 0 ||
@@ -179,14 +227,17 @@ std::vector<CudaLayer> resolveLayers(const model::ModelConfig& config,
   for (int32_t i = firstLayer; i < lastLayer; ++i) {
     // Computed once per stage: the program is data, the loop in CudaStage runs it per batch.
     const model::LayerProgram program = config.arch->layerProgram(config, i);
+    // The cache holds the context or a sliding window's ring (kv_ring.h, set up by CudaStage);
+    // a program bounding its cache itself would be sized otherwise by kv_footprint.h.
     if (program.window != 0) {
       throw Error("CUDA stage: layer " + std::to_string(i) +
-                  ": sliding-window attention is not supported by the CUDA backend");
+                  ": a KV cache bounded by the layer program's own window is not supported");
     }
     CudaLayer layer;
     layer.index = i;
     layer.last = i == config.nLayer - 1;
     layer.kvDim = program.kvDim > 0 ? program.kvDim : config.kvDim();
+    layer.window = model::attendWindow(program);
     Resolver resolver(config, weights, device, ropeTables, i, layer.kvDim);
     bool kept = false;
     for (const model::Op& op : program.ops) {

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "engine/error.h"
 #include "engine/model/architecture.h"
+#include "engine/model/kv_ring.h"
 #include "engine/model/model_weights.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/gpu_op_gaps.h"
@@ -76,14 +78,38 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
       throw Error(std::string("CUDA stage: the model's head has ") + missing +
                   ", which has no CUDA kernels yet (the CPU backend runs it)");
     }
+    // The KV cache: per layer, the context or a sliding window's ring (kv_ring.h), as wide as
+    // the layer's keys; and the MoE scratch's widest layer.
+    uint64_t kvPositions = 0;
+    int64_t moeFloats = 0, moeEntries = 0;
     for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
-      for (const model::Op& op : c.arch->layerProgram(c, i).ops) {
+      const model::LayerProgram program = c.arch->layerProgram(c, i);
+      for (const model::Op& op : program.ops) {
         const char* missing = kernels::gpuOpGap(op, kCudaOps);
         if (missing) {
           throw Error("CUDA stage: layer " + std::to_string(i) + " has " + missing +
                       ", which has no CUDA kernels yet (the CPU backend runs it)");
         }
+        if (op.kind == model::OpKind::MoeFfn) {
+          // An expert product's grid has a row per (token, k) entry: CUDA's grid y limit.
+          if (int64_t{spec.maxBatch} * op.moe.used > 65535) {
+            throw Error("CUDA stage: batches of " + std::to_string(spec.maxBatch) +
+                        " tokens with " + std::to_string(op.moe.used) +
+                        " experts each exceed 65535 (token, expert) entries: use a smaller "
+                        "batch");
+          }
+          const int64_t ff = c.nFfExp > 0 ? c.nFfExp : c.nFf;
+          moeEntries = std::max<int64_t>(moeEntries, op.moe.used);
+          moeFloats = std::max<int64_t>(moeFloats,
+                                        op.moe.experts + 2 + op.moe.used * (3 * ff + c.nEmbd + 2));
+        }
       }
+      const int32_t ring = model::kvRingPeriodFor(model::attendWindow(program), spec.contextLength);
+      const int32_t kvDim = program.kvDim > 0 ? program.kvDim : c.kvDim();
+      kvPositions +=
+          static_cast<uint64_t>(ring > 0 ? model::kvRingPositions(model::attendWindow(program))
+                                         : spec.contextLength) *
+          static_cast<uint64_t>(kvDim);
     }
 
     // What the stage holds is what the architecture's tensor table assigns to it.
@@ -97,10 +123,8 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
                          for (const int64_t d : t->dims) elements *= d;
                          largestMatrix = std::max(largestMatrix, elements);
                        });
-    const uint64_t layers = static_cast<uint64_t>(spec.lastLayer - spec.firstLayer);
-    const uint64_t kvCache = layers * static_cast<uint64_t>(spec.maxSequences) * 2 *
-                             static_cast<uint64_t>(spec.contextLength) *
-                             static_cast<uint64_t>(c.kvDim()) * sizeof(__half);
+    const uint64_t kvCache =
+        static_cast<uint64_t>(spec.maxSequences) * 2 * kvPositions * sizeof(__half);
     const int64_t b = spec.maxBatch;
     const int64_t widest = std::max<int64_t>({c.nEmbd, c.nFf, c.qDim()});
     const int64_t splits = (spec.contextLength + kAttentionChunk - 1) / kAttentionChunk;
@@ -109,10 +133,22 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
             sz(b * (static_cast<int64_t>(model::kBufferCount) * widest +
                     (spec.hasHead ? c.nVocab : 0) + c.nHead * splits * (c.headDim + 2))) +
         sz(b * widest) * 4 +  // int8 activations and their scales
-        (b >= kCublasMinBatch ? sizeof(__half) * sz(b * widest + largestMatrix) : 0);
+        (b >= kCublasMinBatch ? sizeof(__half) * sz(b * widest + largestMatrix) : 0) +
+        sizeof(float) * sz(b * moeFloats) + sz(b * moeEntries) * sizeof(int32_t);
+    // (largestMatrix counts the experts' 3D tensors too, which are never dequantized whole: an
+    // overestimate of the cuBLAS copy for a mixture of experts.)
     checkFits(device, m_weights.bytes(), kvCache, working);
     m_weights.upload(m_stream);
     m_layers = resolveLayers(c, w, m_weights, m_ropeTables, spec.firstLayer, spec.lastLayer);
+    for (CudaLayer& layer : m_layers) {
+      // A sliding-window layer keeps a ring of its last positions where that is smaller than
+      // the context; the book refuses batches the ring cannot serve.
+      if (model::kvRingPeriodFor(layer.window, spec.contextLength) > 0) {
+        layer.ring = model::kvRingPositions(layer.window);
+        m_book.keepRing(layer.ring, layer.window);
+        m_rings = true;
+      }
+    }
 
     if (spec.hasEmbedding) {
       m_tokenEmbd = m_weights.get(w[TensorRole::TokenEmbd]);
@@ -158,14 +194,22 @@ void CudaStage::allocate() {
   // cuBLAS path's f16 copy) and the longest row a matrix reads (the int8 activations).
   int64_t kvHalves = 0, maxMatrix = 0, maxK = c.nEmbd;
   int32_t maxKvDim = 0;
+  // The widest mixture of experts: router logits per token, and entries x width per token.
+  int64_t moeExperts = 0, moeEntries = 0, moeWidth = 0, moeOut = 0;
   for (const CudaLayer& layer : m_layers) {
     m_kvBase.push_back(kvHalves);
-    kvHalves += int64_t{m_spec.maxSequences} * 2 * m_spec.contextLength * layer.kvDim;
+    kvHalves += int64_t{m_spec.maxSequences} * 2 * kvPositions(layer) * layer.kvDim;
     maxKvDim = std::max(maxKvDim, layer.kvDim);
     for (const CudaOp& op : layer.ops) {
       for (const DeviceMatrix& m : op.matrices) {
         maxMatrix = std::max(maxMatrix, m.rows * m.k);
         maxK = std::max(maxK, m.k);
+      }
+      if (op.op.kind == model::OpKind::MoeFfn) {
+        moeExperts = std::max<int64_t>(moeExperts, op.op.moe.experts);
+        moeEntries = std::max<int64_t>(moeEntries, op.op.moe.used);
+        moeWidth = std::max(moeWidth, op.experts.width);
+        moeOut = std::max(moeOut, op.experts.matrices[2].rows / op.op.moe.experts);
       }
     }
   }
@@ -188,6 +232,17 @@ void CudaStage::allocate() {
   if (b >= kCublasMinBatch) {
     m_xHalf = static_cast<__half*>(alloc(sz(b * maxK) * sizeof(__half)));
     m_wHalf = static_cast<__half*>(alloc(sz(maxMatrix) * sizeof(__half)));
+  }
+  if (moeExperts > 0) {
+    const int64_t entries = b * moeEntries;
+    m_moe.logits = floats(b * moeExperts);
+    m_moe.ids = static_cast<int32_t*>(alloc(sz(entries) * sizeof(int32_t)));
+    m_moe.weights = floats(entries);
+    m_moe.gate = floats(entries * moeWidth);
+    m_moe.up = floats(entries * moeWidth);
+    m_moe.down = floats(entries * moeOut);
+    m_moe.xq = static_cast<int8_t*>(alloc(sz(entries * moeWidth)));
+    m_moe.xds = static_cast<float2*>(alloc(sz(entries * moeWidth / 32) * sizeof(float2)));
   }
   m_tokens = static_cast<int32_t*>(alloc(sz(b) * sizeof(int32_t)));
   m_position = static_cast<int32_t*>(alloc(sizeof(int32_t)));
@@ -225,9 +280,22 @@ void CudaStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   // Segment by segment: each sequence's rows go through every layer on their own. Running the
   // rows of several sequences in one pass (one matmul for all of them) is the concurrent
   // batching of issue 18.
+  // A stage with a ring takes long segments in chunks, so that a chunk's new positions never
+  // overwrite the window one of its rows reads (kv_ring.h); only the last chunk keeps a
+  // segment's last row's logits.
+  const int32_t chunk = m_rings ? model::kKvRingWriteChunk : std::numeric_limits<int32_t>::max();
   int32_t row = 0;
   for (const runtime::Segment& segment : batch.segments) {
-    runSegment(batch, segment, row, out);
+    for (int32_t done = 0; done < segment.count;) {
+      runtime::Segment part = segment;
+      part.firstPosition += done;
+      part.count = std::min(chunk, segment.count - done);
+      if (segment.logits == runtime::LogitRows::Last && done + part.count < segment.count) {
+        part.logits = runtime::LogitRows::None;
+      }
+      runSegment(batch, part, row + done, out);
+      done += part.count;
+    }
     row += segment.count;
   }
   m_book.commit(batch);

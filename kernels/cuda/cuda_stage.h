@@ -1,10 +1,12 @@
 #pragma once
 // A stage that runs its layers on one CUDA device. It runs the architecture's layer program
 // (engine/model/layer_program.h, resolved once by cuda_program.h) as a loop over its ops, one
-// small function per op kind, with the kernels of cuda_kernels.h: RMSNorm, projections, biases,
-// per-head norms, RoPE from precomputed angle tables, attention over an f16 KV cache, the gated
-// FFN, residual adds; the embedding before the first layer and the final norm + output head after
-// the last.
+// small function per op kind, with the kernels of cuda_kernels.h: RMSNorm, projections (row
+// ranges of a fused matrix too), biases, per-head norms, RoPE from precomputed angle tables,
+// attention over an f16 KV cache (sliding windows over a ring, soft-capping, sinks), the gated
+// FFN (SwiGLU, GeGLU, the clamped SwiGLU), mixtures of experts, scaling, residual adds; the
+// embedding before the first layer and the final norm + output head (soft-capped where the model
+// says) after the last.
 //
 // Decode (a one-row segment) runs as a CUDA graph recorded by running that same op loop under
 // stream capture on the first decode of each sequence, and replayed for every later token: the
@@ -81,6 +83,10 @@ class CudaStage final : public runtime::LocalStage {
   void keepOutputRowsOp(const CudaLayer& layer);
   void addOp(const CudaOp& op, const CudaLayer& layer);
   void gatedFfnOp(const CudaOp& op, const CudaLayer& layer);
+  void moeFfnOp(const CudaOp& op, const CudaLayer& layer);
+  void scaleOp(const CudaOp& op, const CudaLayer& layer);
+  // Gate = act(gate, up) with the op's activation, n floats.
+  void activate(model::Activation activation, float* gate, const float* up, int64_t n);
   // Final norm and output projection of the rows still active.
   void head();
 
@@ -90,6 +96,10 @@ class CudaStage final : public runtime::LocalStage {
   void matmuls(const float* x, std::span<const MatmulOut> outs);
   // The active rows of a buffer in a layer.
   float* buffer(model::Buffer b, const CudaLayer& layer) const;
+  // Positions a layer's cache holds per sequence: its ring, or the whole context.
+  int32_t kvPositions(const CudaLayer& layer) const {
+    return layer.ring > 0 ? layer.ring : m_spec.contextLength;
+  }
   __half* keyCache(const CudaLayer& layer, int32_t sequence) const;
   __half* valueCache(const CudaLayer& layer, int32_t sequence) const;
 
@@ -111,6 +121,7 @@ class CudaStage final : public runtime::LocalStage {
   std::vector<void*> m_allocations;
   __half* m_kv = nullptr;
   std::vector<int64_t> m_kvBase;  // per local layer: offset of its caches in m_kv, in halves
+  bool m_rings = false;           // some layer keeps a ring: segments run in chunks (kv_ring.h)
   std::array<float*, model::kBufferCount> m_buffers{};
   float *m_logits = nullptr, *m_partial = nullptr;
   int8_t* m_xq = nullptr;
@@ -119,6 +130,18 @@ class CudaStage final : public runtime::LocalStage {
   __half* m_wHalf = nullptr;  // one dequantized weight matrix (cuBLAS path)
   int32_t* m_tokens = nullptr;
   int32_t* m_position = nullptr;
+
+  // Mixture-of-experts scratch (allocated when a layer has one), for maxBatch tokens of `used`
+  // entries each: router logits, the chosen experts and weights, every entry's gate/up rows and
+  // down output, and the entries' gate rows as int8 blocks for the down product.
+  struct MoeScratch {
+    float* logits = nullptr;
+    int32_t* ids = nullptr;
+    float* weights = nullptr;
+    float *gate = nullptr, *up = nullptr, *down = nullptr;
+    int8_t* xq = nullptr;
+    float2* xds = nullptr;
+  } m_moe;
 
   // Pinned host staging: inputs (tokens, position) and the outputs that leave the device.
   int32_t* m_hostInput = nullptr;  // [0] position, [1..] tokens

@@ -19,7 +19,8 @@ using model::OpKind;
 size_t sz(int64_t v) { return static_cast<size_t>(v); }
 
 bool isFloat(gguf::TensorType type) {
-  return type == gguf::TensorType::F16 || type == gguf::TensorType::F32;
+  return type == gguf::TensorType::F16 || type == gguf::TensorType::BF16 ||
+         type == gguf::TensorType::F32;
 }
 
 }  // namespace
@@ -64,8 +65,9 @@ void CudaStage::runOp(const CudaOp& op, const CudaLayer& layer, int32_t sequence
     case OpKind::GatedFfn:
       return gatedFfnOp(op, layer);
     case OpKind::MoeFfn:
+      return moeFfnOp(op, layer);
     case OpKind::Scale:
-      break;  // refused when the program was resolved (cuda_program.cpp)
+      return scaleOp(op, layer);
   }
 }
 
@@ -110,7 +112,7 @@ void CudaStage::attendOp(const CudaOp& o, const CudaLayer& layer, int32_t sequen
   __half* keys = keyCache(layer, sequence);
   __half* values = valueCache(layer, sequence);
   storeKv(buffer(Buffer::K, layer), buffer(Buffer::V, layer), keys, values, m_rows, layer.kvDim,
-          m_position, m_stream);
+          m_position, layer.ring, m_stream);
   AttentionParams p;
   p.nHead = c.nHead;
   p.nHeadKv = layer.kvDim / c.headDim;
@@ -118,6 +120,11 @@ void CudaStage::attendOp(const CudaOp& o, const CudaLayer& layer, int32_t sequen
   p.scale = o.op.attend.scale;
   p.chunk = kAttentionChunk;
   p.splits = m_attentionSplits;
+  // A window as long as the context hides nothing.
+  p.window = o.op.attend.window < m_spec.contextLength ? o.op.attend.window : 0;
+  p.ring = layer.ring;
+  p.softcap = o.op.attend.softcap;
+  p.sinks = o.op.attend.sinks ? o.vector : nullptr;
   attention(p, buffer(o.op.src, layer), keys, values, m_rows, m_position, m_partial,
             buffer(o.op.dst, layer), m_stream);
 }
@@ -139,7 +146,60 @@ void CudaStage::gatedFfnOp(const CudaOp& o, const CudaLayer& layer) {
   float* up = buffer(Buffer::Up, layer);
   const std::array<MatmulOut, 2> outs{{{&o.matrices[0], gate}, {&o.matrices[1], up}}};
   matmuls(buffer(o.op.src, layer), outs);
-  swiglu(gate, up, gate, m_rows * m_config.nFf, m_stream);
+  activate(o.op.activation, gate, up, m_rows * m_config.nFf);
+}
+
+void CudaStage::activate(model::Activation activation, float* gate, const float* up, int64_t n) {
+  switch (activation) {
+    case model::Activation::Silu:
+      return swiglu(gate, up, gate, n, m_stream);
+    case model::Activation::GeluTanh:
+      return geglu(gate, up, gate, n, m_stream);
+    case model::Activation::SwigluOai:
+      return swigluOai(gate, up, gate, n, m_stream);
+  }
+}
+
+// dst = the routed experts' FFNs of src, weighted and summed (layer_program.h MoeFfn): the
+// router's logits (plus its bias), the choice per token on the device, then gate and up for
+// every (token, rank) entry from its expert's rows, the activation, down per entry, and the
+// weighted sum. The expert products always take the mat-vec path, which reads only the chosen
+// experts' rows (a batch's rows are not grouped per expert yet: correct, not yet fast for
+// prefill).
+void CudaStage::moeFfnOp(const CudaOp& o, const CudaLayer& layer) {
+  const model::MoeParams& moe = o.op.moe;
+  const CudaExperts& x = o.experts;
+  const float* src = buffer(o.op.src, layer);
+  const int64_t entries = m_rows * moe.used, ff = x.width;
+  const DeviceMatrix &gates = x.matrices[0], &ups = x.matrices[1], &downs = x.matrices[2];
+  const int64_t out = downs.rows / moe.experts;
+
+  const MatmulOut route{&o.matrices[0], m_moe.logits};
+  matmuls(src, std::span(&route, 1));
+  if (moe.biases) addBias(m_moe.logits, x.biases[0], m_rows, moe.experts, m_stream);
+  moeRoute(m_moe.logits, m_rows, moe.experts, moe.used,
+           moe.gating == model::MoeGating::SoftmaxWeight, moe.normalizeWeights, m_moe.ids,
+           m_moe.weights, m_stream);
+
+  // Gate and up read the token's row (quantized once for both), down the entry's own row.
+  quantizeActivations(src, m_rows, gates.k, m_xq, m_xds, m_stream);
+  auto product = [&](const DeviceMatrix& w, int64_t rows, bool perEntry, const int8_t* xq,
+                     const float2* xds, const float* xf, float* y, const float* bias) {
+    matvecExperts(w.type, w.data, rows, w.k, w.rowBytes, m_moe.ids, entries, moe.used, perEntry, xq,
+                  xds, xf, y, m_stream);
+    if (bias) addExpertBias(bias, m_moe.ids, y, entries, rows, m_stream);
+  };
+  product(gates, ff, false, m_xq, m_xds, src, m_moe.gate, x.biases[1]);
+  product(ups, ff, false, m_xq, m_xds, src, m_moe.up, x.biases[2]);
+  activate(o.op.activation, m_moe.gate, m_moe.up, entries * ff);
+  quantizeActivations(m_moe.gate, entries, ff, m_moe.xq, m_moe.xds, m_stream);
+  product(downs, out, true, m_moe.xq, m_moe.xds, m_moe.gate, m_moe.down, x.biases[3]);
+  moeCombine(m_moe.down, m_moe.weights, buffer(o.op.dst, layer), m_rows, moe.used, out, m_stream);
+}
+
+void CudaStage::scaleOp(const CudaOp& o, const CudaLayer& layer) {
+  scale(buffer(o.op.dst, layer), o.op.factor, m_rows * bufferWidth(o.op.dst, m_config, layer.kvDim),
+        m_stream);
 }
 
 void CudaStage::head() {
@@ -151,6 +211,7 @@ void CudaStage::head() {
   rmsNorm(x, m_outputNorm, norm, m_rows, c.nEmbd, c.rmsEps, m_stream);
   const MatmulOut out{&m_output, m_logits};
   matmuls(norm, std::span(&out, 1));
+  if (c.finalLogitSoftcap > 0) softcap(m_logits, c.finalLogitSoftcap, m_rows * c.nVocab, m_stream);
 }
 
 void CudaStage::keepLogitRows() {
@@ -208,12 +269,12 @@ float* CudaStage::buffer(Buffer b, const CudaLayer& layer) const {
 
 __half* CudaStage::keyCache(const CudaLayer& layer, int32_t sequence) const {
   const size_t local = sz(layer.index - m_spec.firstLayer);
-  const int64_t slot = int64_t{m_spec.contextLength} * layer.kvDim;
+  const int64_t slot = int64_t{kvPositions(layer)} * layer.kvDim;
   return m_kv + m_kvBase[local] + sz(sequence) * 2 * sz(slot);
 }
 
 __half* CudaStage::valueCache(const CudaLayer& layer, int32_t sequence) const {
-  return keyCache(layer, sequence) + int64_t{m_spec.contextLength} * layer.kvDim;
+  return keyCache(layer, sequence) + int64_t{kvPositions(layer)} * layer.kvDim;
 }
 
 }  // namespace shoal::cuda

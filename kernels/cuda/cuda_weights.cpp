@@ -17,7 +17,8 @@ void DeviceWeights::add(const gguf::TensorInfo* t) {
     throw Error(
         "CUDA stage: tensor " + t->name + " has ggml type " +
         std::to_string(static_cast<uint32_t>(t->type)) +
-        ", which the CUDA backend does not handle (q4_0, q4_1, q8_0, q4_K, q6_K, f16, f32)");
+        ", which the CUDA backend does not handle (it reads f32, f16, bf16, q4_0, q4_1, q5_0, "
+        "q5_1, q8_0, q2_K to q6_K, iq4_nl, iq4_xs and mxfp4)");
   }
   if (t->dims.empty() || (t->type != gguf::TensorType::F32 && t->dims[0] % 32 != 0)) {
     throw Error("CUDA stage: tensor " + t->name + " row length is not a multiple of 32");

@@ -1,4 +1,5 @@
-// The small ops of the layer program: RMSNorm, RoPE, bias, residual add, SwiGLU, KV-cache
+// The small ops of the layer program: RMSNorm, RoPE, bias, residual add, the gated FFNs'
+// activations (SwiGLU, GeGLU, gpt-oss's clamped SwiGLU), scaling and soft-capping, KV-cache
 // append, and greedy argmax.
 
 #include "kernels/cuda/cuda_check.h"
@@ -71,12 +72,55 @@ __global__ void swigluKernel(const float* gate, const float* up, float* out, int
   }
 }
 
+// GeGLU with the tanh GELU, evaluated in float (the CPU backend looks it up from a table of f16
+// gates, which the accuracy contract's tolerance covers); the same cut-offs at +-10.
+__global__ void gegluKernel(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kCoefA = 0.044715f;
+  constexpr float kSqrt2OverPi = 0.7978845608f;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = gate[i];
+  float gelu;
+  if (g <= -10.0f) {
+    gelu = 0.0f;
+  } else if (g >= 10.0f) {
+    gelu = g;
+  } else {
+    gelu = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * fmaf(kCoefA * g, g, 1.0f)));
+  }
+  out[i] = gelu * up[i];
+}
+
+// llama.cpp's constants for gpt-oss (the CPU's swiglu_oai.h).
+constexpr float kSwigluOaiAlpha = 1.702f;
+constexpr float kSwigluOaiLimit = 7.0f;
+
+__global__ void swigluOaiKernel(const float* gate, const float* up, float* out, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = fminf(gate[i], kSwigluOaiLimit);
+  const float u = fminf(fmaxf(up[i], -kSwigluOaiLimit), kSwigluOaiLimit);
+  out[i] = g / (1.0f + expf(kSwigluOaiAlpha * -g)) * (u + 1.0f);
+}
+
+__global__ void scaleKernel(float* x, float factor, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= factor;
+}
+
+__global__ void softcapKernel(float* x, float cap, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = tanhf(x[i] / cap) * cap;
+}
+
 __global__ void storeKvKernel(const float* k, const float* v, __half* keyCache, __half* valueCache,
-                              int64_t total, int32_t kvDim, const int32_t* firstPosition) {
+                              int64_t total, int32_t kvDim, const int32_t* firstPosition,
+                              int32_t ring) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t t = i / kvDim, d = i % kvDim;
-  const int64_t at = (static_cast<int64_t>(*firstPosition) + t) * kvDim + d;
+  const int64_t pos = static_cast<int64_t>(*firstPosition) + t;
+  const int64_t at = (ring > 0 ? pos % ring : pos) * kvDim + d;
   keyCache[at] = __float2half_rn(k[i]);
   valueCache[at] = __float2half_rn(v[i]);
 }
@@ -143,11 +187,35 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 
+void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gegluKernel<<<gridFor(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void swigluOai(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  swigluOaiKernel<<<gridFor(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void scale(float* x, float factor, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  scaleKernel<<<gridFor(n, 256), 256, 0, stream>>>(x, factor, n);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void softcap(float* x, float cap, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  softcapKernel<<<gridFor(n, 256), 256, 0, stream>>>(x, cap, n);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
 void storeKv(const float* k, const float* v, __half* keyCache, __half* valueCache, int64_t tokens,
-             int32_t kvDim, const int32_t* firstPosition, cudaStream_t stream) {
+             int32_t kvDim, const int32_t* firstPosition, int32_t ring, cudaStream_t stream) {
   const int64_t n = tokens * kvDim;
   storeKvKernel<<<gridFor(n, 256), 256, 0, stream>>>(k, v, keyCache, valueCache, n, kvDim,
-                                                     firstPosition);
+                                                     firstPosition, ring);
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -14,16 +14,9 @@
 
 namespace shoal::vulkan {
 
-// The layer-program features the Vulkan kernels cover beyond the llama/qwen ops (the rest are
-// refused by name: gpu_op_gaps.h).
-inline constexpr kernels::GpuOpSupport kVulkanOps{.moe = true,
-                                                  .moeBiases = true,
-                                                  .scale = true,
-                                                  .sinks = true,
-                                                  .softcap = true,
-                                                  .geglu = true,
-                                                  .swigluOai = true,
-                                                  .rowRanges = true};
+// The layer-program features the Vulkan kernels cover beyond the llama/qwen ops: all of them
+// (a feature added to gpu_op_gaps.h is refused by name until its kernels exist).
+inline constexpr kernels::GpuOpSupport kVulkanOps = kernels::kEveryGpuOp;
 
 // The weights of a layer (or the stage's global ones) by role; nullptr where not uploaded.
 using RoleTensors = std::array<const DeviceMatrix*, model::kTensorRoleCount>;

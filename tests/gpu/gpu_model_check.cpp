@@ -6,7 +6,10 @@
 // normalized MSE (reported), and a batch of two sequences against the two one at a time.
 //
 //   gpu_model_check [--backend cuda] [--device ID] [--prompts FILE] [--max-prompts N]
-//                   [--steps N] MODEL.gguf
+//                   [--steps N] [--context N] MODEL.gguf
+//
+// --context sets the stages' context length (default: each prompt's tokens + steps + 8); a
+// long one makes a sliding-window layer keep its cache as a ring (engine/model/kv_ring.h).
 //
 // FILE holds prompt texts separated by NUL bytes (tests/gpu/fixture_prompts.py writes the
 // fixture prompts so); without it one built-in prompt is used. Prompts are tokenized with special
@@ -38,6 +41,7 @@ struct Options {
   std::string promptsFile;
   int maxPrompts = 1000;
   int steps = 64;
+  int context = 0;  // 0: each prompt's length + steps + 8
   std::string model;
 };
 
@@ -169,12 +173,14 @@ bool parse(int argc, char** argv, Options& o) {
       if (!value(o.device)) return false;
     } else if (a == "--prompts") {
       if (!value(o.promptsFile)) return false;
-    } else if (a == "--max-prompts" || a == "--steps") {
+    } else if (a == "--max-prompts" || a == "--steps" || a == "--context") {
       if (!value(number)) return false;
       char* end = nullptr;
       const long v = std::strtol(number.c_str(), &end, 10);
-      if (*end != '\0' || v < 1 || v > 100000) return false;
-      (a == "--steps" ? o.steps : o.maxPrompts) = static_cast<int>(v);
+      if (*end != '\0' || v < 1 || v > 1000000) return false;
+      (a == "--steps"     ? o.steps
+       : a == "--context" ? o.context
+                          : o.maxPrompts) = static_cast<int>(v);
     } else if (!a.empty() && a[0] != '-' && o.model.empty()) {
       o.model = a;
     } else {
@@ -191,7 +197,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, o)) {
     std::fprintf(stderr,
                  "usage: gpu_model_check [--backend cuda] [--device ID] [--prompts FILE] "
-                 "[--max-prompts N] [--steps N] MODEL.gguf\n");
+                 "[--max-prompts N] [--steps N] [--context N] MODEL.gguf\n");
     return 2;
   }
   gpu_test::Tally tally;
@@ -219,7 +225,8 @@ int main(int argc, char** argv) {
     for (const std::string& text : prompts) {
       const auto prompt = m->tokenizer().encode(text, true, true);
       if (prompt.empty()) continue;
-      const int32_t context = static_cast<int32_t>(prompt.size()) + o.steps + 8;
+      const int32_t context =
+          std::max(o.context, static_cast<int32_t>(prompt.size()) + o.steps + 8);
       std::vector<int32_t> continuation;
       const Rows want = teacherForced(*wholeModelStage(*cpu, "cpu0", *m, 1, context), prompt,
                                       continuation, o.steps);

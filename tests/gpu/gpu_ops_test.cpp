@@ -191,12 +191,27 @@ void testRope(gpu_test::Tally& tally, bool neox, std::mt19937& rng) {
   tally.expect(e <= kMaxNmse, name, fmt(e));
 }
 
+// The newer architectures' attention options (cuda::AttentionParams).
+struct AttentionOptions {
+  int32_t window = 0;  // sliding window (positions)
+  int32_t ring = 0;    // the cache as a ring of this many positions
+  float softcap = 0;   // gemma2's soft-capping of Q·K
+  bool sinks = false;  // gpt-oss's per-head sink logits
+};
+
 // Attention of `tokens` new tokens at positions pos0.. over a cache holding pos0 + tokens
-// positions, GQA 8 heads over 2 KV heads, for a short and a split (long) context.
-void testAttention(gpu_test::Tally& tally, int32_t pos0, int32_t tokens, std::mt19937& rng) {
+// positions, GQA 8 heads over 2 KV heads, for a short and a split (long) context; with options,
+// a window over a ring cache (filled position by position, so a slot holds the newest position
+// that maps to it), soft-capped scores, sinks.
+void testAttention(gpu_test::Tally& tally, int32_t pos0, int32_t tokens, std::mt19937& rng,
+                   const AttentionOptions& o = {}) {
   const int32_t nHead = 8, nKv = 2, hd = 64, ctx = 2048, kvDim = nKv * hd;
-  const std::string name =
-      "attention pos0=" + std::to_string(pos0) + " tokens=" + std::to_string(tokens);
+  std::string name = "attention pos0=" + std::to_string(pos0) + " tokens=" + std::to_string(tokens);
+  if (o.window > 0) name += " window=" + std::to_string(o.window);
+  if (o.ring > 0) name += " ring=" + std::to_string(o.ring);
+  if (o.softcap > 0) name += " softcap";
+  if (o.sinks) name += " sinks";
+  const auto sinks = randomVector(sz_t(nHead), rng, 2.0f);
   const auto q = randomVector(sz_t(tokens * nHead * hd), rng);
   auto kf = randomVector(sz_t(ctx * kvDim), rng), vf = randomVector(sz_t(ctx * kvDim), rng);
   std::vector<__half> kh(kf.size()), vh(vf.size());
@@ -211,20 +226,23 @@ void testAttention(gpu_test::Tally& tally, int32_t pos0, int32_t tokens, std::mt
   for (int32_t t = 0; t < tokens; ++t)
     for (int32_t h = 0; h < nHead; ++h) {
       const int32_t kvh = h / (nHead / nKv), visible = pos0 + t + 1;
-      std::vector<double> s(sz_t(visible));
-      double m = -INFINITY;
-      for (int32_t p = 0; p < visible; ++p) {
+      const int32_t first = o.window > 0 ? std::max(0, visible - o.window) : 0;
+      std::vector<double> s(sz_t(visible), -INFINITY);
+      double m = o.sinks ? sinks[sz_t(h)] : -INFINITY;
+      for (int32_t p = first; p < visible; ++p) {
         double d = 0;
         for (int32_t i = 0; i < hd; ++i)
           d += q[sz_t((t * nHead + h) * hd + i)] * kf[sz_t(p * kvDim + kvh * hd + i)];
+        if (o.softcap > 0) d = std::tanh(d / o.softcap) * o.softcap;
         s[sz_t(p)] = d * scale;
         m = std::max(m, s[sz_t(p)]);
       }
-      double l = 0;
+      double l = o.sinks ? std::exp(sinks[sz_t(h)] - m) : 0.0;
       for (double& v : s) l += (v = std::exp(v - m));
       for (int32_t i = 0; i < hd; ++i) {
         double a = 0;
-        for (int32_t p = 0; p < visible; ++p) a += s[sz_t(p)] * vf[sz_t(p * kvDim + kvh * hd + i)];
+        for (int32_t p = first; p < visible; ++p)
+          a += s[sz_t(p)] * vf[sz_t(p * kvDim + kvh * hd + i)];
         want[sz_t((t * nHead + h) * hd + i)] = static_cast<float>(a / l);
       }
     }
@@ -235,6 +253,22 @@ void testAttention(gpu_test::Tally& tally, int32_t pos0, int32_t tokens, std::mt
   p.scale = scale;
   p.chunk = 256;
   p.splits = ctx / 256;
+  p.window = o.window;
+  p.ring = o.ring;
+  p.softcap = o.softcap;
+  Buf<float> dsinks(sinks);
+  p.sinks = o.sinks ? dsinks.p : nullptr;
+  if (o.ring > 0) {  // positions written in order: each slot keeps the newest of its positions
+    std::vector<__half> rk(sz_t(o.ring * kvDim)), rv(rk.size());
+    for (int32_t pos = 0; pos < pos0 + tokens; ++pos) {
+      for (int32_t i = 0; i < kvDim; ++i) {
+        rk[sz_t((pos % o.ring) * kvDim + i)] = kh[sz_t(pos * kvDim + i)];
+        rv[sz_t((pos % o.ring) * kvDim + i)] = vh[sz_t(pos * kvDim + i)];
+      }
+    }
+    kh = rk;
+    vh = rv;
+  }
   Buf<float> dq(q), dout(q.size()), dpart(sz_t(tokens * nHead * p.splits * (hd + 2)));
   Buf<__half> dk(kh), dv(vh);
   Buf<int32_t> dpos(std::vector<int32_t>{pos0});
@@ -242,6 +276,202 @@ void testAttention(gpu_test::Tally& tally, int32_t pos0, int32_t tokens, std::mt
   checkLastError(tally, name);
   const double e = gpu_test::nmse(dout.get(), want);
   tally.expect(e <= kMaxNmse, name, fmt(e));
+}
+
+// The cache append: keys and values as f16 at positions pos0.., in a ring of 8 positions.
+void testStoreKvRing(gpu_test::Tally& tally, std::mt19937& rng) {
+  const int32_t kvDim = 64, tokens = 5, pos0 = 6, ring = 8;
+  const auto k = randomVector(sz_t(tokens * kvDim), rng), v = randomVector(k.size(), rng);
+  std::vector<float> wantK(sz_t(ring * kvDim), 0.0f), wantV(wantK.size(), 0.0f);
+  for (int32_t t = 0; t < tokens; ++t) {
+    for (int32_t i = 0; i < kvDim; ++i) {
+      const size_t at = sz_t(((pos0 + t) % ring) * kvDim + i);
+      wantK[at] = __half2float(__float2half(k[sz_t(t * kvDim + i)]));
+      wantV[at] = __half2float(__float2half(v[sz_t(t * kvDim + i)]));
+    }
+  }
+  Buf<float> dk(k), dv(v);
+  Buf<__half> ck(wantK.size()), cv(wantV.size());
+  cudaMemset(ck.p, 0, wantK.size() * sizeof(__half));
+  cudaMemset(cv.p, 0, wantV.size() * sizeof(__half));
+  Buf<int32_t> dpos(std::vector<int32_t>{pos0});
+  cuda::storeKv(dk.p, dv.p, ck.p, cv.p, tokens, kvDim, dpos.p, ring, nullptr);
+  checkLastError(tally, "storeKv ring");
+  std::vector<float> gotK, gotV;
+  for (const __half h : ck.get()) gotK.push_back(__half2float(h));
+  for (const __half h : cv.get()) gotV.push_back(__half2float(h));
+  tally.expect(gotK == wantK && gotV == wantV, "storeKv ring", "slots p mod 8, f16-rounded");
+}
+
+// The activations of the newer FFNs and the elementwise scale and soft-cap, against double
+// math: gates wide enough to reach GeGLU's +-10 cut-offs and the clamped SwiGLU's limit of 7.
+void testActivations(gpu_test::Tally& tally, std::mt19937& rng) {
+  const size_t n = 4096;
+  auto gate = randomVector(n, rng, 5.0f);
+  gate[0] = -12.0f;
+  gate[1] = 11.0f;
+  const auto up = randomVector(n, rng, 5.0f);
+  std::vector<float> geglu(n), oai(n), scaled(n), capped(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double g = gate[i], u = up[i];
+    const double gelu =
+        g <= -10  ? 0.0
+        : g >= 10 ? g
+                  : 0.5 * g * (1 + std::tanh(0.7978845608028654 * g * (1 + 0.044715 * g * g)));
+    geglu[i] = static_cast<float>(gelu * u);
+    const double gc = std::min(g, 7.0), uc = std::clamp(u, -7.0, 7.0);
+    oai[i] = static_cast<float>(gc / (1 + std::exp(-1.702 * gc)) * (uc + 1));
+    scaled[i] = static_cast<float>(g * 0.125);
+    capped[i] = static_cast<float>(std::tanh(g / 3.0) * 3.0);
+  }
+  Buf<float> dg(gate), du(up), dy(n);
+  auto check = [&](const char* name, const std::vector<float>& want, double limit) {
+    checkLastError(tally, name);
+    const double e = gpu_test::nmse(dy.get(), want);
+    tally.expect(e <= limit, name, fmt(e));
+  };
+  cuda::geglu(dg.p, du.p, dy.p, static_cast<int64_t>(n), nullptr);
+  check("geglu", geglu, 1e-6);
+  cuda::swigluOai(dg.p, du.p, dy.p, static_cast<int64_t>(n), nullptr);
+  check("swigluOai", oai, 1e-6);
+  cudaMemcpy(dy.p, dg.p, n * sizeof(float), cudaMemcpyDeviceToDevice);
+  cuda::scale(dy.p, 0.125f, static_cast<int64_t>(n), nullptr);
+  check("scale", scaled, 1e-12);
+  cudaMemcpy(dy.p, dg.p, n * sizeof(float), cudaMemcpyDeviceToDevice);
+  cuda::softcap(dy.p, 3.0f, static_cast<int64_t>(n), nullptr);
+  check("softcap", capped, 1e-6);
+}
+
+// The mixture-of-experts kernels against a host reference: routing (both gatings), the
+// experts' products for token rows (Q4_K gate) and entry rows (Q8_0 down), their biases, and
+// the weighted sum.
+void testMoe(gpu_test::Tally& tally, std::mt19937& rng) {
+  const int32_t experts = 16, used = 4;
+  const int64_t rows = 3, k = 256, ff = 64, entries = rows * used;
+  const auto logits = randomVector(sz_t(rows * experts), rng, 2.0f);
+  Buf<float> dlogits(logits);
+  for (const bool softmaxWeight : {false, true}) {
+    const std::string name = softmaxWeight ? "moeRoute softmax-weight" : "moeRoute softmax";
+    std::vector<int32_t> wantIds(sz_t(entries));
+    std::vector<float> wantW(sz_t(entries));
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* l = &logits[sz_t(t * experts)];
+      std::vector<double> p(l, l + experts);
+      if (!softmaxWeight) {
+        const double m = *std::max_element(p.begin(), p.end());
+        double sum = 0;
+        for (double& v : p) sum += (v = std::exp(v - m));
+        for (double& v : p) v /= sum;
+      }
+      std::vector<int32_t> order(sz_t(experts));
+      for (int32_t e = 0; e < experts; ++e) order[sz_t(e)] = e;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int32_t a, int32_t b) { return p[sz_t(a)] > p[sz_t(b)]; });
+      std::vector<double> w(sz_t(used));
+      for (int32_t j = 0; j < used; ++j) w[sz_t(j)] = p[sz_t(order[sz_t(j)])];
+      if (softmaxWeight) {
+        double sum = 0;
+        for (double& v : w) sum += (v = std::exp(v - w[0]));
+        for (double& v : w) v /= sum;
+      } else {
+        double sum = 0;
+        for (const double v : w) sum += v;
+        for (double& v : w) v /= sum;
+      }
+      for (int32_t j = 0; j < used; ++j) {
+        wantIds[sz_t(t * used + j)] = order[sz_t(j)];
+        wantW[sz_t(t * used + j)] = static_cast<float>(w[sz_t(j)]);
+      }
+    }
+    Buf<int32_t> dids(sz_t(entries));
+    Buf<float> dw(sz_t(entries));
+    cuda::moeRoute(dlogits.p, rows, experts, used, softmaxWeight, !softmaxWeight, dids.p, dw.p,
+                   nullptr);
+    checkLastError(tally, name);
+    const double e = gpu_test::nmse(dw.get(), wantW);
+    tally.expect(dids.get() == wantIds && e <= 1e-10, name, "ids equal, weights " + fmt(e));
+  }
+
+  // Experts' products: ids chosen on the host (every expert's rows used by some entry).
+  std::vector<int32_t> ids(sz_t(entries));
+  for (int64_t i = 0; i < entries; ++i) ids[sz_t(i)] = static_cast<int32_t>((i * 5 + 3) % experts);
+  Buf<int32_t> dids(ids);
+  auto quantized = [&](TensorType type, int64_t nRows, int64_t cols, std::vector<float>& decoded) {
+    const auto w = randomVector(sz_t(nRows * cols), rng, 0.5f);
+    const size_t rb = gguf::rowBytes(type, cols);
+    std::vector<uint8_t> q(rb * sz_t(nRows));
+    decoded.assign(w.size(), 0.0f);
+    for (int64_t r = 0; r < nRows; ++r) {
+      uint8_t* qr = q.data() + sz_t(r) * rb;
+      gguf::quantizeRow(type, w.data() + r * cols, qr, cols);
+      gguf::dequantizeRow(type, qr, decoded.data() + r * cols, cols);
+    }
+    return q;
+  };
+  // y[e] = W[expert ids[e]] · input(e) with input(e) the token's row or the entry's own.
+  auto reference = [&](const std::vector<float>& wd, int64_t perExpert, int64_t cols,
+                       const std::vector<float>& in, bool perEntry) {
+    std::vector<float> y(sz_t(entries * perExpert));
+    for (int64_t e = 0; e < entries; ++e) {
+      const float* x = &in[sz_t((perEntry ? e : e / used) * cols)];
+      for (int64_t r = 0; r < perExpert; ++r) {
+        const float* row = &wd[sz_t((ids[sz_t(e)] * perExpert + r) * cols)];
+        double acc = 0;
+        for (int64_t i = 0; i < cols; ++i) acc += static_cast<double>(row[i]) * x[i];
+        y[sz_t(e * perExpert + r)] = static_cast<float>(acc);
+      }
+    }
+    return y;
+  };
+  struct Case {
+    TensorType type;
+    int64_t perExpert, cols;
+    bool perEntry;
+  };
+  for (const Case c : {Case{TensorType::Q4_K, ff, k, false}, Case{TensorType::Q8_0, k, ff, true}}) {
+    const std::string name = std::string("matvecExperts ") + gguf::typeName(c.type) +
+                             (c.perEntry ? " entry rows" : " token rows");
+    std::vector<float> wd;
+    const auto wq = quantized(c.type, experts * c.perExpert, c.cols, wd);
+    const int64_t inRows = c.perEntry ? entries : rows;
+    const auto x = randomVector(sz_t(inRows * c.cols), rng);
+    Buf<uint8_t> dwq(wq);
+    Buf<float> dx(x), dy(sz_t(entries * c.perExpert));
+    Buf<int8_t> dq(x.size());
+    Buf<float2> dds(x.size() / 32);
+    cuda::quantizeActivations(dx.p, inRows, c.cols, dq.p, dds.p, nullptr);
+    cuda::matvecExperts(c.type, dwq.p, c.perExpert, c.cols,
+                        static_cast<int64_t>(gguf::rowBytes(c.type, c.cols)), dids.p, entries, used,
+                        c.perEntry, dq.p, dds.p, dx.p, dy.p, nullptr);
+    checkLastError(tally, name);
+    const double e = gpu_test::nmse(dy.get(), reference(wd, c.perExpert, c.cols, x, c.perEntry));
+    tally.expect(e <= kMaxNmse, name, fmt(e));
+  }
+
+  // Biases per entry's expert, then the weighted sum in rank order.
+  const auto y = randomVector(sz_t(entries * k), rng), bias = randomVector(sz_t(experts * k), rng);
+  const auto weights = randomVector(sz_t(entries), rng);
+  std::vector<float> biased(y.size()), combined(sz_t(rows * k));
+  for (int64_t e = 0; e < entries; ++e)
+    for (int64_t i = 0; i < k; ++i)
+      biased[sz_t(e * k + i)] = y[sz_t(e * k + i)] + bias[sz_t(ids[sz_t(e)] * k + i)];
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t i = 0; i < k; ++i) {
+      double sum = 0;
+      for (int32_t j = 0; j < used; ++j)
+        sum +=
+            static_cast<double>(weights[sz_t(t * used + j)]) * biased[sz_t((t * used + j) * k + i)];
+      combined[sz_t(t * k + i)] = static_cast<float>(sum);
+    }
+  Buf<float> dy(y), dbias(bias), dweights(weights), dout(combined.size());
+  cuda::addExpertBias(dbias.p, dids.p, dy.p, entries, k, nullptr);
+  checkLastError(tally, "addExpertBias");
+  const double eb = gpu_test::nmse(dy.get(), biased);
+  tally.expect(eb <= 1e-12, "addExpertBias", fmt(eb));
+  cuda::moeCombine(dy.p, dweights.p, dout.p, rows, used, k, nullptr);
+  checkLastError(tally, "moeCombine");
+  const double ec = gpu_test::nmse(dout.get(), combined);
+  tally.expect(ec <= 1e-10, "moeCombine", fmt(ec));
 }
 
 void testGatherAndArgmax(gpu_test::Tally& tally, std::mt19937& rng) {
@@ -290,8 +520,11 @@ int main() {
   std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
   gpu_test::Tally tally;
   std::mt19937 rng(42);
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K,
-                          TensorType::Q6_K, TensorType::F16}) {
+  for (TensorType type :
+       {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0,
+        TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
+        TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4, TensorType::F16,
+        TensorType::BF16}) {
     for (int64_t tokens : {1, 3}) {
       try {
         testMatvec(tally, type, tokens, rng);
@@ -307,6 +540,14 @@ int main() {
     testAttention(tally, 0, 1, rng);
     testAttention(tally, 1500, 1, rng);  // split-K decode: 6 splits with work, 2 empty
     testAttention(tally, 100, 5, rng);   // a batch (prefill) continuing a cache
+    // The newer architectures' options: a window over a ring (positions 253-304 visible, the
+    // ring of 96 holding 209-304), soft-capping and sinks, and a window over the whole cache.
+    testAttention(tally, 300, 5, rng, {.window = 48, .ring = 96});
+    testAttention(tally, 1500, 1, rng, {.window = 700, .softcap = 5.0f, .sinks = true});
+    testAttention(tally, 100, 5, rng, {.sinks = true});
+    testStoreKvRing(tally, rng);
+    testActivations(tally, rng);
+    testMoe(tally, rng);
     testGatherAndArgmax(tally, rng);
   } catch (const std::exception& e) {
     tally.fail("ops", e.what());

@@ -8,6 +8,8 @@
 #               positions: logit_agreement.h) against the CPU backend on the fixture prompts,
 #               with SmolLM2's first 4 layers (real tokenizer and weights, ~39 MB:
 #               tests/gpu/prepare_carry.sh writes it here)
+#   2b. archs   gpu_model_check the same way on small synthetic models of every architecture
+#               and weight type (gpu_arch_models writes them there)
 #   3. bench    gpu_bench on that model and on a synthetic Llama-3-8B-shaped Q4_0 model that the
 #               project's writer produces there (decode, pp512, fraction of HBM bandwidth)
 # Every step's JSON line is collected into gpu-report.json (in $OUT when set, else the build dir).
@@ -114,6 +116,24 @@ else
       --max-prompts 2 --steps 8 "$ACCURACY_MODEL"
     run vulkan-bench-small 600 "$bin/gpu_bench" --backend vulkan "$ACCURACY_MODEL"
   fi
+fi
+
+# Every architecture and weight type on small synthetic models the GPU machine writes itself
+# (gpu_arch_models: the parity fixtures' shapes): experts, sliding windows over a ring (the
+# 2048-position context makes their caches rings), soft-capping, sinks, fused projections and
+# the K-quant, IQ4 and MXFP4 types, each against the CPU backend.
+step "2b. architectures and weight types vs CPU (synthetic)"
+archBackends=(cuda)
+[[ $dryRun == 1 && $vulkan == ON ]] && archBackends+=(vulkan)
+if archModels="$(timeout 120 "$bin/gpu_arch_models" "$BUILD_DIR/arch-models")"; then
+  for model in $archModels; do
+    for backend in "${archBackends[@]}"; do
+      run "$backend-arch-$(basename "$model" .gguf)" 120 "$bin/gpu_model_check" --backend "$backend" \
+        --prompts "$PROMPTS" --max-prompts 3 --steps 16 --context 2048 "$model"
+    done
+  done
+else
+  fail "writing the synthetic architecture models"
 fi
 
 if [[ "${SKIP_8B:-0}" != 1 && ($dryRun == 0 || "${DRY_RUN_8B:-0}" == 1) ]]; then
