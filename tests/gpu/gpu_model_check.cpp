@@ -125,7 +125,12 @@ Rows teacherForced(runtime::Stage& stage, const std::vector<int32_t>& prompt,
 }
 
 // Two sequences in one batch (a prompt and a one-token decode, every prompt row's logits for
-// the first) must give what the two give one at a time.
+// the first) must give what the two give one at a time, within the per-op tolerance: a GPU
+// backend promises accuracy, not batch invariance. The CUDA stage runs segments one by one (the
+// same bits); the Vulkan stage runs both in one pass, where a row's sums may round differently
+// by an ulp, and the 8-bit activations of a later product can turn that into a quantization
+// step (seen on a two-layer gemma3-shaped model: logits 7.6e-3 apart, NMSE 1e-6). A segment
+// given another's cache or positions is far outside the tolerance.
 void checkSegments(gpu_test::Tally& tally, runtime::Backend& backend, const std::string& device,
                    const model::Model& m, const std::vector<int32_t>& prompt) {
   const int32_t n = static_cast<int32_t>(prompt.size());
@@ -152,8 +157,11 @@ void checkSegments(gpu_test::Tally& tally, runtime::Backend& backend, const std:
   batch.segments = segments;
   together->forward(batch, got);
   const double e = gpu_test::nmse(got.logits, want);
-  tally.expect(e <= 1e-12 && got.tokens.empty(), "two sequences in one batch == one at a time",
-               "nmse=" + std::to_string(e) + ", " + std::to_string(got.logits.size()) + " logits");
+  char detail[96];
+  std::snprintf(detail, sizeof detail, "nmse=%.3g (%s), %zu logits", e,
+                got.logits == want ? "bit-identical" : "not bit-identical", got.logits.size());
+  tally.expect(e <= 5e-4 && got.tokens.empty(), "two sequences in one batch ~= one at a time",
+               detail);
   tally.expect(alone->cachedPositions(1) == n + 1 && together->cachedPositions(0) == n,
                "cached positions follow the segments", "");
 }
