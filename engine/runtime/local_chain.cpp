@@ -33,7 +33,8 @@ LocalSplit planLocalSplit(Backend& backend, const std::string& device, const Mod
   split.modelBytes = backend.stageDeviceBytes(model, whole);
   if (split.modelBytes == 0) {
     if (requestedLayers >= 0 && requestedLayers != layers) {
-      throw Error("--gpu-layers needs a GPU backend that reports its memory (--backend vulkan)");
+      throw Error(
+          "--gpu-layers needs a GPU backend that reports its memory (--backend vulkan or cuda)");
     }
     split.deviceLayers = layers;
     return split;

@@ -87,12 +87,8 @@ std::unique_ptr<runtime::Stage> CudaBackend::createStage(const std::string& devi
                                                          const runtime::ModelSource& model,
                                                          const runtime::StageSpec& spec) {
   if (!m_availability.available) throw Error("cuda backend unavailable: " + m_availability.reason);
-  int index = -1;
-  if (deviceId.rfind("cuda", 0) == 0 && deviceId.size() > 4 &&
-      deviceId.find_first_not_of("0123456789", 4) == std::string::npos) {
-    index = std::stoi(deviceId.substr(4));
-  }
-  if (index < 0 || index >= m_deviceCount) {
+  const int index = indexOf(deviceId);
+  if (index < 0) {
     throw Error("CUDA backend: unknown device '" + deviceId + "' (" +
                 std::to_string(m_deviceCount) + " devices)");
   }
@@ -100,6 +96,33 @@ std::unique_ptr<runtime::Stage> CudaBackend::createStage(const std::string& devi
     throw Error("CUDA backend: " + deviceId + " cannot run this plugin's code: " + m_refused);
   }
   return std::make_unique<CudaStage>(index, model, spec);
+}
+
+int CudaBackend::indexOf(const std::string& deviceId) const {
+  if (deviceId.rfind("cuda", 0) != 0 || deviceId.size() < 5 || deviceId.size() > 8 ||
+      deviceId.find_first_not_of("0123456789", 4) != std::string::npos) {
+    return -1;
+  }
+  const int index = std::stoi(deviceId.substr(4));
+  return index < m_deviceCount ? index : -1;
+}
+
+uint64_t CudaBackend::stageDeviceBytes(const runtime::ModelSource& model,
+                                       const runtime::StageSpec& spec) const {
+  return CudaStage::footprint(model, spec).total();
+}
+
+uint64_t CudaBackend::freeDeviceBytes(const std::string& deviceId) {
+  const int index = indexOf(deviceId);
+  if (index < 0 || std::find(m_usable.begin(), m_usable.end(), index) == m_usable.end()) return 0;
+  std::lock_guard lock(m_mutex);
+  size_t freeBytes = 0, totalBytes = 0;
+  if (cudaSetDevice(index) != cudaSuccess ||
+      cudaMemGetInfo(&freeBytes, &totalBytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return freeBytes;
 }
 
 double measureBandwidth(int device) {

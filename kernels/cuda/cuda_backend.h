@@ -23,6 +23,11 @@ class CudaBackend final : public runtime::Backend {
   std::unique_ptr<runtime::Stage> createStage(const std::string& deviceId,
                                               const runtime::ModelSource& model,
                                               const runtime::StageSpec& spec) override;
+  // The memory fit (backend.h): CudaStage::footprint's total, and cudaMemGetInfo's free bytes
+  // (0 for a device it cannot use).
+  uint64_t stageDeviceBytes(const runtime::ModelSource& model,
+                            const runtime::StageSpec& spec) const override;
+  uint64_t freeDeviceBytes(const std::string& deviceId) override;
 
  private:
   runtime::Availability m_availability;
@@ -31,6 +36,9 @@ class CudaBackend final : public runtime::Backend {
   std::string m_refused;      // why the others are left out ("" when none are)
   mutable std::mutex m_mutex;
   mutable std::vector<double> m_bandwidth;  // bytes/s per device, 0 until measured
+
+  // The device index of "cudaN", or -1 when the id names none.
+  int indexOf(const std::string& deviceId) const;
 };
 
 // Copy bandwidth of a device (bytes read + written per second), from timed device-to-device

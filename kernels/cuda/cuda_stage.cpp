@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <string>
 
 #include "engine/error.h"
@@ -41,23 +42,87 @@ std::string mib(uint64_t bytes) { return std::to_string((bytes + (1u << 19)) >> 
 
 // Refuses, before anything large is allocated, a stage that would not fit in the device's free
 // memory, with the figures a user needs (a cudaMalloc failure halfway through the upload would
-// say only "out of memory"). The working-buffer figure is an upper bound of what allocate()
-// takes; kReserve covers cuBLAS's workspace and the decode graphs.
-void checkFits(int device, uint64_t weights, uint64_t kvCache, uint64_t working) {
-  constexpr uint64_t kReserve = uint64_t{256} << 20;
+// say only "out of memory").
+void checkFits(int device, const CudaStage::Footprint& need) {
   size_t freeBytes = 0, totalBytes = 0;
   SHOAL_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
-  const uint64_t need = weights + kvCache + working + kReserve;
-  if (need > freeBytes) {
-    throw Error("CUDA stage on cuda" + std::to_string(device) + ": needs about " + mib(need) +
-                " (weights " + mib(weights) + ", KV cache " + mib(kvCache) + ", working buffers " +
-                mib(working) + ", reserve " + mib(kReserve) + ") but only " + mib(freeBytes) +
-                " of " + mib(totalBytes) +
-                " is free: give this GPU fewer layers or use a shorter context");
+  if (need.total() > freeBytes) {
+    throw Error("CUDA stage on cuda" + std::to_string(device) + ": needs about " +
+                mib(need.total()) + " (weights " + mib(need.weights) + ", KV cache " +
+                mib(need.kvCache) + ", working buffers " + mib(need.working) + ", reserve " +
+                mib(CudaStage::Footprint::kReserve) + ") but only " + mib(freeBytes) + " of " +
+                mib(totalBytes) + " is free: give this GPU fewer layers or use a shorter context");
   }
 }
 
 }  // namespace
+
+CudaStage::Footprint CudaStage::footprint(const runtime::ModelSource& model,
+                                          const runtime::StageSpec& spec) {
+  const model::ModelConfig& c = configOf(model);
+  const model::ModelWeights& w = *model.weights;
+  Footprint f;
+  // The KV cache: per layer, the context or a sliding window's ring (kv_ring.h), as wide as the
+  // layer's keys; and the MoE scratch's widest layer. Ops without kernels are refused here, so
+  // before anything is allocated.
+  uint64_t kvPositions = 0;
+  int64_t moeFloats = 0, moeEntries = 0;
+  for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
+    const model::LayerProgram program = c.arch->layerProgram(c, i);
+    for (const model::Op& op : program.ops) {
+      if (const char* missing = kernels::gpuOpGap(op, kCudaOps)) {
+        throw Error("CUDA stage: layer " + std::to_string(i) + " has " + missing +
+                    ", which has no CUDA kernels yet (the CPU backend runs it)");
+      }
+      if (op.kind == model::OpKind::MoeFfn) {
+        // An expert product's grid has a row per (token, k) entry: CUDA's grid y limit.
+        if (int64_t{spec.maxBatch} * op.moe.used > 65535) {
+          throw Error("CUDA stage: batches of " + std::to_string(spec.maxBatch) + " tokens with " +
+                      std::to_string(op.moe.used) +
+                      " experts each exceed 65535 (token, expert) entries: use a smaller batch");
+        }
+        const int64_t ff = c.nFfExp > 0 ? c.nFfExp : c.nFf;
+        moeEntries = std::max<int64_t>(moeEntries, op.moe.used);
+        moeFloats =
+            std::max<int64_t>(moeFloats, op.moe.experts + 2 + op.moe.used * (3 * ff + c.nEmbd + 2));
+      }
+    }
+    const int32_t window = model::attendWindow(program);
+    const int32_t kvDim = program.kvDim > 0 ? program.kvDim : c.kvDim();
+    kvPositions += static_cast<uint64_t>(model::kvRingPeriodFor(window, spec.contextLength) > 0
+                                             ? model::kvRingPositions(window)
+                                             : spec.contextLength) *
+                   static_cast<uint64_t>(kvDim);
+  }
+  f.kvCache = static_cast<uint64_t>(spec.maxSequences) * 2 * kvPositions * sizeof(__half);
+
+  // The weights: what the architecture's tensor table assigns to the stage, each tensor once
+  // (a tied output is token_embd again), at DeviceWeights' 256-byte granularity.
+  std::set<const gguf::TensorInfo*> seen;
+  int64_t largestMatrix = 0;  // elements: the f16 copy the cuBLAS path makes of one matrix
+  forEachStageTensor(c, w, spec.firstLayer, spec.lastLayer, spec.hasEmbedding, spec.hasHead,
+                     [&](const gguf::TensorInfo* t) {
+                       if (!t || !seen.insert(t).second) return;
+                       f.weights += (t->nbytes + 255) / 256 * 256;
+                       // (TensorInfo::elementCount is engine code, which the plugin lacks.)
+                       int64_t elements = 1;
+                       for (const int64_t d : t->dims) elements *= d;
+                       largestMatrix = std::max(largestMatrix, elements);
+                     });
+
+  const int64_t b = spec.maxBatch;
+  const int64_t widest = std::max<int64_t>({c.nEmbd, c.nFf, c.qDim()});
+  const int64_t splits = (spec.contextLength + kAttentionChunk - 1) / kAttentionChunk;
+  // (largestMatrix counts the experts' 3D tensors too, which are never dequantized whole: an
+  // overestimate of the cuBLAS copy for a mixture of experts.)
+  f.working =
+      sizeof(float) * sz(b * (static_cast<int64_t>(model::kBufferCount) * widest +
+                              (spec.hasHead ? c.nVocab : 0) + c.nHead * splits * (c.headDim + 2))) +
+      sz(b * widest) * 4 +  // int8 activations and their scales
+      (b >= kCublasMinBatch ? sizeof(__half) * sz(b * widest + largestMatrix) : 0) +
+      sizeof(float) * sz(b * moeFloats) + sz(b * moeEntries) * sizeof(int32_t);
+  return f;
+}
 
 CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtime::StageSpec& spec)
     : m_device(device),
@@ -78,66 +143,10 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
       throw Error(std::string("CUDA stage: the model's head has ") + missing +
                   ", which has no CUDA kernels yet (the CPU backend runs it)");
     }
-    // The KV cache: per layer, the context or a sliding window's ring (kv_ring.h), as wide as
-    // the layer's keys; and the MoE scratch's widest layer.
-    uint64_t kvPositions = 0;
-    int64_t moeFloats = 0, moeEntries = 0;
-    for (int32_t i = spec.firstLayer; i < spec.lastLayer; ++i) {
-      const model::LayerProgram program = c.arch->layerProgram(c, i);
-      for (const model::Op& op : program.ops) {
-        const char* missing = kernels::gpuOpGap(op, kCudaOps);
-        if (missing) {
-          throw Error("CUDA stage: layer " + std::to_string(i) + " has " + missing +
-                      ", which has no CUDA kernels yet (the CPU backend runs it)");
-        }
-        if (op.kind == model::OpKind::MoeFfn) {
-          // An expert product's grid has a row per (token, k) entry: CUDA's grid y limit.
-          if (int64_t{spec.maxBatch} * op.moe.used > 65535) {
-            throw Error("CUDA stage: batches of " + std::to_string(spec.maxBatch) +
-                        " tokens with " + std::to_string(op.moe.used) +
-                        " experts each exceed 65535 (token, expert) entries: use a smaller "
-                        "batch");
-          }
-          const int64_t ff = c.nFfExp > 0 ? c.nFfExp : c.nFf;
-          moeEntries = std::max<int64_t>(moeEntries, op.moe.used);
-          moeFloats = std::max<int64_t>(moeFloats,
-                                        op.moe.experts + 2 + op.moe.used * (3 * ff + c.nEmbd + 2));
-        }
-      }
-      const int32_t ring = model::kvRingPeriodFor(model::attendWindow(program), spec.contextLength);
-      const int32_t kvDim = program.kvDim > 0 ? program.kvDim : c.kvDim();
-      kvPositions +=
-          static_cast<uint64_t>(ring > 0 ? model::kvRingPositions(model::attendWindow(program))
-                                         : spec.contextLength) *
-          static_cast<uint64_t>(kvDim);
-    }
-
-    // What the stage holds is what the architecture's tensor table assigns to it.
-    int64_t largestMatrix = 0;  // elements: the f16 copy the cuBLAS path makes of one matrix
+    const Footprint need = footprint(model, spec);  // also refuses ops it has no kernels for
     forEachStageTensor(c, w, spec.firstLayer, spec.lastLayer, spec.hasEmbedding, spec.hasHead,
-                       [this, &largestMatrix](const gguf::TensorInfo* t) {
-                         m_weights.add(t);
-                         if (!t) return;
-                         // (TensorInfo::elementCount is engine code, which the plugin lacks.)
-                         int64_t elements = 1;
-                         for (const int64_t d : t->dims) elements *= d;
-                         largestMatrix = std::max(largestMatrix, elements);
-                       });
-    const uint64_t kvCache =
-        static_cast<uint64_t>(spec.maxSequences) * 2 * kvPositions * sizeof(__half);
-    const int64_t b = spec.maxBatch;
-    const int64_t widest = std::max<int64_t>({c.nEmbd, c.nFf, c.qDim()});
-    const int64_t splits = (spec.contextLength + kAttentionChunk - 1) / kAttentionChunk;
-    const uint64_t working =
-        sizeof(float) *
-            sz(b * (static_cast<int64_t>(model::kBufferCount) * widest +
-                    (spec.hasHead ? c.nVocab : 0) + c.nHead * splits * (c.headDim + 2))) +
-        sz(b * widest) * 4 +  // int8 activations and their scales
-        (b >= kCublasMinBatch ? sizeof(__half) * sz(b * widest + largestMatrix) : 0) +
-        sizeof(float) * sz(b * moeFloats) + sz(b * moeEntries) * sizeof(int32_t);
-    // (largestMatrix counts the experts' 3D tensors too, which are never dequantized whole: an
-    // overestimate of the cuBLAS copy for a mixture of experts.)
-    checkFits(device, m_weights.bytes(), kvCache, working);
+                       [this](const gguf::TensorInfo* t) { m_weights.add(t); });
+    checkFits(device, need);
     m_weights.upload(m_stream);
     m_layers = resolveLayers(c, w, m_weights, m_ropeTables, spec.firstLayer, spec.lastLayer);
     for (CudaLayer& layer : m_layers) {

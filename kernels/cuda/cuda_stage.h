@@ -38,6 +38,17 @@ class CudaStage final : public runtime::LocalStage {
   CudaStage(const CudaStage&) = delete;
   CudaStage& operator=(const CudaStage&) = delete;
 
+  // What a stage of this spec allocates on its device, in bytes. The working-buffer figure is
+  // an upper bound of what allocate() takes; kReserve covers cuBLAS's workspace and the decode
+  // graphs. Throws shoal::Error for a layer op without CUDA kernels. Host arithmetic only: the
+  // backend answers stageDeviceBytes with it (the memory fit splits a model that does not fit).
+  struct Footprint {
+    static constexpr uint64_t kReserve = uint64_t{256} << 20;
+    uint64_t weights = 0, kvCache = 0, working = 0;
+    uint64_t total() const { return weights + kvCache + working + kReserve; }
+  };
+  static Footprint footprint(const runtime::ModelSource& model, const runtime::StageSpec& spec);
+
   const runtime::StageSpec& spec() const override { return m_spec; }
   int32_t truncate(int32_t sequence, int32_t fromPosition) override {
     return m_book.truncate(sequence, fromPosition);

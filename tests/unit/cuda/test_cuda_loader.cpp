@@ -1,11 +1,14 @@
 // The CUDA backend is a plugin: without it, a driver or a device, createBackend("cuda") still
 // returns a backend, unavailable, with a reason a person can act on.
 
+#include <QTemporaryDir>
 #include <QtTest>
 #include <cstdlib>
 #include <string>
 
 #include "engine/error.h"
+#include "engine/model/model.h"
+#include "engine/model/synthetic_model.h"
 #include "kernels/backend_registry.h"
 #include "kernels/cuda/cuda_loader.h"
 
@@ -110,6 +113,61 @@ class TestCudaLoader : public QObject {
     QVERIFY2(a.reason.find("driver") != std::string::npos ||
                  a.reason.find("device") != std::string::npos,
              a.reason.c_str());
+#endif
+  }
+
+  // The memory fit asks the plugin what a stage would take on the device: host arithmetic that
+  // works without one. It counts the stage's tensors, its KV cache (a sliding window's ring
+  // rather than the context) and working buffers; no device means no free bytes.
+  void pluginSizesStagesWithoutADevice() {
+#ifndef SHOAL_TEST_CUDA_PLUGIN
+    QSKIP("this build has no CUDA plugin (SHOAL_CUDA=OFF)");
+#else
+    if (hasCudaDevice()) QSKIP("a CUDA device is present: tests/gpu checks the working backend");
+    ScopedEnv env("SHOAL_CUDA_PLUGIN", SHOAL_TEST_CUDA_PLUGIN);
+    const auto backend = kernels::createBackend("cuda", {});
+    QCOMPARE(backend->freeDeviceBytes("cuda0"), uint64_t{0});
+    QTemporaryDir dir;
+    auto write = [&](const char* name, int window) {
+      model::SyntheticModelSpec spec;
+      spec.architecture = "gemma3";
+      spec.nLayer = 4;
+      spec.nHeadKv = 2;
+      spec.nVocab = 512;
+      spec.nCtx = 16384;
+      spec.slidingWindow = window;
+      spec.slidingWindowPattern = window > 0 ? 2 : 0;  // layers 0 and 2 windowed
+      spec.tiedOutput = true;
+      const std::string path = dir.filePath(name).toStdString();
+      model::writeSyntheticModel(spec, path);
+      return model::Model::load(path);
+    };
+    const auto dense = write("dense.gguf", 0), windowed = write("windowed.gguf", 64);
+    auto bytes = [&](const model::Model& m, int32_t lastLayer, int32_t context) {
+      const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
+      runtime::StageSpec spec;
+      spec.lastLayer = lastLayer;
+      spec.hasEmbedding = true;
+      spec.hasHead = lastLayer == m.config().nLayer;
+      spec.contextLength = context;
+      spec.maxSequences = 1;
+      return backend->stageDeviceBytes(src, spec);
+    };
+    uint64_t tensorBytes = 0;
+    for (const gguf::TensorInfo& t : dense->file().tensors()) tensorBytes += t.nbytes;
+    const uint64_t whole = bytes(*dense, 4, 4096);
+    QVERIFY2(whole >= tensorBytes, std::to_string(whole).c_str());
+    QVERIFY(bytes(*dense, 2, 4096) < whole);
+    // Keys and values of 4 layers, f16, 2 heads of 64 (the writer's 256-wide, 4-head default):
+    // 8192 more positions add at least that much.
+    const uint64_t kvPerPosition = 4 * 2 * 2 * 64 * sizeof(uint16_t);
+    const uint64_t denseGrowth = bytes(*dense, 4, 12288) - whole;
+    QVERIFY2(denseGrowth >= 8192 * kvPerPosition, std::to_string(denseGrowth).c_str());
+    // Two of the windowed model's layers keep a ring of a fixed size: half the KV growth.
+    const uint64_t windowedGrowth = bytes(*windowed, 4, 12288) - bytes(*windowed, 4, 4096);
+    QVERIFY2(windowedGrowth >= 8192 * kvPerPosition / 2 &&
+                 windowedGrowth < denseGrowth - 8192 * kvPerPosition / 4,
+             (std::to_string(windowedGrowth) + " vs " + std::to_string(denseGrowth)).c_str());
 #endif
   }
 };
