@@ -99,28 +99,25 @@ CudaStage::Footprint CudaStage::footprint(const runtime::ModelSource& model,
   // The weights: what the architecture's tensor table assigns to the stage, each tensor once
   // (a tied output is token_embd again), at DeviceWeights' 256-byte granularity.
   std::set<const gguf::TensorInfo*> seen;
-  int64_t largestMatrix = 0;  // elements: the f16 copy the cuBLAS path makes of one matrix
+  int64_t largestRow = 0;  // elements: a tile of the cuBLAS path's f16 copy holds at least one
   forEachStageTensor(c, w, spec.firstLayer, spec.lastLayer, spec.hasEmbedding, spec.hasHead,
                      [&](const gguf::TensorInfo* t) {
                        if (!t || !seen.insert(t).second) return;
                        f.weights += (t->nbytes + 255) / 256 * 256;
-                       // (TensorInfo::elementCount is engine code, which the plugin lacks.)
-                       int64_t elements = 1;
-                       for (const int64_t d : t->dims) elements *= d;
-                       largestMatrix = std::max(largestMatrix, elements);
+                       largestRow = std::max(largestRow, t->dims.front());
                      });
 
   const int64_t b = spec.maxBatch;
   const int64_t widest = std::max<int64_t>({c.nEmbd, c.nFf, c.qDim()});
   const int64_t splits = (spec.contextLength + kAttentionChunk - 1) / kAttentionChunk;
-  // (largestMatrix counts the experts' 3D tensors too, which are never dequantized whole: an
-  // overestimate of the cuBLAS copy for a mixture of experts.)
-  f.working =
-      sizeof(float) * sz(b * (static_cast<int64_t>(model::kBufferCount) * widest +
-                              (spec.hasHead ? c.nVocab : 0) + c.nHead * splits * (c.headDim + 2))) +
-      sz(b * widest) * 4 +  // int8 activations and their scales
-      (b >= kCublasMinBatch ? sizeof(__half) * sz(b * widest + largestMatrix) : 0) +
-      sizeof(float) * sz(b * moeFloats) + sz(b * moeEntries) * sizeof(int32_t);
+  const int64_t partials = std::max(splits, b) * c.nHead * (c.headDim + 2);  // (cuda_stage.h)
+  const int64_t halfTile = std::max(kHalfTileElements, largestRow);
+  f.working = sizeof(float) * sz(b * (static_cast<int64_t>(model::kBufferCount) * widest +
+                                      (spec.hasHead ? c.nVocab : 0)) +
+                                 partials) +
+              sz(b * widest) * 4 +  // int8 activations and their scales
+              (b >= kCublasMinBatch ? sizeof(__half) * sz(b * widest + halfTile) : 0) +
+              sizeof(float) * sz(b * moeFloats) + sz(b * moeEntries) * sizeof(int32_t);
   return f;
 }
 
@@ -235,12 +232,13 @@ void CudaStage::allocate() {
   }
   if (m_spec.hasHead) m_logits = floats(b * c.nVocab);
   m_attentionSplits = (m_spec.contextLength + kAttentionChunk - 1) / kAttentionChunk;
-  m_partial = floats(b * c.nHead * m_attentionSplits * (c.headDim + 2));
+  m_partial = floats(std::max<int64_t>(m_attentionSplits, b) * c.nHead * (c.headDim + 2));
   m_xq = static_cast<int8_t*>(alloc(sz(b * maxK)));
   m_xds = static_cast<float2*>(alloc(sz(b * maxK / 32) * sizeof(float2)));
   if (b >= kCublasMinBatch) {
     m_xHalf = static_cast<__half*>(alloc(sz(b * maxK) * sizeof(__half)));
-    m_wHalf = static_cast<__half*>(alloc(sz(maxMatrix) * sizeof(__half)));
+    const int64_t tile = std::min(maxMatrix, std::max(kHalfTileElements, maxK));
+    m_wHalf = static_cast<__half*>(alloc(sz(tile) * sizeof(__half)));
   }
   if (moeExperts > 0) {
     const int64_t entries = b * moeEntries;

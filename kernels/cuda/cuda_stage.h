@@ -65,8 +65,15 @@ class CudaStage final : public runtime::LocalStage {
   // reading the quantized weights once per row with the mat-vec kernels moves fewer bytes than
   // writing and reading an f16 copy of the matrix.
   static constexpr int64_t kCublasMinBatch = 8;
-  // Positions per split of the attention kernel: a few blocks per SM for a long decode context.
+  // Positions per split of the attention kernel for a one-row segment (decode): a few blocks per
+  // SM for a long context. A segment of several rows already gives a block per (row, head) and
+  // runs one split over the whole context, so its partials take rows x heads, not x splits too
+  // (at 32k positions, 512 rows and 32 heads of 128 that would be 1.1 GB).
   static constexpr int32_t kAttentionChunk = 256;
+  // The cuBLAS path dequantizes a matrix to f16 in tiles of rows of at most this many elements
+  // (32 MiB), one GEMM per tile, so its scratch does not grow with the largest matrix (the
+  // output matrix of a 128k vocabulary would take 1 GiB).
+  static constexpr int64_t kHalfTileElements = int64_t{1} << 24;
 
   struct MatmulOut {
     const DeviceMatrix* w;
@@ -138,7 +145,7 @@ class CudaStage final : public runtime::LocalStage {
   int8_t* m_xq = nullptr;
   float2* m_xds = nullptr;
   __half* m_xHalf = nullptr;
-  __half* m_wHalf = nullptr;  // one dequantized weight matrix (cuBLAS path)
+  __half* m_wHalf = nullptr;  // one tile of a dequantized weight matrix (cuBLAS path)
   int32_t* m_tokens = nullptr;
   int32_t* m_position = nullptr;
 

@@ -118,8 +118,9 @@ void CudaStage::attendOp(const CudaOp& o, const CudaLayer& layer, int32_t sequen
   p.nHeadKv = layer.kvDim / c.headDim;
   p.headDim = c.headDim;
   p.scale = o.op.attend.scale;
-  p.chunk = kAttentionChunk;
-  p.splits = m_attentionSplits;
+  // Decode splits the context; several rows take one split each (cuda_stage.h).
+  p.chunk = m_rows == 1 ? kAttentionChunk : m_spec.contextLength;
+  p.splits = m_rows == 1 ? m_attentionSplits : 1;
   // A window as long as the context hides nothing.
   p.window = o.op.attend.window < m_spec.contextLength ? o.op.attend.window : 0;
   p.ring = layer.ring;
@@ -248,18 +249,27 @@ void CudaStage::matmuls(const float* x, std::span<const MatmulOut> outs) {
       continue;
     }
     // Y (n x rows, row-major) = X (n x k) · W^T. In cuBLAS's column-major terms: W is k x rows
-    // (lda = k), X is k x n (ldb = k), Y is rows x n (ldc = rows): Y = W^T X.
-    const __half* wHalf = static_cast<const __half*>(w.data);
-    if (w.type != gguf::TensorType::F16) {
-      dequantizeToHalf(w.type, w.data, w.rows, w.k, w.rowBytes, m_wHalf, m_stream);
-      wHalf = m_wHalf;
+    // (lda = k), X is k x n (ldb = k), Y is rows x n (ldc = rows): Y = W^T X. A quantized W is
+    // dequantized a tile of rows at a time (kHalfTileElements), each tile one GEMM into rows
+    // [first, first + tile) of Y; the stream orders each tile's GEMM before the next tile
+    // overwrites the scratch.
+    const bool half = w.type == gguf::TensorType::F16;
+    const int64_t tileRows = half ? w.rows : std::max<int64_t>(1, kHalfTileElements / w.k);
+    for (int64_t first = 0; first < w.rows; first += tileRows) {
+      const int64_t rows = std::min(tileRows, w.rows - first);
+      const __half* wHalf = static_cast<const __half*>(w.data);
+      if (!half) {
+        dequantizeToHalf(w.type, static_cast<const uint8_t*>(w.data) + first * w.rowBytes, rows,
+                         w.k, w.rowBytes, m_wHalf, m_stream);
+        wHalf = m_wHalf;
+      }
+      const float alpha = 1.0f, beta = 0.0f;
+      SHOAL_CUDA_CHECK(cublasGemmEx(
+          m_cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
+          static_cast<int>(w.k), &alpha, wHalf, CUDA_R_16F, static_cast<int>(w.k), m_xHalf,
+          CUDA_R_16F, static_cast<int>(w.k), &beta, o.y + first, CUDA_R_32F,
+          static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
-    const float alpha = 1.0f, beta = 0.0f;
-    SHOAL_CUDA_CHECK(cublasGemmEx(
-        m_cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(n),
-        static_cast<int>(w.k), &alpha, wHalf, CUDA_R_16F, static_cast<int>(w.k), m_xHalf,
-        CUDA_R_16F, static_cast<int>(w.k), &beta, o.y, CUDA_R_32F, static_cast<int>(w.rows),
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 

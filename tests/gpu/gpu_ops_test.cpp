@@ -193,10 +193,11 @@ void testRope(gpu_test::Tally& tally, bool neox, std::mt19937& rng) {
 
 // The newer architectures' attention options (cuda::AttentionParams).
 struct AttentionOptions {
-  int32_t window = 0;  // sliding window (positions)
-  int32_t ring = 0;    // the cache as a ring of this many positions
-  float softcap = 0;   // gemma2's soft-capping of Q·K
-  bool sinks = false;  // gpt-oss's per-head sink logits
+  int32_t window = 0;     // sliding window (positions)
+  int32_t ring = 0;       // the cache as a ring of this many positions
+  float softcap = 0;      // gemma2's soft-capping of Q·K
+  bool sinks = false;     // gpt-oss's per-head sink logits
+  bool oneSplit = false;  // one split over the whole context, as the stage runs several rows
 };
 
 // Attention of `tokens` new tokens at positions pos0.. over a cache holding pos0 + tokens
@@ -211,6 +212,7 @@ void testAttention(gpu_test::Tally& tally, int32_t pos0, int32_t tokens, std::mt
   if (o.ring > 0) name += " ring=" + std::to_string(o.ring);
   if (o.softcap > 0) name += " softcap";
   if (o.sinks) name += " sinks";
+  if (o.oneSplit) name += " one split";
   const auto sinks = randomVector(sz_t(nHead), rng, 2.0f);
   const auto q = randomVector(sz_t(tokens * nHead * hd), rng);
   auto kf = randomVector(sz_t(ctx * kvDim), rng), vf = randomVector(sz_t(ctx * kvDim), rng);
@@ -251,8 +253,8 @@ void testAttention(gpu_test::Tally& tally, int32_t pos0, int32_t tokens, std::mt
   p.nHeadKv = nKv;
   p.headDim = hd;
   p.scale = scale;
-  p.chunk = 256;
-  p.splits = ctx / 256;
+  p.chunk = o.oneSplit ? ctx : 256;
+  p.splits = o.oneSplit ? 1 : ctx / 256;
   p.window = o.window;
   p.ring = o.ring;
   p.softcap = o.softcap;
@@ -545,6 +547,8 @@ int main() {
     testAttention(tally, 300, 5, rng, {.window = 48, .ring = 96});
     testAttention(tally, 1500, 1, rng, {.window = 700, .softcap = 5.0f, .sinks = true});
     testAttention(tally, 100, 5, rng, {.sinks = true});
+    testAttention(tally, 1500, 5, rng, {.oneSplit = true});  // a prefill batch's way
+    testAttention(tally, 300, 5, rng, {.window = 48, .ring = 96, .sinks = true, .oneSplit = true});
     testStoreKvRing(tally, rng);
     testActivations(tally, rng);
     testMoe(tally, rng);
