@@ -126,7 +126,8 @@ void addExpertBias(const float* bias, const int32_t* ids, float* y, int64_t entr
 void moeCombine(const float* y, const float* weights, float* out, int64_t rows, int32_t used,
                 int64_t n, cudaStream_t stream);
 
-// *out = index of the largest of n logits (the first on ties): greedy sampling on the device.
-void argmax(const float* logits, int64_t n, int32_t* out, cudaStream_t stream);
+// out[r] = index of the largest of row r's n logits (the first on ties), r < rows: greedy
+// sampling on the device.
+void argmax(const float* logits, int64_t rows, int64_t n, int32_t* out, cudaStream_t stream);
 
 }  // namespace shoal::cuda

@@ -11,6 +11,7 @@
 #include "engine/model/kv_ring.h"
 #include "engine/model/model_weights.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/gpu_op_gaps.h"
 
 namespace shoal::cuda {
@@ -252,11 +253,13 @@ void CudaStage::allocate() {
     m_moe.xds = static_cast<float2*>(alloc(sz(entries * moeWidth / 32) * sizeof(float2)));
   }
   m_tokens = static_cast<int32_t*>(alloc(sz(b) * sizeof(int32_t)));
+  if (m_spec.hasHead) m_sampled = static_cast<int32_t*>(alloc(sz(b) * sizeof(int32_t)));
   m_position = static_cast<int32_t*>(alloc(sizeof(int32_t)));
 
   const int64_t outFloats = std::max(b * c.nEmbd, m_spec.hasHead ? b * c.nVocab : 0);
   SHOAL_CUDA_CHECK(cudaMallocHost(&m_hostInput, sz(b + 1) * sizeof(int32_t)));
   SHOAL_CUDA_CHECK(cudaMallocHost(&m_hostOut, sz(outFloats) * sizeof(float)));
+  SHOAL_CUDA_CHECK(cudaMallocHost(&m_hostSampled, sz(b) * sizeof(int32_t)));
   m_decodeGraphs.assign(sz(m_spec.maxSequences) * 2, nullptr);
 }
 
@@ -270,8 +273,10 @@ void CudaStage::release() noexcept {
   m_allocations.clear();
   if (m_hostInput) cudaFreeHost(m_hostInput);
   if (m_hostOut) cudaFreeHost(m_hostOut);
+  if (m_hostSampled) cudaFreeHost(m_hostSampled);
   m_hostInput = nullptr;
   m_hostOut = nullptr;
+  m_hostSampled = nullptr;
   if (m_cublas) cublasDestroy(m_cublas);
   if (m_stream) cudaStreamDestroy(m_stream);
   m_cublas = nullptr;
@@ -283,7 +288,9 @@ void CudaStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   SHOAL_CUDA_CHECK(cudaSetDevice(m_device));
   out.hidden.clear();
   out.logits.clear();
-  out.tokens.clear();  // no sampling here (batch.sample is ignored): the logits go back
+  out.tokens.clear();
+  // Greedy requests are sampled here (a token per logits row); others get the logits.
+  const bool greedy = m_spec.hasHead && batch.sample && batch.sample->temperature <= 0;
   // Segment by segment: each sequence's rows go through every layer on their own. Running the
   // rows of several sequences in one pass (one matmul for all of them) is the concurrent
   // batching of issue 18.
@@ -300,7 +307,7 @@ void CudaStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
       if (segment.logits == runtime::LogitRows::Last && done + part.count < segment.count) {
         part.logits = runtime::LogitRows::None;
       }
-      runSegment(batch, part, row + done, out);
+      runSegment(batch, part, row + done, greedy, out);
       done += part.count;
     }
     row += segment.count;
@@ -309,7 +316,7 @@ void CudaStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
 }
 
 void CudaStage::runSegment(const runtime::Batch& batch, const runtime::Segment& s, int32_t firstRow,
-                           runtime::StageOutput& out) {
+                           bool greedy, runtime::StageOutput& out) {
   const model::ModelConfig& c = m_config;
   const int64_t n = s.count;
 
@@ -358,6 +365,16 @@ void CudaStage::runSegment(const runtime::Batch& batch, const runtime::Segment& 
     const int64_t rows = logits == runtime::LogitRows::All    ? n
                          : logits == runtime::LogitRows::Last ? 1
                                                               : 0;
+    if (greedy) {
+      argmax(m_logits, rows, c.nVocab, m_sampled, m_stream);
+      if (rows > 0) {
+        SHOAL_CUDA_CHECK(cudaMemcpyAsync(m_hostSampled, m_sampled, sz(rows) * sizeof(int32_t),
+                                         cudaMemcpyDeviceToHost, m_stream));
+      }
+      SHOAL_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+      out.tokens.insert(out.tokens.end(), m_hostSampled, m_hostSampled + rows);
+      return;
+    }
     const size_t count = sz(rows) * sz(c.nVocab);
     if (count > 0) {
       SHOAL_CUDA_CHECK(cudaMemcpyAsync(m_hostOut, m_logits, count * sizeof(float),

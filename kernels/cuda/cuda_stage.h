@@ -56,8 +56,9 @@ class CudaStage final : public runtime::LocalStage {
   int32_t cachedPositions(int32_t sequence) const override { return m_book.cached(sequence); }
 
  protected:
-  // Checks the batch, runs it segment by segment, returns hidden states or logits. A
-  // SampleRequest is ignored: this stage returns logits and leaves StageOutput::tokens empty.
+  // Checks the batch, runs it segment by segment, returns hidden states or logits. A greedy
+  // SampleRequest (temperature <= 0) is served on the device: each logits row's argmax comes
+  // back (4 bytes a row) as StageOutput::tokens; other requests get logits (the host samples).
   void run(const runtime::Batch& batch, runtime::StageOutput& output) override;
 
  private:
@@ -84,7 +85,7 @@ class CudaStage final : public runtime::LocalStage {
   void release() noexcept;
   // One segment's rows: inputs to the device, the program (or its decode graph), outputs back.
   void runSegment(const runtime::Batch& batch, const runtime::Segment& segment, int32_t firstRow,
-                  runtime::StageOutput& output);
+                  bool greedy, runtime::StageOutput& output);
   // The whole program for `count` rows of `sequence`, inputs already on the device (m_tokens or
   // X, m_position), result in X or m_logits. Only enqueues work, so that under stream capture it
   // records the decode graph.
@@ -148,6 +149,7 @@ class CudaStage final : public runtime::LocalStage {
   __half* m_wHalf = nullptr;  // one tile of a dequantized weight matrix (cuBLAS path)
   int32_t* m_tokens = nullptr;
   int32_t* m_position = nullptr;
+  int32_t* m_sampled = nullptr;  // the head's greedy tokens, one per logits row
 
   // Mixture-of-experts scratch (allocated when a layer has one), for maxBatch tokens of `used`
   // entries each: router logits, the chosen experts and weights, every entry's gate/up rows and
@@ -164,6 +166,7 @@ class CudaStage final : public runtime::LocalStage {
   // Pinned host staging: inputs (tokens, position) and the outputs that leave the device.
   int32_t* m_hostInput = nullptr;  // [0] position, [1..] tokens
   float* m_hostOut = nullptr;
+  int32_t* m_hostSampled = nullptr;  // m_sampled's copy
 
   // The segment being enqueued: its active rows are [m_firstRow, m_firstRow + m_rows) of every
   // buffer (KeepOutputRows moves m_firstRow past the rows whose logits are not wanted).

@@ -127,7 +127,9 @@ __global__ void storeKvKernel(const float* k, const float* v, __half* keyCache, 
 
 // One block: each thread keeps its best (value, index), then the block reduces; ties keep the
 // smaller index, as the CPU sampler's first-maximum rule does.
-__global__ void argmaxKernel(const float* logits, int64_t n, int32_t* out) {
+__global__ void argmaxKernel(const float* allLogits, int64_t n, int32_t* allOut) {
+  const float* logits = allLogits + static_cast<int64_t>(blockIdx.x) * n;  // a block per row
+  int32_t* out = allOut + blockIdx.x;
   __shared__ float bestV[1024];
   __shared__ int32_t bestI[1024];
   float v = -INFINITY;
@@ -219,8 +221,9 @@ void storeKv(const float* k, const float* v, __half* keyCache, __half* valueCach
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 
-void argmax(const float* logits, int64_t n, int32_t* out, cudaStream_t stream) {
-  argmaxKernel<<<1, 1024, 0, stream>>>(logits, n, out);
+void argmax(const float* logits, int64_t rows, int64_t n, int32_t* out, cudaStream_t stream) {
+  if (rows == 0) return;
+  argmaxKernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(logits, n, out);
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 

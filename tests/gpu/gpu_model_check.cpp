@@ -166,6 +166,38 @@ void checkSegments(gpu_test::Tally& tally, runtime::Backend& backend, const std:
                "cached positions follow the segments", "");
 }
 
+// A greedy request sampled by the stage itself (4 bytes back per row instead of the vocabulary)
+// gives each logits row's argmax: the tokens equal the first maximum of the same stage's logits.
+// A backend that returns logits instead (the host samples) passes with a note.
+void checkGreedyOnDevice(gpu_test::Tally& tally, runtime::Backend& backend,
+                         const std::string& device, const model::Model& m,
+                         const std::vector<int32_t>& prompt) {
+  const int32_t context = static_cast<int32_t>(prompt.size()) + 8;
+  runtime::StageOutput logits, sampled;
+  forwardTokens(*wholeModelStage(backend, device, m, 1, context), 0, 0, prompt,
+                runtime::LogitRows::All, logits);
+  runtime::SampleRequest greedy;  // temperature 0
+  const runtime::Segment segment{0, 0, static_cast<int32_t>(prompt.size()),
+                                 runtime::LogitRows::All};
+  runtime::Batch batch;
+  batch.tokens = prompt;
+  batch.segments = std::span(&segment, 1);
+  batch.sample = &greedy;
+  wholeModelStage(backend, device, m, 1, context)->forward(batch, sampled);
+  if (sampled.tokens.empty()) {
+    tally.expect(sampled.logits == logits.logits, "greedy request: logits back, the host samples",
+                 "");
+    return;
+  }
+  const size_t vocab = static_cast<size_t>(m.config().nVocab);
+  std::vector<int32_t> want;
+  for (size_t r = 0; r * vocab < logits.logits.size(); ++r)
+    want.push_back(argmaxOf(std::span(logits.logits).subspan(r * vocab, vocab)));
+  tally.expect(sampled.tokens == want && sampled.logits.empty(),
+               "greedy request sampled on the device == argmax of its logits",
+               std::to_string(sampled.tokens.size()) + " rows");
+}
+
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -275,6 +307,8 @@ int main(int argc, char** argv) {
     std::printf("INFO prompt logits nmse: max %.3g\n", promptNmseMax);
     checkSegments(tally, *backend, o.device, *m,
                   m->tokenizer().encode(kBuiltInPrompt, true, false));
+    checkGreedyOnDevice(tally, *backend, o.device, *m,
+                        m->tokenizer().encode(kBuiltInPrompt, true, false));
   } catch (const std::exception& e) {
     tally.fail("gpu_model_check", e.what());
   }

@@ -496,15 +496,20 @@ void testGatherAndArgmax(gpu_test::Tally& tally, std::mt19937& rng) {
   const double e = gpu_test::nmse(dout.get(), want);
   tally.expect(e <= 1e-10, "gatherRows q8_0", fmt(e));
 
-  auto logits = randomVector(50000, rng);
+  // Two rows: a tie in the first (the first index wins), a maximum near the end of the second.
+  const int64_t vocab = 50000;
+  auto logits = randomVector(sz_t(2 * vocab), rng);
   logits[31337] = 100.0f;
-  logits[40000] = 100.0f;  // a tie: the first index wins
+  logits[40000] = 100.0f;
+  logits[sz_t(vocab + 49998)] = 50.0f;
   Buf<float> dl(logits);
-  Buf<int32_t> dbest(1);
-  cuda::argmax(dl.p, static_cast<int64_t>(logits.size()), dbest.p, nullptr);
+  Buf<int32_t> dbest(2);
+  cuda::argmax(dl.p, 2, vocab, dbest.p, nullptr);
   checkLastError(tally, "argmax");
-  const int32_t best = dbest.get()[0];
-  tally.expect(best == 31337, "argmax", "got " + std::to_string(best) + ", want 31337");
+  const std::vector<int32_t> best = dbest.get();
+  tally.expect(
+      best == std::vector<int32_t>{31337, 49998}, "argmax rows",
+      "got " + std::to_string(best[0]) + ", " + std::to_string(best[1]) + "; want 31337, 49998");
 }
 
 }  // namespace
