@@ -30,8 +30,4 @@ void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int n, int
   groupDotQ6KN<true>(x, y, n, blocks, out);
 }
 
-void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out) {
-  groupDotQ6K<true>(x, y, blocks, out);
-}
-
 }  // namespace shoal::cpu::avx512

@@ -1,6 +1,6 @@
 #pragma once
 // The AVX-512 Q5_K and Q6_K row-group decode kernels built with GFNI (avx512_gfni_groups.cpp,
-// compiled with -mgfni): the same kernels as avx512_kquant_groups.h's groupDotK and groupDotQ6K,
+// compiled with -mgfni): the same kernels as avx512_kquant_groups.h's groupDotKN and groupDotQ6KN,
 // the same numbers, with the bit placement in fewer instructions. Call only where useGfni()
 // (cpu_features.h) holds; a CPU without GFNI faults on them.
 
@@ -17,7 +17,6 @@ void groupDotQ5KGfni(const BlockQ5_Kx8* x, const BlockQ8_K* const* y,
                      const PairLaneBlock* const* lanes, int n, int64_t blocks,
                      float (*out)[kGroupRows]);
 // The same for Q6_K (no pair lanes).
-void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out);
 void groupDotQ6KGfni(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int n, int64_t blocks,
                      float (*out)[kGroupRows]);
 

@@ -399,12 +399,6 @@ inline void groupDotQ6KN(const BlockQ6_Kx8* x, const BlockQ8_K* const* y, int n,
                  [&](auto pass) { groupDotQ6KT<kGfni, decltype(pass)::value>(x, y, blocks, out); });
 }
 
-// One token (decode): out[r] = row r's dot.
-template <bool kGfni>
-inline void groupDotQ6K(const BlockQ6_Kx8* x, const BlockQ8_K* y, int64_t blocks, float* out) {
-  groupDotQ6KT<kGfni, 1>(x, &y, blocks, reinterpret_cast<float(*)[kGroupRows]>(out));
-}
-
 // The 16 rows from r0 (a multiple of 16 past a group boundary) of a grouped matrix, each
 // super-block taken out of its group as the bands read it.
 template <class Group>
