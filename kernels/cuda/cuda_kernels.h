@@ -37,6 +37,28 @@ void matvec(gguf::TensorType type, const void* w, int64_t rows, int64_t k, int64
             const int8_t* xq, const float2* xds, const float* xf, int64_t tokens, float* y,
             cudaStream_t stream);
 
+// How a gated FFN's gate and up combine (model::Activation; the math is activations.cuh's).
+enum class GateActivation { Silu, GeluTanh, SwigluOai };
+
+// One matrix of a matvecSet: `rows` rows, `rowBytes` apart, into y (tokens x rows).
+struct MatvecTarget {
+  const void* w = nullptr;
+  int64_t rows = 0;
+  int64_t rowBytes = 0;
+  float* y = nullptr;
+};
+inline constexpr int kMaxMatvecSet = 3;
+// matvec for up to kMaxMatvecSet quantized matrices of one type and row length k over the same
+// int8 activations, in one launch.
+void matvecSet(gguf::TensorType type, const MatvecTarget* targets, int count, int64_t k,
+               const int8_t* xq, const float2* xds, int64_t tokens, cudaStream_t stream);
+
+// y[t * rows + r] = act(gate row r · x_t, up row r · x_t) for two quantized matrices of one type
+// (activations.cuh), in one launch.
+void matvecGated(gguf::TensorType type, const void* gate, const void* up, int64_t rows, int64_t k,
+                 int64_t rowBytes, GateActivation activation, const int8_t* xq, const float2* xds,
+                 int64_t tokens, float* y, cudaStream_t stream);
+
 // Whole matrix to f16 (rows x k), for the cuBLAS path of batches.
 void dequantizeToHalf(gguf::TensorType type, const void* w, int64_t rows, int64_t k,
                       int64_t rowBytes, __half* out, cudaStream_t stream);

@@ -1,10 +1,12 @@
 #include "kernels/cuda/cuda_stage.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "engine/error.h"
 #include "engine/model/architecture.h"
@@ -130,6 +132,8 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
       m_ropeTables(spec.contextLength, hostFreqFactors(model, spec.contextLength)) {
   const model::ModelConfig& c = m_config;
   const model::ModelWeights& w = *model.weights;
+  const char* unfused = std::getenv("SHOAL_CUDA_UNFUSED");
+  m_fused = !(unfused && std::string_view(unfused) == "1");
   try {
     SHOAL_CUDA_CHECK(cudaSetDevice(device));
     SHOAL_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));

@@ -134,6 +134,9 @@ class CudaStage final : public runtime::LocalStage {
   DeviceMatrix m_tokenEmbd, m_output;
   const float* m_outputNorm = nullptr;
   int32_t m_attentionSplits = 1;
+  // The fused decode launches (matvecSet for a Project's outputs, matvecGated for a gated FFN);
+  // SHOAL_CUDA_UNFUSED=1 turns them off, to measure what they buy or to rule them out.
+  bool m_fused = true;
 
   // Device memory, allocated once: the KV cache (per local layer and sequence, contextLength x
   // the layer's kvDim f16, keys then values) and the buffers of a batch of up to maxBatch rows.

@@ -23,6 +23,18 @@ bool isFloat(gguf::TensorType type) {
          type == gguf::TensorType::F32;
 }
 
+GateActivation gateActivationOf(model::Activation a) {
+  switch (a) {
+    case model::Activation::GeluTanh:
+      return GateActivation::GeluTanh;
+    case model::Activation::SwigluOai:
+      return GateActivation::SwigluOai;
+    case model::Activation::Silu:
+      break;
+  }
+  return GateActivation::Silu;
+}
+
 }  // namespace
 
 void CudaStage::enqueue(int32_t sequence, int64_t count, runtime::LogitRows logits) {
@@ -141,10 +153,20 @@ void CudaStage::addOp(const CudaOp& o, const CudaLayer& layer) {
              m_rows * bufferWidth(o.op.dst, m_config, layer.kvDim), m_stream);
 }
 
-// Gate = act(Wgate · src) * (Wup · src); Up is scratch.
+// Gate = act(Wgate · src) * (Wup · src); Up is scratch. A few rows of two matrices of one
+// quantized type take the fused mat-vec (gate, up and the activation in one launch).
 void CudaStage::gatedFfnOp(const CudaOp& o, const CudaLayer& layer) {
   float* gate = buffer(Buffer::Gate, layer);
   float* up = buffer(Buffer::Up, layer);
+  const DeviceMatrix &wg = o.matrices[0], &wu = o.matrices[1];
+  if (m_fused && m_rows < kCublasMinBatch && wg.type == wu.type && !isFloat(wg.type) &&
+      wg.rowBytes == wu.rowBytes) {
+    const float* src = buffer(o.op.src, layer);
+    quantizeActivations(src, m_rows, wg.k, m_xq, m_xds, m_stream);
+    matvecGated(wg.type, wg.data, wu.data, wg.rows, wg.k, wg.rowBytes,
+                gateActivationOf(o.op.activation), m_xq, m_xds, m_rows, gate, m_stream);
+    return;
+  }
   const std::array<MatmulOut, 2> outs{{{&o.matrices[0], gate}, {&o.matrices[1], up}}};
   matmuls(buffer(o.op.src, layer), outs);
   activate(o.op.activation, gate, up, m_rows * m_config.nFf);
@@ -241,6 +263,21 @@ void CudaStage::matmuls(const float* x, std::span<const MatmulOut> outs) {
   } else if (std::any_of(outs.begin(), outs.end(),
                          [](const MatmulOut& o) { return !isFloat(o.w->type); })) {
     quantizeActivations(x, n, k, m_xq, m_xds, m_stream);
+  }
+  // Several quantized matrices of one type (Q, K and V) in one launch.
+  const bool oneSet = m_fused && !gemm && outs.size() > 1 && outs.size() <= size_t{kMaxMatvecSet} &&
+                      !isFloat(outs.front().w->type) &&
+                      std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
+                        return o.w->type == outs.front().w->type && o.w->k == k;
+                      });
+  if (oneSet) {
+    MatvecTarget targets[kMaxMatvecSet];
+    for (size_t i = 0; i < outs.size(); ++i) {
+      targets[i] = {outs[i].w->data, outs[i].w->rows, outs[i].w->rowBytes, outs[i].y};
+    }
+    matvecSet(outs.front().w->type, targets, static_cast<int>(outs.size()), k, m_xq, m_xds, n,
+              m_stream);
+    return;
   }
   for (const MatmulOut& o : outs) {
     const DeviceMatrix& w = *o.w;

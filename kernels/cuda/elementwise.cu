@@ -2,6 +2,7 @@
 // activations (SwiGLU, GeGLU, gpt-oss's clamped SwiGLU), scaling and soft-capping, KV-cache
 // append, and greedy argmax.
 
+#include "kernels/cuda/activations.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -64,43 +65,10 @@ __global__ void addKernel(float* x, const float* y, int64_t n) {
   if (i < n) x[i] += y[i];
 }
 
-__global__ void swigluKernel(const float* gate, const float* up, float* out, int64_t n) {
+template <GateActivation A>
+__global__ void gatedKernel(const float* gate, const float* up, float* out, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];
-  }
-}
-
-// GeGLU with the tanh GELU, evaluated in float (the CPU backend looks it up from a table of f16
-// gates, which the accuracy contract's tolerance covers); the same cut-offs at +-10.
-__global__ void gegluKernel(const float* gate, const float* up, float* out, int64_t n) {
-  constexpr float kCoefA = 0.044715f;
-  constexpr float kSqrt2OverPi = 0.7978845608f;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float g = gate[i];
-  float gelu;
-  if (g <= -10.0f) {
-    gelu = 0.0f;
-  } else if (g >= 10.0f) {
-    gelu = g;
-  } else {
-    gelu = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * fmaf(kCoefA * g, g, 1.0f)));
-  }
-  out[i] = gelu * up[i];
-}
-
-// llama.cpp's constants for gpt-oss (the CPU's swiglu_oai.h).
-constexpr float kSwigluOaiAlpha = 1.702f;
-constexpr float kSwigluOaiLimit = 7.0f;
-
-__global__ void swigluOaiKernel(const float* gate, const float* up, float* out, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float g = fminf(gate[i], kSwigluOaiLimit);
-  const float u = fminf(fmaxf(up[i], -kSwigluOaiLimit), kSwigluOaiLimit);
-  out[i] = g / (1.0f + expf(kSwigluOaiAlpha * -g)) * (u + 1.0f);
+  if (i < n) out[i] = activate<A>(gate[i], up[i]);
 }
 
 __global__ void scaleKernel(float* x, float factor, int64_t n) {
@@ -185,19 +153,19 @@ void addInPlace(float* x, const float* y, int64_t n, cudaStream_t stream) {
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
-  swigluKernel<<<gridFor(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  gatedKernel<GateActivation::Silu><<<gridFor(n, 256), 256, 0, stream>>>(gate, up, out, n);
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 
 void geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gegluKernel<<<gridFor(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  gatedKernel<GateActivation::GeluTanh><<<gridFor(n, 256), 256, 0, stream>>>(gate, up, out, n);
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 
 void swigluOai(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  swigluOaiKernel<<<gridFor(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  gatedKernel<GateActivation::SwigluOai><<<gridFor(n, 256), 256, 0, stream>>>(gate, up, out, n);
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 

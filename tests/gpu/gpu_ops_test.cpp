@@ -280,6 +280,69 @@ void testAttention(gpu_test::Tally& tally, int32_t pos0, int32_t tokens, std::mt
   tally.expect(e <= kMaxNmse, name, fmt(e));
 }
 
+// The fused decode launches against the plain ones they replace: three matrices of one type in
+// one launch (bit for bit: the same per-row code), and gate + up + activation in one.
+void testFusedMatvec(gpu_test::Tally& tally, TensorType type, std::mt19937& rng) {
+  const int64_t k = 512, tokens = 2;
+  const int64_t rows[3] = {96, 32, 64};
+  const size_t rb = gguf::rowBytes(type, k);
+  std::vector<std::vector<uint8_t>> w;
+  for (const int64_t r : rows) {
+    const auto f = randomVector(sz_t(r * k), rng, 0.5f);
+    std::vector<uint8_t> q(rb * sz_t(r));
+    for (int64_t i = 0; i < r; ++i) gguf::quantizeRow(type, &f[sz_t(i * k)], &q[sz_t(i) * rb], k);
+    w.push_back(q);
+  }
+  const auto x = randomVector(sz_t(tokens * k), rng);
+  Buf<float> dx(x);
+  Buf<int8_t> dq(x.size());
+  Buf<float2> dds(x.size() / 32);
+  cuda::quantizeActivations(dx.p, tokens, k, dq.p, dds.p, nullptr);
+  Buf<uint8_t> w0(w[0]), w1(w[1]), w2(w[2]);
+  const uint8_t* ws[3] = {w0.p, w1.p, w2.p};
+  std::vector<std::vector<float>> plain;
+  for (int i = 0; i < 3; ++i) {
+    Buf<float> y(sz_t(tokens * rows[i]));
+    cuda::matvec(type, ws[i], rows[i], k, static_cast<int64_t>(rb), dq.p, dds.p, dx.p, tokens, y.p,
+                 nullptr);
+    plain.push_back(y.get());
+  }
+  Buf<float> y0(plain[0].size()), y1(plain[1].size()), y2(plain[2].size());
+  const cuda::MatvecTarget targets[3] = {{w0.p, rows[0], static_cast<int64_t>(rb), y0.p},
+                                         {w1.p, rows[1], static_cast<int64_t>(rb), y1.p},
+                                         {w2.p, rows[2], static_cast<int64_t>(rb), y2.p}};
+  cuda::matvecSet(type, targets, 3, k, dq.p, dds.p, tokens, nullptr);
+  const std::string name = "matvecSet " + gguf::typeName(type);
+  checkLastError(tally, name);
+  tally.expect(y0.get() == plain[0] && y1.get() == plain[1] && y2.get() == plain[2], name,
+               "== three matvecs");
+
+  // Gate (rows 0-31 of matrix 2's 64) and up (its rows 32-63) of one matrix, as phi3's fused
+  // gate/up, through each activation.
+  for (const auto& [act, label] : {std::pair{cuda::GateActivation::Silu, "silu"},
+                                   std::pair{cuda::GateActivation::GeluTanh, "gelu"},
+                                   std::pair{cuda::GateActivation::SwigluOai, "swiglu-oai"}}) {
+    const int64_t half = rows[2] / 2;
+    Buf<float> gate(sz_t(tokens * half)), up(sz_t(tokens * half)), fused(sz_t(tokens * half));
+    cuda::matvec(type, w2.p, half, k, static_cast<int64_t>(rb), dq.p, dds.p, dx.p, tokens, gate.p,
+                 nullptr);
+    cuda::matvec(type, w2.p + half * static_cast<int64_t>(rb), half, k, static_cast<int64_t>(rb),
+                 dq.p, dds.p, dx.p, tokens, up.p, nullptr);
+    const int64_t n = tokens * half;
+    if (act == cuda::GateActivation::Silu) cuda::swiglu(gate.p, up.p, gate.p, n, nullptr);
+    if (act == cuda::GateActivation::GeluTanh) cuda::geglu(gate.p, up.p, gate.p, n, nullptr);
+    if (act == cuda::GateActivation::SwigluOai) cuda::swigluOai(gate.p, up.p, gate.p, n, nullptr);
+    cuda::matvecGated(type, w2.p, w2.p + half * static_cast<int64_t>(rb), half, k,
+                      static_cast<int64_t>(rb), act, dq.p, dds.p, tokens, fused.p, nullptr);
+    const std::string gname = "matvecGated " + gguf::typeName(type) + " " + label;
+    checkLastError(tally, gname);
+    // The products are the same code; the activation may contract into fmas differently in
+    // another kernel, so within rounding rather than bit for bit.
+    const double e = gpu_test::nmse(fused.get(), gate.get());
+    tally.expect(e <= 1e-10, gname, "vs two matvecs and the activation: " + fmt(e));
+  }
+}
+
 // The cache append: keys and values as f16 at positions pos0.., in a ring of 8 positions.
 void testStoreKvRing(gpu_test::Tally& tally, std::mt19937& rng) {
   const int32_t kvDim = 64, tokens = 5, pos0 = 6, ring = 8;
@@ -555,6 +618,8 @@ int main() {
     testAttention(tally, 1500, 5, rng, {.oneSplit = true});  // a prefill batch's way
     testAttention(tally, 300, 5, rng, {.window = 48, .ring = 96, .sinks = true, .oneSplit = true});
     testStoreKvRing(tally, rng);
+    testFusedMatvec(tally, TensorType::Q4_0, rng);
+    testFusedMatvec(tally, TensorType::Q4_K, rng);
     testActivations(tally, rng);
     testMoe(tally, rng);
     testGatherAndArgmax(tally, rng);

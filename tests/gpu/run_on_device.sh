@@ -108,6 +108,10 @@ if [[ ! -f "$ACCURACY_MODEL" ]]; then
 else
   step "2. teacher-forced accuracy vs CPU ($ACCURACY_MODEL)"
   run cuda-model 240 "$bin/gpu_model_check" --backend cuda --prompts "$PROMPTS" "$ACCURACY_MODEL"
+  # Without the fused decode launches (matvecSet, matvecGated): tells a fused kernel's fault
+  # from the rest's.
+  run cuda-model-unfused 240 env SHOAL_CUDA_UNFUSED=1 "$bin/gpu_model_check" --backend cuda \
+    --prompts "$PROMPTS" --max-prompts 4 "$ACCURACY_MODEL"
   step "3a. bench $ACCURACY_MODEL"
   run cuda-bench-small 120 "$bin/gpu_bench" --backend cuda "${peak[@]}" "$ACCURACY_MODEL"
   if [[ $dryRun == 1 && $vulkan == ON ]]; then
@@ -143,6 +147,9 @@ if [[ "${SKIP_8B:-0}" != 1 && ($dryRun == 0 || "${DRY_RUN_8B:-0}" == 1) ]]; then
     timeout 240 "$bin/gpu_bench" --write-only --write-8b "$synth" || fail "writing the 8B model"
   fi
   [[ -f "$synth" ]] && run cuda-bench-8b 240 "$bin/gpu_bench" --backend cuda "${peak[@]}" "$synth"
+  # What the fused decode launches buy (the same model without them).
+  [[ -f "$synth" ]] && run cuda-bench-8b-unfused 240 env SHOAL_CUDA_UNFUSED=1 "$bin/gpu_bench" \
+    --backend cuda "${peak[@]}" "$synth"
 fi
 
 step "done, status $status"
