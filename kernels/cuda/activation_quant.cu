@@ -1,6 +1,7 @@
 // Activations to 8-bit blocks of 32 (the partner of every quantized weight format here), and
 // float to f16.
 
+#include "kernels/cuda/activation_quant.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -10,17 +11,8 @@ namespace {
 // One warp per block of 32 values: lane i quantizes value i.
 __global__ void quantizeKernel(const float* x, int64_t blocks, int8_t* q, float2* ds) {
   const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
   if (block >= blocks) return;
-  const float v = x[block * 32 + lane];
-  float amax = fabsf(v);
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = amax / 127.0f;
-  const int qi = d == 0.0f ? 0 : __float2int_rn(v / d);
-  int sum = qi;
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  q[block * 32 + lane] = static_cast<int8_t>(qi);
-  if (lane == 0) ds[block] = make_float2(d, d * static_cast<float>(sum));
+  quantizeBlock32(x[block * 32 + threadIdx.x % 32], q + block * 32, ds + block);
 }
 
 __global__ void toHalfKernel(const float* x, __half* y, int64_t n) {

@@ -71,6 +71,10 @@ void gatherRows(gguf::TensorType type, const void* w, const int32_t* ids, int64_
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of n. y may be x (in place).
 void rmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, float eps,
              cudaStream_t stream);
+// rmsNorm (not in place), and y quantized as quantizeActivations would (n a multiple of 32), in
+// one launch: the norm before a quantized product.
+void rmsNormQuantize(const float* x, const float* weight, float* y, int64_t rows, int64_t n,
+                     float eps, int8_t* q, float2* ds, cudaStream_t stream);
 
 // The shape RoPE rotates: `heads` heads of headDim per token, the first nRot dims of each.
 struct RopeShape {

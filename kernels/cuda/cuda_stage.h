@@ -91,6 +91,8 @@ class CudaStage final : public runtime::LocalStage {
   // records the decode graph.
   void enqueue(int32_t sequence, int64_t count, runtime::LogitRows logits);
   void runOp(const CudaOp& op, const CudaLayer& layer, int32_t sequence);
+  // Whether `op` is a norm to run as rmsNormQuantize for `next`'s products.
+  bool quantizesForNext(const CudaOp& op, const CudaOp* next) const;
 
   // The ops, one function each (layer_program.h says what each computes).
   void rmsNormOp(const CudaOp& op, const CudaLayer& layer);
@@ -134,9 +136,13 @@ class CudaStage final : public runtime::LocalStage {
   DeviceMatrix m_tokenEmbd, m_output;
   const float* m_outputNorm = nullptr;
   int32_t m_attentionSplits = 1;
-  // The fused decode launches (matvecSet for a Project's outputs, matvecGated for a gated FFN);
+  // The fused decode launches (rmsNormQuantize for a norm before quantized products, matvecSet
+  // for a Project's outputs, matvecGated for a gated FFN);
   // SHOAL_CUDA_UNFUSED=1 turns them off, to measure what they buy or to rule them out.
   bool m_fused = true;
+  // The buffer rows whose int8 activations m_xq holds already (a fused norm's output), for the
+  // one op after it; nullptr otherwise.
+  const float* m_quantizedFrom = nullptr;
 
   // Device memory, allocated once: the KV cache (per local layer and sequence, contextLength x
   // the layer's kvDim f16, keys then values) and the buffers of a batch of up to maxBatch rows.

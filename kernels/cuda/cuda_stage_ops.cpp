@@ -48,12 +48,38 @@ void CudaStage::enqueue(int32_t sequence, int64_t count, runtime::LogitRows logi
                m_buffers[size_t(Buffer::X)], m_stream);
   }
   for (const CudaLayer& layer : m_layers) {
-    for (const CudaOp& op : layer.ops) {
+    for (size_t i = 0; i < layer.ops.size(); ++i) {
       if (m_rows == 0) break;  // no row of the model's last layer produces logits
+      const CudaOp& op = layer.ops[i];
+      const CudaOp* next = i + 1 < layer.ops.size() ? &layer.ops[i + 1] : nullptr;
+      if (quantizesForNext(op, next)) {
+        // The norm's output quantized in the same launch; the next op's products read it.
+        rmsNormQuantize(buffer(op.op.src, layer), op.vector, buffer(op.op.dst, layer), m_rows,
+                        bufferWidth(op.op.src, m_config, layer.kvDim), op.op.eps, m_xq, m_xds,
+                        m_stream);
+        m_quantizedFrom = buffer(op.op.dst, layer);
+        continue;
+      }
       runOp(op, layer, sequence);
+      m_quantizedFrom = nullptr;  // only the op right after the fused norm may use it
     }
   }
   if (m_spec.hasHead) head();
+}
+
+// A norm whose output the next op's quantized mat-vec products read (decode, and batches below
+// the cuBLAS size): it quantizes that output itself (rmsNormQuantize), one launch fewer.
+bool CudaStage::quantizesForNext(const CudaOp& op, const CudaOp* next) const {
+  if (!m_fused || !next || op.op.kind != OpKind::RmsNorm || op.op.src == op.op.dst ||
+      m_rows >= kCublasMinBatch || next->op.src != op.op.dst) {
+    return false;
+  }
+  if (next->op.kind == OpKind::GatedFfn) return !isFloat(next->matrices[0].type);
+  if (next->op.kind != OpKind::Project) return false;
+  for (size_t i = 0; i < size_t{next->op.outCount}; ++i) {
+    if (!isFloat(next->matrices[i].type)) return true;
+  }
+  return false;
 }
 
 void CudaStage::runOp(const CudaOp& op, const CudaLayer& layer, int32_t sequence) {
@@ -162,7 +188,7 @@ void CudaStage::gatedFfnOp(const CudaOp& o, const CudaLayer& layer) {
   if (m_fused && m_rows < kCublasMinBatch && wg.type == wu.type && !isFloat(wg.type) &&
       wg.rowBytes == wu.rowBytes) {
     const float* src = buffer(o.op.src, layer);
-    quantizeActivations(src, m_rows, wg.k, m_xq, m_xds, m_stream);
+    if (m_quantizedFrom != src) quantizeActivations(src, m_rows, wg.k, m_xq, m_xds, m_stream);
     matvecGated(wg.type, wg.data, wu.data, wg.rows, wg.k, wg.rowBytes,
                 gateActivationOf(o.op.activation), m_xq, m_xds, m_rows, gate, m_stream);
     return;
@@ -260,8 +286,9 @@ void CudaStage::matmuls(const float* x, std::span<const MatmulOut> outs) {
   // blocks for the quantized mat-vec kernels (F16/F32 matrices read the floats themselves).
   if (gemm) {
     floatToHalf(x, m_xHalf, n * k, m_stream);
-  } else if (std::any_of(outs.begin(), outs.end(),
-                         [](const MatmulOut& o) { return !isFloat(o.w->type); })) {
+  } else if (m_quantizedFrom != x && std::any_of(outs.begin(), outs.end(), [](const MatmulOut& o) {
+               return !isFloat(o.w->type);
+             })) {
     quantizeActivations(x, n, k, m_xq, m_xds, m_stream);
   }
   // Several quantized matrices of one type (Q, K and V) in one launch.

@@ -2,6 +2,7 @@
 // activations (SwiGLU, GeGLU, gpt-oss's clamped SwiGLU), scaling and soft-capping, KV-cache
 // append, and greedy argmax.
 
+#include "kernels/cuda/activation_quant.cuh"
 #include "kernels/cuda/activations.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -25,15 +26,37 @@ __device__ float blockSum(float v, float* shared) {
   return v;
 }
 
+// 1 / RMS of a row (every thread of the block gets it), the same sums for both norm kernels.
+__device__ float rmsScale(const float* xr, int64_t n, float eps, float* shared) {
+  float sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += xr[i] * xr[i];
+  sum = blockSum(sum, shared);
+  return rsqrtf(sum / static_cast<float>(n) + eps);
+}
+
 __global__ void rmsNormKernel(const float* x, const float* weight, float* y, int64_t n, float eps) {
   __shared__ float shared[32];
   const float* xr = x + blockIdx.x * n;
   float* yr = y + blockIdx.x * n;
-  float sum = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += xr[i] * xr[i];
-  sum = blockSum(sum, shared);
-  const float scale = rsqrtf(sum / static_cast<float>(n) + eps);
+  const float scale = rmsScale(xr, n, eps, shared);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * weight[i];
+}
+
+// RMSNorm whose output is also quantized for the mat-vec that reads it (n a multiple of 32): a
+// warp per block of 32 outputs, lane i writing output i and its int8 quant.
+__global__ void rmsNormQuantizeKernel(const float* x, const float* weight, float* y, int64_t n,
+                                      float eps, int8_t* q, float2* ds) {
+  __shared__ float shared[32];
+  const float* xr = x + blockIdx.x * n;
+  float* yr = y + blockIdx.x * n;
+  const float scale = rmsScale(xr, n, eps, shared);
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int64_t b = threadIdx.x / 32; b < n / 32; b += warps) {
+    const int64_t i = b * 32 + lane;
+    const float v = xr[i] * scale * weight[i];
+    yr[i] = v;
+    quantizeBlock32(v, q + blockIdx.x * n + b * 32, ds + blockIdx.x * (n / 32) + b);
+  }
 }
 
 // One thread per (token, head, pair), the angle read from the position's row of the tables.
@@ -130,6 +153,14 @@ __global__ void argmaxKernel(const float* allLogits, int64_t n, int32_t* allOut)
 void rmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, float eps,
              cudaStream_t stream) {
   rmsNormKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, weight, y, n, eps);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void rmsNormQuantize(const float* x, const float* weight, float* y, int64_t rows, int64_t n,
+                     float eps, int8_t* q, float2* ds, cudaStream_t stream) {
+  if (n % 32 != 0) throw Error("CUDA rmsNormQuantize: a row of " + std::to_string(n));
+  rmsNormQuantizeKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, weight, y, n, eps, q,
+                                                                         ds);
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -139,6 +139,25 @@ void testRmsNormSwiglu(gpu_test::Tally& tally, std::mt19937& rng) {
   const double eh = gpu_test::nmse(dhx.get(), hwant);
   tally.expect(eh <= kMaxNmse, "rmsNorm in place (head norm)", fmt(eh));
 
+  // The fused norm + quantize: the same outputs as rmsNorm, and the same bytes as quantizing
+  // them.
+  {
+    Buf<float> fy(x.size()), ny(x.size());
+    Buf<int8_t> fq(x.size()), nq(x.size());
+    Buf<float2> fds(x.size() / 32), nds(x.size() / 32);
+    cuda::rmsNorm(dx.p, dw.p, ny.p, rows, n, 1e-5f, nullptr);
+    cuda::quantizeActivations(ny.p, rows, n, nq.p, nds.p, nullptr);
+    cuda::rmsNormQuantize(dx.p, dw.p, fy.p, rows, n, 1e-5f, fq.p, fds.p, nullptr);
+    checkLastError(tally, "rmsNormQuantize");
+    const auto a = fds.get(), b = nds.get();
+    bool sameScales = a.size() == b.size();
+    for (size_t i = 0; sameScales && i < a.size(); ++i) {
+      sameScales = a[i].x == b[i].x && a[i].y == b[i].y;
+    }
+    tally.expect(fy.get() == ny.get() && fq.get() == nq.get() && sameScales, "rmsNormQuantize",
+                 "== rmsNorm then quantizeActivations");
+  }
+
   const auto up = randomVector(x.size(), rng);
   Buf<float> du(up);
   std::vector<float> sw(x.size());
