@@ -90,6 +90,19 @@ struct RopeShape {
 void rope(float* x, int64_t tokens, const RopeShape& shape, const float* cosTable,
           const float* sinTable, const int32_t* firstPosition, cudaStream_t stream);
 
+// A RoPE angle table on the device: nRot/2 cosines and sines per position.
+struct RopeAngles {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+// rope of q (tokens x qShape.heads heads, in place) and of k (kShape.heads heads), the rotated
+// keys and the values v (tokens x kvDim) stored into the f16 caches as storeKv stores them (ring
+// as there); k itself is left unrotated. The two shapes share nRot, headDim and style.
+void ropeStore(float* q, const float* k, const float* v, int64_t tokens, const RopeShape& qShape,
+               const RopeShape& kShape, const RopeAngles& qTable, const RopeAngles& kTable,
+               __half* keyCache, __half* valueCache, int32_t ring, const int32_t* firstPosition,
+               cudaStream_t stream);
+
 void addBias(float* x, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
 void addInPlace(float* x, const float* y, int64_t n, cudaStream_t stream);
 // out = silu(gate) * up

@@ -93,6 +93,10 @@ class CudaStage final : public runtime::LocalStage {
   void runOp(const CudaOp& op, const CudaLayer& layer, int32_t sequence);
   // Whether `op` is a norm to run as rmsNormQuantize for `next`'s products.
   bool quantizesForNext(const CudaOp& op, const CudaOp* next) const;
+  // Whether ops i and i + 1 of the layer run as one ropeStoreOp (the Attend's index, or 0).
+  size_t fusedRopeStoreEnd(const CudaLayer& layer, size_t i) const;
+  // The queries' and keys' RoPE and the cache store of the keys and values, in one launch.
+  void ropeStoreOp(const CudaOp& q, const CudaOp& k, const CudaLayer& layer, int32_t sequence);
 
   // The ops, one function each (layer_program.h says what each computes).
   void rmsNormOp(const CudaOp& op, const CudaLayer& layer);
@@ -136,13 +140,15 @@ class CudaStage final : public runtime::LocalStage {
   DeviceMatrix m_tokenEmbd, m_output;
   const float* m_outputNorm = nullptr;
   int32_t m_attentionSplits = 1;
-  // The fused decode launches (rmsNormQuantize for a norm before quantized products, matvecSet
-  // for a Project's outputs, matvecGated for a gated FFN);
+  // The fused launches (rmsNormQuantize for a norm before quantized products, matvecSet for a
+  // Project's outputs, matvecGated for a gated FFN, ropeStore for RoPE and the cache store);
   // SHOAL_CUDA_UNFUSED=1 turns them off, to measure what they buy or to rule them out.
   bool m_fused = true;
   // The buffer rows whose int8 activations m_xq holds already (a fused norm's output), for the
   // one op after it; nullptr otherwise.
   const float* m_quantizedFrom = nullptr;
+  // The layer's keys and values are in the cache already (ropeStoreOp), for its Attend.
+  bool m_kvStored = false;
 
   // Device memory, allocated once: the KV cache (per local layer and sequence, contextLength x
   // the layer's kvDim f16, keys then values) and the buffers of a batch of up to maxBatch rows.

@@ -48,10 +48,17 @@ void CudaStage::enqueue(int32_t sequence, int64_t count, runtime::LogitRows logi
                m_buffers[size_t(Buffer::X)], m_stream);
   }
   for (const CudaLayer& layer : m_layers) {
+    m_kvStored = false;
     for (size_t i = 0; i < layer.ops.size(); ++i) {
       if (m_rows == 0) break;  // no row of the model's last layer produces logits
       const CudaOp& op = layer.ops[i];
       const CudaOp* next = i + 1 < layer.ops.size() ? &layer.ops[i + 1] : nullptr;
+      if (const size_t attend = fusedRopeStoreEnd(layer, i); attend > 0) {
+        ropeStoreOp(op, layer.ops[i + 1], layer, sequence);
+        ++i;  // the keys' RoPE ran too
+        m_quantizedFrom = nullptr;
+        continue;
+      }
       if (quantizesForNext(op, next)) {
         // The norm's output quantized in the same launch; the next op's products read it.
         rmsNormQuantize(buffer(op.op.src, layer), op.vector, buffer(op.op.dst, layer), m_rows,
@@ -65,6 +72,48 @@ void CudaStage::enqueue(int32_t sequence, int64_t count, runtime::LogitRows logi
     }
   }
   if (m_spec.hasHead) head();
+}
+
+// Whether ops[i] and ops[i + 1] are the queries' and keys' RoPE of an Attend that follows with
+// nothing writing the keys or values in between: then ropeStoreOp rotates both and stores the
+// keys and values in the cache in one launch, and the Attend skips its store. Returns the
+// Attend's index, or 0.
+size_t CudaStage::fusedRopeStoreEnd(const CudaLayer& layer, size_t i) const {
+  const std::vector<CudaOp>& ops = layer.ops;
+  if (!m_fused || i + 2 >= ops.size()) return 0;
+  const model::Op &q = ops[i].op, &k = ops[i + 1].op;
+  if (q.kind != OpKind::Rope || k.kind != OpKind::Rope || q.dst != Buffer::Q ||
+      k.dst != Buffer::K || q.rope.nRot != k.rope.nRot || q.rope.style != k.rope.style ||
+      int64_t{k.heads} * m_config.headDim != layer.kvDim) {
+    return 0;
+  }
+  for (size_t j = i + 2; j < ops.size(); ++j) {
+    const model::Op& op = ops[j].op;
+    if (op.kind == OpKind::Attend) return j;
+    bool writesKv = op.dst == Buffer::K || op.dst == Buffer::V;
+    for (size_t o = 0; op.kind == OpKind::Project && o < size_t{op.outCount}; ++o) {
+      writesKv = writesKv || op.outs[o].dst == Buffer::K || op.outs[o].dst == Buffer::V;
+    }
+    if (writesKv || op.kind == OpKind::KeepOutputRows) return 0;
+  }
+  return 0;
+}
+
+void CudaStage::ropeStoreOp(const CudaOp& q, const CudaOp& k, const CudaLayer& layer,
+                            int32_t sequence) {
+  auto shapeOf = [&](const model::Op& op) {
+    RopeShape shape;
+    shape.heads = op.heads;
+    shape.headDim = m_config.headDim;
+    shape.nRot = op.rope.nRot;
+    shape.neox = op.rope.style == model::RopeStyle::Neox;
+    return shape;
+  };
+  ropeStore(buffer(Buffer::Q, layer), buffer(Buffer::K, layer), buffer(Buffer::V, layer), m_rows,
+            shapeOf(q.op), shapeOf(k.op), {q.rope.cos, q.rope.sin}, {k.rope.cos, k.rope.sin},
+            keyCache(layer, sequence), valueCache(layer, sequence), layer.ring, m_position,
+            m_stream);
+  m_kvStored = true;
 }
 
 // A norm whose output the next op's quantized mat-vec products read (decode, and batches below
@@ -149,8 +198,11 @@ void CudaStage::attendOp(const CudaOp& o, const CudaLayer& layer, int32_t sequen
   const model::ModelConfig& c = m_config;
   __half* keys = keyCache(layer, sequence);
   __half* values = valueCache(layer, sequence);
-  storeKv(buffer(Buffer::K, layer), buffer(Buffer::V, layer), keys, values, m_rows, layer.kvDim,
-          m_position, layer.ring, m_stream);
+  if (!m_kvStored) {  // else ropeStoreOp stored them
+    storeKv(buffer(Buffer::K, layer), buffer(Buffer::V, layer), keys, values, m_rows, layer.kvDim,
+            m_position, layer.ring, m_stream);
+  }
+  m_kvStored = false;
   AttentionParams p;
   p.nHead = c.nHead;
   p.nHeadKv = layer.kvDim / c.headDim;

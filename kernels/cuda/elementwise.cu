@@ -59,6 +59,13 @@ __global__ void rmsNormQuantizeKernel(const float* x, const float* weight, float
   }
 }
 
+// (x0, x1) rotated by the angle of (c, s), as both RoPE kernels round it.
+__device__ __forceinline__ void rotatePair(float& x0, float& x1, float c, float s) {
+  const float a = x0, b = x1;
+  x0 = fmaf(a, c, -(b * s));
+  x1 = fmaf(a, s, b * c);
+}
+
 // One thread per (token, head, pair), the angle read from the position's row of the tables.
 __global__ void ropeKernel(float* x, int64_t tokens, RopeShape p, const float* cosTable,
                            const float* sinTable, const int32_t* firstPosition) {
@@ -73,9 +80,54 @@ __global__ void ropeKernel(float* x, int64_t tokens, RopeShape p, const float* c
   float* v = x + th * p.headDim;
   const int a = p.neox ? pair : 2 * pair;
   const int b = p.neox ? pair + half : 2 * pair + 1;
-  const float x0 = v[a], x1 = v[b];
-  v[a] = fmaf(x0, c, -(x1 * s));
-  v[b] = fmaf(x0, s, x1 * c);
+  rotatePair(v[a], v[b], c, s);
+}
+
+// RoPE of the queries (in place) and keys of `tokens` tokens, the rotated keys and the values
+// stored straight into the f16 cache (the K buffer keeps its unrotated keys): one thread per
+// query pair, per key pair, and per value element (which also stores the key elements past
+// nRot). Positions and ring slots as storeKv's.
+__global__ void ropeStoreKernel(float* q, const float* k, const float* v, int64_t tokens,
+                                RopeShape qs, RopeShape ks, RopeAngles qt, RopeAngles kt,
+                                __half* keyCache, __half* valueCache, int32_t ring,
+                                const int32_t* firstPosition) {
+  const int half = qs.nRot / 2;
+  const int kvDim = ks.heads * ks.headDim;
+  const int64_t qPairs = tokens * qs.heads * half, kPairs = tokens * ks.heads * half;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t first = *firstPosition;
+  auto slotOf = [&](int64_t t) {
+    const int64_t pos = first + t;
+    return (ring > 0 ? pos % ring : pos) * kvDim;
+  };
+  if (i < qPairs) {
+    const int pair = static_cast<int>(i % half);
+    const int64_t th = i / half, t = th / qs.heads;
+    const int64_t at = (first + t) * half + pair;
+    float* x = q + th * qs.headDim;
+    const int a = qs.neox ? pair : 2 * pair, b = qs.neox ? pair + half : 2 * pair + 1;
+    rotatePair(x[a], x[b], qt.cos[at], qt.sin[at]);
+    return;
+  }
+  i -= qPairs;
+  if (i < kPairs) {
+    const int pair = static_cast<int>(i % half);
+    const int64_t th = i / half, t = th / ks.heads, head = th % ks.heads;
+    const int64_t at = (first + t) * half + pair;
+    const float* x = k + th * ks.headDim;
+    const int a = ks.neox ? pair : 2 * pair, b = ks.neox ? pair + half : 2 * pair + 1;
+    float xa = x[a], xb = x[b];
+    rotatePair(xa, xb, kt.cos[at], kt.sin[at]);
+    __half* cache = keyCache + slotOf(t) + head * ks.headDim;
+    cache[a] = __float2half_rn(xa);
+    cache[b] = __float2half_rn(xb);
+    return;
+  }
+  i -= kPairs;
+  if (i >= tokens * kvDim) return;
+  const int64_t t = i / kvDim, d = i % kvDim;
+  valueCache[slotOf(t) + d] = __float2half_rn(v[i]);
+  if (d % ks.headDim >= ks.nRot) keyCache[slotOf(t) + d] = __float2half_rn(k[i]);
 }
 
 __global__ void addBiasKernel(float* x, const float* bias, int64_t total, int64_t n) {
@@ -170,6 +222,23 @@ void rope(float* x, int64_t tokens, const RopeShape& shape, const float* cosTabl
   if (n == 0) return;
   ropeKernel<<<gridFor(n, 256), 256, 0, stream>>>(x, tokens, shape, cosTable, sinTable,
                                                   firstPosition);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void ropeStore(float* q, const float* k, const float* v, int64_t tokens, const RopeShape& qShape,
+               const RopeShape& kShape, const RopeAngles& qTable, const RopeAngles& kTable,
+               __half* keyCache, __half* valueCache, int32_t ring, const int32_t* firstPosition,
+               cudaStream_t stream) {
+  if (qShape.nRot != kShape.nRot || qShape.headDim != kShape.headDim ||
+      qShape.neox != kShape.neox) {
+    throw Error("CUDA ropeStore: queries and keys rotated differently");
+  }
+  const int64_t half = qShape.nRot / 2;
+  const int64_t n =
+      tokens * (qShape.heads * half + kShape.heads * half + int64_t{kShape.heads} * kShape.headDim);
+  if (n == 0) return;
+  ropeStoreKernel<<<gridFor(n, 256), 256, 0, stream>>>(
+      q, k, v, tokens, qShape, kShape, qTable, kTable, keyCache, valueCache, ring, firstPosition);
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 

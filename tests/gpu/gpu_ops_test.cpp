@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -362,6 +363,48 @@ void testFusedMatvec(gpu_test::Tally& tally, TensorType type, std::mt19937& rng)
   }
 }
 
+// RoPE of queries and keys with the cache store in one launch, against rope, rope and storeKv:
+// the same queries, and the same cache bytes (a partial rotation, nRot 32 of 64, and a ring).
+void testRopeStore(gpu_test::Tally& tally, bool neox, std::mt19937& rng) {
+  const int32_t qHeads = 8, kvHeads = 2, hd = 64, nRot = 32, tokens = 3, pos0 = 13, ring = 8;
+  const int32_t half = nRot / 2, kvDim = kvHeads * hd;
+  std::vector<float> cosTable(sz_t((pos0 + tokens) * half)), sinTable(cosTable.size());
+  for (size_t i = 0; i < cosTable.size(); ++i) {
+    cosTable[i] = std::cos(0.37f * static_cast<float>(i));
+    sinTable[i] = std::sin(0.37f * static_cast<float>(i));
+  }
+  const auto q = randomVector(sz_t(tokens * qHeads * hd), rng);
+  const auto k = randomVector(sz_t(tokens * kvDim), rng), v = randomVector(k.size(), rng);
+  Buf<float> dcos(cosTable), dsin(sinTable);
+  Buf<int32_t> dpos(std::vector<int32_t>{pos0});
+  cuda::RopeShape qs{qHeads, hd, nRot, neox}, ks{kvHeads, hd, nRot, neox};
+  // The plain way.
+  Buf<float> q1(q), k1(k), v1(v);
+  Buf<__half> kc1(sz_t(ring * kvDim)), vc1(sz_t(ring * kvDim));
+  cudaMemset(kc1.p, 0, kc1.n * sizeof(__half));
+  cudaMemset(vc1.p, 0, vc1.n * sizeof(__half));
+  cuda::rope(q1.p, tokens, qs, dcos.p, dsin.p, dpos.p, nullptr);
+  cuda::rope(k1.p, tokens, ks, dcos.p, dsin.p, dpos.p, nullptr);
+  cuda::storeKv(k1.p, v1.p, kc1.p, vc1.p, tokens, kvDim, dpos.p, ring, nullptr);
+  // The fused way.
+  Buf<float> q2(q), k2(k), v2(v);
+  Buf<__half> kc2(kc1.n), vc2(vc1.n);
+  cudaMemset(kc2.p, 0, kc2.n * sizeof(__half));
+  cudaMemset(vc2.p, 0, vc2.n * sizeof(__half));
+  cuda::ropeStore(q2.p, k2.p, v2.p, tokens, qs, ks, {dcos.p, dsin.p}, {dcos.p, dsin.p}, kc2.p,
+                  vc2.p, ring, dpos.p, nullptr);
+  const std::string name = std::string("ropeStore ") + (neox ? "neox" : "normal");
+  checkLastError(tally, name);
+  auto bits = [](const std::vector<__half>& h) {
+    std::vector<uint16_t> out(h.size());
+    std::memcpy(out.data(), h.data(), h.size() * sizeof(uint16_t));
+    return out;
+  };
+  tally.expect(q2.get() == q1.get() && bits(kc2.get()) == bits(kc1.get()) &&
+                   bits(vc2.get()) == bits(vc1.get()) && k2.get() == k,
+               name, "== rope, rope, storeKv (keys left unrotated in their buffer)");
+}
+
 // The cache append: keys and values as f16 at positions pos0.., in a ring of 8 positions.
 void testStoreKvRing(gpu_test::Tally& tally, std::mt19937& rng) {
   const int32_t kvDim = 64, tokens = 5, pos0 = 6, ring = 8;
@@ -637,6 +680,8 @@ int main() {
     testAttention(tally, 1500, 5, rng, {.oneSplit = true});  // a prefill batch's way
     testAttention(tally, 300, 5, rng, {.window = 48, .ring = 96, .sinks = true, .oneSplit = true});
     testStoreKvRing(tally, rng);
+    testRopeStore(tally, false, rng);
+    testRopeStore(tally, true, rng);
     testFusedMatvec(tally, TensorType::Q4_0, rng);
     testFusedMatvec(tally, TensorType::Q4_K, rng);
     testActivations(tally, rng);
