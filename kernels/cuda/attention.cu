@@ -18,9 +18,12 @@ constexpr int kWarps = 4;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxPerLane = kMaxHeadDim / 32;
 
+__device__ void mergeSplits(const AttentionParams& p, const float* partial, float* out, int head,
+                            int64_t t);
+
 __global__ void attentionPartialKernel(AttentionParams p, const float* q, const __half* keys,
                                        const __half* values, const int32_t* firstPosition,
-                                       float* partial) {
+                                       float* partial, float* result) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float warpM[kWarps], warpL[kWarps];
   __shared__ float warpAcc[kWarps][kMaxHeadDim];
@@ -93,30 +96,52 @@ __global__ void attentionPartialKernel(AttentionParams p, const float* q, const 
       if (warpM[w] != -INFINITY) a += warpAcc[w][d] * expf(warpM[w] - mAll);
     out[2 + d] = a;
   }
+  if (!p.tickets) return;
+  // The fused merge: each split's block takes a ticket once its partial is visible to the
+  // device; the last of a (token, head) merges them all and resets the ticket for the next
+  // launch (a replayed decode graph).
+  __shared__ bool lastSplit;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* ticket = p.tickets + t * p.nHead + head;
+    lastSplit = atomicAdd(ticket, 1u) == static_cast<unsigned>(p.splits) - 1;
+    if (lastSplit) *ticket = 0;
+  }
+  __syncthreads();
+  if (lastSplit) {
+    __threadfence();
+    mergeSplits(p, partial, result, head, t);
+  }
 }
 
-__global__ void attentionMergeKernel(AttentionParams p, const float* partial, float* out) {
-  const int head = blockIdx.x;
-  const int64_t t = blockIdx.y;
+// Merges the splits of (token t, head) into out (a block of 32 * kWarps threads). Partials are
+// read past L1 (__ldcg): in the fused form the last split's block reads what other blocks wrote.
+__device__ void mergeSplits(const AttentionParams& p, const float* partial, float* out, int head,
+                            int64_t t) {
   const int hd = p.headDim;
   const float* in = partial + (t * p.nHead + head) * p.splits * (hd + 2);
   // A sink is one more softmax term that attends to nothing: it joins the maximum and the sum.
   const float sink = p.sinks ? p.sinks[head] : -INFINITY;
   float m = sink;
-  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, in[s * (hd + 2)]);
+  for (int s = 0; s < p.splits; ++s) m = fmaxf(m, __ldcg(in + s * (hd + 2)));
   float l = p.sinks ? expf(sink - m) : 0.0f;
   for (int s = 0; s < p.splits; ++s) {
-    const float ms = in[s * (hd + 2)];
-    if (ms != -INFINITY) l += in[s * (hd + 2) + 1] * expf(ms - m);
+    const float ms = __ldcg(in + s * (hd + 2));
+    if (ms != -INFINITY) l += __ldcg(in + s * (hd + 2) + 1) * expf(ms - m);
   }
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float a = 0.0f;
     for (int s = 0; s < p.splits; ++s) {
-      const float ms = in[s * (hd + 2)];
-      if (ms != -INFINITY) a += in[s * (hd + 2) + 2 + d] * expf(ms - m);
+      const float ms = __ldcg(in + s * (hd + 2));
+      if (ms != -INFINITY) a += __ldcg(in + s * (hd + 2) + 2 + d) * expf(ms - m);
     }
     out[(t * p.nHead + head) * hd + d] = a / l;
   }
+}
+
+__global__ void attentionMergeKernel(AttentionParams p, const float* partial, float* out) {
+  mergeSplits(p, partial, out, blockIdx.x, blockIdx.y);
 }
 
 }  // namespace
@@ -132,10 +157,11 @@ void attention(const AttentionParams& p, const float* q, const __half* keyCache,
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.nHead),
                   static_cast<unsigned>(tokens));
   attentionPartialKernel<<<grid, 32 * kWarps, 0, stream>>>(p, q, keyCache, valueCache,
-                                                           firstPosition, partial);
+                                                           firstPosition, partial, out);
   SHOAL_CUDA_CHECK(cudaGetLastError());
-  attentionMergeKernel<<<dim3(static_cast<unsigned>(p.nHead), static_cast<unsigned>(tokens)), 128,
-                         0, stream>>>(p, partial, out);
+  if (p.tickets) return;  // merged by each (token, head)'s last split
+  attentionMergeKernel<<<dim3(static_cast<unsigned>(p.nHead), static_cast<unsigned>(tokens)),
+                         32 * kWarps, 0, stream>>>(p, partial, out);
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 

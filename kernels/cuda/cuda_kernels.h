@@ -75,6 +75,9 @@ void rmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_
 // one launch: the norm before a quantized product.
 void rmsNormQuantize(const float* x, const float* weight, float* y, int64_t rows, int64_t n,
                      float eps, int8_t* q, float2* ds, cudaStream_t stream);
+// x += addend (the residual add), then rmsNormQuantize(x -> y), in one launch.
+void addRmsNormQuantize(float* x, const float* addend, const float* weight, float* y, int64_t rows,
+                        int64_t n, float eps, int8_t* q, float2* ds, cudaStream_t stream);
 
 // The shape RoPE rotates: `heads` heads of headDim per token, the first nRot dims of each.
 struct RopeShape {
@@ -137,6 +140,9 @@ struct AttentionParams {
   float softcap = 0;    // > 0: Q·K becomes softcap * tanh(Q·K / softcap) before `scale`
   const float* sinks = nullptr;  // nHead sink logits (gpt-oss), or nullptr: head h's softmax
                                  // also counts exp(sinks[h] - max), max over scores and sink
+  // tokens x nHead zeroed counters, or nullptr: with them the last split of each (token, head)
+  // merges the splits itself (one launch); without, a second kernel merges. They are left zeroed.
+  unsigned* tickets = nullptr;
 };
 // Causal attention: token t (position *firstPosition + t) over cached positions
 // 0..*firstPosition + t (the last `window` of them when windowed). partial: scratch of

@@ -238,6 +238,9 @@ void CudaStage::allocate() {
   if (m_spec.hasHead) m_logits = floats(b * c.nVocab);
   m_attentionSplits = (m_spec.contextLength + kAttentionChunk - 1) / kAttentionChunk;
   m_partial = floats(std::max<int64_t>(m_attentionSplits, b) * c.nHead * (c.headDim + 2));
+  m_attentionTickets = static_cast<unsigned*>(alloc(sz(b * c.nHead) * sizeof(unsigned)));
+  SHOAL_CUDA_CHECK(
+      cudaMemsetAsync(m_attentionTickets, 0, sz(b * c.nHead) * sizeof(unsigned), m_stream));
   m_xq = static_cast<int8_t*>(alloc(sz(b * maxK)));
   m_xds = static_cast<float2*>(alloc(sz(b * maxK / 32) * sizeof(float2)));
   if (b >= kCublasMinBatch) {

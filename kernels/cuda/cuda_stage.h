@@ -141,7 +141,8 @@ class CudaStage final : public runtime::LocalStage {
   const float* m_outputNorm = nullptr;
   int32_t m_attentionSplits = 1;
   // The fused launches (rmsNormQuantize for a norm before quantized products, matvecSet for a
-  // Project's outputs, matvecGated for a gated FFN, ropeStore for RoPE and the cache store);
+  // Project's outputs, matvecGated for a gated FFN, ropeStore for RoPE and the cache store,
+  // attention merged by its last split);
   // SHOAL_CUDA_UNFUSED=1 turns them off, to measure what they buy or to rule them out.
   bool m_fused = true;
   // The buffer rows whose int8 activations m_xq holds already (a fused norm's output), for the
@@ -158,6 +159,7 @@ class CudaStage final : public runtime::LocalStage {
   bool m_rings = false;           // some layer keeps a ring: segments run in chunks (kv_ring.h)
   std::array<float*, model::kBufferCount> m_buffers{};
   float *m_logits = nullptr, *m_partial = nullptr;
+  unsigned* m_attentionTickets = nullptr;  // AttentionParams::tickets (the fused merge)
   int8_t* m_xq = nullptr;
   float2* m_xds = nullptr;
   __half* m_xHalf = nullptr;

@@ -59,6 +59,19 @@ void CudaStage::enqueue(int32_t sequence, int64_t count, runtime::LogitRows logi
         m_quantizedFrom = nullptr;
         continue;
       }
+      // The residual add, the norm after it and the norm's quantization in one launch.
+      if (next && op.op.kind == OpKind::Add && next->op.src == op.op.dst &&
+          bufferWidth(op.op.src, m_config, layer.kvDim) ==
+              bufferWidth(op.op.dst, m_config, layer.kvDim) &&
+          quantizesForNext(*next, i + 2 < layer.ops.size() ? &layer.ops[i + 2] : nullptr)) {
+        const int64_t n = bufferWidth(op.op.dst, m_config, layer.kvDim);
+        addRmsNormQuantize(buffer(op.op.dst, layer), buffer(op.op.src, layer), next->vector,
+                           buffer(next->op.dst, layer), m_rows, n, next->op.eps, m_xq, m_xds,
+                           m_stream);
+        m_quantizedFrom = buffer(next->op.dst, layer);
+        ++i;  // the norm ran too
+        continue;
+      }
       if (quantizesForNext(op, next)) {
         // The norm's output quantized in the same launch; the next op's products read it.
         rmsNormQuantize(buffer(op.op.src, layer), op.vector, buffer(op.op.dst, layer), m_rows,
@@ -216,6 +229,7 @@ void CudaStage::attendOp(const CudaOp& o, const CudaLayer& layer, int32_t sequen
   p.ring = layer.ring;
   p.softcap = o.op.attend.softcap;
   p.sinks = o.op.attend.sinks ? o.vector : nullptr;
+  p.tickets = m_fused ? m_attentionTickets : nullptr;
   attention(p, buffer(o.op.src, layer), keys, values, m_rows, m_position, m_partial,
             buffer(o.op.dst, layer), m_stream);
 }

@@ -42,14 +42,11 @@ __global__ void rmsNormKernel(const float* x, const float* weight, float* y, int
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * weight[i];
 }
 
-// RMSNorm whose output is also quantized for the mat-vec that reads it (n a multiple of 32): a
-// warp per block of 32 outputs, lane i writing output i and its int8 quant.
-__global__ void rmsNormQuantizeKernel(const float* x, const float* weight, float* y, int64_t n,
-                                      float eps, int8_t* q, float2* ds) {
-  __shared__ float shared[32];
-  const float* xr = x + blockIdx.x * n;
+// Row blockIdx.x's norm output from its scale, and its int8 blocks (n a multiple of 32): a warp
+// per block of 32 outputs, lane i writing output i and its quant.
+__device__ void normQuantizeRow(const float* xr, float scale, const float* weight, float* y,
+                                int64_t n, int8_t* q, float2* ds) {
   float* yr = y + blockIdx.x * n;
-  const float scale = rmsScale(xr, n, eps, shared);
   const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int64_t b = threadIdx.x / 32; b < n / 32; b += warps) {
     const int64_t i = b * 32 + lane;
@@ -57,6 +54,14 @@ __global__ void rmsNormQuantizeKernel(const float* x, const float* weight, float
     yr[i] = v;
     quantizeBlock32(v, q + blockIdx.x * n + b * 32, ds + blockIdx.x * (n / 32) + b);
   }
+}
+
+// RMSNorm whose output is also quantized for the mat-vec that reads it.
+__global__ void rmsNormQuantizeKernel(const float* x, const float* weight, float* y, int64_t n,
+                                      float eps, int8_t* q, float2* ds) {
+  __shared__ float shared[32];
+  const float* xr = x + blockIdx.x * n;
+  normQuantizeRow(xr, rmsScale(xr, n, eps, shared), weight, y, n, q, ds);
 }
 
 // (x0, x1) rotated by the angle of (c, s), as both RoPE kernels round it.
@@ -81,6 +86,18 @@ __global__ void ropeKernel(float* x, int64_t tokens, RopeShape p, const float* c
   const int a = p.neox ? pair : 2 * pair;
   const int b = p.neox ? pair + half : 2 * pair + 1;
   rotatePair(v[a], v[b], c, s);
+}
+
+// The residual add, then rmsNormQuantize of the sum: x += addend, y = norm(x), q = y's int8
+// blocks; one block per row. Each thread adds the elements it then squares, and blockSum's
+// barrier makes every sum visible before the warps read them by blocks of 32.
+__global__ void addRmsNormQuantizeKernel(float* x, const float* addend, const float* weight,
+                                         float* y, int64_t n, float eps, int8_t* q, float2* ds) {
+  __shared__ float shared[32];
+  float* xr = x + blockIdx.x * n;
+  const float* ar = addend + blockIdx.x * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) xr[i] += ar[i];
+  normQuantizeRow(xr, rmsScale(xr, n, eps, shared), weight, y, n, q, ds);
 }
 
 // RoPE of the queries (in place) and keys of `tokens` tokens, the rotated keys and the values
@@ -213,6 +230,14 @@ void rmsNormQuantize(const float* x, const float* weight, float* y, int64_t rows
   if (n % 32 != 0) throw Error("CUDA rmsNormQuantize: a row of " + std::to_string(n));
   rmsNormQuantizeKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, weight, y, n, eps, q,
                                                                          ds);
+  SHOAL_CUDA_CHECK(cudaGetLastError());
+}
+
+void addRmsNormQuantize(float* x, const float* addend, const float* weight, float* y, int64_t rows,
+                        int64_t n, float eps, int8_t* q, float2* ds, cudaStream_t stream) {
+  if (n % 32 != 0) throw Error("CUDA addRmsNormQuantize: a row of " + std::to_string(n));
+  addRmsNormQuantizeKernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, addend, weight, y, n,
+                                                                            eps, q, ds);
   SHOAL_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -157,6 +157,23 @@ void testRmsNormSwiglu(gpu_test::Tally& tally, std::mt19937& rng) {
     }
     tally.expect(fy.get() == ny.get() && fq.get() == nq.get() && sameScales, "rmsNormQuantize",
                  "== rmsNorm then quantizeActivations");
+
+    // With the residual add first: the same sums, and the same norm and bytes of them.
+    const auto residual = randomVector(x.size(), rng);
+    Buf<float> sumPlain(residual), sumFused(residual);
+    cuda::addInPlace(sumPlain.p, dx.p, static_cast<int64_t>(x.size()), nullptr);
+    cuda::rmsNorm(sumPlain.p, dw.p, ny.p, rows, n, 1e-5f, nullptr);
+    cuda::quantizeActivations(ny.p, rows, n, nq.p, nds.p, nullptr);
+    cuda::addRmsNormQuantize(sumFused.p, dx.p, dw.p, fy.p, rows, n, 1e-5f, fq.p, fds.p, nullptr);
+    checkLastError(tally, "addRmsNormQuantize");
+    const auto c = fds.get(), d = nds.get();
+    bool sameScales2 = c.size() == d.size();
+    for (size_t i = 0; sameScales2 && i < c.size(); ++i) {
+      sameScales2 = c[i].x == d[i].x && c[i].y == d[i].y;
+    }
+    tally.expect(sumFused.get() == sumPlain.get() && fy.get() == ny.get() && fq.get() == nq.get() &&
+                     sameScales2,
+                 "addRmsNormQuantize", "== addInPlace, rmsNorm, quantizeActivations");
   }
 
   const auto up = randomVector(x.size(), rng);
@@ -296,8 +313,27 @@ void testAttention(gpu_test::Tally& tally, int32_t pos0, int32_t tokens, std::mt
   Buf<int32_t> dpos(std::vector<int32_t>{pos0});
   cuda::attention(p, dq.p, dk.p, dv.p, tokens, dpos.p, dpart.p, dout.p, nullptr);
   checkLastError(tally, name);
-  const double e = gpu_test::nmse(dout.get(), want);
+  const std::vector<float> got = dout.get();
+  const double e = gpu_test::nmse(got, want);
   tally.expect(e <= kMaxNmse, name, fmt(e));
+
+  // The merge done by each (token, head)'s last split: the same code as the merge kernel (within
+  // rounding: another kernel may contract it differently), twice in a row (the tickets reset
+  // themselves, as a replayed decode graph needs).
+  Buf<unsigned> tickets(sz_t(tokens * nHead));
+  cudaMemset(tickets.p, 0, tickets.n * sizeof(unsigned));
+  p.tickets = tickets.p;
+  bool same = true;
+  for (int run = 0; run < 2; ++run) {
+    Buf<float> fused(q.size());
+    cuda::attention(p, dq.p, dk.p, dv.p, tokens, dpos.p, dpart.p, fused.p, nullptr);
+    checkLastError(tally, name + " fused merge");
+    same = same && gpu_test::nmse(fused.get(), got) <= 1e-10;
+  }
+  const std::vector<unsigned> left = tickets.get();
+  same = same && std::all_of(left.begin(), left.end(), [](unsigned v) { return v == 0; });
+  tally.expect(same, name + " fused merge",
+               "the merge kernel's numbers (nmse <= 1e-10), twice; tickets back to 0");
 }
 
 // The fused decode launches against the plain ones they replace: three matrices of one type in
