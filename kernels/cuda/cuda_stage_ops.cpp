@@ -47,29 +47,50 @@ void CudaStage::enqueue(int32_t sequence, int64_t count, runtime::LogitRows logi
     gatherRows(m_tokenEmbd.type, m_tokenEmbd.data, m_tokens, count, c.nEmbd, m_tokenEmbd.rowBytes,
                m_buffers[size_t(Buffer::X)], m_stream);
   }
-  for (const CudaLayer& layer : m_layers) {
+  // Ops of a layer's program already run with the previous layer's last op (a residual add
+  // fused with the norm that opens the next layer).
+  size_t runAhead = 0;
+  for (size_t l = 0; l < m_layers.size(); ++l) {
+    const CudaLayer& layer = m_layers[l];
+    const CudaLayer* nextLayer = l + 1 < m_layers.size() ? &m_layers[l + 1] : nullptr;
+    // The op `ahead` places after op i, into the next layer's program where this one ends.
+    auto opAt = [&](size_t i, size_t ahead) -> const CudaOp* {
+      const size_t j = i + ahead;
+      if (j < layer.ops.size()) return &layer.ops[j];
+      const size_t k = j - layer.ops.size();
+      return nextLayer && k < nextLayer->ops.size() ? &nextLayer->ops[k] : nullptr;
+    };
     m_kvStored = false;
-    for (size_t i = 0; i < layer.ops.size(); ++i) {
+    size_t i = runAhead;
+    runAhead = 0;
+    for (; i < layer.ops.size(); ++i) {
       if (m_rows == 0) break;  // no row of the model's last layer produces logits
       const CudaOp& op = layer.ops[i];
-      const CudaOp* next = i + 1 < layer.ops.size() ? &layer.ops[i + 1] : nullptr;
+      const CudaOp* next = opAt(i, 1);
       if (const size_t attend = fusedRopeStoreEnd(layer, i); attend > 0) {
         ropeStoreOp(op, layer.ops[i + 1], layer, sequence);
         ++i;  // the keys' RoPE ran too
         m_quantizedFrom = nullptr;
         continue;
       }
-      // The residual add, the norm after it and the norm's quantization in one launch.
+      // The residual add, the norm after it (maybe the next layer's first op) and the norm's
+      // quantization in one launch.
       if (next && op.op.kind == OpKind::Add && next->op.src == op.op.dst &&
           bufferWidth(op.op.src, m_config, layer.kvDim) ==
               bufferWidth(op.op.dst, m_config, layer.kvDim) &&
-          quantizesForNext(*next, i + 2 < layer.ops.size() ? &layer.ops[i + 2] : nullptr)) {
+          quantizesForNext(*next, opAt(i, 2))) {
+        const bool sameLayer = i + 1 < layer.ops.size();
+        const CudaLayer& normLayer = sameLayer ? layer : *nextLayer;
         const int64_t n = bufferWidth(op.op.dst, m_config, layer.kvDim);
         addRmsNormQuantize(buffer(op.op.dst, layer), buffer(op.op.src, layer), next->vector,
-                           buffer(next->op.dst, layer), m_rows, n, next->op.eps, m_xq, m_xds,
+                           buffer(next->op.dst, normLayer), m_rows, n, next->op.eps, m_xq, m_xds,
                            m_stream);
-        m_quantizedFrom = buffer(next->op.dst, layer);
-        ++i;  // the norm ran too
+        m_quantizedFrom = buffer(next->op.dst, normLayer);
+        if (sameLayer) {
+          ++i;  // the norm ran too
+        } else {
+          runAhead = 1;
+        }
         continue;
       }
       if (quantizesForNext(op, next)) {
@@ -81,7 +102,7 @@ void CudaStage::enqueue(int32_t sequence, int64_t count, runtime::LogitRows logi
         continue;
       }
       runOp(op, layer, sequence);
-      m_quantizedFrom = nullptr;  // only the op right after the fused norm may use it
+      m_quantizedFrom = nullptr;  // only the op right after a fused norm may use it
     }
   }
   if (m_spec.hasHead) head();
