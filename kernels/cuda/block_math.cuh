@@ -227,6 +227,23 @@ SHOAL_HD void q4kScaleMin(int j, const uint8_t* q, int& scale, int& min) {
   }
 }
 
+// A Q4_K or Q5_K sub-block's dot from its integer sum (both keep d, dmin and the 12 scale bytes
+// at the same offsets): d * scale * dx * sum - dmin * min * dx * sum(xq).
+SHOAL_HD float kquantResult(const uint8_t* b, int j, int sum, float2 xds) {
+  int scale, min;
+  q4kScaleMin(j, b + 4, scale, min);
+  return loadHalf(b) * static_cast<float>(scale) * xds.x * static_cast<float>(sum) -
+         loadHalf(b + 2) * static_cast<float>(min) * xds.y;
+}
+
+// A Q4_K or Q5_K sub-block's (d * scale, dmin * min), rounded as dequantizeRow rounds them.
+SHOAL_HD float2 kquantScaleMin(const uint8_t* b, int j) {
+  int scale, min;
+  q4kScaleMin(j, b + 4, scale, min);
+  return make_float2(mulRn(loadHalf(b), static_cast<float>(scale)),
+                     mulRn(loadHalf(b + 2), static_cast<float>(min)));
+}
+
 // Signed 6-bit scale of 16-element sub-block t (0..15) of a Q3_K super-block (q = its 12 packed
 // bytes, stored + 32): low 4 bits in byte t (t < 8, low nibble) or t - 8 (high nibble), top 2
 // bits at bits 2(t/4).. of byte 8 + t % 4.
@@ -529,19 +546,14 @@ SHOAL_HD float subBlockDot<TensorType::Q4_K>(const uint8_t* row, int64_t s, cons
   int sum = 0;
   SHOAL_UNROLL
   for (int i = 0; i < 8; ++i) sum = dp4a(nibbles(load4(qs + 4 * i), shift), x[i], sum);
-  int scale, min;
-  q4kScaleMin(j, b + 4, scale, min);
-  return loadHalf(b) * static_cast<float>(scale) * xds.x * static_cast<float>(sum) -
-         loadHalf(b + 2) * static_cast<float>(min) * xds.y;
+  return kquantResult(b, j, sum, xds);
 }
 template <>
 SHOAL_HD void dequantSubBlock<TensorType::Q4_K>(const uint8_t* row, int64_t s, float* y) {
   const uint8_t* b = row + (s / 8) * kQ4_KBytes;
   const int j = static_cast<int>(s % 8);
-  int scale, min;
-  q4kScaleMin(j, b + 4, scale, min);
-  const float d = mulRn(loadHalf(b), static_cast<float>(scale));
-  const float m = mulRn(loadHalf(b + 2), static_cast<float>(min));
+  const float2 dm = kquantScaleMin(b, j);
+  const float d = dm.x, m = dm.y;
   const uint8_t* qs = b + 16 + 32 * (j / 2);
   const int shift = (j & 1) * 4;
   for (int l = 0; l < 32; ++l)
@@ -563,19 +575,14 @@ SHOAL_HD float subBlockDot<TensorType::Q5_K>(const uint8_t* row, int64_t s, cons
     const uint32_t high = ((load4(b + 16 + 4 * i) >> j) & 0x01010101u) << 4;
     sum = dp4a(nibbles(load4(qs + 4 * i), shift) | high, x[i], sum);
   }
-  int scale, min;
-  q4kScaleMin(j, b + 4, scale, min);
-  return loadHalf(b) * static_cast<float>(scale) * xds.x * static_cast<float>(sum) -
-         loadHalf(b + 2) * static_cast<float>(min) * xds.y;
+  return kquantResult(b, j, sum, xds);
 }
 template <>
 SHOAL_HD void dequantSubBlock<TensorType::Q5_K>(const uint8_t* row, int64_t s, float* y) {
   const uint8_t* b = row + (s / 8) * kQ5_KBytes;
   const int j = static_cast<int>(s % 8);
-  int scale, min;
-  q4kScaleMin(j, b + 4, scale, min);
-  const float d = mulRn(loadHalf(b), static_cast<float>(scale));
-  const float m = mulRn(loadHalf(b + 2), static_cast<float>(min));
+  const float2 dm = kquantScaleMin(b, j);
+  const float d = dm.x, m = dm.y;
   const uint8_t* qs = b + 48 + 32 * (j / 2);
   const int shift = (j & 1) * 4;
   for (int l = 0; l < 32; ++l) {
