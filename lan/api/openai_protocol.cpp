@@ -66,6 +66,13 @@ const json* field(const json& j, const char* name) {
   return &*it;
 }
 
+// An object's string field, or "" when absent or of another type (json::value would throw a
+// type_error for the latter, which a client's "type": {} must not turn into a crash).
+std::string stringIn(const json& j, const char* name) {
+  const json* v = field(j, name);
+  return v && v->is_string() ? v->get<std::string>() : std::string();
+}
+
 std::optional<float> numberIn(const json& j, const char* name, double lo, double hi, bool loOpen) {
   const json* v = field(j, name);
   if (!v) return std::nullopt;
@@ -161,7 +168,7 @@ std::string contentText(const json& content, size_t index) {
   if (content.is_array()) {
     std::string text;
     for (const json& part : content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+      if (!part.is_object() || stringIn(part, "type") != "text" || !part.contains("text") ||
           !part["text"].is_string()) {
         badParam(param, "only text content parts are supported");
       }
@@ -190,7 +197,7 @@ std::vector<std::string> toolsIn(const json& j, const std::string& body) {
   for (size_t i = 0; i < tools->size(); ++i) {
     const json& t = (*tools)[i];
     const std::string param = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || t.value("type", "") != "function") {
+    if (!t.is_object() || stringIn(t, "type") != "function") {
       badParam(param + ".type", "'" + param + "' must be {\"type\": \"function\", ...}");
     }
     const json* function = field(t, "function");

@@ -134,6 +134,16 @@ class TestOpenAiProtocol : public QObject {
     QCOMPARE(QString::fromStdString(r.messages[0].content), QString("ab"));
   }
 
+  void aContentPartOfAnotherTypeIsRefused() {
+    for (const char* part : {R"({"type":"image_url","image_url":"x"})", R"({"type":{},"text":"a"})",
+                             R"({"type":["text"],"text":"a"})"}) {
+      const ApiError e = chatError(
+          std::string(R"({"model":"m","messages":[{"role":"user","content":[)") + part + "]}]}");
+      QCOMPARE(e.status(), 400);
+      QCOMPARE(QString::fromStdString(e.param()), QString("messages[0].content"));
+    }
+  }
+
   void unknownRoleIsRefused() {
     const ApiError e = chatError(R"({"model":"m","messages":[{"role":"function","content":"x"}]})");
     QCOMPARE(QString::fromStdString(e.param()), QString("messages[0].role"));
@@ -162,6 +172,9 @@ class TestOpenAiProtocol : public QObject {
     const std::pair<const char*, const char*> cases[] = {
         {R"("tools":{"type":"function"})", "tools"},
         {R"("tools":[{"type":"retrieval"}])", "tools[0].type"},
+        // A "type" of another JSON type: refused, not a JSON library exception (the fuzzer's).
+        {R"("tools":[{"type":{"name":"f"}}])", "tools[0].type"},
+        {R"("tools":[{"type":7,"function":{"name":"f"}}])", "tools[0].type"},
         {R"("tools":[{"type":"function","function":{"description":"no name"}}])",
          "tools[0].function.name"},
         {R"("tools":[{"type":"function","function":{"name":""}}])", "tools[0].function.name"},
