@@ -485,9 +485,9 @@ Message NodeHost::loadStage(const Message& request, Session& session) {
   const json stageId = c.value("stage_id", json());
   const StageKey key{session.serial, stageKey(stageId)};  // validates
   const json& modelRef = c.value("model", json::object());
-  const std::string sha = modelRef.is_object() ? modelRef.value("sha256", "") : "";
+  const std::string sha = modelRef.is_object() ? stringField(modelRef, "sha256") : "";
   if (!isHexSha256(sha)) throw Error("load_stage: model.sha256 is not 64 lowercase hex digits");
-  const std::string deviceId = c.value("device", "");
+  const std::string deviceId = stringField(c, "device");
   backendFor(deviceId);  // validates
   runtime::StageSpec spec;
   spec.firstLayer = intField(c, "first_layer", 0, 1 << 16);
@@ -951,7 +951,7 @@ Message NodeHost::linkAccept(const Message& request, const Session& session) {
   const json& c = request.control;
   const json stageId = c.value("stage_id", json());
   auto s = findStage(stageId, session);
-  const std::string from = c.value("from_device", "");
+  const std::string from = stringField(c, "from_device");
   // A device ID as identity.h spells them; anything else could never present a certificate.
   if (from.empty() || from.size() > 128 || !std::all_of(from.begin(), from.end(), [](char ch) {
         return (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-';
@@ -980,9 +980,9 @@ Message NodeHost::linkConnect(const Message& request, const Session& session) {
   const json& c = request.control;
   const json stageId = c.value("stage_id", json());
   auto s = findStage(stageId, session);
-  const std::string address = c.value("address", "");
-  const std::string device = c.value("device_id", "");
-  const std::string route = c.value("route", "");
+  const std::string address = stringField(c, "address");
+  const std::string device = stringField(c, "device_id");
+  const std::string route = stringField(c, "route");
   if (address.empty() || address.size() > 300 || device.empty() || device.size() > 128 ||
       route.empty() || route.size() > 64) {
     throw Error("link_connect: fields 'address', 'device_id' and 'route' are required");
@@ -1060,7 +1060,7 @@ void NodeHost::serveLink(Connection& connection, const Message& hello,
   std::shared_ptr<LinkInbox> inbox;
   int32_t nEmbd = 0, maxBatch = 0;
   try {
-    token = hello.control.value("route", "");
+    token = stringField(hello.control, "route");
     inbox = m_routes.bind(token, peer, connection);
     nEmbd = inbox->nEmbd();
     maxBatch = inbox->maxBatch();

@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/model/tensor_table.h"
+#include "lan/node/request_fields.h"
 #include "lan/pool/sha256.h"
 
 namespace shoal::lan {
@@ -52,15 +53,15 @@ ShardReceiver::~ShardReceiver() {
 }
 
 void ShardReceiver::addChunk(const nlohmann::json& control, std::span<const uint8_t> bytes) {
-  const std::string name = control.value("tensor", "");
+  const std::string name = stringField(control, "tensor");
   const auto listed = [&](const std::vector<std::string>& v) {
     return std::find(v.begin(), v.end(), name) != v.end();
   };
   if (!listed(m_tensors.required) && !listed(m_tensors.optional)) {
     throw Error("weights_chunk: tensor '" + name + "' is not one this stage asked for");
   }
-  const uint64_t offset = control.value("offset", uint64_t{0});
-  const uint64_t total = control.value("total", uint64_t{0});
+  const uint64_t offset = unsignedField(control, "offset");
+  const uint64_t total = unsignedField(control, "total");
   auto it = m_incoming.find(name);
   if (it == m_incoming.end()) {
     if (offset != 0) {
@@ -68,7 +69,8 @@ void ShardReceiver::addChunk(const nlohmann::json& control, std::span<const uint
                   ", expected 0");
     }
     Incoming in;
-    const uint32_t rawType = control.value("type", uint32_t{0xffffffff});
+    const uint64_t type = unsignedField(control, "type");
+    const uint32_t rawType = uint32_t(std::min<uint64_t>(type, 0xffffffff));
     const auto traits = gguf::typeTraits(rawType);
     if (!traits) {
       throw Error("weights_chunk: tensor " + name + " has unknown type " + std::to_string(rawType));
@@ -137,7 +139,7 @@ void ShardReceiver::addChunk(const nlohmann::json& control, std::span<const uint
   in.received += bytes.size();
   m_bytesReceived += bytes.size();
   if (in.received == in.total) {
-    const std::string want = control.value("sha256", "");
+    const std::string want = stringField(control, "sha256");
     const std::string got = m_hash->hash.hexDigest();
     m_hash.reset();
     m_hashingTensor.clear();

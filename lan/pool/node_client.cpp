@@ -21,6 +21,13 @@ static_assert(std::endian::native == std::endian::little, "blob copies assume li
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
+// A reply's flag: true only when present and the boolean true (a node's reply of another type
+// is not a flag; json::value would throw its own type_error).
+bool isTrue(const json& control, const char* field) {
+  const auto it = control.find(field);
+  return it != control.end() && it->is_boolean() && it->get<bool>();
+}
+
 template <typename T>
 std::vector<uint8_t> toBlob(std::span<const T> values) {
   std::vector<uint8_t> blob(values.size_bytes());
@@ -148,7 +155,7 @@ Message NodeClient::awaitReply(RequestId id, std::chrono::milliseconds timeout) 
             (msg != reply.control.end() && msg->is_string() ? msg->get<std::string>()
                                                             : std::string("error"));
         // A failure of direct forwarding's link, not of the request itself.
-        if (reply.control.value("link_failed", false) == true) throw LinkFailure(text);
+        if (isTrue(reply.control, "link_failed")) throw LinkFailure(text);
         throw Error(text);
       }
       return std::move(*done.reply);
@@ -306,8 +313,14 @@ LoadStageResult NodeClient::loadStage(const LoadStageRequest& r, const gguf::Fil
     throw Error("node " + peerAddress() + ": load_stage " + r.stageId + " answered by '" +
                 opOf(reply) + "'");
   }
-  result.loadMs = reply.control.value("load_ms", 0.0);
-  result.source = reply.control.value("source", std::string());
+  // Reported figures only: a field of another type reads as absent (json::value would throw).
+  if (const auto ms = reply.control.find("load_ms"); ms != reply.control.end() && ms->is_number()) {
+    result.loadMs = ms->get<double>();
+  }
+  if (const auto src = reply.control.find("source");
+      src != reply.control.end() && src->is_string()) {
+    result.source = src->get<std::string>();
+  }
   return result;
 }
 
@@ -397,7 +410,7 @@ ForwardReply NodeClient::receiveForward(RequestId id) {
     throw Error("node " + peerAddress() + ": forward answered by '" + opOf(reply) + "'");
   }
   ForwardReply out;
-  if (reply.control.value("forwarded", false) == true) {
+  if (isTrue(reply.control, "forwarded")) {
     out.forwarded = true;
     return out;
   }
