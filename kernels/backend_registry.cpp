@@ -39,7 +39,7 @@ std::unique_ptr<runtime::Backend> createBackend(const std::string& name,
   if (name == "vulkan") return std::make_unique<VulkanNotBuilt>();
 #endif
   // The CUDA backend is a plugin loaded now; without it (or a driver) it is unavailable.
-  if (name == "cuda") return cuda::loadCudaBackend();
+  if (name == "cuda") return cuda::loadCudaBackend(options.gpuMemoryLimit);
   throw Error("unknown backend '" + name + "' (this build has: cpu, vulkan, cuda)");
 }
 

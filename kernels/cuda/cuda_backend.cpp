@@ -11,7 +11,7 @@
 
 namespace shoal::cuda {
 
-CudaBackend::CudaBackend() {
+CudaBackend::CudaBackend(uint64_t memoryLimit) : m_memoryLimit(memoryLimit) {
   // The static CUDA runtime loads the driver (libcuda.so) here; without it, or without a GPU,
   // this is where the reason comes from.
   int count = 0;
@@ -49,6 +49,10 @@ CudaBackend::CudaBackend() {
   m_refused = refused;
   m_deviceCount = count;
   m_bandwidth.assign(static_cast<size_t>(count), 0.0);
+  for (int i = 0; i < count; ++i) {
+    m_ledgers.push_back(std::make_shared<MemoryLedger>());
+    m_ledgers.back()->limit = m_memoryLimit;
+  }
   if (m_usable.empty()) {
     m_availability = {false, "no CUDA device this plugin can run on: " + refused};
     return;
@@ -70,7 +74,7 @@ std::vector<runtime::DeviceInfo> CudaBackend::devices() const {
     d.type = prop.integrated ? "integrated-gpu" : "discrete-gpu";
     size_t freeBytes = 0, totalBytes = 0;
     if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess) {
-      d.memoryFree = freeBytes;
+      d.memoryFree = m_ledgers[static_cast<size_t>(i)]->available(freeBytes);
       d.memoryTotal = totalBytes;
     } else {
       d.memoryTotal = prop.totalGlobalMem;
@@ -95,7 +99,7 @@ std::unique_ptr<runtime::Stage> CudaBackend::createStage(const std::string& devi
   if (std::find(m_usable.begin(), m_usable.end(), index) == m_usable.end()) {
     throw Error("CUDA backend: " + deviceId + " cannot run this plugin's code: " + m_refused);
   }
-  return std::make_unique<CudaStage>(index, model, spec);
+  return std::make_unique<CudaStage>(index, model, spec, m_ledgers[static_cast<size_t>(index)]);
 }
 
 int CudaBackend::indexOf(const std::string& deviceId) const {
@@ -122,7 +126,7 @@ uint64_t CudaBackend::freeDeviceBytes(const std::string& deviceId) {
     cudaGetLastError();
     return 0;
   }
-  return freeBytes;
+  return m_ledgers[static_cast<size_t>(index)]->available(freeBytes);
 }
 
 double measureBandwidth(int device) {

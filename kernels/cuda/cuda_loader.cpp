@@ -52,7 +52,7 @@ std::vector<std::string> pluginCandidates() {
   return out;
 }
 
-std::unique_ptr<runtime::Backend> loadCudaBackend() {
+std::unique_ptr<runtime::Backend> loadCudaBackend(uint64_t memoryLimit) {
   const std::vector<std::string> candidates = pluginCandidates();
   std::string tried;
   for (const std::string& path : candidates) {
@@ -81,7 +81,7 @@ std::unique_ptr<runtime::Backend> loadCudaBackend() {
           path + " has plugin ABI " + std::to_string(got) + ", this Shoal expects " +
           std::to_string(kShoalCudaPluginAbi) + " (rebuild the plugin with this Shoal)");
     }
-    runtime::Backend* backend = create(kShoalCudaPluginAbi);
+    runtime::Backend* backend = create(kShoalCudaPluginAbi, memoryLimit);
     if (!backend)
       return std::make_unique<UnavailableBackend>(path + " refused to create a backend");
     return std::unique_ptr<runtime::Backend>(backend);

@@ -2,6 +2,7 @@
 // Finds and loads the CUDA backend plugin (libshoal-cuda.so). Part of shoal_backends, plain C++:
 // neither the host nor this file links anything of CUDA.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,7 +19,8 @@ std::vector<std::string> pluginCandidates();
 
 // The CUDA backend. Never throws: when the plugin cannot be used the result is a backend whose
 // availability() is false with the reason (not found and where it looked, the dlopen error, an
-// ABI mismatch, or the plugin's own reason: no driver, no device).
-std::unique_ptr<runtime::Backend> loadCudaBackend();
+// ABI mismatch, or the plugin's own reason: no driver, no device). memoryLimit: the most device
+// memory in bytes the stages of each device may hold (--gpu-memory); 0: no limit.
+std::unique_ptr<runtime::Backend> loadCudaBackend(uint64_t memoryLimit = 0);
 
 }  // namespace shoal::cuda

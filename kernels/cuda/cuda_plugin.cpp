@@ -11,10 +11,10 @@ extern "C" __attribute__((visibility("default"))) int shoal_cuda_plugin_abi() {
 }
 
 extern "C" __attribute__((visibility("default"))) shoal::runtime::Backend*
-shoal_cuda_create_backend(int abiVersion) {
+shoal_cuda_create_backend(int abiVersion, uint64_t memoryLimit) {
   if (abiVersion != shoal::cuda::kShoalCudaPluginAbi) return nullptr;
   try {
-    return new shoal::cuda::CudaBackend();
+    return new shoal::cuda::CudaBackend(memoryLimit);
   } catch (...) {
     // Nothing may cross the C boundary as an exception; the loader reports the refusal.
     return nullptr;

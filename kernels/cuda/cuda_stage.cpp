@@ -44,17 +44,22 @@ const float* hostFreqFactors(const runtime::ModelSource& model, int32_t contextL
 std::string mib(uint64_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20) + " MiB"; }
 
 // Refuses, before anything large is allocated, a stage that would not fit in the device's free
-// memory, with the figures a user needs (a cudaMalloc failure halfway through the upload would
-// say only "out of memory").
-void checkFits(int device, const CudaStage::Footprint& need) {
-  size_t freeBytes = 0, totalBytes = 0;
-  SHOAL_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+// memory (within the ledger's limit), with the figures a user needs (a cudaMalloc failure halfway
+// through the upload would say only "out of memory").
+void checkFits(int device, const CudaStage::Footprint& need, const MemoryLedger* ledger) {
+  size_t driverFree = 0, totalBytes = 0;
+  SHOAL_CUDA_CHECK(cudaMemGetInfo(&driverFree, &totalBytes));
+  const uint64_t freeBytes = ledger ? ledger->available(driverFree) : driverFree;
   if (need.total() > freeBytes) {
     throw Error("CUDA stage on cuda" + std::to_string(device) + ": needs about " +
                 mib(need.total()) + " (weights " + mib(need.weights) + ", KV cache " +
                 mib(need.kvCache) + ", working buffers " + mib(need.working) + ", reserve " +
                 mib(CudaStage::Footprint::kReserve) + ") but only " + mib(freeBytes) + " of " +
-                mib(totalBytes) + " is free: give this GPU fewer layers or use a shorter context");
+                mib(totalBytes) + " is free" +
+                (ledger && ledger->limit > 0 && freeBytes < driverFree
+                     ? " within the memory limit of " + mib(ledger->limit)
+                     : std::string()) +
+                ": give this GPU fewer layers or use a shorter context");
   }
 }
 
@@ -124,8 +129,10 @@ CudaStage::Footprint CudaStage::footprint(const runtime::ModelSource& model,
   return f;
 }
 
-CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtime::StageSpec& spec)
+CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtime::StageSpec& spec,
+                     std::shared_ptr<MemoryLedger> ledger)
     : m_device(device),
+      m_ledger(std::move(ledger)),
       m_config(configOf(model)),
       m_spec(spec),
       m_book("CUDA stage", spec, m_config.nLayer, m_config.nVocab, m_config.nEmbd),
@@ -148,7 +155,12 @@ CudaStage::CudaStage(int device, const runtime::ModelSource& model, const runtim
     const Footprint need = footprint(model, spec);  // also refuses ops it has no kernels for
     forEachStageTensor(c, w, spec.firstLayer, spec.lastLayer, spec.hasEmbedding, spec.hasHead,
                        [this](const gguf::TensorInfo* t) { m_weights.add(t); });
-    checkFits(device, need);
+    checkFits(device, need, m_ledger.get());
+    // Held from here (before the upload), so that a stage built beside this one sees it taken.
+    if (m_ledger) {
+      m_held = need.total();
+      m_ledger->held += m_held;
+    }
     m_weights.upload(m_stream);
     m_layers = resolveLayers(c, w, m_weights, m_ropeTables, spec.firstLayer, spec.lastLayer);
     for (CudaLayer& layer : m_layers) {
@@ -288,6 +300,8 @@ void CudaStage::release() noexcept {
   if (m_stream) cudaStreamDestroy(m_stream);
   m_cublas = nullptr;
   m_stream = nullptr;
+  if (m_ledger) m_ledger->held -= m_held;
+  m_held = 0;
 }
 
 void CudaStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {

@@ -25,6 +25,7 @@
 #include "engine/model/model_config.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/stage_sequences.h"
+#include "kernels/cuda/cuda_memory_ledger.h"
 #include "kernels/cuda/cuda_program.h"
 #include "kernels/cuda/cuda_rope_tables.h"
 #include "kernels/cuda/cuda_weights.h"
@@ -33,7 +34,10 @@ namespace shoal::cuda {
 
 class CudaStage final : public runtime::LocalStage {
  public:
-  CudaStage(int device, const runtime::ModelSource& model, const runtime::StageSpec& spec);
+  // ledger: the device's (cuda_memory_ledger.h); the stage fits within what it allows and holds
+  // its footprint there until released. Null: the driver's free memory alone (tests).
+  CudaStage(int device, const runtime::ModelSource& model, const runtime::StageSpec& spec,
+            std::shared_ptr<MemoryLedger> ledger = nullptr);
   ~CudaStage() override;
   CudaStage(const CudaStage&) = delete;
   CudaStage& operator=(const CudaStage&) = delete;
@@ -129,6 +133,8 @@ class CudaStage final : public runtime::LocalStage {
   __half* valueCache(const CudaLayer& layer, int32_t sequence) const;
 
   int m_device = 0;
+  std::shared_ptr<MemoryLedger> m_ledger;
+  uint64_t m_held = 0;  // what this stage holds in m_ledger (its footprint once built)
   model::ModelConfig m_config;
   runtime::StageSpec m_spec;
   runtime::SequenceBook m_book;

@@ -11,6 +11,7 @@
 #include "engine/model/synthetic_model.h"
 #include "kernels/backend_registry.h"
 #include "kernels/cuda/cuda_loader.h"
+#include "kernels/cuda/cuda_memory_ledger.h"
 
 using namespace shoal;
 
@@ -113,6 +114,40 @@ class TestCudaLoader : public QObject {
     QVERIFY2(a.reason.find("driver") != std::string::npos ||
                  a.reason.find("device") != std::string::npos,
              a.reason.c_str());
+#endif
+  }
+
+  // --gpu-memory on CUDA (cuda_memory_ledger.h): a device's stages get the driver's free memory
+  // capped by the limit less what this backend's stages already hold.
+  void memoryLimitCapsWhatStagesMayTake() {
+    cuda::MemoryLedger ledger;
+    QCOMPARE(ledger.available(1000), uint64_t{1000});  // no limit: the driver's figure
+    ledger.limit = 600;
+    QCOMPARE(ledger.available(1000), uint64_t{600});
+    QCOMPARE(ledger.available(300), uint64_t{300});  // other processes took the rest
+    ledger.held += 250;                              // a first stage
+    QCOMPARE(ledger.available(1000), uint64_t{350});
+    ledger.held += 400;  // over the limit (built before it shrank): nothing left, no wrap
+    QCOMPARE(ledger.available(1000), uint64_t{0});
+    ledger.held -= 650;
+    QCOMPARE(ledger.available(1000), uint64_t{600});
+  }
+
+  // The limit reaches the plugin (ABI 3 passes it at creation) without changing what a machine
+  // without a device is told.
+  void pluginTakesTheMemoryLimit() {
+#ifndef SHOAL_TEST_CUDA_PLUGIN
+    QSKIP("this build has no CUDA plugin (SHOAL_CUDA=OFF)");
+#else
+    if (hasCudaDevice()) QSKIP("a CUDA device is present: tests/gpu checks the working backend");
+    ScopedEnv env("SHOAL_CUDA_PLUGIN", SHOAL_TEST_CUDA_PLUGIN);
+    kernels::BackendOptions options;
+    options.gpuMemoryLimit = uint64_t{512} << 20;
+    const auto backend = kernels::createBackend("cuda", options);
+    QVERIFY(!backend->availability().available);
+    QVERIFY2(backend->availability().reason.find("ABI") == std::string::npos,
+             backend->availability().reason.c_str());
+    QCOMPARE(backend->freeDeviceBytes("cuda0"), uint64_t{0});
 #endif
   }
 
