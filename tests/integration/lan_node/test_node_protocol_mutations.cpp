@@ -24,6 +24,7 @@
 #include "engine/model/model.h"
 #include "lan/pool/sha256.h"
 #include "lan/transport/wire_format.h"
+#include "tests/integration/lan_node/json_mutator.h"
 #include "tests/integration/lan_node/node_test_support.h"
 #include "tests/integration/lan_node/test_node.h"
 
@@ -37,11 +38,6 @@ std::filesystem::path defaultModel() {
   return std::filesystem::path(SHOAL_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-int64_t envInt(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::strtoll(v, nullptr, 10) : fallback;
-}
-
 template <class T>
 std::vector<uint8_t> bytesOf(const std::vector<T>& values) {
   std::vector<uint8_t> out(values.size() * sizeof(T));
@@ -53,98 +49,6 @@ std::vector<uint8_t> bytesOf(const std::vector<T>& values) {
 const std::set<std::string> kReplyOps = {
     "error",       "ok",           "pong",           "node_info",    "telemetry",
     "stage_ready", "need_weights", "forward_result", "link_accepted"};
-
-class Mutator {
- public:
-  explicit Mutator(uint64_t seed) : m_rng(seed) {}
-
-  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(m_rng); }
-  bool chance(int percent) { return pick(100) < percent; }
-
-  // A value of some JSON type, often at a limit a field's range check must catch.
-  json weirdValue() {
-    static const std::vector<json> kValues = {nullptr,
-                                              true,
-                                              false,
-                                              0,
-                                              -1,
-                                              1,
-                                              std::numeric_limits<int32_t>::max(),
-                                              int64_t{std::numeric_limits<int32_t>::max()} + 1,
-                                              std::numeric_limits<int64_t>::min(),
-                                              std::numeric_limits<uint64_t>::max(),
-                                              0.5,
-                                              -1e300,
-                                              1e300,
-                                              "",
-                                              "x",
-                                              "none",
-                                              std::string(5000, 'a'),
-                                              json::array(),
-                                              json::array({1, 2}),
-                                              json::object(),
-                                              json{{"a", 1}},
-                                              1 << 16};
-    const int k = pick(int(kValues.size()) + 2);
-    if (k == int(kValues.size())) return pick(64);  // small: often within a field's range
-    if (k > int(kValues.size())) return -pick(1 << 20);
-    return kValues[size_t(k)];
-  }
-
-  // One mutation somewhere in `v` (an object or array, walking into nested ones at random).
-  void mutate(json& v) {
-    if (v.is_object() && !v.empty()) {
-      auto it = v.begin();
-      std::advance(it, pick(int(v.size())));
-      if (it.key() == "op") return;  // the op stays: the point is to reach each handler
-      if ((it->is_object() || it->is_array()) && !it->empty() && chance(50)) {
-        mutate(*it);
-      } else if (chance(25)) {
-        v.erase(it);
-      } else {
-        *it = weirdValue();
-      }
-    } else if (v.is_array() && !v.empty()) {
-      json& e = v[size_t(pick(int(v.size())))];
-      if ((e.is_object() || e.is_array()) && !e.empty() && chance(50)) {
-        mutate(e);
-      } else if (chance(20)) {
-        v.push_back(weirdValue());
-      } else {
-        e = weirdValue();
-      }
-    }
-  }
-
-  void mutateBlob(std::vector<uint8_t>& blob) {
-    switch (pick(6)) {
-      case 0:
-        blob.clear();
-        break;
-      case 1:
-        blob.resize(blob.size() / 2);
-        break;
-      case 2:
-        blob.resize(blob.size() + 1 + size_t(pick(4096)));
-        break;
-      case 3:  // random bytes: token ids out of range, NaN and Inf hidden states
-        for (uint8_t& b : blob) b = uint8_t(pick(256));
-        break;
-      case 4:
-        if (!blob.empty()) blob[size_t(pick(int(blob.size())))] ^= 0xff;
-        break;
-      default: {  // every float a non-finite value, or every id a large one
-        std::vector<uint8_t> bits(4);
-        const float x = std::numeric_limits<float>::infinity();
-        std::memcpy(bits.data(), &x, 4);
-        for (size_t i = 0; i + 4 <= blob.size(); i += 4) std::memcpy(&blob[i], bits.data(), 4);
-      }
-    }
-  }
-
- private:
-  std::mt19937_64 m_rng;
-};
 
 }  // namespace
 
@@ -171,9 +75,9 @@ class TestNodeProtocolMutations : public QObject {
 
   void mutatedRequestsGetRepliesAndTheNodeKeepsServing() {
     const model::ModelConfig& cfg = m_model->config();
-    const int64_t rounds = envInt("SHOAL_MUTATION_ROUNDS", 3000);
-    const auto seed = uint64_t(envInt("SHOAL_MUTATION_SEED", 20261207));
-    Mutator mut(seed);
+    const int64_t rounds = test::envInt("SHOAL_MUTATION_ROUNDS", 3000);
+    const auto seed = uint64_t(test::envInt("SHOAL_MUTATION_SEED", 20261207));
+    test::Mutator mut(seed);
     test::TestNode node("alpha", m_dir / "config", m_dir / "models");
     auto conn = node.connect();
 
