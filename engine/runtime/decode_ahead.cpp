@@ -35,17 +35,6 @@ std::vector<int32_t> decodeAheadLocally(Stage& stage, int32_t sequence, int32_t 
   return out;
 }
 
-SamplerParams samplerParamsOf(const SampleRequest& sample) {
-  SamplerParams p;
-  p.temperature = sample.temperature;
-  p.topP = sample.topP;
-  p.topK = sample.topK;
-  p.minP = sample.minP;
-  p.repeatPenalty = 1.0f;
-  p.seed = sample.seed;
-  return p;
-}
-
 SampleRequest sampleRequestAt(const SamplerParams& p, uint64_t position) {
   SampleRequest r;
   r.temperature = p.temperature;

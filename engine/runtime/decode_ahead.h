@@ -24,7 +24,17 @@ std::vector<int32_t> decodeAheadLocally(Stage& stage, int32_t sequence, int32_t 
                                         int32_t token, int32_t count, const SamplerParams& params);
 
 // The SamplerParams a SampleRequest stands for (no repetition penalty: the head has no history).
-SamplerParams samplerParamsOf(const SampleRequest& sample);
+// Inline: the CUDA plugin, which links no engine library, draws with it too.
+inline SamplerParams samplerParamsOf(const SampleRequest& sample) {
+  SamplerParams p;
+  p.temperature = sample.temperature;
+  p.topP = sample.topP;
+  p.topK = sample.topK;
+  p.minP = sample.minP;
+  p.repeatPenalty = 1.0f;
+  p.seed = sample.seed;
+  return p;
+}
 // The SampleRequest that draws the token at `position` as drawsByPosition does: p's chain, seed
 // p.seed + position.
 SampleRequest sampleRequestAt(const SamplerParams& p, uint64_t position);

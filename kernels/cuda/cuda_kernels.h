@@ -175,4 +175,18 @@ void moeCombine(const float* y, const float* weights, float* out, int64_t rows, 
 // sampling on the device.
 void argmax(const float* logits, int64_t rows, int64_t n, int32_t* out, cudaStream_t stream);
 
+// Top-k sampling's selection on the device (topk.cu): the k (<= kMaxDeviceTopK) best logits of
+// each of `rows` rows, best first in the CPU sampler's order (higher first, lower id on ties, NaN
+// as -inf), into values and ids (rows x k; id -1 past a row's entries), level by level through
+// `scratch` (topKScratchBytes for the most rows and the vocabulary). The host draws among them.
+inline constexpr int32_t kMaxDeviceTopK = 64;
+inline constexpr int64_t kTopKChunk = 1024;  // entries one block selects from
+struct TopKScratch {
+  float* values[2] = {nullptr, nullptr};
+  int32_t* ids[2] = {nullptr, nullptr};
+};
+uint64_t topKScratchBytes(int64_t rows, int64_t vocab, int32_t k);
+void topK(const float* logits, int64_t rows, int64_t vocab, int32_t k, const TopKScratch& scratch,
+          float* values, int32_t* ids, cudaStream_t stream);
+
 }  // namespace shoal::cuda

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -12,6 +13,7 @@
 #include "engine/model/architecture.h"
 #include "engine/model/kv_ring.h"
 #include "engine/model/model_weights.h"
+#include "engine/runtime/top_k_draw.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/gpu_op_gaps.h"
@@ -126,6 +128,11 @@ CudaStage::Footprint CudaStage::footprint(const runtime::ModelSource& model,
               sz(b * widest) * 4 +  // int8 activations and their scales
               (b >= kCublasMinBatch ? sizeof(__half) * sz(b * widest + halfTile) : 0) +
               sizeof(float) * sz(b * moeFloats) + sz(b * moeEntries) * sizeof(int32_t);
+  if (spec.hasHead) {  // top-k sampling: the selection's result and its intermediate levels
+    f.working +=
+        sz(kTopKRows * kMaxDeviceTopK) * 8 +
+        (c.nVocab > kTopKChunk ? topKScratchBytes(kTopKRows, c.nVocab, kMaxDeviceTopK) : 0);
+  }
   return f;
 }
 
@@ -272,13 +279,31 @@ void CudaStage::allocate() {
     m_moe.xds = static_cast<float2*>(alloc(sz(entries * moeWidth / 32) * sizeof(float2)));
   }
   m_tokens = static_cast<int32_t*>(alloc(sz(b) * sizeof(int32_t)));
-  if (m_spec.hasHead) m_sampled = static_cast<int32_t*>(alloc(sz(b) * sizeof(int32_t)));
+  if (m_spec.hasHead) {
+    m_sampled = static_cast<int32_t*>(alloc(sz(b) * sizeof(int32_t)));
+    const int64_t top = kTopKRows * kMaxDeviceTopK;
+    m_topValues = floats(top);
+    m_topIds = static_cast<int32_t*>(alloc(sz(top) * sizeof(int32_t)));
+    if (c.nVocab > kTopKChunk) {  // intermediate levels (topKScratchBytes)
+      const int64_t level = top * ((c.nVocab + kTopKChunk - 1) / kTopKChunk);
+      for (int i = 0; i < 2; ++i) {
+        m_topScratch.values[i] = floats(level);
+        m_topScratch.ids[i] = static_cast<int32_t*>(alloc(sz(level) * sizeof(int32_t)));
+      }
+    }
+  }
   m_position = static_cast<int32_t*>(alloc(sizeof(int32_t)));
 
   const int64_t outFloats = std::max(b * c.nEmbd, m_spec.hasHead ? b * c.nVocab : 0);
   SHOAL_CUDA_CHECK(cudaMallocHost(&m_hostInput, sz(b + 1) * sizeof(int32_t)));
   SHOAL_CUDA_CHECK(cudaMallocHost(&m_hostOut, sz(outFloats) * sizeof(float)));
   SHOAL_CUDA_CHECK(cudaMallocHost(&m_hostSampled, sz(b) * sizeof(int32_t)));
+  if (m_spec.hasHead) {
+    SHOAL_CUDA_CHECK(
+        cudaMallocHost(&m_hostTopValues, sz(kTopKRows * kMaxDeviceTopK) * sizeof(float)));
+    SHOAL_CUDA_CHECK(
+        cudaMallocHost(&m_hostTopIds, sz(kTopKRows * kMaxDeviceTopK) * sizeof(int32_t)));
+  }
   m_decodeGraphs.assign(sz(m_spec.maxSequences) * 2, nullptr);
 }
 
@@ -293,6 +318,10 @@ void CudaStage::release() noexcept {
   if (m_hostInput) cudaFreeHost(m_hostInput);
   if (m_hostOut) cudaFreeHost(m_hostOut);
   if (m_hostSampled) cudaFreeHost(m_hostSampled);
+  if (m_hostTopValues) cudaFreeHost(m_hostTopValues);
+  if (m_hostTopIds) cudaFreeHost(m_hostTopIds);
+  m_hostTopValues = nullptr;
+  m_hostTopIds = nullptr;
   m_hostInput = nullptr;
   m_hostOut = nullptr;
   m_hostSampled = nullptr;
@@ -310,8 +339,17 @@ void CudaStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
   out.hidden.clear();
   out.logits.clear();
   out.tokens.clear();
-  // Greedy requests are sampled here (a token per logits row); others get the logits.
-  const bool greedy = m_spec.hasHead && batch.sample && batch.sample->temperature <= 0;
+  // Sampling on the device: greedy requests by argmax (a token reads back 4 bytes), top-k ones
+  // (k <= kMaxDeviceTopK, at most kTopKRows logits rows) by topK and a draw among the k on the
+  // host (k x 8 bytes). Other requests get logits back (the host samples them).
+  const runtime::SampleRequest* sample = m_spec.hasHead ? batch.sample : nullptr;
+  int32_t select = 0;
+  if (sample && sample->temperature <= 0) {
+    select = 1;
+  } else if (sample && sample->topK > 0 && sample->topK <= kMaxDeviceTopK &&
+             runtime::SequenceBook::logitRows(batch) <= kTopKRows) {
+    select = sample->topK;
+  }
   // Segment by segment: each sequence's rows go through every layer on their own. Running the
   // rows of several sequences in one pass (one matmul for all of them) is the concurrent
   // batching of issue 18.
@@ -328,7 +366,7 @@ void CudaStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
       if (segment.logits == runtime::LogitRows::Last && done + part.count < segment.count) {
         part.logits = runtime::LogitRows::None;
       }
-      runSegment(batch, part, row + done, greedy, out);
+      runSegment(batch, part, row + done, select, out);
       done += part.count;
     }
     row += segment.count;
@@ -337,7 +375,7 @@ void CudaStage::run(const runtime::Batch& batch, runtime::StageOutput& out) {
 }
 
 void CudaStage::runSegment(const runtime::Batch& batch, const runtime::Segment& s, int32_t firstRow,
-                           bool greedy, runtime::StageOutput& out) {
+                           int32_t select, runtime::StageOutput& out) {
   const model::ModelConfig& c = m_config;
   const int64_t n = s.count;
 
@@ -386,7 +424,25 @@ void CudaStage::runSegment(const runtime::Batch& batch, const runtime::Segment& 
     const int64_t rows = logits == runtime::LogitRows::All    ? n
                          : logits == runtime::LogitRows::Last ? 1
                                                               : 0;
-    if (greedy) {
+    if (select > 1) {
+      topK(m_logits, rows, c.nVocab, select, m_topScratch, m_topValues, m_topIds, m_stream);
+      const size_t entries = sz(rows) * sz(select);
+      if (entries > 0) {
+        SHOAL_CUDA_CHECK(cudaMemcpyAsync(m_hostTopValues, m_topValues, entries * sizeof(float),
+                                         cudaMemcpyDeviceToHost, m_stream));
+        SHOAL_CUDA_CHECK(cudaMemcpyAsync(m_hostTopIds, m_topIds, entries * sizeof(int32_t),
+                                         cudaMemcpyDeviceToHost, m_stream));
+      }
+      SHOAL_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+      const size_t k = std::min(sz(select), sz(c.nVocab));
+      for (int64_t r = 0; r < rows; ++r) {
+        out.tokens.push_back(runtime::drawAmongTopK(
+            *batch.sample, std::span(m_hostTopValues + sz(r) * sz(select), k),
+            std::span(m_hostTopIds + sz(r) * sz(select), k)));
+      }
+      return;
+    }
+    if (select == 1) {
       argmax(m_logits, rows, c.nVocab, m_sampled, m_stream);
       if (rows > 0) {
         SHOAL_CUDA_CHECK(cudaMemcpyAsync(m_hostSampled, m_sampled, sz(rows) * sizeof(int32_t),

@@ -25,6 +25,7 @@
 #include "engine/model/model_config.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/stage_sequences.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_memory_ledger.h"
 #include "kernels/cuda/cuda_program.h"
 #include "kernels/cuda/cuda_rope_tables.h"
@@ -70,6 +71,9 @@ class CudaStage final : public runtime::LocalStage {
   // reading the quantized weights once per row with the mat-vec kernels moves fewer bytes than
   // writing and reading an f16 copy of the matrix.
   static constexpr int64_t kCublasMinBatch = 8;
+  // Logits rows of one batch that top-k sampling serves on the device (a decoded token, a few
+  // verified ones); a batch with more gets logits back and the host samples.
+  static constexpr int64_t kTopKRows = 16;
   // Positions per split of the attention kernel for a one-row segment (decode): a few blocks per
   // SM for a long context. A segment of several rows already gives a block per (row, head) and
   // runs one split over the whole context, so its partials take rows x heads, not x splits too
@@ -88,8 +92,10 @@ class CudaStage final : public runtime::LocalStage {
   void allocate();
   void release() noexcept;
   // One segment's rows: inputs to the device, the program (or its decode graph), outputs back.
+  // select: how the head's rows are sampled on the device: 0 not (logits back), 1 greedy (the
+  // argmax), k > 1 top-k (the k best back, the host draws among them).
   void runSegment(const runtime::Batch& batch, const runtime::Segment& segment, int32_t firstRow,
-                  bool greedy, runtime::StageOutput& output);
+                  int32_t select, runtime::StageOutput& output);
   // The whole program for `count` rows of `sequence`, inputs already on the device (m_tokens or
   // X, m_position), result in X or m_logits. Only enqueues work, so that under stream capture it
   // records the decode graph.
@@ -173,6 +179,11 @@ class CudaStage final : public runtime::LocalStage {
   int32_t* m_tokens = nullptr;
   int32_t* m_position = nullptr;
   int32_t* m_sampled = nullptr;  // the head's greedy tokens, one per logits row
+  // Top-k sampling on the device (topk.cu): a batch's best kMaxDeviceTopK logits per row, for at
+  // most kTopKRows rows, and the selection's intermediate levels.
+  float* m_topValues = nullptr;
+  int32_t* m_topIds = nullptr;
+  TopKScratch m_topScratch;
 
   // Mixture-of-experts scratch (allocated when a layer has one), for maxBatch tokens of `used`
   // entries each: router logits, the chosen experts and weights, every entry's gate/up rows and
@@ -190,6 +201,8 @@ class CudaStage final : public runtime::LocalStage {
   int32_t* m_hostInput = nullptr;  // [0] position, [1..] tokens
   float* m_hostOut = nullptr;
   int32_t* m_hostSampled = nullptr;  // m_sampled's copy
+  float* m_hostTopValues = nullptr;  // m_topValues' and m_topIds' copies
+  int32_t* m_hostTopIds = nullptr;
 
   // The segment being enqueued: its active rows are [m_firstRow, m_firstRow + m_rows) of every
   // buffer (KeepOutputRows moves m_firstRow past the rows whose logits are not wanted).

@@ -10,8 +10,7 @@
 #include "engine/error.h"
 #include "engine/model/architecture.h"
 #include "engine/model/kv_ring.h"
-#include "engine/runtime/decode_ahead.h"
-#include "engine/runtime/sampler.h"
+#include "engine/runtime/top_k_draw.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/gpu_op_gaps.h"
 
@@ -36,18 +35,6 @@ uint32_t kvPositionsOf(const model::LayerProgram& program, int32_t contextLength
   return model::kvRingPeriodFor(window, contextLength) > 0
              ? static_cast<uint32_t>(model::kvRingPositions(window))
              : static_cast<uint32_t>(contextLength);
-}
-
-// A request's draw among a row's top k (best first, as topk.comp gives them). The CPU sampler's
-// chain over the whole row starts with the same top k (engine/runtime/sampler.h), and its order
-// among them is theirs, so the draw gives the token it would give over the whole row.
-int32_t sampleTopK(const runtime::SampleRequest& request, std::span<const float> values,
-                   std::span<const int32_t> ids) {
-  // No repetition penalty: a head stage samples only without one (it has no history).
-  runtime::Sampler sampler(runtime::samplerParamsOf(request));
-  const int32_t at = sampler.sample(values);
-  if (ids[sz(at)] < 0) throw Error("Vulkan stage: the top-k draw chose an empty candidate");
-  return ids[sz(at)];
 }
 
 // Bytes as "12.3 MiB".
@@ -541,8 +528,8 @@ void VulkanStage::runPass(const runtime::Batch& batch, int32_t row,
       const float* values = static_cast<const float*>(m_topValues.mapped);
       const int32_t* ids = static_cast<const int32_t*>(m_topIds.mapped);
       for (size_t r = 0; r < rows; ++r) {
-        out.tokens.push_back(sampleTopK(*batch.sample, std::span(values + r * select, k),
-                                        std::span(ids + r * select, k)));
+        out.tokens.push_back(runtime::drawAmongTopK(
+            *batch.sample, std::span(values + r * select, k), std::span(ids + r * select, k)));
       }
       m_bytesReadBack += rows * k * 8;
     } else {

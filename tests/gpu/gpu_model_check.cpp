@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "engine/runtime/decode_ahead.h"
+#include "engine/runtime/sampler.h"
 #include "kernels/backend_registry.h"
 #include "tests/gpu/gpu_check.h"
 #include "tests/gpu/logit_agreement.h"
@@ -198,6 +200,49 @@ void checkGreedyOnDevice(gpu_test::Tally& tally, runtime::Backend& backend,
                std::to_string(sampled.tokens.size()) + " rows");
 }
 
+// A top-k request is sampled on the device (the k best read back, the host draws among them):
+// the token must be the CPU sampler's draw over the same stage's logits, for every k and seed
+// tried. A stage that cannot sample it returns the logits instead, which must then be those.
+void checkTopKOnDevice(gpu_test::Tally& tally, runtime::Backend& backend, const std::string& device,
+                       const model::Model& m, const std::vector<int32_t>& prompt) {
+  const int32_t context = static_cast<int32_t>(prompt.size()) + 8;
+  const auto stage = wholeModelStage(backend, device, m, 1, context);
+  runtime::StageOutput logits;
+  forwardTokens(*stage, 0, 0, prompt, runtime::LogitRows::Last, logits);
+  const runtime::Segment segment{0, 0, static_cast<int32_t>(prompt.size()),
+                                 runtime::LogitRows::Last};
+  int draws = 0, agree = 0, onDevice = 0;
+  for (const int32_t k : {2, 40, 64}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      runtime::SampleRequest request;
+      request.temperature = 0.9f;
+      request.topK = k;
+      request.topP = 0.95f;
+      request.minP = 0.02f;
+      request.seed = seed * 7919;
+      runtime::Batch batch;
+      batch.tokens = prompt;
+      batch.segments = std::span(&segment, 1);
+      batch.sample = &request;
+      runtime::StageOutput sampled;
+      stage->truncate(0, 0);
+      stage->forward(batch, sampled);
+      ++draws;
+      if (sampled.tokens.empty()) {
+        agree += sampled.logits == logits.logits;
+        continue;
+      }
+      ++onDevice;
+      runtime::Sampler sampler(runtime::samplerParamsOf(request));
+      agree += sampled.tokens.size() == 1 && sampled.tokens[0] == sampler.sample(logits.logits);
+    }
+  }
+  tally.expect(agree == draws,
+               "top-k request sampled on the device == the CPU sampler's draw over its logits",
+               std::to_string(agree) + " of " + std::to_string(draws) + " draws agree, " +
+                   std::to_string(onDevice) + " sampled on the device");
+}
+
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -309,6 +354,8 @@ int main(int argc, char** argv) {
                   m->tokenizer().encode(kBuiltInPrompt, true, false));
     checkGreedyOnDevice(tally, *backend, o.device, *m,
                         m->tokenizer().encode(kBuiltInPrompt, true, false));
+    checkTopKOnDevice(tally, *backend, o.device, *m,
+                      m->tokenizer().encode(kBuiltInPrompt, true, false));
   } catch (const std::exception& e) {
     tally.fail("gpu_model_check", e.what());
   }
