@@ -88,8 +88,9 @@ LoadedModel loadModel(const ModelOptions& o, bool withChain) {
   }
   const runtime::Availability a = lm.backend->availability();
   if (!a.available) throw CliExit{1, o.backend + " backend unavailable: " + a.reason};
-  const auto devices = lm.backend->devices();
-  const std::string device = o.device.empty() ? devices.front().id : o.device;
+  // The device asked for, or the backend's best and its other GPUs of that kind (a model that
+  // does not fit the first spreads over them, then the CPU).
+  const std::vector<std::string> devices = runtime::chainDevices(*lm.backend, o.device);
 
   const model::ModelConfig& c = lm.model->config();
   runtime::StageSpec spec;
@@ -104,12 +105,12 @@ LoadedModel loadModel(const ModelOptions& o, bool withChain) {
   }
   try {
     const runtime::LocalSplit split =
-        runtime::planLocalSplit(*lm.backend, device, src, spec, o.gpuLayers);
-    if (const std::string line = split.describe(device, c.nLayer); !line.empty()) {
+        runtime::planLocalSplit(*lm.backend, devices, src, spec, o.gpuLayers);
+    if (const std::string line = split.describe(c.nLayer); !line.empty()) {
       std::fprintf(stderr, "note: %s\n", line.c_str());
     }
-    if (split.deviceLayers < c.nLayer) lm.cpu = kernels::createBackend("cpu", bo);
-    lm.chain = runtime::buildLocalChain(*lm.backend, device, lm.cpu.get(), src, spec, split);
+    if (split.needsCpu()) lm.cpu = kernels::createBackend("cpu", bo);
+    lm.chain = runtime::buildLocalChain(*lm.backend, lm.cpu.get(), src, spec, split);
   } catch (const Error& e) {
     throw CliExit{1, e.what()};
   }

@@ -129,21 +129,22 @@ void ChatEngine::loadModel(const QString& path) {
       backend = kernels::createBackend("cpu", options);
       device.clear();
     }
-    if (device.empty()) device = backend->devices().front().id;
     // Members first, the queue last: its worker uses the chain, the chain the backend and model,
     // and unload() takes them down in the reverse order whatever threw.
     m_model = std::move(loaded);
     m_backend = std::move(backend);
-    // A model larger than the GPU's free memory: the layers that fit on it, the rest on the CPU.
+    // A model larger than the GPU's free memory: the layers that fit on it (and on the machine's
+    // other GPUs of that kind, unless a device was picked), the rest on the CPU.
     const runtime::ModelSource src{&m_model->file(), &m_model->config(), &m_model->weights()};
     const runtime::StageSpec spec = wholeModelSpec(*m_model, m_apiWanted ? 1 + kApiParallel : 1);
-    const runtime::LocalSplit split = runtime::planLocalSplit(*m_backend, device, src, spec, -1);
-    if (split.deviceLayers < spec.lastLayer) {
-      m_cpuBackend = kernels::createBackend("cpu", options);
-      emit notice(tr("The model does not fit the GPU's free memory: %1.")
-                      .arg(QString::fromStdString(split.describe(device, spec.lastLayer))));
+    const runtime::LocalSplit split = runtime::planLocalSplit(
+        *m_backend, runtime::chainDevices(*m_backend, device), src, spec, -1);
+    if (split.needsCpu()) m_cpuBackend = kernels::createBackend("cpu", options);
+    if (const std::string line = split.describe(spec.lastLayer); !line.empty()) {
+      emit notice(tr("The model does not fit one GPU's free memory: %1.")
+                      .arg(QString::fromStdString(line)));
     }
-    m_chain = runtime::buildLocalChain(*m_backend, device, m_cpuBackend.get(), src, spec, split);
+    m_chain = runtime::buildLocalChain(*m_backend, m_cpuBackend.get(), src, spec, split);
     loadDrafter(path, spec.maxSequences, spec.contextLength);
     runtime::SchedulerOptions schedule;
     schedule.drafter = m_drafter.get();
