@@ -28,6 +28,7 @@
 
 #include "engine/model/model.h"
 #include "engine/runtime/decode_ahead.h"
+#include "engine/runtime/local_chain.h"
 #include "engine/runtime/sampler.h"
 #include "kernels/backend_registry.h"
 #include "tests/gpu/gpu_check.h"
@@ -243,6 +244,54 @@ void checkTopKOnDevice(gpu_test::Tally& tally, runtime::Backend& backend, const 
                    std::to_string(onDevice) + " sampled on the device");
 }
 
+// The memory fit on this backend (engine/runtime/local_chain.h): limited (BackendOptions::
+// gpuMemoryLimit, --gpu-memory) to what the embedding and half the layers take on the device,
+// the backend holds about half the model and the CPU the rest and the head; the chain's logits
+// for every prompt row hold the accuracy contract against the CPU's.
+void checkMemorySplit(gpu_test::Tally& tally, const std::string& backendName,
+                      const std::string& device, const model::Model& m, runtime::Backend& cpu,
+                      const std::vector<int32_t>& prompt) {
+  const int32_t layers = m.config().nLayer;
+  if (layers < 2) return;
+  const runtime::ModelSource src{&m.file(), &m.config(), &m.weights()};
+  runtime::StageSpec whole;
+  whole.lastLayer = layers;
+  whole.hasEmbedding = whole.hasHead = true;
+  whole.contextLength = static_cast<int32_t>(prompt.size()) + 8;
+  whole.maxSequences = 1;
+  runtime::StageSpec half = whole;
+  half.lastLayer = layers / 2;
+  half.hasHead = false;
+  const uint64_t limit = kernels::createBackend(backendName, {})->stageDeviceBytes(src, half);
+  if (limit == 0) return;  // a backend without a memory fit
+  kernels::BackendOptions options;
+  options.gpuMemoryLimit = limit;
+  const auto limited = kernels::createBackend(backendName, options);
+  const runtime::LocalSplit split = runtime::planLocalSplit(*limited, {device}, src, whole, -1);
+  tally.expect(split.needsCpu() && split.deviceLayers == layers / 2,
+               "the device limited to the embedding and half the layers takes them, the CPU the "
+               "rest",
+               split.describe(layers));
+  if (!split.needsCpu() || split.deviceLayers == 0) return;
+  const auto chain = runtime::buildLocalChain(*limited, &cpu, src, whole, split);
+  std::vector<float> got;
+  chain->forward(0, 0, prompt, got, true);
+  runtime::StageOutput want;
+  forwardTokens(*wholeModelStage(cpu, "cpu0", m, 1, whole.contextLength), 0, 0, prompt,
+                runtime::LogitRows::All, want);
+  const size_t vocab = static_cast<size_t>(m.config().nVocab);
+  gpu_test::LogitAgreement agreement;
+  for (size_t r = 0; r * vocab < want.logits.size() && (r + 1) * vocab <= got.size(); ++r) {
+    agreement.add(std::span(want.logits).subspan(r * vocab, vocab),
+                  std::span(got).subspan(r * vocab, vocab));
+  }
+  tally.expect(got.size() == want.logits.size() && agreement.meetsContract(),
+               "the GPU + CPU chain's prompt logits hold the accuracy contract",
+               std::to_string(agreement.positions()) + " rows, top-1 " +
+                   std::to_string(agreement.top1Agreement()) + ", mean KL " +
+                   std::to_string(agreement.meanKl()));
+}
+
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -356,6 +405,8 @@ int main(int argc, char** argv) {
                         m->tokenizer().encode(kBuiltInPrompt, true, false));
     checkTopKOnDevice(tally, *backend, o.device, *m,
                       m->tokenizer().encode(kBuiltInPrompt, true, false));
+    checkMemorySplit(tally, o.backend, o.device, *m, *cpu,
+                     m->tokenizer().encode(kBuiltInPrompt, true, false));
   } catch (const std::exception& e) {
     tally.fail("gpu_model_check", e.what());
   }
