@@ -36,7 +36,9 @@ std::string LocalSplit::describe(int32_t layers) const {
             (i == 0 ? " of " + std::to_string(layers) : "") + (p.hasHead ? " and the head" : "");
     free += p.freeBytes;
   }
-  if (!parts.back().hasHead) line += ", the CPU the rest";
+  if (!parts.back().hasHead) {
+    line += parts.back().lastLayer == layers ? ", the CPU the head" : ", the CPU the rest";
+  }
   if (automatic) {
     line += " (the model needs " + mib(modelBytes) + ", the " +
             (parts.size() == 1 ? "device has " : "devices have ") + mib(free) + " free)";
@@ -90,10 +92,10 @@ LocalSplit planLocalSplit(Backend& backend, const std::vector<std::string>& devi
       start = layers;
       break;
     }
-    // Else the most layers that fit without the head (at least one left to the next device or
-    // the CPU, which then holds the head).
+    // Else the most layers that fit without the head (the next device or the CPU goes on, and
+    // the CPU holds the head: a stage of no layer when this device took them all).
     int32_t end = start;
-    for (int32_t fit = layers - 1; fit > start; --fit) {
+    for (int32_t fit = layers; fit > start; --fit) {
       if (backend.stageDeviceBytes(model, partSpec(whole, start, fit, false)) <= free) {
         end = fit;
         break;

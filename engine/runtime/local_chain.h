@@ -47,8 +47,8 @@ std::vector<std::string> chainDevices(const Backend& backend, const std::string&
 
 // requestedLayers < 0: as many layers as fit the devices' free memory, device after device (all
 // on the first when the model fits it), by Backend::stageDeviceBytes and freeDeviceBytes; a device
-// that cannot take the rest with the head leaves at least one layer to the stage after it, which
-// holds the head (as a split with the CPU always did);
+// that cannot take the rest with the head takes what fits without it, and the CPU holds the head
+// (a CPU stage of no layer when the devices took every layer);
 // otherwise that many on the first device (at most every layer). A CPU backend takes every
 // layer. Throws shoal::Error when the first device cannot hold even the embedding and one layer,
 // and when a layer count is asked of a CPU backend. A later device without room for one layer is

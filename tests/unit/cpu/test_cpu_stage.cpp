@@ -186,6 +186,51 @@ class CpuStageTest : public QObject {
     QVERIFY(cpu::test::firstBitDifference(got2.data(), want2.data(), want2.size()) < 0);
   }
 
+  // A stage of no layer that holds the head (what a split puts on the CPU when a GPU takes every
+  // layer but not the head): the body's hidden states through it give the whole model's logits,
+  // bit for bit, every row or the last.
+  void stageWithOnlyTheHeadGivesTheWholeModelsLogits() {
+    cpu::CpuBackend backend(2);
+    const runtime::ModelSource src{&m_model->file, &m_model->config, &m_model->weights};
+    const int32_t layers = m_model->config.nLayer;
+    runtime::StageSpec body;
+    body.lastLayer = layers;
+    body.hasEmbedding = true;
+    body.contextLength = 32;
+    body.maxBatch = 16;
+    runtime::StageSpec head = body;
+    head.firstLayer = layers;
+    head.hasEmbedding = false;
+    head.hasHead = true;
+    const auto bodyStage = backend.createStage("cpu0", src, body);
+    const auto headStage = backend.createStage("cpu0", src, head);
+    const auto whole = wholeModelStage(backend, *m_model, 32, 16);
+    const std::vector<int32_t> prompt = {5, 17, 230, 42, 99, 1, 7};
+    const runtime::Segment all{0, 0, static_cast<int32_t>(prompt.size()), runtime::LogitRows::All};
+    runtime::Batch batch;
+    batch.tokens = prompt;
+    batch.segments = std::span(&all, 1);
+    runtime::StageOutput hidden, got;
+    bodyStage->forward(batch, hidden);
+    const auto want = forward(*whole, 0, prompt, 0, runtime::LogitRows::All);
+    runtime::Batch onward;
+    onward.hidden = hidden.hidden;
+    onward.segments = std::span(&all, 1);
+    headStage->forward(onward, got);
+    QCOMPARE(got.logits.size(), want.size());
+    QVERIFY(cpu::test::firstBitDifference(got.logits.data(), want.data(), want.size()) < 0);
+    // The last row only.
+    headStage->truncate(0, 0);
+    const runtime::Segment last{0, 0, static_cast<int32_t>(prompt.size()),
+                                runtime::LogitRows::Last};
+    onward.segments = std::span(&last, 1);
+    headStage->forward(onward, got);
+    const size_t vocab = static_cast<size_t>(m_model->config.nVocab);
+    QCOMPARE(got.logits.size(), vocab);
+    QVERIFY(cpu::test::firstBitDifference(got.logits.data(), want.data() + want.size() - vocab,
+                                          vocab) < 0);
+  }
+
   void resultsDoNotDependOnThreadCount() {
     cpu::CpuBackend one(1), two(2);
     auto s1 = makeStage(one);

@@ -162,12 +162,12 @@ class LocalChainTest : public QObject {
   // Two GPUs that cannot hold it all: each takes what fits, the CPU the rest and the head; a GPU
   // without room for one layer is left out.
   void whatTheGpusCannotHoldGoesToTheCpu() {
-    ScriptedBackend gpus({52, 3, 27}), cpu(false, 0);  // 8 layers; none; 5 layers (+head: 45)
+    ScriptedBackend gpus({52, 3, 17}), cpu(false, 0);  // 8 layers; none; 3 layers (+head: 35)
     const auto split = runtime::planLocalSplit(gpus, {"gpu0", "gpu1", "gpu2"}, {}, whole(), -1);
     QCOMPARE(split.parts.size(), size_t(2));
     QCOMPARE(split.parts[1].device, std::string("gpu2"));
     QCOMPARE(split.parts[1].firstLayer, 8);
-    QCOMPARE(split.parts[1].lastLayer, 11);  // one layer is left for the CPU stage with the head
+    QCOMPARE(split.parts[1].lastLayer, 11);  // 8-11 would be 20: layer 11 and the head on the CPU
     QVERIFY(split.needsCpu());
     const auto chain = runtime::buildLocalChain(gpus, &cpu, {}, whole(), split);
     QCOMPARE(chain->stageCount(), size_t(3));
@@ -175,6 +175,20 @@ class LocalChainTest : public QObject {
     QVERIFY(!c.hasEmbedding && c.hasHead && c.firstLayer == 11 && c.lastLayer == 12);
     QVERIFY(QString::fromStdString(split.describe(12))
                 .contains("gpu2 takes layers 8-10, the CPU the rest"));
+  }
+
+  // Every layer fits, the head does not: the CPU stage holds the head alone (no layer).
+  void aGpuThatTakesEveryLayerButTheHeadLeavesTheCpuTheHead() {
+    ScriptedBackend gpu(true, 75), cpu(false, 0);  // 10 + 60 = 70 fits, + 20 for the head not
+    const auto split = runtime::planLocalSplit(gpu, {"gpu0"}, {}, whole(), -1);
+    QCOMPARE(split.deviceLayers, 12);
+    QVERIFY(split.needsCpu());
+    QVERIFY(QString::fromStdString(split.describe(12))
+                .startsWith("gpu0 takes layers 0-11 of 12, the CPU the head"));
+    const auto chain = runtime::buildLocalChain(gpu, &cpu, {}, whole(), split);
+    QCOMPARE(chain->stageCount(), size_t(2));
+    const runtime::StageSpec& c = chain->stage(1).spec();
+    QVERIFY(!c.hasEmbedding && c.hasHead && c.firstLayer == 12 && c.lastLayer == 12);
   }
 
   // A model that fits the first GPU stays there; a picked device is used alone.
