@@ -25,7 +25,7 @@ constexpr uint32_t kNone = 0xffffffffu;
 
 __device__ uint32_t keyOf(float v) {
   if (isnan(v)) v = -INFINITY;
-  if (v == 0.0f) v = 0.0f;                 // -0 equals +0 (then the lower id goes first)
+  if (v == 0.0f) v = 0.0f;                        // -0 equals +0 (then the lower id goes first)
   if (isinf(v) && v > 0.0f) v = 3.402823466e38f;  // FLT_MAX
   const uint32_t bits = __float_as_uint(v);
   return (bits & 0x80000000u) != 0u ? ~bits : bits | 0x80000000u;
@@ -40,8 +40,8 @@ __device__ bool before(uint32_t keyA, uint32_t idA, uint32_t keyB, uint32_t idB)
   return keyA > keyB || (keyA == keyB && idA < idB);
 }
 
-__global__ void topKLevelKernel(const float* values, const int32_t* ids, int64_t width,
-                                bool logits, int32_t k, float* outValues, int32_t* outIds) {
+__global__ void topKLevelKernel(const float* values, const int32_t* ids, int64_t width, bool logits,
+                                int32_t k, float* outValues, int32_t* outIds) {
   __shared__ uint32_t keys[kTopKChunk];
   __shared__ uint32_t entryIds[kTopKChunk];
   __shared__ uint32_t bestKey[kTopKThreads];
@@ -52,9 +52,9 @@ __global__ void topKLevelKernel(const float* values, const int32_t* ids, int64_t
   for (unsigned i = tid; i < kTopKChunk; i += kTopKThreads) {
     const int64_t at = static_cast<int64_t>(row) * width + first + i;
     keys[i] = i < count ? keyOf(values[at]) : 0u;
-    entryIds[i] = i < count ? (logits ? static_cast<uint32_t>(first + i)
-                                      : static_cast<uint32_t>(ids[at]))
-                            : kNone;
+    entryIds[i] = i < count
+                      ? (logits ? static_cast<uint32_t>(first + i) : static_cast<uint32_t>(ids[at]))
+                      : kNone;
   }
   __syncthreads();
   // The thread's best among its entries i = tid, tid + kTopKThreads, ...
