@@ -28,6 +28,7 @@
 #include "engine/gguf/tensor_type.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/row_groups.h"
 
 using namespace shoal;
@@ -67,8 +68,8 @@ int main(int argc, char** argv) {
   app.add_option("--type", typeNames, "only these weight types (q4_0, q4_K, f16, ...)");
   bool vecOrder = false;
   app.add_flag("--vec-order", vecOrder,
-               "run a batch in the vec order, as a decode step of several sequences does (default: "
-               "the tiled order of a prompt's batch)");
+               "run every product in the vec order (default: the order matmul() picks for the "
+               "shape, as llama.cpp does: tiled, repacked or vec)");
   CLI11_PARSE(app, argc, argv);
   if (rows * cols > (int64_t{1} << 28) || tokens * cols > (int64_t{1} << 28)) {
     std::fprintf(stderr, "cpu_kernels_bench: at most 2^28 weight or activation elements\n");
@@ -108,9 +109,8 @@ int main(int argc, char** argv) {
   for (auto& v : xf) v = dist(rng);
 
   // gfni: whether the AVX-512 Q5_K/Q6_K group kernels use GFNI (SHOAL_CPU_GFNI=0 turns it off).
-  nlohmann::json out = {{"rows", rows},      {"cols", cols},
-                        {"tokens", tokens},  {"reps", reps},
-                        {"gfni", useGfni()}, {"order", tokens > 1 && !vecOrder ? "tiled" : "vec"}};
+  nlohmann::json out = {
+      {"rows", rows}, {"cols", cols}, {"tokens", tokens}, {"reps", reps}, {"gfni", useGfni()}};
   nlohmann::json results = nlohmann::json::array();
   for (Isa isa : isas) {
     const KernelTable* k = kernelsFor(isa);
@@ -141,7 +141,11 @@ int main(int argc, char** argv) {
       g.cols = cols;
       g.y = y.data();
       g.ldy = rows;
-      g.order = tokens > 1 && !vecOrder ? DotOrder::Tiled : DotOrder::Vec;
+      WeightMatrix shape;
+      shape.kind = kind;
+      shape.rows = shape.tensorRows = rows;
+      shape.cols = cols;
+      g.order = vecOrder ? DotOrder::Vec : dotOrder(shape, tokens);
       const int useReps = isa == Isa::Scalar ? std::max(2, reps / 10) : reps;
       const double convertUs = minMicros(useReps, [&] {
         for (int64_t t = 0; t < tokens; ++t) {
@@ -156,6 +160,9 @@ int main(int argc, char** argv) {
         results.push_back({{"isa", std::string(isaName(isa))},
                            {"type", gguf::typeName(type)},
                            {"layout", layout},
+                           {"order", g.order == DotOrder::Vec     ? "vec"
+                                     : g.order == DotOrder::Tiled ? "tiled"
+                                                                  : "repacked"},
                            {"gemm_us", gemmUs},
                            {"ns_per_block", gemmUs * 1000.0 / blocks},
                            // Weight bytes read per second (each weight is read once per call).

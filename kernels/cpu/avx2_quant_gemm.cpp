@@ -16,6 +16,7 @@
 #include "kernels/cpu/x86_kquant_kernels.h"
 // After x86_kquant_kernels.h, whose helpers it uses.
 #include "kernels/cpu/avx2_kquant_groups.h"
+#include "kernels/cpu/avx2_q4_0_repacked.h"
 #include "kernels/cpu/avx2_quant_groups.h"
 
 namespace shoal::cpu::avx2 {
@@ -532,6 +533,10 @@ float dotIQ4_XS(const BlockIQ4_XS* x, const BlockQ8_K* y, int64_t blocks, DotOrd
 }  // namespace
 
 void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.order == DotOrder::Repacked) {
+    gemmQ4_0Repacked(g, b, e);
+    return;
+  }
   if (g.rowGroups) {
     gemmQ4GroupsAvx2<BlockQ4_0x8, gemmQ4_0>(g, b, e);
     return;

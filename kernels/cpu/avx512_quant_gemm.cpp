@@ -15,6 +15,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/avx512_q4_0_repacked.h"
 #include "kernels/cpu/avx512_quant_bands.h"
 #include "kernels/cpu/avx512_quant_groups.h"
 #include "kernels/cpu/block_layouts.h"
@@ -300,6 +301,10 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
 }  // namespace
 
 void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.order == DotOrder::Repacked) {
+    gemmQ4_0Repacked(g, b, e);
+    return;
+  }
   if (g.rowGroups) {
     gemmQ0Groups<BlockQ4_0x8, gemmQ4_0, kQ0GroupBandTokens>(g, b, e);
     return;

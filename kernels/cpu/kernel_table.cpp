@@ -3,6 +3,8 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/gguf/dequantize.h"
+#include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/reference_kernels.h"
 
 namespace shoal::cpu {
@@ -58,6 +60,16 @@ KernelTable makeReferenceTable() {
 }
 
 }  // namespace
+
+void repackedQ4_0Act(const void* q8Row, int64_t cols, RepackedQ4_0Act* out) {
+  const auto* y = static_cast<const BlockQ8_0*>(q8Row);
+  for (int64_t b = 0; b < cols / kQK; ++b) {
+    int32_t sum = 0;
+    for (int8_t v : y[b].qs) sum += v;
+    out[b].start = -8 * sum;
+    out[b].d = gguf::halfToFloat(y[b].d);
+  }
+}
 
 WeightKind weightKind(gguf::TensorType type) {
   switch (type) {

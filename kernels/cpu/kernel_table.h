@@ -37,6 +37,17 @@
 //    tiled matmul (ggml-cpu/tiled) rounds, which it runs for batches of 8+ tokens: per
 //    super-block exact integer totals, then r = s1 * d_w, r = fma(-dmin_w, s2, r),
 //    acc = fma(r, d_a, acc) (reference_dots.cpp).
+//
+//  * Q4_0 has a second order, DotOrder::Repacked, for every batch size of a matrix whose tensor
+//    has a multiple of 8 rows: llama.cpp at its defaults on x86 (AVX2 and up) loads such a
+//    matrix into its "repack" buffer type and multiplies it with its own kernels for every batch
+//    (ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type: block_q4_0x8; arch/x86/repack.cpp,
+//    gemv_q4_b32_8x8_q8_0_lut_avx and the gemm beside it): per row and block the exact integer
+//    total of its 32 products, then acc = fma(total, d_w * d_a, acc), block by block from
+//    acc = 0. Activations are Q8_0 as quantize_row_q8_0 writes them (its 4-row interleaved
+//    quantizer gives the same values). Other matrices keep the vec order above (llama.cpp's
+//    vec_dot, or tinyBLAS, which accumulates like it). This order is batch-invariant, and its
+//    exact per-block totals let a kernel lay rows across SIMD lanes (avx512_q4_0_repacked.h).
 
 #include <cstddef>
 #include <cstdint>
@@ -46,7 +57,7 @@
 
 namespace shoal::cpu {
 
-enum class DotOrder { Vec, Tiled };
+enum class DotOrder { Vec, Tiled, Repacked };
 
 // Weight types with a matrix kernel, as table indices.
 enum class WeightKind {
@@ -85,6 +96,16 @@ WeightKind weightKind(gguf::TensorType type);
 ActKind activationKind(WeightKind kind);
 gguf::TensorType activationTensorType(ActKind kind);
 
+// Per block of a Q8_0 activation row, for Q4_0 weights in DotOrder::Repacked: the integer dot
+// of the block's codes q + 8 (as stored) starts at `start` = -8 * (sum of the activations), which
+// takes the bias off exactly; d is the activation block's scale as a float.
+struct RepackedQ4_0Act {
+  int32_t start = 0;
+  float d = 0.0f;
+};
+// Writes one Q8_0 row's blocks (cols / 32 of them) of RepackedQ4_0Act (every level: plain C++).
+void repackedQ4_0Act(const void* q8Row, int64_t cols, RepackedQ4_0Act* out);
+
 // One matrix product job: y[t * ldy + r] = dot(weight row r, activation row t).
 struct GemmArgs {
   const uint8_t* weights = nullptr;  // row 0 of the weight matrix
@@ -94,8 +115,8 @@ struct GemmArgs {
   int64_t tokens = 0;                // activation rows
   int64_t cols = 0;                  // elements per row (a multiple of the block size)
   float* y = nullptr;
-  int64_t ldy = 0;                 // floats from one token's outputs to the next
-  DotOrder order = DotOrder::Vec;  // F32/F16/BF16 only
+  int64_t ldy = 0;  // floats from one token's outputs to the next
+  DotOrder order = DotOrder::Vec;
   // The weights are in row groups (row_groups.h), row 0 starting a group; only for a kind the
   // level's table marks in rowGroups.
   bool rowGroups = false;
@@ -104,6 +125,11 @@ struct GemmArgs {
   // then computes its own).
   const uint8_t* actSide = nullptr;
   size_t actSideStride = 0;
+  // DotOrder::Repacked: per token and block of its Q8_0 activations, what the kernels start
+  // from (RepackedQ4_0Act), token t's at actBlocks + t * actBlocksStride; nullptr when the caller
+  // built none (the kernels then compute them).
+  const RepackedQ4_0Act* actBlocks = nullptr;
+  int64_t actBlocksStride = 0;
 };
 
 // Batches up to which matmul() gives the kernels side rows (KernelTable::actSide): decode

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/geglu.h"
 
 namespace shoal::cpu {
@@ -19,6 +20,7 @@ WeightMatrix WeightMatrix::from(const gguf::TensorInfo& tensor) {
   w.activation = activationKind(w.kind);
   w.cols = tensor.dims[0];
   w.rows = tensor.dims.size() == 2 ? tensor.dims[1] : 1;
+  w.tensorRows = w.rows;
   w.data = tensor.data;
   w.rowBytes = gguf::rowBytes(tensor.type, w.cols);
   return w;
@@ -35,6 +37,7 @@ ExpertMatrices ExpertMatrices::from(const gguf::TensorInfo& tensor) {
   w.activation = activationKind(w.kind);
   w.cols = tensor.dims[0];
   w.rows = tensor.dims[1];
+  w.tensorRows = w.rows;  // llama.cpp's repack test reads ne[1] of the stacked tensor
   w.data = tensor.data;
   w.rowBytes = gguf::rowBytes(tensor.type, w.cols);
   e.count = tensor.dims[2];
@@ -47,6 +50,11 @@ size_t WeightMatrix::activationBytes() const {
 }
 
 DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
+  // Q4_0: llama.cpp repacks a tensor of 8k rows when the CPU has AVX2 (ggml-cpu/repack.cpp,
+  // ggml_repack_get_optimal_repack_type), whatever the batch.
+  if (w.kind == WeightKind::Q4_0) {
+    return w.tensorRows % 8 == 0 ? DotOrder::Repacked : DotOrder::Vec;
+  }
   // K-quants: llama.cpp's tiled matmul takes batches of 8+ tokens (ggml-cpu/tiled, any shape).
   if (hasTiledOrder(w.kind)) {
     return tokens >= 8 ? DotOrder::Tiled : DotOrder::Vec;
@@ -93,6 +101,9 @@ void MatmulScratch::reserve(const WeightMatrix& w, int64_t tokens) {
   const int64_t sideTokens = std::min(tokens, kMaxSideTokens);
   const size_t side = sideBytes(w, sideTokens);
   if (side > 0) sides[a].reserve(side * static_cast<size_t>(sideTokens) + kSideAlign);
+  if (dotOrder(w, 1) == DotOrder::Repacked) {
+    repackedQ4_0.reserve(static_cast<size_t>(w.cols / kQK * tokens));
+  }
 }
 
 namespace {
@@ -134,6 +145,13 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
   const int64_t cols = jobs[0].w->cols;
   size_t side[static_cast<int>(ActKind::Count)] = {};
   for (const MatmulJob& j : jobs) side[static_cast<int>(j.w->activation)] = sideBytes(*j.w, tokens);
+  const int64_t order = orderTokens > 0 ? orderTokens : tokens;
+  // Q4_0 in the repacked order: each token's blocks' starting sums and scales, once per call.
+  bool repacked = false;
+  for (const MatmulJob& j : jobs)
+    repacked = repacked || dotOrder(*j.w, order) == DotOrder::Repacked;
+  const int64_t blocks = cols / kQK;
+  const int q8 = static_cast<int>(ActKind::Q8_0);
   auto convertAll = [&](int64_t begin, int64_t end, int) {
     for (int a = 0; a < static_cast<int>(ActKind::Count); ++a) {
       if (!needed[a]) continue;
@@ -141,6 +159,9 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
       for (int64_t t = begin; t < end; ++t) {
         uint8_t* row = scratch.activations[a].data() + static_cast<size_t>(t) * stride;
         k.convert[a](x + t * cols, row, cols);
+        if (a == q8 && repacked) {
+          repackedQ4_0Act(row, cols, scratch.repackedQ4_0.data() + t * blocks);
+        }
         if (side[a] > 0) {
           k.actSide(static_cast<ActKind>(a), row, cols,
                     sideRows(scratch, a) + static_cast<size_t>(t) * side[a]);
@@ -164,8 +185,12 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
     g.cols = w.cols;
     g.y = jobs[i].y;
     g.ldy = w.rows;
-    g.order = dotOrder(w, orderTokens > 0 ? orderTokens : tokens);
+    g.order = dotOrder(w, order);
     g.rowGroups = w.rowGroups;
+    if (g.order == DotOrder::Repacked) {
+      g.actBlocks = scratch.repackedQ4_0.data();
+      g.actBlocksStride = blocks;
+    }
     const int a = static_cast<int>(w.activation);
     if (side[a] > 0) {
       g.actSide = sideRows(scratch, a);

@@ -21,6 +21,9 @@ struct WeightMatrix {
   ActKind activation = ActKind::F32;  // format x is converted to
   int64_t rows = 0;
   int64_t cols = 0;
+  // Rows of the tensor this matrix is (a view of rows, rowsOf, keeps its tensor's): llama.cpp
+  // picks a Q4_0 tensor's kernel by it (DotOrder::Repacked).
+  int64_t tensorRows = 0;
   const uint8_t* data = nullptr;
   size_t rowBytes = 0;
   // The rows are in groups of 8 (row_groups.h), as the CPU stage's weight copy leaves a matrix
@@ -60,6 +63,7 @@ struct ExpertMatrices {
 struct MatmulScratch {
   ZeroedBuffer<uint8_t> activations[static_cast<int>(ActKind::Count)];
   ZeroedBuffer<uint8_t> sides[static_cast<int>(ActKind::Count)];  // KernelTable::actSide rows
+  ZeroedBuffer<RepackedQ4_0Act> repackedQ4_0;                     // GemmArgs::actBlocks
   // Make room for `tokens` rows of w's activation format (and their side rows, if any).
   void reserve(const WeightMatrix& w, int64_t tokens);
 };
@@ -70,9 +74,10 @@ struct MatmulJob {
   float* y = nullptr;
 };
 
-// The order the dots of this product use, as llama.cpp picks its kernel: F32/F16/BF16 matmuls
-// of 2+ tokens go through llamafile's tinyBLAS when the shape allows (cols a multiple of the
-// vector step, rows of 4); K-quant matmuls of 8+ tokens through its tiled kernel.
+// The order the dots of this product use, as llama.cpp at its defaults on x86 picks its kernel:
+// F32/F16/BF16 matmuls of 2+ tokens go through llamafile's tinyBLAS when the shape allows (cols
+// a multiple of the vector step, rows of 4); K-quant matmuls of 8+ tokens through its tiled
+// kernel; a Q4_0 tensor of 8k rows through its repacked kernels at every batch size.
 DotOrder dotOrder(const WeightMatrix& w, int64_t tokens);
 
 // y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t in [0, tokens). orderTokens (0:

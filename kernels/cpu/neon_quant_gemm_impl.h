@@ -184,8 +184,70 @@ void rowTile(const GemmArgs& g, int64_t r0) {
 template <class Q>
 void gemmGroups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 
+// ---- Q4_0 in DotOrder::Repacked (kernel_table.h) ----------------------------------------------
+// Per row and block the exact integer total, then acc = fma(total, d_w * d_a, acc): one row and
+// token at a time, in file layout or row groups (blockOf(b) gives block b's quants and scale).
+// Correct first: the x86 levels lay rows across lanes; this has not been tuned on ARM hardware.
+
+template <class BlockOf>
+float repackedDot(BlockOf blockOf, const BlockQ8_0* y, int64_t blocks) {
+  const int32x4_t zero = vdupq_n_s32(0);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* qs = nullptr;
+    uint16_t d = 0;
+    blockOf(b, qs, d);
+    int8x16_t lo, hi;
+    nibbles(qs, lo, hi);
+    lo = vsubq_s8(lo, vdupq_n_s8(8));
+    hi = vsubq_s8(hi, vdupq_n_s8(8));
+    const int32x4_t lanes = dot16(dot16(zero, lo, vld1q_s8(y[b].qs)), hi, vld1q_s8(y[b].qs + 16));
+    acc = fmaSingle(static_cast<float>(vaddvq_s32(lanes)), half(d) * half(y[b].d), acc);
+  }
+  return acc;
+}
+
+void gemmQ4_0Repacked(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  const int64_t blocks = g.cols / kQK;
+  const size_t groupBytes = g.weightStride * kGroupRows;
+  for (int64_t t = 0; t < g.tokens; ++t) {
+    const auto* y =
+        reinterpret_cast<const BlockQ8_0*>(g.act + static_cast<size_t>(t) * g.actStride);
+    for (int64_t r = rowBegin; r < rowEnd; ++r) {
+      float dot;
+      if (g.rowGroups) {
+        const auto* x = reinterpret_cast<const BlockQ4_0x8*>(
+            g.weights + static_cast<size_t>(r / kGroupRows) * groupBytes);
+        const int i = static_cast<int>(r % kGroupRows);
+        dot = repackedDot(
+            [&](int64_t b, const uint8_t*& qs, uint16_t& d) {
+              qs = x[b].qs[i];
+              d = x[b].d[i];
+            },
+            y, blocks);
+      } else {
+        const auto* x =
+            reinterpret_cast<const BlockQ4_0*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+        dot = repackedDot(
+            [&](int64_t b, const uint8_t*& qs, uint16_t& d) {
+              qs = x[b].qs;
+              d = x[b].d;
+            },
+            y, blocks);
+      }
+      g.y[t * g.ldy + r] = dot;
+    }
+  }
+}
+
 template <class Q>
 void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  if constexpr (std::is_same_v<Q, Q4_0>) {
+    if (g.order == DotOrder::Repacked) {
+      gemmQ4_0Repacked(g, rowBegin, rowEnd);
+      return;
+    }
+  }
   if constexpr (std::is_same_v<Q, Q4_0> || std::is_same_v<Q, Q4_1>) {
     if (g.rowGroups) {
       gemmGroups<Q>(g, rowBegin, rowEnd);

@@ -152,11 +152,22 @@ float dotBF16(const void* w, const void* a, int64_t n, DotOrder order) {
   return static_cast<float>(sum);
 }
 
-float dotQ4_0(const void* w, const void* a, int64_t n) {
+float dotQ4_0(const void* w, const void* a, int64_t n, DotOrder order) {
   const auto* x = static_cast<const BlockQ4_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  float acc[8] = {};
   int32_t q[32];
+  if (order == DotOrder::Repacked) {
+    // llama.cpp's x86 repacked kernels: the block's exact total, one fma per block.
+    float acc = 0.0f;
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      nibbles(x[b].qs, q);
+      int32_t total = 0;
+      for (int e = 0; e < 32; ++e) total += (q[e] - 8) * y[b].qs[e];
+      acc = std::fma(static_cast<float>(total), halfToFloat(x[b].d) * halfToFloat(y[b].d), acc);
+    }
+    return acc;
+  }
+  float acc[8] = {};
   for (int64_t b = 0; b < n / kQK; ++b) {
     nibbles(x[b].qs, q);
     for (int32_t& v : q) v -= 8;
@@ -514,7 +525,7 @@ float dot(WeightKind kind, const void* w, const void* a, int64_t n, DotOrder ord
     case WeightKind::BF16:
       return dotBF16(w, a, n, order);
     case WeightKind::Q4_0:
-      return dotQ4_0(w, a, n);
+      return dotQ4_0(w, a, n, order);
     case WeightKind::Q4_1:
       return dotQ4_1(w, a, n);
     case WeightKind::Q5_0:

@@ -126,6 +126,16 @@ MODELS = [
     {"name": "phi3-longrope-short-q8_0", "arch": "phi3", "layers": 2, "embd": 256, "heads": 4,
      "kv_heads": 2, "ff": 512, "type": "q8_0", "long_rope": True, "rope_orig_ctx": 1024,
      "rope_attn_factor": 1.1902, "seed": 48},
+    # Q4_0 at llama.cpp's defaults ("repack": extra buffer types on): on x86 with AVX2 it
+    # repacks every Q4_0 tensor of 8k rows and runs its repacked kernels for every batch
+    # (Shoal's DotOrder::Repacked); gate and up have 500 rows, so they keep vec_dot (ffn_down,
+    # 500 wide, is F16: Q4_0 needs rows of 32k). A tied Q4_0 embedding and head (repacked as
+    # the output, read by rows as the embedding), and a Qwen3 with a Q4_0 head of its own.
+    {"name": "llama-q4_0-repack", "arch": "llama", "layers": 2, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 500, "type": "q4_0", "type_of": {"ffn_down": "f16"}, "tied": True,
+     "repack": True, "seed": 49},
+    {"name": "qwen3-q4_0-repack", "arch": "qwen3", "layers": 2, "embd": 256, "heads": 4,
+     "kv_heads": 2, "ff": 512, "type": "q4_0", "repack": True, "seed": 50},
 ]
 
 
@@ -165,8 +175,17 @@ def logits_hash(logits):
     return fnv1a64(np.asarray(logits, dtype="<f4").tobytes())
 
 
-def run_model(path, n_vocab_expected, prompts):
-    llm = load_llama(path, N_CTX, N_BATCH)
+def check_repack_possible():
+    """Models with "repack" need llama.cpp's x86 repacked Q4_0 kernels: AVX2, and no AMX (whose
+    buffer type would take the Q4_0 matrices first, and crashes on Q4_1: see gen_fixtures.py)."""
+    info = llama_cpp.llama_print_system_info().decode()
+    if "AVX2 = 1" not in info or "AMX_INT8 = 1" in info:
+        sys.exit("gen_arch_fixtures: the \"repack\" models need an x86 CPU with AVX2 and "
+                 f"without AMX; this one: {info.strip()}")
+
+
+def run_model(path, n_vocab_expected, prompts, extra_bufts):
+    llm = load_llama(path, N_CTX, N_BATCH, extra_bufts)
     if llm.n_vocab() != n_vocab_expected:
         sys.exit(f"gen_arch_fixtures: {path.name} has {llm.n_vocab()} tokens")
     runs = []
@@ -203,6 +222,8 @@ def main():
 
     rng = random.Random(PROMPT_SEED)
     disable_extra_buffer_types()
+    if any(spec.get("repack") for spec in MODELS):
+        check_repack_possible()
     models = []
     with tempfile.TemporaryDirectory() as tmp:
         for spec in MODELS:
@@ -211,7 +232,7 @@ def main():
                            stdout=subprocess.DEVNULL)
             n_vocab = 49152  # the default model's vocabulary, copied in
             prompts = [[rng.randrange(n_vocab) for _ in range(n)] for n in PROMPT_LENGTHS]
-            runs = run_model(path, n_vocab, prompts)
+            runs = run_model(path, n_vocab, prompts, bool(spec.get("repack")))
             models.append({"spec": spec, "sha256": sha256_of(path), "runs": runs})
             small = sum(1 for r in runs for m in r["top2_margin"] if m < 0.05)
             print(f"{spec['name']}: {path.stat().st_size / 2**20:.1f} MiB, "
@@ -223,13 +244,15 @@ def main():
             "vocab_from": args.vocab_from.name,
             "vocab_from_sha256": sha256_of(args.vocab_from),
             "n_ctx": N_CTX, "n_threads": N_THREADS, "n_batch": N_BATCH, "n_ubatch": N_BATCH,
-            "flash_attn": False, "type_k": "f16", "type_v": "f16", "use_extra_bufts": False,
+            "flash_attn": False, "type_k": "f16", "type_v": "f16",
+            "use_extra_bufts": "only for the models whose spec has repack",
             "greedy_steps": N_GREEDY_STEPS,
             "system_info": llama_cpp.llama_print_system_info().decode().strip(),
             "notes": (
                 "Models written by shoal-synth-model from each spec (plus --ctx n_ctx and "
                 "--vocab-from the default model). CPU only, extra buffer types off (as "
-                "llamacpp_smollm2.json). Each prompt is evaluated as one batch from an empty KV "
+                "llamacpp_smollm2.json) except for the models with \"repack\": llama.cpp's "
+                "defaults, which on x86 repack Q4_0 tensors of 8k rows. Each prompt is evaluated as one batch from an empty KV "
                 "cache, then one token per decode call, argmax fed back; EOS does not stop. "
                 "logits_fnv1a[i] hashes the logits row that step i's token was chosen from."
             ),

@@ -48,30 +48,38 @@ ADD_SPECIAL_CATEGORIES = {"basic", "special_token_text", "whitespace"}
 NO_PARSE_SPECIAL_CATEGORIES = {"special_token_text", "basic", "code"}
 
 
+_EXTRA_BUFTS = False  # what the patched llama_model_default_params asks for
+
+
 def disable_extra_buffer_types():
     """Makes Llama() load weights without llama.cpp's "extra" CPU buffer types (AMX and repacked
     layouts). On this project's AMX-capable build machine the AMX Q4_1 matmul of the vendored
     llama.cpp segfaults on the first decode (llama.cpp issue #20824, open at the time); without
     extra buffers every matmul runs the plain ggml-cpu dot-product path. Llama() takes no
-    argument for this, so the default model parameters are patched before it reads them."""
+    argument for this, so the default model parameters are patched before it reads them
+    (load_llama's extra_bufts turns them back on for one model)."""
     default_params = llama_capi.llama_model_default_params
 
     def patched():
         params = default_params()
-        params.use_extra_bufts = False
+        params.use_extra_bufts = _EXTRA_BUFTS
         return params
 
     llama_capi.llama_model_default_params = patched
 
 
-def load_llama(path, n_ctx, n_batch):
+def load_llama(path, n_ctx, n_batch, extra_bufts=False):
     """The model on the CPU as the fixtures need it: N_THREADS threads, one ubatch of n_batch,
-    no flash attention, extra buffer types off (call disable_extra_buffer_types first)."""
+    no flash attention, extra buffer types off (call disable_extra_buffer_types first) unless
+    extra_bufts: then llama.cpp's defaults, weight repacking included."""
+    global _EXTRA_BUFTS
+    _EXTRA_BUFTS = extra_bufts
     llm = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
                 n_threads=N_THREADS, n_threads_batch=N_THREADS, n_gpu_layers=0,
                 logits_all=False, flash_attn=False, verbose=False)
-    if llm.model_params.use_extra_bufts:
-        sys.exit("could not disable extra buffer types (see disable_extra_buffer_types)")
+    _EXTRA_BUFTS = False
+    if llm.model_params.use_extra_bufts != extra_bufts:
+        sys.exit(f"could not set use_extra_bufts={extra_bufts} (see disable_extra_buffer_types)")
     return llm
 
 

@@ -48,7 +48,8 @@ struct Problem {
 
   // y of rows [rowBegin, rowEnd) for every token; other entries stay NaN. rowGroups: the
   // weights were put into row groups (row_groups.h). sideRows: give the kernel the level's side
-  // rows of the activations (KernelTable::actSide), as matmul() does for small batches.
+  // rows of the activations (KernelTable::actSide) and the repacked order's RepackedQ4_0Act, as
+  // matmul() does.
   std::vector<float> run(const KernelTable& k, DotOrder order, int64_t rowBegin, int64_t rowEnd,
                          bool rowGroups = false, bool sideRows = false) const {
     std::vector<float> y(static_cast<size_t>(rows * tokens), NAN);
@@ -76,6 +77,16 @@ struct Problem {
       g.actSide = rows0;
       g.actSideStride = sideBytes;
     }
+    // The repacked order's per-block starting sums, as matmul() gives them.
+    std::vector<RepackedQ4_0Act> blocks;
+    if (sideRows && order == DotOrder::Repacked) {
+      blocks.resize(static_cast<size_t>(cols / 32 * tokens));
+      for (int64_t t = 0; t < tokens; ++t) {
+        repackedQ4_0Act(&act[actRow * t], cols, blocks.data() + t * (cols / 32));
+      }
+      g.actBlocks = blocks.data();
+      g.actBlocksStride = cols / 32;
+    }
     k.gemm[static_cast<int>(weightKind(type))](g, rowBegin, rowEnd);
     return y;
   }
@@ -89,6 +100,26 @@ inline bool tiledAllowed(gguf::TensorType t, int64_t cols) {
   return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K ||
          t == TensorType::Q2_K || t == TensorType::Q3_K || t == TensorType::IQ4_XS ||
          t == TensorType::IQ4_NL;
+}
+
+// The dot orders a type has at this row length (Vec always).
+inline std::vector<DotOrder> ordersOf(gguf::TensorType t, int64_t cols) {
+  std::vector<DotOrder> orders = {DotOrder::Vec};
+  if (tiledAllowed(t, cols)) orders.push_back(DotOrder::Tiled);
+  if (t == gguf::TensorType::Q4_0) orders.push_back(DotOrder::Repacked);
+  return orders;
+}
+
+inline const char* orderName(DotOrder order) {
+  switch (order) {
+    case DotOrder::Vec:
+      return "vec";
+    case DotOrder::Tiled:
+      return "tiled";
+    case DotOrder::Repacked:
+      return "repacked";
+  }
+  return "?";
 }
 
 // Every weight type with its row lengths (block counts that exercise the kernels' tails) and
@@ -130,9 +161,7 @@ inline std::string gemmMismatch(gguf::TensorType t, int64_t cols, Isa isa) {
   for (int64_t rows : {1, 3, 8, 13, 37}) {
     for (int64_t tokens : {1, 2, 3, 5, 7, 9, 17}) {
       const Problem p(t, rows, cols, tokens, seed++);
-      std::vector<DotOrder> orders = {DotOrder::Vec};
-      if (tiledAllowed(t, cols)) orders.push_back(DotOrder::Tiled);
-      for (DotOrder order : orders) {
+      for (DotOrder order : ordersOf(t, cols)) {
         for (auto [b, e] : {std::pair<int64_t, int64_t>{0, rows}, {rows / 2, rows}}) {
           if (b == e) continue;
           const auto ref = p.run(referenceKernels(), order, b, e);
@@ -146,8 +175,7 @@ inline std::string gemmMismatch(gguf::TensorType t, int64_t cols, Isa isa) {
           return std::string(isaName(isa)) + " " + gguf::typeName(t) + "/" + std::to_string(cols) +
                  ": rows " + std::to_string(rows) + " tokens " + std::to_string(tokens) +
                  " range [" + std::to_string(b) + "," + std::to_string(e) + ") order " +
-                 (order == DotOrder::Vec ? "vec" : "tiled") + ": y[" + std::to_string(diff) +
-                 "] = " + value;
+                 orderName(order) + ": y[" + std::to_string(diff) + "] = " + value;
         }
       }
     }
@@ -171,8 +199,9 @@ inline std::string rowGroupMismatch(Isa isa) {
         const Problem p(t, rows, cols, tokens, static_cast<uint32_t>(100 + rows + tokens));
         Problem grouped = p;
         groupRows(weightKind(t), grouped.weights.data(), rows, cols);
-        for (DotOrder order : {DotOrder::Vec, DotOrder::Tiled}) {
+        for (DotOrder order : {DotOrder::Vec, DotOrder::Tiled, DotOrder::Repacked}) {
           if (order == DotOrder::Tiled && tokens < 2) continue;
+          if (order == DotOrder::Repacked && t != TensorType::Q4_0) continue;
           for (auto [b, e] : {std::pair<int64_t, int64_t>{0, rows}, {8, rows}, {3, rows - 5}}) {
             const auto want = p.run(k, order, b, e);
             const auto got = grouped.run(k, order, b, e, true);
@@ -180,7 +209,7 @@ inline std::string rowGroupMismatch(Isa isa) {
             return std::string(isaName(isa)) + " " + gguf::typeName(t) + " in row groups, " +
                    std::to_string(rows) + "x" + std::to_string(cols) + " tokens " +
                    std::to_string(tokens) + " range [" + std::to_string(b) + "," +
-                   std::to_string(e) + ") order " + (order == DotOrder::Vec ? "vec" : "tiled") +
+                   std::to_string(e) + ") order " + orderName(order) +
                    ": differs from the file layout";
           }
         }

@@ -1,5 +1,5 @@
 // matmul(): the thread-pool driver gives the reference kernels' results bit for bit with 1 and
-// 2 threads, and picks llama.cpp's dot order (float types, K-quants).
+// 2 threads, and picks llama.cpp's dot order (float types, K-quants, Q4_0's repacked kernels).
 
 #include <QtTest>
 #include <vector>
@@ -69,7 +69,8 @@ class CpuMatmulTest : public QObject {
     QTest::addColumn<int>("tokens");
     for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
                          TensorType::Q8_0, TensorType::F16, TensorType::BF16, TensorType::F32}) {
-      for (int rows : {1, 6, 37}) {
+      // 40 rows: Q4_0's repacked order (a tensor of 8k rows).
+      for (int rows : {1, 6, 37, 40}) {
         for (int tokens : {1, 3, 9}) {
           QTest::addRow("%s/r%d/t%d", gguf::typeName(t).c_str(), rows, tokens)
               << static_cast<int>(t) << rows << 96 << tokens;
@@ -160,6 +161,18 @@ class CpuMatmulTest : public QObject {
       QCOMPARE(dotOrder(m.w, 7), DotOrder::Vec);
       QCOMPARE(dotOrder(m.w, 8), DotOrder::Tiled);
     }
+  }
+
+  // Q4_0: llama.cpp repacks a tensor of 8k rows on x86 and runs its repacked kernels for every
+  // batch; a view of some of a tensor's rows (a fused matrix's part) goes by the tensor's rows.
+  void q4_0TensorsOfEightKRowsUseTheRepackedOrder() {
+    const Matrix m = makeMatrix(TensorType::Q4_0, 16, 64, 1);
+    for (int64_t tokens : {1, 2, 9, 64}) QCOMPARE(dotOrder(m.w, tokens), DotOrder::Repacked);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::Q4_0, 12, 64, 1).w, 9), DotOrder::Vec);
+    WeightMatrix view = m.w;
+    view.rows = 6;  // rows 0-5 of the 16-row tensor
+    QCOMPARE(dotOrder(view, 1), DotOrder::Repacked);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::Q4_1, 16, 64, 1).w, 9), DotOrder::Vec);
   }
 };
 

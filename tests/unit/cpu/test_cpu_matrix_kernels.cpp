@@ -83,8 +83,7 @@ class CpuMatrixKernelsTest : public QObject {
     const auto t = static_cast<TensorType>(type);
     const Problem p(t, 7, cols, 3, 7, false);
     const auto truth = exactProduct(p, p.xF32);
-    for (DotOrder order : {DotOrder::Vec, DotOrder::Tiled}) {
-      if (order == DotOrder::Tiled && !tiledAllowed(t, cols)) continue;
+    for (DotOrder order : test::ordersOf(t, cols)) {
       const double nmse = test::normalizedMse(p.run(referenceKernels(), order, 0, p.rows), truth);
       QVERIFY2(nmse <= maxNmse, qPrintable(QString("nmse %1 > %2").arg(nmse).arg(maxNmse)));
     }
@@ -104,8 +103,7 @@ class CpuMatrixKernelsTest : public QObject {
       gguf::dequantizeRow(actType, &p.act[p.actRow * k], &xq[static_cast<size_t>(k * cols)], cols);
     }
     const auto truth = exactProduct(p, xq);
-    for (DotOrder order : {DotOrder::Vec, DotOrder::Tiled}) {
-      if (order == DotOrder::Tiled && !tiledAllowed(t, cols)) continue;
+    for (DotOrder order : test::ordersOf(t, cols)) {
       const double nmse = test::normalizedMse(p.run(referenceKernels(), order, 0, p.rows), truth);
       QVERIFY2(nmse <= 1e-6, qPrintable(QString("nmse %1").arg(nmse)));
     }
