@@ -538,14 +538,16 @@ void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
     return;
   }
   if (g.rowGroups) {
-    gemmQ4GroupsAvx2<BlockQ4_0x8, gemmQ4_0>(g, b, e);
+    // The vec order on a grouped matrix: not a shape the CPU stage makes (a grouped Q4_0 matrix
+    // has 8k rows, so the repacked order), but still the same bits, from the rows taken out.
+    ungroupedRows<WeightKind::Q4_0, gemmQ4_0>(g, b / kGroupRows * kGroupRows, b, e);
     return;
   }
   gemm<Q4_0>(g, b, e);
 }
 void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) {
   if (g.rowGroups) {
-    gemmQ4GroupsAvx2<BlockQ4_1x8, gemmQ4_1>(g, b, e);
+    gemmQ4_1GroupsAvx2<gemmQ4_1>(g, b, e);
     return;
   }
   gemm<Q4_1>(g, b, e);

@@ -306,7 +306,9 @@ void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
     return;
   }
   if (g.rowGroups) {
-    gemmQ0Groups<BlockQ4_0x8, gemmQ4_0, kQ0GroupBandTokens>(g, b, e);
+    // The vec order on a grouped matrix: not a shape the CPU stage makes (a grouped Q4_0 matrix
+    // has 8k rows, so the repacked order), but still the same bits, from the rows taken out.
+    ungroupedRows<WeightKind::Q4_0, gemmQ4_0>(g, b / kGroupRows * kGroupRows, b, e);
     return;
   }
   gemm<Q4_0>(g, b, e);

@@ -1,49 +1,46 @@
 #pragma once
-// The AVX-512 Q4_0, Q4_1 and Q8_0 kernels for weights in row groups (row_groups.h), bit-identical
-// to the file layout's kernels (avx512_quant_gemm.cpp) and so to the scalar reference.
+// The AVX-512 Q4_1 and Q8_0 kernels for weights in row groups (row_groups.h), bit-identical to
+// the file layout's kernels (avx512_quant_gemm.cpp) and so to the scalar reference. (A grouped
+// Q4_0 matrix has 8k rows, so it takes llama.cpp's repacked order: avx512_q4_0_repacked.h.)
 //
 // ggml's vec order keeps, per row and token, eight float lanes: lane k gets fma(d_w * d_a, exact
 // dot of elements 4k..4k+3 of the block, lane), block by block, and the eight are summed as
 // hsum_float_8 at the end. The file layout's kernel holds two rows' lanes per zmm, and per pair
 // of rows and block pays two 16-byte loads and a masked broadcast to interleave them, the
 // nibble split, and a conversion and spread of the two scales. In a group, one 64-byte load is
-// four rows' Q4_0 quants (or two rows' Q8_0): Q4_0's low nibbles are elements 0-15 of four rows,
+// four rows' Q4_1 quants (or two rows' Q8_0): the low nibbles are elements 0-15 of four rows,
 // one per 128-bit lane, against the token's elements 0-15 broadcast to the four lanes (one
 // vpdpbusd gives ggml lanes 0-3 of four rows), the high nibbles lanes 4-7; Q8_0's two rows sit in
 // the two halves against the token's 32 activations in both. The eight rows' scales are one
 // vcvtph2ps per block, spread to their lanes by one vpermps per load. Each lane's sequence of
 // fmas is ggml's, and the eight lanes of a row are added in hsum_float_8's order: the same bits.
-//
-// Q4_1 is Q4_0's kernel with unsigned codes (no bias) and its minimum term m_w * s_a, which
-// eight rows take in one vfmadd per block and token, fused-accumulated as the file layout's summs.
+// Q4_1's codes are unsigned (no bias); its minimum term m_w * s_a, eight rows in one vfmadd per
+// block and token, is fused-accumulated as the file layout's summs.
 //
 // Decode and small batches run here, up to four tokens per pass over a group (more would spill
 // the accumulators): a batch of several sequences' decode rows must keep each token's vec order
 // (batch invariance), so this kernel is what such a step costs. Per block and pass the weights
 // are split into nibbles and their scales spread once for all its tokens; per token what does
-// not depend on the rows (the starting sums that take the codes' bias off, the scale spread to
-// a register) comes from side rows (actSide below) that matmul() builds once per call. Computed
-// per group and token instead, they took 6 of a pass's ~15 instructions per token and four rows,
-// and a broadcast load costs an ALU slot on Zen 4 where a plain load does not. One core, 8192 x
-// 2048 from L3, ns per row, block and token: Q4_0 at 4 tokens 0.555 -> 0.38-0.40 (from two
-// tokens per pass with everything per group), Q4_1 0.48 -> 0.39. A pass of one token (decode)
-// is memory-bound and computes these itself: reading side rows there cost more than it saved
-// (the 1B Q4_0 model's decode, two threads: 50-55 -> 37-40 tok/s).
-//
-// Q4_1 and Q8_0 also take the token's activations, spread for vpdpbusd, from the side rows (a
-// plain load instead of a broadcast): at 8 tokens, one core, 2048 x 2048, Q4_1 0.39 -> 0.355 ns,
-// Q8_0 0.40 -> 0.367. Q4_0 does not: it already loads two starting sums per token and block, and
-// with the activations too its passes ran at the load ports' pace (0.387 -> 0.42-0.44).
+// not depend on the rows (Q8_0's starting sums that take the codes' bias off, the scale spread
+// to a register, the activations spread for vpdpbusd: a plain load instead of a broadcast) comes
+// from side rows (actSide below) that matmul() builds once per call. Computed per group and
+// token instead, they took 6 of a pass's ~15 instructions per token and four rows, and a
+// broadcast load costs an ALU slot on Zen 4 where a plain load does not (one core, 8192 x 2048
+// from L3, ns per row, block and token, when Q4_0 ran here in the vec order: 4 tokens 0.555 ->
+// 0.38-0.40; Q4_1 0.48 -> 0.39, with its activations from the side rows too 0.355 at 8 tokens;
+// Q8_0 0.40 -> 0.367). A pass of one token (decode) is memory-bound and computes these itself:
+// reading side rows there cost more than it saved (the 1B Q4_0 model's decode, two threads:
+// 50-55 -> 37-40 tok/s).
 //
 // Prefetching: a single pass (decode) runs without software prefetch: a thread's groups are one
 // front-to-back stream, which the hardware prefetchers follow, and prefetching ahead into L2 was
-// slower (one core, 65536 x 2048 from DRAM: Q4_0 24.6-26.0 GB/s without, 14.3-25.1 with; two
-// threads decoding the 1B Q4_0 model: 55 tok/s without, 50 with). With two or more tokens the
-// pass is compute-bound and the prefetchers fall behind it; there, the last pass over a group
-// prefetches the next group into L2 block by block (Q4_0 from DRAM at 8 tokens: 0.56 -> 0.41 ns,
-// at 2 tokens 1.14 -> 0.47).
+// slower (one core, 65536 x 2048 from DRAM, Q4_0 in the vec order: 24.6-26.0 GB/s without,
+// 14.3-25.1 with; two threads decoding the 1B Q4_0 model: 55 tok/s without, 50 with). With two
+// or more tokens the pass is compute-bound and the prefetchers fall behind it; there, the last
+// pass over a group prefetches the next group into L2 block by block (Q4_0 from DRAM at 8
+// tokens: 0.56 -> 0.41 ns, at 2 tokens 1.14 -> 0.47).
 //
-// Batches that the file layout runs in bands (Q4_0 and Q8_0 from kQ0GroupBandTokens,
+// Batches that the file layout runs in bands (Q8_0 from kQ0GroupBandTokens,
 // avx512_quant_bands.h) take 32 rows at a time out of their groups into a buffer
 // (row_group_fallback.h), as do rows not in whole groups. Q4_1 has no bands: all its batches run
 // here, faster than the file layout's tiles.
@@ -72,16 +69,9 @@ struct alignas(64) Zmm {
   int32_t lanes[16];
 };
 
-// The side row of a Q8_0 activation row is two planes, each read whole by one kind of weights:
-// per block a Q4_0Side, then per block a Q8_0Side. (One struct per block with both kinds' fields
-// left gaps in what each kernel streams, which cost Q4_0 4%.) The starting sums are -bias x the
-// sum of each ggml lane's four activations, where a dot product's vpdpbusd starts, which takes
-// the stored codes' bias off exactly.
-struct Q4_0Side {
-  Zmm start[2];  // codes q + 8: lanes 0-3 (elements 0-15), 4-7 (16-31), each set of four
-                 // repeated in the four 128-bit lanes
-  Zmm d;         // the block's scale as a float, 16 times
-};
+// The side row of a Q8_0 activation row (Q8_0 weights), per block. The starting sums are
+// -bias x the sum of each ggml lane's four activations, where a dot product's vpdpbusd starts,
+// which takes the stored codes' bias off exactly.
 struct Q8_0Side {
   Zmm start;  // codes q + 128: lanes 0-7, in both halves
   Zmm d;      // the block's scale as a float, 16 times
@@ -99,34 +89,16 @@ inline __m512i broadcast128(const void* p) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
 }
 
-// Both planes of a Q8_0 activation row's side row; either may be nullptr.
-inline void sideRow(const BlockQ8_0* y, int64_t blocks, Q4_0Side* q4, Q8_0Side* q8) {
+inline void sideRow(const BlockQ8_0* y, int64_t blocks, Q8_0Side* out) {
   const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t b = 0; b < blocks; ++b) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
     const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
-    const __m512 d = _mm512_set1_ps(_cvtsh_ss(y[b].d));
-    if (q4 != nullptr) {
-      const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 3));
-      _mm512_store_si512(q4[b].start[0].lanes,
-                         _mm512_broadcast_i32x4(_mm256_castsi256_si128(start)));
-      _mm512_store_si512(q4[b].start[1].lanes,
-                         _mm512_broadcast_i32x4(_mm256_extracti128_si256(start, 1)));
-      _mm512_store_ps(q4[b].d.lanes, d);
-    }
-    if (q8 != nullptr) {
-      const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7));
-      _mm512_store_si512(q8[b].start.lanes, _mm512_broadcast_i64x4(start));
-      _mm512_store_ps(q8[b].d.lanes, d);
-      _mm512_store_si512(q8[b].y.lanes, _mm512_broadcast_i64x4(q));
-    }
+    const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7));
+    _mm512_store_si512(out[b].start.lanes, _mm512_broadcast_i64x4(start));
+    _mm512_store_ps(out[b].d.lanes, _mm512_set1_ps(_cvtsh_ss(y[b].d)));
+    _mm512_store_si512(out[b].y.lanes, _mm512_broadcast_i64x4(q));
   }
-}
-inline void sideRow(const BlockQ8_0* y, int64_t blocks, Q4_0Side* out) {
-  sideRow(y, blocks, out, nullptr);
-}
-inline void sideRow(const BlockQ8_0* y, int64_t blocks, Q8_0Side* out) {
-  sideRow(y, blocks, nullptr, out);
 }
 
 inline void sideRow(const BlockQ8_1* y, int64_t blocks, Q8_1Side* out) {
@@ -139,7 +111,7 @@ inline void sideRow(const BlockQ8_1* y, int64_t blocks, Q8_1Side* out) {
 }
 
 // -bias * (sum of each int32 lane's four activations), from the activations themselves: the
-// side rows' starting sums (kShift 3: Q4_0, 7: Q8_0) for a pass of one token.
+// side rows' starting sums (kShift 7: Q8_0) for a pass of one token.
 template <int kShift>
 inline __m512i biasStart(__m512i y) {
   const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), y);
@@ -183,19 +155,18 @@ inline void prefetchBlock(const Group* block) {
   _mm_prefetch(p + sizeof(Group) - 1, _MM_HINT_T1);
 }
 
-// The eight rows of one Q4_0 (BlockQ4_0x8, Q8_0 activations) or Q4_1 (BlockQ4_1x8, Q8_1
-// activations, kMin) group against T tokens: out[t][r]. Q4_1's codes are unsigned (no bias), and
-// its minimum term m_w * s_a is fused-accumulated per block and row as the file layout's summs.
-// next: the group to prefetch, or nullptr.
-template <class Group, class Act, class Side, bool kMin, int T>
-void groupTileNibbles(const Group* x, const Q0Token<Act, Side>* tok, int64_t blocks,
-                      float (*out)[kGroupRows], const Group* next) {
+// The eight rows of one Q4_1 group (BlockQ4_1x8, Q8_1 activations) against T tokens: out[t][r].
+// Its codes are unsigned (no bias), and its minimum term m_w * s_a is fused-accumulated per block
+// and row as the file layout's summs. next: the group to prefetch, or nullptr.
+template <int T>
+void groupTileQ4_1(const BlockQ4_1x8* x, const Q0Token<BlockQ8_1, Q8_1Side>* tok, int64_t blocks,
+                   float (*out)[kGroupRows], const BlockQ4_1x8* next) {
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   // Row 4h + k's scale to 128-bit lane k.
   const __m512i rowsOf[2] = {_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
                              _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4)};
   __m512 acc[T][2][2];  // [token][rows 4h..4h+3][ggml lanes 0-3, 4-7]
-  __m256 summs[T];      // Q4_1: row r's minimum term in lane r
+  __m256 summs[T];      // row r's minimum term in lane r
   for (auto& t : acc) {
     for (auto& h : t) {
       for (__m512& v : h) v = _mm512_setzero_ps();
@@ -205,14 +176,12 @@ void groupTileNibbles(const Group* x, const Q0Token<Act, Side>* tok, int64_t blo
   for (int64_t b = 0; b < blocks; ++b) {
     if (next != nullptr) prefetchBlock(next + b);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].d)));
-    if constexpr (kMin) {
-      const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].m)));
-      for (int t = 0; t < T; ++t) {
-        const __m256 sy =
-            T == 1 ? _mm256_set1_ps(_cvtsh_ss(tok[t].y[b].s))
-                   : _mm256_load_ps(reinterpret_cast<const float*>(tok[t].side[b].s.lanes));
-        summs[t] = _mm256_fmadd_ps(mw, sy, summs[t]);
-      }
+    const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].m)));
+    for (int t = 0; t < T; ++t) {
+      const __m256 sy =
+          T == 1 ? _mm256_set1_ps(_cvtsh_ss(tok[t].y[b].s))
+                 : _mm256_load_ps(reinterpret_cast<const float*>(tok[t].side[b].s.lanes));
+      summs[t] = _mm256_fmadd_ps(mw, sy, summs[t]);
     }
     __m512i lo[2], hi[2];
     for (int h = 0; h < 2; ++h) {
@@ -222,39 +191,27 @@ void groupTileNibbles(const Group* x, const Q0Token<Act, Side>* tok, int64_t blo
     }
     for (int t = 0; t < T; ++t) {
       __m512i yLo, yHi;
-      if constexpr (kMin && T > 1) {  // Q4_1 from side rows, Q4_0 not (see the top)
+      __m256 dy;
+      if constexpr (T > 1) {  // from side rows (see the top)
         yLo = _mm512_load_si512(tok[t].side[b].y4[0].lanes);
         yHi = _mm512_load_si512(tok[t].side[b].y4[1].lanes);
-      } else {
+        dy = _mm256_load_ps(reinterpret_cast<const float*>(tok[t].side[b].d.lanes));
+      } else {  // memory-bound: computed here rather than read (see the top)
         yLo = broadcast128(tok[t].y[b].qs);
         yHi = broadcast128(tok[t].y[b].qs + 16);
-      }
-      __m512i startLo = _mm512_setzero_si512(), startHi = _mm512_setzero_si512();
-      __m256 dy;
-      if constexpr (T == 1) {  // memory-bound: computed here rather than read (see the top)
-        if constexpr (!kMin) {
-          startLo = biasStart<3>(yLo);
-          startHi = biasStart<3>(yHi);
-        }
         dy = _mm256_set1_ps(_cvtsh_ss(tok[t].y[b].d));
-      } else {
-        const Side& side = tok[t].side[b];
-        if constexpr (!kMin) {
-          startLo = _mm512_load_si512(side.start[0].lanes);
-          startHi = _mm512_load_si512(side.start[1].lanes);
-        }
-        dy = _mm256_load_ps(reinterpret_cast<const float*>(side.d.lanes));
       }
+      const __m512i zero = _mm512_setzero_si512();
       // d_w * d_a of the eight rows, as ggml rounds it, in one 256-bit multiply; spread to the
       // rows' lanes by permutes, which run beside the multiplies and fmas on Zen 4 where a
       // second multiply would take their slot.
       const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, dy));
       for (int h = 0; h < 2; ++h) {
         const __m512 d = _mm512_permutexvar_ps(rowsOf[h], d8);
-        acc[t][h][0] = _mm512_fmadd_ps(
-            d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(startLo, lo[h], yLo)), acc[t][h][0]);
-        acc[t][h][1] = _mm512_fmadd_ps(
-            d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(startHi, hi[h], yHi)), acc[t][h][1]);
+        acc[t][h][0] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, lo[h], yLo)),
+                                       acc[t][h][0]);
+        acc[t][h][1] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, hi[h], yHi)),
+                                       acc[t][h][1]);
       }
     }
   }
@@ -263,7 +220,7 @@ void groupTileNibbles(const Group* x, const Q0Token<Act, Side>* tok, int64_t blo
     _mm256_store_ps(m, summs[t]);
     for (int r = 0; r < kGroupRows; ++r) {
       const float dot = hsumLanes(laneOf(acc[t][r / 4][0], r % 4), laneOf(acc[t][r / 4][1], r % 4));
-      out[t][r] = kMin ? dot + m[r] : dot;
+      out[t][r] = dot + m[r];
     }
   }
 }
@@ -301,7 +258,7 @@ void groupTileQ8_0(const BlockQ8_0x8* x, const Q0Token<BlockQ8_0, Q8_0Side>* tok
         start = _mm512_load_si512(tok[t].side[b].start.lanes);
         dy = _mm256_load_ps(reinterpret_cast<const float*>(tok[t].side[b].d.lanes));
       }
-      const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, dy));  // as in the Q4_0 kernel
+      const __m512 d8 = _mm512_castps256_ps512(_mm256_mul_ps(dw, dy));  // as in the Q4_1 kernel
       for (int p = 0; p < 4; ++p) {
         acc[t][p] =
             _mm512_fmadd_ps(_mm512_permutexvar_ps(pairOf[p], d8),
@@ -322,27 +279,14 @@ void groupTileQ8_0(const BlockQ8_0x8* x, const Q0Token<BlockQ8_0, Q8_0Side>* tok
 template <class Group>
 struct Q0GroupOf;
 template <>
-struct Q0GroupOf<BlockQ4_0x8> {
-  static constexpr WeightKind kKind = WeightKind::Q4_0;
-  using Act = BlockQ8_0;
-  using Side = Q4_0Side;
-  static constexpr bool kSecondPlane = false;  // which plane of the side row (see its struct)
-  template <int T>
-  static void tile(const BlockQ4_0x8* x, const Q0Token<Act, Side>* tok, int64_t blocks,
-                   float (*out)[kGroupRows], const BlockQ4_0x8* next) {
-    groupTileNibbles<BlockQ4_0x8, Act, Side, false, T>(x, tok, blocks, out, next);
-  }
-};
-template <>
 struct Q0GroupOf<BlockQ4_1x8> {
   static constexpr WeightKind kKind = WeightKind::Q4_1;
   using Act = BlockQ8_1;
   using Side = Q8_1Side;
-  static constexpr bool kSecondPlane = false;
   template <int T>
   static void tile(const BlockQ4_1x8* x, const Q0Token<Act, Side>* tok, int64_t blocks,
                    float (*out)[kGroupRows], const BlockQ4_1x8* next) {
-    groupTileNibbles<BlockQ4_1x8, Act, Side, true, T>(x, tok, blocks, out, next);
+    groupTileQ4_1<T>(x, tok, blocks, out, next);
   }
 };
 template <>
@@ -350,7 +294,6 @@ struct Q0GroupOf<BlockQ8_0x8> {
   static constexpr WeightKind kKind = WeightKind::Q8_0;
   using Act = BlockQ8_0;
   using Side = Q8_0Side;
-  static constexpr bool kSecondPlane = true;
   template <int T>
   static void tile(const BlockQ8_0x8* x, const Q0Token<Act, Side>* tok, int64_t blocks,
                    float (*out)[kGroupRows], const BlockQ8_0x8* next) {
@@ -368,9 +311,7 @@ std::pair<const typename Traits::Side*, size_t> sideRows(const GemmArgs& g, int6
   using Side = typename Traits::Side;
   using Act = typename Traits::Act;
   if (g.actSide != nullptr) {
-    const size_t plane = Traits::kSecondPlane ? static_cast<size_t>(blocks) * sizeof(Q4_0Side) : 0;
-    return {reinterpret_cast<const Side*>(g.actSide + static_cast<size_t>(t0) * g.actSideStride +
-                                          plane),
+    return {reinterpret_cast<const Side*>(g.actSide + static_cast<size_t>(t0) * g.actSideStride),
             g.actSideStride / sizeof(Side)};
   }
   thread_local std::vector<Side> own;
@@ -382,9 +323,9 @@ std::pair<const typename Traits::Side*, size_t> sideRows(const GemmArgs& g, int6
   return {own.data(), static_cast<size_t>(blocks)};
 }
 
-// Rows [rowBegin, rowEnd) of a grouped Q4_0, Q4_1 or Q8_0 matrix (Group: BlockQ4_0x8,
-// BlockQ4_1x8, BlockQ8_0x8); FileGemm is the level's file-layout kernel, kBandTokens the batch
-// from which it runs bands (0: it has none).
+// Rows [rowBegin, rowEnd) of a grouped Q4_1 or Q8_0 matrix (Group: BlockQ4_1x8, BlockQ8_0x8);
+// FileGemm is the level's file-layout kernel, kBandTokens the batch from which it runs bands (0:
+// it has none).
 template <class Group, void (*FileGemm)(const GemmArgs&, int64_t, int64_t), int kBandTokens>
 void gemmQ0Groups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   using Traits = Q0GroupOf<Group>;
@@ -439,7 +380,7 @@ void gemmQ0Groups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
 inline size_t q0SideBytes(ActKind kind, int64_t cols) {
   switch (kind) {
     case ActKind::Q8_0:
-      return (sizeof(Q4_0Side) + sizeof(Q8_0Side)) * static_cast<size_t>(cols / kQK);
+      return sizeof(Q8_0Side) * static_cast<size_t>(cols / kQK);
     case ActKind::Q8_1:
       return sizeof(Q8_1Side) * static_cast<size_t>(cols / kQK);
     default:
@@ -449,9 +390,7 @@ inline size_t q0SideBytes(ActKind kind, int64_t cols) {
 inline void q0Side(ActKind kind, const void* actRow, int64_t cols, void* sideRow_) {
   const int64_t blocks = cols / kQK;
   if (kind == ActKind::Q8_0) {
-    auto* q4 = static_cast<Q4_0Side*>(sideRow_);
-    sideRow(static_cast<const BlockQ8_0*>(actRow), blocks, q4,
-            reinterpret_cast<Q8_0Side*>(q4 + blocks));
+    sideRow(static_cast<const BlockQ8_0*>(actRow), blocks, static_cast<Q8_0Side*>(sideRow_));
   } else if (kind == ActKind::Q8_1) {
     sideRow(static_cast<const BlockQ8_1*>(actRow), blocks, static_cast<Q8_1Side*>(sideRow_));
   }

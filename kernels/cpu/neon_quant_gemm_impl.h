@@ -7,8 +7,9 @@
 // pairwise adds) and neon_dotprod_quant_gemm.cpp (built with the dot-product extension: SDOT).
 // Each gets its own internal copy; fillQuantGemms fills a table with that copy's kernels.
 //
-// Covered: every quantized weight type with a CPU kernel; Q4_0 and Q4_1 also in row groups
-// (gemmGroups). Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (their one order) and IQ4_NL's tiled order take R
+// Covered: every quantized weight type with a CPU kernel, Q4_0 in both its orders (the repacked
+// one row by row, in file layout or row groups); Q4_1 also in row groups (gemmGroups). Q4_0's
+// vec order, Q4_1, Q5_0, Q5_1, Q8_0 (their one order) and IQ4_NL's tiled order take R
 // rows x T tokens per pass (4 x 1 for one token, 2 x 4
 // otherwise); the super-block types (Q2_K ... Q6_K, IQ4_XS; both orders) one row x up to 4
 // tokens; IQ4_NL's and MXFP4's vec order (two accumulators) one row and token at a time. So
@@ -247,8 +248,16 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
       gemmQ4_0Repacked(g, rowBegin, rowEnd);
       return;
     }
+    if (g.rowGroups) {
+      // The vec order on a grouped matrix: not a shape the CPU stage makes (a grouped Q4_0
+      // matrix has 8k rows, so the repacked order), but still the same bits, from the rows
+      // taken out.
+      ungroupedRows<WeightKind::Q4_0, gemm<Q>>(g, rowBegin / kGroupRows * kGroupRows, rowBegin,
+                                               rowEnd);
+      return;
+    }
   }
-  if constexpr (std::is_same_v<Q, Q4_0> || std::is_same_v<Q, Q4_1>) {
+  if constexpr (std::is_same_v<Q, Q4_1>) {
     if (g.rowGroups) {
       gemmGroups<Q>(g, rowBegin, rowEnd);
       return;
@@ -263,7 +272,7 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   for (; r < rowEnd; ++r) rowTile<Q, 1>(g, r);
 }
 
-// ---- Q4_0 and Q4_1 in row groups (row_groups.h) ---------------------------------------------
+// ---- Q4_1 in row groups (row_groups.h; grouped Q4_0 takes the repacked order above) ------------
 // One pass per group and token over its blocks: d of the eight rows converted by two FCVTLs and
 // multiplied by the token's d in two vector multiplies (the tile: one conversion and one
 // multiply per row), the token's quants loaded once for eight rows, Q4_1's minimum terms for
@@ -273,11 +282,6 @@ void gemm(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
 
 template <class Q>
 struct GroupOfQ;
-template <>
-struct GroupOfQ<Q4_0> {
-  using Group = BlockQ4_0x8;
-  static constexpr WeightKind kKind = WeightKind::Q4_0;
-};
 template <>
 struct GroupOfQ<Q4_1> {
   using Group = BlockQ4_1x8;
@@ -313,10 +317,6 @@ void groupDot(const typename GroupOfQ<Q>::Group* x, const typename Q::A* y, int6
     for (int r = 0; r < kGroupRows; ++r) {
       int8x16_t qLo, qHi;
       nibbles(xb.qs[r], qLo, qHi);
-      if constexpr (!Q::kMin) {
-        qLo = vsubq_s8(qLo, vdupq_n_s8(8));
-        qHi = vsubq_s8(qHi, vdupq_n_s8(8));
-      }
       accLo[r] = vfmaq_n_f32(accLo[r], vcvtq_f32_s32(dot16(zero, qLo, yLo)), scale[r]);
       accHi[r] = vfmaq_n_f32(accHi[r], vcvtq_f32_s32(dot16(zero, qHi, yHi)), scale[r]);
     }
@@ -330,7 +330,7 @@ void groupDot(const typename GroupOfQ<Q>::Group* x, const typename Q::A* y, int6
   }
 }
 
-// Rows [rowBegin, rowEnd) of a grouped Q4_0 or Q4_1 matrix, token by token (their one order).
+// Rows [rowBegin, rowEnd) of a grouped Q4_1 matrix, token by token (its one order).
 template <class Q>
 void gemmGroups(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   using Group = typename GroupOfQ<Q>::Group;
