@@ -12,11 +12,13 @@ from a seeded generator (--seed): a prompt is a numbered passage of U(--prompt-m
 words (the number first, so no server can reuse another request's prompt prefix), max_tokens is
 U(--gen-min, --gen-max). Every level and round draws the same requests for both servers.
 
-Per level and server: aggregate decode tokens/s (completion tokens of all requests / wall time
-from the first send to the last reply), time to first token (send to first text event) p50/p99,
-inter-token latency (gaps between text events, each event carrying one token or a few) p50/p99;
-then shoal / llama-server ratios, and Shoal's aggregate at each level over its own single-stream
-figure.
+Per level and server: aggregate tokens/s (completion tokens of all requests / wall time from the
+first send to the last reply: prompt evaluation included), decode tokens/s (the clients' decode
+rates added up: each client's tokens after each reply's first over the time from that first text
+event to the reply's last, so stalls for other clients' prompts count and a reply's own prompt
+does not), time to first token (send to first text event) p50/p99, inter-token latency (gaps
+between text events, each event carrying one token or a few) p50/p99; then shoal / llama-server
+ratios of both throughputs, and Shoal's at each level over its own single-stream figures.
 
 Both servers get slots for the largest level, each slot a context of --ctx tokens: shoal-node
 --parallel L --ctx C; llama-server -np L -c L*C (llama.cpp divides -c among its slots). llama-server
@@ -85,7 +87,8 @@ class Server:
 
 
 def streamed(port, prompt, max_tokens):
-    """One streamed completion: (ttft, gaps between text events, completion tokens, wall)."""
+    """One streamed completion: (ttft, gaps between text events, completion tokens, wall, decode
+    seconds: from the first text event to the last)."""
     body = json.dumps({"model": "default", "prompt": prompt, "max_tokens": max_tokens,
                        "stream": True, "temperature": 0, "ignore_eos": True,
                        "stream_options": {"include_usage": True}})
@@ -112,7 +115,7 @@ def streamed(port, prompt, max_tokens):
         raise RuntimeError(f"finish_reason {finish!r}, expected 'length' (ignore_eos)")
     tokens = usage["completion_tokens"] if usage else max_tokens
     gaps = [b - a for a, b in zip(events, events[1:])]
-    return events[0] - t0, gaps, tokens, end - t0
+    return events[0] - t0, gaps, tokens, end - t0, events[-1] - events[0]
 
 
 def draw_requests(seed, level, per_client, a):
@@ -131,20 +134,27 @@ def draw_requests(seed, level, per_client, a):
 
 def run_level(server, requests):
     ttfts, gaps, tokens, errors = [], [], [0], []
+    decode_rates = []  # per client: tokens after the first / seconds from first to last event
     lock = threading.Lock()
 
     def client(mine):
+        after_first, decode_s = 0, 0.0
         for prompt, n in mine:
             try:
-                ttft, g, t, _ = streamed(server.port, prompt, n)
+                ttft, g, t, _, d = streamed(server.port, prompt, n)
             except Exception as e:  # noqa: BLE001 - reported with the result
                 with lock:
                     errors.append(repr(e))
                 continue
+            after_first += t - 1
+            decode_s += d
             with lock:
                 ttfts.append(ttft)
                 gaps.extend(g)
                 tokens[0] += t
+        if decode_s > 0:
+            with lock:
+                decode_rates.append(after_first / decode_s)
 
     threads = [threading.Thread(target=client, args=(mine,)) for mine in requests]
     t0 = time.perf_counter()
@@ -160,7 +170,12 @@ def run_level(server, requests):
         xs = sorted(xs)
         return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else None
 
-    return {"aggregate_tokens_per_s": tokens[0] / wall, "completion_tokens": tokens[0],
+    # decode_tokens_per_s: the clients' decode rates added up, each the tokens it received after
+    # each reply's first over the time from that first text event to the reply's last; stalls
+    # while other clients' prompts are evaluated count, prompt evaluation before a reply's first
+    # token does not (that is TTFT).
+    return {"aggregate_tokens_per_s": tokens[0] / wall,
+            "decode_tokens_per_s": sum(decode_rates), "completion_tokens": tokens[0],
             "wall_s": wall, "requests": len(ttfts),
             "ttft_s_p50": pct(ttfts, 50), "ttft_s_p99": pct(ttfts, 99),
             "itl_s_p50": pct(gaps, 50), "itl_s_p99": pct(gaps, 99)}
@@ -241,18 +256,24 @@ def main():
                     "distribution": "uniform, integers, inclusive"},
            "peer_flags": None if a.no_peer else llama_cmd(0)[3:],
            "per_level": []}
-    keys = ["aggregate_tokens_per_s", "ttft_s_p50", "ttft_s_p99", "itl_s_p50", "itl_s_p99"]
+    keys = ["aggregate_tokens_per_s", "decode_tokens_per_s", "ttft_s_p50", "ttft_s_p99",
+            "itl_s_p50", "itl_s_p99"]
     single = median_of(results["shoal"][levels[0]], "aggregate_tokens_per_s")
+    single_decode = median_of(results["shoal"][levels[0]], "decode_tokens_per_s")
     for lvl in levels:
         row = {"concurrency": lvl}
         for name in servers:
             row[name] = {k: median_of(results[name][lvl], k) for k in keys}
             row[name]["runs"] = results[name][lvl]
         row["shoal_over_own_first_level"] = row["shoal"]["aggregate_tokens_per_s"] / single
+        row["shoal_decode_over_own_first_level"] = (row["shoal"]["decode_tokens_per_s"] /
+                                                    single_decode)
         if not a.no_peer:
             row["ratio_aggregate_shoal_over_llama_server"] = (
                 row["shoal"]["aggregate_tokens_per_s"] /
                 row["llama_server"]["aggregate_tokens_per_s"])
+            row["ratio_decode_shoal_over_llama_server"] = (
+                row["shoal"]["decode_tokens_per_s"] / row["llama_server"]["decode_tokens_per_s"])
         out["per_level"].append(row)
     print(json.dumps(out, indent=2))
 

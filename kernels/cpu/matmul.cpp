@@ -88,6 +88,8 @@ uint8_t* sideRows(MatmulScratch& scratch, int a) {
 size_t sideBytes(const WeightMatrix& w, int64_t tokens) {
   const KernelTable& k = kernels();
   if (k.actSideBytes == nullptr || tokens < 2 || tokens > kMaxSideTokens) return 0;
+  // Q4_0 in the repacked order reads RepackedQ4_0Act instead.
+  if (dotOrder(w, tokens) == DotOrder::Repacked) return 0;
   return k.actSideBytes(w.activation, w.cols);
 }
 
@@ -144,7 +146,10 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
   }
   const int64_t cols = jobs[0].w->cols;
   size_t side[static_cast<int>(ActKind::Count)] = {};
-  for (const MatmulJob& j : jobs) side[static_cast<int>(j.w->activation)] = sideBytes(*j.w, tokens);
+  for (const MatmulJob& j : jobs) {  // a format's side rows, if any of its products reads them
+    size_t& bytes = side[static_cast<int>(j.w->activation)];
+    bytes = std::max(bytes, sideBytes(*j.w, tokens));
+  }
   const int64_t order = orderTokens > 0 ? orderTokens : tokens;
   // Q4_0 in the repacked order: each token's blocks' starting sums and scales, once per call.
   bool repacked = false;
