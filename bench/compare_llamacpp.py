@@ -19,8 +19,9 @@ issue #20824), so the default --peer-repack auto first runs one short llama-benc
 on and, if that fails, compares against repacking off; the report's "peer" and "peer_probe" say
 which ran and why. --peer-repack 1 insists on repacking (and stops if it crashes);
 --peer-repack 0 is the configuration the fixtures and the CPU backend's bit-identity refer to
-(plain matmul path, no extra buffer types). Flash attention is off in both, as in the
-fixtures. Standard library only.
+for every type but Q4_0 (plain matmul path, no extra buffer types); for Q4_0 they refer to
+repacking on (Shoal follows llama.cpp's x86 repacked Q4_0 kernels: DotOrder::Repacked). Flash
+attention is off in both, as in the fixtures. Standard library only.
 
 The model is the default one, --model M, --synthetic a3b-moe|a3b-dense (a Qwen3-30B-A3B-shaped
 mixture of experts cut to 8 layers, or the same with a dense FFN of its active width: see

@@ -42,7 +42,7 @@ namespace shoal::cpu {
 namespace {
 
 constexpr int kRepackedRows = 16;
-constexpr int kRepackedTokens = 8;  // tokens per pass: 8 accumulators beside 8 weight registers
+constexpr int kRepackedTokens = 16;  // tokens per pass: 16 accumulators beside 8 weight registers
 
 // Lane p <-> row 4 * (p % 4) + p / 4 (an involution: the same permutation both ways).
 inline __m512i repackedLaneRows() {
