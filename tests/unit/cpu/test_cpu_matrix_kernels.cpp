@@ -22,7 +22,6 @@ using gguf::TensorType;
 namespace {
 
 using test::Problem;
-using test::tiledAllowed;
 
 void addTypeRows(bool withThreshold) {
   QTest::addColumn<int>("type");
