@@ -70,6 +70,11 @@ int main(int argc, char** argv) {
   app.add_flag("--vec-order", vecOrder,
                "run every product in the vec order (default: the order matmul() picks for the "
                "shape, as llama.cpp does: tiled, repacked or vec)");
+  std::string orderName;
+  app.add_option("--order", orderName,
+                 "run every product in this order (a type without it computes its own): vec, "
+                 "tiled, repacked, repacked-gemm (Q4_K's prompt tokens in whole fours)")
+      ->check(CLI::IsMember({"vec", "tiled", "repacked", "repacked-gemm"}));
   CLI11_PARSE(app, argc, argv);
   if (rows * cols > (int64_t{1} << 28) || tokens * cols > (int64_t{1} << 28)) {
     std::fprintf(stderr, "cpu_kernels_bench: at most 2^28 weight or activation elements\n");
@@ -146,6 +151,10 @@ int main(int argc, char** argv) {
       shape.rows = shape.tensorRows = rows;
       shape.cols = cols;
       g.order = vecOrder ? DotOrder::Vec : dotOrder(shape, tokens);
+      if (orderName == "vec") g.order = DotOrder::Vec;
+      if (orderName == "tiled") g.order = DotOrder::Tiled;
+      if (orderName == "repacked") g.order = DotOrder::Repacked;
+      if (orderName == "repacked-gemm") g.order = DotOrder::RepackedGemm;
       const int useReps = isa == Isa::Scalar ? std::max(2, reps / 10) : reps;
       const double convertUs = minMicros(useReps, [&] {
         for (int64_t t = 0; t < tokens; ++t) {
@@ -160,9 +169,10 @@ int main(int argc, char** argv) {
         results.push_back({{"isa", std::string(isaName(isa))},
                            {"type", gguf::typeName(type)},
                            {"layout", layout},
-                           {"order", g.order == DotOrder::Vec     ? "vec"
-                                     : g.order == DotOrder::Tiled ? "tiled"
-                                                                  : "repacked"},
+                           {"order", g.order == DotOrder::Vec            ? "vec"
+                                     : g.order == DotOrder::Tiled        ? "tiled"
+                                     : g.order == DotOrder::RepackedGemm ? "repacked-gemm"
+                                                                         : "repacked"},
                            {"gemm_us", gemmUs},
                            {"ns_per_block", gemmUs * 1000.0 / blocks},
                            // Weight bytes read per second (each weight is read once per call).

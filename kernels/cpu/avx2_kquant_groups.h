@@ -68,6 +68,11 @@ inline __m256i pairScalesAndMins(const BlockQ4_Kx8& x, int p) {
 // lanes, one byte shuffle picks the alternating (scale 2m, scale 2m+1) pairs that both nibble
 // steps multiply (row_groups.h): four per row and super-block, where the file layout's order of
 // nibbles needs eight.
+//
+// kRepacked: DotOrder::Repacked instead, as dotQ4K computes it: per super-block the rows' exact
+// totals (rowTotals8, and the minimum products' by three vphaddd) fused into two accumulators of
+// all eight rows with y.d * d and y.d * dmin; the result their difference.
+template <bool kRepacked = false>
 inline void groupDotQ4KAvx2(const BlockQ4_Kx8* x, const BlockQ8_K* y, const PairLaneBlock* lanes,
                             const __m128i* pairs, int64_t blocks, float* out) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
@@ -80,6 +85,8 @@ inline void groupDotQ4KAvx2(const BlockQ4_Kx8* x, const BlockQ8_K* y, const Pair
   alignas(32) float acc[kGroupRows][8] = {};
   __m256 accMin[kGroupRows / 2];  // row 2p's four lanes low, row 2p+1's high
   for (__m256& a : accMin) a = _mm256_setzero_ps();
+  // kRepacked: row r in lane r.
+  __m256 accRows = _mm256_setzero_ps(), accRowsMin = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const BlockQ4_Kx8& xb = x[b];
     const BlockQ8_K& yb = y[b];
@@ -100,16 +107,21 @@ inline void groupDotQ4KAvx2(const BlockQ4_Kx8* x, const BlockQ8_K* y, const Pair
     for (int k = 0; k < 8; ++k) {
       a[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes[b].qs[k / 2][k % 2]));
     }
+    __m256i rowLanes[kGroupRows], minProds[kGroupRows / 2];  // kRepacked
     for (int p = 0; p < kGroupRows / 2; ++p) {
       const __m256i both = pairScalesAndMins(xb, p);
       const __m256i scales = _mm256_unpacklo_epi8(both, _mm256_setzero_si256());
       const __m256i mins = _mm256_unpackhi_epi8(both, _mm256_setzero_si256());
-      // dotQ4K's minimum step for both rows: fnmadd(y.d * dmin, prod, accMin), lane by lane.
-      const __m256 dminPair =
-          _mm256_permutevar8x32_ps(dmin, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1,
-                                                           2 * p + 1, 2 * p + 1, 2 * p + 1));
-      accMin[p] =
-          _mm256_fnmadd_ps(dminPair, _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, sums)), accMin[p]);
+      if constexpr (kRepacked) {
+        minProds[p] = _mm256_madd_epi16(mins, sums);
+      } else {
+        // dotQ4K's minimum step for both rows: fnmadd(y.d * dmin, prod, accMin), lane by lane.
+        const __m256 dminPair =
+            _mm256_permutevar8x32_ps(dmin, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1,
+                                                             2 * p + 1, 2 * p + 1, 2 * p + 1));
+        accMin[p] = _mm256_fnmadd_ps(dminPair, _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, sums)),
+                                     accMin[p]);
+      }
       for (int i = 0; i < 2; ++i) {
         const int r = 2 * p + i;
         // The row's eight scales in both halves (Q4KTraits::Context).
@@ -127,11 +139,28 @@ inline void groupDotQ4KAvx2(const BlockQ4_Kx8* x, const BlockQ8_K* y, const Pair
               _mm256_add_epi32(_mm256_madd_epi16(scale, _mm256_maddubs_epi16(lo, a[2 * m])),
                                _mm256_madd_epi16(scale, _mm256_maddubs_epi16(hi, a[2 * m + 1]))));
         }
+        if constexpr (kRepacked) {
+          rowLanes[r] = lanes8;
+          continue;
+        }
         const __m256 dr = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(r));
         _mm256_store_ps(acc[r],
                         _mm256_fmadd_ps(dr, _mm256_cvtepi32_ps(lanes8), _mm256_load_ps(acc[r])));
       }
     }
+    if constexpr (kRepacked) {
+      accRows = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rowTotals8(rowLanes)), d, accRows);
+      // [rows 0, 2, 4, 6 | 1, 3, 5, 7] by three rounds of pairwise adds, then in row order.
+      const __m256i mt = _mm256_hadd_epi32(_mm256_hadd_epi32(minProds[0], minProds[1]),
+                                           _mm256_hadd_epi32(minProds[2], minProds[3]));
+      const __m256i minTotals =
+          _mm256_permutevar8x32_epi32(mt, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      accRowsMin = _mm256_fmadd_ps(_mm256_cvtepi32_ps(minTotals), dmin, accRowsMin);
+    }
+  }
+  if constexpr (kRepacked) {
+    _mm256_storeu_ps(out, _mm256_sub_ps(accRows, accRowsMin));
+    return;
   }
   for (int r = 0; r < kGroupRows; ++r) {
     __m128 m =
@@ -210,7 +239,8 @@ void gemmKGroupsAvx2(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   constexpr WeightKind kKind = kQ4K ? WeightKind::Q4_K : WeightKind::Q6_K;
   int64_t first = 0, last = 0;
   if (!ungroupedEdges<kKind, FileGemm>(g, rowBegin, rowEnd, first, last)) return;
-  if (g.order == DotOrder::Tiled && g.tokens >= 2) {
+  if ((g.order == DotOrder::Tiled && g.tokens >= 2) || g.order == DotOrder::RepackedGemm ||
+      (g.order == DotOrder::Repacked && g.tokens >= kRepackedPrefillTokens)) {
     for (int64_t r = first; r < last; r += kGroupRows) {
       ungroupedRows<kKind, FileGemm>(g, r, r, r + kGroupRows);
     }
@@ -225,8 +255,12 @@ void gemmKGroupsAvx2(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   groupsTokenByToken<Group, BlockQ8_K>(
       g, first, last, [&](const Group* x, const BlockQ8_K* a, int64_t t, float* out) {
         if constexpr (kQ4K) {
-          groupDotQ4KAvx2(x, a, lanes + t * blocks, tabled ? pairs + t * kPairBlocks : nullptr,
-                          blocks, out);
+          const __m128i* p = tabled ? pairs + t * kPairBlocks : nullptr;
+          if (g.order == DotOrder::Repacked) {
+            groupDotQ4KAvx2<true>(x, a, lanes + t * blocks, p, blocks, out);
+          } else {
+            groupDotQ4KAvx2(x, a, lanes + t * blocks, p, blocks, out);
+          }
         } else {
           groupDotQ6KAvx2(x, a, blocks, out);
         }

@@ -1,6 +1,7 @@
 #pragma once
-// The AVX-512 VNNI prefill kernel for K-quant weights (DotOrder::Tiled): bands of 16 weight rows,
-// one row per int32 lane, against the tokens' Q8_K activations broadcast four bytes at a time.
+// The AVX-512 VNNI prefill kernel for K-quant weights (DotOrder::Tiled; for Q4_K also the
+// repacked orders, Repacked and RepackedGemm): bands of 16 weight rows, one row per int32 lane,
+// against the tokens' Q8_K activations broadcast four bytes at a time.
 //
 // Why this shape: the 8-row tiled kernel (x86_kquant_kernels.h) spends two multiplies
 // (vpmaddubsw, vpdpwssd) per 64 products and reduces eight rows' lanes across registers per
@@ -11,8 +12,10 @@
 // int32 lanes is the 16 rows' sums for that token, with nothing to reduce. Each sub-block's sums
 // take their scale with one vpmulld; the minimums (Q4_K, Q5_K) and Q6_K's -32 bias enter through
 // vpdpwssd against the activation sums (bsums). Integer arithmetic is exact in any order, and the
-// float epilogue is the tiled order's, so every lane rounds exactly as the reference's tiledStep
-// (reference_dots.cpp) does for its row: bit-identical.
+// float epilogue is the order's, so every lane rounds exactly as the reference (reference_dots.cpp)
+// does for its row: bit-identical. RepackedGemm fuses each pair of sub-blocks' totals as it ends
+// and the four minimum terms at the block's end (about 25% more time per row and token than the
+// tiled order's one epilogue per block: cpu_kernels_bench --order repacked-gemm, 64 tokens).
 //
 // Included by avx512_kquant_gemm.cpp only (anonymous namespace, AVX-512 flags: see
 // x86_kquant_kernels.h). A traits type K adds to that header's interface:
@@ -22,6 +25,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/avx512_tile_helpers.h"
 #include "kernels/cpu/block_layouts.h"
@@ -95,8 +99,6 @@ void unpackBand(const Rows& rows, int64_t b, int64_t blocks, BandTile<K::kSubBlo
   }
 }
 
-// The block's terms for one token and one tile, from its integer sums s1: acc (16 floats, row r
-// in lane r) += them, rounded as the tiled order rounds them.
 // The four pairs of a token's sub-block sums (bsums 2s + 2s+1) as int32 words, in every
 // 128-bit lane: what the minimums multiply.
 inline __m512i subBlockSumPairs(const BlockQ8_K& y) {
@@ -105,10 +107,13 @@ inline __m512i subBlockSumPairs(const BlockQ8_K& y) {
   return _mm512_broadcast_i32x4(_mm_hadd_epi16(lo, hi));
 }
 
-// sums: subBlockSumPairs(y) for types with minimums (unused otherwise).
-template <class K>
+// The block's terms for one token and one tile, from its integer sums s1: acc (16 floats, row r
+// in lane r) += them, rounded as the tiled order rounds them; in the repacked order (Q4_K),
+// acc += s1 * (d_w * d_a) and accMin += s2 * (dmin_w * d_a), each fused. sums:
+// subBlockSumPairs(y) for types with minimums (unused otherwise).
+template <class K, DotOrder kOrder>
 inline void bandEpilogue(const BandTile<K::kSubBlocks>& tile, const BlockQ8_K& y, __m512i sums,
-                         __m512i s1, float* acc) {
+                         __m512i s1, float* acc, float* accMin) {
   __m512 r;
   if constexpr (K::kHasMin) {
     // s2 = sum of min(s) * (bsums 2s + 2s+1).
@@ -117,6 +122,16 @@ inline void bandEpilogue(const BandTile<K::kSubBlocks>& tile, const BlockQ8_K& y
       const __m512i pair = _mm512_permutexvar_epi32(_mm512_set1_epi32(p), sums);
       s2 = _mm512_dpwssd_epi32(
           s2, _mm512_load_si512(reinterpret_cast<const __m512i*>(tile.pairs[p])), pair);
+    }
+    if constexpr (kOrder != DotOrder::Tiled) {
+      const __m512 da = _mm512_set1_ps(y.d);
+      _mm512_store_ps(
+          acc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(_mm512_load_ps(tile.d), da),
+                               _mm512_load_ps(acc)));
+      _mm512_store_ps(accMin, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2),
+                                              _mm512_mul_ps(_mm512_load_ps(tile.dmin), da),
+                                              _mm512_load_ps(accMin)));
+      return;
     }
     r = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_load_ps(tile.d));
     r = _mm512_fnmadd_ps(_mm512_load_ps(tile.dmin), _mm512_cvtepi32_ps(s2), r);
@@ -133,14 +148,25 @@ inline void bandEpilogue(const BandTile<K::kSubBlocks>& tile, const BlockQ8_K& y
 }
 
 // N tokens against H unpacked tiles of one super-block (H bands of 16 rows side by side: each
-// activation broadcast serves H products): acc[t][h] += the block's terms.
-template <class K, int H, int N>
+// activation broadcast serves H products): acc[t][h] (and in the repacked order accMin[t][h])
+// += the block's terms.
+template <class K, int H, int N, DotOrder kOrder>
 void bandTokens(const BandTile<K::kSubBlocks>* tiles, const BlockQ8_K* const* y,
-                float (*acc)[H][16]) {
+                float (*acc)[H][16], float (*accMin)[H][16]) {
   constexpr int kGroupsPerSub = kCodeGroups / K::kSubBlocks;
   __m512i s1[H][N];
   for (int h = 0; h < H; ++h)
     for (int t = 0; t < N; ++t) s1[h][t] = _mm512_setzero_si512();
+  // RepackedGemm: d_w * d_a of each token and band, for the fma after every pair of sub-blocks.
+  alignas(64) float dd[kOrder == DotOrder::RepackedGemm ? N : 1][H][16];
+  if constexpr (kOrder == DotOrder::RepackedGemm) {
+    for (int t = 0; t < N; ++t) {
+      const __m512 da = _mm512_set1_ps(y[t]->d);
+      for (int h = 0; h < H; ++h) {
+        _mm512_store_ps(dd[t][h], _mm512_mul_ps(_mm512_load_ps(tiles[h].d), da));
+      }
+    }
+  }
   for (int s = 0; s < K::kSubBlocks; ++s) {
     __m512i sum[H][N];
     for (int h = 0; h < H; ++h)
@@ -162,37 +188,78 @@ void bandTokens(const BandTile<K::kSubBlocks>* tiles, const BlockQ8_K* const* y,
         s1[h][t] = _mm512_add_epi32(s1[h][t], _mm512_mullo_epi32(sum[h][t], scale));
       }
     }
+    if constexpr (kOrder == DotOrder::RepackedGemm) {
+      if (s % 2 == 1) {  // sub-blocks s - 1 and s: one step of llama.cpp's gemm
+        for (int t = 0; t < N; ++t) {
+          for (int h = 0; h < H; ++h) {
+            _mm512_store_ps(acc[t][h],
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[h][t]), _mm512_load_ps(dd[t][h]),
+                                            _mm512_load_ps(acc[t][h])));
+            s1[h][t] = _mm512_setzero_si512();
+          }
+        }
+      }
+    }
+  }
+  if constexpr (kOrder == DotOrder::RepackedGemm) {
+    // The minimum terms of the four steps, in step order: (min 2j * sum 2j + min 2j+1 * sum
+    // 2j+1) * (dmin_w * d_a) fused into accMin (they do not depend on the quants, so they can
+    // wait for the block's end).
+    for (int t = 0; t < N; ++t) {
+      const __m512i sums = subBlockSumPairs(*y[t]);
+      const __m512 da = _mm512_set1_ps(y[t]->d);
+      __m512i pair[4];
+      for (int j = 0; j < 4; ++j) pair[j] = _mm512_permutexvar_epi32(_mm512_set1_epi32(j), sums);
+      for (int h = 0; h < H; ++h) {
+        const __m512 dm = _mm512_mul_ps(_mm512_load_ps(tiles[h].dmin), da);
+        __m512 m = _mm512_load_ps(accMin[t][h]);
+        for (int j = 0; j < 4; ++j) {
+          const __m512i s2 = _mm512_dpwssd_epi32(
+              _mm512_setzero_si512(),
+              _mm512_load_si512(reinterpret_cast<const __m512i*>(tiles[h].pairs[j])), pair[j]);
+          m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), dm, m);
+        }
+        _mm512_store_ps(accMin[t][h], m);
+      }
+    }
+    return;
   }
   for (int t = 0; t < N; ++t) {
     // Once per token for all H bands.
     const __m512i sums = K::kHasMin ? subBlockSumPairs(*y[t]) : _mm512_setzero_si512();
-    for (int h = 0; h < H; ++h) bandEpilogue<K>(tiles[h], *y[t], sums, s1[h][t], acc[t][h]);
+    for (int h = 0; h < H; ++h) {
+      bandEpilogue<K, kOrder>(tiles[h], *y[t], sums, s1[h][t], acc[t][h],
+                              kOrder != DotOrder::Tiled ? accMin[t][h] : nullptr);
+    }
   }
 }
 
 // bandTokens for n tokens, 1 <= n <= N.
-template <class K, int H, int N>
+template <class K, int H, int N, DotOrder kOrder>
 void bandTokensFor(int n, const BandTile<K::kSubBlocks>* tiles, const BlockQ8_K* const* y,
-                   float (*acc)[H][16]) {
+                   float (*acc)[H][16], float (*accMin)[H][16]) {
   if (n == N) {
-    bandTokens<K, H, N>(tiles, y, acc);
+    bandTokens<K, H, N, kOrder>(tiles, y, acc, accMin);
   } else if constexpr (N > 1) {
-    bandTokensFor<K, H, N - 1>(n, tiles, y, acc);
+    bandTokensFor<K, H, N - 1, kOrder>(n, tiles, y, acc, accMin);
   }
 }
 
 // H bands of 16 rows from row r0, for every token: band h's rows from rowsAt(g, r0 + 16h) (a
 // row source as FileRows).
-template <class K, int H, int N, class Rows>
+template <class K, int H, int N, DotOrder kOrder, class Rows>
 void bands(const GemmArgs& g, int64_t r0, Rows (*rowsAt)(const GemmArgs&, int64_t)) {
   const int64_t blocks = g.cols / 256;
   Rows rows[H];
   for (int h = 0; h < H; ++h) rows[h] = rowsAt(g, r0 + kBandRows * h);
   alignas(64) float acc[kBandChunk][H][16];
+  alignas(64) float accMin[kOrder != DotOrder::Tiled ? kBandChunk : 1][H][16];
   BandTile<K::kSubBlocks> tiles[H];
   for (int64_t t0 = 0; t0 < g.tokens; t0 += kBandChunk) {
     const int chunk = static_cast<int>(g.tokens - t0 < kBandChunk ? g.tokens - t0 : kBandChunk);
     std::memset(acc, 0, sizeof acc[0] * static_cast<size_t>(chunk));
+    if constexpr (kOrder != DotOrder::Tiled)
+      std::memset(accMin, 0, sizeof accMin[0] * static_cast<size_t>(chunk));
     for (int64_t b = 0; b < blocks; ++b) {
       for (int h = 0; h < H; ++h) unpackBand<K>(rows[h], b, blocks, tiles[h]);
       for (int t = 0; t < chunk; t += N) {
@@ -203,11 +270,19 @@ void bands(const GemmArgs& g, int64_t r0, Rows (*rowsAt)(const GemmArgs&, int64_
                                                     static_cast<size_t>(t0 + t + i) * g.actStride) +
                  b;
         }
-        bandTokensFor<K, H, N>(n, tiles, y, acc + t);
+        bandTokensFor<K, H, N, kOrder>(n, tiles, y, acc + t,
+                                       kOrder != DotOrder::Tiled ? accMin + t : nullptr);
       }
     }
     for (int t = 0; t < chunk; ++t) {
-      std::memcpy(g.y + (t0 + t) * g.ldy + r0, acc[t], sizeof acc[t]);
+      if constexpr (kOrder != DotOrder::Tiled) {
+        for (int h = 0; h < H; ++h) {
+          _mm512_storeu_ps(g.y + (t0 + t) * g.ldy + r0 + kBandRows * h,
+                           _mm512_sub_ps(_mm512_load_ps(acc[t][h]), _mm512_load_ps(accMin[t][h])));
+        }
+      } else {
+        std::memcpy(g.y + (t0 + t) * g.ldy + r0, acc[t], sizeof acc[t]);
+      }
     }
   }
 }
@@ -223,21 +298,36 @@ FileRows<Block> fileRows(const GemmArgs& g, int64_t r0) {
   return rows;
 }
 
-// Rows [rowBegin, rowEnd) in bands of 16 for every token, in the tiled order (two bands at a
-// time, then one), from a row source (fileRows by default); returns the first row it did not
-// compute (fewer than 16 remain).
-template <class K, class Rows = FileRows<typename K::Block>>
-int64_t gemmKBands(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd,
-                   Rows (*rowsAt)(const GemmArgs&, int64_t) = fileRows<typename K::Block>) {
+// Rows [rowBegin, rowEnd) in bands of 16 for every token, in the tiled order or (Q4_K) a
+// repacked one (two bands at a time, then one), from a row source (fileRows by default);
+// returns the first row it did not compute (fewer than 16 remain).
+template <class K, DotOrder kOrder, class Rows>
+int64_t gemmKBandsOrder(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd,
+                        Rows (*rowsAt)(const GemmArgs&, int64_t)) {
   int64_t r0 = rowBegin;
   for (; r0 + 2 * kBandRows <= rowEnd; r0 += 2 * kBandRows) {
-    bands<K, 2, kBandTokens2>(g, r0, rowsAt);
+    bands<K, 2, kBandTokens2, kOrder>(g, r0, rowsAt);
   }
   if (r0 + kBandRows <= rowEnd) {
-    bands<K, 1, kBandTokens>(g, r0, rowsAt);
+    bands<K, 1, kBandTokens, kOrder>(g, r0, rowsAt);
     r0 += kBandRows;
   }
   return r0;
+}
+
+// gemmKBandsOrder in g's order (DotOrder::Tiled; Repacked or RepackedGemm for Q4_K).
+template <class K, class Rows = FileRows<typename K::Block>>
+int64_t gemmKBands(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd,
+                   Rows (*rowsAt)(const GemmArgs&, int64_t) = fileRows<typename K::Block>) {
+  if constexpr (std::is_same_v<typename K::Block, BlockQ4_K>) {
+    if (g.order == DotOrder::Repacked) {
+      return gemmKBandsOrder<K, DotOrder::Repacked>(g, rowBegin, rowEnd, rowsAt);
+    }
+    if (g.order == DotOrder::RepackedGemm) {
+      return gemmKBandsOrder<K, DotOrder::RepackedGemm>(g, rowBegin, rowEnd, rowsAt);
+    }
+  }
+  return gemmKBandsOrder<K, DotOrder::Tiled>(g, rowBegin, rowEnd, rowsAt);
 }
 
 }  // namespace

@@ -206,7 +206,10 @@ void gemmQ4_K(const GemmArgs& g, int64_t b, int64_t e) {
     gemmKGroups<BlockQ4_Kx8, Q4KTraits, gemmQ4_K>(g, b, e);
     return;
   }
-  if (g.order == DotOrder::Tiled) b = gemmKBands<Q4KTraits>(g, b, e);
+  if (g.order == DotOrder::Tiled || g.order == DotOrder::RepackedGemm ||
+      (g.order == DotOrder::Repacked && g.tokens >= kRepackedPrefillTokens)) {
+    b = gemmKBands<Q4KTraits>(g, b, e);
+  }
   gemmKTiled<Q4KTraits, dotQ4K<Q4KTraits>>(g, b, e);
 }
 void gemmQ5_K(const GemmArgs& g, int64_t b, int64_t e) {

@@ -271,9 +271,13 @@ void LayerRunner::buildRuns() {
   for (const runtime::Segment& s : m_segments) {
     const int64_t rows = liveRows(s);
     if (rows == 0) continue;
-    // dotOrder's thresholds: 2+ tokens (tinyBLAS) and 8+ (the K-quant tiled kernel).
+    // dotOrder's thresholds: 2+ tokens (tinyBLAS) and 8+ (the K-quant tiled kernel). A segment
+    // joins the run before it only if that run's rows are a multiple of 4: the repacked Q4_K
+    // kernels split a product's tokens into whole fours and the rest (matmul.cpp,
+    // repackedGemmTokens), which must fall as they would in each segment alone.
     const int64_t order = s.decodeOrder ? 1 : rows >= 8 ? 8 : rows >= 2 ? 2 : 1;
-    if (!m_runs.empty() && m_runs.back().orderTokens == order) {
+    if (!m_runs.empty() && m_runs.back().orderTokens == order &&
+        (order == 1 || m_runs.back().rows % 4 == 0)) {
       m_runs.back().rows += rows;
     } else {
       m_runs.push_back({first, rows, order});

@@ -48,6 +48,17 @@
 //    quantizer gives the same values). Other matrices keep the vec order above (llama.cpp's
 //    vec_dot, or tinyBLAS, which accumulates like it). This order is batch-invariant, and its
 //    exact per-block totals let a kernel lay rows across SIMD lanes (avx512_q4_0_repacked.h).
+//
+//  * Q4_K takes the repacked orders too, on the same condition (block_q4_Kx8,
+//    ggml_gemv_q4_K_8x8_q8_K and ggml_gemm_q4_K_8x8_q8_K in arch/x86/repack.cpp), with two
+//    float steps: the exact integer totals s1 (scales times the sub-blocks' dots) and s2
+//    (minimums times the activation sums) go into two accumulators, acc = fma(s1, d_w * d_a,
+//    acc) and accMin = fma(s2, dmin_w * d_a, accMin), and the result is acc - accMin. Its gemv,
+//    DotOrder::Repacked, fuses once per super-block; its gemm, DotOrder::RepackedGemm, once per
+//    64 elements (sub-blocks 2j, 2j+1: four times per super-block). llama.cpp hands a product's
+//    tokens to the gemm in whole fours and the last tokens % 4 to the gemv, and every token of a
+//    mixture of experts' product to the gemv; matmul() splits a segment's tokens the same way
+//    (matmul.h), so a token's order depends on its own segment, never on other sequences.
 
 #include <cstddef>
 #include <cstdint>
@@ -57,7 +68,7 @@
 
 namespace shoal::cpu {
 
-enum class DotOrder { Vec, Tiled, Repacked };
+enum class DotOrder { Vec, Tiled, Repacked, RepackedGemm };
 
 // Weight types with a matrix kernel, as table indices.
 enum class WeightKind {

@@ -55,6 +55,8 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
   if (w.kind == WeightKind::Q4_0) {
     return w.tensorRows % 8 == 0 ? DotOrder::Repacked : DotOrder::Vec;
   }
+  // Q4_K likewise (block_q4_Kx8, ggml_gemv/gemm_q4_K_8x8_q8_K).
+  if (w.kind == WeightKind::Q4_K && w.tensorRows % 8 == 0) return DotOrder::Repacked;
   // K-quants: llama.cpp's tiled matmul takes batches of 8+ tokens (ggml-cpu/tiled, any shape).
   if (hasTiledOrder(w.kind)) {
     return tokens >= 8 ? DotOrder::Tiled : DotOrder::Vec;
@@ -76,6 +78,11 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
 
 namespace {
 
+// Whether w's kernels read RepackedQ4_0Act (GemmArgs::actBlocks): Q4_0 in the repacked order.
+bool readsRepackedQ4_0Act(const WeightMatrix& w) {
+  return w.kind == WeightKind::Q4_0 && dotOrder(w, 1) == DotOrder::Repacked;
+}
+
 // Side rows are read as whole 64-byte registers; a small ZeroedBuffer is calloc's (16 bytes).
 constexpr size_t kSideAlign = 64;
 
@@ -89,7 +96,7 @@ size_t sideBytes(const WeightMatrix& w, int64_t tokens) {
   const KernelTable& k = kernels();
   if (k.actSideBytes == nullptr || tokens < 2 || tokens > kMaxSideTokens) return 0;
   // Q4_0 in the repacked order reads RepackedQ4_0Act instead.
-  if (dotOrder(w, tokens) == DotOrder::Repacked) return 0;
+  if (readsRepackedQ4_0Act(w)) return 0;
   return k.actSideBytes(w.activation, w.cols);
 }
 
@@ -103,7 +110,7 @@ void MatmulScratch::reserve(const WeightMatrix& w, int64_t tokens) {
   const int64_t sideTokens = std::min(tokens, kMaxSideTokens);
   const size_t side = sideBytes(w, sideTokens);
   if (side > 0) sides[a].reserve(side * static_cast<size_t>(sideTokens) + kSideAlign);
-  if (dotOrder(w, 1) == DotOrder::Repacked) {
+  if (readsRepackedQ4_0Act(w)) {
     repackedQ4_0.reserve(static_cast<size_t>(w.cols / kQK * tokens));
   }
 }
@@ -153,8 +160,7 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
   const int64_t order = orderTokens > 0 ? orderTokens : tokens;
   // Q4_0 in the repacked order: each token's blocks' starting sums and scales, once per call.
   bool repacked = false;
-  for (const MatmulJob& j : jobs)
-    repacked = repacked || dotOrder(*j.w, order) == DotOrder::Repacked;
+  for (const MatmulJob& j : jobs) repacked = repacked || readsRepackedQ4_0Act(*j.w);
   const int64_t blocks = cols / kQK;
   const int q8 = static_cast<int>(ActKind::Q8_0);
   auto convertAll = [&](int64_t begin, int64_t end, int) {
@@ -192,7 +198,7 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
     g.ldy = w.rows;
     g.order = dotOrder(w, order);
     g.rowGroups = w.rowGroups;
-    if (g.order == DotOrder::Repacked) {
+    if (readsRepackedQ4_0Act(w)) {
       g.actBlocks = scratch.repackedQ4_0.data();
       g.actBlocksStride = blocks;
     }
@@ -204,17 +210,46 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
   }
 }
 
+// The tokens of a product that llama.cpp's repacked Q4_K kernels hand to their gemm
+// (kernel_table.h): of a product of 2+ tokens in the order of 2+ (a prompt's segment, or runs of
+// them each a multiple of 4 long but the last: LayerRunner::buildRuns), the whole fours from
+// its first token; none of a product in the one-token order (decode rows).
+int64_t repackedGemmTokens(const GemmArgs& g, const WeightMatrix& w, int64_t orderTokens) {
+  if (w.kind != WeightKind::Q4_K || g.order != DotOrder::Repacked || orderTokens < 2) return 0;
+  return g.tokens - g.tokens % 4;
+}
+
+// fn on rows [begin, end): the first gemmTokens tokens in DotOrder::RepackedGemm, the others in
+// args' order.
+void runTokens(GemmFn fn, const GemmArgs& args, int64_t gemmTokens, int64_t begin, int64_t end) {
+  if (gemmTokens == 0) {
+    fn(args, begin, end);
+    return;
+  }
+  GemmArgs gemm = args;
+  gemm.order = DotOrder::RepackedGemm;
+  gemm.tokens = gemmTokens;
+  fn(gemm, begin, end);
+  if (gemmTokens == args.tokens) return;
+  GemmArgs rest = args;  // Q4_K: no side rows or RepackedQ4_0Act to move along
+  rest.tokens = args.tokens - gemmTokens;
+  rest.act += static_cast<size_t>(gemmTokens) * args.actStride;
+  rest.y += gemmTokens * args.ldy;
+  fn(rest, begin, end);
+}
+
 // Rows [begin, end) of one product: those below w.copiedRows from their copy (args with the
 // copy's row 0), the others from w.data.
-void runRows(GemmFn fn, const WeightMatrix& w, const GemmArgs& args, int64_t begin, int64_t end) {
+void runRows(GemmFn fn, const WeightMatrix& w, const GemmArgs& args, int64_t gemmTokens,
+             int64_t begin, int64_t end) {
   const int64_t split = std::clamp(w.copiedRows, begin, end);
   if (begin < split) {
     GemmArgs copy = args;
     copy.weights = w.copied;
     copy.rowGroups = w.copiedRowGroups;
-    fn(copy, begin, split);
+    runTokens(fn, copy, gemmTokens, begin, split);
   }
-  if (split < end) fn(args, split, end);
+  if (split < end) runTokens(fn, args, gemmTokens, split, end);
 }
 
 }  // namespace
@@ -235,10 +270,13 @@ void matmul(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, Thr
   prepare(jobs, x, tokens, orderTokens, pool, scratch, args);
   const KernelTable& k = kernels();
   GemmFn fns[kMaxJobs];
+  int64_t gemmTokens[kMaxJobs];
   int64_t firstRow[kMaxJobs + 1] = {0};
   size_t rowBytes = 0;  // the widest product's
+  const int64_t order = orderTokens > 0 ? orderTokens : tokens;
   for (size_t i = 0; i < jobs.size(); ++i) {
     fns[i] = k.gemm[static_cast<int>(jobs[i].w->kind)];
+    gemmTokens[i] = repackedGemmTokens(args[i], *jobs[i].w, order);
     firstRow[i + 1] = firstRow[i] + jobs[i].w->rows;
     rowBytes = std::max(rowBytes, jobs[i].w->rowBytes);
   }
@@ -249,7 +287,9 @@ void matmul(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, Thr
       [&](int64_t begin, int64_t end, int) {
         for (size_t i = 0; i < jobs.size(); ++i) {
           const int64_t lo = std::max(begin, firstRow[i]), hi = std::min(end, firstRow[i + 1]);
-          if (lo < hi) runRows(fns[i], *jobs[i].w, args[i], lo - firstRow[i], hi - firstRow[i]);
+          if (lo < hi) {
+            runRows(fns[i], *jobs[i].w, args[i], gemmTokens[i], lo - firstRow[i], hi - firstRow[i]);
+          }
         }
       },
       rowGrain(rowBytes, tokens), kChunksPerThread);
@@ -268,12 +308,15 @@ void gatedFfn(const WeightMatrix& wGate, const WeightMatrix& wUp, const float* x
   const KernelTable& k = kernels();
   const GemmFn gateFn = k.gemm[static_cast<int>(wGate.kind)];
   const GemmFn upFn = k.gemm[static_cast<int>(wUp.kind)];
+  const int64_t order = orderTokens > 0 ? orderTokens : tokens;
+  const int64_t gateGemm = repackedGemmTokens(args[0], wGate, order);
+  const int64_t upGemm = repackedGemmTokens(args[1], wUp, order);
   const int64_t n = wGate.rows;
   pool.parallelFor(
       n,
       [&](int64_t begin, int64_t end, int) {
-        runRows(gateFn, wGate, args[0], begin, end);
-        runRows(upFn, wUp, args[1], begin, end);
+        runRows(gateFn, wGate, args[0], gateGemm, begin, end);
+        runRows(upFn, wUp, args[1], upGemm, begin, end);
         // Chunks start on multiples of 16 and the last one ends the row, so each element gets
         // the vector or scalar SiLU that a whole-row call would give it.
         for (int64_t t = 0; t < tokens; ++t) {

@@ -82,7 +82,10 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens);
 
 // y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t in [0, tokens). orderTokens (0:
 // tokens) picks the dot order (dotOrder) as for a product of that many tokens, so that rows of a
-// batch that belong to different sequences can each get the order of their own segment.
+// batch that belong to different sequences can each get the order of their own segment. A Q4_K
+// matrix in the repacked order with orderTokens >= 2 gives its first tokens - tokens % 4 tokens
+// DotOrder::RepackedGemm and the rest Repacked, as llama.cpp's repacked kernels split a product
+// (kernel_table.h); with orderTokens 1, every token Repacked (decode rows).
 void matmul(const WeightMatrix& w, const float* x, int64_t tokens, float* y, ThreadPool& pool,
             MatmulScratch& scratch, int64_t orderTokens = 0);
 

@@ -585,10 +585,11 @@ struct IQ4XS : NoMin {
   }
 };
 
-// One row x T tokens of a super-block matrix, in either order (reference_dots.cpp's notes):
-// vec, per block, K::vecStep on the eight exact integer lanes; tiled, r = s1 * d_w,
-// r = fma(-dmin_w, s2, r) with a minimum, acc = fma(r, d_a, acc).
-template <class K, int T, bool kTiled>
+// One row x T tokens of a super-block matrix, in any of its orders (reference_dots.cpp's
+// notes): vec, per block, K::vecStep on the eight exact integer lanes; tiled, r = s1 * d_w,
+// r = fma(-dmin_w, s2, r) with a minimum, acc = fma(r, d_a, acc); repacked (Q4_K),
+// acc = fma(s1, d_w * d_a, acc) and summs = fma(s2, dmin_w * d_a, summs), then acc - summs.
+template <class K, int T, DotOrder kOrder>
 void kTile(const GemmArgs& g, int64_t row, int64_t t0) {
   using Block = typename K::Block;
   const int64_t blocks = g.cols / kQKK;
@@ -610,6 +611,25 @@ void kTile(const GemmArgs& g, int64_t row, int64_t t0) {
     K::unpack(x[b], k);
     for (int t = 0; t < T; ++t) {
       const BlockQ8_K& y = a[t][b];
+      if constexpr (kOrder == DotOrder::RepackedGemm) {
+        // Per pair of sub-blocks (2j, 2j+1: parts 2j and 2j+1): its exact total and its minimum
+        // product, each fused into its accumulator.
+        const int32x4_t prod = minProducts(k, y);
+        const int32_t prods[4] = {vgetq_lane_s32(prod, 0), vgetq_lane_s32(prod, 1),
+                                  vgetq_lane_s32(prod, 2), vgetq_lane_s32(prod, 3)};
+        for (int j = 0; j < 4; ++j) {
+          int32x4_t step = zero;
+          for (int i = 2 * j; i < 2 * j + 2; ++i) {
+            step =
+                vmlaq_n_s32(step, dot16(zero, k.q[2 * i], vld1q_s8(y.qs + 32 * i)), k.scale[2 * i]);
+            step = vmlaq_n_s32(step, dot16(zero, k.q[2 * i + 1], vld1q_s8(y.qs + 32 * i + 16)),
+                               k.scale[2 * i + 1]);
+          }
+          acc[t].tiled = fmaSingle(static_cast<float>(vaddvq_s32(step)), k.d * y.d, acc[t].tiled);
+          acc[t].summs = fmaSingle(static_cast<float>(prods[j]), k.dmin * y.d, acc[t].summs);
+        }
+        continue;
+      }
       int32x4_t lo = zero, hi = zero;
       for (int i = 0; i < 8; ++i) {
         lo = vmlaq_n_s32(lo, dot16(zero, k.q[2 * i], vld1q_s8(y.qs + 32 * i)), k.scale[2 * i]);
@@ -617,7 +637,12 @@ void kTile(const GemmArgs& g, int64_t row, int64_t t0) {
                          k.scale[2 * i + 1]);
       }
       K::adjust(k, &x[b], y, lo, hi);
-      if constexpr (kTiled) {
+      if constexpr (kOrder == DotOrder::Repacked) {
+        const float s1 = static_cast<float>(vaddvq_s32(vaddq_s32(lo, hi)));
+        acc[t].tiled = fmaSingle(s1, k.d * y.d, acc[t].tiled);
+        acc[t].summs =
+            fmaSingle(static_cast<float>(K::minSum(k, &x[b], y)), k.dmin * y.d, acc[t].summs);
+      } else if constexpr (kOrder == DotOrder::Tiled) {
         float r = static_cast<float>(vaddvq_s32(vaddq_s32(lo, hi))) * k.d;
         if constexpr (K::kHasMin) {
           r = fmaSingle(-k.dmin, static_cast<float>(K::minSum(k, &x[b], y)), r);
@@ -629,21 +654,32 @@ void kTile(const GemmArgs& g, int64_t row, int64_t t0) {
     }
   }
   for (int t = 0; t < T; ++t) {
-    g.y[(t0 + t) * g.ldy + row] = kTiled ? acc[t].tiled : K::vecResult(acc[t]);
+    g.y[(t0 + t) * g.ldy + row] = kOrder == DotOrder::Repacked || kOrder == DotOrder::RepackedGemm
+                                      ? acc[t].tiled - acc[t].summs
+                                  : kOrder == DotOrder::Tiled ? acc[t].tiled
+                                                              : K::vecResult(acc[t]);
   }
 }
 
-template <class K, bool kTiled>
+template <class K, DotOrder kOrder>
 void gemmKOrder(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   for (int64_t r = rowBegin; r < rowEnd; ++r) {
-    forTokenTiles(g.tokens, [&]<int T>(int64_t t) { kTile<K, T, kTiled>(g, r, t); });
+    forTokenTiles(g.tokens, [&]<int T>(int64_t t) { kTile<K, T, kOrder>(g, r, t); });
   }
 }
 
 template <class K>
 void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
-  if (g.order == DotOrder::Tiled) return gemmKOrder<K, true>(g, rowBegin, rowEnd);
-  gemmKOrder<K, false>(g, rowBegin, rowEnd);
+  if (g.order == DotOrder::Tiled) return gemmKOrder<K, DotOrder::Tiled>(g, rowBegin, rowEnd);
+  if constexpr (std::is_same_v<K, Q4K>) {  // the one repacked K-quant
+    if (g.order == DotOrder::Repacked) {
+      return gemmKOrder<K, DotOrder::Repacked>(g, rowBegin, rowEnd);
+    }
+    if (g.order == DotOrder::RepackedGemm) {
+      return gemmKOrder<K, DotOrder::RepackedGemm>(g, rowBegin, rowEnd);
+    }
+  }
+  gemmKOrder<K, DotOrder::Vec>(g, rowBegin, rowEnd);
 }
 
 // ---- IQ4_NL and MXFP4: 32-element blocks of table levels (Q8_0 activations) -----------------

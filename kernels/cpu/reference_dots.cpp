@@ -314,7 +314,7 @@ float dotQ4_K(const void* w, const void* a, int64_t n, DotOrder order) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float acc[8] = {};
   float accMin[4] = {};
-  float tiled = 0;
+  float tiled = 0, repacked = 0, repackedMin = 0;
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const float d = y[b].d * halfToFloat(x[b].d);
     const float dmin = -y[b].d * halfToFloat(x[b].dmin);
@@ -324,22 +324,49 @@ float dotQ4_K(const void* w, const void* a, int64_t n, DotOrder order) {
     minProducts(y[b], mn, prod);
     for (int p = 0; p < 4; ++p) accMin[p] = std::fma(dmin, static_cast<float>(prod[p]), accMin[p]);
     int32_t lanes[8] = {};
+    int32_t steps[4] = {};         // sub-blocks 2j and 2j+1 (RepackedGemm)
     for (int s = 0; s < 8; ++s) {  // sub-block s: nibble (s % 2) of bytes 32*(s/2) ...
       const uint8_t* q = x[b].qs + 32 * (s / 2);
       const int8_t* q8 = y[b].qs + 32 * s;
       for (int e = 0; e < 32; ++e) {
         const int v = (s % 2 == 0) ? (q[e] & 0xF) : (q[e] >> 4);
         lanes[e / 4] += sc[s] * v * q8[e];
+        steps[s / 2] += sc[s] * v * q8[e];
       }
+    }
+    if (order == DotOrder::RepackedGemm) {
+      // llama.cpp's x86 repacked gemm: the same two accumulators, fused every 64 elements.
+      const float da = y[b].d;
+      for (int j = 0; j < 4; ++j) {
+        repacked = std::fma(static_cast<float>(steps[j]), halfToFloat(x[b].d) * da, repacked);
+        repackedMin =
+            std::fma(static_cast<float>(prod[j]), halfToFloat(x[b].dmin) * da, repackedMin);
+      }
+      continue;
     }
     if (order == DotOrder::Tiled) {
       tiled = tiledStep(tiled, lanes, (prod[0] + prod[1]) + (prod[2] + prod[3]),
                         halfToFloat(x[b].d), halfToFloat(x[b].dmin), y[b].d, true);
       continue;
     }
+    if (order == DotOrder::Repacked) {
+      // llama.cpp's x86 repacked kernel (ggml_gemv_q4_K_8x8_q8_K and the gemm beside it): the
+      // exact totals s1 and s2 per super-block, each fused into its own accumulator with
+      // d_w * d_a and dmin_w * d_a; the result is their difference.
+      int32_t s1 = 0;
+      for (int k = 0; k < 8; ++k) s1 += lanes[k];
+      const float da = y[b].d;
+      repacked = std::fma(static_cast<float>(s1), halfToFloat(x[b].d) * da, repacked);
+      repackedMin = std::fma(static_cast<float>((prod[0] + prod[1]) + (prod[2] + prod[3])),
+                             halfToFloat(x[b].dmin) * da, repackedMin);
+      continue;
+    }
     for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
   }
   if (order == DotOrder::Tiled) return tiled;
+  if (order == DotOrder::Repacked || order == DotOrder::RepackedGemm) {
+    return repacked - repackedMin;
+  }
   const float m = (accMin[0] + accMin[2]) + (accMin[1] + accMin[3]);
   return order::hsum8(acc) + m;
 }

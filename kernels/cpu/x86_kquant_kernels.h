@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/kernel_table.h"
@@ -216,6 +217,10 @@ inline __m256i minTotals8(const __m128i prod[8]) {
 }
 
 constexpr int kTiledRows = 8;
+// Batches from which a Q4_K matrix in the repacked order runs the prefill kernels (the tiled
+// order's: AVX-512 bands, tiled8Rows; for grouped weights, on rows taken out of their groups),
+// as DotOrder::Tiled batches do from 8 tokens; smaller ones run the decode kernels.
+constexpr int64_t kRepackedPrefillTokens = 8;
 // Tokens per pass at most: enough to spread a part's unpacking over several tokens, few enough
 // that the running sums stay in registers (measured on AVX2: Q6_K's cheaper lanes take 8).
 constexpr int kTiledTokens = 8;
@@ -236,6 +241,27 @@ inline __m256i blockLanes(const typename K::Block& x, const typename K::Context&
   return lanes;
 }
 
+// The exact integer totals of sub-blocks 2j and 2j+1 (scales applied) for j = 0..3, one per
+// 32-bit lane: what DotOrder::RepackedGemm fuses every 64 elements. A step is 32 elements
+// (AVX2) or 64 (AVX-512), so a pair of sub-blocks is one or two steps.
+template <class K>
+inline __m128i stepPairTotals(const typename K::Block& x, const typename K::Context& c,
+                              const BlockQ8_K& y) {
+  constexpr int kPerPair = K::kSteps / 4;
+  static_assert(kPerPair * K::kStepBytes == 64);
+  alignas(16) int32_t totals[4];
+  for (int j = 0; j < 4; ++j) {
+    typename K::Acc sum = K::zero();
+    for (int i = kPerPair * j; i < kPerPair * (j + 1); ++i) {
+      typename K::Acc q, scale;
+      K::unpack(x, c, i, q, scale);
+      sum = K::accumulate(sum, q, scale, y.qs + K::kStepBytes * i);
+    }
+    totals[j] = hsumInt(K::fold(sum));
+  }
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(totals));
+}
+
 // ggml_vec_dot_q4_K_q8_K (AVX2): the minimum term in a 4-lane vector accumulator.
 template <class K>
 float dotQ4K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order,
@@ -243,6 +269,7 @@ float dotQ4K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder or
   __m256 acc = _mm256_setzero_ps();
   __m128 accMin = _mm_setzero_ps();
   float tiled = 0.0f;
+  __m128 repacked = _mm_setzero_ps();  // [s1 terms, s2 terms] (DotOrder::Repacked)
   for (int64_t b = 0; b < blocks; ++b) {
     prefetchBlock<BlockQ4_K>(ahead, b);
     // ggml: d = y.d * d, dmin = -y.d * dmin, accMin = fma(dmin, prod, accMin); fnmadd with
@@ -252,8 +279,27 @@ float dotQ4K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder or
     __m128i mins;
     K::prepare(x[b], c, mins);
     const __m128i prod = minProducts(y[b], pairs, b, mins);
-    accMin = _mm_fnmadd_ps(_mm_shuffle_ps(scales, scales, 0x55), _mm_cvtepi32_ps(prod), accMin);
+    if (order == DotOrder::RepackedGemm) {
+      // prod's lane j is the minimum term of sub-blocks 2j, 2j+1 too.
+      const __m128 steps = _mm_cvtepi32_ps(stepPairTotals<K>(x[b], c, y[b]));
+      const __m128 mins4 = _mm_cvtepi32_ps(prod);
+      const __m128 s1 = _mm_unpacklo_ps(steps, mins4), s2 = _mm_unpackhi_ps(steps, mins4);
+      repacked = _mm_fmadd_ps(s1, scales, repacked);  // [step 0, min 0]
+      repacked = _mm_fmadd_ps(_mm_movehl_ps(s1, s1), scales, repacked);
+      repacked = _mm_fmadd_ps(s2, scales, repacked);
+      repacked = _mm_fmadd_ps(_mm_movehl_ps(s2, s2), scales, repacked);
+      continue;
+    }
     const __m256i lanes = blockLanes<K>(x[b], c, y[b]);
+    if (order == DotOrder::Repacked) {
+      // Both totals in one vector: [s1, s2] times [d_w * d_a, dmin_w * d_a], fused into their
+      // accumulators (scalePair's products are llama.cpp's d_w * d_a and dmin_w * d_a).
+      const __m128i totals =
+          _mm_unpacklo_epi32(_mm_cvtsi32_si128(hsumInt(lanes)), _mm_cvtsi32_si128(hsumInt(prod)));
+      repacked = _mm_fmadd_ps(_mm_cvtepi32_ps(totals), scales, repacked);
+      continue;
+    }
+    accMin = _mm_fnmadd_ps(_mm_shuffle_ps(scales, scales, 0x55), _mm_cvtepi32_ps(prod), accMin);
     if (order == DotOrder::Tiled) {
       tiled = tiledStep(tiled, lanes, hsumInt(prod), half(x[b].d), half(x[b].dmin), y[b].d, true);
     } else {
@@ -261,6 +307,9 @@ float dotQ4K(const BlockQ4_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder or
     }
   }
   if (order == DotOrder::Tiled) return tiled;
+  if (order == DotOrder::Repacked || order == DotOrder::RepackedGemm) {
+    return _mm_cvtss_f32(_mm_sub_ss(repacked, _mm_movehdup_ps(repacked)));
+  }
   accMin = _mm_add_ps(accMin, _mm_movehl_ps(accMin, accMin));
   accMin = _mm_add_ss(accMin, _mm_movehdup_ps(accMin));
   return hsum8(acc) + _mm_cvtss_f32(accMin);
@@ -316,16 +365,18 @@ float dotQ6K(const BlockQ6_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder or
   return order == DotOrder::Tiled ? tiled : hsum8(acc);
 }
 
-// DotOrder::Tiled for eight rows and kTokens (<= kTiledTokens) tokens at once: each weight step
-// is unpacked once for every token, the rows' integer totals are reduced together (row r in lane
-// r), and the per-block epilogue r = s1*dw, r = fma(-dminw, s2, r), acc = fma(r, da, acc) runs
-// on eight rows in one vector, rounding each lane exactly as tiledStep does for that row alone.
-// out[t] receives token t's eight outputs.
-template <class K, int kTokens>
+// DotOrder::Tiled (kOrder) for eight rows and kTokens (<= kTiledTokens) tokens at once:
+// each weight step is unpacked once for every token, the rows' integer totals are reduced
+// together (row r in lane r), and the per-block epilogue r = s1*dw, r = fma(-dminw, s2, r),
+// acc = fma(r, da, acc) runs on eight rows in one vector, rounding each lane exactly as tiledStep
+// does for that row alone. DotOrder::Repacked (Q4_K) instead fuses s1 and s2 into accumulators
+// of their own, acc = fma(s1, dw * da, acc), accMin = fma(s2, dminw * da, accMin), and ends
+// with acc - accMin. out[t] receives token t's eight outputs.
+template <class K, int kTokens, DotOrder kOrder>
 void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, int64_t blocks,
                 float* const* out) {
-  __m256 acc[kTokens];
-  for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc[kTokens], accMin[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = accMin[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     // Each token's sums of sub-block pairs, the partner of the 8 minimums (minProducts).
     __m128i tokenSums[kTokens];
@@ -364,6 +415,14 @@ void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, in
     }
     const __m256 dwv = _mm256_load_ps(dw), dminv = _mm256_load_ps(dminW);
     for (int t = 0; t < kTokens; ++t) {
+      if constexpr (kOrder == DotOrder::Repacked) {
+        const __m256 da = _mm256_set1_ps(y[t][b].d);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rowTotals8(lanes[t])), _mm256_mul_ps(dwv, da),
+                                 acc[t]);
+        accMin[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(minTotals8(prod[t])),
+                                    _mm256_mul_ps(dminv, da), accMin[t]);
+        continue;
+      }
       __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(rowTotals8(lanes[t])), dwv);
       if constexpr (K::kHasMin) {
         r = _mm256_fnmadd_ps(dminv, _mm256_cvtepi32_ps(minTotals8(prod[t])), r);
@@ -371,7 +430,10 @@ void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, in
       acc[t] = _mm256_fmadd_ps(r, _mm256_set1_ps(y[t][b].d), acc[t]);
     }
   }
-  for (int t = 0; t < kTokens; ++t) _mm256_storeu_ps(out[t], acc[t]);
+  for (int t = 0; t < kTokens; ++t) {
+    _mm256_storeu_ps(out[t],
+                     kOrder == DotOrder::Repacked ? _mm256_sub_ps(acc[t], accMin[t]) : acc[t]);
+  }
 }
 
 // Row by row, each row read front to back, for every token (the vec order of decode). While
@@ -421,29 +483,89 @@ void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   }
 }
 
-// tiled8Rows for n tokens, 1 <= n <= N.
-template <class K, int N>
+// DotOrder::RepackedGemm (Q4_K) for eight rows and kTokens tokens at once: as tiled8Rows in the
+// repacked order, with the two accumulators fed once per pair of sub-blocks (64 elements): the
+// rows' step totals reduced together per pair, the minimum products (one lane per pair) taken
+// row by row from a small table.
+template <class K, int kTokens>
+void repackedGemm8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, int64_t blocks,
+                       float* const* out) {
+  constexpr int kPerPair = K::kSteps / 4;
+  __m256 acc[kTokens], accMin[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = accMin[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    typename K::Context c[kTiledRows];
+    __m128i mins[kTiledRows];
+    alignas(32) float dw[kTiledRows], dminW[kTiledRows];
+    for (int r = 0; r < kTiledRows; ++r) {
+      K::prepare(x[r][b], c[r], mins[r]);
+      dw[r] = K::d(x[r][b]);
+      dminW[r] = K::dmin(x[r][b]);
+    }
+    const __m256 dwv = _mm256_load_ps(dw), dminv = _mm256_load_ps(dminW);
+    // Per token, the eight rows' minimum products of step j in one vector (row r in lane r):
+    // rows r and r + 4 side by side, then a 4x4 transpose in each 128-bit half.
+    __m256i minProd[kTokens][4];
+    for (int t = 0; t < kTokens; ++t) {
+      const __m128i sums = bsumPairs(y[t][b]);
+      __m256i v[4];
+      for (int r = 0; r < 4; ++r) {
+        v[r] = _mm256_set_m128i(_mm_madd_epi16(mins[r + 4], sums), _mm_madd_epi16(mins[r], sums));
+      }
+      const __m256i a = _mm256_unpacklo_epi32(v[0], v[1]), c2 = _mm256_unpackhi_epi32(v[0], v[1]);
+      const __m256i e = _mm256_unpacklo_epi32(v[2], v[3]), f = _mm256_unpackhi_epi32(v[2], v[3]);
+      minProd[t][0] = _mm256_unpacklo_epi64(a, e);
+      minProd[t][1] = _mm256_unpackhi_epi64(a, e);
+      minProd[t][2] = _mm256_unpacklo_epi64(c2, f);
+      minProd[t][3] = _mm256_unpackhi_epi64(c2, f);
+    }
+    for (int j = 0; j < 4; ++j) {
+      __m256i lanes[kTokens][kTiledRows];
+      for (int r = 0; r < kTiledRows; ++r) {
+        typename K::Acc sum[kTokens];
+        for (int t = 0; t < kTokens; ++t) sum[t] = K::zero();
+        for (int i = kPerPair * j; i < kPerPair * (j + 1); ++i) {
+          typename K::Acc q, scale;
+          K::unpack(x[r][b], c[r], i, q, scale);
+          for (int t = 0; t < kTokens; ++t) {
+            sum[t] = K::accumulate(sum[t], q, scale, y[t][b].qs + K::kStepBytes * i);
+          }
+        }
+        for (int t = 0; t < kTokens; ++t) lanes[t][r] = K::fold(sum[t]);
+      }
+      for (int t = 0; t < kTokens; ++t) {
+        const __m256 da = _mm256_set1_ps(y[t][b].d);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rowTotals8(lanes[t])), _mm256_mul_ps(dwv, da),
+                                 acc[t]);
+        accMin[t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(minProd[t][j]), _mm256_mul_ps(dminv, da), accMin[t]);
+      }
+    }
+  }
+  for (int t = 0; t < kTokens; ++t) _mm256_storeu_ps(out[t], _mm256_sub_ps(acc[t], accMin[t]));
+}
+
+// tiled8Rows (or repackedGemm8Rows) for n tokens, 1 <= n <= N.
+template <class K, int N, DotOrder kOrder>
 void tiled8RowsFor(int n, const typename K::Block* const* x, const BlockQ8_K* const* y,
                    int64_t blocks, float* const* out) {
   if (n == N) {
-    tiled8Rows<K, N>(x, y, blocks, out);
+    if constexpr (kOrder == DotOrder::RepackedGemm) {
+      repackedGemm8Rows<K, N>(x, y, blocks, out);
+    } else {
+      tiled8Rows<K, N, kOrder>(x, y, blocks, out);
+    }
   } else if constexpr (N > 1) {
-    tiled8RowsFor<K, N - 1>(n, x, y, blocks, out);
+    tiled8RowsFor<K, N - 1, kOrder>(n, x, y, blocks, out);
   }
 }
 
-// K-quant rows: the tiled order (prefill batches) eight rows and K::kTokens tokens at a time
-// (tiled8Rows), the last rows one by one; the vec order (decode) row by row (gemmK). (Decode
-// over four interleaved rows, sharing the activation loads, was measured 1.5-4x slower on
-// matrices larger than the caches: the hardware prefetchers lost the streams.)
-template <class K, float (*Dot)(const typename K::Block*, const BlockQ8_K*, int64_t, DotOrder,
-                                const uint8_t*, const __m128i*)>
-void gemmKTiled(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
-  static_assert(K::kTokens >= 1 && K::kTokens <= kTiledTokens);
-  if (g.order != DotOrder::Tiled || g.tokens < 2) {
-    gemmK<typename K::Block, Dot, K::kHasMin>(g, rowBegin, rowEnd);
-    return;
-  }
+// gemmKTiled's passes of several tokens, in the tiled order or (Q4_K) a repacked one.
+template <class K,
+          float (*Dot)(const typename K::Block*, const BlockQ8_K*, int64_t, DotOrder,
+                       const uint8_t*, const __m128i*),
+          DotOrder kOrder>
+void gemmKTiledOrder(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   using Block = typename K::Block;
   const int64_t blocks = g.cols / kQKK;
   auto row = [&g](int64_t r) {
@@ -466,7 +588,7 @@ void gemmKTiled(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
         a[i] = act(t + i);
         out[i] = buffer[i];
       }
-      tiled8RowsFor<K, K::kTokens>(n, rows, a, blocks, out);
+      tiled8RowsFor<K, K::kTokens, kOrder>(n, rows, a, blocks, out);
       for (int i = 0; i < n; ++i) {
         std::memcpy(g.y + (t + i) * g.ldy + r, buffer[i], sizeof buffer[i]);
       }
@@ -474,9 +596,35 @@ void gemmKTiled(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   }
   for (; r < rowEnd; ++r) {
     for (int64_t t = 0; t < g.tokens; ++t) {
-      g.y[t * g.ldy + r] = Dot(row(r), act(t), blocks, DotOrder::Tiled, nullptr, nullptr);
+      g.y[t * g.ldy + r] = Dot(row(r), act(t), blocks, g.order, nullptr, nullptr);
     }
   }
+}
+
+// K-quant rows: the tiled and repacked orders of prefill batches eight rows and K::kTokens
+// tokens at a time (tiled8Rows), the last rows one by one; the vec order (decode) and single
+// tokens row by row (gemmK). (Decode over four interleaved rows, sharing the activation loads,
+// was measured 1.5-4x slower on matrices larger than the caches: the hardware prefetchers lost
+// the streams.)
+template <class K, float (*Dot)(const typename K::Block*, const BlockQ8_K*, int64_t, DotOrder,
+                                const uint8_t*, const __m128i*)>
+void gemmKTiled(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  static_assert(K::kTokens >= 1 && K::kTokens <= kTiledTokens);
+  if (g.order == DotOrder::Vec || g.tokens < 2) {
+    gemmK<typename K::Block, Dot, K::kHasMin>(g, rowBegin, rowEnd);
+    return;
+  }
+  if constexpr (std::is_same_v<typename K::Block, BlockQ4_K>) {  // the one repacked K-quant
+    if (g.order == DotOrder::Repacked) {
+      gemmKTiledOrder<K, Dot, DotOrder::Repacked>(g, rowBegin, rowEnd);
+      return;
+    }
+    if (g.order == DotOrder::RepackedGemm) {
+      gemmKTiledOrder<K, Dot, DotOrder::RepackedGemm>(g, rowBegin, rowEnd);
+      return;
+    }
+  }
+  gemmKTiledOrder<K, Dot, DotOrder::Tiled>(g, rowBegin, rowEnd);
 }
 
 }  // namespace

@@ -54,11 +54,11 @@ MODELS = [
      "seed": 32},
     {"name": "qwen3moe-8x2-q4_K", "arch": "qwen3moe", "layers": 3, "embd": 256, "heads": 4,
      "kv_heads": 2, "ff": 512, "experts": 8, "experts_used": 2, "ff_expert": 256, "type": "q4_K",
-     "type_of": {"ffn_down_exps": "q6_K", "attn_v": "q6_K"}, "seed": 33},
+     "type_of": {"ffn_down_exps": "q6_K", "attn_v": "q6_K"}, "repack": True, "seed": 33},
     # Qwen3-30B-A3B's routing (128 experts, top 8; the softmax over whole vectors of 16), scaled.
     {"name": "qwen3moe-128x8-q4_K", "arch": "qwen3moe", "layers": 2, "embd": 256, "heads": 4,
      "kv_heads": 2, "ff": 768, "experts": 128, "experts_used": 8, "ff_expert": 256,
-     "type": "q4_K", "seed": 34},
+     "type": "q4_K", "repack": True, "seed": 34},
     # YaRN RoPE (Qwen3's long-context setting: factor 4 over a 32k original context, here 128
     # so the positions of a 300-token prompt reach past it), on qwen3 (NeoX pairs) and on llama
     # (adjacent pairs, with an attention factor).
@@ -85,7 +85,7 @@ MODELS = [
     # wide), 5 of 8 experts in Q5_K.
     {"name": "llama-moe-8x2-q5_K", "arch": "llama", "layers": 3, "embd": 256, "heads": 8,
      "kv_heads": 2, "ff": 512, "experts": 8, "experts_used": 2, "type": "q5_K",
-     "type_of": {"ffn_gate_exps": "q4_K"}, "seed": 35},
+     "type_of": {"ffn_gate_exps": "q4_K"}, "repack": True, "seed": 35},
     # gpt-oss-20b's routing (32 experts, top 4, softmax over the chosen logits), MXFP4 experts
     # (down rows of 224 = 7 blocks: the vec order's odd last block), biases everywhere,
     # attention sinks, even layers sliding over 48 positions, YaRN x32 over a 128-position
@@ -109,7 +109,8 @@ MODELS = [
     # (its experts take the tiled order for the 300-token prompt's 8+ rows per expert).
     {"name": "llama-q3_K_m", "arch": "llama", "layers": 3, "embd": 256, "heads": 4,
      "kv_heads": 2, "ff": 512, "type": "q3_K",
-     "type_of": {"attn_v": "q5_K", "ffn_down": "q4_K", "output": "q6_K"}, "seed": 44},
+     "type_of": {"attn_v": "q5_K", "ffn_down": "q4_K", "output": "q6_K"}, "repack": True,
+     "seed": 44},
     {"name": "llama-q2_K", "arch": "llama", "layers": 2, "embd": 256, "heads": 4, "kv_heads": 2,
      "ff": 512, "type": "q2_K", "seed": 45},
     {"name": "qwen3moe-8x2-iq4_xs", "arch": "qwen3moe", "layers": 2, "embd": 256, "heads": 4,
@@ -127,9 +128,9 @@ MODELS = [
      "kv_heads": 2, "ff": 512, "type": "q8_0", "long_rope": True, "rope_orig_ctx": 1024,
      "rope_attn_factor": 1.1902, "seed": 48},
     # Q4_0 at llama.cpp's defaults ("repack": extra buffer types on): on x86 with AVX2 it
-    # repacks every Q4_0 tensor of 8k rows and runs its repacked kernels for every batch
-    # (Shoal's DotOrder::Repacked); gate and up have 500 rows, so they keep vec_dot (ffn_down,
-    # 500 wide, is F16: Q4_0 needs rows of 32k). A tied Q4_0 embedding and head (repacked as
+    # repacks every Q4_0 tensor (and Q4_K: the models above with Q4_K tensors) of 8k rows and
+    # runs its repacked kernels for every batch (Shoal's DotOrder::Repacked); gate and up have
+    # 500 rows, so they keep vec_dot (ffn_down, 500 wide, is F16: Q4_0 needs rows of 32k). A tied Q4_0 embedding and head (repacked as
     # the output, read by rows as the embedding), and a Qwen3 with a Q4_0 head of its own.
     {"name": "llama-q4_0-repack", "arch": "llama", "layers": 2, "embd": 256, "heads": 4,
      "kv_heads": 2, "ff": 500, "type": "q4_0", "type_of": {"ffn_down": "f16"}, "tied": True,
@@ -176,8 +177,9 @@ def logits_hash(logits):
 
 
 def check_repack_possible():
-    """Models with "repack" need llama.cpp's x86 repacked Q4_0 kernels: AVX2, and no AMX (whose
-    buffer type would take the Q4_0 matrices first, and crashes on Q4_1: see gen_fixtures.py)."""
+    """Models with "repack" need llama.cpp's x86 repacked Q4_0 and Q4_K kernels: AVX2, and no AMX
+    (whose buffer type would take the Q4_0 matrices first, and crashes on Q4_1: see
+    gen_fixtures.py)."""
     info = llama_cpp.llama_print_system_info().decode()
     if "AVX2 = 1" not in info or "AMX_INT8 = 1" in info:
         sys.exit("gen_arch_fixtures: the \"repack\" models need an x86 CPU with AVX2 and "
@@ -252,8 +254,8 @@ def main():
                 "Models written by shoal-synth-model from each spec (plus --ctx n_ctx and "
                 "--vocab-from the default model). CPU only, extra buffer types off (as "
                 "llamacpp_smollm2.json) except for the models with \"repack\": llama.cpp's "
-                "defaults, which on x86 repack Q4_0 tensors of 8k rows. Each prompt is evaluated as one batch from an empty KV "
-                "cache, then one token per decode call, argmax fed back; EOS does not stop. "
+                "defaults, which on x86 repack Q4_0 and Q4_K tensors of 8k rows. Each prompt "
+                "is evaluated as one batch from an empty KV cache, then one token per decode call, argmax fed back; EOS does not stop. "
                 "logits_fnv1a[i] hashes the logits row that step i's token was chosen from."
             ),
         },

@@ -106,7 +106,10 @@ inline bool tiledAllowed(gguf::TensorType t, int64_t cols) {
 inline std::vector<DotOrder> ordersOf(gguf::TensorType t, int64_t cols) {
   std::vector<DotOrder> orders = {DotOrder::Vec};
   if (tiledAllowed(t, cols)) orders.push_back(DotOrder::Tiled);
-  if (t == gguf::TensorType::Q4_0) orders.push_back(DotOrder::Repacked);
+  if (t == gguf::TensorType::Q4_0 || t == gguf::TensorType::Q4_K) {
+    orders.push_back(DotOrder::Repacked);
+  }
+  if (t == gguf::TensorType::Q4_K) orders.push_back(DotOrder::RepackedGemm);
   return orders;
 }
 
@@ -118,6 +121,8 @@ inline const char* orderName(DotOrder order) {
       return "tiled";
     case DotOrder::Repacked:
       return "repacked";
+    case DotOrder::RepackedGemm:
+      return "repacked-gemm";
   }
   return "?";
 }

@@ -39,18 +39,23 @@ Matrix makeMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
   return m;
 }
 
-// The reference: convert each token, one dot per (row, token).
+// The reference: convert each token, one dot per (row, token). orderTokens as matmul()'s. A
+// Q4_K product in the repacked order gives the whole fours of its 2+ tokens llama.cpp's gemm
+// order and the rest its gemv order (kernel_table.h); in the one-token order, all the gemv's.
 std::vector<float> referenceProduct(const WeightMatrix& w, const std::vector<float>& x,
-                                    int64_t tokens) {
+                                    int64_t tokens, int64_t orderTokens = 0) {
   std::vector<uint8_t> act(w.activationBytes());
   std::vector<float> y(static_cast<size_t>(w.rows * tokens));
-  const DotOrder order = dotOrder(w, tokens);
+  const int64_t orderOf = orderTokens > 0 ? orderTokens : tokens;
+  const DotOrder order = dotOrder(w, orderOf);
+  const bool split = w.kind == WeightKind::Q4_K && order == DotOrder::Repacked && orderOf >= 2;
   for (int64_t t = 0; t < tokens; ++t) {
     referenceKernels().convert[static_cast<int>(w.activation)](&x[static_cast<size_t>(t * w.cols)],
                                                                act.data(), w.cols);
+    const DotOrder tokenOrder = split && t < tokens - tokens % 4 ? DotOrder::RepackedGemm : order;
     for (int64_t r = 0; r < w.rows; ++r) {
       y[static_cast<size_t>(t * w.rows + r)] =
-          ref::dot(w.kind, w.row(r), act.data(), w.cols, order);
+          ref::dot(w.kind, w.row(r), act.data(), w.cols, tokenOrder);
     }
   }
   return y;
@@ -153,13 +158,49 @@ class CpuMatmulTest : public QObject {
     QCOMPARE(dotOrder(makeMatrix(TensorType::Q8_0, 8, 64, 1).w, 2), DotOrder::Vec);
   }
 
-  // K-quants: llama.cpp's tiled matmul from 8 tokens on, whatever the row count.
+  // K-quants: llama.cpp's tiled matmul from 8 tokens on (Q4_K: unless its tensor is repacked).
   void kQuantsUseTiledOrderFromEightTokens() {
     for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
       const Matrix m = makeMatrix(t, 3, 256, 1);
       QCOMPARE(dotOrder(m.w, 1), DotOrder::Vec);
       QCOMPARE(dotOrder(m.w, 7), DotOrder::Vec);
       QCOMPARE(dotOrder(m.w, 8), DotOrder::Tiled);
+    }
+    for (TensorType t : {TensorType::Q5_K, TensorType::Q6_K}) {
+      QCOMPARE(dotOrder(makeMatrix(t, 16, 256, 1).w, 8), DotOrder::Tiled);
+    }
+  }
+
+  // Q4_K: repacked like Q4_0 when its tensor has 8k rows (block_q4_Kx8), for every batch.
+  void q4_KTensorsOfEightKRowsUseTheRepackedOrder() {
+    const Matrix m = makeMatrix(TensorType::Q4_K, 16, 256, 1);
+    for (int64_t tokens : {1, 2, 9, 64}) QCOMPARE(dotOrder(m.w, tokens), DotOrder::Repacked);
+    WeightMatrix view = m.w;
+    view.rows = 4;
+    QCOMPARE(dotOrder(view, 9), DotOrder::Repacked);
+  }
+
+  // ... and a product's tokens split as llama.cpp hands them to its repacked kernels: whole
+  // fours to the gemm (fused every 64 elements), the rest to the gemv (every 256); a product in
+  // the one-token order (decode rows of several sequences) all to the gemv. Checked against the
+  // reference, and the two orders differ on these inputs (so the split is visible).
+  void q4_KProductsSplitTheirTokensBetweenTheRepackedGemmAndGemv() {
+    Matrix m = makeMatrix(TensorType::Q4_K, 48, 1024, 11);
+    ThreadPool pool(2);
+    MatmulScratch scratch;
+    for (int64_t tokens : {2, 4, 7, 9, 16}) {
+      const auto x = test::randomValues(static_cast<size_t>(1024 * tokens), 12);
+      for (int64_t orderTokens : {int64_t{0}, int64_t{1}}) {
+        const auto ref = referenceProduct(m.w, x, tokens, orderTokens);
+        std::vector<float> y(ref.size(), NAN);
+        matmul(m.w, x.data(), tokens, y.data(), pool, scratch, orderTokens);
+        QVERIFY2(test::firstBitDifference(y.data(), ref.data(), ref.size()) < 0,
+                 qPrintable(QString("%1 tokens, order of %2").arg(tokens).arg(orderTokens)));
+      }
+      if (tokens < 4) continue;
+      const auto gemv = referenceProduct(m.w, x, tokens, 1);
+      const auto split = referenceProduct(m.w, x, tokens);
+      QVERIFY(test::firstBitDifference(split.data(), gemv.data(), gemv.size()) >= 0);
     }
   }
 

@@ -92,9 +92,8 @@ class CpuRowGroupsTest : public QObject {
       // that cut groups.
       const std::pair<int64_t, int64_t> ranges[] = {
           {0, rows}, {8, rows}, {0, rows - 8}, {3, rows}, {0, rows - 5}, {2, 6}, {5, rows - 1}};
-      for (DotOrder order : {DotOrder::Vec, DotOrder::Tiled, DotOrder::Repacked}) {
+      for (DotOrder order : test::ordersOf(t, cols)) {
         if (order == DotOrder::Tiled && tokens < 2) continue;
-        if (order == DotOrder::Repacked && t != gguf::TensorType::Q4_0) continue;
         for (auto [b, e] : ranges) {
           if (b >= e) continue;
           const std::vector<float> want = p.run(*k, order, b, e);

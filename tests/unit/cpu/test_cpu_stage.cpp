@@ -116,18 +116,21 @@ class CpuStageTest : public QObject {
     return wholeModelStage(backend, *m_model, 96, 32, sequences);
   }
 
-  // `decoders` + 1 sequences with a 3-token history each; then one batch of a decode row of
-  // each of the first and a chunk of `chunkRows` prompt rows of the last must give what each
-  // segment gives alone.
+  // `decoders` + chunks.size() sequences with a 3-token history each; then one batch of a decode
+  // row of each of the first and a chunk of chunks[i] prompt rows of each of the others must
+  // give what each segment gives alone.
   void checkBatchInvariance(const model::SyntheticModelSpec& spec, const char* file,
-                            int32_t decoders, int32_t chunkRows) {
+                            int32_t decoders, std::vector<int32_t> chunks) {
     const std::string path = m_dir.filePath(file).toStdString();
     model::writeSyntheticModel(spec, path);
     Loaded m(path);
     cpu::CpuBackend backend(2);
-    auto batched = wholeModelStage(backend, m, 64, decoders + chunkRows, decoders + 1);
-    auto alone = wholeModelStage(backend, m, 64, decoders + chunkRows, decoders + 1);
-    for (int32_t seq = 0; seq <= decoders; ++seq) {
+    int32_t chunkRows = 0;
+    for (int32_t c : chunks) chunkRows += c;
+    const auto sequences = decoders + static_cast<int32_t>(chunks.size());
+    auto batched = wholeModelStage(backend, m, 64, decoders + chunkRows, sequences);
+    auto alone = wholeModelStage(backend, m, 64, decoders + chunkRows, sequences);
+    for (int32_t seq = 0; seq < sequences; ++seq) {
       const std::vector<int32_t> prompt = {5 + seq, 17, 230};
       forward(*batched, 0, prompt, seq);
       forward(*alone, 0, prompt, seq);
@@ -139,9 +142,14 @@ class CpuStageTest : public QObject {
       segments.push_back({seq, 3, 1, runtime::LogitRows::Last});
       tokens.push_back({40 + seq});
     }
-    segments.push_back({decoders, 3, chunkRows, runtime::LogitRows::All});
-    tokens.emplace_back();
-    for (int32_t i = 0; i < chunkRows; ++i) tokens.back().push_back(1 + (i * 37) % 290);
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      segments.push_back(
+          {decoders + static_cast<int32_t>(c), 3, chunks[c], runtime::LogitRows::All});
+      tokens.emplace_back();
+      for (int32_t i = 0; i < chunks[c]; ++i) {
+        tokens.back().push_back(1 + (i * 37 + static_cast<int32_t>(c) * 11) % 290);
+      }
+    }
     for (size_t i = 0; i < segments.size(); ++i) {
       const auto l = forward(*alone, 3, tokens[i], segments[i].sequence, segments[i].logits);
       want.insert(want.end(), l.begin(), l.end());
@@ -324,7 +332,13 @@ class CpuStageTest : public QObject {
     spec.nVocab = 300;
     spec.weightType = gguf::TensorType::Q4_K;
     spec.typeOverrides = {{"ffn_down", gguf::TensorType::Q6_K}, {"output", gguf::TensorType::F16}};
-    checkBatchInvariance(spec, "kquant.gguf", 9, 9);
+    checkBatchInvariance(spec, "kquant.gguf", 9, {9});
+    // Prompt chunks side by side (10 and 9 rows, then 5 and 6): the repacked Q4_K kernels split
+    // a product's tokens into whole fours and the rest, which must fall within each chunk as it
+    // would alone. An F32 head, whose f32 activations let no last-bit difference of the hidden
+    // states disappear (an F16 head's conversion to halfs mostly does).
+    spec.typeOverrides = {{"ffn_down", gguf::TensorType::Q6_K}, {"output", gguf::TensorType::F32}};
+    checkBatchInvariance(spec, "kquant-f32-head.gguf", 2, {10, 9, 5, 6});
   }
 
   // The same for a mixture of experts (qwen3moe, 4 experts, top 2, K-quant experts): llama.cpp
@@ -346,7 +360,7 @@ class CpuStageTest : public QObject {
     spec.nVocab = 300;
     spec.weightType = gguf::TensorType::Q4_K;
     spec.typeOverrides = {{"ffn_down_exps", gguf::TensorType::Q6_K}};
-    checkBatchInvariance(spec, "moe.gguf", 16, 20);
+    checkBatchInvariance(spec, "moe.gguf", 16, {20});
   }
 
   void batchesThatDoNotAddUpAreRefused() {
