@@ -250,14 +250,15 @@ inline __m128i stepPairTotals(const typename K::Block& x, const typename K::Cont
   constexpr int kPerPair = K::kSteps / 4;
   static_assert(kPerPair * K::kStepBytes == 64);
   alignas(16) int32_t totals[4];
-  for (int j = 0; j < 4; ++j) {
-    typename K::Acc sum = K::zero();
-    for (int i = kPerPair * j; i < kPerPair * (j + 1); ++i) {
-      typename K::Acc q, scale;
-      K::unpack(x, c, i, q, scale);
-      sum = K::accumulate(sum, q, scale, y.qs + K::kStepBytes * i);
+  typename K::Acc sum = K::zero();
+  for (int i = 0; i < K::kSteps; ++i) {  // one loop over the steps: it unrolls
+    typename K::Acc q, scale;
+    K::unpack(x, c, i, q, scale);
+    sum = K::accumulate(sum, q, scale, y.qs + K::kStepBytes * i);
+    if ((i + 1) % kPerPair == 0) {
+      totals[i / kPerPair] = hsumInt(K::fold(sum));
+      sum = K::zero();
     }
-    totals[j] = hsumInt(K::fold(sum));
   }
   return _mm_load_si128(reinterpret_cast<const __m128i*>(totals));
 }
@@ -519,24 +520,31 @@ void repackedGemm8Rows(const typename K::Block* const* x, const BlockQ8_K* const
       minProd[t][2] = _mm256_unpacklo_epi64(c2, f);
       minProd[t][3] = _mm256_unpackhi_epi64(c2, f);
     }
-    for (int j = 0; j < 4; ++j) {
-      __m256i lanes[kTokens][kTiledRows];
-      for (int r = 0; r < kTiledRows; ++r) {
-        typename K::Acc sum[kTokens];
-        for (int t = 0; t < kTokens; ++t) sum[t] = K::zero();
-        for (int i = kPerPair * j; i < kPerPair * (j + 1); ++i) {
-          typename K::Acc q, scale;
-          K::unpack(x[r][b], c[r], i, q, scale);
+    // Each row's steps in one pass (the loop over all kSteps unrolls, as tiled8Rows's does), its
+    // lanes kept per pair; then per pair the eight rows' totals together.
+    __m256i lanes[kTokens][4][kTiledRows];
+    for (int r = 0; r < kTiledRows; ++r) {
+      typename K::Acc sum[kTokens];
+      for (int t = 0; t < kTokens; ++t) sum[t] = K::zero();
+      for (int i = 0; i < K::kSteps; ++i) {
+        typename K::Acc q, scale;
+        K::unpack(x[r][b], c[r], i, q, scale);
+        for (int t = 0; t < kTokens; ++t) {
+          sum[t] = K::accumulate(sum[t], q, scale, y[t][b].qs + K::kStepBytes * i);
+        }
+        if ((i + 1) % kPerPair == 0) {
           for (int t = 0; t < kTokens; ++t) {
-            sum[t] = K::accumulate(sum[t], q, scale, y[t][b].qs + K::kStepBytes * i);
+            lanes[t][i / kPerPair][r] = K::fold(sum[t]);
+            sum[t] = K::zero();
           }
         }
-        for (int t = 0; t < kTokens; ++t) lanes[t][r] = K::fold(sum[t]);
       }
+    }
+    for (int j = 0; j < 4; ++j) {
       for (int t = 0; t < kTokens; ++t) {
         const __m256 da = _mm256_set1_ps(y[t][b].d);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rowTotals8(lanes[t])), _mm256_mul_ps(dwv, da),
-                                 acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rowTotals8(lanes[t][j])),
+                                 _mm256_mul_ps(dwv, da), acc[t]);
         accMin[t] =
             _mm256_fmadd_ps(_mm256_cvtepi32_ps(minProd[t][j]), _mm256_mul_ps(dminv, da), accMin[t]);
       }
