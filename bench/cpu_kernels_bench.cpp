@@ -81,10 +81,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<gguf::TensorType> types = {
-      gguf::TensorType::Q4_0, gguf::TensorType::Q4_1, gguf::TensorType::Q5_0,
-      gguf::TensorType::Q5_1, gguf::TensorType::Q8_0, gguf::TensorType::Q4_K,
-      gguf::TensorType::Q5_K, gguf::TensorType::Q6_K, gguf::TensorType::F16,
-      gguf::TensorType::BF16, gguf::TensorType::F32};
+      gguf::TensorType::Q4_0,  gguf::TensorType::Q4_1,   gguf::TensorType::Q5_0,
+      gguf::TensorType::Q5_1,  gguf::TensorType::Q8_0,   gguf::TensorType::Q4_K,
+      gguf::TensorType::Q5_K,  gguf::TensorType::Q6_K,   gguf::TensorType::Q2_K,
+      gguf::TensorType::Q3_K,  gguf::TensorType::IQ4_XS, gguf::TensorType::IQ4_NL,
+      gguf::TensorType::MXFP4, gguf::TensorType::F16,    gguf::TensorType::BF16,
+      gguf::TensorType::F32};
   std::vector<gguf::TensorType> chosenTypes;
   for (const std::string& name : typeNames) {
     const auto type = gguf::typeFromName(name);

@@ -19,14 +19,15 @@
 //    (tinyBLAS also takes Q8_0/Q4_0/Q5_0 batches, but its tinyBLAS_Q0_AVX accumulates exactly
 //    like the vec_dot kernels, so the quantized types need only one order.)
 //
-//  * IQ4_NL (levels from a 16-entry table, Q8_0 activations) has two orders: DotOrder::Vec as
+//  * IQ4_NL (levels from a 16-entry table, Q8_0 activations) has three orders: DotOrder::Vec as
 //    ggml_vec_dot_iq4_nl_q8_0 (AVX2): two accumulators, even and odd blocks, added before the
 //    horizontal sum, an odd last block fused into the total in scalar; DotOrder::Tiled as
-//    tinyBLAS_Q0_AVX, which runs it for 2+ tokens: one accumulator, like Q4_0.
+//    tinyBLAS_Q0_AVX, which runs it for 2+ tokens: one accumulator, like Q4_0; and Q4_0's
+//    DotOrder::Repacked below (a tensor of 8k rows, block_iq4_nlx8).
 //
-//  * MXFP4 (E2M1 levels from a table, an E8M0 scale, Q8_0 activations) has one order, as
-//    ggml_vec_dot_mxfp4_q8_0 (AVX2), IQ4_NL's vec order: llama.cpp has no tinyBLAS or tiled
-//    kernel for it, so every batch size takes vec_dot.
+//  * MXFP4 (E2M1 levels from a table, an E8M0 scale, Q8_0 activations) has two: as
+//    ggml_vec_dot_mxfp4_q8_0 (AVX2), IQ4_NL's vec order (llama.cpp has no tinyBLAS or tiled
+//    kernel for it), and Q4_0's DotOrder::Repacked for a tensor of 8k rows (block_mxfp4x8).
 //
 //  * Q2_K, Q3_K and IQ4_XS (Q8_K activations) take the same two orders as the K-quants below:
 //    their vec_dot kernels' eight integer lanes scaled per super-block, or the tiled kernel's
@@ -42,7 +43,8 @@
 //    has a multiple of 8 rows: llama.cpp at its defaults on x86 (AVX2 and up) loads such a
 //    matrix into its "repack" buffer type and multiplies it with its own kernels for every batch
 //    (ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type: block_q4_0x8; arch/x86/repack.cpp,
-//    gemv_q4_b32_8x8_q8_0_lut_avx and the gemm beside it): per row and block the exact integer
+//    gemv_q4_b32_8x8_q8_0_lut_avx and the gemm beside it, which IQ4_NL and MXFP4 share with their
+//    level tables and scales): per row and block the exact integer
 //    total of its 32 products, then acc = fma(total, d_w * d_a, acc), block by block from
 //    acc = 0. Activations are Q8_0 as quantize_row_q8_0 writes them (its 4-row interleaved
 //    quantizer gives the same values). Other matrices keep the vec order above (llama.cpp's

@@ -55,8 +55,11 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
   if (w.kind == WeightKind::Q4_0) {
     return w.tensorRows % 8 == 0 ? DotOrder::Repacked : DotOrder::Vec;
   }
-  // Q4_K likewise (block_q4_Kx8, ggml_gemv/gemm_q4_K_8x8_q8_K).
-  if (w.kind == WeightKind::Q4_K && w.tensorRows % 8 == 0) return DotOrder::Repacked;
+  // Q4_K, IQ4_NL and MXFP4 likewise (block_q4_Kx8, block_iq4_nlx8, block_mxfp4x8).
+  if ((w.kind == WeightKind::Q4_K || w.kind == WeightKind::IQ4_NL || w.kind == WeightKind::MXFP4) &&
+      w.tensorRows % 8 == 0) {
+    return DotOrder::Repacked;
+  }
   // K-quants: llama.cpp's tiled matmul takes batches of 8+ tokens (ggml-cpu/tiled, any shape).
   if (hasTiledOrder(w.kind)) {
     return tokens >= 8 ? DotOrder::Tiled : DotOrder::Vec;

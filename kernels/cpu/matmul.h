@@ -77,7 +77,8 @@ struct MatmulJob {
 // The order the dots of this product use, as llama.cpp at its defaults on x86 picks its kernel:
 // F32/F16/BF16 matmuls of 2+ tokens go through llamafile's tinyBLAS when the shape allows (cols
 // a multiple of the vector step, rows of 4); K-quant matmuls of 8+ tokens through its tiled
-// kernel; a Q4_0 tensor of 8k rows through its repacked kernels at every batch size.
+// kernel; a Q4_0, Q4_K, IQ4_NL or MXFP4 tensor of 8k rows through its repacked kernels at every
+// batch size.
 DotOrder dotOrder(const WeightMatrix& w, int64_t tokens);
 
 // y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t in [0, tokens). orderTokens (0:

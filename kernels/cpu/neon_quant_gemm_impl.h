@@ -745,8 +745,24 @@ float dotTableVec(const typename Q::W* x, const BlockQ8_0* y, int64_t blocks) {
   return sum;
 }
 
+// DotOrder::Repacked (llama.cpp's x86 repacked table kernels): per block the exact total, one
+// fma with d_w * d_a.
 template <class Q>
-void gemmTableVec(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+float dotTableRepacked(const typename Q::W* x, const BlockQ8_0* y, int64_t blocks) {
+  const int32x4_t zero = vdupq_n_s32(0);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    int8x16_t qLo, qHi;
+    Q::load(x[b], qLo, qHi);
+    const int32x4_t s = dot16(dot16(zero, qLo, vld1q_s8(y[b].qs)), qHi, vld1q_s8(y[b].qs + 16));
+    acc = fmaSingle(static_cast<float>(vaddvq_s32(s)), Q::scale(x[b]) * half(y[b].d), acc);
+  }
+  return acc;
+}
+
+// A table-level type's rows one by one, every token, with Dot (dotTableVec, dotTableRepacked).
+template <class Q, float (*Dot)(const typename Q::W*, const BlockQ8_0*, int64_t)>
+void gemmTableRows(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   const int64_t blocks = g.cols / kQK;
   for (int64_t r = rowBegin; r < rowEnd; ++r) {
     const auto* x =
@@ -754,14 +770,24 @@ void gemmTableVec(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     for (int64_t t = 0; t < g.tokens; ++t) {
       const auto* y =
           reinterpret_cast<const BlockQ8_0*>(g.act + static_cast<size_t>(t) * g.actStride);
-      g.y[t * g.ldy + r] = dotTableVec<Q>(x, y, blocks);
+      g.y[t * g.ldy + r] = Dot(x, y, blocks);
     }
   }
 }
 
 void gemmIQ4NL(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  if (g.order == DotOrder::Repacked) {
+    return gemmTableRows<IQ4NL, dotTableRepacked<IQ4NL>>(g, rowBegin, rowEnd);
+  }
   if (g.order == DotOrder::Tiled) return gemm<IQ4NL>(g, rowBegin, rowEnd);
-  gemmTableVec<IQ4NL>(g, rowBegin, rowEnd);
+  gemmTableRows<IQ4NL, dotTableVec<IQ4NL>>(g, rowBegin, rowEnd);
+}
+
+void gemmMXFP4(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  if (g.order == DotOrder::Repacked) {
+    return gemmTableRows<MXFP4, dotTableRepacked<MXFP4>>(g, rowBegin, rowEnd);
+  }
+  gemmTableRows<MXFP4, dotTableVec<MXFP4>>(g, rowBegin, rowEnd);
 }
 
 // This copy's kernels into a table (the other entries stay as they are).
@@ -773,7 +799,7 @@ void fillQuantGemms(KernelTable& t) {
   set(WeightKind::Q5_1, gemm<Q5_1>);
   set(WeightKind::Q8_0, gemm<Q8_0>);
   set(WeightKind::IQ4_NL, gemmIQ4NL);
-  set(WeightKind::MXFP4, gemmTableVec<MXFP4>);
+  set(WeightKind::MXFP4, gemmMXFP4);
   set(WeightKind::Q4_K, gemmK<Q4K>);
   set(WeightKind::Q5_K, gemmK<Q5K>);
   set(WeightKind::Q6_K, gemmK<Q6K>);

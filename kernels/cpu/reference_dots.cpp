@@ -203,6 +203,21 @@ float tableVecOrder(const BlockQ8_0* y, int64_t blocks, Unpack unpack, Scale sca
   return sum;
 }
 
+// The repacked order of llama.cpp's x86 table-level kernels (gemv/gemm_q4_b32_8x8_q8_0_lut_avx,
+// as for Q4_0): per block the exact total of its 32 products, acc = fma(total, scale(b), acc).
+template <typename Unpack, typename Scale>
+float tableRepackedOrder(const BlockQ8_0* y, int64_t blocks, Unpack unpack, Scale scale) {
+  int32_t q[32];
+  float acc = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    unpack(b, q);
+    int32_t total = 0;
+    for (int e = 0; e < 32; ++e) total += q[e] * y[b].qs[e];
+    acc = std::fma(static_cast<float>(total), scale(b), acc);
+  }
+  return acc;
+}
+
 float dotIQ4_NL(const void* w, const void* a, int64_t n, DotOrder order) {
   const auto* x = static_cast<const BlockQ4_0*>(w);  // same layout: f16 d + 16 B of nibbles
   const auto* y = static_cast<const BlockQ8_0*>(a);
@@ -212,6 +227,7 @@ float dotIQ4_NL(const void* w, const void* a, int64_t n, DotOrder order) {
     for (int e = 0; e < 32; ++e) q[e] = gguf::kIq4NlValues[q[e]];
   };
   auto scale = [&](int64_t b) { return halfToFloat(y[b].d) * halfToFloat(x[b].d); };
+  if (order == DotOrder::Repacked) return tableRepackedOrder(y, blocks, unpack, scale);
   if (order == DotOrder::Tiled) {  // tinyBLAS_Q0_AVX: one accumulator
     int32_t q[32];
     float acc[8] = {};
@@ -224,8 +240,9 @@ float dotIQ4_NL(const void* w, const void* a, int64_t n, DotOrder order) {
   return tableVecOrder(y, blocks, unpack, scale);
 }
 
-// ggml_vec_dot_mxfp4_q8_0 (AVX2): IQ4_NL's vec order with the E2M1 levels and the E8M0 scale.
-float dotMXFP4(const void* w, const void* a, int64_t n) {
+// ggml_vec_dot_mxfp4_q8_0 (AVX2): IQ4_NL's vec order with the E2M1 levels and the E8M0 scale;
+// or its repacked order.
+float dotMXFP4(const void* w, const void* a, int64_t n, DotOrder order) {
   const auto* x = static_cast<const BlockMXFP4*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
   auto unpack = [&](int64_t b, int32_t q[32]) {
@@ -233,6 +250,7 @@ float dotMXFP4(const void* w, const void* a, int64_t n) {
     for (int e = 0; e < 32; ++e) q[e] = gguf::kMxfp4Values[q[e]];
   };
   auto scale = [&](int64_t b) { return halfToFloat(y[b].d) * gguf::e8m0Half(x[b].e); };
+  if (order == DotOrder::Repacked) return tableRepackedOrder(y, n / kQK, unpack, scale);
   return tableVecOrder(y, n / kQK, unpack, scale);
 }
 
@@ -570,7 +588,7 @@ float dot(WeightKind kind, const void* w, const void* a, int64_t n, DotOrder ord
     case WeightKind::IQ4_NL:
       return dotIQ4_NL(w, a, n, order);
     case WeightKind::MXFP4:
-      return dotMXFP4(w, a, n);
+      return dotMXFP4(w, a, n, order);
     case WeightKind::Q2_K:
       return dotQ2_K(w, a, n, order);
     case WeightKind::Q3_K:

@@ -15,7 +15,7 @@ float dotF16(const void* w, const void* a, int64_t n, DotOrder order);
 float dotBF16(const void* w, const void* a, int64_t n, DotOrder order);
 float dotQ4_0(const void* w, const void* a, int64_t n, DotOrder order);
 float dotIQ4_NL(const void* w, const void* a, int64_t n, DotOrder order);
-float dotMXFP4(const void* w, const void* a, int64_t n);
+float dotMXFP4(const void* w, const void* a, int64_t n, DotOrder order);
 float dotQ2_K(const void* w, const void* a, int64_t n, DotOrder order);
 float dotQ3_K(const void* w, const void* a, int64_t n, DotOrder order);
 float dotIQ4_XS(const void* w, const void* a, int64_t n, DotOrder order);

@@ -77,17 +77,19 @@ MODELS = [
     # Phi-3: fused attn_qkv and gate/up matrices, queries scaled before attention.
     {"name": "phi3-q8_0", "arch": "phi3", "layers": 3, "embd": 256, "heads": 4, "kv_heads": 2,
      "ff": 512, "type": "q8_0", "seed": 39},
-    # IQ4_NL everywhere (embedding and head too); ffn_down rows of 480 = 15 blocks, so the
-    # one-token order's odd last block is taken.
+    # IQ4_NL everywhere (embedding and head too); ffn_down rows of 480 = 15 blocks. At
+    # llama.cpp's defaults every IQ4_NL matrix here (8k rows) takes its repacked kernels, as in
+    # the models people download; the vec and tiled orders of other shapes are checked against
+    # the reference kernels only.
     {"name": "llama-iq4_nl", "arch": "llama", "layers": 2, "embd": 256, "heads": 4,
-     "kv_heads": 2, "ff": 480, "type": "iq4_nl", "seed": 40},
+     "kv_heads": 2, "ff": 480, "type": "iq4_nl", "repack": True, "seed": 40},
     # Mixtral-style: a llama model with experts (no expert_feed_forward_length: experts are ff
     # wide), 5 of 8 experts in Q5_K.
     {"name": "llama-moe-8x2-q5_K", "arch": "llama", "layers": 3, "embd": 256, "heads": 8,
      "kv_heads": 2, "ff": 512, "experts": 8, "experts_used": 2, "type": "q5_K",
      "type_of": {"ffn_gate_exps": "q4_K"}, "repack": True, "seed": 35},
     # gpt-oss-20b's routing (32 experts, top 4, softmax over the chosen logits), MXFP4 experts
-    # (down rows of 224 = 7 blocks: the vec order's odd last block), biases everywhere,
+    # (repacked at llama.cpp's defaults; down rows of 224 = 7 blocks), biases everywhere,
     # attention sinks, even layers sliding over 48 positions, YaRN x32 over a 128-position
     # original context.
     {"name": "gpt-oss-32x4-mxfp4", "arch": "gpt-oss", "layers": 4, "embd": 256, "heads": 4,
@@ -95,7 +97,7 @@ MODELS = [
      "type": "q8_0", "sliding_window": 48, "rope_scaling": "yarn", "rope_scale": 32.0,
      "rope_orig_ctx": 128, "rope_base": 150000.0,
      "type_of": {"ffn_gate_exps": "mxfp4", "ffn_up_exps": "mxfp4", "ffn_down_exps": "mxfp4"},
-     "seed": 41},
+     "repack": True, "seed": 41},
     # Gemma 2: gemma3's block without head norms, with soft-capped attention scores and logits:
     # once with the default caps (50, 30), once with caps small enough that tanh bends the
     # synthetic model's scores (0.2) and logits (1.0); even layers slide over 48 positions.
@@ -177,9 +179,9 @@ def logits_hash(logits):
 
 
 def check_repack_possible():
-    """Models with "repack" need llama.cpp's x86 repacked Q4_0 and Q4_K kernels: AVX2, and no AMX
-    (whose buffer type would take the Q4_0 matrices first, and crashes on Q4_1: see
-    gen_fixtures.py)."""
+    """Models with "repack" need llama.cpp's x86 repacked Q4_0, Q4_K, IQ4_NL and MXFP4 kernels:
+    AVX2, and no AMX (whose buffer type would take the Q4_0 matrices first, and crashes on
+    Q4_1: see gen_fixtures.py)."""
     info = llama_cpp.llama_print_system_info().decode()
     if "AVX2 = 1" not in info or "AMX_INT8 = 1" in info:
         sys.exit("gen_arch_fixtures: the \"repack\" models need an x86 CPU with AVX2 and "
@@ -254,8 +256,9 @@ def main():
                 "Models written by shoal-synth-model from each spec (plus --ctx n_ctx and "
                 "--vocab-from the default model). CPU only, extra buffer types off (as "
                 "llamacpp_smollm2.json) except for the models with \"repack\": llama.cpp's "
-                "defaults, which on x86 repack Q4_0 and Q4_K tensors of 8k rows. Each prompt "
-                "is evaluated as one batch from an empty KV cache, then one token per decode call, argmax fed back; EOS does not stop. "
+                "defaults, which on x86 repack Q4_0, Q4_K, IQ4_NL and MXFP4 tensors of 8k rows. "
+                "Each prompt is evaluated as one batch from an empty KV cache, then one token "
+                "per decode call, argmax fed back; EOS does not stop. "
                 "logits_fnv1a[i] hashes the logits row that step i's token was chosen from."
             ),
         },

@@ -106,7 +106,8 @@ inline bool tiledAllowed(gguf::TensorType t, int64_t cols) {
 inline std::vector<DotOrder> ordersOf(gguf::TensorType t, int64_t cols) {
   std::vector<DotOrder> orders = {DotOrder::Vec};
   if (tiledAllowed(t, cols)) orders.push_back(DotOrder::Tiled);
-  if (t == gguf::TensorType::Q4_0 || t == gguf::TensorType::Q4_K) {
+  if (t == gguf::TensorType::Q4_0 || t == gguf::TensorType::Q4_K || t == gguf::TensorType::IQ4_NL ||
+      t == gguf::TensorType::MXFP4) {
     orders.push_back(DotOrder::Repacked);
   }
   if (t == gguf::TensorType::Q4_K) orders.push_back(DotOrder::RepackedGemm);

@@ -171,13 +171,22 @@ class CpuMatmulTest : public QObject {
     }
   }
 
-  // Q4_K: repacked like Q4_0 when its tensor has 8k rows (block_q4_Kx8), for every batch.
+  // Q4_K, IQ4_NL and MXFP4: repacked like Q4_0 when their tensor has 8k rows (block_q4_Kx8,
+  // block_iq4_nlx8, block_mxfp4x8), for every batch; otherwise their own orders.
   void q4_KTensorsOfEightKRowsUseTheRepackedOrder() {
     const Matrix m = makeMatrix(TensorType::Q4_K, 16, 256, 1);
     for (int64_t tokens : {1, 2, 9, 64}) QCOMPARE(dotOrder(m.w, tokens), DotOrder::Repacked);
     WeightMatrix view = m.w;
     view.rows = 4;
     QCOMPARE(dotOrder(view, 9), DotOrder::Repacked);
+    for (TensorType t : {TensorType::IQ4_NL, TensorType::MXFP4}) {
+      for (int64_t tokens : {1, 2, 9}) {
+        QCOMPARE(dotOrder(makeMatrix(t, 16, 64, 1).w, tokens), DotOrder::Repacked);
+      }
+    }
+    QCOMPARE(dotOrder(makeMatrix(TensorType::IQ4_NL, 12, 64, 1).w, 1), DotOrder::Vec);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::IQ4_NL, 12, 64, 1).w, 2), DotOrder::Tiled);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::MXFP4, 12, 64, 1).w, 9), DotOrder::Vec);
   }
 
   // ... and a product's tokens split as llama.cpp hands them to its repacked kernels: whole
