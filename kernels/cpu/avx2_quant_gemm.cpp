@@ -473,6 +473,7 @@ float dotQ2_K(const BlockQ2_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder o
               const uint8_t* ahead, const __m128i* /*pairs: Q4_K/Q5_K only*/) {
   __m256 acc = _mm256_setzero_ps();
   float tiled = 0.0f;
+  __m128 repacked = _mm_setzero_ps();  // [s1 terms, s2 terms] (the repacked orders)
   for (int64_t b = 0; b < blocks; ++b) {
     prefetchBlock<BlockQ2_K>(ahead, b);
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
@@ -483,16 +484,38 @@ float dotQ2_K(const BlockQ2_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder o
     alignas(32) int16_t scales[16];
     _mm256_store_si256(reinterpret_cast<__m256i*>(scales),
                        _mm256_cvtepi8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF))));
-    __m256i lanes = _mm256_setzero_si256();
+    __m256i halves[2];  // the lanes of elements 0-127 and 128-255
     for (int h = 0; h < 2; ++h) {
       const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h));
+      halves[h] = _mm256_setzero_si256();
       for (int g = 0; g < 4; ++g) {
         const int i = 4 * h + g;
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), _mm256_set1_epi8(3));
         const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 32 * i));
-        lanes = _mm256_add_epi32(
-            lanes, _mm256_madd_epi16(partScales(scales, i), _mm256_maddubs_epi16(q, a)));
+        halves[h] = _mm256_add_epi32(
+            halves[h], _mm256_madd_epi16(partScales(scales, i), _mm256_maddubs_epi16(q, a)));
       }
+    }
+    const __m256i lanes = _mm256_add_epi32(halves[0], halves[1]);
+    if (order == DotOrder::Repacked || order == DotOrder::RepackedGemm) {
+      // llama.cpp's x86 repacked Q2_K (reference_dots.cpp): [s1, s2] times [y.d * d, y.d * dmin]
+      // fused once per block (gemv) or per half (gemm; minLanes' 128-bit halves are the halves'
+      // minimum terms).
+      const __m128 scales2 = scalePair(x[b], y[b].d);
+      const __m128i minLo = _mm256_castsi256_si128(minLanes);
+      const __m128i minHi = _mm256_extracti128_si256(minLanes, 1);
+      if (order == DotOrder::RepackedGemm) {
+        for (int h = 0; h < 2; ++h) {
+          const __m128i totals = _mm_unpacklo_epi32(_mm_cvtsi32_si128(hsumInt(halves[h])),
+                                                    _mm_cvtsi32_si128(hsumInt(h ? minHi : minLo)));
+          repacked = _mm_fmadd_ps(_mm_cvtepi32_ps(totals), scales2, repacked);
+        }
+      } else {
+        const __m128i totals = _mm_unpacklo_epi32(_mm_cvtsi32_si128(hsumInt(lanes)),
+                                                  _mm_cvtsi32_si128(hsumInt(minLanes)));
+        repacked = _mm_fmadd_ps(_mm_cvtepi32_ps(totals), scales2, repacked);
+      }
+      continue;
     }
     if (order == DotOrder::Tiled) {
       tiled =
@@ -503,6 +526,9 @@ float dotQ2_K(const BlockQ2_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder o
     const float dmin = -y[b].d * half(x[b].dmin);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(minLanes), acc);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+  }
+  if (order == DotOrder::Repacked || order == DotOrder::RepackedGemm) {
+    return _mm_cvtss_f32(_mm_sub_ss(repacked, _mm_movehdup_ps(repacked)));
   }
   return order == DotOrder::Tiled ? tiled : hsum8(acc);
 }

@@ -29,7 +29,8 @@
 //    ggml_vec_dot_mxfp4_q8_0 (AVX2), IQ4_NL's vec order (llama.cpp has no tinyBLAS or tiled
 //    kernel for it), and Q4_0's DotOrder::Repacked for a tensor of 8k rows (block_mxfp4x8).
 //
-//  * Q2_K, Q3_K and IQ4_XS (Q8_K activations) take the same two orders as the K-quants below:
+//  * Q2_K, Q3_K and IQ4_XS (Q8_K activations) take the same two orders as the K-quants below
+//    (Q2_K tensors of 8k rows the repacked ones instead, as Q4_K's):
 //    their vec_dot kernels' eight integer lanes scaled per super-block, or the tiled kernel's
 //    exact per-super-block totals (which covers them too: the tiled order depends only on
 //    those totals, not on how a kernel splits them).
@@ -61,6 +62,9 @@
 //    tokens to the gemm in whole fours and the last tokens % 4 to the gemv, and every token of a
 //    mixture of experts' product to the gemv; matmul() splits a segment's tokens the same way
 //    (matmul.h), so a token's order depends on its own segment, never on other sequences.
+//    Q2_K takes the same two orders (block_q2_Kx8, repacked by llama.cpp when the CPU has
+//    AVX-512; Shoal follows that on every level) with a gemm step of 128 elements (sub-blocks
+//    8h .. 8h+7): two fusions per super-block.
 
 #include <cstddef>
 #include <cstdint>

@@ -55,8 +55,11 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
   if (w.kind == WeightKind::Q4_0) {
     return w.tensorRows % 8 == 0 ? DotOrder::Repacked : DotOrder::Vec;
   }
-  // Q4_K, IQ4_NL and MXFP4 likewise (block_q4_Kx8, block_iq4_nlx8, block_mxfp4x8).
-  if ((w.kind == WeightKind::Q4_K || w.kind == WeightKind::IQ4_NL || w.kind == WeightKind::MXFP4) &&
+  // Q4_K, IQ4_NL and MXFP4 likewise (block_q4_Kx8, block_iq4_nlx8, block_mxfp4x8), and Q2_K,
+  // which llama.cpp repacks when the CPU has AVX-512 (block_q2_Kx8): Shoal follows that CPU's
+  // defaults on every level.
+  if ((w.kind == WeightKind::Q4_K || w.kind == WeightKind::IQ4_NL || w.kind == WeightKind::MXFP4 ||
+       w.kind == WeightKind::Q2_K) &&
       w.tensorRows % 8 == 0) {
     return DotOrder::Repacked;
   }
@@ -213,12 +216,15 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
   }
 }
 
-// The tokens of a product that llama.cpp's repacked Q4_K kernels hand to their gemm
+// The tokens of a product that llama.cpp's repacked Q4_K and Q2_K kernels hand to their gemm
 // (kernel_table.h): of a product of 2+ tokens in the order of 2+ (a prompt's segment, or runs of
 // them each a multiple of 4 long but the last: LayerRunner::buildRuns), the whole fours from
 // its first token; none of a product in the one-token order (decode rows).
 int64_t repackedGemmTokens(const GemmArgs& g, const WeightMatrix& w, int64_t orderTokens) {
-  if (w.kind != WeightKind::Q4_K || g.order != DotOrder::Repacked || orderTokens < 2) return 0;
+  if ((w.kind != WeightKind::Q4_K && w.kind != WeightKind::Q2_K) || g.order != DotOrder::Repacked ||
+      orderTokens < 2) {
+    return 0;
+  }
   return g.tokens - g.tokens % 4;
 }
 

@@ -78,15 +78,15 @@ struct MatmulJob {
 // F32/F16/BF16 matmuls of 2+ tokens go through llamafile's tinyBLAS when the shape allows (cols
 // a multiple of the vector step, rows of 4); K-quant matmuls of 8+ tokens through its tiled
 // kernel; a Q4_0, Q4_K, IQ4_NL or MXFP4 tensor of 8k rows through its repacked kernels at every
-// batch size.
+// batch size (and Q2_K, as on an AVX-512 CPU).
 DotOrder dotOrder(const WeightMatrix& w, int64_t tokens);
 
 // y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t in [0, tokens). orderTokens (0:
 // tokens) picks the dot order (dotOrder) as for a product of that many tokens, so that rows of a
 // batch that belong to different sequences can each get the order of their own segment. A Q4_K
-// matrix in the repacked order with orderTokens >= 2 gives its first tokens - tokens % 4 tokens
-// DotOrder::RepackedGemm and the rest Repacked, as llama.cpp's repacked kernels split a product
-// (kernel_table.h); with orderTokens 1, every token Repacked (decode rows).
+// or Q2_K matrix in the repacked order with orderTokens >= 2 gives its first tokens - tokens % 4
+// tokens DotOrder::RepackedGemm and the rest Repacked, as llama.cpp's repacked kernels split a
+// product (kernel_table.h); with orderTokens 1, every token Repacked (decode rows).
 void matmul(const WeightMatrix& w, const float* x, int64_t tokens, float* y, ThreadPool& pool,
             MatmulScratch& scratch, int64_t orderTokens = 0);
 

@@ -437,6 +437,12 @@ struct SubBlockMins : NoMin {
 struct Q4K : SubBlockMins {
   using Block = BlockQ4_K;
   static void unpack(const Block& x, KBlock& k) { unpackNibbles(x, k); }
+  // The repacked gemm's step (kernel_table.h): 64 elements, two parts; minProducts' lanes are
+  // its minimum terms.
+  static constexpr int kGemmParts = 2;
+  static void stepMins(const KBlock& k, const void*, const BlockQ8_K& y, int32_t out[4]) {
+    vst1q_s32(out, minProducts(k, y));
+  }
   // Four minimum lanes, fma(-d_a * dmin, prod, lane) per block.
   static void vecStep(KAcc& acc, const KBlock& k, const void* x, const BlockQ8_K& y, int32x4_t lo,
                       int32x4_t hi) {
@@ -521,6 +527,15 @@ struct Q2K : NoMin {
     }
     k.d = half(x.d);
     k.dmin = half(x.dmin);
+  }
+  // The repacked gemm's step (kernel_table.h): 128 elements, four parts; its minimum terms are
+  // minLanes' halves.
+  static constexpr int kGemmParts = 4;
+  static void stepMins(const KBlock&, const void* x, const BlockQ8_K& y, int32_t out[4]) {
+    int32x4_t lo, hi;
+    minLanes(x, y, lo, hi);
+    out[0] = vaddvq_s32(lo);
+    out[1] = vaddvq_s32(hi);
   }
   static void minLanes(const void* xv, const BlockQ8_K& y, int32x4_t& lo, int32x4_t& hi) {
     const auto& x = *static_cast<const Block*>(xv);
@@ -612,14 +627,13 @@ void kTile(const GemmArgs& g, int64_t row, int64_t t0) {
     for (int t = 0; t < T; ++t) {
       const BlockQ8_K& y = a[t][b];
       if constexpr (kOrder == DotOrder::RepackedGemm) {
-        // Per pair of sub-blocks (2j, 2j+1: parts 2j and 2j+1): its exact total and its minimum
-        // product, each fused into its accumulator.
-        const int32x4_t prod = minProducts(k, y);
-        const int32_t prods[4] = {vgetq_lane_s32(prod, 0), vgetq_lane_s32(prod, 1),
-                                  vgetq_lane_s32(prod, 2), vgetq_lane_s32(prod, 3)};
-        for (int j = 0; j < 4; ++j) {
+        // Per step of K::kGemmParts parts: its exact total and its minimum term, each fused into
+        // its accumulator.
+        int32_t prods[4];
+        K::stepMins(k, &x[b], y, prods);
+        for (int j = 0; j < 8 / K::kGemmParts; ++j) {
           int32x4_t step = zero;
-          for (int i = 2 * j; i < 2 * j + 2; ++i) {
+          for (int i = K::kGemmParts * j; i < K::kGemmParts * (j + 1); ++i) {
             step =
                 vmlaq_n_s32(step, dot16(zero, k.q[2 * i], vld1q_s8(y.qs + 32 * i)), k.scale[2 * i]);
             step = vmlaq_n_s32(step, dot16(zero, k.q[2 * i + 1], vld1q_s8(y.qs + 32 * i + 16)),
@@ -671,7 +685,7 @@ void gemmKOrder(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
 template <class K>
 void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   if (g.order == DotOrder::Tiled) return gemmKOrder<K, DotOrder::Tiled>(g, rowBegin, rowEnd);
-  if constexpr (std::is_same_v<K, Q4K>) {  // the one repacked K-quant
+  if constexpr (std::is_same_v<K, Q4K> || std::is_same_v<K, Q2K>) {  // the repacked K-quants
     if (g.order == DotOrder::Repacked) {
       return gemmKOrder<K, DotOrder::Repacked>(g, rowBegin, rowEnd);
     }

@@ -440,7 +440,7 @@ float dotQ2_K(const void* w, const void* a, int64_t n, DotOrder order) {
   const auto* x = static_cast<const BlockQ2_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float acc[8] = {};
-  float tiled = 0;
+  float tiled = 0, repacked = 0, repackedMin = 0;
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const BlockQ2_K& blk = x[b];
     int32_t lanes[8], mins[8];
@@ -462,10 +462,33 @@ float dotQ2_K(const void* w, const void* a, int64_t n, DotOrder order) {
           tiledStep(tiled, lanes, minSum, halfToFloat(blk.d), halfToFloat(blk.dmin), y[b].d, true);
       continue;
     }
+    if (order == DotOrder::Repacked || order == DotOrder::RepackedGemm) {
+      // llama.cpp's x86 repacked Q2_K (ggml_gemv/gemm_q2_K_8x8_q8_K, AVX-512 CPUs): Q4_K's two
+      // accumulators; the gemv fuses once per super-block, the gemm once per 128 elements (half
+      // h: sub-blocks 8h .. 8h+7, mins pairs 4h .. 4h+3).
+      int32_t halves[2] = {}, minHalves[2] = {};
+      for (int e = 0; e < kQKK; ++e) {
+        const int q = (blk.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+        halves[e / 128] += (blk.scales[e / 16] & 0xF) * q * y[b].qs[e];
+      }
+      for (int k = 0; k < 8; ++k) minHalves[k / 4] += mins[k];
+      const float da = y[b].d;
+      const int steps = order == DotOrder::RepackedGemm ? 2 : 1;
+      for (int h = 0; h < steps; ++h) {
+        const int32_t s1 = steps == 2 ? halves[h] : halves[0] + halves[1];
+        const int32_t s2 = steps == 2 ? minHalves[h] : minHalves[0] + minHalves[1];
+        repacked = std::fma(static_cast<float>(s1), halfToFloat(blk.d) * da, repacked);
+        repackedMin = std::fma(static_cast<float>(s2), halfToFloat(blk.dmin) * da, repackedMin);
+      }
+      continue;
+    }
     const float d = y[b].d * halfToFloat(blk.d);
     const float dmin = -y[b].d * halfToFloat(blk.dmin);
     for (int k = 0; k < 8; ++k) acc[k] = std::fma(dmin, static_cast<float>(mins[k]), acc[k]);
     for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
+  }
+  if (order == DotOrder::Repacked || order == DotOrder::RepackedGemm) {
+    return repacked - repackedMin;
   }
   return order == DotOrder::Tiled ? tiled : order::hsum8(acc);
 }

@@ -114,7 +114,7 @@ MODELS = [
      "type_of": {"attn_v": "q5_K", "ffn_down": "q4_K", "output": "q6_K"}, "repack": True,
      "seed": 44},
     {"name": "llama-q2_K", "arch": "llama", "layers": 2, "embd": 256, "heads": 4, "kv_heads": 2,
-     "ff": 512, "type": "q2_K", "seed": 45},
+     "ff": 512, "type": "q2_K", "repack": True, "seed": 45},
     {"name": "qwen3moe-8x2-iq4_xs", "arch": "qwen3moe", "layers": 2, "embd": 256, "heads": 4,
      "kv_heads": 2, "ff": 512, "experts": 8, "experts_used": 2, "ff_expert": 256,
      "type": "iq4_xs", "seed": 46},
@@ -178,14 +178,22 @@ def logits_hash(logits):
     return fnv1a64(np.asarray(logits, dtype="<f4").tobytes())
 
 
+def uses_type(spec, type_name):
+    return spec.get("type") == type_name or type_name in spec.get("type_of", {}).values()
+
+
 def check_repack_possible():
     """Models with "repack" need llama.cpp's x86 repacked Q4_0, Q4_K, IQ4_NL and MXFP4 kernels:
     AVX2, and no AMX (whose buffer type would take the Q4_0 matrices first, and crashes on
-    Q4_1: see gen_fixtures.py)."""
+    Q4_1: see gen_fixtures.py); with Q2_K, AVX-512 (llama.cpp repacks Q2_K only there)."""
     info = llama_cpp.llama_print_system_info().decode()
     if "AVX2 = 1" not in info or "AMX_INT8 = 1" in info:
         sys.exit("gen_arch_fixtures: the \"repack\" models need an x86 CPU with AVX2 and "
                  f"without AMX; this one: {info.strip()}")
+    if any(spec.get("repack") and uses_type(spec, "q2_K") for spec in MODELS) and \
+            "AVX512 = 1" not in info:
+        sys.exit("gen_arch_fixtures: the \"repack\" models with Q2_K need an x86 CPU with "
+                 f"AVX-512; this one: {info.strip()}")
 
 
 def run_model(path, n_vocab_expected, prompts, extra_bufts):
@@ -256,7 +264,8 @@ def main():
                 "Models written by shoal-synth-model from each spec (plus --ctx n_ctx and "
                 "--vocab-from the default model). CPU only, extra buffer types off (as "
                 "llamacpp_smollm2.json) except for the models with \"repack\": llama.cpp's "
-                "defaults, which on x86 repack Q4_0, Q4_K, IQ4_NL and MXFP4 tensors of 8k rows. "
+                "defaults, which on x86 repack Q4_0, Q4_K, IQ4_NL and MXFP4 tensors of 8k rows "
+                "(Q2_K too with AVX-512, which this machine has). "
                 "Each prompt is evaluated as one batch from an empty KV cache, then one token "
                 "per decode call, argmax fed back; EOS does not stop. "
                 "logits_fnv1a[i] hashes the logits row that step i's token was chosen from."

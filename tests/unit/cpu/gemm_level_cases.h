@@ -106,11 +106,12 @@ inline bool tiledAllowed(gguf::TensorType t, int64_t cols) {
 inline std::vector<DotOrder> ordersOf(gguf::TensorType t, int64_t cols) {
   std::vector<DotOrder> orders = {DotOrder::Vec};
   if (tiledAllowed(t, cols)) orders.push_back(DotOrder::Tiled);
-  if (t == gguf::TensorType::Q4_0 || t == gguf::TensorType::Q4_K || t == gguf::TensorType::IQ4_NL ||
-      t == gguf::TensorType::MXFP4) {
+  using gguf::TensorType;
+  if (t == TensorType::Q4_0 || t == TensorType::Q4_K || t == TensorType::IQ4_NL ||
+      t == TensorType::MXFP4 || t == TensorType::Q2_K) {
     orders.push_back(DotOrder::Repacked);
   }
-  if (t == gguf::TensorType::Q4_K) orders.push_back(DotOrder::RepackedGemm);
+  if (t == TensorType::Q4_K || t == TensorType::Q2_K) orders.push_back(DotOrder::RepackedGemm);
   return orders;
 }
 

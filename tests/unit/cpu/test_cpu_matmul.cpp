@@ -48,7 +48,8 @@ std::vector<float> referenceProduct(const WeightMatrix& w, const std::vector<flo
   std::vector<float> y(static_cast<size_t>(w.rows * tokens));
   const int64_t orderOf = orderTokens > 0 ? orderTokens : tokens;
   const DotOrder order = dotOrder(w, orderOf);
-  const bool split = w.kind == WeightKind::Q4_K && order == DotOrder::Repacked && orderOf >= 2;
+  const bool split = (w.kind == WeightKind::Q4_K || w.kind == WeightKind::Q2_K) &&
+                     order == DotOrder::Repacked && orderOf >= 2;
   for (int64_t t = 0; t < tokens; ++t) {
     referenceKernels().convert[static_cast<int>(w.activation)](&x[static_cast<size_t>(t * w.cols)],
                                                                act.data(), w.cols);
@@ -171,8 +172,8 @@ class CpuMatmulTest : public QObject {
     }
   }
 
-  // Q4_K, IQ4_NL and MXFP4: repacked like Q4_0 when their tensor has 8k rows (block_q4_Kx8,
-  // block_iq4_nlx8, block_mxfp4x8), for every batch; otherwise their own orders.
+  // Q4_K, IQ4_NL, MXFP4 and Q2_K: repacked like Q4_0 when their tensor has 8k rows (block_q4_Kx8,
+  // block_iq4_nlx8, block_mxfp4x8, block_q2_Kx8), for every batch; otherwise their own orders.
   void q4_KTensorsOfEightKRowsUseTheRepackedOrder() {
     const Matrix m = makeMatrix(TensorType::Q4_K, 16, 256, 1);
     for (int64_t tokens : {1, 2, 9, 64}) QCOMPARE(dotOrder(m.w, tokens), DotOrder::Repacked);
@@ -187,14 +188,23 @@ class CpuMatmulTest : public QObject {
     QCOMPARE(dotOrder(makeMatrix(TensorType::IQ4_NL, 12, 64, 1).w, 1), DotOrder::Vec);
     QCOMPARE(dotOrder(makeMatrix(TensorType::IQ4_NL, 12, 64, 1).w, 2), DotOrder::Tiled);
     QCOMPARE(dotOrder(makeMatrix(TensorType::MXFP4, 12, 64, 1).w, 9), DotOrder::Vec);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::Q2_K, 16, 256, 1).w, 9), DotOrder::Repacked);
+    QCOMPARE(dotOrder(makeMatrix(TensorType::Q2_K, 12, 256, 1).w, 9), DotOrder::Tiled);
   }
 
-  // ... and a product's tokens split as llama.cpp hands them to its repacked kernels: whole
-  // fours to the gemm (fused every 64 elements), the rest to the gemv (every 256); a product in
-  // the one-token order (decode rows of several sequences) all to the gemv. Checked against the
-  // reference, and the two orders differ on these inputs (so the split is visible).
+  // ... and a product's tokens split as llama.cpp hands them to its repacked kernels (Q4_K, Q2_K):
+  // whole fours to the gemm (fused every 64 or 128 elements), the rest to the gemv (every 256); a
+  // product in the one-token order (decode rows of several sequences) all to the gemv. Checked
+  // against the reference, and the two orders differ on these inputs (so the split is visible).
+  void q4_KProductsSplitTheirTokensBetweenTheRepackedGemmAndGemv_data() {
+    QTest::addColumn<int>("type");
+    for (TensorType t : {TensorType::Q4_K, TensorType::Q2_K}) {
+      QTest::addRow("%s", gguf::typeName(t).c_str()) << static_cast<int>(t);
+    }
+  }
   void q4_KProductsSplitTheirTokensBetweenTheRepackedGemmAndGemv() {
-    Matrix m = makeMatrix(TensorType::Q4_K, 48, 1024, 11);
+    QFETCH(int, type);
+    Matrix m = makeMatrix(static_cast<TensorType>(type), 48, 1024, 11);
     ThreadPool pool(2);
     MatmulScratch scratch;
     for (int64_t tokens : {2, 4, 7, 9, 16}) {
