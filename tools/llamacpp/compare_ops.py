@@ -8,7 +8,8 @@ tensor that is not bit-identical names the op to look at.
 
 Shoal's side comes from build/tools/shoal-dump-tensors (CpuStage's tensor observer). llama.cpp's
 comes from its eval callback (llama_context_params.cb_eval), under the settings the fixtures use:
-CPU, extra buffer types off, no flash attention, f16 KV cache, one ubatch for the batch.
+CPU, extra buffer types off (on, llama.cpp's defaults, for a fixture whose spec has "repack" and
+with --repack), no flash attention, f16 KV cache, one ubatch for the batch.
 
 For each tensor Shoal reports, the llama.cpp tensors of the same name and layer with as many
 elements are candidates (llama.cpp names several steps alike: Qcur before and after RoPE); the
@@ -178,6 +179,9 @@ def main():
     parser.add_argument("--run", type=int, default=1, help="with --fixture: the run's prompt")
     parser.add_argument("--ids", help="with --model: comma-separated token ids (one batch)")
     parser.add_argument("--prefix", default="", help="ids evaluated first, not compared")
+    parser.add_argument("--repack", action="store_true",
+                        help="with --model: llama.cpp at its defaults (extra buffer types, weight "
+                             "repacking on), as the fixtures' \"repack\" models")
     parser.add_argument("--n-ctx", type=int, default=512)
     parser.add_argument("--threads", type=int, default=N_THREADS)
     parser.add_argument("--dump", type=pathlib.Path,
@@ -212,10 +216,12 @@ def main():
                 entry["spec"], DEFAULT_MODEL, model), check=True, stdout=subprocess.DEVNULL)
             ids = entry["runs"][args.run]["prompt_ids"]
             n_ctx = fixtures["meta"]["n_ctx"]
+            repack = bool(entry["spec"].get("repack"))
         else:
             if not args.ids:
                 sys.exit("compare_ops: --model needs --ids")
             model, ids, n_ctx = args.model, ids_of(args.ids), args.n_ctx
+            repack = args.repack
         if not ids:
             sys.exit("compare_ops: no token ids")
 
@@ -224,7 +230,7 @@ def main():
         capture = LlamaCapture()
         capture.install()
         disable_extra_buffer_types()
-        llm = load_llama(model, n_ctx, max(len(ids), len(prefix), 1))
+        llm = load_llama(model, n_ctx, max(len(ids), len(prefix), 1), repack)
         if prefix:
             llm.eval(prefix)
         capture.recording = True
