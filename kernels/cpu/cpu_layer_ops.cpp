@@ -32,7 +32,9 @@ LayerRunner::LayerRunner(std::span<const CpuLayer> layers, int64_t nEmbd,
     for (const BoundOp& op : layer.ops) {
       for (size_t b = 0; b < model::kBufferCount; ++b) widest[b] = std::max(widest[b], op.width[b]);
       for (const WeightMatrix& m : op.matrices) {
-        if (m.data) m_matmulScratch.reserve(m, maxBatch);
+        if (!m.data) continue;
+        m_matmulScratch.reserve(m, maxBatch);
+        m_runsInFours = m_runsInFours || splitsTokensInFours(m);
       }
     }
     widestKv = std::max<int64_t>(widestKv, layer.attention.kvDim());
@@ -271,19 +273,25 @@ void LayerRunner::buildRuns() {
   for (const runtime::Segment& s : m_segments) {
     const int64_t rows = liveRows(s);
     if (rows == 0) continue;
-    // dotOrder's thresholds: 2+ tokens (tinyBLAS) and 8+ (the K-quant tiled kernel). A segment
-    // joins the run before it only if that run's rows are a multiple of 4: the repacked Q4_K
-    // kernels split a product's tokens into whole fours and the rest (matmul.cpp,
-    // repackedGemmTokens), which must fall as they would in each segment alone.
+    // dotOrder's thresholds: 2+ tokens (tinyBLAS) and 8+ (the K-quant tiled kernel). With a
+    // repacked Q4_K or Q2_K matrix in the stage (m_runsInFours), a prompt segment joins the run
+    // before it only if that run's rows are a multiple of 4: those kernels split a product's
+    // tokens into whole fours and the rest (matmul.cpp, repackedGemmTokens), which must fall as
+    // they would in each segment alone.
     const int64_t order = s.decodeOrder ? 1 : rows >= 8 ? 8 : rows >= 2 ? 2 : 1;
     if (!m_runs.empty() && m_runs.back().orderTokens == order &&
-        (order == 1 || m_runs.back().rows % 4 == 0)) {
+        (order == 1 || !m_runsInFours || m_runs.back().rows % 4 == 0)) {
       m_runs.back().rows += rows;
     } else {
       m_runs.push_back({first, rows, order});
     }
     first += rows;
   }
+}
+
+void LayerRunner::addHeadMatrix(const WeightMatrix& w, int32_t maxBatch) {
+  m_matmulScratch.reserve(w, maxBatch);
+  m_runsInFours = m_runsInFours || splitsTokensInFours(w);
 }
 
 void LayerRunner::keepOutputRows(const std::array<bool, model::kBufferCount>& live,

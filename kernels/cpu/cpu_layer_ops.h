@@ -46,6 +46,9 @@ class LayerRunner {
   // LogitRows::Last, all for All, none for None), carrying the buffers `live` marks. Once per
   // batch: the model's last layer does it, or the head when its stage holds no layer.
   void keepOutputRows(const std::array<bool, model::kBufferCount>& live, const BufferWidths& width);
+  // A matrix the stage multiplies over runs() besides the layers' (the head): scratch for
+  // batches of maxBatch rows, and the run rule it needs (splitsTokensInFours).
+  void addHeadMatrix(const WeightMatrix& w, int32_t maxBatch);
   bool keptOutputRows() const { return m_kept; }
 
   int64_t rows() const { return m_rows; }  // live rows
@@ -126,6 +129,9 @@ class LayerRunner {
   std::vector<int32_t> m_keep;       // rows KeepOutputRows keeps, ascending
   int64_t m_keepCount = 0;
   std::vector<RowRun> m_runs;  // of the live rows
+  // Some product over the runs splits its tokens in fours (splitsTokensInFours): then a prompt
+  // segment joins a run only if that run's rows are a multiple of 4.
+  bool m_runsInFours = false;
   // m_runs from the rows each segment has live now (all of them, or the kept ones).
   void buildRuns();
   // The rows of segment s live now.

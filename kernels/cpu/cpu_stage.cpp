@@ -69,7 +69,7 @@ CpuStage::CpuStage(const runtime::ModelSource& model, const runtime::StageSpec& 
   m_runner = std::make_unique<LayerRunner>(m_layers, c.nEmbd, std::move(ropes), freqFactors,
                                            spec.maxBatch, std::move(pool));
   // Sized for the largest batch now, so that a batch never allocates.
-  if (m_output.data) m_runner->matmulScratch().reserve(m_output, spec.maxBatch);
+  if (m_output.data) m_runner->addHeadMatrix(m_output, spec.maxBatch);
   // Last: from here on the copying thread may adopt units (under m_adoptMutex).
   startWeightCopy(model);
 }

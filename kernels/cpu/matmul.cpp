@@ -82,6 +82,11 @@ DotOrder dotOrder(const WeightMatrix& w, int64_t tokens) {
   }
 }
 
+bool splitsTokensInFours(const WeightMatrix& w) {
+  return (w.kind == WeightKind::Q4_K || w.kind == WeightKind::Q2_K) &&
+         dotOrder(w, 2) == DotOrder::Repacked;
+}
+
 namespace {
 
 // Whether w's kernels read RepackedQ4_0Act (GemmArgs::actBlocks): Q4_0 in the repacked order.
@@ -221,10 +226,7 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
 // them each a multiple of 4 long but the last: LayerRunner::buildRuns), the whole fours from
 // its first token; none of a product in the one-token order (decode rows).
 int64_t repackedGemmTokens(const GemmArgs& g, const WeightMatrix& w, int64_t orderTokens) {
-  if ((w.kind != WeightKind::Q4_K && w.kind != WeightKind::Q2_K) || g.order != DotOrder::Repacked ||
-      orderTokens < 2) {
-    return 0;
-  }
+  if (!splitsTokensInFours(w) || orderTokens < 2) return 0;
   return g.tokens - g.tokens % 4;
 }
 

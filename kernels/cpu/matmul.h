@@ -81,6 +81,11 @@ struct MatmulJob {
 // batch size (and Q2_K, as on an AVX-512 CPU).
 DotOrder dotOrder(const WeightMatrix& w, int64_t tokens);
 
+// Whether matmul() splits w's products of 2+ tokens into whole fours and the rest (a Q4_K or Q2_K
+// matrix in the repacked order, below): a caller that runs several segments' rows as one product
+// must then start each segment on a multiple of 4 (LayerRunner::buildRuns).
+bool splitsTokensInFours(const WeightMatrix& w);
+
 // y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t in [0, tokens). orderTokens (0:
 // tokens) picks the dot order (dotOrder) as for a product of that many tokens, so that rows of a
 // batch that belong to different sequences can each get the order of their own segment. A Q4_K
