@@ -18,10 +18,11 @@ On AMX CPUs this llama.cpp crashes with it (a SIGSEGV in ggml_backend_amx_mul_ma
 issue #20824), so the default --peer-repack auto first runs one short llama-bench with repacking
 on and, if that fails, compares against repacking off; the report's "peer" and "peer_probe" say
 which ran and why. --peer-repack 1 insists on repacking (and stops if it crashes);
---peer-repack 0 is the configuration the fixtures and the CPU backend's bit-identity refer to
-for every type but Q4_0 (plain matmul path, no extra buffer types); for Q4_0 they refer to
-repacking on (Shoal follows llama.cpp's x86 repacked Q4_0 kernels: DotOrder::Repacked). Flash
-attention is off in both, as in the fixtures. Standard library only.
+--peer-repack 0 measures the plain matmul path (no extra buffer types). The fixtures and the
+CPU backend's bit-identity refer to the default, repacking on, on an x86 CPU with AVX-512 (Shoal
+follows llama.cpp's repacked kernels for Q4_0, Q4_K, Q2_K, IQ4_NL and MXFP4: DotOrder::Repacked
+and RepackedGemm; its repacking changes nothing for the other types on x86). Flash attention is
+off in both, as in the fixtures. Standard library only.
 
 The model is the default one, --model M, --synthetic a3b-moe|a3b-dense (a Qwen3-30B-A3B-shaped
 mixture of experts cut to 8 layers, or the same with a dense FFN of its active width: see
@@ -36,9 +37,13 @@ Roofline: the bytes one decode step reads (every weight tensor, token_embd only 
 the output, of stacked experts only the routed top-k share) times tg tokens/s, over the DRAM read
 bandwidth shoal_membw measures with the same thread count (or --bandwidth-gibs). shoal_membw
 runs once per run, just before the run's tg measures, and each run's fractions use that run's
-bandwidth; the report gives the medians of the per-run fractions. Why per run: on the 2-core
-EPYC VM the 2-thread bandwidth switched between about 30 and 53-62 GiB/s from one minute to
-the next (1 thread: 27-29 throughout), so a single measurement at the start could be either.
+bandwidth; the report gives the medians of the per-run fractions, and each run's beside its
+bandwidth. Why per run: on the 2-core EPYC VM the 2-thread bandwidth switched between about 30
+and 53-62 GiB/s from one minute to the next (1 thread: 23-29), so a single measurement at the
+start could be either. In a fast minute two cores cannot consume it: every decode there,
+llama.cpp's too, reached about half of it (0.35-0.59 in the 2026-12-07 sets), against
+0.71-0.99 (Shoal) and 0.59-0.94 (llama.cpp) in a slow one; a set's median depends on how many
+fast minutes it met.
 It is a DRAM figure only for models much larger than the last-level cache; a model that fits in
 it (SmolLM2-135M in a 480 MiB L3) can exceed 1.
 
@@ -335,9 +340,10 @@ def main():
 
     median = {k: {who: statistics.median(v) for who, v in samples[k].items()} for k in samples}
     step_bytes = decode_bytes_per_token(a.model)
-    fractions = {who: statistics.median(step_bytes * tg / b["bytes_per_s_median"]
-                                        for tg, b in zip(samples["tg"][who], bandwidths))
-                 for who in ("shoal", "llama.cpp")}
+    per_run = {who: [step_bytes * tg / b["bytes_per_s_median"]
+                     for tg, b in zip(samples["tg"][who], bandwidths)]
+               for who in ("shoal", "llama.cpp")}
+    fractions = {who: statistics.median(v) for who, v in per_run.items()}
     report = {
         "model": Path(a.model).name,
         "model_file_bytes": os.path.getsize(a.model),
@@ -364,6 +370,9 @@ def main():
             # the median over runs of the fraction of that run's DRAM bandwidth tg streams
             # weights at
             "fraction_of_dram_bandwidth": fractions,
+            # each run's, beside its bandwidth above: in a minute of fast memory (50+ GiB/s on
+            # the dev VM) every decode, llama.cpp's too, is bound by its cores instead
+            "fraction_of_dram_bandwidth_per_run": per_run,
         },
         "samples": samples,
     }
