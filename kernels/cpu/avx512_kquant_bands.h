@@ -1,7 +1,7 @@
 #pragma once
-// The AVX-512 VNNI prefill kernel for K-quant weights (DotOrder::Tiled; for Q4_K also the
-// repacked orders, Repacked and RepackedGemm): bands of 16 weight rows, one row per int32 lane,
-// against the tokens' Q8_K activations broadcast four bytes at a time.
+// The AVX-512 VNNI prefill kernel for K-quant weights (DotOrder::Tiled: Q4_K, Q5_K, Q6_K, Q3_K and
+// IQ4_XS; for Q4_K also the repacked orders, Repacked and RepackedGemm): bands of 16 weight rows,
+// one row per int32 lane, against the tokens' Q8_K activations broadcast four bytes at a time.
 //
 // Why this shape: the 8-row tiled kernel (x86_kquant_kernels.h) spends two multiplies
 // (vpmaddubsw, vpdpwssd) per 64 products and reduces eight rows' lanes across registers per
@@ -11,11 +11,13 @@
 // the 16 rows; one vpdpbusd multiplies it with four activation bytes of one token, so a zmm of
 // int32 lanes is the 16 rows' sums for that token, with nothing to reduce. Each sub-block's sums
 // take their scale with one vpmulld; the minimums (Q4_K, Q5_K) and Q6_K's -32 bias enter through
-// vpdpwssd against the activation sums (bsums). Integer arithmetic is exact in any order, and the
-// float epilogue is the order's, so every lane rounds exactly as the reference (reference_dots.cpp)
-// does for its row: bit-identical. RepackedGemm fuses each pair of sub-blocks' totals as it ends
-// and the four minimum terms at the block's end (about 25% more time per row and token than the
-// tiled order's one epilogue per block: cpu_kernels_bench --order repacked-gemm, 64 tokens).
+// vpdpwssd against the activation sums (bsums), and so do the offsets of the types with signed
+// values (Q3_K's codes are value + 4, IQ4_XS's level + 128). Integer arithmetic is exact in any
+// order, and the float epilogue is the order's, so every lane rounds exactly as the reference
+// (reference_dots.cpp) does for its row: bit-identical. RepackedGemm fuses each pair of sub-blocks'
+// totals as it ends and the four minimum terms at the block's end (about 25% more time per row and
+// token than the tiled order's one epilogue per block: cpu_kernels_bench --order repacked-gemm, 64
+// tokens).
 //
 // Included by avx512_kquant_gemm.cpp only (anonymous namespace, AVX-512 flags: see
 // x86_kquant_kernels.h). A traits type K adds to that header's interface:
@@ -47,8 +49,8 @@ struct BandTile {
   alignas(64) uint32_t codes[kCodeGroups][kBandRows];  // elements 4g..4g+3 of each row, as u8
   alignas(64) int32_t scales[kSubBlocks][kBandRows];   // each sub-block's integer scale
   // Pairs of int16 for vpdpwssd against the activations' bsums: Q4_K/Q5_K the minimums of
-  // sub-blocks 2p, 2p+1 (against the sums of their 32 elements); Q6_K -32 times the scales of
-  // 16-element groups 2p, 2p+1 (against bsums 2p, 2p+1).
+  // sub-blocks 2p, 2p+1 (against the sums of their 32 elements), IQ4_XS -128 times their scales;
+  // Q6_K -32 (Q3_K -4) times the scales of 16-element groups 2p, 2p+1 (against bsums 2p, 2p+1).
   alignas(64) int32_t pairs[kSubBlocks / 2][kBandRows];
   alignas(64) float d[kBandRows];
   alignas(64) float dmin[kBandRows];
@@ -110,7 +112,7 @@ inline __m512i subBlockSumPairs(const BlockQ8_K& y) {
 // The block's terms for one token and one tile, from its integer sums s1: acc (16 floats, row r
 // in lane r) += them, rounded as the tiled order rounds them; in the repacked order (Q4_K),
 // acc += s1 * (d_w * d_a) and accMin += s2 * (dmin_w * d_a), each fused. sums:
-// subBlockSumPairs(y) for types with minimums (unused otherwise).
+// subBlockSumPairs(y) for types with minimums or 32-element sub-blocks (unused otherwise).
 template <class K, DotOrder kOrder>
 inline void bandEpilogue(const BandTile<K::kSubBlocks>& tile, const BlockQ8_K& y, __m512i sums,
                          __m512i s1, float* acc, float* accMin) {
@@ -135,12 +137,21 @@ inline void bandEpilogue(const BandTile<K::kSubBlocks>& tile, const BlockQ8_K& y
     }
     r = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_load_ps(tile.d));
     r = _mm512_fnmadd_ps(_mm512_load_ps(tile.dmin), _mm512_cvtepi32_ps(s2), r);
-  } else {
-    // The -32 bias: s1 += sum of (-32 scale(g)) * bsum(g), two groups per vpdpwssd.
+  } else if constexpr (K::kSubBlocks == 16) {
+    // The offset (Q6_K's -32, Q3_K's -4): s1 += sum of (offset * scale(g)) * bsum(g), two
+    // groups per vpdpwssd.
     for (int p = 0; p < K::kSubBlocks / 2; ++p) {
       s1 = _mm512_dpwssd_epi32(s1,
                                _mm512_load_si512(reinterpret_cast<const __m512i*>(tile.pairs[p])),
                                _mm512_set1_epi32(load32(y.bsums + 2 * p)));
+    }
+    r = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_load_ps(tile.d));
+  } else {
+    // 32-element sub-blocks (IQ4_XS's -128): against each sub-block's sum, as the minimums.
+    for (int p = 0; p < K::kSubBlocks / 2; ++p) {
+      s1 = _mm512_dpwssd_epi32(s1,
+                               _mm512_load_si512(reinterpret_cast<const __m512i*>(tile.pairs[p])),
+                               _mm512_permutexvar_epi32(_mm512_set1_epi32(p), sums));
     }
     r = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_load_ps(tile.d));
   }
@@ -226,7 +237,8 @@ void bandTokens(const BandTile<K::kSubBlocks>* tiles, const BlockQ8_K* const* y,
   }
   for (int t = 0; t < N; ++t) {
     // Once per token for all H bands.
-    const __m512i sums = K::kHasMin ? subBlockSumPairs(*y[t]) : _mm512_setzero_si512();
+    const __m512i sums =
+        K::kHasMin || K::kSubBlocks == 8 ? subBlockSumPairs(*y[t]) : _mm512_setzero_si512();
     for (int h = 0; h < H; ++h) {
       bandEpilogue<K, kOrder>(tiles[h], *y[t], sums, s1[h][t], acc[t][h],
                               kOrder != DotOrder::Tiled ? accMin[t][h] : nullptr);

@@ -1,4 +1,5 @@
-// AVX-512 (VNNI) matrix kernels for Q4_K, Q5_K and Q6_K weights, bit-identical to the scalar
+// AVX-512 (VNNI) matrix kernels for Q4_K, Q5_K and Q6_K weights (and Q3_K's and IQ4_XS's
+// prefill), bit-identical to the scalar
 // reference (reference_dots.cpp): x86_kquant_kernels.h's kernels over 64-element steps.
 //
 // A step is two of the AVX2 kernel's 32-element parts side by side in one zmm: vpmaddubsw
@@ -15,6 +16,7 @@
 
 #include <immintrin.h>
 
+#include "engine/gguf/quant_common.h"
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/cpu/x86_kquant_kernels.h"
@@ -197,6 +199,89 @@ struct Q6KTraits : Avx512KSteps {
   static float dmin(const Block&) { return 0.0f; }
 };
 
+// Q3_K and IQ4_XS in bands only (the tiled order: prefill batches of 8+ tokens; their decode and
+// a band's last rows stay with the AVX2 kernels). Their values are signed, so the bands' unsigned
+// codes carry an offset that is taken back in integers against the activation sums, as Q6_K's -32
+// is (exact: the tiled order needs only each super-block's integer total).
+
+// Q3_K: code = the low two bits + 4 x the third bit = value + 4 (0..7); per 16-element group g
+// the offset enters as -4 * scale(g) against bsum g (tile.pairs, as Q6_K's).
+struct Q3KTraits {
+  static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 16;
+  using Block = BlockQ3_K;
+  static constexpr bool kHasMin = false;
+  struct Context {};
+  static void prepare(const Block& /*x*/, Context& /*c*/, __m128i& /*mins*/) {}
+  // Step i, elements 64i .. 64i+63: half h = i / 2 of the block, bit pairs g and g + 1 (g =
+  // 2(i % 2)) of qs[32h ..] in the low and high 256 bits, third bits 4h + g and 4h + g + 1 of
+  // hmask. scale: unused (bands take tile.scales).
+  static void unpack(const Block& x, const Context& /*c*/, int i, __m512i& q, __m512i& scale) {
+    const int h = i / 2, g = 2 * (i % 2);
+    // Shifted as 16-bit words: bits 2g, 2g+1 of each byte stay its own (2g + 1 <= 7).
+    const __m512i low = _mm512_and_si512(
+        _mm512_srlv_epi16(both32(x.qs + 32 * h), halves16(2 * g, 2 * g + 2)), _mm512_set1_epi8(3));
+    const __m512i bit = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set1_epi8(static_cast<char>(1 << (4 * h + g)))),
+        _mm256_set1_epi8(static_cast<char>(1 << (4 * h + g + 1))), 1);
+    const __mmask64 third = _mm512_test_epi8_mask(both32(x.hmask), bit);
+    q = _mm512_mask_add_epi8(low, third, low, _mm512_set1_epi8(4));
+    scale = _mm512_setzero_si512();
+  }
+  static void bandScales(const Block& x, int row, BandTile<16>& tile) {
+    int scales[16];
+    for (int s = 0; s < 16; ++s) scales[s] = q3KScale(x.scales, s);
+    for (int s = 0; s < 16; ++s) tile.scales[s][row] = scales[s];
+    for (int p = 0; p < 8; ++p) {
+      const auto lo = static_cast<uint16_t>(-4 * scales[2 * p]);
+      const auto hi = static_cast<uint16_t>(-4 * scales[2 * p + 1]);
+      tile.pairs[p][row] = static_cast<int32_t>(lo | (static_cast<uint32_t>(hi) << 16));
+    }
+    tile.d[row] = half(x.d);
+    tile.dmin[row] = 0.0f;
+  }
+};
+
+// IQ4_XS: code = the level + 128 (1..241, IQ4_NL's table); per 32-element sub-block s the offset
+// enters as -128 * scale(s) (|.| <= 4096: int16) against the sub-block's activation sum.
+struct IQ4XSTraits {
+  static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 8;
+  using Block = BlockIQ4_XS;
+  static constexpr bool kHasMin = false;
+  struct Context {
+    __m512i levels;  // the 16 levels + 128, in every 128-bit lane
+  };
+  static void prepare(const Block& /*x*/, Context& c, __m128i& /*mins*/) {
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIq4NlValues));
+    // + 128 (mod 256) flips the top bit.
+    c.levels = _mm512_broadcast_i32x4(_mm_xor_si128(table, _mm_set1_epi8(-128)));
+  }
+  // Step i: sub-blocks 2i and 2i+1, bytes qs[32i ..]; a sub-block's first 16 elements are its
+  // 16 bytes' low nibbles, the next 16 their high ones: [bytes 0-15 | again | 16-31 | again],
+  // the second copies shifted down a nibble.
+  static void unpack(const Block& x, const Context& c, int i, __m512i& q, __m512i& scale) {
+    const __m512i bytes =
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * i)));
+    const __m512i copies =
+        _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), bytes);
+    const __m512i nibbles = _mm512_and_si512(_mm512_mask_srli_epi16(copies, 0xFF00FF00u, copies, 4),
+                                             _mm512_set1_epi8(0xF));
+    q = _mm512_shuffle_epi8(c.levels, nibbles);
+    scale = _mm512_setzero_si512();
+  }
+  static void bandScales(const Block& x, int row, BandTile<8>& tile) {
+    int scales[8];
+    for (int s = 0; s < 8; ++s) scales[s] = iq4XsScale(x, s);
+    for (int s = 0; s < 8; ++s) tile.scales[s][row] = scales[s];
+    for (int p = 0; p < 4; ++p) {
+      const auto lo = static_cast<uint16_t>(-128 * scales[2 * p]);
+      const auto hi = static_cast<uint16_t>(-128 * scales[2 * p + 1]);
+      tile.pairs[p][row] = static_cast<int32_t>(lo | (static_cast<uint32_t>(hi) << 16));
+    }
+    tile.d[row] = half(x.d);
+    tile.dmin[row] = 0.0f;
+  }
+};
+
 }  // namespace
 
 // The tiled order (prefill) in bands of 16 rows, the last rows and the vec order (decode) as the
@@ -227,6 +312,15 @@ void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) {
   }
   if (g.order == DotOrder::Tiled) b = gemmKBands<Q6KTraits>(g, b, e);
   gemmKTiled<Q6KTraits, dotQ6K<Q6KTraits>>(g, b, e);
+}
+
+void gemmQ3_K(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.order == DotOrder::Tiled) b = gemmKBands<Q3KTraits>(g, b, e);
+  avx2::gemmQ3_K(g, b, e);
+}
+void gemmIQ4_XS(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.order == DotOrder::Tiled) b = gemmKBands<IQ4XSTraits>(g, b, e);
+  avx2::gemmIQ4_XS(g, b, e);
 }
 
 }  // namespace shoal::cpu::avx512
