@@ -207,9 +207,36 @@ struct Q6KTraits : Avx512KSteps {
 // Q3_K: code = the low two bits + 4 x the third bit = value + 4 (0..7); per 16-element group g
 // the offset enters as -4 * scale(g) against bsum g (tile.pairs, as Q6_K's).
 struct Q3KTraits {
-  static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 16;
+  static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 16, kOffset = 4;
   using Block = BlockQ3_K;
   static constexpr bool kHasMin = false;
+  // The 16 signed scales (q3KScale) as int32: low 4 bits from byte s (s < 8) or the high nibble
+  // of byte s - 8, top 2 bits from bits 2(s / 4) of byte 8 + s % 4.
+  static __m512i scales(const Block& x) {
+    const __m128i packed =
+        _mm_insert_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales)),
+                         static_cast<int>(load32(x.scales + 8)), 2);
+    const __m512i bytes = _mm512_cvtepu8_epi32(packed);
+    const __m512i low = _mm512_and_si512(
+        _mm512_srlv_epi32(
+            _mm512_permutexvar_epi32(
+                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7), bytes),
+            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4)),
+        _mm512_set1_epi32(0xF));
+    const __m512i high = _mm512_and_si512(
+        _mm512_srlv_epi32(
+            _mm512_permutexvar_epi32(
+                _mm512_setr_epi32(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11), bytes),
+            _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6)),
+        _mm512_set1_epi32(3));
+    return _mm512_sub_epi32(_mm512_or_si512(low, _mm512_slli_epi32(high, 4)),
+                            _mm512_set1_epi32(32));
+  }
+  // Step i's lane j (elements 64i + 4j ..) is in 16-element sub-block 4i + j / 4.
+  static __m512i scaleIndex(int i) {
+    return _mm512_add_epi32(_mm512_set1_epi32(4 * i),
+                            _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+  }
   struct Context {};
   static void prepare(const Block& /*x*/, Context& /*c*/, __m128i& /*mins*/) {}
   // Step i, elements 64i .. 64i+63: half h = i / 2 of the block, bit pairs g and g + 1 (g =
@@ -244,9 +271,28 @@ struct Q3KTraits {
 // IQ4_XS: code = the level + 128 (1..241, IQ4_NL's table); per 32-element sub-block s the offset
 // enters as -128 * scale(s) (|.| <= 4096: int16) against the sub-block's activation sum.
 struct IQ4XSTraits {
-  static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 8;
+  static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 8, kOffset = 128;
   using Block = BlockIQ4_XS;
   static constexpr bool kHasMin = false;
+  // The 8 signed scales (iq4XsScale) as int32 in lanes 0-7 (8-15 unused): low 4 bits nibble s of
+  // scalesLow, top 2 bits bits 2s of scalesHigh.
+  static __m512i scales(const Block& x) {
+    const __m512i low = _mm512_and_si512(
+        _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(load32(x.scalesLow))),
+                          _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0)),
+        _mm512_set1_epi32(0xF));
+    const __m512i high = _mm512_and_si512(
+        _mm512_srlv_epi32(_mm512_set1_epi32(x.scalesHigh),
+                          _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0)),
+        _mm512_set1_epi32(3));
+    return _mm512_sub_epi32(_mm512_or_si512(low, _mm512_slli_epi32(high, 4)),
+                            _mm512_set1_epi32(32));
+  }
+  // Step i's lane j is in 32-element sub-block 2i + j / 8.
+  static __m512i scaleIndex(int i) {
+    return _mm512_add_epi32(_mm512_set1_epi32(2 * i),
+                            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+  }
   struct Context {
     __m512i levels;  // the 16 levels + 128, in every 128-bit lane
   };
@@ -283,6 +329,12 @@ struct IQ4XSTraits {
 };
 
 }  // namespace
+}  // namespace shoal::cpu::avx512
+
+// After the traits above, which it reads.
+#include "kernels/cpu/avx512_signed_kquant_vec.h"
+
+namespace shoal::cpu::avx512 {
 
 // The tiled order (prefill) in bands of 16 rows, the last rows and the vec order (decode) as the
 // AVX2 level orders them.
@@ -314,12 +366,16 @@ void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) {
   gemmKTiled<Q6KTraits, dotQ6K<Q6KTraits>>(g, b, e);
 }
 
+// Q3_K and IQ4_XS: the tiled order in bands (a band's last rows as at the AVX2 level), the vec
+// order by avx512_signed_kquant_vec.h.
 void gemmQ3_K(const GemmArgs& g, int64_t b, int64_t e) {
-  if (g.order == DotOrder::Tiled) b = gemmKBands<Q3KTraits>(g, b, e);
+  if (g.order != DotOrder::Tiled) return gemmSignedVec<Q3KTraits>(g, b, e);
+  b = gemmKBands<Q3KTraits>(g, b, e);
   avx2::gemmQ3_K(g, b, e);
 }
 void gemmIQ4_XS(const GemmArgs& g, int64_t b, int64_t e) {
-  if (g.order == DotOrder::Tiled) b = gemmKBands<IQ4XSTraits>(g, b, e);
+  if (g.order != DotOrder::Tiled) return gemmSignedVec<IQ4XSTraits>(g, b, e);
+  b = gemmKBands<IQ4XSTraits>(g, b, e);
   avx2::gemmIQ4_XS(g, b, e);
 }
 
