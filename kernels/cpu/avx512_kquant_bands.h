@@ -109,6 +109,18 @@ inline __m512i subBlockSumPairs(const BlockQ8_K& y) {
   return _mm512_broadcast_i32x4(_mm_hadd_epi16(lo, hi));
 }
 
+// The activation sums that tile.pairs[p] multiply: with 32-element sub-blocks (Q4_K, Q5_K,
+// IQ4_XS) the sums of sub-blocks 2p, 2p+1 (from sums: subBlockSumPairs), with 16-element ones
+// (Q6_K, Q3_K, Q2_K) bsums 2p, 2p+1.
+template <class K>
+inline __m512i pairActivations(const BlockQ8_K& y, __m512i sums, int p) {
+  if constexpr (K::kSubBlocks == 8) {
+    return _mm512_permutexvar_epi32(_mm512_set1_epi32(p), sums);
+  } else {
+    return _mm512_set1_epi32(load32(y.bsums + 2 * p));
+  }
+}
+
 // The block's terms for one token and one tile, from its integer sums s1: acc (16 floats, row r
 // in lane r) += them, rounded as the tiled order rounds them; in the repacked order (Q4_K),
 // acc += s1 * (d_w * d_a) and accMin += s2 * (dmin_w * d_a), each fused. sums:
@@ -118,12 +130,12 @@ inline void bandEpilogue(const BandTile<K::kSubBlocks>& tile, const BlockQ8_K& y
                          __m512i s1, float* acc, float* accMin) {
   __m512 r;
   if constexpr (K::kHasMin) {
-    // s2 = sum of min(s) * (bsums 2s + 2s+1).
+    // s2 = sum of each sub-block's minimum times its activations' sum.
     __m512i s2 = _mm512_setzero_si512();
     for (int p = 0; p < K::kSubBlocks / 2; ++p) {
-      const __m512i pair = _mm512_permutexvar_epi32(_mm512_set1_epi32(p), sums);
-      s2 = _mm512_dpwssd_epi32(
-          s2, _mm512_load_si512(reinterpret_cast<const __m512i*>(tile.pairs[p])), pair);
+      s2 = _mm512_dpwssd_epi32(s2,
+                               _mm512_load_si512(reinterpret_cast<const __m512i*>(tile.pairs[p])),
+                               pairActivations<K>(y, sums, p));
     }
     if constexpr (kOrder != DotOrder::Tiled) {
       const __m512 da = _mm512_set1_ps(y.d);
@@ -200,7 +212,8 @@ void bandTokens(const BandTile<K::kSubBlocks>* tiles, const BlockQ8_K* const* y,
       }
     }
     if constexpr (kOrder == DotOrder::RepackedGemm) {
-      if (s % 2 == 1) {  // sub-blocks s - 1 and s: one step of llama.cpp's gemm
+      // The last sub-block of one step of llama.cpp's gemm (Q4_K: 64 elements, Q2_K: 128).
+      if ((s + 1) % K::kGemmSubBlocks == 0) {
         for (int t = 0; t < N; ++t) {
           for (int h = 0; h < H; ++h) {
             _mm512_store_ps(acc[t][h],
@@ -213,21 +226,26 @@ void bandTokens(const BandTile<K::kSubBlocks>* tiles, const BlockQ8_K* const* y,
     }
   }
   if constexpr (kOrder == DotOrder::RepackedGemm) {
-    // The minimum terms of the four steps, in step order: (min 2j * sum 2j + min 2j+1 * sum
-    // 2j+1) * (dmin_w * d_a) fused into accMin (they do not depend on the quants, so they can
-    // wait for the block's end).
+    // The minimum terms of the steps, in step order: the step's minimums times their
+    // activations' sums (Q4_K: one pair of sub-blocks, Q2_K: four) times dmin_w * d_a, fused
+    // into accMin (they do not depend on the quants, so they can wait for the block's end).
+    constexpr int kGemmSteps = K::kSubBlocks / K::kGemmSubBlocks;
+    constexpr int kPairsPerStep = K::kSubBlocks / 2 / kGemmSteps;
     for (int t = 0; t < N; ++t) {
       const __m512i sums = subBlockSumPairs(*y[t]);
       const __m512 da = _mm512_set1_ps(y[t]->d);
-      __m512i pair[4];
-      for (int j = 0; j < 4; ++j) pair[j] = _mm512_permutexvar_epi32(_mm512_set1_epi32(j), sums);
+      __m512i pair[K::kSubBlocks / 2];
+      for (int p = 0; p < K::kSubBlocks / 2; ++p) pair[p] = pairActivations<K>(*y[t], sums, p);
       for (int h = 0; h < H; ++h) {
         const __m512 dm = _mm512_mul_ps(_mm512_load_ps(tiles[h].dmin), da);
         __m512 m = _mm512_load_ps(accMin[t][h]);
-        for (int j = 0; j < 4; ++j) {
-          const __m512i s2 = _mm512_dpwssd_epi32(
-              _mm512_setzero_si512(),
-              _mm512_load_si512(reinterpret_cast<const __m512i*>(tiles[h].pairs[j])), pair[j]);
+        for (int j = 0; j < kGemmSteps; ++j) {
+          __m512i s2 = _mm512_setzero_si512();
+          for (int p = kPairsPerStep * j; p < kPairsPerStep * (j + 1); ++p) {
+            s2 = _mm512_dpwssd_epi32(
+                s2, _mm512_load_si512(reinterpret_cast<const __m512i*>(tiles[h].pairs[p])),
+                pair[p]);
+          }
           m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), dm, m);
         }
         _mm512_store_ps(accMin[t][h], m);
@@ -327,11 +345,12 @@ int64_t gemmKBandsOrder(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd,
   return r0;
 }
 
-// gemmKBandsOrder in g's order (DotOrder::Tiled; Repacked or RepackedGemm for Q4_K).
+// gemmKBandsOrder in g's order (DotOrder::Tiled; Repacked or RepackedGemm for Q4_K and Q2_K).
 template <class K, class Rows = FileRows<typename K::Block>>
 int64_t gemmKBands(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd,
                    Rows (*rowsAt)(const GemmArgs&, int64_t) = fileRows<typename K::Block>) {
-  if constexpr (std::is_same_v<typename K::Block, BlockQ4_K>) {
+  if constexpr (std::is_same_v<typename K::Block, BlockQ4_K> ||
+                std::is_same_v<typename K::Block, BlockQ2_K>) {
     if (g.order == DotOrder::Repacked) {
       return gemmKBandsOrder<K, DotOrder::Repacked>(g, rowBegin, rowEnd, rowsAt);
     }

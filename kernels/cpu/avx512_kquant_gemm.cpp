@@ -84,6 +84,7 @@ struct Avx512KSteps {
 
 struct Q4KTraits : Avx512KSteps {
   static constexpr int kTokens = 4, kSubBlocks = 8;
+  static constexpr int kGemmSubBlocks = 2;  // RepackedGemm fuses every 64 elements
   using Block = BlockQ4_K;
   static constexpr bool kHasMin = true, kHasOffset = false;
   struct Context {
@@ -203,6 +204,34 @@ struct Q6KTraits : Avx512KSteps {
 // a band's last rows stay with the AVX2 kernels). Their values are signed, so the bands' unsigned
 // codes carry an offset that is taken back in integers against the activation sums, as Q6_K's -32
 // is (exact: the tiled order needs only each super-block's integer total).
+
+// Q2_K in bands (the repacked orders of prefill: RepackedGemm, and Repacked batches of
+// kRepackedPrefillTokens+; decode as at the AVX2 level): codes are the 2-bit values (0..3); per
+// 16-element sub-block a 4-bit scale and a 4-bit minimum against its bsum.
+struct Q2KTraits {
+  static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 16;
+  static constexpr int kGemmSubBlocks = 8;  // RepackedGemm fuses every 128 elements
+  using Block = BlockQ2_K;
+  static constexpr bool kHasMin = true;
+  struct Context {};
+  static void prepare(const Block& /*x*/, Context& /*c*/, __m128i& /*mins*/) {}
+  // Step i, elements 64i .. 64i+63: bit pairs g and g + 1 (g = 2(i % 2)) of qs[32(i / 2) ..].
+  static void unpack(const Block& x, const Context& /*c*/, int i, __m512i& q, __m512i& scale) {
+    const int g = 2 * (i % 2);
+    q = _mm512_and_si512(_mm512_srlv_epi16(both32(x.qs + 32 * (i / 2)), halves16(2 * g, 2 * g + 2)),
+                         _mm512_set1_epi8(3));
+    scale = _mm512_setzero_si512();  // unused: bands take tile.scales
+  }
+  static void bandScales(const Block& x, int row, BandTile<16>& tile) {
+    for (int s = 0; s < 16; ++s) tile.scales[s][row] = x.scales[s] & 0xF;
+    for (int p = 0; p < 8; ++p) {
+      const uint32_t lo = x.scales[2 * p] >> 4, hi = x.scales[2 * p + 1] >> 4;
+      tile.pairs[p][row] = static_cast<int32_t>(lo | (hi << 16));
+    }
+    tile.d[row] = half(x.d);
+    tile.dmin[row] = half(x.dmin);
+  }
+};
 
 // Q3_K: code = the low two bits + 4 x the third bit = value + 4 (0..7); per 16-element group g
 // the offset enters as -4 * scale(g) against bsum g (tile.pairs, as Q6_K's).
@@ -366,6 +395,13 @@ void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) {
   gemmKTiled<Q6KTraits, dotQ6K<Q6KTraits>>(g, b, e);
 }
 
+void gemmQ2_K(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.order == DotOrder::RepackedGemm ||
+      (g.order == DotOrder::Repacked && g.tokens >= kRepackedPrefillTokens)) {
+    b = gemmKBands<Q2KTraits>(g, b, e);
+  }
+  avx2::gemmQ2_K(g, b, e);
+}
 // Q3_K and IQ4_XS: the tiled order in bands (a band's last rows as at the AVX2 level), the vec
 // order by avx512_signed_kquant_vec.h.
 void gemmQ3_K(const GemmArgs& g, int64_t b, int64_t e) {

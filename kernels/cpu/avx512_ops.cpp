@@ -19,7 +19,8 @@ KernelTable makeTable() {
   set(WeightKind::Q4_K, gemmQ4_K);
   set(WeightKind::Q5_K, gemmQ5_K);
   set(WeightKind::Q6_K, gemmQ6_K);
-  set(WeightKind::Q3_K, gemmQ3_K);  // prefill; decode as at the AVX2 level
+  set(WeightKind::Q2_K, gemmQ2_K);  // prefill; decode as at the AVX2 level
+  set(WeightKind::Q3_K, gemmQ3_K);
   set(WeightKind::IQ4_XS, gemmIQ4_XS);
   t.rowGroups[static_cast<int>(WeightKind::Q4_0)] = true;  // avx512_quant_groups.h
   t.rowGroups[static_cast<int>(WeightKind::Q4_1)] = true;

@@ -44,6 +44,7 @@ void gemmQ8_0(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ4_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ5_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ6_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmQ2_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ3_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmIQ4_XS(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 // KernelTable::dotsF16 (avx512_half_dots.cpp).
