@@ -209,10 +209,33 @@ struct Q6KTraits : Avx512KSteps {
 // kRepackedPrefillTokens+; decode as at the AVX2 level): codes are the 2-bit values (0..3); per
 // 16-element sub-block a 4-bit scale and a 4-bit minimum against its bsum.
 struct Q2KTraits {
-  static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 16;
+  static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 16, kOffset = 0;
+  static constexpr bool kSmallDots = true;  // |4 x 3 x 128| <= 1536
   static constexpr int kGemmSubBlocks = 8;  // RepackedGemm fuses every 128 elements
   using Block = BlockQ2_K;
   static constexpr bool kHasMin = true;
+  // The 16 scales (low nibbles) as int32.
+  static __m512i scales(const Block& x) {
+    return _mm512_and_si512(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales))),
+        _mm512_set1_epi32(0xF));
+  }
+  // Step i's lane j (elements 64i + 4j ..) is in 16-element sub-block 4i + j / 4.
+  static __m512i scaleIndex(int i) {
+    return _mm512_add_epi32(_mm512_set1_epi32(4 * i),
+                            _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+  }
+  // Each pair of sub-blocks' minimums (high nibbles) times their bsums, eight int32.
+  static __m256i minProducts(const Block& x, const BlockQ8_K& y) {
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(
+        _mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)), 4),
+        _mm_set1_epi8(0xF)));
+    return _mm256_madd_epi16(mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)));
+  }
+  // Their sum: the block's s2 (exact).
+  static int32_t minTotal(const Block& x, const BlockQ8_K& y) {
+    return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(minProducts(x, y)));
+  }
   struct Context {};
   static void prepare(const Block& /*x*/, Context& /*c*/, __m128i& /*mins*/) {}
   // Step i, elements 64i .. 64i+63: bit pairs g and g + 1 (g = 2(i % 2)) of qs[32(i / 2) ..].
@@ -237,6 +260,7 @@ struct Q2KTraits {
 // the offset enters as -4 * scale(g) against bsum g (tile.pairs, as Q6_K's).
 struct Q3KTraits {
   static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 16, kOffset = 4;
+  static constexpr bool kSmallDots = true;  // |4 x 4 x 128| <= 2048
   using Block = BlockQ3_K;
   static constexpr bool kHasMin = false;
   // The 16 signed scales (q3KScale) as int32: low 4 bits from byte s (s < 8) or the high nibble
@@ -301,6 +325,7 @@ struct Q3KTraits {
 // enters as -128 * scale(s) (|.| <= 4096: int16) against the sub-block's activation sum.
 struct IQ4XSTraits {
   static constexpr int kSteps = 4, kStepBytes = 64, kSubBlocks = 8, kOffset = 128;
+  static constexpr bool kSmallDots = false;  // up to 4 x 127 x 128
   using Block = BlockIQ4_XS;
   static constexpr bool kHasMin = false;
   // The 8 signed scales (iq4XsScale) as int32 in lanes 0-7 (8-15 unused): low 4 bits nibble s of
@@ -395,9 +420,14 @@ void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) {
   gemmKTiled<Q6KTraits, dotQ6K<Q6KTraits>>(g, b, e);
 }
 
+// Q2_K: the repacked orders, RepackedGemm and batches of kRepackedPrefillTokens+ in bands (a
+// band's last rows as at the AVX2 level), fewer tokens by avx512_signed_kquant_vec.h; the vec
+// and tiled orders (a tensor whose rows are not a multiple of 8) as at the AVX2 level.
 void gemmQ2_K(const GemmArgs& g, int64_t b, int64_t e) {
-  if (g.order == DotOrder::RepackedGemm ||
-      (g.order == DotOrder::Repacked && g.tokens >= kRepackedPrefillTokens)) {
+  if (g.order == DotOrder::Repacked && g.tokens < kRepackedPrefillTokens) {
+    return gemmSignedVec<Q2KTraits>(g, b, e);
+  }
+  if (g.order == DotOrder::RepackedGemm || g.order == DotOrder::Repacked) {
     b = gemmKBands<Q2KTraits>(g, b, e);
   }
   avx2::gemmQ2_K(g, b, e);
