@@ -1,7 +1,8 @@
 #pragma once
 // The AVX-512 VNNI prefill kernel for K-quant weights (DotOrder::Tiled: Q4_K, Q5_K, Q6_K, Q3_K and
-// IQ4_XS; for Q4_K also the repacked orders, Repacked and RepackedGemm): bands of 16 weight rows,
-// one row per int32 lane, against the tokens' Q8_K activations broadcast four bytes at a time.
+// IQ4_XS; the repacked orders, Repacked and RepackedGemm, of Q4_K and Q2_K): bands of 16 weight
+// rows, one row per int32 lane, against the tokens' Q8_K activations broadcast four bytes at a
+// time.
 //
 // Why this shape: the 8-row tiled kernel (x86_kquant_kernels.h) spends two multiplies
 // (vpmaddubsw, vpdpwssd) per 64 products and reduces eight rows' lanes across registers per
@@ -14,14 +15,15 @@
 // vpdpwssd against the activation sums (bsums), and so do the offsets of the types with signed
 // values (Q3_K's codes are value + 4, IQ4_XS's level + 128). Integer arithmetic is exact in any
 // order, and the float epilogue is the order's, so every lane rounds exactly as the reference
-// (reference_dots.cpp) does for its row: bit-identical. RepackedGemm fuses each pair of sub-blocks'
-// totals as it ends and the four minimum terms at the block's end (about 25% more time per row and
-// token than the tiled order's one epilogue per block: cpu_kernels_bench --order repacked-gemm, 64
-// tokens).
+// (reference_dots.cpp) does for its row: bit-identical. RepackedGemm fuses the totals of each of
+// llama.cpp's gemm steps as it ends (Q4_K: two sub-blocks, Q2_K: eight) and the steps' minimum
+// terms at the block's end (for Q4_K about 25% more time per row and token than the tiled order's
+// one epilogue per block: cpu_kernels_bench --order repacked-gemm, 64 tokens).
 //
 // Included by avx512_kquant_gemm.cpp only (anonymous namespace, AVX-512 flags: see
 // x86_kquant_kernels.h). A traits type K adds to that header's interface:
 //   kSubBlocks                      sub-blocks per super-block (8 of 32, or 16 of 16 elements)
+//   kGemmSubBlocks                  RepackedGemm's sub-blocks per fusion (Q4_K, Q2_K only)
 //   bandScales(x, row, tile)        the row's scales, their pair terms, d and dmin into the tile
 
 #include <immintrin.h>
@@ -122,7 +124,7 @@ inline __m512i pairActivations(const BlockQ8_K& y, __m512i sums, int p) {
 }
 
 // The block's terms for one token and one tile, from its integer sums s1: acc (16 floats, row r
-// in lane r) += them, rounded as the tiled order rounds them; in the repacked order (Q4_K),
+// in lane r) += them, rounded as the tiled order rounds them; in the repacked order (Q4_K, Q2_K),
 // acc += s1 * (d_w * d_a) and accMin += s2 * (dmin_w * d_a), each fused. sums:
 // subBlockSumPairs(y) for types with minimums or 32-element sub-blocks (unused otherwise).
 template <class K, DotOrder kOrder>
@@ -149,21 +151,14 @@ inline void bandEpilogue(const BandTile<K::kSubBlocks>& tile, const BlockQ8_K& y
     }
     r = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_load_ps(tile.d));
     r = _mm512_fnmadd_ps(_mm512_load_ps(tile.dmin), _mm512_cvtepi32_ps(s2), r);
-  } else if constexpr (K::kSubBlocks == 16) {
-    // The offset (Q6_K's -32, Q3_K's -4): s1 += sum of (offset * scale(g)) * bsum(g), two
+  } else {
+    // The offset of signed values (Q6_K's -32, Q3_K's -4 against each 16-element group's bsum,
+    // IQ4_XS's -128 against each 32-element sub-block's sum): s1 += offset * scale * sum, two
     // groups per vpdpwssd.
     for (int p = 0; p < K::kSubBlocks / 2; ++p) {
       s1 = _mm512_dpwssd_epi32(s1,
                                _mm512_load_si512(reinterpret_cast<const __m512i*>(tile.pairs[p])),
-                               _mm512_set1_epi32(load32(y.bsums + 2 * p)));
-    }
-    r = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_load_ps(tile.d));
-  } else {
-    // 32-element sub-blocks (IQ4_XS's -128): against each sub-block's sum, as the minimums.
-    for (int p = 0; p < K::kSubBlocks / 2; ++p) {
-      s1 = _mm512_dpwssd_epi32(s1,
-                               _mm512_load_si512(reinterpret_cast<const __m512i*>(tile.pairs[p])),
-                               _mm512_permutexvar_epi32(_mm512_set1_epi32(p), sums));
+                               pairActivations<K>(y, sums, p));
     }
     r = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_load_ps(tile.d));
   }
