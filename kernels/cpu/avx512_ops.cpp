@@ -22,6 +22,7 @@ KernelTable makeTable() {
   set(WeightKind::Q2_K, gemmQ2_K);  // prefill; decode as at the AVX2 level
   set(WeightKind::Q3_K, gemmQ3_K);
   set(WeightKind::IQ4_XS, gemmIQ4_XS);
+  set(WeightKind::IQ4_NL, gemmIQ4_NL);  // the repacked order; the others as at the AVX2 level
   t.rowGroups[static_cast<int>(WeightKind::Q4_0)] = true;  // avx512_quant_groups.h
   t.rowGroups[static_cast<int>(WeightKind::Q4_1)] = true;
   t.rowGroups[static_cast<int>(WeightKind::Q8_0)] = true;

@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/gguf/quant_common.h"
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/repacked_q4_0_acts.h"
@@ -56,7 +57,26 @@ struct RepackedBlock {
   __m512 d;       // the rows' scales, in lane order
 };
 
+// IQ4_NL's 16 levels + 128 (its codes, 1..241), in every 128-bit lane.
+inline __m512i iq4NlCodes() {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIq4NlValues));
+  return _mm512_broadcast_i32x4(_mm_xor_si128(table, _mm_set1_epi8(-128)));  // + 128 mod 256
+}
+
+// kLevels (IQ4_NL): a nibble's code is its level + 128 instead of q + 8 (Q4_0's stored nibble).
+template <bool kLevels>
+inline __m512i codesOf(__m512i nibbles) {
+  return kLevels ? _mm512_shuffle_epi8(iq4NlCodes(), nibbles) : nibbles;
+}
+
+// The start of a block's dot: -8 (Q4_0) or -128 (IQ4_NL) times its activations' sum.
+template <bool kLevels>
+inline int32_t startOf(const RepackedQ4_0Act& s) {
+  return kLevels ? s.start * 16 : s.start;
+}
+
 // Four registers of four rows each (register q, 128-bit lane j: row 4q + j) into the block.
+template <bool kLevels = false>
 inline void transposeRows(__m512i r0, __m512i r1, __m512i r2, __m512i r3, __m256i halfScales,
                           RepackedBlock& w) {
   const __m512i t0 = _mm512_unpacklo_epi32(r0, r1);
@@ -67,8 +87,8 @@ inline void transposeRows(__m512i r0, __m512i r1, __m512i r2, __m512i r3, __m256
                         _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   for (int k = 0; k < 4; ++k) {
-    w.lo[k] = _mm512_and_si512(c[k], nibble);
-    w.hi[k] = _mm512_and_si512(_mm512_srli_epi16(c[k], 4), nibble);
+    w.lo[k] = codesOf<kLevels>(_mm512_and_si512(c[k], nibble));
+    w.hi[k] = codesOf<kLevels>(_mm512_and_si512(_mm512_srli_epi16(c[k], 4), nibble));
   }
   w.d = _mm512_permutexvar_ps(repackedLaneRows(), _mm512_cvtph_ps(halfScales));
 }
@@ -79,7 +99,9 @@ inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const
 struct GroupPairSource {
   const BlockQ4_0x8* a;
   const BlockQ4_0x8* b;
+  template <bool kLevels = false>
   void load(int64_t blk, RepackedBlock& w) const {
+    static_assert(!kLevels);  // IQ4_NL has no row groups
     const BlockQ4_0x8& x = a[blk];
     const BlockQ4_0x8& y = b[blk];
     const __m256i d =
@@ -101,11 +123,12 @@ inline __m512i fourFileRows(const BlockQ4_0* const* row, int64_t blk) {
 struct FileRowsSource {
   const BlockQ4_0* row[kRepackedRows];
   __m512i four(int64_t blk, int q) const { return fourFileRows(row + 4 * q, blk); }
+  template <bool kLevels = false>
   void load(int64_t blk, RepackedBlock& w) const {
     alignas(32) uint16_t d[kRepackedRows];
     for (int i = 0; i < kRepackedRows; ++i) d[i] = row[i][blk].d;
-    transposeRows(four(blk, 0), four(blk, 1), four(blk, 2), four(blk, 3),
-                  _mm256_load_si256(reinterpret_cast<const __m256i*>(d)), w);
+    transposeRows<kLevels>(four(blk, 0), four(blk, 1), four(blk, 2), four(blk, 3),
+                           _mm256_load_si256(reinterpret_cast<const __m256i*>(d)), w);
   }
 };
 
@@ -118,7 +141,7 @@ inline __m512i broadcastWord(const int8_t* p) {
 // Tokens [t0, t0 + T) against 16 rows of `src`; writes `valid` rows from r0 of each token's y.
 // prefetch: the next two groups, brought into L2 block by block (nullptr: none; passes of
 // several tokens are compute-bound, and the hardware prefetchers fall behind them).
-template <int T, class Src>
+template <int T, bool kLevels, class Src>
 void repackedPass(const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsStride,
                   const Src& src, int64_t t0, int64_t r0, int valid,
                   const BlockQ4_0x8* const* prefetch) {
@@ -139,10 +162,10 @@ void repackedPass(const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsSt
       }
     }
     RepackedBlock w;
-    src.load(b, w);
+    src.template load<kLevels>(b, w);
     for (int t = 0; t < T; ++t) {
       const int8_t* q = a[t][b].qs;
-      __m512i x = _mm512_set1_epi32(s[t][b].start);
+      __m512i x = _mm512_set1_epi32(startOf<kLevels>(s[t][b]));
       __m512i y = _mm512_setzero_si512();
       for (int k = 0; k < 4; ++k) {
         x = _mm512_dpbusd_epi32(x, w.lo[k], broadcastWord(q + 4 * k));
@@ -160,27 +183,27 @@ void repackedPass(const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsSt
 }
 
 // repackedPass<n> for a pass of n (1 to T) tokens (its accumulators are registers).
-template <int T, class Src>
+template <int T, bool kLevels, class Src>
 void repackedPassOf(int64_t n, const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsStride,
                     const Src& src, int64_t t0, int64_t r0, int valid,
                     const BlockQ4_0x8* const* prefetch) {
   if constexpr (T > 1) {
     if (n < T) {
-      repackedPassOf<T - 1>(n, g, acts, actsStride, src, t0, r0, valid, prefetch);
+      repackedPassOf<T - 1, kLevels>(n, g, acts, actsStride, src, t0, r0, valid, prefetch);
       return;
     }
   }
-  repackedPass<T>(g, acts, actsStride, src, t0, r0, valid, prefetch);
+  repackedPass<T, kLevels>(g, acts, actsStride, src, t0, r0, valid, prefetch);
 }
 
 // Every token of the job against 16 rows of `src`, kRepackedTokens per pass.
-template <class Src>
+template <bool kLevels = false, class Src>
 void repackedRows(const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsStride,
                   const Src& src, int64_t r0, int valid, const BlockQ4_0x8* const* prefetch) {
   for (int64_t t0 = 0; t0 < g.tokens; t0 += kRepackedTokens) {
     const int64_t n = g.tokens - t0 < kRepackedTokens ? g.tokens - t0 : kRepackedTokens;
     const BlockQ4_0x8* const* pf = g.tokens > 1 && t0 + n == g.tokens ? prefetch : nullptr;
-    repackedPassOf<kRepackedTokens>(n, g, acts, actsStride, src, t0, r0, valid, pf);
+    repackedPassOf<kRepackedTokens, kLevels>(n, g, acts, actsStride, src, t0, r0, valid, pf);
   }
 }
 
@@ -218,7 +241,7 @@ struct EightFileRowsSource {
   }
 };
 
-template <class Src>
+template <bool kLevels = false, class Src>
 void repackedOneToken(const Src& x, const BlockQ8_0* a, const RepackedQ4_0Act* s, int64_t blocks,
                       float* y, int valid) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
@@ -233,15 +256,19 @@ void repackedOneToken(const Src& x, const BlockQ8_0* a, const RepackedQ4_0Act* s
     const __m512i r1 = x.four(b, 1);  // rows 4-7
     const __m512i lo = _mm512_broadcast_i32x4(load128(a[b].qs));
     const __m512i hi = _mm512_broadcast_i32x4(load128(a[b].qs + 16));
-    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(r0, nibble), lo);
-    s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(_mm512_srli_epi16(r0, 4), nibble), hi);
-    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(r1, nibble), lo);
-    s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(r1, 4), nibble), hi);
+    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                     codesOf<kLevels>(_mm512_and_si512(r0, nibble)), lo);
+    s0 = _mm512_dpbusd_epi32(
+        s0, codesOf<kLevels>(_mm512_and_si512(_mm512_srli_epi16(r0, 4), nibble)), hi);
+    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                     codesOf<kLevels>(_mm512_and_si512(r1, nibble)), lo);
+    s1 = _mm512_dpbusd_epi32(
+        s1, codesOf<kLevels>(_mm512_and_si512(_mm512_srli_epi16(r1, 4), nibble)), hi);
     // Per 128-bit lane j: [s0 k0 + k2, s1 k0 + k2, s0 k1 + k3, s1 k1 + k3], then the halves.
     const __m512i t =
         _mm512_add_epi32(_mm512_unpacklo_epi32(s0, s1), _mm512_unpackhi_epi32(s0, s1));
     const __m512i u = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
-    const __m512i total = _mm512_add_epi32(u, _mm512_set1_epi32(s[b].start));
+    const __m512i total = _mm512_add_epi32(u, _mm512_set1_epi32(startOf<kLevels>(s[b])));
     const __m512 d =
         _mm512_permutexvar_ps(scaleLanes, _mm512_castps256_ps512(_mm256_cvtph_ps(x.halfScales(b))));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, _mm512_set1_ps(s[b].d)), acc);
@@ -250,7 +277,9 @@ void repackedOneToken(const Src& x, const BlockQ8_0* a, const RepackedQ4_0Act* s
   _mm512_mask_storeu_ps(y, keep, _mm512_permutexvar_ps(rowLanes, acc));
 }
 
-// Rows [rowBegin, rowEnd) in file layout.
+// Rows [rowBegin, rowEnd) in file layout (kLevels: IQ4_NL's rows, whose blocks have Q4_0's
+// shape: a half scale, then 16 bytes of nibbles in the same order).
+template <bool kLevels = false>
 void gemmQ4_0RepackedFile(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   int64_t stride;
   RepackedQ4_0Act* owned;
@@ -265,7 +294,7 @@ void gemmQ4_0RepackedFile(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
       EightFileRowsSource src;
       for (int i = 0; i < kGroupRows; ++i) src.row[i] = rowPtr(r + (i < valid ? i : valid - 1));
       src.next = reinterpret_cast<const char*>(rowPtr(r + kGroupRows));
-      repackedOneToken(src, a, acts, g.cols / kQK, g.y + r, valid);
+      repackedOneToken<kLevels>(src, a, acts, g.cols / kQK, g.y + r, valid);
     }
     std::free(owned);
     return;
@@ -274,7 +303,7 @@ void gemmQ4_0RepackedFile(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     const int valid = static_cast<int>(rowEnd - r < kRepackedRows ? rowEnd - r : kRepackedRows);
     FileRowsSource src;
     for (int i = 0; i < kRepackedRows; ++i) src.row[i] = rowPtr(r + (i < valid ? i : valid - 1));
-    repackedRows(g, acts, stride, src, r, valid, nullptr);
+    repackedRows<kLevels>(g, acts, stride, src, r, valid, nullptr);
   }
   std::free(owned);
 }
@@ -282,11 +311,12 @@ void gemmQ4_0RepackedFile(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
 // Rows [rowBegin, rowEnd), in row groups or file layout (g.rowGroups).
 void gemmQ4_0Repacked(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   if (!g.rowGroups) {
-    gemmQ4_0RepackedFile(g, rowBegin, rowEnd);
+    gemmQ4_0RepackedFile<false>(g, rowBegin, rowEnd);
     return;
   }
   int64_t first, last;
-  if (!ungroupedEdges<WeightKind::Q4_0, gemmQ4_0RepackedFile>(g, rowBegin, rowEnd, first, last)) {
+  if (!ungroupedEdges<WeightKind::Q4_0, gemmQ4_0RepackedFile<false>>(g, rowBegin, rowEnd, first,
+                                                                     last)) {
     return;
   }
   int64_t stride;

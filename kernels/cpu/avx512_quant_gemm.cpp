@@ -313,6 +313,17 @@ void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
   }
   gemm<Q4_0>(g, b, e);
 }
+// IQ4_NL: its repacked order is Q4_0's arithmetic with the level table (llama.cpp's
+// gemv/gemm_q4_b32_8x8_q8_0_lut_avx), so Q4_0's kernel with codes level + 128 and a start of
+// -128 x the activations' sum; the vec and tiled orders (rows not a multiple of 8) as at the
+// AVX2 level.
+void gemmIQ4_NL(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.order == DotOrder::Repacked) {
+    gemmQ4_0RepackedFile<true>(g, b, e);
+    return;
+  }
+  avx2::gemmIQ4_NL(g, b, e);
+}
 void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) {
   if (g.rowGroups) {
     gemmQ0Groups<BlockQ4_1x8, gemmQ4_1, 0>(g, b, e);  // no bands: all in the grouped tiles
