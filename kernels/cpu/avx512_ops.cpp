@@ -26,7 +26,8 @@ KernelTable makeTable() {
   t.rowGroups[static_cast<int>(WeightKind::Q4_0)] = true;  // avx512_quant_groups.h
   t.rowGroups[static_cast<int>(WeightKind::Q4_1)] = true;
   t.rowGroups[static_cast<int>(WeightKind::Q8_0)] = true;
-  t.rowGroups[static_cast<int>(WeightKind::Q4_K)] = true;  // avx512_kquant_groups.h
+  t.rowGroups[static_cast<int>(WeightKind::IQ4_NL)] = true;  // Q4_0's groups and repacked kernel
+  t.rowGroups[static_cast<int>(WeightKind::Q4_K)] = true;    // avx512_kquant_groups.h
   t.rowGroups[static_cast<int>(WeightKind::Q5_K)] = true;
   t.rowGroups[static_cast<int>(WeightKind::Q6_K)] = true;
   t.dotsF16 = dotsHalf;

@@ -101,13 +101,12 @@ struct GroupPairSource {
   const BlockQ4_0x8* b;
   template <bool kLevels = false>
   void load(int64_t blk, RepackedBlock& w) const {
-    static_assert(!kLevels);  // IQ4_NL has no row groups
     const BlockQ4_0x8& x = a[blk];
     const BlockQ4_0x8& y = b[blk];
     const __m256i d =
         _mm256_inserti128_si256(_mm256_castsi128_si256(load128(x.d)), load128(y.d), 1);
-    transposeRows(_mm512_loadu_si512(x.qs[0]), _mm512_loadu_si512(x.qs[4]),
-                  _mm512_loadu_si512(y.qs[0]), _mm512_loadu_si512(y.qs[4]), d, w);
+    transposeRows<kLevels>(_mm512_loadu_si512(x.qs[0]), _mm512_loadu_si512(x.qs[4]),
+                           _mm512_loadu_si512(y.qs[0]), _mm512_loadu_si512(y.qs[4]), d, w);
   }
 };
 
@@ -308,15 +307,16 @@ void gemmQ4_0RepackedFile(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   std::free(owned);
 }
 
-// Rows [rowBegin, rowEnd), in row groups or file layout (g.rowGroups).
+// Rows [rowBegin, rowEnd), in row groups or file layout (g.rowGroups); kLevels: IQ4_NL's.
+template <bool kLevels = false>
 void gemmQ4_0Repacked(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   if (!g.rowGroups) {
-    gemmQ4_0RepackedFile<false>(g, rowBegin, rowEnd);
+    gemmQ4_0RepackedFile<kLevels>(g, rowBegin, rowEnd);
     return;
   }
+  constexpr WeightKind kKind = kLevels ? WeightKind::IQ4_NL : WeightKind::Q4_0;
   int64_t first, last;
-  if (!ungroupedEdges<WeightKind::Q4_0, gemmQ4_0RepackedFile<false>>(g, rowBegin, rowEnd, first,
-                                                                     last)) {
+  if (!ungroupedEdges<kKind, gemmQ4_0RepackedFile<kLevels>>(g, rowBegin, rowEnd, first, last)) {
     return;
   }
   int64_t stride;
@@ -330,7 +330,8 @@ void gemmQ4_0Repacked(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   if (g.tokens == 1) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(g.act);
     for (int64_t r = first; r < last; r += kGroupRows) {
-      repackedOneToken(OneGroupSource{group(r)}, a, acts, g.cols / kQK, g.y + r, kGroupRows);
+      repackedOneToken<kLevels>(OneGroupSource{group(r)}, a, acts, g.cols / kQK, g.y + r,
+                                kGroupRows);
     }
     std::free(owned);
     return;
@@ -340,8 +341,8 @@ void gemmQ4_0Repacked(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     const GroupPairSource src{group(r), pair ? group(r + kGroupRows) : group(r)};
     const BlockQ4_0x8* next[2] = {group(r + kRepackedRows), group(r + kRepackedRows + kGroupRows)};
     const bool nextPair = r + 2 * kRepackedRows <= last;
-    repackedRows(g, acts, stride, src, r, pair ? kRepackedRows : kGroupRows,
-                 nextPair ? next : nullptr);
+    repackedRows<kLevels>(g, acts, stride, src, r, pair ? kRepackedRows : kGroupRows,
+                          nextPair ? next : nullptr);
   }
   std::free(owned);
 }

@@ -319,7 +319,13 @@ void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
 // AVX2 level.
 void gemmIQ4_NL(const GemmArgs& g, int64_t b, int64_t e) {
   if (g.order == DotOrder::Repacked) {
-    gemmQ4_0RepackedFile<true>(g, b, e);
+    gemmQ4_0Repacked<true>(g, b, e);
+    return;
+  }
+  if (g.rowGroups) {
+    // The vec and tiled orders on a grouped matrix (not a shape the CPU stage makes, as Q4_0's),
+    // from the rows taken out.
+    ungroupedRows<WeightKind::IQ4_NL, gemmIQ4_NL>(g, b / kGroupRows * kGroupRows, b, e);
     return;
   }
   avx2::gemmIQ4_NL(g, b, e);

@@ -48,8 +48,10 @@ void groupBlock(const BlockQ8_0& in, int r, BlockQ8_0x8& x) {
 
 // Elements per block of each kind that has the layout.
 int64_t blockElements(WeightKind kind) {
-  return kind == WeightKind::Q4_0 || kind == WeightKind::Q4_1 || kind == WeightKind::Q8_0 ? kQK
-                                                                                          : kQKK;
+  return kind == WeightKind::Q4_0 || kind == WeightKind::Q4_1 || kind == WeightKind::Q8_0 ||
+                 kind == WeightKind::IQ4_NL
+             ? kQK
+             : kQKK;
 }
 
 template <class Block, class Group>
@@ -89,13 +91,15 @@ void ungroupRowsOf(const uint8_t* data, int64_t blocks, int64_t rowBegin, int64_
 
 bool hasRowGroups(WeightKind kind) {
   return kind == WeightKind::Q4_0 || kind == WeightKind::Q4_1 || kind == WeightKind::Q8_0 ||
-         kind == WeightKind::Q4_K || kind == WeightKind::Q5_K || kind == WeightKind::Q6_K;
+         kind == WeightKind::Q4_K || kind == WeightKind::Q5_K || kind == WeightKind::Q6_K ||
+         kind == WeightKind::IQ4_NL;
 }
 
 bool hasRowGroups(gguf::TensorType type) {
   using gguf::TensorType;
   return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0 ||
-         type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+         type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K ||
+         type == TensorType::IQ4_NL;
 }
 
 void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols) {
@@ -105,7 +109,7 @@ void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols) {
                 " does not divide into groups of " + std::to_string(kGroupRows) + " rows");
   }
   const int64_t blocks = cols / blockElements(kind);
-  if (kind == WeightKind::Q4_0) {
+  if (kind == WeightKind::Q4_0 || kind == WeightKind::IQ4_NL) {  // IQ4_NL: Q4_0's block shape
     groupRowsOf<BlockQ4_0, BlockQ4_0x8>(data, rows, blocks);
   } else if (kind == WeightKind::Q4_1) {
     groupRowsOf<BlockQ4_1, BlockQ4_1x8>(data, rows, blocks);
@@ -131,7 +135,7 @@ void ungroupRows(WeightKind kind, const uint8_t* data, int64_t cols, int64_t row
   auto run = [&](auto block, auto group) {
     ungroupRowsOf<decltype(block), decltype(group)>(data, blocks, rowBegin, rowEnd, out, outStride);
   };
-  if (kind == WeightKind::Q4_0) {
+  if (kind == WeightKind::Q4_0 || kind == WeightKind::IQ4_NL) {
     run(BlockQ4_0{}, BlockQ4_0x8{});
   } else if (kind == WeightKind::Q4_1) {
     run(BlockQ4_1{}, BlockQ4_1x8{});

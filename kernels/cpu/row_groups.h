@@ -137,7 +137,8 @@ struct BlockQ8_0x8 {
 };
 static_assert(sizeof(BlockQ8_0x8) == kGroupRows * sizeof(BlockQ8_0));
 
-// Whether the weight type has a row-group layout (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K).
+// Whether the weight type has a row-group layout (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K; IQ4_NL,
+// whose blocks have Q4_0's shape, in BlockQ4_0x8).
 bool hasRowGroups(WeightKind kind);
 // The same for a GGUF tensor type (false for a type without a CPU matrix kernel).
 bool hasRowGroups(gguf::TensorType type);
