@@ -205,6 +205,22 @@ struct Q6KTraits : Avx512KSteps {
 // codes carry an offset that is taken back in integers against the activation sums, as Q6_K's -32
 // is (exact: the tiled order needs only each super-block's integer total).
 
+// The signed scale of each lane from its 6 bits, as q3KScale and iq4XsScale assemble them: the
+// low four bits, the top two at bits 4-5, minus 32.
+inline __m512i sixBitScales(__m512i low4, __m512i top2) {
+  return _mm512_sub_epi32(_mm512_or_si512(low4, _mm512_slli_epi32(top2, 4)), _mm512_set1_epi32(32));
+}
+
+// Lane j of a 64-element step i (elements 64i + 4j ..) lies in sub-block s * i + j / (16 / s) of
+// s sub-blocks per step (4 of 16 elements, or 2 of 32): its index in the step's scales.
+template <int kPerStep>
+inline __m512i stepScaleIndex(int i) {
+  static_assert(kPerStep == 2 || kPerStep == 4);
+  const __m512i j = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return _mm512_add_epi32(_mm512_set1_epi32(kPerStep * i),
+                          _mm512_srli_epi32(j, kPerStep == 4 ? 2 : 3));
+}
+
 // Q2_K in bands (the repacked orders of prefill: RepackedGemm, and Repacked batches of
 // kRepackedPrefillTokens+; decode as at the AVX2 level): codes are the 2-bit values (0..3); per
 // 16-element sub-block a 4-bit scale and a 4-bit minimum against its bsum.
@@ -220,11 +236,7 @@ struct Q2KTraits {
         _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales))),
         _mm512_set1_epi32(0xF));
   }
-  // Step i's lane j (elements 64i + 4j ..) is in 16-element sub-block 4i + j / 4.
-  static __m512i scaleIndex(int i) {
-    return _mm512_add_epi32(_mm512_set1_epi32(4 * i),
-                            _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-  }
+  static __m512i scaleIndex(int i) { return stepScaleIndex<4>(i); }
   // Each pair of sub-blocks' minimums (high nibbles) times their bsums, eight int32.
   static __m256i minProducts(const Block& x, const BlockQ8_K& y) {
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(
@@ -282,14 +294,9 @@ struct Q3KTraits {
                 _mm512_setr_epi32(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11), bytes),
             _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6)),
         _mm512_set1_epi32(3));
-    return _mm512_sub_epi32(_mm512_or_si512(low, _mm512_slli_epi32(high, 4)),
-                            _mm512_set1_epi32(32));
+    return sixBitScales(low, high);
   }
-  // Step i's lane j (elements 64i + 4j ..) is in 16-element sub-block 4i + j / 4.
-  static __m512i scaleIndex(int i) {
-    return _mm512_add_epi32(_mm512_set1_epi32(4 * i),
-                            _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-  }
+  static __m512i scaleIndex(int i) { return stepScaleIndex<4>(i); }
   struct Context {};
   static void prepare(const Block& /*x*/, Context& /*c*/, __m128i& /*mins*/) {}
   // Step i, elements 64i .. 64i+63: half h = i / 2 of the block, bit pairs g and g + 1 (g =
@@ -339,14 +346,9 @@ struct IQ4XSTraits {
         _mm512_srlv_epi32(_mm512_set1_epi32(x.scalesHigh),
                           _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0)),
         _mm512_set1_epi32(3));
-    return _mm512_sub_epi32(_mm512_or_si512(low, _mm512_slli_epi32(high, 4)),
-                            _mm512_set1_epi32(32));
+    return sixBitScales(low, high);
   }
-  // Step i's lane j is in 32-element sub-block 2i + j / 8.
-  static __m512i scaleIndex(int i) {
-    return _mm512_add_epi32(_mm512_set1_epi32(2 * i),
-                            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-  }
+  static __m512i scaleIndex(int i) { return stepScaleIndex<2>(i); }
   struct Context {
     __m512i levels;  // the 16 levels + 128, in every 128-bit lane
   };

@@ -29,8 +29,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <new>
 
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/kernel_table.h"
@@ -58,34 +56,20 @@ inline __m512i scaleWords(__m512i scales) {
 
 constexpr int kSignedVecTokens = 4;  // tokens per pass over a row (a decode step of sequences)
 
-// A thread's buffer of start values, grown as needed (a plain allocation: see PairLaneScratch).
-struct StartScratch {
-  __m512i* data = nullptr;
-  size_t capacity = 0;
-  StartScratch() = default;
-  StartScratch(const StartScratch&) = delete;
-  StartScratch& operator=(const StartScratch&) = delete;
-  ~StartScratch() { std::free(data); }
-  __m512i* reserve(size_t n) {
-    if (n > capacity) {
-      std::free(data);
-      data = static_cast<__m512i*>(std::aligned_alloc(64, n * sizeof(__m512i)));
-      capacity = data ? n : 0;
-      if (!data) throw std::bad_alloc();
-    }
-    return data;
-  }
+// One 64-element step's start values (a struct: a vector type itself is no template argument).
+struct StepStarts {
+  __m512i lanes;
 };
 
 // For every token of g and every 64-element step of its blocks: -offset times the sum of each
 // group of four activations (the step's int32 lanes), token t's steps from the result + 4 * t *
 // blocks; in the calling thread's buffer.
 template <int kOffset>
-const __m512i* startValues(const GemmArgs& g, int64_t blocks) {
+const StepStarts* startValues(const GemmArgs& g, int64_t blocks) {
   static_assert(kOffset == 4 || kOffset == 128);  // Q3_K's, IQ4_XS's
   constexpr int kShift = kOffset == 4 ? 2 : 7;
-  thread_local StartScratch scratch;
-  __m512i* out = scratch.reserve(static_cast<size_t>(4 * g.tokens * blocks));
+  thread_local AlignedScratch<StepStarts> scratch;
+  StepStarts* out = scratch.reserve(static_cast<size_t>(4 * g.tokens * blocks));
   const __m512i ones = _mm512_set1_epi8(1);
   for (int64_t t = 0; t < g.tokens; ++t) {
     const auto* y =
@@ -94,7 +78,7 @@ const __m512i* startValues(const GemmArgs& g, int64_t blocks) {
       for (int i = 0; i < 4; ++i) {
         const __m512i sums =
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(y[b].qs + 64 * i));
-        out[(t * blocks + b) * 4 + i] =
+        out[(t * blocks + b) * 4 + i].lanes =
             _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, kShift));
       }
     }
@@ -113,7 +97,7 @@ const __m512i* startValues(const GemmArgs& g, int64_t blocks) {
 // accMin = fma(s2, dmin_w * d_a, accMin), the result acc - accMin.
 template <class K, int R, int T>
 void signedVecRows(const typename K::Block* const* x, const BlockQ8_K* const* y,
-                   const __m512i* const* start, int64_t blocks, const uint8_t* const* ahead,
+                   const StepStarts* const* start, int64_t blocks, const uint8_t* const* ahead,
                    float* out) {
   __m256 acc[R][T];
   for (auto& row : acc) {
@@ -137,7 +121,7 @@ void signedVecRows(const typename K::Block* const* x, const BlockQ8_K* const* y,
         K::unpack(xb, c, i, q, unusedScale);
         const __m512i scale = _mm512_permutexvar_epi32(K::scaleIndex(i), scales);
         for (int t = 0; t < T; ++t) {
-          const __m512i from = K::kOffset != 0 ? start[t][4 * b + i] : _mm512_setzero_si512();
+          const __m512i from = K::kOffset != 0 ? start[t][4 * b + i].lanes : _mm512_setzero_si512();
           const __m512i dots =
               _mm512_dpbusd_epi32(from, q, _mm512_loadu_si512(y[t][b].qs + 64 * i));
           lanes[t] = scaledAdd<K::kSmallDots>(lanes[t], dots, scale);
@@ -225,7 +209,7 @@ void repackedMinRows4(const typename K::Block* const* x, const BlockQ8_K* y, int
 template <class K>
 void gemmSignedVec(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   const int64_t blocks = g.cols / kQKK;
-  const __m512i* starts = nullptr;
+  const StepStarts* starts = nullptr;
   if constexpr (K::kOffset != 0) starts = startValues<K::kOffset>(g, blocks);
   auto rowAt = [&](int64_t r) {
     return reinterpret_cast<const typename K::Block*>(g.weights +
@@ -243,7 +227,7 @@ void gemmSignedVec(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
     for (int64_t t0 = 0; t0 < g.tokens; t0 += kSignedVecTokens) {
       const int n = static_cast<int>(std::min<int64_t>(kSignedVecTokens, g.tokens - t0));
       const BlockQ8_K* y[kSignedVecTokens] = {};
-      const __m512i* start[kSignedVecTokens] = {};
+      const StepStarts* start[kSignedVecTokens] = {};
       for (int i = 0; i < n; ++i) {
         y[i] =
             reinterpret_cast<const BlockQ8_K*>(g.act + static_cast<size_t>(t0 + i) * g.actStride);

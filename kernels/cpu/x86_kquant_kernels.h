@@ -117,22 +117,22 @@ inline void pairLaneActivations(const BlockQ8_K* y, int64_t blocks, PairLaneBloc
   }
 }
 
-// A thread's buffer of pair-lane activations, grown as needed. A plain allocation, not a
-// std::vector: PairLaneBlock is shared by the levels' files, and a vector of it instantiated here
-// with one level's instructions could be the copy the linker gives the others.
-struct PairLaneScratch {
-  PairLaneBlock* data = nullptr;
+// A thread's buffer of T (pair-lane activations, start values), grown as needed. A plain
+// allocation, not a std::vector: PairLaneBlock is shared by the levels' files, and a vector of it
+// instantiated here with one level's instructions could be the copy the linker gives the others.
+template <class T>
+struct AlignedScratch {
+  T* data = nullptr;
   size_t capacity = 0;
-  PairLaneScratch() = default;
-  PairLaneScratch(const PairLaneScratch&) = delete;
-  PairLaneScratch& operator=(const PairLaneScratch&) = delete;
-  ~PairLaneScratch() { std::free(data); }
-  // Room for n blocks (their contents undefined).
-  PairLaneBlock* reserve(size_t n) {
+  AlignedScratch() = default;
+  AlignedScratch(const AlignedScratch&) = delete;
+  AlignedScratch& operator=(const AlignedScratch&) = delete;
+  ~AlignedScratch() { std::free(data); }
+  // Room for n items (their contents undefined).
+  T* reserve(size_t n) {
     if (n > capacity) {
       std::free(data);
-      data = static_cast<PairLaneBlock*>(
-          std::aligned_alloc(alignof(PairLaneBlock), n * sizeof(PairLaneBlock)));
+      data = static_cast<T*>(std::aligned_alloc(alignof(T), n * sizeof(T)));
       capacity = data ? n : 0;
       if (!data) throw std::bad_alloc();
     }
@@ -143,7 +143,7 @@ struct PairLaneScratch {
 // g's activations (Q8_K, every token) in pair lanes, token t's blocks at the result + t * blocks,
 // in the calling thread's buffer.
 inline const PairLaneBlock* pairLaneRows(const GemmArgs& g, int64_t blocks) {
-  thread_local PairLaneScratch scratch;
+  thread_local AlignedScratch<PairLaneBlock> scratch;
   PairLaneBlock* out = scratch.reserve(static_cast<size_t>(g.tokens * blocks));
   for (int64_t t = 0; t < g.tokens; ++t) {
     pairLaneActivations(
