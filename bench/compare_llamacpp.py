@@ -30,7 +30,7 @@ SYNTHETIC_SHAPES), or --synthetic-1b TYPE: a random-weight model of
 Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, tied output) with
 SmolLM2's tokenizer copied in so llama.cpp loads it, written by shoal-synth-model into
 <build>/models/ on first use (never committed). TYPE is q4_0, q8_0, q4_K, q5_K, q6_K, q2_K,
-q3_K, iq4_xs, iq4_nl (these four with a Q6_K embedding/output) or q4_K_m, a Q4_K_M-style mix (Q4_K matrices, attn_v and ffn_down Q6_K in every layer, the tied
+q3_K, iq4_xs, iq4_nl, mxfp4 (these five with a Q6_K embedding/output) or q4_K_m, a Q4_K_M-style mix (Q4_K matrices, attn_v and ffn_down Q6_K in every layer, the tied
 embedding/output Q6_K; llama.cpp's Q4_K_M gives Q6_K to half of the attn_v/ffn_down layers).
 
 Roofline: the bytes one decode step reads (every weight tensor, token_embd only when it is also
@@ -89,6 +89,9 @@ SYNTHETIC_TYPES = {
     "q3_K": ["--type", "q3_K", "--embed-type", "q6_K"],
     "iq4_xs": ["--type", "iq4_xs", "--embed-type", "q6_K"],
     "iq4_nl": ["--type", "iq4_nl", "--embed-type", "q6_K"],
+    # gpt-oss's expert type on every matrix of a dense model (its attention and embedding are
+    # not MXFP4 in the real files; here the point is the MXFP4 kernels)
+    "mxfp4": ["--type", "mxfp4", "--embed-type", "q6_K"],
 }
 
 

@@ -23,10 +23,12 @@ KernelTable makeTable() {
   set(WeightKind::Q3_K, gemmQ3_K);
   set(WeightKind::IQ4_XS, gemmIQ4_XS);
   set(WeightKind::IQ4_NL, gemmIQ4_NL);  // the repacked order; the others as at the AVX2 level
+  set(WeightKind::MXFP4, gemmMXFP4);    // likewise
   t.rowGroups[static_cast<int>(WeightKind::Q4_0)] = true;  // avx512_quant_groups.h
   t.rowGroups[static_cast<int>(WeightKind::Q4_1)] = true;
   t.rowGroups[static_cast<int>(WeightKind::Q8_0)] = true;
   t.rowGroups[static_cast<int>(WeightKind::IQ4_NL)] = true;  // Q4_0's groups and repacked kernel
+  t.rowGroups[static_cast<int>(WeightKind::MXFP4)] = true;   // Q4_0's repacked kernel
   t.rowGroups[static_cast<int>(WeightKind::Q4_K)] = true;    // avx512_kquant_groups.h
   t.rowGroups[static_cast<int>(WeightKind::Q5_K)] = true;
   t.rowGroups[static_cast<int>(WeightKind::Q6_K)] = true;

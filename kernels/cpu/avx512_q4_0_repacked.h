@@ -20,6 +20,11 @@
 // Codes stay unsigned (q + 8); each token's dot starts at -8 x the sum of its activations
 // (RepackedQ4_0Act, which matmul() computes once per call).
 //
+// IQ4_NL and MXFP4 share this arithmetic in llama.cpp (gemv/gemm_q4_b32_8x8_q8_0_lut_avx, one
+// template for block_q4_0x8, block_iq4_nlx8 and block_mxfp4x8): only a nibble's value (a level
+// from a table) and the block's scale (IQ4_NL an f16 as Q4_0's, MXFP4 an E8M0 exponent) differ,
+// which the weight traits below (Q4_0Weights, IQ4NLWeights, MXFP4Weights) supply.
+//
 // Rows in file layout (a matrix not in groups yet, rows not in whole groups) are gathered the
 // same way from 16 (one token: 8) row pointers; a last run of fewer rows repeats its last row and
 // stores only its own.
@@ -57,27 +62,78 @@ struct RepackedBlock {
   __m512 d;       // the rows' scales, in lane order
 };
 
-// IQ4_NL's 16 levels + 128 (its codes, 1..241), in every 128-bit lane.
-inline __m512i iq4NlCodes() {
-  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(gguf::kIq4NlValues));
+// A 16-entry level table + 128 (the codes, all in 1..255 for IQ4_NL's and MXFP4's levels), in
+// every 128-bit lane.
+inline __m512i levelCodes(const int8_t* levels) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels));
   return _mm512_broadcast_i32x4(_mm_xor_si128(table, _mm_set1_epi8(-128)));  // + 128 mod 256
 }
 
-// kLevels (IQ4_NL): a nibble's code is its level + 128 instead of q + 8 (Q4_0's stored nibble).
-template <bool kLevels>
-inline __m512i codesOf(__m512i nibbles) {
-  return kLevels ? _mm512_shuffle_epi8(iq4NlCodes(), nibbles) : nibbles;
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m128i load64(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }
+
+// E8M0 exponents (one per 32-bit lane) as gguf::e8m0Half's floats: the exponent field e - 1, or
+// the subnormals 2^-128 and 2^-127 for e = 0 and 1.
+inline __m512 e8m0Halves(__m512i e) {
+  const __mmask16 tiny = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(tiny, normal, subnormal));
 }
 
-// The start of a block's dot: -8 (Q4_0) or -128 (IQ4_NL) times its activations' sum.
-template <bool kLevels>
-inline int32_t startOf(const RepackedQ4_0Act& s) {
-  return kLevels ? s.start * 16 : s.start;
-}
+// The weight types of one block shape (32 nibbles and a scale) that share these kernels:
+//  * Block, Group: the file layout's block and the row groups' (row_groups.h);
+//  * codes(nibbles): the unsigned code each nibble multiplies (Q4_0: the nibble, q + 8; the
+//    table types: level + 128);
+//  * start(s): where a block's dot starts, minus the codes' offset times the activations' sum;
+//  * Raw, raw(block): a block's scale field; scales16/scales8(raw): 16 or 8 of them as floats.
+struct Q4_0Weights {
+  using Block = BlockQ4_0;
+  using Group = BlockQ4_0x8;
+  using Raw = uint16_t;
+  static constexpr WeightKind kKind = WeightKind::Q4_0;
+  static __m512i codes(__m512i nibbles) { return nibbles; }
+  static int32_t start(const RepackedQ4_0Act& s) { return s.start; }
+  static Raw raw(const Block& b) { return b.d; }
+  static const Raw* raws(const Group& x) { return x.d; }
+  static __m512 scales16(const Raw* lo, const Raw* hi) {
+    return _mm512_cvtph_ps(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(load128(lo)), load128(hi), 1));
+  }
+  static __m256 scales8(const Raw* p) { return _mm256_cvtph_ps(load128(p)); }
+};
+// IQ4_NL: Q4_0's blocks, nibbles index its levels.
+struct IQ4NLWeights : Q4_0Weights {
+  static constexpr WeightKind kKind = WeightKind::IQ4_NL;
+  static __m512i codes(__m512i nibbles) {
+    return _mm512_shuffle_epi8(levelCodes(gguf::kIq4NlValues), nibbles);
+  }
+  static int32_t start(const RepackedQ4_0Act& s) { return s.start * 16; }  // -128 x the sum
+};
+// MXFP4: the doubled E2M1 levels, an E8M0 exponent for the scale (halved: e8m0Half).
+struct MXFP4Weights {
+  using Block = BlockMXFP4;
+  using Group = BlockMXFP4x8;
+  using Raw = uint8_t;
+  static constexpr WeightKind kKind = WeightKind::MXFP4;
+  static __m512i codes(__m512i nibbles) {
+    return _mm512_shuffle_epi8(levelCodes(gguf::kMxfp4Values), nibbles);
+  }
+  static int32_t start(const RepackedQ4_0Act& s) { return s.start * 16; }
+  static Raw raw(const Block& b) { return b.e; }
+  static const Raw* raws(const Group& x) { return x.e; }
+  static __m512 scales16(const Raw* lo, const Raw* hi) {
+    return e8m0Halves(_mm512_cvtepu8_epi32(_mm_unpacklo_epi64(load64(lo), load64(hi))));
+  }
+  static __m256 scales8(const Raw* p) {
+    return _mm512_castps512_ps256(e8m0Halves(_mm512_cvtepu8_epi32(load64(p))));
+  }
+};
 
 // Four registers of four rows each (register q, 128-bit lane j: row 4q + j) into the block.
-template <bool kLevels = false>
-inline void transposeRows(__m512i r0, __m512i r1, __m512i r2, __m512i r3, __m256i halfScales,
+// scales: the 16 rows' scales in row order.
+template <class W>
+inline void transposeRows(__m512i r0, __m512i r1, __m512i r2, __m512i r3, __m512 scales,
                           RepackedBlock& w) {
   const __m512i t0 = _mm512_unpacklo_epi32(r0, r1);
   const __m512i t1 = _mm512_unpackhi_epi32(r0, r1);
@@ -87,31 +143,29 @@ inline void transposeRows(__m512i r0, __m512i r1, __m512i r2, __m512i r3, __m256
                         _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   for (int k = 0; k < 4; ++k) {
-    w.lo[k] = codesOf<kLevels>(_mm512_and_si512(c[k], nibble));
-    w.hi[k] = codesOf<kLevels>(_mm512_and_si512(_mm512_srli_epi16(c[k], 4), nibble));
+    w.lo[k] = W::codes(_mm512_and_si512(c[k], nibble));
+    w.hi[k] = W::codes(_mm512_and_si512(_mm512_srli_epi16(c[k], 4), nibble));
   }
-  w.d = _mm512_permutexvar_ps(repackedLaneRows(), _mm512_cvtph_ps(halfScales));
+  w.d = _mm512_permutexvar_ps(repackedLaneRows(), scales);
 }
 
-inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-
 // Two groups of eight rows (the second may be the first again).
+template <class W>
 struct GroupPairSource {
-  const BlockQ4_0x8* a;
-  const BlockQ4_0x8* b;
-  template <bool kLevels = false>
+  const typename W::Group* a;
+  const typename W::Group* b;
   void load(int64_t blk, RepackedBlock& w) const {
-    const BlockQ4_0x8& x = a[blk];
-    const BlockQ4_0x8& y = b[blk];
-    const __m256i d =
-        _mm256_inserti128_si256(_mm256_castsi128_si256(load128(x.d)), load128(y.d), 1);
-    transposeRows<kLevels>(_mm512_loadu_si512(x.qs[0]), _mm512_loadu_si512(x.qs[4]),
-                           _mm512_loadu_si512(y.qs[0]), _mm512_loadu_si512(y.qs[4]), d, w);
+    const typename W::Group& x = a[blk];
+    const typename W::Group& y = b[blk];
+    transposeRows<W>(_mm512_loadu_si512(x.qs[0]), _mm512_loadu_si512(x.qs[4]),
+                     _mm512_loadu_si512(y.qs[0]), _mm512_loadu_si512(y.qs[4]),
+                     W::scales16(W::raws(x), W::raws(y)), w);
   }
 };
 
 // Block blk of four rows in file layout, one row per 128-bit lane.
-inline __m512i fourFileRows(const BlockQ4_0* const* row, int64_t blk) {
+template <class Block>
+inline __m512i fourFileRows(const Block* const* row, int64_t blk) {
   const __m512i r = _mm512_castsi128_si512(load128(row[0][blk].qs));
   const __m512i r1 = _mm512_inserti32x4(r, load128(row[1][blk].qs), 1);
   const __m512i r2 = _mm512_inserti32x4(r1, load128(row[2][blk].qs), 2);
@@ -119,15 +173,15 @@ inline __m512i fourFileRows(const BlockQ4_0* const* row, int64_t blk) {
 }
 
 // Sixteen rows in file layout.
+template <class W>
 struct FileRowsSource {
-  const BlockQ4_0* row[kRepackedRows];
+  const typename W::Block* row[kRepackedRows];
   __m512i four(int64_t blk, int q) const { return fourFileRows(row + 4 * q, blk); }
-  template <bool kLevels = false>
   void load(int64_t blk, RepackedBlock& w) const {
-    alignas(32) uint16_t d[kRepackedRows];
-    for (int i = 0; i < kRepackedRows; ++i) d[i] = row[i][blk].d;
-    transposeRows<kLevels>(four(blk, 0), four(blk, 1), four(blk, 2), four(blk, 3),
-                           _mm256_load_si256(reinterpret_cast<const __m256i*>(d)), w);
+    typename W::Raw d[kRepackedRows];
+    for (int i = 0; i < kRepackedRows; ++i) d[i] = W::raw(row[i][blk]);
+    transposeRows<W>(four(blk, 0), four(blk, 1), four(blk, 2), four(blk, 3),
+                     W::scales16(d, d + kGroupRows), w);
   }
 };
 
@@ -140,10 +194,10 @@ inline __m512i broadcastWord(const int8_t* p) {
 // Tokens [t0, t0 + T) against 16 rows of `src`; writes `valid` rows from r0 of each token's y.
 // prefetch: the next two groups, brought into L2 block by block (nullptr: none; passes of
 // several tokens are compute-bound, and the hardware prefetchers fall behind them).
-template <int T, bool kLevels, class Src>
+template <int T, class W, class Src>
 void repackedPass(const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsStride,
                   const Src& src, int64_t t0, int64_t r0, int valid,
-                  const BlockQ4_0x8* const* prefetch) {
+                  const typename W::Group* const* prefetch) {
   const int64_t blocks = g.cols / kQK;
   const BlockQ8_0* a[T];
   const RepackedQ4_0Act* s[T];
@@ -157,14 +211,16 @@ void repackedPass(const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsSt
     if (prefetch != nullptr) {
       for (int i = 0; i < 2; ++i) {
         const char* p = reinterpret_cast<const char*>(prefetch[i] + b);
-        for (size_t o = 0; o < sizeof(BlockQ4_0x8); o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+        for (size_t o = 0; o < sizeof(typename W::Group); o += 64) {
+          _mm_prefetch(p + o, _MM_HINT_T1);
+        }
       }
     }
     RepackedBlock w;
-    src.template load<kLevels>(b, w);
+    src.load(b, w);
     for (int t = 0; t < T; ++t) {
       const int8_t* q = a[t][b].qs;
-      __m512i x = _mm512_set1_epi32(startOf<kLevels>(s[t][b]));
+      __m512i x = _mm512_set1_epi32(W::start(s[t][b]));
       __m512i y = _mm512_setzero_si512();
       for (int k = 0; k < 4; ++k) {
         x = _mm512_dpbusd_epi32(x, w.lo[k], broadcastWord(q + 4 * k));
@@ -182,27 +238,27 @@ void repackedPass(const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsSt
 }
 
 // repackedPass<n> for a pass of n (1 to T) tokens (its accumulators are registers).
-template <int T, bool kLevels, class Src>
+template <int T, class W, class Src>
 void repackedPassOf(int64_t n, const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsStride,
                     const Src& src, int64_t t0, int64_t r0, int valid,
-                    const BlockQ4_0x8* const* prefetch) {
+                    const typename W::Group* const* prefetch) {
   if constexpr (T > 1) {
     if (n < T) {
-      repackedPassOf<T - 1, kLevels>(n, g, acts, actsStride, src, t0, r0, valid, prefetch);
+      repackedPassOf<T - 1, W>(n, g, acts, actsStride, src, t0, r0, valid, prefetch);
       return;
     }
   }
-  repackedPass<T, kLevels>(g, acts, actsStride, src, t0, r0, valid, prefetch);
+  repackedPass<T, W>(g, acts, actsStride, src, t0, r0, valid, prefetch);
 }
 
 // Every token of the job against 16 rows of `src`, kRepackedTokens per pass.
-template <bool kLevels = false, class Src>
+template <class W, class Src>
 void repackedRows(const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsStride,
-                  const Src& src, int64_t r0, int valid, const BlockQ4_0x8* const* prefetch) {
+                  const Src& src, int64_t r0, int valid, const typename W::Group* const* prefetch) {
   for (int64_t t0 = 0; t0 < g.tokens; t0 += kRepackedTokens) {
     const int64_t n = g.tokens - t0 < kRepackedTokens ? g.tokens - t0 : kRepackedTokens;
-    const BlockQ4_0x8* const* pf = g.tokens > 1 && t0 + n == g.tokens ? prefetch : nullptr;
-    repackedPassOf<kRepackedTokens, kLevels>(n, g, acts, actsStride, src, t0, r0, valid, pf);
+    const typename W::Group* const* pf = g.tokens > 1 && t0 + n == g.tokens ? prefetch : nullptr;
+    repackedPassOf<kRepackedTokens, W>(n, g, acts, actsStride, src, t0, r0, valid, pf);
   }
 }
 
@@ -214,33 +270,35 @@ void repackedRows(const GemmArgs& g, const RepackedQ4_0Act* acts, int64_t actsSt
 // the four 128-bit lanes), and two unpacks, a shuffle and two adds reduce each row's four lanes;
 // row j's total ends in lane 4j of the first four rows' register, row 4 + j's in lane 4j + 1.
 // Eight rows' block b for repackedOneToken: four rows' quants per register, the eight scales.
+template <class W>
 struct OneGroupSource {
-  const BlockQ4_0x8* x;
+  const typename W::Group* x;
   __m512i four(int64_t b, int q) const { return _mm512_loadu_si512(x[b].qs[4 * q]); }
-  __m128i halfScales(int64_t b) const { return load128(x[b].d); }
+  __m256 scales(int64_t b) const { return W::scales8(W::raws(x[b])); }
   void prefetch(int64_t) const {}  // one stream: the hardware prefetchers follow it
 };
 // Eight rows side by side are eight short streams, which the hardware prefetchers follow at
 // about half the rate of one: as the file layout's decode tile (avx512_quant_gemm.cpp), the next
 // eight rows, one run of memory, are prefetched front to back at the pace these are read
 // (from DRAM on one core: 8 against 15 GB/s without).
+template <class W>
 struct EightFileRowsSource {
-  const BlockQ4_0* row[kGroupRows];
+  using Block = typename W::Block;
+  const Block* row[kGroupRows];
   const char* next;  // the byte after the eighth row
   void prefetch(int64_t b) const {
-    const char* p = next + static_cast<size_t>(b) * kGroupRows * sizeof(BlockQ4_0);
-    for (size_t o = 0; o < kGroupRows * sizeof(BlockQ4_0); o += 64)
-      _mm_prefetch(p + o, _MM_HINT_T2);
+    const char* p = next + static_cast<size_t>(b) * kGroupRows * sizeof(Block);
+    for (size_t o = 0; o < kGroupRows * sizeof(Block); o += 64) _mm_prefetch(p + o, _MM_HINT_T2);
   }
   __m512i four(int64_t b, int q) const { return fourFileRows(row + 4 * q, b); }
-  __m128i halfScales(int64_t b) const {
-    alignas(16) uint16_t d[kGroupRows];
-    for (int i = 0; i < kGroupRows; ++i) d[i] = row[i][b].d;
-    return _mm_load_si128(reinterpret_cast<const __m128i*>(d));
+  __m256 scales(int64_t b) const {
+    typename W::Raw d[kGroupRows];
+    for (int i = 0; i < kGroupRows; ++i) d[i] = W::raw(row[i][b]);
+    return W::scales8(d);
   }
 };
 
-template <bool kLevels = false, class Src>
+template <class W, class Src>
 void repackedOneToken(const Src& x, const BlockQ8_0* a, const RepackedQ4_0Act* s, int64_t blocks,
                       float* y, int valid) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
@@ -255,68 +313,66 @@ void repackedOneToken(const Src& x, const BlockQ8_0* a, const RepackedQ4_0Act* s
     const __m512i r1 = x.four(b, 1);  // rows 4-7
     const __m512i lo = _mm512_broadcast_i32x4(load128(a[b].qs));
     const __m512i hi = _mm512_broadcast_i32x4(load128(a[b].qs + 16));
-    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                     codesOf<kLevels>(_mm512_and_si512(r0, nibble)), lo);
-    s0 = _mm512_dpbusd_epi32(
-        s0, codesOf<kLevels>(_mm512_and_si512(_mm512_srli_epi16(r0, 4), nibble)), hi);
-    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                     codesOf<kLevels>(_mm512_and_si512(r1, nibble)), lo);
-    s1 = _mm512_dpbusd_epi32(
-        s1, codesOf<kLevels>(_mm512_and_si512(_mm512_srli_epi16(r1, 4), nibble)), hi);
+    __m512i s0 =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), W::codes(_mm512_and_si512(r0, nibble)), lo);
+    s0 = _mm512_dpbusd_epi32(s0, W::codes(_mm512_and_si512(_mm512_srli_epi16(r0, 4), nibble)), hi);
+    __m512i s1 =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), W::codes(_mm512_and_si512(r1, nibble)), lo);
+    s1 = _mm512_dpbusd_epi32(s1, W::codes(_mm512_and_si512(_mm512_srli_epi16(r1, 4), nibble)), hi);
     // Per 128-bit lane j: [s0 k0 + k2, s1 k0 + k2, s0 k1 + k3, s1 k1 + k3], then the halves.
     const __m512i t =
         _mm512_add_epi32(_mm512_unpacklo_epi32(s0, s1), _mm512_unpackhi_epi32(s0, s1));
     const __m512i u = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
-    const __m512i total = _mm512_add_epi32(u, _mm512_set1_epi32(startOf<kLevels>(s[b])));
-    const __m512 d =
-        _mm512_permutexvar_ps(scaleLanes, _mm512_castps256_ps512(_mm256_cvtph_ps(x.halfScales(b))));
+    const __m512i total = _mm512_add_epi32(u, _mm512_set1_epi32(W::start(s[b])));
+    const __m512 d = _mm512_permutexvar_ps(scaleLanes, _mm512_castps256_ps512(x.scales(b)));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, _mm512_set1_ps(s[b].d)), acc);
   }
   const __mmask16 keep = static_cast<__mmask16>((1u << valid) - 1u);
   _mm512_mask_storeu_ps(y, keep, _mm512_permutexvar_ps(rowLanes, acc));
 }
 
-// Rows [rowBegin, rowEnd) in file layout (kLevels: IQ4_NL's rows, whose blocks have Q4_0's
-// shape: a half scale, then 16 bytes of nibbles in the same order).
-template <bool kLevels = false>
+// Rows [rowBegin, rowEnd) in file layout, of weight type W (Q4_0Weights, IQ4NLWeights,
+// MXFP4Weights).
+template <class W>
 void gemmQ4_0RepackedFile(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  using Block = typename W::Block;
   int64_t stride;
   RepackedQ4_0Act* owned;
   const RepackedQ4_0Act* acts = repackedActs(g, stride, owned);
   auto rowPtr = [&](int64_t r) {
-    return reinterpret_cast<const BlockQ4_0*>(g.weights + static_cast<size_t>(r) * g.weightStride);
+    return reinterpret_cast<const Block*>(g.weights + static_cast<size_t>(r) * g.weightStride);
   };
   if (g.tokens == 1) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(g.act);
     for (int64_t r = rowBegin; r < rowEnd; r += kGroupRows) {
       const int valid = static_cast<int>(rowEnd - r < kGroupRows ? rowEnd - r : kGroupRows);
-      EightFileRowsSource src;
+      EightFileRowsSource<W> src;
       for (int i = 0; i < kGroupRows; ++i) src.row[i] = rowPtr(r + (i < valid ? i : valid - 1));
       src.next = reinterpret_cast<const char*>(rowPtr(r + kGroupRows));
-      repackedOneToken<kLevels>(src, a, acts, g.cols / kQK, g.y + r, valid);
+      repackedOneToken<W>(src, a, acts, g.cols / kQK, g.y + r, valid);
     }
     std::free(owned);
     return;
   }
   for (int64_t r = rowBegin; r < rowEnd; r += kRepackedRows) {
     const int valid = static_cast<int>(rowEnd - r < kRepackedRows ? rowEnd - r : kRepackedRows);
-    FileRowsSource src;
+    FileRowsSource<W> src;
     for (int i = 0; i < kRepackedRows; ++i) src.row[i] = rowPtr(r + (i < valid ? i : valid - 1));
-    repackedRows<kLevels>(g, acts, stride, src, r, valid, nullptr);
+    repackedRows<W>(g, acts, stride, src, r, valid, nullptr);
   }
   std::free(owned);
 }
 
-// Rows [rowBegin, rowEnd), in row groups or file layout (g.rowGroups); kLevels: IQ4_NL's.
-template <bool kLevels = false>
+// Rows [rowBegin, rowEnd), in row groups or file layout (g.rowGroups), of weight type W.
+template <class W = Q4_0Weights>
 void gemmQ4_0Repacked(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
+  using Group = typename W::Group;
   if (!g.rowGroups) {
-    gemmQ4_0RepackedFile<kLevels>(g, rowBegin, rowEnd);
+    gemmQ4_0RepackedFile<W>(g, rowBegin, rowEnd);
     return;
   }
-  constexpr WeightKind kKind = kLevels ? WeightKind::IQ4_NL : WeightKind::Q4_0;
   int64_t first, last;
-  if (!ungroupedEdges<kKind, gemmQ4_0RepackedFile<kLevels>>(g, rowBegin, rowEnd, first, last)) {
+  if (!ungroupedEdges<W::kKind, gemmQ4_0RepackedFile<W>>(g, rowBegin, rowEnd, first, last)) {
     return;
   }
   int64_t stride;
@@ -324,25 +380,24 @@ void gemmQ4_0Repacked(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   const RepackedQ4_0Act* acts = repackedActs(g, stride, owned);
   const size_t groupBytes = g.weightStride * kGroupRows;
   auto group = [&](int64_t r) {
-    return reinterpret_cast<const BlockQ4_0x8*>(g.weights +
-                                                static_cast<size_t>(r / kGroupRows) * groupBytes);
+    return reinterpret_cast<const Group*>(g.weights +
+                                          static_cast<size_t>(r / kGroupRows) * groupBytes);
   };
   if (g.tokens == 1) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(g.act);
     for (int64_t r = first; r < last; r += kGroupRows) {
-      repackedOneToken<kLevels>(OneGroupSource{group(r)}, a, acts, g.cols / kQK, g.y + r,
-                                kGroupRows);
+      repackedOneToken<W>(OneGroupSource<W>{group(r)}, a, acts, g.cols / kQK, g.y + r, kGroupRows);
     }
     std::free(owned);
     return;
   }
   for (int64_t r = first; r < last; r += kRepackedRows) {
     const bool pair = r + kRepackedRows <= last;
-    const GroupPairSource src{group(r), pair ? group(r + kGroupRows) : group(r)};
-    const BlockQ4_0x8* next[2] = {group(r + kRepackedRows), group(r + kRepackedRows + kGroupRows)};
+    const GroupPairSource<W> src{group(r), pair ? group(r + kGroupRows) : group(r)};
+    const Group* next[2] = {group(r + kRepackedRows), group(r + kRepackedRows + kGroupRows)};
     const bool nextPair = r + 2 * kRepackedRows <= last;
-    repackedRows<kLevels>(g, acts, stride, src, r, pair ? kRepackedRows : kGroupRows,
-                          nextPair ? next : nullptr);
+    repackedRows<W>(g, acts, stride, src, r, pair ? kRepackedRows : kGroupRows,
+                    nextPair ? next : nullptr);
   }
   std::free(owned);
 }

@@ -319,7 +319,7 @@ void gemmQ4_0(const GemmArgs& g, int64_t b, int64_t e) {
 // AVX2 level.
 void gemmIQ4_NL(const GemmArgs& g, int64_t b, int64_t e) {
   if (g.order == DotOrder::Repacked) {
-    gemmQ4_0Repacked<true>(g, b, e);
+    gemmQ4_0Repacked<IQ4NLWeights>(g, b, e);
     return;
   }
   if (g.rowGroups) {
@@ -329,6 +329,19 @@ void gemmIQ4_NL(const GemmArgs& g, int64_t b, int64_t e) {
     return;
   }
   avx2::gemmIQ4_NL(g, b, e);
+}
+// MXFP4: the same template in llama.cpp (block_mxfp4x8), so the same kernel with its levels and
+// E8M0 scales; its vec order (rows not a multiple of 8) as at the AVX2 level.
+void gemmMXFP4(const GemmArgs& g, int64_t b, int64_t e) {
+  if (g.order == DotOrder::Repacked) {
+    gemmQ4_0Repacked<MXFP4Weights>(g, b, e);
+    return;
+  }
+  if (g.rowGroups) {
+    ungroupedRows<WeightKind::MXFP4, gemmMXFP4>(g, b / kGroupRows * kGroupRows, b, e);
+    return;
+  }
+  avx2::gemmMXFP4(g, b, e);
 }
 void gemmQ4_1(const GemmArgs& g, int64_t b, int64_t e) {
   if (g.rowGroups) {

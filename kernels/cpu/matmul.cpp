@@ -89,9 +89,13 @@ bool splitsTokensInFours(const WeightMatrix& w) {
 
 namespace {
 
-// Whether w's kernels read RepackedQ4_0Act (GemmArgs::actBlocks): Q4_0 in the repacked order.
+// Whether w's kernels read RepackedQ4_0Act (GemmArgs::actBlocks): Q4_0, IQ4_NL and MXFP4 in the
+// repacked order (the x86 kernels of that order share one arithmetic; a level whose kernel for
+// the type does not read them just leaves them).
 bool readsRepackedQ4_0Act(const WeightMatrix& w) {
-  return w.kind == WeightKind::Q4_0 && dotOrder(w, 1) == DotOrder::Repacked;
+  return (w.kind == WeightKind::Q4_0 || w.kind == WeightKind::IQ4_NL ||
+          w.kind == WeightKind::MXFP4) &&
+         dotOrder(w, 1) == DotOrder::Repacked;
 }
 
 // Side rows are read as whole 64-byte registers; a small ZeroedBuffer is calloc's (16 bytes).
@@ -169,7 +173,8 @@ void prepare(std::span<const MatmulJob> jobs, const float* x, int64_t tokens, in
     bytes = std::max(bytes, sideBytes(*j.w, tokens));
   }
   const int64_t order = orderTokens > 0 ? orderTokens : tokens;
-  // Q4_0 in the repacked order: each token's blocks' starting sums and scales, once per call.
+  // Q4_0 (IQ4_NL, MXFP4) in the repacked order: each token's blocks' starting sums and scales,
+  // once per call.
   bool repacked = false;
   for (const MatmulJob& j : jobs) repacked = repacked || readsRepackedQ4_0Act(*j.w);
   const int64_t blocks = cols / kQK;

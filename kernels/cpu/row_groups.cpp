@@ -36,6 +36,10 @@ void groupBlock(const BlockQ4_0& in, int r, BlockQ4_0x8& x) {
   x.d[r] = in.d;
   std::memcpy(x.qs[r], in.qs, sizeof in.qs);
 }
+void groupBlock(const BlockMXFP4& in, int r, BlockMXFP4x8& x) {
+  x.e[r] = in.e;
+  std::memcpy(x.qs[r], in.qs, sizeof in.qs);
+}
 void groupBlock(const BlockQ4_1& in, int r, BlockQ4_1x8& x) {
   x.d[r] = in.d;
   x.m[r] = in.m;
@@ -49,7 +53,7 @@ void groupBlock(const BlockQ8_0& in, int r, BlockQ8_0x8& x) {
 // Elements per block of each kind that has the layout.
 int64_t blockElements(WeightKind kind) {
   return kind == WeightKind::Q4_0 || kind == WeightKind::Q4_1 || kind == WeightKind::Q8_0 ||
-                 kind == WeightKind::IQ4_NL
+                 kind == WeightKind::IQ4_NL || kind == WeightKind::MXFP4
              ? kQK
              : kQKK;
 }
@@ -92,14 +96,14 @@ void ungroupRowsOf(const uint8_t* data, int64_t blocks, int64_t rowBegin, int64_
 bool hasRowGroups(WeightKind kind) {
   return kind == WeightKind::Q4_0 || kind == WeightKind::Q4_1 || kind == WeightKind::Q8_0 ||
          kind == WeightKind::Q4_K || kind == WeightKind::Q5_K || kind == WeightKind::Q6_K ||
-         kind == WeightKind::IQ4_NL;
+         kind == WeightKind::IQ4_NL || kind == WeightKind::MXFP4;
 }
 
 bool hasRowGroups(gguf::TensorType type) {
   using gguf::TensorType;
   return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0 ||
          type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K ||
-         type == TensorType::IQ4_NL;
+         type == TensorType::IQ4_NL || type == TensorType::MXFP4;
 }
 
 void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols) {
@@ -111,6 +115,8 @@ void groupRows(WeightKind kind, uint8_t* data, int64_t rows, int64_t cols) {
   const int64_t blocks = cols / blockElements(kind);
   if (kind == WeightKind::Q4_0 || kind == WeightKind::IQ4_NL) {  // IQ4_NL: Q4_0's block shape
     groupRowsOf<BlockQ4_0, BlockQ4_0x8>(data, rows, blocks);
+  } else if (kind == WeightKind::MXFP4) {
+    groupRowsOf<BlockMXFP4, BlockMXFP4x8>(data, rows, blocks);
   } else if (kind == WeightKind::Q4_1) {
     groupRowsOf<BlockQ4_1, BlockQ4_1x8>(data, rows, blocks);
   } else if (kind == WeightKind::Q8_0) {
@@ -137,6 +143,8 @@ void ungroupRows(WeightKind kind, const uint8_t* data, int64_t cols, int64_t row
   };
   if (kind == WeightKind::Q4_0 || kind == WeightKind::IQ4_NL) {
     run(BlockQ4_0{}, BlockQ4_0x8{});
+  } else if (kind == WeightKind::MXFP4) {
+    run(BlockMXFP4{}, BlockMXFP4x8{});
   } else if (kind == WeightKind::Q4_1) {
     run(BlockQ4_1{}, BlockQ4_1x8{});
   } else if (kind == WeightKind::Q8_0) {

@@ -122,6 +122,14 @@ struct BlockQ4_0x8 {
 };
 static_assert(sizeof(BlockQ4_0x8) == kGroupRows * sizeof(BlockQ4_0));
 
+// Block b of rows 8g .. 8g+7 of an MXFP4 matrix: the eight rows' exponents, then their quants
+// (as BlockQ4_0x8).
+struct BlockMXFP4x8 {
+  uint8_t e[kGroupRows];
+  uint8_t qs[kGroupRows][16];
+};
+static_assert(sizeof(BlockMXFP4x8) == kGroupRows * sizeof(BlockMXFP4));
+
 // Block b of rows 8g .. 8g+7 of a Q4_1 matrix: scales, minimums, then quants.
 struct BlockQ4_1x8 {
   uint16_t d[kGroupRows];
@@ -137,8 +145,8 @@ struct BlockQ8_0x8 {
 };
 static_assert(sizeof(BlockQ8_0x8) == kGroupRows * sizeof(BlockQ8_0));
 
-// Whether the weight type has a row-group layout (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K; IQ4_NL,
-// whose blocks have Q4_0's shape, in BlockQ4_0x8).
+// Whether the weight type has a row-group layout (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4;
+// IQ4_NL, whose blocks have Q4_0's shape, in BlockQ4_0x8).
 bool hasRowGroups(WeightKind kind);
 // The same for a GGUF tensor type (false for a type without a CPU matrix kernel).
 bool hasRowGroups(gguf::TensorType type);
@@ -174,6 +182,10 @@ static inline void ungroupBlock(const BlockQ5_Kx8& x, int r, BlockQ5_K& out) {
 }
 static inline void ungroupBlock(const BlockQ4_0x8& x, int r, BlockQ4_0& out) {
   out.d = x.d[r];
+  std::memcpy(out.qs, x.qs[r], 16);
+}
+static inline void ungroupBlock(const BlockMXFP4x8& x, int r, BlockMXFP4& out) {
+  out.e = x.e[r];
   std::memcpy(out.qs, x.qs[r], 16);
 }
 static inline void ungroupBlock(const BlockQ4_1x8& x, int r, BlockQ4_1& out) {

@@ -48,6 +48,7 @@ void gemmQ2_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmQ3_K(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmIQ4_XS(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 void gemmIQ4_NL(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
+void gemmMXFP4(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd);
 // KernelTable::dotsF16 (avx512_half_dots.cpp).
 void dotsHalf(const HalfDots& d);
 // KernelTable::actSideBytes and actSide: the grouped Q4_0/Q4_1/Q8_0 kernels' side rows

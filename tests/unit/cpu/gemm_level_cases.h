@@ -199,7 +199,7 @@ inline std::string rowGroupMismatch(Isa isa) {
   const KernelTable& k = *kernelsFor(isa);
   using gguf::TensorType;
   for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K,
-                       TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL}) {
+                       TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL, TensorType::MXFP4}) {
     if (!k.rowGroups[static_cast<int>(weightKind(t))]) continue;
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{8, 512}, {40, 256}, {56, 2816}}) {
       for (int64_t tokens : {1, 2, 9}) {
@@ -208,7 +208,8 @@ inline std::string rowGroupMismatch(Isa isa) {
         groupRows(weightKind(t), grouped.weights.data(), rows, cols);
         for (DotOrder order : {DotOrder::Vec, DotOrder::Tiled, DotOrder::Repacked}) {
           if (order == DotOrder::Tiled && tokens < 2) continue;
-          if (order == DotOrder::Repacked && t != TensorType::Q4_0 && t != TensorType::IQ4_NL) {
+          if (order == DotOrder::Repacked && t != TensorType::Q4_0 && t != TensorType::IQ4_NL &&
+              t != TensorType::MXFP4) {
             continue;
           }
           for (auto [b, e] : {std::pair<int64_t, int64_t>{0, rows}, {8, rows}, {3, rows - 5}}) {

@@ -14,6 +14,7 @@
 #include "kernels/cpu/block_layouts.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/reference_kernels.h"
+#include "kernels/cpu/row_groups.h"
 
 using namespace shoal;
 using namespace shoal::cpu;
@@ -69,6 +70,40 @@ class CpuMatrixKernelsTest : public QObject {
     for (Isa isa : test::simdLevels()) {
       const std::string diff = test::gemmMismatch(t, cols, isa);
       if (!diff.empty()) QFAIL(diff.c_str());
+    }
+  }
+
+  // MXFP4's E8M0 exponents across their range, the subnormal scales of e = 0 and 1 included
+  // (the vectorized conversion in the AVX-512 kernels against gguf::e8m0Half): every level, every
+  // order, in the file layout and in row groups.
+  void mxfp4ExponentsAcrossTheirRangeMatchTheReference() {
+    if (test::simdLevels().empty()) QSKIP("no SIMD level on this CPU");
+    const uint8_t exponents[] = {0, 1, 2, 3, 64, 126, 127, 128, 190};
+    for (int64_t tokens : {1, 3, 17}) {
+      Problem p(TensorType::MXFP4, 24, 96, tokens, 7);
+      size_t at = 0;
+      for (size_t b = 0; b < p.weights.size(); b += sizeof(BlockMXFP4)) {
+        p.weights[b] = exponents[at++ % std::size(exponents)];
+      }
+      Problem grouped = p;
+      groupRows(WeightKind::MXFP4, grouped.weights.data(), p.rows, p.cols);
+      for (DotOrder order : {DotOrder::Vec, DotOrder::Repacked}) {
+        const std::vector<float> want = p.run(referenceKernels(), order, 0, p.rows);
+        for (Isa isa : test::simdLevels()) {
+          const KernelTable& k = *kernelsFor(isa);
+          for (bool inGroups : {false, true}) {
+            if (inGroups && !k.rowGroups[static_cast<int>(WeightKind::MXFP4)]) continue;
+            const std::vector<float> got =
+                (inGroups ? grouped : p).run(k, order, 0, p.rows, inGroups, true);
+            QVERIFY2(test::firstBitDifference(got.data(), want.data(), want.size()) < 0,
+                     qPrintable(QString("%1, %2 order, %3 tokens%4")
+                                    .arg(isaName(isa).data())
+                                    .arg(test::orderName(order))
+                                    .arg(tokens)
+                                    .arg(inGroups ? ", row groups" : "")));
+          }
+        }
+      }
     }
   }
 

@@ -25,6 +25,7 @@ class CpuRowGroupsTest : public QObject {
     QTest::addRow("q5_K") << static_cast<int>(gguf::TensorType::Q5_K);
     QTest::addRow("q6_K") << static_cast<int>(gguf::TensorType::Q6_K);
     QTest::addRow("iq4_nl") << static_cast<int>(gguf::TensorType::IQ4_NL);
+    QTest::addRow("mxfp4") << static_cast<int>(gguf::TensorType::MXFP4);
   }
   void ungroupingEachRowGivesTheFileLayoutBack() {
     QFETCH(int, type);
@@ -51,6 +52,7 @@ class CpuRowGroupsTest : public QObject {
     QVERIFY(hasRowGroups(WeightKind::Q8_0));
     QVERIFY(hasRowGroups(WeightKind::Q4_1));
     QVERIFY(hasRowGroups(WeightKind::IQ4_NL));
+    QVERIFY(hasRowGroups(WeightKind::MXFP4));
     QVERIFY(!hasRowGroups(WeightKind::Q5_0));
     QVERIFY(!hasRowGroups(gguf::TensorType::F16));
   }
@@ -63,7 +65,7 @@ class CpuRowGroupsTest : public QObject {
     for (gguf::TensorType type :
          {gguf::TensorType::Q4_0, gguf::TensorType::Q4_1, gguf::TensorType::Q8_0,
           gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K,
-          gguf::TensorType::IQ4_NL}) {
+          gguf::TensorType::IQ4_NL, gguf::TensorType::MXFP4}) {
       const std::string name = gguf::typeName(type);
       const int t = static_cast<int>(type);
       // Tokens: the AVX-512 Q4_0/Q4_1/Q8_0 kernels take four per pass over a group (4, 5, 7, 9:
