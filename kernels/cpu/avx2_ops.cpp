@@ -376,7 +376,9 @@ KernelTable makeTable() {
   set(WeightKind::IQ4_XS, gemmIQ4_XS);
   t.rowGroups[static_cast<int>(WeightKind::Q4_0)] = true;  // avx2_quant_groups.h
   t.rowGroups[static_cast<int>(WeightKind::Q4_1)] = true;
-  t.rowGroups[static_cast<int>(WeightKind::Q4_K)] = true;  // avx2_kquant_groups.h
+  t.rowGroups[static_cast<int>(WeightKind::MXFP4)] = true;   // avx2_q4_0_repacked.h
+  t.rowGroups[static_cast<int>(WeightKind::IQ4_NL)] = true;  // Q4_0's groups, that kernel
+  t.rowGroups[static_cast<int>(WeightKind::Q4_K)] = true;    // avx2_kquant_groups.h
   t.rowGroups[static_cast<int>(WeightKind::Q6_K)] = true;
   t.convert[static_cast<int>(ActKind::F16)] = convertF16;
   t.convert[static_cast<int>(ActKind::Q8_0)] = quantizeQ8_0;

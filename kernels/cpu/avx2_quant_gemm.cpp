@@ -291,62 +291,21 @@ void gemmTableVec(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   }
 }
 
-// DotOrder::Repacked of IQ4_NL and MXFP4 (llama.cpp's gemv/gemm_q4_b32_8x8_q8_0_lut_avx): per
-// row and block the exact total of the 32 products, acc = fma(total, d_w * d_a, acc). Eight rows
-// at a time, token by token: each row's eight lanes per block, the eight rows' totals in one
-// vector (rowTotals8), one fma per block for all eight; the last rows one by one.
-template <typename T>
-void gemmTableRepacked(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
-  using W = typename T::W;
-  const int64_t blocks = g.cols / kQK;
-  auto row = [&g](int64_t r) {
-    return reinterpret_cast<const W*>(g.weights + static_cast<size_t>(r) * g.weightStride);
-  };
-  auto lanesOf = [](const W& x, const BlockQ8_0& y) {
-    const __m256i q = T::load(x);
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
-    return dotUnsigned(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
-  };
-  int64_t r = rowBegin;
-  for (; r + kTiledRows <= rowEnd; r += kTiledRows) {
-    const W* x[kTiledRows];
-    for (int i = 0; i < kTiledRows; ++i) x[i] = row(r + i);
-    for (int64_t t = 0; t < g.tokens; ++t) {
-      const auto* y =
-          reinterpret_cast<const BlockQ8_0*>(g.act + static_cast<size_t>(t) * g.actStride);
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t b = 0; b < blocks; ++b) {
-        __m256i lanes[kTiledRows];
-        alignas(32) float dw[kTiledRows];
-        for (int i = 0; i < kTiledRows; ++i) {
-          lanes[i] = lanesOf(x[i][b], y[b]);
-          dw[i] = T::scale(x[i][b]);
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rowTotals8(lanes)),
-                              _mm256_mul_ps(_mm256_load_ps(dw), _mm256_set1_ps(half(y[b].d))), acc);
-      }
-      _mm256_storeu_ps(g.y + t * g.ldy + r, acc);
-    }
-  }
-  for (; r < rowEnd; ++r) {
-    const W* x = row(r);
-    for (int64_t t = 0; t < g.tokens; ++t) {
-      const auto* y =
-          reinterpret_cast<const BlockQ8_0*>(g.act + static_cast<size_t>(t) * g.actStride);
-      float acc = 0.0f;
-      for (int64_t b = 0; b < blocks; ++b) {
-        acc = fmaSingle(static_cast<float>(hsumInt(lanesOf(x[b], y[b]))),
-                        T::scale(x[b]) * half(y[b].d), acc);
-      }
-      g.y[t * g.ldy + r] = acc;
-    }
-  }
-}
-
-// IQ4_NL: the repacked order (tensors of 8k rows), the tiles (tinyBLAS's one accumulator) for
-// DotOrder::Tiled, the two-accumulator vec order row by row otherwise.
+// IQ4_NL: the repacked order (tensors of 8k rows) through Q4_0's repacked kernel
+// (avx2_q4_0_repacked.h), in row groups or the file layout; the tiles (tinyBLAS's one
+// accumulator) for DotOrder::Tiled, the two-accumulator vec order row by row otherwise.
 void gemmIQ4NL(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
-  if (g.order == DotOrder::Repacked) return gemmTableRepacked<IQ4NLVec>(g, rowBegin, rowEnd);
+  if (g.order == DotOrder::Repacked) {
+    gemmQ4_0Repacked<IQ4NLWeights8>(g, rowBegin, rowEnd);
+    return;
+  }
+  if (g.rowGroups) {
+    // The other orders on a grouped matrix (not a shape the CPU stage makes: a grouped matrix
+    // has 8k rows), from the rows taken out.
+    ungroupedRows<WeightKind::IQ4_NL, gemmIQ4NL>(g, rowBegin / kGroupRows * kGroupRows, rowBegin,
+                                                 rowEnd);
+    return;
+  }
   if (g.order == DotOrder::Tiled) return gemm<IQ4NL>(g, rowBegin, rowEnd);
   gemmTableVec<IQ4NLVec>(g, rowBegin, rowEnd);
 }
@@ -652,8 +611,17 @@ void gemmQ6_K(const GemmArgs& g, int64_t b, int64_t e) {
   gemmKTiled<Q6KTraits, dotQ6K<Q6KTraits>>(g, b, e);
 }
 void gemmIQ4_NL(const GemmArgs& g, int64_t b, int64_t e) { gemmIQ4NL(g, b, e); }
+// MXFP4's repacked order through Q4_0's repacked kernel (avx2_q4_0_repacked.h), in row groups
+// or the file layout.
 void gemmMXFP4(const GemmArgs& g, int64_t b, int64_t e) {
-  if (g.order == DotOrder::Repacked) return gemmTableRepacked<MXFP4>(g, b, e);
+  if (g.order == DotOrder::Repacked) {
+    gemmQ4_0Repacked<MXFP4Weights8>(g, b, e);
+    return;
+  }
+  if (g.rowGroups) {
+    ungroupedRows<WeightKind::MXFP4, gemmMXFP4>(g, b / kGroupRows * kGroupRows, b, e);
+    return;
+  }
   gemmTableVec<MXFP4>(g, b, e);
 }
 void gemmQ2_K(const GemmArgs& g, int64_t b, int64_t e) { gemmK<BlockQ2_K, dotQ2_K>(g, b, e); }
