@@ -574,6 +574,42 @@ float dotIQ4_XS(const BlockIQ4_XS* x, const BlockQ8_K* y, int64_t blocks, DotOrd
 // tokens per pass, each step unpacked once for all the pass's tokens. The vec order stays row
 // by row (dotQ3_K, dotIQ4_XS), whose lanes are ggml's.
 
+// Q2_K (its repacked orders, and the tiled one where rows are not a multiple of 8): step
+// i = 4h + g holds quants 0..3 of elements 128h + 32g .. +31, two 4-bit scales per step; the 16
+// 4-bit minimums meet the token's 16 bsums (minLanes), the gemm fuses per half (128 elements).
+struct Q2KTraits : Avx2KSteps {
+  static constexpr int kTokens = 4;  // 8: the gemm 0.93 against 0.60 ns per block (registers)
+  static constexpr int kGemmGroups = 2;
+  using Block = BlockQ2_K;
+  static constexpr bool kHasMin = true, kHasOffset = false;
+  struct Context {
+    alignas(32) int16_t scales[16];
+    __m256i mins;  // the 16 minimums as int16
+  };
+  static void prepare(const Block& x, Context& c, __m128i& /*mins: minLanes instead*/) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c.scales),
+                       _mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF))));
+    c.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF)));
+  }
+  static void unpack(const Block& x, const Context& c, int i, __m256i& q, __m256i& scale) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * (i / 4)));
+    q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * (i % 4)), _mm256_set1_epi8(3));
+    scale = partScales(c.scales, i);
+  }
+  // Lane h (0, 1): the minimum products of sub-blocks 8h .. 8h+7; lanes 2 and 3 zero.
+  static __m128i minLanes(const Context& c, const BlockQ8_K& y) {
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+    const __m256i prod = _mm256_madd_epi16(c.mins, bsums);  // lane k: sub-blocks 2k, 2k+1
+    const __m128i halves =
+        _mm_hadd_epi32(_mm256_castsi256_si128(prod),
+                       _mm256_extracti128_si256(prod, 1));  // [lo01, lo23, hi01, hi23]
+    return _mm_hadd_epi32(halves, _mm_setzero_si128());     // [lo, hi, 0, 0]
+  }
+  static float d(const Block& x) { return half(x.d); }
+  static float dmin(const Block& x) { return half(x.dmin); }
+};
+
 // Q3_K: step i = 4h + g holds codes low + 4 x third bit (0..7), value = code - 4; the -4 enters
 // as 4 x sum(scale x bsum) per block and token (as Q6_K's -32).
 struct Q3KTraits : Avx2KSteps {
@@ -691,7 +727,7 @@ void gemmMXFP4(const GemmArgs& g, int64_t b, int64_t e) {
   }
   gemmTableVec<MXFP4>(g, b, e);
 }
-void gemmQ2_K(const GemmArgs& g, int64_t b, int64_t e) { gemmK<BlockQ2_K, dotQ2_K>(g, b, e); }
+void gemmQ2_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q2KTraits, dotQ2_K>(g, b, e); }
 void gemmQ3_K(const GemmArgs& g, int64_t b, int64_t e) { gemmKTiled<Q3KTraits, dotQ3_K>(g, b, e); }
 void gemmIQ4_XS(const GemmArgs& g, int64_t b, int64_t e) {
   gemmKTiled<IQ4XSTraits, dotIQ4_XS>(g, b, e);

@@ -24,6 +24,11 @@
 //   subtractOffset(sum, c, y)            sum less the offset in total (lanes may differ: tiled;
 //                                        only if kHasOffset)
 //   d(x), dmin(x)                        the block's float scales
+// and optionally (Q2_K, whose 16 minimums pair with the 16 bsums rather than 8 with their pairs):
+//   minLanes(c, y)                       the minimum products, lane j the sum over gemm group j
+//                                        (the 4-lane vector's total is the block's)
+//   kGemmGroups                          DotOrder::RepackedGemm's fusions per block (default 4:
+//                                        Q4_K's pairs of sub-blocks; Q2_K 2: its halves)
 
 #include <immintrin.h>
 
@@ -207,6 +212,31 @@ inline __m256i rowTotals8(const __m256i lanes[8]) {
   return _mm256_set_m128i(t4567, t0123);
 }
 
+// A traits type's optional members (see the top of this file).
+template <class K>
+constexpr int gemmGroups() {
+  if constexpr (requires { K::kGemmGroups; }) {
+    return K::kGemmGroups;
+  } else {
+    return 4;
+  }
+}
+template <class K>
+constexpr bool hasMinLanes() {
+  return requires(const typename K::Context& c, const BlockQ8_K& y) { K::minLanes(c, y); };
+}
+// Row x token's minimum products: four lanes whose total is the block's minimum term, lane j
+// that of gemm group j. tokenSums: the token's bsumPairs (unused where K brings minLanes).
+template <class K>
+inline __m128i minProducts4(const typename K::Context& c, __m128i mins, __m128i tokenSums,
+                            const BlockQ8_K& y) {
+  if constexpr (hasMinLanes<K>()) {
+    return K::minLanes(c, y);
+  } else {
+    return _mm_madd_epi16(mins, tokenSums);
+  }
+}
+
 // The totals of eight rows' four minimum products (128-bit each), row r in lane r.
 inline __m256i minTotals8(const __m128i prod[8]) {
   const __m256i v01 =
@@ -382,7 +412,7 @@ void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, in
     // Each token's sums of sub-block pairs, the partner of the 8 minimums (minProducts).
     __m128i tokenSums[kTokens];
     for (int t = 0; t < kTokens; ++t) {
-      if constexpr (K::kHasMin) {
+      if constexpr (K::kHasMin && !hasMinLanes<K>()) {
         tokenSums[t] = bsumPairs(y[t][b]);
       } else {
         tokenSums[t] = _mm_setzero_si128();
@@ -409,7 +439,7 @@ void tiled8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, in
         // Only the totals count here, so the bias may enter any lane.
         if constexpr (K::kHasOffset) sum[t] = K::subtractOffset(sum[t], c, y[t][b]);
         lanes[t][r] = K::fold(sum[t]);
-        if constexpr (K::kHasMin) prod[t][r] = _mm_madd_epi16(mins, tokenSums[t]);
+        if constexpr (K::kHasMin) prod[t][r] = minProducts4<K>(c, mins, tokenSums[t], y[t][b]);
       }
       dw[r] = K::d(blk);
       dminW[r] = K::dmin(blk);
@@ -484,14 +514,16 @@ void gemmK(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   }
 }
 
-// DotOrder::RepackedGemm (Q4_K) for eight rows and kTokens tokens at once: as tiled8Rows in the
-// repacked order, with the two accumulators fed once per pair of sub-blocks (64 elements): the
-// rows' step totals reduced together per pair, the minimum products (one lane per pair) taken
-// row by row from a small table.
+// DotOrder::RepackedGemm (Q4_K, Q2_K) for eight rows and kTokens tokens at once: as tiled8Rows
+// in the repacked order, with the two accumulators fed once per gemm group (Q4_K: a pair of
+// sub-blocks, 64 elements; Q2_K: 128): the rows' step totals reduced together per group, the
+// minimum products (one lane per group) taken row by row from a small table.
 template <class K, int kTokens>
 void repackedGemm8Rows(const typename K::Block* const* x, const BlockQ8_K* const* y, int64_t blocks,
                        float* const* out) {
-  constexpr int kPerPair = K::kSteps / 4;
+  constexpr int kGroups = gemmGroups<K>();
+  constexpr int kPerPair = K::kSteps / kGroups;  // steps per group
+  static_assert(kPerPair * kGroups == K::kSteps);
   __m256 acc[kTokens], accMin[kTokens];
   for (int t = 0; t < kTokens; ++t) acc[t] = accMin[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
@@ -508,10 +540,11 @@ void repackedGemm8Rows(const typename K::Block* const* x, const BlockQ8_K* const
     // rows r and r + 4 side by side, then a 4x4 transpose in each 128-bit half.
     __m256i minProd[kTokens][4];
     for (int t = 0; t < kTokens; ++t) {
-      const __m128i sums = bsumPairs(y[t][b]);
+      const __m128i sums = hasMinLanes<K>() ? _mm_setzero_si128() : bsumPairs(y[t][b]);
       __m256i v[4];
       for (int r = 0; r < 4; ++r) {
-        v[r] = _mm256_set_m128i(_mm_madd_epi16(mins[r + 4], sums), _mm_madd_epi16(mins[r], sums));
+        v[r] = _mm256_set_m128i(minProducts4<K>(c[r + 4], mins[r + 4], sums, y[t][b]),
+                                minProducts4<K>(c[r], mins[r], sums, y[t][b]));
       }
       const __m256i a = _mm256_unpacklo_epi32(v[0], v[1]), c2 = _mm256_unpackhi_epi32(v[0], v[1]);
       const __m256i e = _mm256_unpacklo_epi32(v[2], v[3]), f = _mm256_unpackhi_epi32(v[2], v[3]);
@@ -522,7 +555,7 @@ void repackedGemm8Rows(const typename K::Block* const* x, const BlockQ8_K* const
     }
     // Each row's steps in one pass (the loop over all kSteps unrolls, as tiled8Rows's does), its
     // lanes kept per pair; then per pair the eight rows' totals together.
-    __m256i lanes[kTokens][4][kTiledRows];
+    __m256i lanes[kTokens][kGroups][kTiledRows];
     for (int r = 0; r < kTiledRows; ++r) {
       typename K::Acc sum[kTokens];
       for (int t = 0; t < kTokens; ++t) sum[t] = K::zero();
@@ -540,7 +573,7 @@ void repackedGemm8Rows(const typename K::Block* const* x, const BlockQ8_K* const
         }
       }
     }
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kGroups; ++j) {
       for (int t = 0; t < kTokens; ++t) {
         const __m256 da = _mm256_set1_ps(y[t][b].d);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rowTotals8(lanes[t][j])),
@@ -619,10 +652,12 @@ template <class K, float (*Dot)(const typename K::Block*, const BlockQ8_K*, int6
 void gemmKTiled(const GemmArgs& g, int64_t rowBegin, int64_t rowEnd) {
   static_assert(K::kTokens >= 1 && K::kTokens <= kTiledTokens);
   if (g.order == DotOrder::Vec || g.tokens < 2) {
-    gemmK<typename K::Block, Dot, K::kHasMin>(g, rowBegin, rowEnd);
+    gemmK<typename K::Block, Dot, K::kHasMin && !hasMinLanes<K>()>(g, rowBegin, rowEnd);
     return;
   }
-  if constexpr (std::is_same_v<typename K::Block, BlockQ4_K>) {  // the one repacked K-quant
+  // The repacked K-quants.
+  if constexpr (std::is_same_v<typename K::Block, BlockQ4_K> ||
+                std::is_same_v<typename K::Block, BlockQ2_K>) {
     if (g.order == DotOrder::Repacked) {
       gemmKTiledOrder<K, Dot, DotOrder::Repacked>(g, rowBegin, rowEnd);
       return;
