@@ -24,7 +24,7 @@ follows llama.cpp's repacked kernels for Q4_0, Q4_K, Q2_K, IQ4_NL and MXFP4: Dot
 and RepackedGemm; its repacking changes nothing for the other types on x86). Flash attention is
 off in both, as in the fixtures. Standard library only.
 
-The model is the default one, --model M, --synthetic a3b-moe|a3b-dense (a Qwen3-30B-A3B-shaped
+The model is the default one, --model M, --synthetic a3b-moe|a3b-dense|gpt-oss-4l (a Qwen3-30B-A3B-shaped
 mixture of experts cut to 8 layers, or the same with a dense FFN of its active width: see
 SYNTHETIC_SHAPES), or --synthetic-1b TYPE: a random-weight model of
 Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, tied output) with
@@ -106,6 +106,15 @@ SYNTHETIC_SHAPES = {
     "a3b-moe": ["--arch", "qwen3moe", *SYNTHETIC_A3B, "--ff", "6144", "--experts", "128",
                 "--experts-used", "8", "--ff-expert", "768"],
     "a3b-dense": ["--arch", "qwen3", *SYNTHETIC_A3B, "--ff", "6144"],
+    # gpt-oss-20b's MoE (hidden 2880, 32 experts of width 2880, top 4, MXFP4 experts, Q8_0
+    # attention, sliding window 128 on even layers, YaRN x32) cut to 4 of its 24 layers, with 45
+    # query heads of 64 (5 KV heads) for its 64 (8): the writer makes Q as wide as the hidden size.
+    "gpt-oss-4l": ["--arch", "gpt-oss", "--layers", "4", "--embd", "2880", "--heads", "45",
+                   "--kv-heads", "5", "--ff", "2880", "--experts", "32", "--experts-used", "4",
+                   "--ff-expert", "2880", "--type", "q8_0", "--type-of", "ffn_gate_exps=mxfp4",
+                   "--type-of", "ffn_up_exps=mxfp4", "--type-of", "ffn_down_exps=mxfp4",
+                   "--sliding-window", "128", "--rope-scaling", "yarn", "--rope-scale", "32",
+                   "--rope-orig-ctx", "4096", "--rope-base", "150000"],
 }
 
 
