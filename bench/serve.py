@@ -4,13 +4,18 @@ against llama.cpp's llama-server (continuous batching, -np slots) on the same GG
 alternated level by level in one run. Prints JSON.
 
     bench/serve.py [--build build] [--model M | --synthetic-1b q4_0] [--threads 2]
-                   [--levels 1,2,4,8,16] [--requests 2] [--rounds 1]
+                   [--levels 1,2,4,8,16] [--requests 2] [--rounds 1] [--load qa|chat]
 
 Load: at concurrency c, c clients each send --requests streamed /v1/completions back to back
 (temperature 0, ignore_eos, so every reply has exactly its max_tokens). Prompts and lengths come
 from a seeded generator (--seed): a prompt is a numbered passage of U(--prompt-min, --prompt-max)
 words (the number first, so no server can reuse another request's prompt prefix), max_tokens is
-U(--gen-min, --gen-max). Every level and round draws the same requests for both servers.
+U(--gen-min, --gen-max). Every level and round draws the same requests for both servers. Two
+named loads set those four bounds (each can still be given): "qa" (the default) prompts of
+U(20, 120) words and replies of U(32, 96) tokens, short answers to longer questions, where
+evaluating the prompts is about half the wall time at 8 clients on a CPU; "chat" prompts of
+U(10, 30) words and replies of U(128, 256) tokens, a conversation's turns, where the decode steps
+(memory-bound, one read of the weights per batch) take most of it.
 
 Per level and server: aggregate tokens/s (completion tokens of all requests / wall time from the
 first send to the last reply: prompt evaluation included), decode tokens/s (the clients' decode
@@ -18,7 +23,7 @@ rates added up: each client's tokens after each reply's first over the time from
 event to the reply's last, so stalls for other clients' prompts count and a reply's own prompt
 does not), time to first token (send to first text event) p50/p99, inter-token latency (gaps
 between text events, each event carrying one token or a few) p50/p99; then shoal / llama-server
-ratios of both throughputs, and Shoal's at each level over its own single-stream figures.
+ratios of both throughputs, and each server's at each level over its own single-stream figures.
 
 Both servers get slots for the largest level, each slot a context of --ctx tokens: shoal-node
 --parallel L --ctx C; llama-server -np L -c L*C (llama.cpp divides -c among its slots). llama-server
@@ -42,6 +47,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_llamacpp import DEFAULT_MODEL, ROOT, SYNTHETIC_TYPES, synthetic_1b  # noqa: E402
 from sse import sse_json_events  # noqa: E402
+
+# Named loads: bounds of the prompts' words and the replies' tokens (module docstring).
+LOADS = {
+    "qa": {"prompt_min": 20, "prompt_max": 120, "gen_min": 32, "gen_max": 96},
+    "chat": {"prompt_min": 10, "prompt_max": 30, "gen_min": 128, "gen_max": 256},
+}
 
 WORDS = ("the river runs past the old mill and under the stone bridge where children stop to "
          "watch the fish that gather in the shade in autumn the leaves fall into the water and "
@@ -192,10 +203,12 @@ def main():
     ap.add_argument("--requests", type=int, default=2, help="requests per client per level")
     ap.add_argument("--rounds", type=int, default=1, help="alternations of the two servers")
     ap.add_argument("--ctx", type=int, default=512, help="context per slot")
-    ap.add_argument("--prompt-min", type=int, default=20)
-    ap.add_argument("--prompt-max", type=int, default=120)
-    ap.add_argument("--gen-min", type=int, default=32)
-    ap.add_argument("--gen-max", type=int, default=96)
+    ap.add_argument("--load", choices=sorted(LOADS), default="qa",
+                    help="named bounds for the four below (module docstring)")
+    ap.add_argument("--prompt-min", type=int, default=None)
+    ap.add_argument("--prompt-max", type=int, default=None)
+    ap.add_argument("--gen-min", type=int, default=None)
+    ap.add_argument("--gen-max", type=int, default=None)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--llama-bin", default=None,
                     help="llama.cpp build/bin (default: built by tools/llamacpp/build_llama_bench.sh)")
@@ -204,6 +217,11 @@ def main():
                     help="shoal-node's backend for the model (cpu, vulkan, cuda; with --no-peer "
                          "for a GPU backend: llama-server runs on the CPU)")
     a = ap.parse_args()
+    for key, value in LOADS[a.load].items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    if not 1 <= a.prompt_min <= a.prompt_max or not 1 <= a.gen_min <= a.gen_max:
+        ap.error("need 1 <= --prompt-min <= --prompt-max and 1 <= --gen-min <= --gen-max")
     levels = [int(x) for x in a.levels.split(",")]
     slots = max(levels)
     if a.synthetic_1b:
@@ -251,7 +269,7 @@ def main():
            "levels": levels,
            "requests_per_client": a.requests, "rounds": a.rounds, "ctx_per_slot": a.ctx,
            "slots": slots,
-           "load": {"prompt_words": [a.prompt_min, a.prompt_max],
+           "load": {"name": a.load, "prompt_words": [a.prompt_min, a.prompt_max],
                     "max_tokens": [a.gen_min, a.gen_max], "seed": a.seed,
                     "distribution": "uniform, integers, inclusive"},
            "peer_flags": None if a.no_peer else llama_cmd(0)[3:],
@@ -260,6 +278,8 @@ def main():
             "itl_s_p50", "itl_s_p99"]
     single = median_of(results["shoal"][levels[0]], "aggregate_tokens_per_s")
     single_decode = median_of(results["shoal"][levels[0]], "decode_tokens_per_s")
+    peer_single = (None if a.no_peer else
+                   median_of(results["llama_server"][levels[0]], "aggregate_tokens_per_s"))
     for lvl in levels:
         row = {"concurrency": lvl}
         for name in servers:
@@ -269,6 +289,8 @@ def main():
         row["shoal_decode_over_own_first_level"] = (row["shoal"]["decode_tokens_per_s"] /
                                                     single_decode)
         if not a.no_peer:
+            row["llama_server_over_own_first_level"] = (
+                row["llama_server"]["aggregate_tokens_per_s"] / peer_single)
             row["ratio_aggregate_shoal_over_llama_server"] = (
                 row["shoal"]["aggregate_tokens_per_s"] /
                 row["llama_server"]["aggregate_tokens_per_s"])
