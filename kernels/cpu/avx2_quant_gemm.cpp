@@ -424,10 +424,24 @@ struct Q6KTraits : Avx2KSteps {
 // Q2_K's repacked ones; Q3_K's and IQ4_XS's tiled order in eight-row tiles (Q3KTraits,
 // IQ4XSTraits below).
 
-// Per 32-element part i of a Q2_K/Q3_K block: sub-blocks 2i (elements 0..15) and 2i+1.
-inline __m256i partScales(const int16_t scales[16], int i) {
-  return _mm256_set_m128i(_mm_set1_epi16(scales[2 * i + 1]), _mm_set1_epi16(scales[2 * i]));
-}
+// The scales of 32-element part i of a Q2_K/Q3_K block, sub-blocks 2i (elements 0..15) and
+// 2i+1, from the block's 16 scales in one register (s0..s7 | s8..s15): one byte shuffle per part
+// (two broadcasts and an insert before; ggml's AVX2 kernels pick their scales by shuffles too).
+// Part i takes word 2(i % 4) of its half into the low 128-bit lane, word 2(i % 4) + 1 into
+// the high one.
+struct PartScales {
+  __m256i low, high;  // [s0..s7 | s0..s7], [s8..s15 | s8..s15]
+  PartScales() = default;
+  explicit PartScales(__m256i scales)
+      : low(_mm256_permute4x64_epi64(scales, 0x44)), high(_mm256_permute4x64_epi64(scales, 0xEE)) {}
+  __m256i part(int i) const {
+    const int w = 2 * (i % 4);  // word w to the low lane, w + 1 to the high one
+    const __m256i pick =
+        _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(0x0202 * w + 0x0302)),
+                         _mm_set1_epi16(static_cast<int16_t>(0x0202 * w + 0x0100)));
+    return _mm256_shuffle_epi8(i < 4 ? low : high, pick);
+  }
+};
 
 float dotQ2_K(const BlockQ2_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order,
               const uint8_t* ahead, const __m128i* /*pairs: Q4_K/Q5_K only*/) {
@@ -441,19 +455,18 @@ float dotQ2_K(const BlockQ2_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder o
     const __m256i minLanes =
         _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins8),
                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].bsums)));
-    alignas(32) int16_t scales[16];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(scales),
-                       _mm256_cvtepi8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF))));
+    const PartScales scales(_mm256_cvtepi8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF))));
     __m256i halves[2];  // the lanes of elements 0-127 and 128-255
     for (int h = 0; h < 2; ++h) {
       const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h));
       halves[h] = _mm256_setzero_si256();
+#pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
         const int i = 4 * h + g;
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), _mm256_set1_epi8(3));
         const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 32 * i));
-        halves[h] = _mm256_add_epi32(
-            halves[h], _mm256_madd_epi16(partScales(scales, i), _mm256_maddubs_epi16(q, a)));
+        halves[h] = _mm256_add_epi32(halves[h],
+                                     _mm256_madd_epi16(scales.part(i), _mm256_maddubs_epi16(q, a)));
       }
     }
     const __m256i lanes = _mm256_add_epi32(halves[0], halves[1]);
@@ -496,7 +509,7 @@ float dotQ2_K(const BlockQ2_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder o
 // Q3_K's 16 scales (6 bits, biased by 32) as int16, from the 12 packed bytes: four 32-bit words
 // of four scales each (low nibbles of bytes 0-7, then their high nibbles, each with two bits
 // of bytes 8-11 on top).
-inline void q3KScales(const uint8_t packed[12], int16_t out[16]) {
+inline __m256i q3KScales(const uint8_t packed[12]) {
   uint32_t u[3];
   std::memcpy(u, packed, 12);
   constexpr uint32_t kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
@@ -505,8 +518,7 @@ inline void q3KScales(const uint8_t packed[12], int16_t out[16]) {
                     static_cast<int>(((u[0] >> 4) & kLow4) | (((u[2] >> 4) & kLow2) << 4)),
                     static_cast<int>((u[1] & kLow4) | (((u[2] >> 2) & kLow2) << 4)),
                     static_cast<int>((u[0] & kLow4) | ((u[2] & kLow2) << 4)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
-                      _mm256_cvtepi8_epi16(_mm_sub_epi8(bytes, _mm_set1_epi8(32))));
+  return _mm256_cvtepi8_epi16(_mm_sub_epi8(bytes, _mm_set1_epi8(32)));
 }
 
 float dotQ3_K(const BlockQ3_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder order,
@@ -515,23 +527,24 @@ float dotQ3_K(const BlockQ3_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder o
   float tiled = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
     prefetchBlock<BlockQ3_K>(ahead, b);
-    alignas(32) int16_t scales[16];
-    q3KScales(x[b].scales, scales);
+    const PartScales scales(q3KScales(x[b].scales));
     const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].hmask));
     __m256i lanes = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h));
+#pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
-        const int i = 4 * h + g, bit = 4 * h + g;
+        const int i = 4 * h + g;
+        // Code = low two bits + 4 x third bit (0..7), value = code - 4: one vpmaddubsw of the
+        // codes less four times the activations' pair sums (|.| <= 1792 + 1024: exact in int16).
         const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), _mm256_set1_epi8(3));
-        // 4 where the third bit is clear (value = low - 4), else 0.
-        const __m256i clear =
-            _mm256_andnot_si256(hbits, _mm256_set1_epi8(static_cast<char>(1 << bit)));
-        const __m256i four = _mm256_slli_epi16(_mm256_srli_epi16(clear, bit), 2);
+        const __m256i third =
+            i >= 2 ? _mm256_srli_epi16(hbits, i - 2) : _mm256_slli_epi16(hbits, 2 - i);
+        const __m256i code = _mm256_or_si256(low, _mm256_and_si256(third, _mm256_set1_epi8(4)));
         const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 32 * i));
-        const __m256i p16 =
-            _mm256_sub_epi16(_mm256_maddubs_epi16(low, a), _mm256_maddubs_epi16(four, a));
-        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(partScales(scales, i), p16));
+        const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(code, a),
+                                             _mm256_maddubs_epi16(_mm256_set1_epi8(4), a));
+        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(scales.part(i), p16));
       }
     }
     if (order == DotOrder::Tiled) {
@@ -543,6 +556,29 @@ float dotQ3_K(const BlockQ3_K* x, const BlockQ8_K* y, int64_t blocks, DotOrder o
   return order == DotOrder::Tiled ? tiled : hsum8(acc);
 }
 
+// An IQ4_XS block's eight sub-block scales (iq4XsScale) as int16 words, in both 128-bit lanes:
+// the low nibbles of scalesLow interleaved with their high ones, and bits 2s..2s+1 of scalesHigh
+// moved to the top of word s by a multiply (AVX2 has no per-word shifts) and back down.
+inline __m256i iq4XsScales(const BlockIQ4_XS& x) {
+  uint32_t low;
+  std::memcpy(&low, x.scalesLow, 4);
+  const __m128i packed = _mm_cvtsi32_si128(static_cast<int>(low));
+  const __m128i nibbles = _mm_unpacklo_epi8(
+      _mm_and_si128(packed, _mm_set1_epi8(0xF)),
+      _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF)));  // byte s: low bits of s
+  const __m128i high = _mm_srli_epi16(
+      _mm_mullo_epi16(_mm_set1_epi16(static_cast<int16_t>(x.scalesHigh)),
+                      _mm_setr_epi16(1 << 14, 1 << 12, 1 << 10, 1 << 8, 1 << 6, 1 << 4, 1 << 2, 1)),
+      14);
+  const __m128i scales = _mm_sub_epi16(
+      _mm_or_si128(_mm_cvtepu8_epi16(nibbles), _mm_slli_epi16(high, 4)), _mm_set1_epi16(32));
+  return _mm256_broadcastsi128_si256(scales);
+}
+// Sub-block s's scale in every word, from iq4XsScales.
+inline __m256i iq4XsPick(__m256i scales, int s) {
+  return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>(0x0202 * s + 0x0100)));
+}
+
 float dotIQ4_XS(const BlockIQ4_XS* x, const BlockQ8_K* y, int64_t blocks, DotOrder order,
                 const uint8_t* ahead, const __m128i* /*pairs: Q4_K/Q5_K only*/) {
   __m256 acc = _mm256_setzero_ps();
@@ -551,14 +587,14 @@ float dotIQ4_XS(const BlockIQ4_XS* x, const BlockQ8_K* y, int64_t blocks, DotOrd
       _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
   for (int64_t b = 0; b < blocks; ++b) {
     prefetchBlock<BlockIQ4_XS>(ahead, b);
+    const __m256i scales = iq4XsScales(x[b]);
     __m256i lanes = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       const __m256i q = _mm256_shuffle_epi8(table, nibbles(x[b].qs + 16 * s));
       const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 32 * s));
       const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
-      lanes = _mm256_add_epi32(
-          lanes,
-          _mm256_madd_epi16(p16, _mm256_set1_epi16(static_cast<int16_t>(iq4XsScale(x[b], s)))));
+      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(p16, iq4XsPick(scales, s)));
     }
     if (order == DotOrder::Tiled) {
       tiled = tiledStep(tiled, lanes, 0, half(x[b].d), 0.0f, y[b].d, false);
@@ -583,19 +619,18 @@ struct Q2KTraits : Avx2KSteps {
   using Block = BlockQ2_K;
   static constexpr bool kHasMin = true, kHasOffset = false;
   struct Context {
-    alignas(32) int16_t scales[16];
+    PartScales scales;
     __m256i mins;  // the 16 minimums as int16
   };
   static void prepare(const Block& x, Context& c, __m128i& /*mins: minLanes instead*/) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(c.scales),
-                       _mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF))));
+    c.scales = PartScales(_mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF))));
     c.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF)));
   }
   static void unpack(const Block& x, const Context& c, int i, __m256i& q, __m256i& scale) {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * (i / 4)));
     q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * (i % 4)), _mm256_set1_epi8(3));
-    scale = partScales(c.scales, i);
+    scale = c.scales.part(i);
   }
   // Lane h (0, 1): the minimum products of sub-blocks 8h .. 8h+7; lanes 2 and 3 zero.
   static __m128i minLanes(const Context& c, const BlockQ8_K& y) {
@@ -616,12 +651,14 @@ struct Q3KTraits : Avx2KSteps {
   static constexpr int kTokens = 8;  // 0.65 against 0.70-0.71 ns with 4 (cpu_kernels_bench)
   using Block = BlockQ3_K;
   static constexpr bool kHasMin = false, kHasOffset = true;
+  // The scales stay in memory here, each part's pair broadcast from there: with PartScales in the
+  // context (twice the bytes per row of the eight-row pass) these passes ran ~5% slower.
   struct Context {
     alignas(32) int16_t scales[16];
     __m256i hbits;  // hmask: bit i of byte l is the third bit of element l of step i
   };
   static void prepare(const Block& x, Context& c, __m128i& /*mins*/) {
-    q3KScales(x.scales, c.scales);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c.scales), q3KScales(x.scales));
     c.hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask));
   }
   static void unpack(const Block& x, const Context& c, int i, __m256i& q, __m256i& scale) {
@@ -629,7 +666,7 @@ struct Q3KTraits : Avx2KSteps {
     const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * (i % 4)), _mm256_set1_epi8(3));
     const __m256i third = _mm256_and_si256(_mm256_srli_epi16(c.hbits, i), _mm256_set1_epi8(1));
     q = _mm256_or_si256(low, _mm256_slli_epi16(third, 2));
-    scale = partScales(c.scales, i);
+    scale = _mm256_set_m128i(_mm_set1_epi16(c.scales[2 * i + 1]), _mm_set1_epi16(c.scales[2 * i]));
   }
   static __m256i offset(const Context& c, const BlockQ8_K& y) {
     const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
