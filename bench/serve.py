@@ -220,6 +220,8 @@ def main():
     for key, value in LOADS[a.load].items():
         if getattr(a, key) is None:
             setattr(a, key, value)
+    # The JSON names the load only where its bounds are the named ones.
+    load_name = a.load if {k: getattr(a, k) for k in LOADS[a.load]} == LOADS[a.load] else "custom"
     if not 1 <= a.prompt_min <= a.prompt_max or not 1 <= a.gen_min <= a.gen_max:
         ap.error("need 1 <= --prompt-min <= --prompt-max and 1 <= --gen-min <= --gen-max")
     levels = [int(x) for x in a.levels.split(",")]
@@ -269,7 +271,7 @@ def main():
            "levels": levels,
            "requests_per_client": a.requests, "rounds": a.rounds, "ctx_per_slot": a.ctx,
            "slots": slots,
-           "load": {"name": a.load, "prompt_words": [a.prompt_min, a.prompt_max],
+           "load": {"name": load_name, "prompt_words": [a.prompt_min, a.prompt_max],
                     "max_tokens": [a.gen_min, a.gen_max], "seed": a.seed,
                     "distribution": "uniform, integers, inclusive"},
            "peer_flags": None if a.no_peer else llama_cmd(0)[3:],
