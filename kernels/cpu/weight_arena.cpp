@@ -83,11 +83,14 @@ bool WeightArena::start(OnCopied onCopied, Release release, size_t urgentUnits) 
       merged.push_back(r);
     }
   }
-  // Each range keeps its address modulo 64 in the copy, so whatever alignment the file gave a
-  // tensor (GGUF's default is 32) holds in the copy too.
+  // Each range keeps its address modulo 32 in the copy, so whatever alignment up to 32 the file
+  // gave its bytes (GGUF's default for tensors is 32) holds in the copy too, and a range that
+  // begins on a 32-byte boundary begins on a cache line there: in a file whose tensor data
+  // starts at 32 mod 64 (its header's length decides) every 64-byte load of such a matrix would
+  // otherwise straddle two lines.
   size_t total = 0;
   for (Range& r : merged) {
-    total = (total + 63) / 64 * 64 + (r.begin % 64);
+    total = (total + 63) / 64 * 64 + (r.begin % 32);
     r.offset = total;
     total += r.end - r.begin;
   }
